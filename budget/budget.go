@@ -1,0 +1,199 @@
+// Package budget is the token ledger's domain: accounts, reservations, the Ledger
+// interface every node spends through, its errors, and the exhaustion watcher.
+//
+// It imports only the standard library. Package store implements Ledger on PostgreSQL.
+package budget
+
+import (
+	"context"
+	"time"
+)
+
+// AccountID identifies one ledger account (a tenant, a run, or a task).
+type AccountID int64
+
+// ReservationID identifies one reservation.
+type ReservationID int64
+
+// AccountKind is the level of an account in the tree tenant -> run -> task.
+type AccountKind string
+
+// The account kinds.
+const (
+	KindTenant AccountKind = "tenant"
+	KindRun    AccountKind = "run"
+	KindTask   AccountKind = "task"
+)
+
+// AccountState is an account's lifecycle state.
+//
+// A run account moves open -> exhausted | cancelled -> closed and never back:
+// once a run has been told it can spend no more, it stays that way, so a
+// cancellation is delivered once and refunds that arrive later do not reopen it.
+type AccountState string
+
+// The account states.
+const (
+	StateOpen      AccountState = "open"
+	StateExhausted AccountState = "exhausted"
+	StateCancelled AccountState = "cancelled"
+	StateClosed    AccountState = "closed"
+)
+
+// Ended reports whether no reservation can be granted in state s.
+func (s AccountState) Ended() bool { return s != StateOpen }
+
+// Account is a snapshot of one account row.
+//
+// At every quiescent point Limit = Available() + Reserved + Spent, and the
+// database refuses any change that would make Reserved + Spent exceed Limit.
+type Account struct {
+	ID             AccountID
+	TenantID       string
+	ParentID       AccountID // 0 for a root
+	Kind           AccountKind
+	RunID          string // empty for a tenant account
+	TaskID         string // empty unless Kind is KindTask
+	Limit          int64
+	Reserved       int64
+	Spent          int64
+	MinReservation int64
+	State          AccountState
+	Cause          string // why the account ended, if it did
+}
+
+// Available reports the tokens that can still be reserved on the account alone
+// (ancestors may have less).
+func (a Account) Available() int64 { return a.Limit - a.Reserved - a.Spent }
+
+// ReservationState is the lifecycle of a reservation. Each reservation leaves
+// StateHeld exactly once.
+type ReservationState string
+
+// The reservation states.
+const (
+	ReservationHeld    ReservationState = "held"
+	ReservationSettled ReservationState = "settled"
+	ReservationVoided  ReservationState = "voided"
+	ReservationExpired ReservationState = "expired"
+)
+
+// Lease is the right of one holder to settle a reservation. Its expiry is
+// computed from the database clock, never a node's.
+type Lease struct {
+	Holder     string // the node holding the reservation
+	Generation int64  // bumped whenever the lease is taken away; stale generations are fenced
+	ExpiresAt  time.Time
+}
+
+// Reservation is tokens set aside on an account (and all its ancestors) before
+// they are spent.
+type Reservation struct {
+	ID        ReservationID
+	AccountID AccountID
+	RunID     string
+	TenantID  string
+	Requested int64 // what the caller wanted
+	Amount    int64 // what was granted: min(Requested, available) >= min
+	Lease     Lease
+	State     ReservationState
+	Actual    int64 // reported usage, once settled
+	Spent     int64 // what was posted as spent when it resolved
+	Overrun   int64 // Actual - Amount when positive: usage beyond the grant
+	Estimated bool  // spent was not reported by the provider (cancelled call, expired lease)
+}
+
+// OpenRunParams describe a run's accounts.
+type OpenRunParams struct {
+	RunID          string // caller-chosen, unique
+	TenantID       string // required; "default" when the caller has none
+	TenantAccount  AccountID
+	Limit          int64 // run budget in tokens, > 0
+	MinReservation int64 // the run is exhausted when available < MinReservation; >= 1
+	Tasks          []TaskBudget
+}
+
+// TaskBudget is one task's slice of a run. Task limits may add up to more than
+// the run's: they are caps, and the run account is shared.
+type TaskBudget struct {
+	TaskID string
+	Limit  int64 // > 0
+}
+
+// RunAccounts are the accounts OpenRun created (or found, when the run existed).
+type RunAccounts struct {
+	Run   Account
+	Tasks map[string]AccountID // by task id
+}
+
+// ReserveParams ask for tokens on an account.
+type ReserveParams struct {
+	Account AccountID
+	Want    int64 // > 0
+	Min     int64 // 1..Want; grant nothing if less than this is available
+	Holder  string
+	TTL     time.Duration // lease length; > 0
+	// Key makes the call idempotent when set: a retry with the same key on
+	// the same account returns the first reservation instead of a second one.
+	Key string
+}
+
+// SettleParams post the real usage of a reservation.
+type SettleParams struct {
+	Reservation ReservationID
+	Generation  int64
+	Actual      int64 // >= 0; may exceed the grant (recorded as overrun)
+	Estimated   bool  // Actual is a guess (e.g. the full reservation of a cancelled call)
+}
+
+// Ledger is the shared token budget. Every method is atomic and safe to call
+// from any number of nodes at once.
+type Ledger interface {
+	// OpenRun creates the run account (under TenantAccount when non-zero) and one
+	// account per task. Calling it again with the same RunID returns the
+	// existing accounts and writes nothing. Returns a *ValidationError on bad
+	// params and ErrNotFound if TenantAccount does not exist.
+	OpenRun(ctx context.Context, p OpenRunParams) (RunAccounts, error)
+
+	// OpenTenant creates (or returns) the tenant's account with the given limit.
+	OpenTenant(ctx context.Context, tenantID string, limit int64) (Account, error)
+
+	// Reserve grants min(Want, available) if that is at least Min, on the
+	// account and every ancestor at once. Returns an *ExhaustedError (which
+	// is ErrExhausted) when less than Min is available or an account in the
+	// chain has ended, ErrNotFound for an unknown account.
+	Reserve(ctx context.Context, p ReserveParams) (Reservation, error)
+
+	// Settle posts Actual as spent and frees the rest of the reservation,
+	// exactly once. A retry with the same Actual and Estimated returns the first
+	// outcome; a different amount is a *ConflictError. A stale generation or an
+	// expired reservation is ErrLeaseLost; a voided one is ErrConflict.
+	Settle(ctx context.Context, p SettleParams) (Reservation, error)
+
+	// Void frees the whole reservation. Voiding twice is a no-op; voiding a
+	// settled reservation is ErrConflict; a stale generation is ErrLeaseLost.
+	Void(ctx context.Context, id ReservationID, generation int64) (Reservation, error)
+
+	// Renew extends a held lease by ttl from the database's now. Returns
+	// ErrLeaseLost when the lease expired, was taken, or the reservation resolved.
+	Renew(ctx context.Context, id ReservationID, generation int64, ttl time.Duration) (Reservation, error)
+
+	// ExpireLeases posts every held reservation whose lease ended (database
+	// time) as spent at its full amount, flagged estimated, and reports how
+	// many it resolved. Safe to run on every node at once.
+	ExpireLeases(ctx context.Context) (int, error)
+
+	// CancelRun ends the run's account with StateCancelled (unless it had
+	// already ended) so nothing more is granted, and notifies watchers.
+	CancelRun(ctx context.Context, runID, cause string) (Account, error)
+
+	// CloseRun voids every reservation still held in the run and closes its
+	// accounts. Idempotent.
+	CloseRun(ctx context.Context, runID string) (Account, error)
+
+	// Account returns one account. ErrNotFound if it does not exist.
+	Account(ctx context.Context, id AccountID) (Account, error)
+
+	// RunAccount returns a run's account. ErrNotFound if the run is unknown.
+	RunAccount(ctx context.Context, runID string) (Account, error)
+}

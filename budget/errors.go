@@ -1,0 +1,128 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Typed errors below unwrap to them, so callers test with errors.Is.
+var (
+	// ErrExhausted: the budget cannot grant what was asked.
+	ErrExhausted = errors.New("budget exhausted")
+	// ErrNotFound: no such account, run or reservation.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the call contradicts what the ledger already recorded.
+	ErrConflict = errors.New("conflict")
+	// ErrLeaseLost: the reservation's lease expired or belongs to a newer generation.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrInvalid: a parameter is out of range.
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// ExhaustedError says which account could not grant a reservation and why.
+type ExhaustedError struct {
+	Account   AccountID
+	Kind      AccountKind
+	State     AccountState // the account's state; StateOpen when it merely lacked tokens
+	Requested int64        // the minimum that was needed
+	Available int64
+}
+
+func (e *ExhaustedError) Error() string {
+	if e.State != "" && e.State != StateOpen {
+		return fmt.Sprintf("budget exhausted: %s account %d is %s", e.Kind, e.Account, e.State)
+	}
+	return fmt.Sprintf("budget exhausted: %s account %d has %d tokens available, %d needed",
+		e.Kind, e.Account, e.Available, e.Requested)
+}
+
+// Is reports whether target is ErrExhausted.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
+
+// ConflictError says how a call contradicts the ledger.
+type ConflictError struct {
+	Reservation ReservationID
+	Reason      string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("conflict on reservation %d: %s", e.Reservation, e.Reason)
+}
+
+// Is reports whether target is ErrConflict.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// ValidationError names the parameter that is out of range and the limit.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
+
+// Is reports whether target is ErrInvalid.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks p before anything is written.
+func (p ReserveParams) Validate() error {
+	switch {
+	case p.Account <= 0:
+		return invalid("account", "must be a positive account id, got %d", p.Account)
+	case p.Want <= 0:
+		return invalid("want", "must be > 0, got %d", p.Want)
+	case p.Min <= 0 || p.Min > p.Want:
+		return invalid("min", "must be in 1..want (%d), got %d", p.Want, p.Min)
+	case p.Holder == "":
+		return invalid("holder", "must name the node holding the lease")
+	case p.TTL <= 0:
+		return invalid("ttl", "must be > 0, got %s", p.TTL)
+	}
+	return nil
+}
+
+// Validate checks p before anything is written.
+func (p SettleParams) Validate() error {
+	switch {
+	case p.Reservation <= 0:
+		return invalid("reservation", "must be a positive reservation id, got %d", p.Reservation)
+	case p.Actual < 0:
+		return invalid("actual", "must be >= 0, got %d", p.Actual)
+	}
+	return nil
+}
+
+// MaxTasksPerRun bounds OpenRunParams.Tasks.
+const MaxTasksPerRun = 10_000
+
+// Validate checks p before anything is written.
+func (p OpenRunParams) Validate() error {
+	switch {
+	case p.RunID == "":
+		return invalid("run_id", "must not be empty")
+	case p.TenantID == "":
+		return invalid("tenant_id", "must not be empty")
+	case p.Limit <= 0:
+		return invalid("limit", "must be > 0, got %d", p.Limit)
+	case p.MinReservation <= 0 || p.MinReservation > p.Limit:
+		return invalid("min_reservation", "must be in 1..limit (%d), got %d", p.Limit, p.MinReservation)
+	case len(p.Tasks) > MaxTasksPerRun:
+		return invalid("tasks", "at most %d tasks, got %d", MaxTasksPerRun, len(p.Tasks))
+	}
+	seen := make(map[string]bool, len(p.Tasks))
+	for i, t := range p.Tasks {
+		switch {
+		case t.TaskID == "":
+			return invalid(fmt.Sprintf("tasks[%d].task_id", i), "must not be empty")
+		case seen[t.TaskID]:
+			return invalid(fmt.Sprintf("tasks[%d].task_id", i), "duplicate task id %q", t.TaskID)
+		case t.Limit <= 0:
+			return invalid(fmt.Sprintf("tasks[%d].limit", i), "must be > 0, got %d", t.Limit)
+		}
+		seen[t.TaskID] = true
+	}
+	return nil
+}

@@ -1,0 +1,409 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fanout/fanout/budget"
+)
+
+// Ledger implements budget.Ledger on PostgreSQL. Each operation is one call of
+// a ledger_* SQL function (migrations/0001): one round trip, one transaction,
+// locking the account chain root first. The functions report refusals as an
+// outcome column rather than raising, so several calls can later share one
+// transaction (group commit) without changing this type's API.
+type Ledger struct {
+	pool *pgxpool.Pool
+}
+
+var _ budget.Ledger = (*Ledger)(nil)
+
+// NewLedger returns a ledger on pool.
+func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
+
+// ledgerResult mirrors the SQL type ledger_result.
+type ledgerResult struct {
+	Outcome        string
+	InfoAccount    *int64
+	InfoKind       *string
+	InfoState      *string
+	InfoAvailable  *int64
+	Info           *string
+	ReservationID  *int64
+	AccountID      *int64
+	RunID          *string
+	TenantID       *string
+	Requested      *int64
+	Amount         *int64
+	Holder         *string
+	Generation     *int64
+	LeaseExpiresAt *time.Time
+	State          *string
+	Actual         *int64
+	Spent          *int64
+	Overrun        *int64
+	Estimated      *bool
+}
+
+func (r *ledgerResult) scan(row pgx.Row) error {
+	return row.Scan(&r.Outcome, &r.InfoAccount, &r.InfoKind, &r.InfoState, &r.InfoAvailable, &r.Info,
+		&r.ReservationID, &r.AccountID, &r.RunID, &r.TenantID, &r.Requested, &r.Amount,
+		&r.Holder, &r.Generation, &r.LeaseExpiresAt, &r.State, &r.Actual, &r.Spent,
+		&r.Overrun, &r.Estimated)
+}
+
+func val[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func (r *ledgerResult) reservation() budget.Reservation {
+	return budget.Reservation{
+		ID:        budget.ReservationID(val(r.ReservationID)),
+		AccountID: budget.AccountID(val(r.AccountID)),
+		RunID:     val(r.RunID),
+		TenantID:  val(r.TenantID),
+		Requested: val(r.Requested),
+		Amount:    val(r.Amount),
+		Lease: budget.Lease{
+			Holder:     val(r.Holder),
+			Generation: val(r.Generation),
+			ExpiresAt:  val(r.LeaseExpiresAt),
+		},
+		State:     budget.ReservationState(val(r.State)),
+		Actual:    val(r.Actual),
+		Spent:     val(r.Spent),
+		Overrun:   val(r.Overrun),
+		Estimated: val(r.Estimated),
+	}
+}
+
+// err turns a refusal outcome into the budget error it stands for.
+func (r *ledgerResult) err(id budget.ReservationID, need int64) error {
+	switch r.Outcome {
+	case "ok", "replay":
+		return nil
+	case "exhausted":
+		return &budget.ExhaustedError{
+			Account:   budget.AccountID(val(r.InfoAccount)),
+			Kind:      budget.AccountKind(val(r.InfoKind)),
+			State:     budget.AccountState(val(r.InfoState)),
+			Requested: need,
+			Available: val(r.InfoAvailable),
+		}
+	case "not_found":
+		return budget.ErrNotFound
+	case "conflict":
+		return &budget.ConflictError{Reservation: id, Reason: val(r.Info)}
+	case "lease_lost":
+		return fmt.Errorf("%w: %s", budget.ErrLeaseLost, val(r.Info))
+	}
+	return fmt.Errorf("ledger: unknown outcome %q", r.Outcome)
+}
+
+const resultCols = `outcome, info_account, info_kind, info_state, info_available, info,
+	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
+	lease_expires_at, state, actual, spent, overrun, estimated`
+
+func (l *Ledger) call(ctx context.Context, sql string, args ...any) (ledgerResult, error) {
+	var r ledgerResult
+	err := r.scan(l.pool.QueryRow(ctx, "SELECT "+resultCols+" FROM "+sql, args...))
+	if err != nil && isCheckViolation(err) {
+		// The CHECK is the last line of defence; reaching it is a bug to surface loudly.
+		err = fmt.Errorf("ledger invariant refused by database (bug): %w", err)
+	}
+	return r, err
+}
+
+// Reserve implements budget.Ledger.
+func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (budget.Reservation, error) {
+	if err := p.Validate(); err != nil {
+		return budget.Reservation{}, err
+	}
+	var key *string
+	if p.Key != "" {
+		key = &p.Key
+	}
+	r, err := l.call(ctx, "ledger_reserve($1, $2, $3, $4, $5, $6)",
+		int64(p.Account), p.Want, p.Min, p.Holder, p.TTL, key)
+	if err != nil {
+		return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
+	}
+	if err := r.err(0, p.Min); err != nil {
+		return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
+	}
+	return r.reservation(), nil
+}
+
+// Settle implements budget.Ledger.
+func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (budget.Reservation, error) {
+	if err := p.Validate(); err != nil {
+		return budget.Reservation{}, err
+	}
+	r, err := l.call(ctx, "ledger_settle($1, $2, $3, $4)", int64(p.Reservation), p.Generation, p.Actual, p.Estimated)
+	if err == nil {
+		err = r.err(p.Reservation, 0)
+	}
+	if err != nil {
+		return r.reservation(), fmt.Errorf("settle reservation %d at %d tokens: %w", p.Reservation, p.Actual, err)
+	}
+	return r.reservation(), nil
+}
+
+// Void implements budget.Ledger.
+func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation int64) (budget.Reservation, error) {
+	if id <= 0 {
+		return budget.Reservation{}, &budget.ValidationError{Field: "reservation", Reason: fmt.Sprintf("must be a positive reservation id, got %d", id)}
+	}
+	r, err := l.call(ctx, "ledger_void($1, $2, '')", int64(id), generation)
+	if err == nil {
+		err = r.err(id, 0)
+	}
+	if err != nil {
+		return r.reservation(), fmt.Errorf("void reservation %d: %w", id, err)
+	}
+	return r.reservation(), nil
+}
+
+// Renew implements budget.Ledger.
+func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation int64, ttl time.Duration) (budget.Reservation, error) {
+	if ttl <= 0 {
+		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be > 0, got %s", ttl)}
+	}
+	r, err := l.call(ctx, "ledger_renew($1, $2, $3)", int64(id), generation, ttl)
+	if err == nil {
+		err = r.err(id, 0)
+	}
+	if err != nil {
+		return r.reservation(), fmt.Errorf("renew reservation %d: %w", id, err)
+	}
+	return r.reservation(), nil
+}
+
+// expireBatch bounds one sweep, so a backlog is worked off in steps.
+const expireBatch = 500
+
+// ExpireLeases implements budget.Ledger. Each expiry is its own transaction,
+// so sweepers on several nodes never hold one another's chains.
+func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
+	rows, err := l.pool.Query(ctx, `SELECT reservation_id FROM reservation
+		WHERE state = 'held' AND lease_expires_at <= now() ORDER BY reservation_id LIMIT $1`, expireBatch)
+	if err != nil {
+		return 0, fmt.Errorf("find expired leases: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("find expired leases: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		r, err := l.call(ctx, "ledger_expire($1)", id)
+		if err != nil {
+			return n, fmt.Errorf("expire reservation %d: %w", id, err)
+		}
+		if r.Outcome == "ok" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+const accountCols = `account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+	coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause`
+
+func scanAccount(row pgx.Row) (budget.Account, error) {
+	var a budget.Account
+	err := row.Scan(&a.ID, &a.TenantID, &a.ParentID, &a.Kind, &a.RunID, &a.TaskID,
+		&a.Limit, &a.Reserved, &a.Spent, &a.MinReservation, &a.State, &a.Cause)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, budget.ErrNotFound
+	}
+	return a, err
+}
+
+// Account implements budget.Ledger.
+func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Account, error) {
+	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE account_id = $1", int64(id)))
+	if err != nil {
+		return a, fmt.Errorf("read account %d: %w", id, err)
+	}
+	return a, nil
+}
+
+// RunAccount implements budget.Ledger.
+func (l *Ledger) RunAccount(ctx context.Context, runID string) (budget.Account, error) {
+	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE run_id = $1 AND kind = 'run'", runID))
+	if err != nil {
+		return a, fmt.Errorf("read run %s account: %w", runID, err)
+	}
+	return a, nil
+}
+
+// CancelRun implements budget.Ledger.
+func (l *Ledger) CancelRun(ctx context.Context, runID, cause string) (budget.Account, error) {
+	return l.endRun(ctx, runID, budget.StateCancelled, cause)
+}
+
+// CloseRun implements budget.Ledger.
+func (l *Ledger) CloseRun(ctx context.Context, runID string) (budget.Account, error) {
+	return l.endRun(ctx, runID, budget.StateClosed, "run closed")
+}
+
+func (l *Ledger) endRun(ctx context.Context, runID string, state budget.AccountState, cause string) (budget.Account, error) {
+	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run($1, $2, $3)", runID, string(state), cause))
+	if err != nil {
+		return a, fmt.Errorf("end run %s (%s): %w", runID, state, err)
+	}
+	return a, nil
+}
+
+// OpenTenant implements budget.Ledger.
+func (l *Ledger) OpenTenant(ctx context.Context, tenantID string, limit int64) (budget.Account, error) {
+	switch {
+	case tenantID == "":
+		return budget.Account{}, &budget.ValidationError{Field: "tenant_id", Reason: "must not be empty"}
+	case limit <= 0:
+		return budget.Account{}, &budget.ValidationError{Field: "limit", Reason: fmt.Sprintf("must be > 0, got %d", limit)}
+	}
+	var a budget.Account
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO tenant (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING", tenantID); err != nil {
+			return err
+		}
+		var id int64
+		err := tx.QueryRow(ctx, `INSERT INTO account (tenant_id, chain, kind, limit_tokens)
+			VALUES ($1, '{}', 'tenant', $2) ON CONFLICT (tenant_id) WHERE kind = 'tenant' DO NOTHING
+			RETURNING account_id`, tenantID, limit).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // it existed
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE account SET chain = ARRAY[account_id] WHERE account_id = $1", id); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, note)
+			VALUES ($1, $2, ARRAY[$2::bigint], 'open', $3, 'tenant account')`, tenantID, id, limit)
+		return err
+	})
+	if err == nil {
+		a, err = scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE tenant_id = $1 AND kind = 'tenant'", tenantID))
+	}
+	if err != nil {
+		return a, fmt.Errorf("open tenant %s: %w", tenantID, err)
+	}
+	return a, nil
+}
+
+// OpenRun implements budget.Ledger.
+func (l *Ledger) OpenRun(ctx context.Context, p budget.OpenRunParams) (budget.RunAccounts, error) {
+	if err := p.Validate(); err != nil {
+		return budget.RunAccounts{}, err
+	}
+	out, err := l.openRun(ctx, p)
+	if isUniqueViolation(err) {
+		// Another node opened the same run at the same moment: read what it wrote.
+		out, err = l.runAccounts(ctx, p.RunID)
+	}
+	if err != nil {
+		return out, fmt.Errorf("open run %s: %w", p.RunID, err)
+	}
+	return out, nil
+}
+
+func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.RunAccounts, error) {
+	if existing, err := l.runAccounts(ctx, p.RunID); err == nil {
+		return existing, nil
+	} else if !errors.Is(err, budget.ErrNotFound) {
+		return existing, err
+	}
+	taskIDs := make([]string, len(p.Tasks))
+	limits := make([]int64, len(p.Tasks))
+	for i, t := range p.Tasks {
+		taskIDs[i], limits[i] = t.TaskID, t.Limit
+	}
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var parentChain []int64
+		var parent *int64
+		if p.TenantAccount != 0 {
+			var tenant string
+			err := tx.QueryRow(ctx, "SELECT chain, tenant_id FROM account WHERE account_id = $1 AND kind = 'tenant'",
+				int64(p.TenantAccount)).Scan(&parentChain, &tenant)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("tenant account %d: %w", p.TenantAccount, budget.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			if tenant != p.TenantID {
+				return &budget.ValidationError{Field: "tenant_account", Reason: fmt.Sprintf("belongs to tenant %q, not %q", tenant, p.TenantID)}
+			}
+			id := int64(p.TenantAccount)
+			parent = &id
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO tenant (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING", p.TenantID); err != nil {
+			return err
+		}
+		var runAcct int64
+		err := tx.QueryRow(ctx, `INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation)
+			VALUES ($1, $2, '{}', 'run', $3, $4, $5) RETURNING account_id`,
+			p.TenantID, parent, p.RunID, p.Limit, p.MinReservation).Scan(&runAcct)
+		if err != nil {
+			return err
+		}
+		runChain := append(parentChain, runAcct)
+		batch := &pgx.Batch{}
+		batch.Queue("UPDATE account SET chain = $2 WHERE account_id = $1", runAcct, runChain)
+		batch.Queue(`INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens)
+			SELECT $1, $2, '{}', 'task', $3, t.task_id, t.limit_tokens
+			  FROM unnest($4::text[], $5::bigint[]) AS t(task_id, limit_tokens)`,
+			p.TenantID, runAcct, p.RunID, taskIDs, limits)
+		batch.Queue(`UPDATE account SET chain = $2::bigint[] || account_id WHERE run_id = $1 AND kind = 'task'`,
+			p.RunID, runChain)
+		batch.Queue(`INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, kind, delta_limit)
+			SELECT tenant_id, run_id, task_id, account_id, ARRAY[account_id], 'open', limit_tokens
+			  FROM account WHERE run_id = $1 ORDER BY account_id`, p.RunID)
+		return tx.SendBatch(ctx, batch).Close()
+	})
+	if err != nil {
+		return budget.RunAccounts{}, err
+	}
+	return l.runAccounts(ctx, p.RunID)
+}
+
+func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccounts, error) {
+	rows, err := l.pool.Query(ctx, "SELECT "+accountCols+" FROM account WHERE run_id = $1 ORDER BY account_id", runID)
+	if err != nil {
+		return budget.RunAccounts{}, err
+	}
+	defer rows.Close()
+	out := budget.RunAccounts{Tasks: map[string]budget.AccountID{}}
+	found := false
+	for rows.Next() {
+		a, err := scanAccount(rows)
+		if err != nil {
+			return out, err
+		}
+		if a.Kind == budget.KindRun {
+			out.Run, found = a, true
+		} else {
+			out.Tasks[a.TaskID] = a.ID
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return out, err
+	}
+	if !found {
+		return out, budget.ErrNotFound
+	}
+	return out, nil
+}

@@ -1,0 +1,160 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fanout/fanout/migrations"
+)
+
+// migrateLockKey is the advisory lock every migrating node takes first, so
+// replicas starting together apply each version once.
+const migrateLockKey = 0x66616e6f7574 // "fanout"
+
+// Migration is one numbered schema change.
+type Migration struct {
+	Version int
+	Name    string
+	Up      string
+	Down    string
+}
+
+// Migrations returns the embedded migrations in version order.
+func Migrations() ([]Migration, error) {
+	entries, err := fs.ReadDir(migrations.FS, ".")
+	if err != nil {
+		return nil, err
+	}
+	byVersion := map[int]*Migration{}
+	for _, e := range entries {
+		name := e.Name()
+		var dir string
+		switch {
+		case strings.HasSuffix(name, ".up.sql"):
+			dir = "up"
+		case strings.HasSuffix(name, ".down.sql"):
+			dir = "down"
+		default:
+			continue
+		}
+		num, rest, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must be NNNN_name.(up|down).sql", name)
+		}
+		body, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			return nil, err
+		}
+		m := byVersion[v]
+		if m == nil {
+			m = &Migration{Version: v, Name: strings.TrimSuffix(strings.TrimSuffix(rest, ".up.sql"), ".down.sql")}
+			byVersion[v] = m
+		}
+		if dir == "up" {
+			m.Up = string(body)
+		} else {
+			m.Down = string(body)
+		}
+	}
+	out := make([]Migration, 0, len(byVersion))
+	for _, m := range byVersion {
+		if m.Up == "" || m.Down == "" {
+			return nil, fmt.Errorf("migration %04d_%s: needs both .up.sql and .down.sql", m.Version, m.Name)
+		}
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// Migrate applies every pending migration to the database at databaseURL.
+func Migrate(ctx context.Context, databaseURL string) error {
+	_, err := MigrateTo(ctx, databaseURL, -1)
+	return err
+}
+
+// MigrateTo moves the schema to version target (-1 means the newest), applying
+// up or down migrations each in its own transaction, under a session advisory
+// lock so that nodes migrating at once wait for each other. It returns the
+// versions applied (negative for reverted ones).
+func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, error) {
+	all, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	if target < 0 && len(all) > 0 {
+		target = all[len(all)-1].Version
+	}
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
+		return nil, fmt.Errorf("migrate: take lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey) //nolint:errcheck // the session ends right after
+
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migration (
+		version    int PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migration: %w", err)
+	}
+	rows, err := conn.Query(ctx, "SELECT version FROM schema_migration")
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
+	}
+	appliedList, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
+	}
+	applied := map[int]bool{}
+	for _, v := range appliedList {
+		applied[v] = true
+	}
+
+	var done []int
+	for _, m := range all {
+		if m.Version > target || applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.Up); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migration (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("migrate up %04d_%s: %w", m.Version, m.Name, err)
+		}
+		done = append(done, m.Version)
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		m := all[i]
+		if m.Version <= target || !applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.Down); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "DELETE FROM schema_migration WHERE version = $1", m.Version)
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("migrate down %04d_%s: %w", m.Version, m.Name, err)
+		}
+		done = append(done, -m.Version)
+	}
+	return done, nil
+}
