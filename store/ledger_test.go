@@ -1,0 +1,621 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	if raceChild() {
+		return
+	}
+	storetest.MigrateFunc = store.Migrate
+	storetest.Main(m)
+}
+
+type testBundle struct {
+	ctx    context.Context
+	url    string
+	pool   *pgxpool.Pool
+	ledger *store.Ledger
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	ctx := t.Context()
+	url := storetest.NewDB(t)
+	pool, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return &testBundle{ctx: ctx, url: url, pool: pool, ledger: store.NewLedger(pool)}
+}
+
+// openRun opens a run with the given task limits, named t0, t1, ...
+func (b *testBundle) openRun(t *testing.T, runID string, limit, minRes int64, taskLimits ...int64) budget.RunAccounts {
+	t.Helper()
+	p := budget.OpenRunParams{RunID: runID, TenantID: "tenant-a", Limit: limit, MinReservation: minRes}
+	for i, l := range taskLimits {
+		p.Tasks = append(p.Tasks, budget.TaskBudget{TaskID: fmt.Sprintf("t%d", i), Limit: l})
+	}
+	ra, err := b.ledger.OpenRun(b.ctx, p)
+	if err != nil {
+		t.Fatalf("open run %s: %v", runID, err)
+	}
+	return ra
+}
+
+func (b *testBundle) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+// checkConserved asserts I2 on every account: limit = available + reserved +
+// spent, the entries sum to the row, and reserved equals what is held.
+func (b *testBundle) checkConserved(t *testing.T) {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT account_id, kind, limit_tokens, reserved_tokens, spent_tokens,
+		entries_limit, entries_reserved, entries_spent FROM conservation_check WHERE NOT conserved`)
+	if err != nil {
+		t.Fatalf("conservation_check: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, lim, res, sp, el, er, es int64
+		var kind string
+		if err := rows.Scan(&id, &kind, &lim, &res, &sp, &el, &er, &es); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("account %d (%s) not conserved: row limit/reserved/spent %d/%d/%d, entries %d/%d/%d",
+			id, kind, lim, res, sp, el, er, es)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const ttl = time.Minute
+
+func TestReserveSettleVoid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "run-1", 1000, 10, 600, 600)
+	t0, t1 := ra.Tasks["t0"], ra.Tasks["t1"]
+
+	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: t0, Want: 500, Min: 100, Holder: "n1", TTL: ttl})
+	if err != nil {
+		t.Fatalf("reserve: %v", err)
+	}
+	if r.Amount != 500 || r.Lease.Generation != 1 || r.Lease.Holder != "n1" || r.State != budget.ReservationHeld {
+		t.Fatalf("reservation = %+v", r)
+	}
+	if !r.Lease.ExpiresAt.After(time.Now().Add(ttl / 2)) {
+		t.Errorf("lease expires at %v, want about now+%v", r.Lease.ExpiresAt, ttl)
+	}
+	// The task account caps t1 at 600 but the run has only 500 left: grant 500.
+	r2, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: t1, Want: 600, Min: 1, Holder: "n1", TTL: ttl})
+	if err != nil || r2.Amount != 500 {
+		t.Fatalf("reserve 2 = %+v, %v; want 500 granted", r2, err)
+	}
+	// Nothing left: refused with the run named.
+	_, err = b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: t0, Want: 10, Min: 1, Holder: "n1", TTL: ttl})
+	var ex *budget.ExhaustedError
+	if !errors.As(err, &ex) || ex.Kind != budget.KindRun || !errors.Is(err, budget.ErrExhausted) {
+		t.Fatalf("reserve 3 err = %v; want ExhaustedError on the run", err)
+	}
+
+	s, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: r.ID, Generation: 1, Actual: 320})
+	if err != nil || s.Spent != 320 || s.State != budget.ReservationSettled {
+		t.Fatalf("settle = %+v, %v", s, err)
+	}
+	// A retried settle returns the first outcome.
+	s2, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: r.ID, Generation: 1, Actual: 320})
+	if err != nil || s2 != s {
+		t.Fatalf("replayed settle = %+v, %v; want %+v", s2, err, s)
+	}
+	if _, err := b.ledger.Void(b.ctx, r2.ID, 1); err != nil {
+		t.Fatalf("void: %v", err)
+	}
+	run, err := b.ledger.RunAccount(b.ctx, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Spent != 320 || run.Reserved != 0 || run.Available() != 680 {
+		t.Errorf("run account = %+v", run)
+	}
+	// Refunds do not reopen an exhausted run.
+	if run.State != budget.StateExhausted {
+		t.Errorf("run state = %s, want exhausted", run.State)
+	}
+	b.checkConserved(t)
+}
+
+func TestOverrunIsRecordedNotHidden(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "run-o", 1000, 1, 1000)
+	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 100, Holder: "n", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 850, Min: 850, Holder: "n", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100 granted, 250 used: 50 tokens of room are charged, 150 are over every limit.
+	s, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: r.ID, Generation: 1, Actual: 250})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Overrun != 150 || s.Spent != 150 || s.Actual != 250 {
+		t.Errorf("settled = %+v; want actual 250, spent 150 (all the room), overrun 150", s)
+	}
+	if _, err := b.ledger.Void(b.ctx, r2.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	var overrun int64
+	if err := b.pool.QueryRow(b.ctx, "SELECT overrun_tokens FROM run_spend WHERE run_id = 'run-o'").Scan(&overrun); err != nil {
+		t.Fatal(err)
+	}
+	if overrun != 150 {
+		t.Errorf("run_spend.overrun_tokens = %d, want 150", overrun)
+	}
+	b.checkConserved(t)
+}
+
+func TestTenantAccountCapsItsRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "r", TenantID: "tenant-a", TenantAccount: ten.ID,
+		Limit: 1000, MinReservation: 1, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 1000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["x"], Want: 1000, Min: 1, Holder: "n", TTL: ttl})
+	if err != nil || r.Amount != 300 {
+		t.Fatalf("reserve = %+v, %v; want 300 granted (the tenant's limit)", r, err)
+	}
+	_, err = b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["x"], Want: 1, Min: 1, Holder: "n", TTL: ttl})
+	var ex *budget.ExhaustedError
+	if !errors.As(err, &ex) || ex.Kind != budget.KindTenant {
+		t.Fatalf("err = %v; want the tenant account exhausted", err)
+	}
+	b.checkConserved(t)
+}
+
+func TestOpenRunIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.openRun(t, "same", 100, 1, 10, 20)
+	second := b.openRun(t, "same", 100, 1, 10, 20)
+	if first.Run.ID != second.Run.ID || first.Tasks["t1"] != second.Tasks["t1"] {
+		t.Fatalf("second open = %+v, want %+v", second, first)
+	}
+	if n := b.count(t, "account"); n != 3 {
+		t.Errorf("accounts = %d, want 3", n)
+	}
+}
+
+func TestReserveKeyIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "k", 1000, 1, 1000)
+	p := budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 1, Holder: "n", TTL: ttl, Key: "k/t0/1"}
+	var wg sync.WaitGroup
+	got := make([]budget.Reservation, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := b.ledger.Reserve(b.ctx, p)
+			if err != nil {
+				t.Errorf("reserve: %v", err)
+			}
+			got[i] = r
+		}()
+	}
+	wg.Wait()
+	for _, r := range got {
+		if r.ID != got[0].ID {
+			t.Fatalf("same key gave reservations %d and %d", got[0].ID, r.ID)
+		}
+	}
+	if n := b.count(t, "reservation"); n != 1 {
+		t.Errorf("reservations = %d, want 1", n)
+	}
+	b.checkConserved(t)
+}
+
+// TestBadInput: each bad call returns its typed error and writes nothing.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "bad", 1000, 1, 1000)
+	acct := ra.Tasks["t0"]
+	settled, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 100, Min: 1, Holder: "n", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: settled.ID, Generation: 1, Actual: 40}); err != nil {
+		t.Fatal(err)
+	}
+	closed := b.openRun(t, "closed", 1000, 1, 1000)
+	if _, err := b.ledger.CloseRun(b.ctx, "closed"); err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []struct {
+		name  string
+		call  func() error
+		want  error
+		field string
+	}{
+		{"zero want", func() error {
+			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 0, Min: 0, Holder: "n", TTL: ttl})
+			return err
+		}, budget.ErrInvalid, "want"},
+		{"negative want", func() error {
+			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: -5, Min: 1, Holder: "n", TTL: ttl})
+			return err
+		}, budget.ErrInvalid, "want"},
+		{"min above want", func() error {
+			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 5, Min: 6, Holder: "n", TTL: ttl})
+			return err
+		}, budget.ErrInvalid, "min"},
+		{"no holder", func() error {
+			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 5, Min: 1, TTL: ttl})
+			return err
+		}, budget.ErrInvalid, "holder"},
+		{"no ttl", func() error {
+			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 5, Min: 1, Holder: "n"})
+			return err
+		}, budget.ErrInvalid, "ttl"},
+		{"negative actual", func() error {
+			_, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: settled.ID, Generation: 1, Actual: -1})
+			return err
+		}, budget.ErrInvalid, "actual"},
+		{"unknown account", func() error {
+			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: 999999, Want: 5, Min: 1, Holder: "n", TTL: ttl})
+			return err
+		}, budget.ErrNotFound, ""},
+		{"unknown reservation", func() error {
+			_, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: 999999, Generation: 1, Actual: 1})
+			return err
+		}, budget.ErrNotFound, ""},
+		{"unknown run", func() error {
+			_, err := b.ledger.RunAccount(b.ctx, "nope")
+			return err
+		}, budget.ErrNotFound, ""},
+		{"settle twice, other amount", func() error {
+			_, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: settled.ID, Generation: 1, Actual: 41})
+			return err
+		}, budget.ErrConflict, ""},
+		{"void a settled reservation", func() error {
+			_, err := b.ledger.Void(b.ctx, settled.ID, 1)
+			return err
+		}, budget.ErrConflict, ""},
+		{"reserve on a closed run", func() error {
+			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: closed.Tasks["t0"], Want: 5, Min: 1, Holder: "n", TTL: ttl})
+			return err
+		}, budget.ErrExhausted, ""},
+		{"open run with zero limit", func() error {
+			_, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "z", TenantID: "x", Limit: 0, MinReservation: 1})
+			return err
+		}, budget.ErrInvalid, "limit"},
+		{"open run with duplicate tasks", func() error {
+			_, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "z", TenantID: "x", Limit: 10, MinReservation: 1,
+				Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 1}, {TaskID: "a", Limit: 1}}})
+			return err
+		}, budget.ErrInvalid, "tasks[1].task_id"},
+		{"open run under a missing tenant account", func() error {
+			_, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "z", TenantID: "x", TenantAccount: 424242, Limit: 10, MinReservation: 1})
+			return err
+		}, budget.ErrNotFound, ""},
+	}
+	for _, tc := range cases {
+		before := b.count(t, "ledger_entry") + b.count(t, "reservation") + b.count(t, "account")
+		err := tc.call()
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
+			continue
+		}
+		var ve *budget.ValidationError
+		if tc.field != "" && (!errors.As(err, &ve) || ve.Field != tc.field) {
+			t.Errorf("%s: err = %v, want it to name field %q", tc.name, err, tc.field)
+		}
+		if after := b.count(t, "ledger_entry") + b.count(t, "reservation") + b.count(t, "account"); after != before {
+			t.Errorf("%s: wrote %d rows, want none", tc.name, after-before)
+		}
+	}
+	b.checkConserved(t)
+}
+
+// TestLedgerEntryIsAppendOnly: UPDATE, DELETE and TRUNCATE of ledger_entry
+// fail as the app role, as the auditor, and even as the owner (trigger).
+func TestLedgerEntryIsAppendOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.openRun(t, "tamper", 100, 1, 100)
+	for _, role := range []string{"fanout_app", "fanout_auditor", ""} {
+		for _, stmt := range []string{
+			"UPDATE ledger_entry SET delta_limit = 0",
+			"DELETE FROM ledger_entry",
+			"TRUNCATE ledger_entry",
+		} {
+			conn, err := b.pool.Acquire(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if role != "" {
+				if _, err := conn.Exec(b.ctx, "SET ROLE "+role); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err = conn.Exec(b.ctx, stmt)
+			conn.Exec(b.ctx, "RESET ROLE") //nolint:errcheck
+			conn.Release()
+			if err == nil {
+				t.Errorf("%q as %q succeeded, want refused", stmt, role)
+			} else if !strings.Contains(err.Error(), "permission denied") && !strings.Contains(err.Error(), "append-only") {
+				t.Errorf("%q as %q: err = %v, want a permission or append-only refusal", stmt, role, err)
+			}
+		}
+	}
+	if n := b.count(t, "ledger_entry"); n != 2 {
+		t.Errorf("ledger_entry rows = %d, want the 2 open entries untouched", n)
+	}
+}
+
+// TestAuditorSeesViewsOnly: the auditor reads every view and no table.
+func TestAuditorSeesViewsOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.openRun(t, "audit", 100, 1, 100)
+	conn, err := b.pool.Acquire(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(b.ctx, "SET ROLE fanout_auditor"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.WithoutCancel(b.ctx), "RESET ROLE") //nolint:errcheck
+	for _, v := range []string{"run_spend", "task_spend", "tenant_spend_daily", "open_reservations", "conservation_check", "audit_ledger_entry"} {
+		if _, err := conn.Exec(b.ctx, "SELECT * FROM "+v+" WHERE tenant_id = 'tenant-a'"); err != nil {
+			t.Errorf("auditor cannot read %s: %v", v, err)
+		}
+	}
+	for _, table := range []string{"account", "reservation", "ledger_entry", "tenant"} {
+		if _, err := conn.Exec(b.ctx, "SELECT * FROM "+table); err == nil {
+			t.Errorf("auditor can read table %s", table)
+		}
+	}
+	if _, err := conn.Exec(b.ctx, "SELECT ledger_reserve(1, 1, 1, 'x', '1s', NULL)"); err == nil {
+		t.Errorf("auditor can call ledger_reserve")
+	}
+}
+
+// TestLeaseExpiry: an abandoned reservation is posted as estimated spend
+// within TTL + sweep interval of database time, and its old holder is fenced.
+func TestLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "lease", 1000, 1, 1000)
+	const leaseTTL, interval = 500 * time.Millisecond, 100 * time.Millisecond
+	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 200, Min: 1, Holder: "gone", TTL: leaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); budget.Sweep(ctx, b.ledger, interval, nil) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	var state string
+	var lateness time.Duration
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		err := b.pool.QueryRow(b.ctx, `SELECT state, coalesce(resolved_at - lease_expires_at, '0')
+			FROM reservation WHERE reservation_id = $1`, int64(r.ID)).Scan(&state, &lateness)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state != "held" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the database, not synchronizing goroutines
+	}
+	if state != "expired" {
+		t.Fatalf("reservation state = %s, want expired", state)
+	}
+	// DB time: resolved no later than one sweep interval after the lease ended
+	// (plus scheduling slack on a shared machine).
+	if lateness > interval+time.Second {
+		t.Errorf("expired %v after the lease ended, want within the sweep interval %v", lateness, interval)
+	}
+	run, _ := b.ledger.RunAccount(b.ctx, "lease")
+	if run.Spent != 200 || run.Reserved != 0 {
+		t.Errorf("run = %+v; want the 200 reserved counted as spent", run)
+	}
+	var estimated int64
+	b.pool.QueryRow(b.ctx, "SELECT estimated_tokens FROM run_spend WHERE run_id = 'lease'").Scan(&estimated) //nolint:errcheck
+	if estimated != 200 {
+		t.Errorf("run_spend.estimated_tokens = %d, want 200", estimated)
+	}
+	_, err = b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 10})
+	if !errors.Is(err, budget.ErrLeaseLost) {
+		t.Errorf("settle under the old generation: err = %v, want ErrLeaseLost", err)
+	}
+	if _, err := b.ledger.Renew(b.ctx, r.ID, r.Lease.Generation, time.Minute); !errors.Is(err, budget.ErrLeaseLost) {
+		t.Errorf("renew after expiry: err = %v, want ErrLeaseLost", err)
+	}
+	b.checkConserved(t)
+}
+
+func TestRenewExtendsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "renew", 1000, 1, 1000)
+	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 10, Min: 1, Holder: "n", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := b.ledger.Renew(b.ctx, r.ID, 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r2.Lease.ExpiresAt.After(r.Lease.ExpiresAt.Add(30 * time.Minute)) {
+		t.Errorf("renewed lease ends %v, want about an hour after %v", r2.Lease.ExpiresAt, r.Lease.ExpiresAt)
+	}
+	if _, err := b.ledger.Renew(b.ctx, r.ID, 7, time.Hour); !errors.Is(err, budget.ErrLeaseLost) {
+		t.Errorf("renew with a wrong generation: err = %v, want ErrLeaseLost", err)
+	}
+}
+
+// TestNoticeSurvivesListenerLoss: exhaust a run while the listener's backend
+// has been killed; the subscriber still hears it through the poll.
+func TestNoticeSurvivesListenerLoss(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "notice", 1000, 100, 1000)
+	const poll = 300 * time.Millisecond
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{
+		PollInterval: poll,
+		MinBackoff:   time.Minute, // the listener stays away for the whole test
+		MaxBackoff:   time.Minute,
+	})
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck
+	defer func() { cancel(); wg.Wait() }()
+	sub := w.Subscribe("notice")
+	defer sub.Close()
+
+	// Wait for the listener to be up, then kill its backend.
+	var killed bool
+	deadline := time.Now().Add(10 * time.Second)
+	for !killed && time.Now().Before(deadline) {
+		err := b.pool.QueryRow(b.ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false)
+			FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`,
+			store.ListenerApplicationName).Scan(&killed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !killed {
+			time.Sleep(20 * time.Millisecond) // polling pg_stat_activity
+		}
+	}
+	if !killed {
+		t.Fatal("listener connection never appeared in pg_stat_activity")
+	}
+	if _, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 950, Min: 950, Holder: "n", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case <-sub.Done():
+	case <-time.After(poll + 5*time.Second):
+		t.Fatalf("no exhaustion signal %v after the exhausting commit", time.Since(start))
+	}
+	if sig := sub.Signal(); sig.State != budget.StateExhausted || !errors.Is(sig.Err(), budget.ErrExhausted) {
+		t.Errorf("signal = %+v, want exhausted", sig)
+	}
+}
+
+// TestNoticeIsHeardOnce: the notice path delivers a cancel, and a second
+// subscriber after the fact is told at once.
+func TestNoticeIsHeardOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.openRun(t, "cancel-me", 1000, 1, 1000)
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: time.Hour})
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck
+	defer func() { cancel(); wg.Wait() }()
+	sub := w.Subscribe("cancel-me")
+	defer sub.Close()
+	// The poll runs hourly, so only LISTEN can deliver; retry the cancel
+	// until the listener is up (a notice before LISTEN is lost, by design).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var listening bool
+		b.pool.QueryRow(b.ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = $1
+			AND datname = current_database() AND state = 'idle'`, store.ListenerApplicationName).Scan(&listening) //nolint:errcheck
+		if listening || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling pg_stat_activity
+	}
+	if _, err := b.ledger.CancelRun(b.ctx, "cancel-me", "user asked"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel notice never arrived")
+	}
+	if sub.Signal().State != budget.StateCancelled {
+		t.Errorf("signal = %+v", sub.Signal())
+	}
+	late := w.Subscribe("cancel-me")
+	defer late.Close()
+	select {
+	case <-late.Done():
+	default:
+		t.Error("a subscriber after the signal was not told at once")
+	}
+	// Cancelling again changes nothing and the account stays cancelled.
+	a, err := b.ledger.CancelRun(b.ctx, "cancel-me", "again")
+	if err != nil || a.State != budget.StateCancelled || a.Cause != "user asked" {
+		t.Errorf("second cancel = %+v, %v", a, err)
+	}
+}
+
+func TestMigrateDownAndUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := store.MigrateTo(b.ctx, b.url, 0); err != nil {
+		t.Fatalf("migrate down: %v", err)
+	}
+	if _, err := store.MigrateTo(b.ctx, b.url, -1); err != nil {
+		t.Fatalf("migrate up again: %v", err)
+	}
+	// Several nodes migrating at once wait on the advisory lock.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := store.Migrate(b.ctx, b.url); err != nil {
+				t.Errorf("concurrent migrate: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
