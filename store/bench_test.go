@@ -1,0 +1,134 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
+)
+
+// BenchmarkHotAccount measures reserve+settle pairs per second on ONE run
+// account with 1, 16 and 64 concurrent clients, beside a raw baseline in the
+// same run: the bare conditional single-row UPDATE + INSERT per operation,
+// through pgx, with no ledger logic. The ratio is printed in a table at the end.
+func BenchmarkHotAccount(b *testing.B) {
+	type result struct{ ledger, raw, ledgerP99, rawP99 float64 }
+	results := map[int]*result{}
+	clientsList := []int{1, 16, 64}
+	for _, clients := range clientsList {
+		results[clients] = &result{}
+		b.Run(fmt.Sprintf("ledger/clients=%d", clients), func(b *testing.B) {
+			ctx := context.Background()
+			pool := benchPool(b, clients)
+			l := store.NewLedger(pool)
+			ra, err := l.OpenRun(ctx, budget.OpenRunParams{RunID: "hot", TenantID: "bench", Limit: 1 << 50, MinReservation: 1,
+				Tasks: []budget.TaskBudget{{TaskID: "t", Limit: 1 << 50}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			acct := ra.Tasks["t"]
+			rate, p99 := benchClients(b, clients, func() error {
+				r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute})
+				if err != nil {
+					return err
+				}
+				_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700})
+				return err
+			})
+			results[clients].ledger, results[clients].ledgerP99 = rate, p99
+		})
+		b.Run(fmt.Sprintf("raw/clients=%d", clients), func(b *testing.B) {
+			ctx := context.Background()
+			pool := benchPool(b, clients)
+			if _, err := pool.Exec(ctx, `CREATE TABLE hot (id int PRIMARY KEY, lim bigint, reserved bigint, spent bigint);
+				CREATE TABLE hot_log (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, delta bigint, at timestamptz DEFAULT now());
+				INSERT INTO hot VALUES (1, 1::bigint << 50, 0, 0)`); err != nil {
+				b.Fatal(err)
+			}
+			const op = `WITH u AS (UPDATE hot SET reserved = reserved + $1, spent = spent + $2
+				WHERE id = 1 AND reserved + spent + $1 + $2 <= lim RETURNING id)
+				INSERT INTO hot_log (delta) SELECT $1 FROM u`
+			rate, p99 := benchClients(b, clients, func() error {
+				if _, err := pool.Exec(ctx, op, int64(1000), int64(0)); err != nil {
+					return err
+				}
+				_, err := pool.Exec(ctx, op, int64(-1000), int64(700))
+				return err
+			})
+			results[clients].raw, results[clients].rawP99 = rate, p99
+		})
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "clients\tledger pairs/s\tledger p99 ms\traw pairs/s\traw p99 ms\tledger/raw\t")
+	for _, c := range clientsList {
+		r := results[c]
+		if r.raw == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", c, r.ledger, r.ledgerP99, r.raw, r.rawP99, r.ledger/r.raw)
+	}
+	w.Flush()
+}
+
+func benchPool(b *testing.B, clients int) *pgxpool.Pool {
+	b.Helper()
+	url := storetest.NewDB(b)
+	pool, err := store.Open(context.Background(), fmt.Sprintf("%s&pool_max_conns=%d", url, clients))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// benchClients runs b.N pairs spread over clients goroutines and reports the
+// pairs per second and the p99 latency of a pair in milliseconds.
+func benchClients(b *testing.B, clients int, pair func() error) (rate, p99ms float64) {
+	b.Helper()
+	var next atomic.Int64
+	lat := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				if err := pair(); err != nil {
+					failed.Store(err)
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	rate = float64(b.N) / elapsed.Seconds()
+	if len(all) > 0 {
+		p99ms = float64(all[len(all)*99/100]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(rate, "pairs/s")
+	b.ReportMetric(p99ms, "p99-ms")
+	return rate, p99ms
+}

@@ -1,0 +1,258 @@
+package llm
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+)
+
+// ErrSimFailure is the error of a Sim call that SimConfig.FailEvery makes fail.
+var ErrSimFailure = errors.New("sim: injected model failure")
+
+// SimConfig tunes a Sim. Zero values take the documented defaults.
+type SimConfig struct {
+	Latency               time.Duration // how long each call takes; default 0
+	InputTokens           int           // input usage reported per call; default 3/4 of EstimateTokens of the request
+	OutputTokens          int           // output usage per call, capped at MaxTokens; default 64
+	ToolCallsPerIteration int           // tool calls per non-final iteration (only if the request offers tools); default 0
+	FinishAfter           int           // iterations 1..FinishAfter-1 call tools, iteration FinishAfter answers; default 2
+	Facts                 int           // facts in the final answer; default 3
+	Seed                  int64         // default seed; a request's non-zero Seed wins
+	FailEvery             int           // if > 0, calls whose iteration is a multiple of it fail with ErrSimFailure
+	LogPath               string        // if set, every finished call is appended to this file as a JSON line
+}
+
+// CallRecord is one entry of a Sim's call log.
+type CallRecord struct {
+	Start         time.Time
+	End           time.Time // zero while the call runs
+	RunID         string
+	TaskID        string
+	Iteration     int
+	ReservationID int64
+	Cancelled     bool // ended by its context
+	Failed        bool // ended by an injected failure
+	Usage         Usage
+}
+
+// Sim is a deterministic Model. Its output depends only on the seed, the task
+// id, the iteration and the request (never on the run id, the clock or the
+// order of calls), so the same spec with the same seed plays out the same way.
+// It keeps a log of every call for tests. Safe for concurrent use.
+type Sim struct {
+	cfg SimConfig
+
+	mu   sync.Mutex
+	log  []CallRecord
+	sink *os.File
+}
+
+var _ Model = (*Sim)(nil)
+
+// NewSim returns a Sim. It fails only if cfg.LogPath cannot be opened.
+func NewSim(cfg SimConfig) (*Sim, error) {
+	if cfg.OutputTokens <= 0 {
+		cfg.OutputTokens = 64
+	}
+	if cfg.FinishAfter <= 0 {
+		cfg.FinishAfter = 2
+	}
+	if cfg.Facts <= 0 {
+		cfg.Facts = 3
+	}
+	s := &Sim{cfg: cfg}
+	if cfg.LogPath != "" {
+		f, err := os.OpenFile(cfg.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("open sim call log: %w", err)
+		}
+		s.sink = f
+	}
+	return s, nil
+}
+
+// Close closes the log file, if any.
+func (s *Sim) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sink == nil {
+		return nil
+	}
+	err := s.sink.Close()
+	s.sink = nil
+	return err
+}
+
+// Name implements Model.
+func (s *Sim) Name() string { return "sim" }
+
+// Calls returns a copy of the call log, in start order.
+func (s *Sim) Calls() []CallRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]CallRecord(nil), s.log...)
+}
+
+// Call implements Model. It waits Latency (on a timer) and answers; if ctx
+// ends first it returns context.Cause(ctx) at once.
+func (s *Sim) Call(ctx context.Context, req Request) (Response, error) {
+	idx := s.begin(req.Meta)
+	if s.cfg.Latency > 0 {
+		t := time.NewTimer(s.cfg.Latency)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.end(idx, func(r *CallRecord) { r.Cancelled = true })
+			return Response{}, context.Cause(ctx)
+		case <-t.C:
+		}
+	} else if ctx.Err() != nil {
+		s.end(idx, func(r *CallRecord) { r.Cancelled = true })
+		return Response{}, context.Cause(ctx)
+	}
+	if s.cfg.FailEvery > 0 && req.Meta.Iteration%s.cfg.FailEvery == 0 {
+		s.end(idx, func(r *CallRecord) { r.Failed = true })
+		return Response{}, fmt.Errorf("call sim in iteration %d: %w", req.Meta.Iteration, ErrSimFailure)
+	}
+	resp := s.respond(req)
+	s.end(idx, func(r *CallRecord) { r.Usage = resp.Usage })
+	return resp, nil
+}
+
+func (s *Sim) begin(m Meta) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, CallRecord{
+		Start: time.Now(), RunID: m.RunID, TaskID: m.TaskID,
+		Iteration: m.Iteration, ReservationID: m.ReservationID,
+	})
+	return len(s.log) - 1
+}
+
+func (s *Sim) end(idx int, f func(*CallRecord)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &s.log[idx]
+	f(r)
+	r.End = time.Now()
+	if s.sink != nil {
+		// The log is a test aid: a failed write must not fail the call.
+		if b, err := json.Marshal(r); err == nil {
+			_, _ = s.sink.Write(append(b, '\n'))
+		}
+	}
+}
+
+func (s *Sim) respond(req Request) Response {
+	seed := s.cfg.Seed
+	if req.Seed != 0 {
+		seed = req.Seed
+	}
+	it := req.Meta.Iteration
+	usage := Usage{InputTokens: int64(s.cfg.InputTokens), OutputTokens: int64(s.cfg.OutputTokens)}
+	if usage.InputTokens <= 0 {
+		usage.InputTokens = max(1, EstimateTokens(req.Messages, req.Tools...)*3/4)
+	}
+	finish := FinishStop
+	if req.MaxTokens > 0 && usage.OutputTokens > int64(req.MaxTokens) {
+		usage.OutputTokens = int64(req.MaxTokens)
+		finish = FinishLength
+	}
+
+	if it < s.cfg.FinishAfter && len(req.Tools) > 0 && s.cfg.ToolCallsPerIteration > 0 {
+		calls := make([]ToolCall, s.cfg.ToolCallsPerIteration)
+		for k := range calls {
+			def := req.Tools[(it*len(calls)+k)%len(req.Tools)]
+			args := make(map[string]string, len(def.Params))
+			for p := range def.Params {
+				if p == "url" {
+					args[p] = fmt.Sprintf("https://sim.example/%s/%d/%d", req.Meta.TaskID, it, k)
+				} else {
+					args[p] = fmt.Sprintf("%s %s %x", p, req.Meta.TaskID, hash(seed, req.Meta.TaskID, it, k)%0xffff)
+				}
+			}
+			calls[k] = ToolCall{ID: fmt.Sprintf("call_%d_%d", it, k), Name: def.Name, Args: args}
+		}
+		if finish == FinishStop {
+			finish = FinishToolCalls
+		}
+		return Response{ToolCalls: calls, Usage: usage, FinishReason: finish}
+	}
+
+	sources := urlsIn(req.Messages)
+	type fact struct {
+		Text    string   `json:"text"`
+		Sources []string `json:"sources"`
+	}
+	facts := make([]fact, s.cfg.Facts)
+	for k := range facts {
+		src := fmt.Sprintf("sim://%s/%d", req.Meta.TaskID, k)
+		if len(sources) > 0 {
+			src = sources[k%len(sources)]
+		}
+		facts[k] = fact{
+			Text:    fmt.Sprintf("fact %d of task %s: %08x", k+1, req.Meta.TaskID, hash(seed, req.Meta.TaskID, 0, k)),
+			Sources: []string{src},
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"facts": facts}) // Plain structs always marshal.
+	return Response{Content: string(b), Usage: usage, FinishReason: finish}
+}
+
+var urlPattern = regexp.MustCompile(`https?://[^\s"')\]]+`)
+
+// urlsIn returns the distinct URLs in tool results, sorted.
+func urlsIn(msgs []Message) []string {
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if m.Role != RoleTool {
+			continue
+		}
+		for _, u := range urlPattern.FindAllString(m.Content, -1) {
+			seen[u] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for u := range seen {
+		out = append(out, u)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func hash(seed int64, task string, iteration, k int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d|%s|%d|%d", seed, task, iteration, k)
+	return h.Sum64()
+}
+
+// ReadCallLog reads a call log written through SimConfig.LogPath, e.g. by a
+// worker running in another process.
+func ReadCallLog(path string) ([]CallRecord, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read sim call log: %w", err)
+	}
+	defer f.Close()
+	var out []CallRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r CallRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("read sim call log line %d: %w", len(out)+1, err)
+		}
+		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read sim call log: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package llm_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var tools = []llm.ToolDef{
+	{Name: "search", Params: map[string]string{"query": "q"}},
+	{Name: "fetch", Params: map[string]string{"url": "u"}},
+}
+
+func request(task string, it int) llm.Request {
+	return llm.Request{
+		Messages:  []llm.Message{{Role: llm.RoleUser, Content: "find things about " + task}},
+		Tools:     tools,
+		MaxTokens: 1000,
+		Meta:      llm.Meta{RunID: "r1", TaskID: task, Iteration: it, ReservationID: int64(it)},
+	}
+}
+
+func TestSimDeterministic(t *testing.T) {
+	t.Parallel()
+	cfg := llm.SimConfig{ToolCallsPerIteration: 2, FinishAfter: 2, Facts: 2, Seed: 7, InputTokens: 100, OutputTokens: 50}
+	a, _ := llm.NewSim(cfg)
+	b, _ := llm.NewSim(cfg)
+	for it := 1; it <= 2; it++ {
+		ra, err := a.Call(t.Context(), request("t1", it))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := request("t1", it)
+		req.Meta.RunID = "another run" // the run id must not change the output
+		rb, err := b.Call(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ra, rb) {
+			t.Errorf("iteration %d: same seed gave %+v and %+v", it, ra, rb)
+		}
+		if ra.Usage != (llm.Usage{InputTokens: 100, OutputTokens: 50}) {
+			t.Errorf("usage = %+v", ra.Usage)
+		}
+		switch it {
+		case 1:
+			if len(ra.ToolCalls) != 2 || ra.FinishReason != llm.FinishToolCalls {
+				t.Errorf("iteration 1 = %+v, want 2 tool calls", ra)
+			}
+		case 2:
+			if len(ra.ToolCalls) != 0 || ra.Content == "" || ra.FinishReason != llm.FinishStop {
+				t.Errorf("iteration 2 = %+v, want a final answer", ra)
+			}
+		}
+	}
+	other, _ := llm.NewSim(llm.SimConfig{Seed: 8, FinishAfter: 1})
+	ra, _ := a.Call(t.Context(), request("t1", 2))
+	rc, _ := other.Call(t.Context(), request("t1", 2))
+	if ra.Content == rc.Content {
+		t.Errorf("seeds 7 and 8 gave the same answer %s", ra.Content)
+	}
+}
+
+func TestSimCapsOutputAtMaxTokens(t *testing.T) {
+	t.Parallel()
+	s, _ := llm.NewSim(llm.SimConfig{OutputTokens: 500, FinishAfter: 1})
+	req := request("t1", 1)
+	req.MaxTokens = 20
+	resp, err := s.Call(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.OutputTokens != 20 || resp.FinishReason != llm.FinishLength {
+		t.Errorf("got usage %+v finish %s, want 20 output tokens and length", resp.Usage, resp.FinishReason)
+	}
+}
+
+func TestSimCancelReturnsCausePromptly(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "calls.jsonl")
+	s, err := llm.NewSim(llm.SimConfig{Latency: time.Hour, LogPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cause := errors.New("the cause")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Call(ctx, request("t1", 1))
+		errc <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(s.Calls()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("call never started")
+		}
+		time.Sleep(time.Millisecond) // poll with a deadline
+	}
+	cancel(cause)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, cause) {
+			t.Errorf("err = %v, want the cancel cause", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelled call did not return")
+	}
+	calls := s.Calls()
+	if len(calls) != 1 || !calls[0].Cancelled || calls[0].End.IsZero() || calls[0].ReservationID != 1 {
+		t.Errorf("log = %+v, want one cancelled call of reservation 1", calls)
+	}
+	fromFile, err := llm.ReadCallLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fromFile) != 1 || !fromFile[0].Cancelled || fromFile[0].TaskID != "t1" {
+		t.Errorf("file log = %+v", fromFile)
+	}
+}
+
+func TestSimFailEvery(t *testing.T) {
+	t.Parallel()
+	s, _ := llm.NewSim(llm.SimConfig{FailEvery: 2, FinishAfter: 5})
+	if _, err := s.Call(t.Context(), request("t1", 1)); err != nil {
+		t.Errorf("iteration 1: %v", err)
+	}
+	if _, err := s.Call(t.Context(), request("t1", 2)); !errors.Is(err, llm.ErrSimFailure) {
+		t.Errorf("iteration 2: err = %v, want ErrSimFailure", err)
+	}
+}
+
+func TestEstimateTokensIsConservative(t *testing.T) {
+	t.Parallel()
+	msgs := []llm.Message{{Role: llm.RoleUser, Content: string(make([]byte, 3000))}}
+	if got := llm.EstimateTokens(msgs); got < 1000 {
+		t.Errorf("EstimateTokens(3000 bytes) = %d, want >= 1000", got)
+	}
+	if llm.EstimateTokens(msgs, tools...) <= llm.EstimateTokens(msgs) {
+		t.Error("tool definitions add nothing to the estimate")
+	}
+	if llm.EstimateTokens(nil) != 0 {
+		t.Error("EstimateTokens(nil) != 0")
+	}
+}

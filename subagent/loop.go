@@ -1,0 +1,534 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// Status is how a subagent ended.
+type Status string
+
+// The terminal statuses, as in fanout.v1.TaskStatus.
+const (
+	StatusSucceeded       Status = "SUCCEEDED"
+	StatusFailed          Status = "FAILED"
+	StatusTimedOut        Status = "TIMED_OUT"
+	StatusCancelled       Status = "CANCELLED"
+	StatusBudgetExhausted Status = "BUDGET_EXHAUSTED"
+	StatusIterationLimit  Status = "ITERATION_LIMIT"
+)
+
+// Policy is what a run's budget exhaustion does to the in-flight model call.
+type Policy int
+
+// The exhaustion policies.
+const (
+	// PolicyCancel cancels the in-flight call; it is settled at its full
+	// reservation, flagged estimated.
+	PolicyCancel Policy = iota
+	// PolicyDrain lets the in-flight call finish and settle its real usage;
+	// nothing new starts.
+	PolicyDrain
+)
+
+// RunWatch tells the loop that its run's budget ended. *budget.Subscription
+// implements it.
+type RunWatch interface {
+	Done() <-chan struct{}
+	Signal() budget.RunSignal
+}
+
+// Fact is one thing a subagent found.
+type Fact struct {
+	Text    string
+	Sources []string
+}
+
+// Task is one subagent's work.
+type Task struct {
+	RunID          string
+	TaskID         string
+	Goal           string
+	Instruction    string
+	ContextFacts   []Fact           // facts from the tasks this one depends on
+	Account        budget.AccountID // the task's ledger account
+	MinReservation int64            // smallest useful grant; default 1
+	MaxIterations  int              // default Loop.MaxIterations
+	AllowedTools   []string         // names in Loop.Tools; others are refused
+	Attempt        int              // dispatch attempt, in idempotency keys; default 1
+	OnExhaustion   Policy
+	// Watch, if not nil, reports that the run's budget ended. An exhausted run
+	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
+	// cancels it under either policy. Either way no new call starts.
+	Watch RunWatch
+	// Model settings passed through to the provider.
+	ModelName   string
+	Temperature float64
+	Seed        int64
+}
+
+// Summary is what a subagent compresses its work into.
+type Summary struct {
+	Facts       []Fact
+	Tried       []string // tool calls made, in call order
+	Failed      []string // what failed and why
+	TokensSpent int64    // settled in the ledger, estimated settlements included
+	Iterations  int      // model calls started
+	Status      Status
+	Err         error // why it ended, if Status is not StatusSucceeded
+}
+
+// Progress reports one finished iteration.
+type Progress struct {
+	Iteration   int
+	TokensSpent int64 // cumulative
+	ToolCalls   int   // in this iteration
+}
+
+// Loop runs subagents: reserve, call the model, settle, run tools, repeat.
+// Set the fields, then call Run; a Loop may run many tasks at once.
+type Loop struct {
+	Ledger budget.Ledger // required
+	Model  llm.Model     // required
+	Tools  *Tools        // default BuiltinTools()
+	Holder string        // the worker's name, recorded on each reservation; required
+
+	LeaseTTL        time.Duration // reservation lease; renewed every LeaseTTL/3 during a call; default 30s
+	MaxIterations   int           // default when the task sets none; default 8
+	MaxOutputTokens int           // output allowance reserved per call; default 1024
+	ReadParallelism int           // read tools run at once; default 4
+	ProgressFunc    func(Progress)
+	Logger          *slog.Logger
+}
+
+// settleTimeout bounds ledger calls made after the task's context ended.
+const settleTimeout = 5 * time.Second
+
+// ErrIterationLimit ends a task that reached its iteration cap without a
+// final answer (StatusIterationLimit).
+var ErrIterationLimit = errors.New("iteration limit reached without a final answer")
+
+// errRunEnded is the stop reason when the worker already knows the run ended.
+var errRunEnded = errors.New("run budget ended")
+
+func (l *Loop) defaults() Loop {
+	c := *l
+	if c.Tools == nil {
+		c.Tools = BuiltinTools()
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 30 * time.Second
+	}
+	if c.MaxIterations <= 0 {
+		c.MaxIterations = 8
+	}
+	if c.MaxOutputTokens <= 0 {
+		c.MaxOutputTokens = 1024
+	}
+	if c.ReadParallelism <= 0 {
+		c.ReadParallelism = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Run runs t to an end and summarizes it. It never returns an error: every
+// outcome, including a stop caused by ctx (cause budget.ErrExhausted,
+// budget.ErrRunCancelled or a deadline), is a Status in the Summary, which
+// keeps what was found and tried before the stop. When Run returns, every
+// reservation it made has been settled or voided, or (if the ledger could not
+// be reached) is left for the lease sweeper to count as spent.
+func (l *Loop) Run(ctx context.Context, t Task) Summary {
+	cfg := l.defaults()
+	r := &run{Loop: cfg, task: t}
+	if r.task.Attempt <= 0 {
+		r.task.Attempt = 1
+	}
+	if r.task.MinReservation <= 0 {
+		r.task.MinReservation = 1
+	}
+	if r.task.MaxIterations <= 0 {
+		r.task.MaxIterations = cfg.MaxIterations
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if t.Watch != nil {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-stop:
+			case <-t.Watch.Done():
+				sig := t.Watch.Signal()
+				if sig.State != budget.StateExhausted || r.task.OnExhaustion == PolicyCancel {
+					cancel(sig.Err())
+				}
+			}
+		}()
+		defer wg.Wait()
+		defer close(stop)
+	}
+	return r.loop(ctx)
+}
+
+// run is the state of one Run.
+type run struct {
+	Loop
+	task  Task
+	msgs  []llm.Message
+	tools []llm.ToolDef
+	sum   Summary
+	found []Fact // read tool results, reported if the model never answers
+}
+
+func (r *run) loop(ctx context.Context) Summary {
+	r.tools = r.Tools.Defs(r.task.AllowedTools)
+	r.msgs = r.prompt()
+	for it := 1; it <= r.task.MaxIterations; it++ {
+		resp, err := r.iterate(ctx, it)
+		if err != nil {
+			return r.finish(ctx, err)
+		}
+		if len(resp.ToolCalls) == 0 {
+			r.sum.Facts = parseFacts(resp.Content)
+			r.sum.Status = StatusSucceeded
+			r.progress(it, 0)
+			return r.sum
+		}
+		n := r.runTools(ctx, it, resp)
+		r.progress(it, n)
+	}
+	return r.finish(ctx, fmt.Errorf("run %d iterations: %w", r.task.MaxIterations, ErrIterationLimit))
+}
+
+func (r *run) progress(it, toolCalls int) {
+	if r.ProgressFunc != nil {
+		r.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls})
+	}
+}
+
+// iterate makes one reserved, settled model call.
+func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
+	if err := context.Cause(ctx); err != nil {
+		return llm.Response{}, err
+	}
+	if r.runEnded() {
+		return llm.Response{}, r.endedErr() // under PolicyDrain: start nothing new
+	}
+	input := llm.EstimateTokens(r.msgs, r.tools...)
+	want := input + int64(r.MaxOutputTokens)
+	res, err := r.Ledger.Reserve(ctx, budget.ReserveParams{
+		Account: r.task.Account,
+		Want:    want,
+		Min:     min(r.task.MinReservation, want),
+		Holder:  r.Holder,
+		TTL:     r.LeaseTTL,
+		Key:     fmt.Sprintf("%s/%s/a%d/i%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it),
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return llm.Response{}, context.Cause(ctx)
+		}
+		return llm.Response{}, fmt.Errorf("reserve for iteration %d: %w", it, err)
+	}
+	maxTokens := res.Amount - input
+	if maxTokens < 1 {
+		r.void(ctx, res)
+		return llm.Response{}, fmt.Errorf("reserve for iteration %d: granted %d tokens, input alone needs %d: %w",
+			it, res.Amount, input, budget.ErrExhausted)
+	}
+	if r.runEnded() {
+		// Never start a call once this worker knows the run ended.
+		r.void(ctx, res)
+		return llm.Response{}, r.endedErr()
+	}
+
+	r.sum.Iterations = it
+	resp, callErr := r.call(ctx, res, llm.Request{
+		Model:       r.task.ModelName,
+		Messages:    r.msgs,
+		Tools:       r.tools,
+		MaxTokens:   int(min(maxTokens, 1<<30)),
+		Temperature: r.task.Temperature,
+		Seed:        r.task.Seed,
+		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: it,
+			ReservationID: int64(res.ID)},
+	})
+
+	actual, estimated := resp.Usage.Total(), false
+	if callErr != nil {
+		actual, estimated = res.Amount, true // usage unknown: count it all
+	}
+	settled, err := r.settle(ctx, res, actual, estimated)
+	if err != nil {
+		return llm.Response{}, errors.Join(callErr, err)
+	}
+	r.sum.TokensSpent += settled.Spent
+	if callErr != nil {
+		if ctx.Err() != nil {
+			return llm.Response{}, context.Cause(ctx)
+		}
+		return llm.Response{}, fmt.Errorf("call model %s in iteration %d: %w", r.Model.Name(), it, callErr)
+	}
+	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
+	return resp, nil
+}
+
+// call runs the model while renewing the reservation's lease. If a renewal
+// fails the call is cancelled, so it stops before the lease ends.
+func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request) (llm.Response, error) {
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(r.LeaseTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-callCtx.Done():
+				return
+			case <-tick.C:
+				if _, err := r.Ledger.Renew(callCtx, res.ID, res.Lease.Generation, r.LeaseTTL); err != nil {
+					if callCtx.Err() == nil {
+						cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
+					}
+					return
+				}
+			}
+		}
+	}()
+	resp, err := r.Model.Call(callCtx, req)
+	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
+		err = context.Cause(callCtx) // the lease renewal failed
+	}
+	cancel(nil)
+	wg.Wait()
+	return resp, err
+}
+
+func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, estimated bool) (budget.Reservation, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
+		Reservation: res.ID, Generation: res.Lease.Generation, Actual: actual, Estimated: estimated,
+	})
+	if err != nil {
+		return settled, fmt.Errorf("settle reservation %d with %d tokens: %w", res.ID, actual, err)
+	}
+	return settled, nil
+}
+
+func (r *run) void(ctx context.Context, res budget.Reservation) {
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if _, err := r.Ledger.Void(vctx, res.ID, res.Lease.Generation); err != nil {
+		// The sweeper will count it as spent when its lease runs out.
+		r.Logger.Warn("void reservation", "reservation", res.ID, "run", r.task.RunID, "task", r.task.TaskID, "err", err)
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("void reservation %d: %v", res.ID, err))
+	}
+}
+
+func (r *run) runEnded() bool {
+	if r.task.Watch == nil {
+		return false
+	}
+	select {
+	case <-r.task.Watch.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *run) endedErr() error {
+	sig := r.task.Watch.Signal()
+	return fmt.Errorf("%w (%s): %w", errRunEnded, sig.State, sig.Err())
+}
+
+// runTools runs the model's tool calls and appends their results to the
+// conversation in call order. Consecutive reads run in parallel; a write
+// waits for everything before it and runs alone.
+func (r *run) runTools(ctx context.Context, it int, resp llm.Response) int {
+	calls := resp.ToolCalls
+	results := make([]ToolResult, len(calls))
+	errs := make([]error, len(calls))
+	for start := 0; start < len(calls); {
+		end := start + 1
+		if r.effect(calls[start]) == EffectRead {
+			for end < len(calls) && r.effect(calls[end]) == EffectRead {
+				end++
+			}
+		}
+		var g errgroup.Group
+		g.SetLimit(r.ReadParallelism)
+		for i := start; i < end; i++ {
+			g.Go(func() error {
+				results[i], errs[i] = r.runTool(ctx, it, i, calls[i])
+				return nil // A tool error goes to the model, not up.
+			})
+		}
+		_ = g.Wait()
+		start = end
+	}
+	for i, c := range calls {
+		r.sum.Tried = append(r.sum.Tried, describeCall(c))
+		content := results[i].Text
+		if errs[i] != nil {
+			content = "error: " + errs[i].Error()
+			r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%s: %v", describeCall(c), errs[i]))
+		} else if r.effect(c) == EffectRead && content != "" {
+			r.found = append(r.found, Fact{Text: firstLine(content), Sources: results[i].Sources})
+		}
+		r.msgs = append(r.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: content})
+	}
+	return len(calls)
+}
+
+// effect treats an unknown tool as a write, so it is not run in parallel
+// (it is refused anyway).
+func (r *run) effect(c llm.ToolCall) Effect {
+	if tool, ok := r.Tools.Get(c.Name); ok {
+		return tool.Effect
+	}
+	return EffectWrite
+}
+
+func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (ToolResult, error) {
+	tool, ok := r.Tools.Get(c.Name)
+	if !ok || !contains(r.task.AllowedTools, c.Name) {
+		return ToolResult{}, fmt.Errorf("tool %q is not allowed", c.Name)
+	}
+	call := ToolCall{Name: c.Name, Args: c.Args}
+	if tool.Effect == EffectWrite {
+		call.IdempotencyKey = fmt.Sprintf("%s/%s/a%d/i%d/c%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it, i)
+	}
+	res, err := tool.Func(ctx, call)
+	if err != nil {
+		return ToolResult{}, fmt.Errorf("run tool %s: %w", c.Name, err)
+	}
+	return res, nil
+}
+
+// finish ends the loop with err and classifies it.
+func (r *run) finish(ctx context.Context, err error) Summary {
+	r.sum.Err = err
+	r.sum.Facts = r.found
+	cause := context.Cause(ctx)
+	var ex *budget.ExhaustedError
+	switch {
+	case errors.As(err, &ex) && ex.Kind != budget.KindTask && ex.State.Ended() && ex.State != budget.StateExhausted:
+		r.sum.Status = StatusCancelled // the run was cancelled or closed
+	case errors.Is(err, budget.ErrExhausted):
+		r.sum.Status = StatusBudgetExhausted
+	case errors.Is(err, budget.ErrRunCancelled):
+		r.sum.Status = StatusCancelled
+	case ctx.Err() != nil && errors.Is(cause, context.DeadlineExceeded):
+		r.sum.Status = StatusTimedOut
+	case ctx.Err() != nil && errors.Is(err, cause) && !errors.Is(cause, budget.ErrLeaseLost):
+		r.sum.Status = StatusCancelled
+	case errors.Is(err, ErrIterationLimit):
+		r.sum.Status = StatusIterationLimit
+	default:
+		r.sum.Status = StatusFailed
+	}
+	if r.sum.Status != StatusIterationLimit && r.sum.Status != StatusSucceeded {
+		r.sum.Failed = append(r.sum.Failed, err.Error())
+	}
+	return r.sum
+}
+
+func (r *run) prompt() []llm.Message {
+	var sys strings.Builder
+	sys.WriteString("You are a research subagent. Use the tools to gather facts, then answer with JSON " +
+		`{"facts":[{"text":"...","sources":["..."]}]} and nothing else.`)
+	if r.task.Goal != "" {
+		fmt.Fprintf(&sys, "\nThe overall goal: %s", r.task.Goal)
+	}
+	msgs := []llm.Message{{Role: llm.RoleSystem, Content: sys.String()}}
+	if len(r.task.ContextFacts) > 0 {
+		var b strings.Builder
+		b.WriteString("Facts already established:\n")
+		for _, f := range r.task.ContextFacts {
+			fmt.Fprintf(&b, "- %s [%s]\n", f.Text, strings.Join(f.Sources, ", "))
+		}
+		msgs = append(msgs, llm.Message{Role: llm.RoleUser, Content: b.String()})
+	}
+	return append(msgs, llm.Message{Role: llm.RoleUser, Content: r.task.Instruction})
+}
+
+// parseFacts reads a final answer of the form {"facts":[{"text","sources"}]}.
+// Anything else becomes one fact holding the text, so a result is never lost.
+func parseFacts(content string) []Fact {
+	var answer struct {
+		Facts []struct {
+			Text    string   `json:"text"`
+			Sources []string `json:"sources"`
+		} `json:"facts"`
+	}
+	s := strings.TrimSpace(content)
+	s = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(s, "```json"), "```"), "```")
+	if err := json.Unmarshal([]byte(strings.TrimSpace(s)), &answer); err == nil && len(answer.Facts) > 0 {
+		facts := make([]Fact, 0, len(answer.Facts))
+		for _, f := range answer.Facts {
+			if strings.TrimSpace(f.Text) != "" {
+				facts = append(facts, Fact{Text: f.Text, Sources: f.Sources})
+			}
+		}
+		if len(facts) > 0 {
+			return facts
+		}
+	}
+	if strings.TrimSpace(content) == "" {
+		return nil
+	}
+	return []Fact{{Text: strings.TrimSpace(content)}}
+}
+
+func describeCall(c llm.ToolCall) string {
+	keys := make([]string, 0, len(c.Args))
+	for k := range c.Args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	args := make([]string, len(keys))
+	for i, k := range keys {
+		args[i] = fmt.Sprintf("%s=%q", k, c.Args[k])
+	}
+	return fmt.Sprintf("%s(%s)", c.Name, strings.Join(args, ", "))
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func contains(names []string, name string) bool {
+	for _, n := range names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}

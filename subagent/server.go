@@ -1,0 +1,387 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// ErrShuttingDown is the cancel cause of subagents still running when a
+// worker's Shutdown deadline passes.
+var ErrShuttingDown = errors.New("worker shutting down")
+
+// ErrUnknownProvider is returned by a ModelFunc for a provider it does not serve.
+var ErrUnknownProvider = errors.New("unknown model provider")
+
+// ModelFunc returns the model for a request's settings. It returns an error
+// wrapping ErrUnknownProvider for a provider it does not serve.
+type ModelFunc func(settings *fanoutv1.ModelSettings) (llm.Model, error)
+
+// SimModels returns a ModelFunc that serves provider "sim" (and the empty
+// default provider) with sim and refuses every other provider.
+func SimModels(sim llm.Model) ModelFunc {
+	return func(s *fanoutv1.ModelSettings) (llm.Model, error) {
+		if p := s.GetProvider(); p != "" && p != "sim" {
+			return nil, fmt.Errorf("select model: %w %q", ErrUnknownProvider, p)
+		}
+		return sim, nil
+	}
+}
+
+// ServerConfig configures a worker. Zero values take the documented defaults.
+type ServerConfig struct {
+	Ledger  budget.Ledger   // required
+	Watcher *budget.Watcher // run exhaustion/cancel signals; nil = rely on the stream's cancellation only
+	// Models selects the model per request; default SimModels with a Sim of
+	// default settings.
+	Models ModelFunc
+	Tools  *Tools // default BuiltinTools()
+	Name   string // worker id, reported in SubagentStarted and holding its reservations; required
+	// Capacity is the most subagents running at once; beyond it Execute
+	// answers RESOURCE_EXHAUSTED (reason WORKER_FULL). Default 64.
+	Capacity        int
+	LeaseTTL        time.Duration // default 30s
+	MaxIterations   int           // when a task sets none; default 8
+	MaxIterCap      int           // the most a task may ask for; default 64
+	MaxOutputTokens int           // when a request sets none; default 1024
+	TaskTimeout     time.Duration // when a task sets none; default 10m
+	Logger          *slog.Logger  // default slog.Default()
+}
+
+// Server is the worker's SubagentService: it runs one agent Loop per
+// Execute call.
+type Server struct {
+	fanoutv1.UnimplementedSubagentServiceServer
+
+	cfg ServerConfig
+
+	mu       sync.Mutex
+	running  int
+	closing  bool
+	wg       sync.WaitGroup
+	stop     context.Context // cancelled when Shutdown gives up waiting
+	stopFunc context.CancelCauseFunc
+}
+
+var _ fanoutv1.SubagentServiceServer = (*Server)(nil)
+
+// NewServer returns a worker. It fails if a required field is missing.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	switch {
+	case cfg.Ledger == nil:
+		return nil, errors.New("new worker: Ledger is required")
+	case cfg.Name == "":
+		return nil, errors.New("new worker: Name is required")
+	}
+	if cfg.Models == nil {
+		sim, err := llm.NewSim(llm.SimConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("new worker: %w", err)
+		}
+		cfg.Models = SimModels(sim)
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = BuiltinTools()
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 64
+	}
+	if cfg.MaxIterations <= 0 {
+		cfg.MaxIterations = 8
+	}
+	if cfg.MaxIterCap <= 0 {
+		cfg.MaxIterCap = 64
+	}
+	if cfg.MaxOutputTokens <= 0 {
+		cfg.MaxOutputTokens = 1024
+	}
+	if cfg.TaskTimeout <= 0 {
+		cfg.TaskTimeout = 10 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg}
+	s.stop, s.stopFunc = context.WithCancelCause(context.Background())
+	return s, nil
+}
+
+// Running reports how many subagents are running.
+func (s *Server) Running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+// Execute implements fanoutv1.SubagentServiceServer. It refuses before
+// reserving anything: INVALID_ARGUMENT (with BadRequest field violations) for
+// a malformed request, UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED
+// (ErrorInfo reason WORKER_FULL) at capacity. Otherwise the subagent's outcome
+// is in the final summary and the stream ends OK.
+func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) error {
+	if err := s.validate(req); err != nil {
+		return err
+	}
+	model, err := s.cfg.Models(req.GetModel())
+	if err != nil {
+		return badRequest(violation("model.provider", err.Error()))
+	}
+	if err := s.acquire(); err != nil {
+		return err
+	}
+	defer s.release()
+
+	ctx, cancel := s.taskContext(stream.Context(), req)
+	defer cancel(nil)
+
+	if err := stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Started{
+		Started: &fanoutv1.SubagentStarted{Worker: s.cfg.Name}}}); err != nil {
+		return err // The stream is broken; nothing was reserved.
+	}
+
+	task := taskFromRequest(req)
+	if s.cfg.Watcher != nil {
+		sub := s.cfg.Watcher.Subscribe(req.GetRunId())
+		defer sub.Close()
+		task.Watch = sub
+	}
+	loop := &Loop{
+		Ledger:          s.cfg.Ledger,
+		Model:           model,
+		Tools:           s.cfg.Tools,
+		Holder:          s.cfg.Name,
+		LeaseTTL:        s.cfg.LeaseTTL,
+		MaxIterations:   s.cfg.MaxIterations,
+		MaxOutputTokens: s.cfg.MaxOutputTokens,
+		Logger:          s.cfg.Logger,
+		ProgressFunc: func(p Progress) {
+			// A failed send means the client is gone, which cancels ctx.
+			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
+				Iteration: &fanoutv1.SubagentIteration{
+					Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls)}}})
+		},
+	}
+	if n := req.GetModel().GetMaxOutputTokens(); n > 0 {
+		loop.MaxOutputTokens = int(n)
+	}
+	sum := loop.Run(ctx, task)
+	s.cfg.Logger.Info("subagent ended", "run", req.GetRunId(), "task", req.GetTask().GetId(),
+		"status", sum.Status, "tokens", sum.TokensSpent, "iterations", sum.Iterations, "err", sum.Err)
+	return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Summary{Summary: sum.Proto()}})
+}
+
+// taskContext derives a subagent's context: the stream's values, cancelled
+// with cause budget.ErrRunCancelled when the orchestrator cancels the call (or
+// context.DeadlineExceeded when its deadline passes), with ErrShuttingDown
+// when Shutdown gives up, and bounded by the task's timeout.
+func (s *Server) taskContext(streamCtx context.Context, req *fanoutv1.ExecuteRequest) (context.Context, context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(streamCtx))
+	stopStream := context.AfterFunc(streamCtx, func() {
+		if errors.Is(streamCtx.Err(), context.DeadlineExceeded) {
+			cancel(context.DeadlineExceeded)
+			return
+		}
+		cancel(budget.ErrRunCancelled)
+	})
+	stopShutdown := context.AfterFunc(s.stop, func() { cancel(context.Cause(s.stop)) })
+	timeout := s.cfg.TaskTimeout
+	if d := req.GetTask().GetTimeout(); d != nil {
+		timeout = d.AsDuration()
+	}
+	tctx, tcancel := context.WithTimeout(ctx, timeout)
+	return tctx, func(cause error) {
+		stopStream()
+		stopShutdown()
+		tcancel()
+		cancel(cause)
+	}
+}
+
+func (s *Server) acquire() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return status.Error(codes.Unavailable, "worker is shutting down")
+	}
+	if s.running >= s.cfg.Capacity {
+		st, err := status.New(codes.ResourceExhausted,
+			fmt.Sprintf("worker %s is full (%d subagents running)", s.cfg.Name, s.running)).
+			WithDetails(&errdetails.ErrorInfo{Reason: "WORKER_FULL", Domain: "fanout",
+				Metadata: map[string]string{"worker": s.cfg.Name}})
+		if err != nil {
+			return status.Error(codes.ResourceExhausted, "worker is full")
+		}
+		return st.Err()
+	}
+	s.running++
+	s.wg.Add(1)
+	return nil
+}
+
+func (s *Server) release() {
+	s.mu.Lock()
+	s.running--
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// Shutdown stops accepting subagents (new calls get UNAVAILABLE) and waits
+// for the running ones to end. When ctx ends first it cancels them with
+// cause ErrShuttingDown — each settles or voids its reservation on the way
+// out — waits for them, and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.stopFunc(ErrShuttingDown)
+		<-done
+		return ctx.Err()
+	}
+}
+
+// validate checks req before anything is spent.
+func (s *Server) validate(req *fanoutv1.ExecuteRequest) error {
+	var v []*errdetails.BadRequest_FieldViolation
+	add := func(field, desc string) { v = append(v, violation(field, desc)) }
+	if req.GetRunId() == "" {
+		add("run_id", "required")
+	}
+	if req.GetTenantId() == "" {
+		add("tenant_id", "required")
+	}
+	if req.GetTaskAccountId() <= 0 {
+		add("task_account_id", "must be > 0")
+	}
+	if req.GetMinReservationTokens() < 0 {
+		add("min_reservation_tokens", "must be >= 0")
+	}
+	if req.GetAttempt() < 0 {
+		add("attempt", "must be >= 0")
+	}
+	if req.GetModel().GetMaxOutputTokens() < 0 {
+		add("model.max_output_tokens", "must be >= 0")
+	}
+	switch p := req.GetOnExhaustion(); p {
+	case fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_UNSPECIFIED,
+		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_CANCEL,
+		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN:
+	default:
+		add("on_exhaustion", fmt.Sprintf("unknown policy %d", p))
+	}
+	t := req.GetTask()
+	if t == nil {
+		add("task", "required")
+	} else {
+		if t.GetId() == "" {
+			add("task.id", "required")
+		}
+		if t.GetInstruction() == "" {
+			add("task.instruction", "required")
+		}
+		if n := t.GetMaxIterations(); n < 0 || int(n) > s.cfg.MaxIterCap {
+			add("task.max_iterations", fmt.Sprintf("must be in 0..%d", s.cfg.MaxIterCap))
+		}
+		for i, name := range t.GetAllowedTools() {
+			if !s.cfg.Tools.Known(name) {
+				add(fmt.Sprintf("task.allowed_tools[%d]", i), fmt.Sprintf("unknown tool %q", name))
+			}
+		}
+		if d := t.GetTimeout(); d != nil && (d.CheckValid() != nil || d.AsDuration() <= 0) {
+			add("task.timeout", "must be a positive duration")
+		}
+	}
+	if len(v) > 0 {
+		return badRequest(v...)
+	}
+	return nil
+}
+
+func violation(field, desc string) *errdetails.BadRequest_FieldViolation {
+	return &errdetails.BadRequest_FieldViolation{Field: field, Description: desc}
+}
+
+func badRequest(v ...*errdetails.BadRequest_FieldViolation) error {
+	msg := "invalid request: " + v[0].GetField() + ": " + v[0].GetDescription()
+	st, err := status.New(codes.InvalidArgument, msg).WithDetails(&errdetails.BadRequest{FieldViolations: v})
+	if err != nil {
+		return status.Error(codes.InvalidArgument, msg)
+	}
+	return st.Err()
+}
+
+func taskFromRequest(req *fanoutv1.ExecuteRequest) Task {
+	t := req.GetTask()
+	facts := make([]Fact, len(req.GetContextFacts()))
+	for i, f := range req.GetContextFacts() {
+		facts[i] = Fact{Text: f.GetText(), Sources: f.GetSources()}
+	}
+	policy := PolicyCancel
+	if req.GetOnExhaustion() == fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN {
+		policy = PolicyDrain
+	}
+	return Task{
+		RunID:          req.GetRunId(),
+		TaskID:         t.GetId(),
+		Goal:           req.GetGoal(),
+		Instruction:    t.GetInstruction(),
+		ContextFacts:   facts,
+		Account:        budget.AccountID(req.GetTaskAccountId()),
+		MinReservation: req.GetMinReservationTokens(),
+		MaxIterations:  int(t.GetMaxIterations()),
+		AllowedTools:   t.GetAllowedTools(),
+		Attempt:        int(req.GetAttempt()),
+		OnExhaustion:   policy,
+		ModelName:      req.GetModel().GetModel(),
+		Temperature:    req.GetModel().GetTemperature(),
+		Seed:           req.GetModel().GetSeed(),
+	}
+}
+
+// Proto returns the summary as the FactSummary the worker streams.
+func (sum Summary) Proto() *fanoutv1.FactSummary {
+	facts := make([]*fanoutv1.Fact, len(sum.Facts))
+	for i, f := range sum.Facts {
+		facts[i] = &fanoutv1.Fact{Text: f.Text, Sources: f.Sources}
+	}
+	out := &fanoutv1.FactSummary{
+		Facts:       facts,
+		Tried:       sum.Tried,
+		Failed:      sum.Failed,
+		TokensSpent: sum.TokensSpent,
+		Iterations:  int32(sum.Iterations),
+		Status:      sum.Status.Proto(),
+	}
+	if sum.Status != StatusSucceeded && sum.Err != nil {
+		out.Error = sum.Err.Error()
+	}
+	return out
+}
+
+// Proto returns the fanout.v1.TaskStatus for st.
+func (st Status) Proto() fanoutv1.TaskStatus {
+	if v, ok := fanoutv1.TaskStatus_value["TASK_STATUS_"+string(st)]; ok {
+		return fanoutv1.TaskStatus(v)
+	}
+	return fanoutv1.TaskStatus_TASK_STATUS_FAILED
+}

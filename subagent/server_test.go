@@ -1,0 +1,309 @@
+package subagent_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/subagent"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// serve runs srv over bufconn and returns a client.
+func serve(t *testing.T, srv *subagent.Server) fanoutv1.SubagentServiceClient {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	fanoutv1.RegisterSubagentServiceServer(gs, srv)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		gs.Stop()
+		<-served
+	})
+	return fanoutv1.NewSubagentServiceClient(conn)
+}
+
+func newServer(t *testing.T, b *bundle, m llm.Model, mod func(*subagent.ServerConfig)) *subagent.Server {
+	t.Helper()
+	cfg := subagent.ServerConfig{Ledger: b.ledger, Models: subagent.SimModels(m), Name: "w1"}
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := subagent.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+func request(b *bundle, taskID string) *fanoutv1.ExecuteRequest {
+	return &fanoutv1.ExecuteRequest{
+		RunId: b.runID, TenantId: "t1", Goal: "learn",
+		Task: &fanoutv1.TaskSpec{Id: taskID, Instruction: "find facts", TokenBudget: 50_000,
+			AllowedTools: []string{"search", "fetch"}},
+		TaskAccountId: int64(b.accts.Tasks[taskID]), MinReservationTokens: 50, Attempt: 1,
+		Model: &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 200},
+	}
+}
+
+// collect reads a stream to its end.
+func collect(t *testing.T, stream grpc.ServerStreamingClient[fanoutv1.ExecuteResponse]) ([]*fanoutv1.ExecuteResponse, error) {
+	t.Helper()
+	var out []*fanoutv1.ExecuteResponse
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, msg)
+	}
+}
+
+func TestServerExecute(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 2, FinishAfter: 2, InputTokens: 100, OutputTokens: 50})
+	client := serve(t, newServer(t, b, sim, nil))
+
+	stream, err := client.Execute(t.Context(), request(b, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := collect(t, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 4 || msgs[0].GetStarted().GetWorker() != "w1" ||
+		msgs[1].GetIteration().GetIteration() != 1 || msgs[1].GetIteration().GetToolCalls() != 2 ||
+		msgs[2].GetIteration().GetIteration() != 2 || msgs[3].GetSummary() == nil {
+		t.Fatalf("stream = %v; want started, 2 iterations, summary", msgs)
+	}
+	sum := msgs[3].GetSummary()
+	if sum.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || sum.GetError() != "" ||
+		len(sum.GetFacts()) != 3 || sum.GetIterations() != 2 || sum.GetTokensSpent() != 300 {
+		t.Errorf("summary = %v", sum)
+	}
+	if got := b.account(t, "a").Spent; got != sum.GetTokensSpent() {
+		t.Errorf("ledger spent %d, summary %d", got, sum.GetTokensSpent())
+	}
+	b.checkLedger(t)
+}
+
+func TestServerInvalidArgument(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	client := serve(t, newServer(t, b, newSim(t, llm.SimConfig{}), nil))
+	for _, tc := range []struct {
+		field string
+		mod   func(*fanoutv1.ExecuteRequest)
+	}{
+		{"run_id", func(r *fanoutv1.ExecuteRequest) { r.RunId = "" }},
+		{"task_account_id", func(r *fanoutv1.ExecuteRequest) { r.TaskAccountId = 0 }},
+		{"task", func(r *fanoutv1.ExecuteRequest) { r.Task = nil }},
+		{"task.instruction", func(r *fanoutv1.ExecuteRequest) { r.Task.Instruction = "" }},
+		{"task.allowed_tools[1]", func(r *fanoutv1.ExecuteRequest) { r.Task.AllowedTools = []string{"search", "rm"} }},
+		{"model.provider", func(r *fanoutv1.ExecuteRequest) { r.Model.Provider = "nope" }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			req := request(b, "a")
+			tc.mod(req)
+			stream, err := client.Execute(t.Context(), req)
+			if err == nil {
+				_, err = collect(t, stream)
+			}
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument {
+				t.Fatalf("err = %v, want INVALID_ARGUMENT", err)
+			}
+			var fields []string
+			for _, d := range st.Details() {
+				if br, ok := d.(*errdetails.BadRequest); ok {
+					for _, v := range br.GetFieldViolations() {
+						fields = append(fields, v.GetField())
+					}
+				}
+			}
+			if len(fields) != 1 || fields[0] != tc.field {
+				t.Errorf("violations name %q, want %q", fields, tc.field)
+			}
+		})
+	}
+	if n := len(b.reservations(t)); n != 0 {
+		t.Errorf("%d reservations after invalid requests", n)
+	}
+}
+
+func TestServerWorkerFull(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000, "b": 50_000})
+	model := newGated(newSim(t, llm.SimConfig{FinishAfter: 1}))
+	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Capacity = 1 }))
+
+	first, err := client.Execute(t.Context(), request(b, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, model) // the first holds the only slot, mid-call
+
+	second, err := client.Execute(t.Context(), request(b, "b"))
+	if err == nil {
+		_, err = collect(t, second)
+	}
+	st := status.Convert(err)
+	var reason string
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason = info.GetReason()
+		}
+	}
+	if st.Code() != codes.ResourceExhausted || reason != "WORKER_FULL" {
+		t.Errorf("second: %v (reason %q), want RESOURCE_EXHAUSTED WORKER_FULL", err, reason)
+	}
+	if res := b.reservations(t); len(res) != 1 {
+		t.Errorf("reservations %+v: the refused task must reserve nothing", res)
+	}
+	close(model.release)
+	if _, err := collect(t, first); err != nil {
+		t.Fatal(err)
+	}
+	b.checkLedger(t)
+}
+
+// TestServerClientCancel cancels the Execute call mid-call: the worker
+// settles the in-flight reservation estimated at its full amount.
+func TestServerClientCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	model := newGated(newSim(t, llm.SimConfig{}))
+	srv := newServer(t, b, model, nil)
+	client := serve(t, srv)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	stream, err := client.Execute(ctx, request(b, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, model)
+	cancel()
+	if _, err := collect(t, stream); status.Code(err) != codes.Canceled {
+		t.Errorf("err = %v, want CANCELED", err)
+	}
+	poll(t, "the subagent to end", func() bool { return srv.Running() == 0 })
+	res := b.reservations(t)
+	if len(res) != 1 || res[0].State != "settled" || !res[0].Estimated || res[0].Spent != res[0].Amount {
+		t.Errorf("reservations %+v: want one settled estimated at its full amount", res)
+	}
+	b.checkLedger(t)
+}
+
+// TestServerRunCancelledByWatcher cancels the run in the ledger: the
+// watcher hears it (NOTIFY or poll) and the worker cancels the call.
+func TestServerRunCancelledByWatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: 50 * time.Millisecond})
+	wctx, stopWatcher := context.WithCancel(context.Background())
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		_ = w.Run(wctx)
+	}()
+	defer func() {
+		stopWatcher()
+		<-watcherDone
+	}()
+	model := newGated(newSim(t, llm.SimConfig{}))
+	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Watcher = w }))
+
+	stream, err := client.Execute(t.Context(), request(b, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, model)
+	if _, err := b.ledger.CancelRun(t.Context(), b.runID, "caller cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := collect(t, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := msgs[len(msgs)-1].GetSummary()
+	if sum.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_CANCELLED || sum.GetError() == "" {
+		t.Errorf("summary %v, want CANCELLED with the cause", sum)
+	}
+	res := b.reservations(t)
+	if len(res) != 1 || !res[0].Estimated || res[0].State != "settled" {
+		t.Errorf("reservations %+v", res)
+	}
+	b.checkLedger(t)
+}
+
+// TestServerShutdown drains: new calls are refused, and when the deadline
+// passes the running subagent is cancelled and its reservation settled.
+func TestServerShutdown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000, "b": 50_000})
+	model := newGated(newSim(t, llm.SimConfig{}))
+	srv := newServer(t, b, model, nil)
+	client := serve(t, srv)
+
+	stream, err := client.Execute(t.Context(), request(b, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, model)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- srv.Shutdown(ctx) }()
+	poll(t, "new calls to be refused", func() bool {
+		s, err := client.Execute(t.Context(), request(b, "b"))
+		if err == nil {
+			_, err = collect(t, s)
+		}
+		return status.Code(err) == codes.Unavailable
+	})
+	cancel() // the drain deadline passes
+	if err := <-shutdown; !errors.Is(err, context.Canceled) {
+		t.Errorf("Shutdown = %v, want context.Canceled", err)
+	}
+	msgs, err := collect(t, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := msgs[len(msgs)-1].GetSummary(); sum.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_CANCELLED {
+		t.Errorf("summary %v, want CANCELLED", sum)
+	}
+	res := b.reservations(t)
+	if len(res) != 1 || res[0].State != "settled" || !res[0].Estimated {
+		t.Errorf("reservations %+v: want the in-flight one settled estimated", res)
+	}
+	b.checkLedger(t)
+}

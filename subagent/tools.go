@@ -1,0 +1,194 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// Effect says whether a tool changes the world. The loop runs reads in
+// parallel and writes one at a time, each with an idempotency key.
+type Effect int
+
+// The tool effects.
+const (
+	EffectRead Effect = iota
+	EffectWrite
+)
+
+// ToolCall is one invocation of a tool by the agent loop.
+type ToolCall struct {
+	Name string
+	Args map[string]string
+	// IdempotencyKey is set for write tools: the same key must produce the
+	// effect once and return the first result on a replay.
+	IdempotencyKey string
+}
+
+// ToolResult is what a tool returns to the model.
+type ToolResult struct {
+	Text    string
+	Sources []string // where the text came from (URLs, document ids)
+}
+
+// ToolFunc runs a tool. It must honour ctx.
+type ToolFunc func(ctx context.Context, call ToolCall) (ToolResult, error)
+
+// Tool is one tool a subagent may call.
+type Tool struct {
+	Name        string
+	Description string
+	Effect      Effect
+	Params      map[string]string // argument name -> description
+	Func        ToolFunc
+}
+
+// Tools is a registry of tools by name. It is immutable once built and safe
+// for concurrent use.
+type Tools struct {
+	byName map[string]Tool
+}
+
+// NewTools returns a registry of tools. It fails on a duplicate or empty
+// name or a tool without a Func.
+func NewTools(tools ...Tool) (*Tools, error) {
+	t := &Tools{byName: make(map[string]Tool, len(tools))}
+	for _, tool := range tools {
+		switch {
+		case tool.Name == "":
+			return nil, errors.New("register tool: empty name")
+		case tool.Func == nil:
+			return nil, fmt.Errorf("register tool %s: no Func", tool.Name)
+		case t.byName[tool.Name].Name != "":
+			return nil, fmt.Errorf("register tool %s: duplicate name", tool.Name)
+		}
+		t.byName[tool.Name] = tool
+	}
+	return t, nil
+}
+
+// Known reports whether the registry has a tool called name.
+func (t *Tools) Known(name string) bool {
+	_, ok := t.byName[name]
+	return ok
+}
+
+// Get returns the tool called name.
+func (t *Tools) Get(name string) (Tool, bool) {
+	tool, ok := t.byName[name]
+	return tool, ok
+}
+
+// Defs returns the model-facing definitions of the allowed tools that exist,
+// in the order given.
+func (t *Tools) Defs(allowed []string) []llm.ToolDef {
+	defs := make([]llm.ToolDef, 0, len(allowed))
+	for _, name := range allowed {
+		if tool, ok := t.byName[name]; ok {
+			defs = append(defs, llm.ToolDef{Name: tool.Name, Description: tool.Description, Params: tool.Params})
+		}
+	}
+	return defs
+}
+
+// BuiltinToolNames returns the names of the tools BuiltinTools registers,
+// sorted. The orchestrator validates TaskSpec.allowed_tools against it.
+func BuiltinToolNames() []string { return []string{"fetch", "note", "search"} }
+
+// BuiltinTools returns a fresh registry of the demo tools: search and fetch
+// (reads with deterministic fake results) and note (a write kept in memory,
+// idempotent by key). Each call returns a new note store.
+func BuiltinTools() *Tools {
+	notes := &noteStore{byKey: map[string]ToolResult{}}
+	t, err := NewTools(
+		Tool{
+			Name:        "search",
+			Description: "Search the web. Returns result snippets with their URLs.",
+			Effect:      EffectRead,
+			Params:      map[string]string{"query": "what to search for"},
+			Func:        search,
+		},
+		Tool{
+			Name:        "fetch",
+			Description: "Fetch a web page by URL and return its text.",
+			Effect:      EffectRead,
+			Params:      map[string]string{"url": "the page to fetch"},
+			Func:        fetch,
+		},
+		Tool{
+			Name:        "note",
+			Description: "Save a note for later. Returns the note's number.",
+			Effect:      EffectWrite,
+			Params:      map[string]string{"text": "the note"},
+			Func:        notes.write,
+		},
+	)
+	if err != nil {
+		panic(err) // The built-in set is fixed; an error here is a bug.
+	}
+	return t
+}
+
+func search(ctx context.Context, call ToolCall) (ToolResult, error) {
+	if err := context.Cause(ctx); err != nil {
+		return ToolResult{}, err
+	}
+	q := strings.TrimSpace(call.Args["query"])
+	if q == "" {
+		return ToolResult{}, errors.New("search: argument query is required")
+	}
+	h := fnv.New32a()
+	h.Write([]byte(q))
+	slug := fmt.Sprintf("%08x", h.Sum32())
+	var b strings.Builder
+	var sources []string
+	for i := 1; i <= 2; i++ {
+		u := fmt.Sprintf("https://search.example/%s/%d", slug, i)
+		fmt.Fprintf(&b, "%d. Result %d for %q (%s)\n", i, i, q, u)
+		sources = append(sources, u)
+	}
+	return ToolResult{Text: b.String(), Sources: sources}, nil
+}
+
+func fetch(ctx context.Context, call ToolCall) (ToolResult, error) {
+	if err := context.Cause(ctx); err != nil {
+		return ToolResult{}, err
+	}
+	u := strings.TrimSpace(call.Args["url"])
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return ToolResult{}, fmt.Errorf("fetch: argument url must be an http(s) URL, got %q", u)
+	}
+	return ToolResult{Text: fmt.Sprintf("Contents of %s: a page about %s.", u, u[strings.LastIndex(u, "/")+1:]),
+		Sources: []string{u}}, nil
+}
+
+// noteStore keeps notes in memory, one per idempotency key.
+type noteStore struct {
+	mu    sync.Mutex
+	byKey map[string]ToolResult
+	n     int
+}
+
+func (s *noteStore) write(ctx context.Context, call ToolCall) (ToolResult, error) {
+	if err := context.Cause(ctx); err != nil {
+		return ToolResult{}, err
+	}
+	if call.IdempotencyKey == "" {
+		return ToolResult{}, errors.New("note: idempotency key is required")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.byKey[call.IdempotencyKey]; ok {
+		return r, nil
+	}
+	s.n++
+	r := ToolResult{Text: fmt.Sprintf("note %d saved: %s", s.n, call.Args["text"]),
+		Sources: []string{fmt.Sprintf("note:%d", s.n)}}
+	s.byKey[call.IdempotencyKey] = r
+	return r, nil
+}
