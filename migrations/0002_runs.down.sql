@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS run_event, task, run;

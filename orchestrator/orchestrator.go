@@ -1,0 +1,197 @@
+// Package orchestrator is the fan-out engine — validate, plan, dispatch to
+// subagent workers, cancel, join — and its gRPC adapter, fanout.v1.OrchestratorService.
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// RunStore persists runs, their tasks and their event history, so that any
+// replica can answer for any run. Package store implements it on PostgreSQL
+// (store.Runs). An empty tenantID in a read matches any tenant.
+//
+// Unknown runs and tasks are reported as budget.ErrNotFound.
+type RunStore interface {
+	// CreateRun stores run (id, tenant, idempotency key, spec, labels and
+	// tasks in dispatch order) as RUNNING with every task PENDING, and
+	// returns it with created true. If the tenant already has a run with the
+	// same idempotency key it writes nothing and returns that run, created false.
+	CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (stored *fanoutv1.Run, created bool, err error)
+	// GetRun returns a run and its tasks' outcomes in dispatch order.
+	GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error)
+	// ListRuns returns up to limit runs of a tenant in state (any state if
+	// unspecified), newest first, older than (beforeCreated, beforeID) when
+	// beforeCreated is not zero.
+	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
+		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
+	// StartTask marks a task RUNNING on worker, stamping started_at.
+	StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error)
+	// FinishTask stores a task's terminal outcome, stamping finished_at, and
+	// returns it as stored.
+	FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
+	// FinishRun ends a RUNNING run; a run that already ended is returned unchanged.
+	FinishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
+		result *fanoutv1.JoinedResult) (*fanoutv1.Run, error)
+	// AppendEvent appends the run's next event and returns it with its
+	// sequence (gapless, from 1) and time set.
+	AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error)
+	// Events returns up to limit events with sequence > after, in order.
+	Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error)
+}
+
+// RunWatcher tells when a run's ledger account ended (exhausted, cancelled,
+// closed) on any node. *budget.Watcher implements it.
+type RunWatcher interface {
+	Subscribe(runID string) *budget.Subscription
+}
+
+var _ RunWatcher = (*budget.Watcher)(nil)
+
+// Errors of the engine, besides budget's sentinels and *ValidationError.
+var (
+	// ErrSpecMismatch: the idempotency key was used before with a different spec.
+	ErrSpecMismatch = errors.New("idempotency key already used with a different spec")
+	// ErrShuttingDown: the engine accepts no new runs.
+	ErrShuttingDown = errors.New("orchestrator is shutting down")
+)
+
+// Cancel causes of a run context, read with context.Cause. Budget exhaustion
+// is budget.ErrExhausted; a cancelled run's cause is a *CancelError.
+var (
+	errRunTimeout   = errors.New("run timed out")
+	errTaskTimeout  = errors.New("task timed out")
+	errFirstSuccess = errors.New("a task succeeded (join policy FIRST_SUCCESS)")
+	errShutdown     = errors.New("orchestrator shut down before the run ended")
+)
+
+// CancelError is the cause of a run cancelled through CancelRun (on any
+// replica), by the caller of Run going away, or by shutdown. It is
+// budget.ErrRunCancelled.
+type CancelError struct{ Cause string }
+
+func (e *CancelError) Error() string { return e.Cause }
+
+// Is reports whether target is budget.ErrRunCancelled.
+func (e *CancelError) Is(target error) bool { return target == budget.ErrRunCancelled }
+
+// failFastError is the cause of a run ended by JOIN_POLICY_FAIL_FAST.
+type failFastError struct {
+	taskID string
+	status fanoutv1.TaskStatus
+	reason string
+}
+
+func (e *failFastError) Error() string {
+	s := fmt.Sprintf("task %s ended %s", e.taskID, statusName(e.status))
+	if e.reason != "" {
+		s += ": " + e.reason
+	}
+	return s
+}
+
+// Config tunes an Engine. Zero values take the documented defaults.
+type Config struct {
+	// Node names this orchestrator in the run table's owner column.
+	// Default: hostname-pid.
+	Node string
+	// MaxTasks caps the tasks of one run; more is RESOURCE_EXHAUSTED. Default 256.
+	MaxTasks int
+	// MaxIterations caps TaskSpec.max_iterations. Default 50.
+	MaxIterations int32
+	// DefaultIterations replaces max_iterations 0 in what workers get. Default 10.
+	DefaultIterations int32
+	// DefaultConcurrency replaces Limits.max_concurrency 0. Default 16.
+	DefaultConcurrency int32
+	// MaxConcurrency lowers larger Limits.max_concurrency. Default 256.
+	MaxConcurrency int32
+	// DefaultMinReservation replaces Budget.min_reservation_tokens 0 (lowered
+	// to the limit when the limit is smaller). Default 256.
+	DefaultMinReservation int64
+	// MaxRunTokens caps Budget.limit_tokens; more is RESOURCE_EXHAUSTED. 0: no cap.
+	MaxRunTokens int64
+	// DefaultTaskTimeout applies when TaskSpec.timeout is unset. Default 5m.
+	DefaultTaskTimeout time.Duration
+	// DefaultRunTimeout applies when Limits.run_timeout is unset. Default 30m.
+	DefaultRunTimeout time.Duration
+	// MaxRunTimeout lowers longer run timeouts. Default 24h.
+	MaxRunTimeout time.Duration
+	// MaxSpecBytes caps the encoded RunSpec; more is RESOURCE_EXHAUSTED.
+	// Default 4 MiB (the gRPC default receive limit).
+	MaxSpecBytes int
+	// KnownTools are the tool names TaskSpec.allowed_tools may use (the
+	// workers' built-in tools). Any other name is INVALID_ARGUMENT.
+	KnownTools []string
+	// MaxAttempts bounds how often one task is sent to a worker that refuses
+	// it (RESOURCE_EXHAUSTED) or cannot be reached (UNAVAILABLE) before it
+	// started. Default 3.
+	MaxAttempts int
+	// RetryBackoff is the first delay between attempts; it doubles. Default 50ms.
+	RetryBackoff time.Duration
+	// CancelGrace is how long a worker gets to report its summary after its
+	// task's context ended for a reason the worker hears too (exhaustion,
+	// CancelRun, timeout) before the call is cut. Default 2s; negative: none.
+	CancelGrace time.Duration
+	// WatchPollInterval is how often WatchRun polls for events of a run
+	// driven by another replica. Default 150ms.
+	WatchPollInterval time.Duration
+	// Logger receives errors and run lifecycle logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Node == "" {
+		host, _ := os.Hostname()
+		c.Node = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def32 := func(v *int32, d int32) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxTasks, 256)
+	def32(&c.MaxIterations, 50)
+	def32(&c.DefaultIterations, min(10, c.MaxIterations))
+	def32(&c.MaxConcurrency, 256)
+	def32(&c.DefaultConcurrency, min(16, c.MaxConcurrency))
+	if c.DefaultMinReservation <= 0 {
+		c.DefaultMinReservation = 256
+	}
+	defDur(&c.DefaultTaskTimeout, 5*time.Minute)
+	defDur(&c.MaxRunTimeout, 24*time.Hour)
+	defDur(&c.DefaultRunTimeout, min(30*time.Minute, c.MaxRunTimeout))
+	def(&c.MaxSpecBytes, 4<<20)
+	def(&c.MaxAttempts, 3)
+	defDur(&c.RetryBackoff, 50*time.Millisecond)
+	if c.CancelGrace < 0 {
+		c.CancelGrace = 0
+	} else if c.CancelGrace == 0 {
+		c.CancelGrace = 2 * time.Second
+	}
+	defDur(&c.WatchPollInterval, 150*time.Millisecond)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func statusName(s fanoutv1.TaskStatus) string {
+	return s.String()[len("TASK_STATUS_"):]
+}

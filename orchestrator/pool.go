@@ -1,0 +1,44 @@
+package orchestrator
+
+import (
+	"errors"
+	"sync/atomic"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// Worker is one way to reach subagent workers: a client on one worker's
+// address, or on a load-balanced target (dns:/// with round_robin) that
+// stands for many.
+type Worker struct {
+	Addr   string // what to report until the worker names itself
+	Client fanoutv1.SubagentServiceClient
+}
+
+// WorkerPool hands out workers round-robin. It is safe for concurrent use.
+type WorkerPool struct {
+	workers []Worker
+	next    atomic.Uint64
+}
+
+// NewWorkerPool returns a pool over workers. It needs at least one.
+func NewWorkerPool(workers ...Worker) (*WorkerPool, error) {
+	if len(workers) == 0 {
+		return nil, errors.New("worker pool: no workers")
+	}
+	for _, w := range workers {
+		if w.Client == nil {
+			return nil, errors.New("worker pool: worker " + w.Addr + " has no client")
+		}
+	}
+	return &WorkerPool{workers: workers}, nil
+}
+
+// Next returns the next worker in turn.
+func (p *WorkerPool) Next() Worker {
+	n := p.next.Add(1) - 1
+	return p.workers[n%uint64(len(p.workers))]
+}
+
+// Len reports how many workers the pool has.
+func (p *WorkerPool) Len() int { return len(p.workers) }

@@ -1,0 +1,428 @@
+package orchestrator_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fanout/fanout/orchestrator"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// runStream calls Run and collects every event.
+func runStream(t *testing.T, c fanoutv1.OrchestratorServiceClient, s *fanoutv1.RunSpec) []*fanoutv1.RunEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	stream, err := c.Run(ctx, &fanoutv1.RunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*fanoutv1.RunEvent
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			return evs
+		}
+		if err != nil {
+			t.Fatalf("Run: %v (after %d events)", err, len(evs))
+		}
+		evs = append(evs, msg.GetEvent())
+	}
+}
+
+func checkDispatchOrder(t *testing.T, s *fanoutv1.RunSpec, tasks []*fanoutv1.TaskOutcome) {
+	t.Helper()
+	if len(tasks) != len(s.GetTasks()) {
+		t.Fatalf("%d task outcomes, want %d", len(tasks), len(s.GetTasks()))
+	}
+	for i, o := range tasks {
+		if o.GetTaskId() != s.GetTasks()[i].GetId() || o.GetDispatchIndex() != int32(i) {
+			t.Errorf("outcome %d is task %s (index %d), want %s", i, o.GetTaskId(), o.GetDispatchIndex(), s.GetTasks()[i].GetId())
+		}
+		if !terminal(o.GetStatus()) {
+			t.Errorf("task %s ended %s, not terminal", o.GetTaskId(), o.GetStatus())
+		}
+	}
+}
+
+func TestRunSucceedsAndJoins(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w1, _ := b.worker(t, "w1", llm.SimConfig{}, 8)
+	w2, _ := b.worker(t, "w2", llm.SimConfig{}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w1, w2)
+
+	s := spec("ok", 6, 1_000_000)
+	s.Tasks[2].DependsOn = []string{"t00", "t01"}
+	s.Tasks[3].DependsOn = []string{"t02"}
+	s.Synthesize = true
+	s.Labels = map[string]string{"team": "search"}
+	evs := runStream(t, n.client, s)
+	fin := checkEvents(t, evs)
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || fin.GetCancelCause() != "" {
+		t.Fatalf("run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	res := fin.GetResult()
+	checkDispatchOrder(t, s, res.GetTasks())
+	var total int64
+	for _, o := range res.GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			t.Errorf("task %s ended %s: %s", o.GetTaskId(), o.GetStatus(), o.GetSummary().GetError())
+		}
+		if o.GetStartedAt() == nil || o.GetFinishedAt() == nil || o.GetWorker() == "" {
+			t.Errorf("task %s: started %v finished %v worker %q", o.GetTaskId(), o.GetStartedAt(), o.GetFinishedAt(), o.GetWorker())
+		}
+		total += o.GetTokensSpent()
+	}
+	if total == 0 || res.GetTotalTokens() != total {
+		t.Errorf("total tokens %d, tasks add up to %d", res.GetTotalTokens(), total)
+	}
+	if len(res.GetFacts()) == 0 || res.GetSynthesisSkippedReason() == "" {
+		t.Errorf("facts %d, synthesis skipped reason %q", len(res.GetFacts()), res.GetSynthesisSkippedReason())
+	}
+	// Facts are in dispatch order: the first fact comes from the first task.
+	if !strings.Contains(res.GetFacts()[0].GetText(), "t00") {
+		t.Errorf("first fact %q is not from t00", res.GetFacts()[0].GetText())
+	}
+	// t02 started only after t00 and t01 ended.
+	finished := map[string]int64{}
+	for _, ev := range evs {
+		if f := ev.GetTaskFinished(); f != nil {
+			finished[f.GetOutcome().GetTaskId()] = ev.GetSequence()
+		}
+		if st := ev.GetTaskStarted(); st != nil && st.GetTaskId() == "t02" {
+			if finished["t00"] == 0 || finished["t01"] == 0 {
+				t.Errorf("t02 started at event %d before its dependencies ended", ev.GetSequence())
+			}
+		}
+	}
+
+	runID := evs[0].GetRunId()
+	got, err := n.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.GetRun()
+	if r.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || r.GetFinishedAt() == nil ||
+		r.GetLabels()["team"] != "search" || r.GetBudget().GetSpentTokens() != total || r.GetResult() == nil {
+		t.Errorf("GetRun: %v", r)
+	}
+	checkDispatchOrder(t, s, r.GetTasks())
+	b.checkLedger(t)
+
+	// Another tenant does not see it.
+	if _, err := n.client.GetRun(tenantCtx(t, "other"), &fanoutv1.GetRunRequest{RunId: runID}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetRun as another tenant: %v, want NOT_FOUND", err)
+	}
+	if _, err := n.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: "nope"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetRun of unknown run: %v, want NOT_FOUND", err)
+	}
+	// Watching an ended run replays the rest of its history and closes.
+	tail := watchAllAfter(t, n.client, runID, int64(len(evs)-2))
+	if len(tail) != 2 || tail[1].GetRunFinished() == nil {
+		t.Errorf("watch after %d: %d events", len(evs)-2, len(tail))
+	}
+}
+
+func TestIdempotentStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w1", llm.SimConfig{}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+	s := spec("same-key", 3, 100_000)
+	r1, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.GetRunId() != r2.GetRunId() {
+		t.Errorf("same key gave runs %s and %s", r1.GetRunId(), r2.GetRunId())
+	}
+	// A Run call with the same key joins the run and sees its whole history.
+	evs := runStream(t, n.client, s)
+	if evs[0].GetRunId() != r1.GetRunId() {
+		t.Errorf("Run joined %s, want %s", evs[0].GetRunId(), r1.GetRunId())
+	}
+	checkEvents(t, evs)
+	var accounts, runs int
+	if err := b.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM account WHERE kind <> 'tenant'),
+		(SELECT count(*) FROM run)`).Scan(&accounts, &runs); err != nil {
+		t.Fatal(err)
+	}
+	if accounts != 4 || runs != 1 {
+		t.Errorf("%d accounts and %d runs, want 4 (run + 3 tasks) and 1", accounts, runs)
+	}
+	s2 := spec("same-key", 3, 200_000)
+	if _, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s2}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("same key, other spec: %v, want FAILED_PRECONDITION", err)
+	}
+	b.checkLedger(t)
+}
+
+func TestBudgetExhaustedMidRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sim := llm.SimConfig{Latency: 20 * time.Millisecond, FinishAfter: 3, ToolCallsPerIteration: 1}
+	w1, _ := b.worker(t, "w1", sim, 64)
+	w2, _ := b.worker(t, "w2", sim, 64)
+	w3, _ := b.worker(t, "w3", sim, 64)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w1, w2, w3)
+
+	s := spec("exhaust", 30, 4000)
+	s.Budget.MinReservationTokens = 100
+	s.Limits = &fanoutv1.Limits{MaxConcurrency: 6}
+	for _, task := range s.Tasks {
+		task.AllowedTools = []string{"search"}
+	}
+	evs := runStream(t, n.client, s)
+	fin := checkEvents(t, evs)
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+		t.Fatalf("run ended %s (%q), want BUDGET_EXHAUSTED", fin.GetState(), fin.GetCancelCause())
+	}
+	checkDispatchOrder(t, s, fin.GetResult().GetTasks())
+	counts := map[fanoutv1.TaskStatus]int{}
+	for _, o := range fin.GetResult().GetTasks() {
+		counts[o.GetStatus()]++
+	}
+	if counts[fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED] == 0 {
+		t.Errorf("no task ended BUDGET_EXHAUSTED: %v", counts)
+	}
+	exhaustedSeen := false
+	for _, ev := range evs {
+		if ev.GetBudgetExhausted() != nil {
+			exhaustedSeen = true
+		}
+	}
+	if !exhaustedSeen {
+		t.Error("no BudgetExhausted event")
+	}
+	var spent, limit int64
+	if err := b.pool.QueryRow(t.Context(), `SELECT spent, limit_tokens FROM account WHERE kind = 'run'`).Scan(&spent, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if spent > limit {
+		t.Errorf("spent %d > limit %d", spent, limit)
+	}
+	b.checkLedger(t)
+}
+
+func TestFailFastCancelsTheRest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+	s := spec("ff", 4, 100_000)
+	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST
+	s.Budget.MinReservationTokens = 100
+	s.Tasks[2].TokenBudget = 10 // below the minimum reservation: ends at once
+	start := time.Now()
+	fin := checkEvents(t, runStream(t, n.client, s))
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_FAILED || !strings.Contains(fin.GetCancelCause(), "task t02") {
+		t.Fatalf("run ended %s (%q), want FAILED naming t02", fin.GetState(), fin.GetCancelCause())
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("run took %s: the rest was not cancelled", d)
+	}
+	for _, o := range fin.GetResult().GetTasks() {
+		want := fanoutv1.TaskStatus_TASK_STATUS_CANCELLED
+		if o.GetTaskId() == "t02" {
+			want = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
+		}
+		if o.GetStatus() != want {
+			t.Errorf("task %s ended %s, want %s", o.GetTaskId(), o.GetStatus(), want)
+		}
+	}
+	b.checkLedger(t)
+}
+
+func TestFirstSuccessCancelsTheRest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fast, _ := b.worker(t, "fast", llm.SimConfig{}, 8)
+	slow, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, fast, slow)
+	s := spec("fs", 4, 100_000) // round-robin: t00, t02 fast; t01, t03 slow
+	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS
+	start := time.Now()
+	fin := checkEvents(t, runStream(t, n.client, s))
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("run took %s: the rest was not cancelled", d)
+	}
+	succeeded := 0
+	for _, o := range fin.GetResult().GetTasks() {
+		switch o.GetStatus() {
+		case fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED:
+			succeeded++
+		case fanoutv1.TaskStatus_TASK_STATUS_CANCELLED:
+		default:
+			t.Errorf("task %s ended %s", o.GetTaskId(), o.GetStatus())
+		}
+		if (o.GetTaskId() == "t01" || o.GetTaskId() == "t03") && o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_CANCELLED {
+			t.Errorf("slow task %s ended %s, want CANCELLED", o.GetTaskId(), o.GetStatus())
+		}
+	}
+	if succeeded == 0 {
+		t.Error("no task succeeded")
+	}
+	b.checkLedger(t)
+}
+
+func TestCancelRunOnAnotherReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	a := b.orchestrator(t, "a", orchestrator.Config{}, w)
+	other := b.orchestrator(t, "b", orchestrator.Config{}, w)
+
+	s := spec("cancel", 5, 100_000)
+	s.Limits = &fanoutv1.Limits{MaxConcurrency: 2} // three stay queued
+	start, err := a.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := start.GetRunId()
+
+	// Watch from the other replica until a task runs, then cancel there.
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	stream, err := other.client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	var evs []*fanoutv1.RunEvent
+	cancelled := false
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, msg.GetEvent())
+		if msg.GetEvent().GetTaskStarted() != nil && !cancelled {
+			cancelled = true
+			began = time.Now()
+			resp, err := other.client.CancelRun(t.Context(), &fanoutv1.CancelRunRequest{RunId: runID, Reason: "stop"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetRun().GetRunId() != runID {
+				t.Errorf("CancelRun returned run %s", resp.GetRun().GetRunId())
+			}
+		}
+	}
+	fin := checkEvents(t, evs)
+	if d := time.Since(began); d > 15*time.Second {
+		t.Errorf("cancel took %s", d)
+	}
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED || fin.GetCancelCause() != "cancelled by caller: stop" {
+		t.Errorf("run ended %s (%q), want CANCELLED by caller: stop", fin.GetState(), fin.GetCancelCause())
+	}
+	got, err := other.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDispatchOrder(t, s, got.GetRun().GetTasks())
+	for _, o := range got.GetRun().GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_CANCELLED {
+			t.Errorf("task %s ended %s, want CANCELLED", o.GetTaskId(), o.GetStatus())
+		}
+	}
+	// Cancelling again changes nothing.
+	again, err := other.client.CancelRun(t.Context(), &fanoutv1.CancelRunRequest{RunId: runID, Reason: "again"})
+	if err != nil || again.GetRun().GetCancelCause() != "cancelled by caller: stop" {
+		t.Errorf("second CancelRun: %v, cause %q", err, again.GetRun().GetCancelCause())
+	}
+	b.checkLedger(t)
+}
+
+func TestListRunsPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w1", llm.SimConfig{}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+	var ids []string
+	for i := range 5 {
+		r, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec(fmt.Sprint("list-", i), 1, 10_000)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.GetRunId())
+		watchAll(t, n.client, r.GetRunId())
+	}
+	var got []string
+	token := ""
+	for page := 0; ; page++ {
+		resp, err := n.client.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{TenantId: "t1", PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resp.GetRuns() {
+			got = append(got, r.GetRunId())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+		if page > 5 {
+			t.Fatal("too many pages")
+		}
+	}
+	if len(got) != 5 {
+		t.Fatalf("listed %v, want 5 runs", got)
+	}
+	for i := range got {
+		if got[i] != ids[len(ids)-1-i] {
+			t.Errorf("listed %v, want newest first %v", got, ids)
+			break
+		}
+	}
+	if _, err := n.client.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{TenantId: "t1", PageToken: "garbage"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bad page token: %v", err)
+	}
+}
+
+func TestRunCallerCancelCancelsRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stream, err := n.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec("caller", 3, 100_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runID string
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		runID = msg.GetEvent().GetRunId()
+		if msg.GetEvent().GetTaskStarted() != nil {
+			break
+		}
+	}
+	cancel()
+	fin := checkEvents(t, watchAll(t, n.client, runID))
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED || fin.GetCancelCause() != "caller cancelled Run" {
+		t.Errorf("run ended %s (%q), want CANCELLED (caller cancelled Run)", fin.GetState(), fin.GetCancelCause())
+	}
+	b.checkLedger(t)
+}

@@ -1,0 +1,284 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// TenantMetadataKey is the gRPC metadata key that scopes GetRun, WatchRun
+// and CancelRun to one tenant. Without it those calls see every tenant's
+// runs (there is no authentication yet: put the orchestrator behind one).
+const TenantMetadataKey = "fanout-tenant-id"
+
+const (
+	defaultPageSize = 50
+	maxPageSize     = 500
+	errorDomain     = "fanout.v1"
+)
+
+// Server is the gRPC adapter of an Engine: fanout.v1.OrchestratorService.
+type Server struct {
+	fanoutv1.UnimplementedOrchestratorServiceServer
+	e   *Engine
+	log *slog.Logger
+}
+
+var _ fanoutv1.OrchestratorServiceServer = (*Server)(nil)
+
+// NewServer returns the service for e. Register it with
+// fanoutv1.RegisterOrchestratorServiceServer on a grpc.Server built with
+// ServerOptions.
+func NewServer(e *Engine) *Server {
+	return &Server{e: e, log: e.cfg.Logger}
+}
+
+// ServerOptions returns the options the gRPC server must have for e: a
+// receive limit of twice the largest RunSpec e accepts. A request up to that
+// size is decoded and refused with a field violation naming the spec; a
+// bigger one is refused by gRPC (RESOURCE_EXHAUSTED) before it is decoded.
+func ServerOptions(e *Engine) []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(2*e.cfg.MaxSpecBytes + 1024)}
+}
+
+// Shutdown stops accepting runs and waits for the runs this replica drives
+// to end; when ctx ends first they are cancelled. See Engine.Shutdown.
+func (s *Server) Shutdown(ctx context.Context) error { return s.e.Shutdown(ctx) }
+
+// Run implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer[fanoutv1.RunResponse]) error {
+	ctx := stream.Context()
+	run, created, err := s.e.Submit(ctx, req.GetSpec())
+	if err != nil {
+		return s.toStatus(err)
+	}
+	err = s.e.Watch(ctx, "", run.GetRunId(), 0, func(ev *fanoutv1.RunEvent) error {
+		return stream.Send(&fanoutv1.RunResponse{Event: ev})
+	})
+	if err != nil && ctx.Err() != nil && created {
+		// The caller went away: the run it created goes with it. A caller
+		// that joined an existing run by its key does not own it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if _, cerr := s.e.Cancel(cctx, "", run.GetRunId(), "caller cancelled Run"); cerr != nil {
+			s.log.Error("cancel run of departed caller", "run_id", run.GetRunId(), "err", cerr)
+		}
+	}
+	if err != nil {
+		return s.toStatus(err)
+	}
+	return nil
+}
+
+// StartRun implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*fanoutv1.StartRunResponse, error) {
+	run, _, err := s.e.Submit(ctx, req.GetSpec())
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return &fanoutv1.StartRunResponse{RunId: run.GetRunId()}, nil
+}
+
+// WatchRun implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStreamingServer[fanoutv1.WatchRunResponse]) error {
+	var v validator
+	requireRunID(&v, req.GetRunId())
+	if req.GetAfterSequence() < 0 {
+		v.add("after_sequence", "must be >= 0, got %d", req.GetAfterSequence())
+	}
+	if err := v.err(); err != nil {
+		return s.toStatus(err)
+	}
+	ctx := stream.Context()
+	err := s.e.Watch(ctx, tenantOf(ctx), req.GetRunId(), req.GetAfterSequence(), func(ev *fanoutv1.RunEvent) error {
+		return stream.Send(&fanoutv1.WatchRunResponse{Event: ev})
+	})
+	return s.toStatus(err)
+}
+
+// GetRun implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) GetRun(ctx context.Context, req *fanoutv1.GetRunRequest) (*fanoutv1.GetRunResponse, error) {
+	var v validator
+	requireRunID(&v, req.GetRunId())
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(err)
+	}
+	run, err := s.e.Get(ctx, tenantOf(ctx), req.GetRunId())
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return &fanoutv1.GetRunResponse{Run: run}, nil
+}
+
+// CancelRun implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) (*fanoutv1.CancelRunResponse, error) {
+	var v validator
+	requireRunID(&v, req.GetRunId())
+	if n := len(req.GetReason()); n > maxCancelReasonBytes {
+		v.add("reason", "must be at most %d bytes, got %d", maxCancelReasonBytes, n)
+	}
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(err)
+	}
+	cause := "cancelled by caller"
+	if req.GetReason() != "" {
+		cause += ": " + req.GetReason()
+	}
+	run, err := s.e.Cancel(ctx, tenantOf(ctx), req.GetRunId(), cause)
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	return &fanoutv1.CancelRunResponse{Run: run}, nil
+}
+
+// pageToken is what ListRuns' opaque page token holds.
+type pageToken struct {
+	Tenant  string    `json:"t"`
+	State   int32     `json:"s"`
+	Created time.Time `json:"c"`
+	RunID   string    `json:"r"`
+}
+
+// ListRuns implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*fanoutv1.ListRunsResponse, error) {
+	var v validator
+	tenant := req.GetTenantId()
+	if tenant == "" {
+		tenant = "default"
+	}
+	if len(tenant) > maxTenantIDBytes {
+		v.add("tenant_id", "must be at most %d bytes, got %d", maxTenantIDBytes, len(tenant))
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		v.add("page_size", "must be >= 0, got %d", size)
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		size = maxPageSize
+	}
+	if _, ok := fanoutv1.RunState_name[int32(req.GetState())]; !ok {
+		v.add("state", "unknown run state %d", req.GetState())
+	}
+	var tok pageToken
+	if req.GetPageToken() != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(req.GetPageToken())
+		if err == nil {
+			err = json.Unmarshal(raw, &tok)
+		}
+		switch {
+		case err != nil || tok.RunID == "":
+			v.add("page_token", "is not a token from ListRuns")
+		case tok.Tenant != tenant || tok.State != int32(req.GetState()):
+			v.add("page_token", "was issued for another tenant_id or state")
+		}
+	}
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(err)
+	}
+	runs, err := s.e.List(ctx, ListParams{TenantID: tenant, State: req.GetState(), Limit: size + 1,
+		BeforeCreated: tok.Created, BeforeID: tok.RunID})
+	if err != nil {
+		return nil, s.toStatus(err)
+	}
+	resp := &fanoutv1.ListRunsResponse{Runs: runs}
+	if len(runs) > size {
+		resp.Runs = runs[:size]
+		last := resp.Runs[size-1]
+		raw, err := json.Marshal(pageToken{Tenant: tenant, State: int32(req.GetState()),
+			Created: last.GetCreatedAt().AsTime(), RunID: last.GetRunId()})
+		if err != nil {
+			return nil, s.toStatus(err)
+		}
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
+	}
+	return resp, nil
+}
+
+func requireRunID(v *validator, id string) {
+	if id == "" {
+		v.add("run_id", "is required")
+	} else if len(id) > 128 {
+		v.add("run_id", "must be at most 128 bytes, got %d", len(id))
+	}
+}
+
+// tenantOf returns the tenant the call is scoped to, or "" for any.
+func tenantOf(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(TenantMetadataKey); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// toStatus is the one mapping from the engine's errors to gRPC status.
+// Unexpected errors reach the caller as Internal "internal error" and are
+// logged with their details.
+func (s *Server) toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ve *ValidationError
+	switch {
+	case errors.As(err, &ve):
+		br := &errdetails.BadRequest{}
+		for _, fv := range ve.Violations {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
+				Field: fv.Field, Description: fv.Description})
+		}
+		if ve.OverCap {
+			qf := &errdetails.QuotaFailure{}
+			for _, fv := range ve.Violations {
+				qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+					Subject: fv.Field, Description: fv.Description})
+			}
+			return withDetails(codes.ResourceExhausted, ve.Error(), qf, br)
+		}
+		return withDetails(codes.InvalidArgument, ve.Error(), br)
+	case errors.Is(err, budget.ErrExhausted):
+		return withDetails(codes.ResourceExhausted, err.Error(),
+			&errdetails.ErrorInfo{Reason: "BUDGET_EXHAUSTED", Domain: errorDomain})
+	case errors.Is(err, budget.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, ErrSpecMismatch):
+		return withDetails(codes.FailedPrecondition, err.Error(), &errdetails.PreconditionFailure{
+			Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: "IDEMPOTENCY_KEY", Subject: "spec.idempotency_key",
+				Description: "the key was used before with a different spec"}}})
+	case errors.Is(err, ErrShuttingDown):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "call cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Err() // already a status, e.g. from stream.Send
+	}
+	s.log.Error("internal error", "err", err)
+	return status.Error(codes.Internal, "internal error")
+}
+
+func withDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) error {
+	st, err := status.New(code, msg).WithDetails(details...)
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}

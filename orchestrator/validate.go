@@ -1,0 +1,374 @@
+package orchestrator
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// Limits of a RunSpec that are part of the API contract (proto comments).
+const (
+	maxIdempotencyKeyBytes = 128
+	maxTaskIDBytes         = 64
+	maxTenantIDBytes       = 128
+	maxLabelKeyBytes       = 63
+	maxLabelValueBytes     = 255
+	maxLabels              = 64
+	maxCancelReasonBytes   = 1024
+)
+
+// FieldViolation names one offending field of a request and what is wrong
+// with it, including the limit it breaks.
+type FieldViolation struct {
+	Field       string // path from the request, e.g. "spec.tasks[3].token_budget"
+	Description string
+}
+
+// ValidationError lists everything wrong with a request. It is
+// budget.ErrInvalid. OverCap reports that the request is well-formed but
+// exceeds a server cap (RESOURCE_EXHAUSTED rather than INVALID_ARGUMENT).
+type ValidationError struct {
+	Violations []FieldViolation
+	OverCap    bool
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Violations))
+	for i, v := range e.Violations {
+		parts[i] = v.Field + ": " + v.Description
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Is reports whether target is budget.ErrInvalid.
+func (e *ValidationError) Is(target error) bool { return target == budget.ErrInvalid }
+
+type validator struct {
+	bad  []FieldViolation // malformed
+	caps []FieldViolation // well-formed but over a server cap
+}
+
+func (v *validator) add(field, format string, args ...any) {
+	v.bad = append(v.bad, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) overCap(field, format string, args ...any) {
+	v.caps = append(v.caps, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) err() error {
+	switch {
+	case len(v.bad) > 0:
+		return &ValidationError{Violations: append(v.bad, v.caps...)}
+	case len(v.caps) > 0:
+		return &ValidationError{Violations: v.caps, OverCap: true}
+	}
+	return nil
+}
+
+// plan is a validated spec with the server's defaults applied.
+type plan struct {
+	spec           *fanoutv1.RunSpec
+	tenantID       string
+	minReservation int64
+	concurrency    int
+	runTimeout     time.Duration
+	taskTimeouts   []time.Duration
+	iterations     []int32
+	deps           [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
+}
+
+// Validate checks spec against the API contract and cfg's caps and returns
+// a *ValidationError naming every offending field (paths start with
+// "spec."), or nil.
+func (c Config) Validate(spec *fanoutv1.RunSpec) error {
+	_, err := c.withDefaults().plan(spec)
+	return err
+}
+
+// plan validates spec completely, before anything is written. c must have
+// its defaults applied.
+func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
+	var v validator
+	if spec == nil {
+		v.add("spec", "is required")
+		return nil, v.err()
+	}
+	if size := proto.Size(spec); size > c.MaxSpecBytes {
+		v.overCap("spec", "is %d bytes encoded, the limit is %d", size, c.MaxSpecBytes)
+		return nil, v.err()
+	}
+	p := &plan{spec: spec, tenantID: spec.GetTenantId()}
+	if p.tenantID == "" {
+		p.tenantID = "default"
+	}
+	if n := len(spec.GetTenantId()); n > maxTenantIDBytes {
+		v.add("spec.tenant_id", "must be at most %d bytes, got %d", maxTenantIDBytes, n)
+	}
+	switch n := len(spec.GetIdempotencyKey()); {
+	case n == 0:
+		v.add("spec.idempotency_key", "is required (1 to %d bytes)", maxIdempotencyKeyBytes)
+	case n > maxIdempotencyKeyBytes:
+		v.add("spec.idempotency_key", "must be at most %d bytes, got %d", maxIdempotencyKeyBytes, n)
+	}
+
+	// Budget.
+	limit := spec.GetBudget().GetLimitTokens()
+	switch {
+	case limit <= 0:
+		v.add("spec.budget.limit_tokens", "must be > 0, got %d", limit)
+	case c.MaxRunTokens > 0 && limit > c.MaxRunTokens:
+		v.overCap("spec.budget.limit_tokens", "must be at most %d, got %d", c.MaxRunTokens, limit)
+	}
+	p.minReservation = spec.GetBudget().GetMinReservationTokens()
+	switch {
+	case p.minReservation < 0:
+		v.add("spec.budget.min_reservation_tokens", "must be >= 0, got %d", p.minReservation)
+	case p.minReservation > 0 && limit > 0 && p.minReservation > limit:
+		v.add("spec.budget.min_reservation_tokens", "must not exceed limit_tokens (%d), got %d", limit, p.minReservation)
+	case p.minReservation == 0:
+		p.minReservation = max(1, min(c.DefaultMinReservation, limit))
+	}
+
+	// Limits.
+	conc := spec.GetLimits().GetMaxConcurrency()
+	switch {
+	case conc < 0:
+		v.add("spec.limits.max_concurrency", "must be >= 0, got %d", conc)
+	case conc == 0:
+		p.concurrency = int(c.DefaultConcurrency)
+	default:
+		p.concurrency = int(min(conc, c.MaxConcurrency)) // the server caps it
+	}
+	p.runTimeout = c.DefaultRunTimeout
+	if d := spec.GetLimits().GetRunTimeout(); d != nil {
+		switch {
+		case d.CheckValid() != nil:
+			v.add("spec.limits.run_timeout", "is not a valid duration: %v", d.CheckValid())
+		case d.AsDuration() <= 0:
+			v.add("spec.limits.run_timeout", "must be > 0, got %s", d.AsDuration())
+		default:
+			p.runTimeout = min(d.AsDuration(), c.MaxRunTimeout)
+		}
+	}
+	if _, ok := fanoutv1.ExhaustionPolicy_name[int32(spec.GetOnExhaustion())]; !ok {
+		v.add("spec.on_exhaustion", "unknown policy %d", spec.GetOnExhaustion())
+	}
+	if _, ok := fanoutv1.JoinPolicy_name[int32(spec.GetJoinPolicy())]; !ok {
+		v.add("spec.join_policy", "unknown policy %d", spec.GetJoinPolicy())
+	}
+
+	// Model.
+	if m := spec.GetModel(); m != nil {
+		switch m.GetProvider() {
+		case "", "sim", "openai", "anthropic":
+		default:
+			v.add("spec.model.provider", `must be "sim", "openai", "anthropic" or empty, got %q`, m.GetProvider())
+		}
+		if t := m.GetTemperature(); !(t >= 0 && t <= 2) { // also catches NaN
+			v.add("spec.model.temperature", "must be in 0..2, got %v", t)
+		}
+		if n := m.GetMaxOutputTokens(); n < 0 {
+			v.add("spec.model.max_output_tokens", "must be >= 0, got %d", n)
+		}
+	}
+
+	// Labels.
+	if n := len(spec.GetLabels()); n > maxLabels {
+		v.add("spec.labels", "at most %d labels, got %d", maxLabels, n)
+	}
+	keys := make([]string, 0, len(spec.GetLabels()))
+	for k := range spec.GetLabels() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		field := fmt.Sprintf("spec.labels[%q]", k)
+		switch n := len(k); {
+		case n == 0:
+			v.add(field, "label keys must not be empty")
+		case n > maxLabelKeyBytes:
+			v.add(field, "label keys must be at most %d bytes, got %d", maxLabelKeyBytes, n)
+		}
+		if n := len(spec.GetLabels()[k]); n > maxLabelValueBytes {
+			v.add(field, "label values must be at most %d bytes, got %d", maxLabelValueBytes, n)
+		}
+	}
+
+	// Tasks.
+	tasks := spec.GetTasks()
+	switch {
+	case len(tasks) == 0:
+		v.add("spec.tasks", "at least one task is required")
+	case len(tasks) > c.MaxTasks:
+		v.overCap("spec.tasks", "at most %d tasks, got %d", c.MaxTasks, len(tasks))
+		return nil, v.err() // do not walk an oversized plan
+	}
+	index := make(map[string]int, len(tasks))
+	for i, t := range tasks {
+		field := fmt.Sprintf("spec.tasks[%d].id", i)
+		switch id := t.GetId(); {
+		case id == "":
+			v.add(field, "is required")
+		case len(id) > maxTaskIDBytes:
+			v.add(field, "must be at most %d bytes, got %d", maxTaskIDBytes, len(id))
+		default:
+			if j, dup := index[id]; dup {
+				v.add(field, "duplicate task id %q (also spec.tasks[%d].id)", id, j)
+			} else {
+				index[id] = i
+			}
+		}
+	}
+	known := make(map[string]bool, len(c.KnownTools))
+	for _, name := range c.KnownTools {
+		known[name] = true
+	}
+	p.taskTimeouts = make([]time.Duration, len(tasks))
+	p.iterations = make([]int32, len(tasks))
+	p.deps = make([][]int, len(tasks))
+	for i, t := range tasks {
+		field := func(name string) string { return fmt.Sprintf("spec.tasks[%d].%s", i, name) }
+		if t.GetInstruction() == "" {
+			v.add(field("instruction"), "is required")
+		}
+		if b := t.GetTokenBudget(); b <= 0 {
+			v.add(field("token_budget"), "must be > 0, got %d", b)
+		}
+		switch n := t.GetMaxIterations(); {
+		case n < 0 || n > c.MaxIterations:
+			v.add(field("max_iterations"), "must be 0 (server default) or 1..%d, got %d", c.MaxIterations, n)
+		case n == 0:
+			p.iterations[i] = c.DefaultIterations
+		default:
+			p.iterations[i] = n
+		}
+		for j, name := range t.GetAllowedTools() {
+			if !known[name] {
+				v.add(fmt.Sprintf("spec.tasks[%d].allowed_tools[%d]", i, j), "unknown tool %q (known: %s)",
+					name, strings.Join(c.KnownTools, ", "))
+			}
+		}
+		p.taskTimeouts[i] = c.DefaultTaskTimeout
+		if d := t.GetTimeout(); d != nil {
+			switch {
+			case d.CheckValid() != nil:
+				v.add(field("timeout"), "is not a valid duration: %v", d.CheckValid())
+			case d.AsDuration() <= 0:
+				v.add(field("timeout"), "must be > 0, got %s", d.AsDuration())
+			default:
+				p.taskTimeouts[i] = d.AsDuration()
+			}
+		}
+		p.taskTimeouts[i] = min(p.taskTimeouts[i], p.runTimeout)
+		seen := map[int]bool{}
+		for j, dep := range t.GetDependsOn() {
+			k, ok := index[dep]
+			switch {
+			case !ok:
+				v.add(fmt.Sprintf("spec.tasks[%d].depends_on[%d]", i, j), "names no task of the run: %q", dep)
+			case !seen[k]:
+				seen[k] = true
+				p.deps[i] = append(p.deps[i], k)
+			}
+		}
+		slices.Sort(p.deps[i])
+	}
+	if len(v.bad) == 0 {
+		if cycle := findCycle(tasks, p.deps); cycle != "" {
+			v.add("spec.tasks", "dependency cycle %s", cycle)
+		}
+	}
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// findCycle returns a dependency cycle as "a -> b -> a" (a depends on b,
+// which depends on a), or "" if there is none.
+func findCycle(tasks []*fanoutv1.TaskSpec, deps [][]int) string {
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	color := make([]int, len(tasks))
+	var path []int
+	var found []int
+	var visit func(i int) bool
+	visit = func(i int) bool {
+		color[i] = onPath
+		path = append(path, i)
+		for _, d := range deps[i] {
+			switch color[d] {
+			case onPath:
+				start := slices.Index(path, d)
+				found = append(slices.Clone(path[start:]), d)
+				return true
+			case unseen:
+				if visit(d) {
+					return true
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		color[i] = done
+		return false
+	}
+	for i := range tasks {
+		if color[i] == unseen && visit(i) {
+			names := make([]string, len(found))
+			for k, j := range found {
+				names[k] = tasks[j].GetId()
+			}
+			return strings.Join(names, " -> ")
+		}
+	}
+	return ""
+}
+
+// Plan returns the batches a valid spec's tasks run in: batch 0 holds the
+// tasks without dependencies, batch k those whose deepest dependency is in
+// batch k-1; each batch lists dispatch indexes in dispatch order. The engine
+// starts each task as soon as its own dependencies have ended, so batches
+// are an upper bound on waiting, not barriers. It returns the same
+// *ValidationError as Validate.
+func (c Config) Plan(spec *fanoutv1.RunSpec) ([][]int, error) {
+	p, err := c.withDefaults().plan(spec)
+	if err != nil {
+		return nil, err
+	}
+	return p.batches(), nil
+}
+
+func (p *plan) batches() [][]int {
+	level := make([]int, len(p.deps))
+	var depth func(i int) int
+	depth = func(i int) int {
+		if level[i] > 0 {
+			return level[i]
+		}
+		l := 1
+		for _, d := range p.deps[i] {
+			l = max(l, depth(d)+1)
+		}
+		level[i] = l
+		return l
+	}
+	var out [][]int
+	for i := range p.deps {
+		l := depth(i)
+		for len(out) < l {
+			out = append(out, nil)
+		}
+		out[l-1] = append(out[l-1], i)
+	}
+	return out
+}

@@ -1,0 +1,387 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// Runs stores runs, their tasks and their event history (migrations/0002).
+// It implements orchestrator.RunStore. Every query names the tenant when the
+// caller gives one; an empty tenant id matches any tenant (for the node that
+// drives the run, which knows it owns it).
+//
+// Unknown runs are reported as budget.ErrNotFound.
+type Runs struct {
+	pool *pgxpool.Pool
+}
+
+// NewRuns returns the run store on pool.
+func NewRuns(pool *pgxpool.Pool) *Runs { return &Runs{pool: pool} }
+
+// protoMarshal encodes deterministically, so that equal messages give equal bytes.
+var protoMarshal = proto.MarshalOptions{Deterministic: true}
+
+// CreateRun stores run (run_id, tenant_id, idempotency_key, spec, labels and
+// its tasks in dispatch order) in state RUNNING with every task PENDING, and
+// returns it with created_at set and created true. If the tenant already has
+// a run with the same idempotency key, it writes nothing and returns that
+// run with created false; comparing specs is the caller's business.
+func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (*fanoutv1.Run, bool, error) {
+	spec, err := protoMarshal.Marshal(run.GetSpec())
+	if err != nil {
+		return nil, false, fmt.Errorf("create run %s: encode spec: %w", run.GetRunId(), err)
+	}
+	labels, err := json.Marshal(nonNilMap(run.GetLabels()))
+	if err != nil {
+		return nil, false, fmt.Errorf("create run %s: encode labels: %w", run.GetRunId(), err)
+	}
+	taskIDs := make([]string, len(run.GetTasks()))
+	for i, t := range run.GetTasks() {
+		taskIDs[i] = t.GetTaskId()
+	}
+	var created bool
+	var existingID string
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var createdAt time.Time
+		err := tx.QueryRow(ctx, `
+			INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+			RETURNING created_at`,
+			run.GetRunId(), run.GetTenantId(), run.GetIdempotencyKey(), spec, labels, owner).Scan(&createdAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The key is taken (perhaps by a transaction that just committed).
+			return tx.QueryRow(ctx, `SELECT run_id FROM run WHERE tenant_id = $1 AND idempotency_key = $2`,
+				run.GetTenantId(), run.GetIdempotencyKey()).Scan(&existingID)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO task (run_id, task_id, tenant_id, dispatch_index)
+			SELECT $1, t.id, $2, t.n - 1 FROM unnest($3::text[]) WITH ORDINALITY AS t(id, n)`,
+			run.GetRunId(), run.GetTenantId(), taskIDs)
+		created = true
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create run %s: %w", run.GetRunId(), err)
+	}
+	id := run.GetRunId()
+	if !created {
+		id = existingID
+	}
+	out, err := s.GetRun(ctx, run.GetTenantId(), id)
+	return out, created, err
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+type runRow struct {
+	RunID          string     `db:"run_id"`
+	TenantID       string     `db:"tenant_id"`
+	IdempotencyKey string     `db:"idempotency_key"`
+	Spec           []byte     `db:"spec"`
+	State          string     `db:"state"`
+	CancelCause    string     `db:"cancel_cause"`
+	Result         []byte     `db:"result"`
+	Labels         []byte     `db:"labels"`
+	CreatedAt      time.Time  `db:"created_at"`
+	FinishedAt     *time.Time `db:"finished_at"`
+}
+
+const runColumns = `run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result,
+	labels, created_at, finished_at`
+
+type taskRow struct {
+	RunID         string     `db:"run_id"`
+	TaskID        string     `db:"task_id"`
+	DispatchIndex int32      `db:"dispatch_index"`
+	Status        string     `db:"status"`
+	Outcome       []byte     `db:"outcome"`
+	TokensSpent   int64      `db:"tokens_spent"`
+	Worker        string     `db:"worker"`
+	StartedAt     *time.Time `db:"started_at"`
+	FinishedAt    *time.Time `db:"finished_at"`
+}
+
+const taskColumns = `run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at`
+
+func (r taskRow) outcome() (*fanoutv1.TaskOutcome, error) {
+	o := &fanoutv1.TaskOutcome{}
+	if len(r.Outcome) > 0 {
+		if err := proto.Unmarshal(r.Outcome, o); err != nil {
+			return nil, fmt.Errorf("decode outcome of task %s: %w", r.TaskID, err)
+		}
+	}
+	o.TaskId = r.TaskID
+	o.DispatchIndex = r.DispatchIndex
+	o.Status = fanoutv1.TaskStatus(fanoutv1.TaskStatus_value["TASK_STATUS_"+r.Status])
+	o.TokensSpent = r.TokensSpent
+	o.Worker = r.Worker
+	o.StartedAt = timestamp(r.StartedAt)
+	o.FinishedAt = timestamp(r.FinishedAt)
+	return o, nil
+}
+
+func timestamp(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
+	out := &fanoutv1.Run{
+		RunId:          r.RunID,
+		TenantId:       r.TenantID,
+		IdempotencyKey: r.IdempotencyKey,
+		State:          fanoutv1.RunState(fanoutv1.RunState_value["RUN_STATE_"+r.State]),
+		CancelCause:    r.CancelCause,
+		Spec:           &fanoutv1.RunSpec{},
+		CreatedAt:      timestamppb.New(r.CreatedAt),
+		FinishedAt:     timestamp(r.FinishedAt),
+	}
+	if err := proto.Unmarshal(r.Spec, out.Spec); err != nil {
+		return nil, fmt.Errorf("decode spec of run %s: %w", r.RunID, err)
+	}
+	if r.Result != nil {
+		out.Result = &fanoutv1.JoinedResult{}
+		if err := proto.Unmarshal(r.Result, out.Result); err != nil {
+			return nil, fmt.Errorf("decode result of run %s: %w", r.RunID, err)
+		}
+	}
+	if err := json.Unmarshal(r.Labels, &out.Labels); err != nil {
+		return nil, fmt.Errorf("decode labels of run %s: %w", r.RunID, err)
+	}
+	if len(out.Labels) == 0 {
+		out.Labels = nil
+	}
+	for _, t := range tasks {
+		o, err := t.outcome()
+		if err != nil {
+			return nil, err
+		}
+		out.Tasks = append(out.Tasks, o)
+	}
+	return out, nil
+}
+
+// GetRun returns a run with every task's outcome in dispatch order. An empty
+// tenantID matches any tenant. Returns budget.ErrNotFound if there is no
+// such run for the tenant.
+func (s *Runs) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {
+	runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
+		WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2)`, runID, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("get run %s: %w", runID, err)
+	}
+	if len(runs) == 0 {
+		return nil, fmt.Errorf("run %s: %w", runID, budget.ErrNotFound)
+	}
+	return runs[0], nil
+}
+
+// ListRuns returns up to limit runs of tenantID, newest first, in state
+// (any state if RUN_STATE_UNSPECIFIED), that are older than the run
+// (beforeCreated, beforeID) in that order; a zero beforeCreated starts with
+// the newest.
+func (s *Runs) ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
+	beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error) {
+	stateName := ""
+	if state != fanoutv1.RunState_RUN_STATE_UNSPECIFIED {
+		stateName = stateText(state.String(), "RUN_STATE_")
+	}
+	var before *time.Time
+	if !beforeCreated.IsZero() {
+		before = &beforeCreated
+	}
+	runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
+		WHERE tenant_id = $1 AND ($2 = '' OR state = $2)
+		  AND ($3::timestamptz IS NULL OR (created_at, run_id) < ($3, $4))
+		ORDER BY created_at DESC, run_id DESC
+		LIMIT $5`, tenantID, stateName, before, beforeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list runs of tenant %s: %w", tenantID, err)
+	}
+	return runs, nil
+}
+
+// queryRuns reads runs and, in a second query, their tasks.
+func (s *Runs) queryRuns(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	runRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[runRow])
+	if err != nil {
+		return nil, err
+	}
+	if len(runRows) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(runRows))
+	for i, r := range runRows {
+		ids[i] = r.RunID
+	}
+	rows, err = s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
+		WHERE run_id = ANY($1) ORDER BY run_id, dispatch_index`, ids)
+	if err != nil {
+		return nil, err
+	}
+	taskRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
+	if err != nil {
+		return nil, err
+	}
+	byRun := map[string][]taskRow{}
+	for _, t := range taskRows {
+		byRun[t.RunID] = append(byRun[t.RunID], t)
+	}
+	out := make([]*fanoutv1.Run, len(runRows))
+	for i, r := range runRows {
+		if out[i], err = r.run(byRun[r.RunID]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func stateText(name, prefix string) string { return name[len(prefix):] }
+
+// StartTask marks a task RUNNING on worker and stamps started_at (database
+// time) the first time. Returns budget.ErrNotFound for an unknown task.
+func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE task
+		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
+		WHERE run_id = $1 AND task_id = $2
+		RETURNING `+taskColumns, runID, taskID, worker)
+	return s.taskResult(rows, err, runID, taskID, "start")
+}
+
+// FinishTask stores a task's terminal outcome (status, summary, tokens,
+// worker) and stamps finished_at (database time). It returns the stored
+// outcome with its timestamps. Returns budget.ErrNotFound for an unknown task.
+func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+	stored := proto.CloneOf(o)
+	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
+	body, err := protoMarshal.Marshal(stored)
+	if err != nil {
+		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE task
+		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
+		WHERE run_id = $1 AND task_id = $2
+		RETURNING `+taskColumns,
+		runID, o.GetTaskId(), stateText(o.GetStatus().String(), "TASK_STATUS_"), body, o.GetTokensSpent(), o.GetWorker())
+	return s.taskResult(rows, err, runID, o.GetTaskId(), "finish")
+}
+
+func (s *Runs) taskResult(rows pgx.Rows, err error, runID, taskID, verb string) (*fanoutv1.TaskOutcome, error) {
+	if err != nil {
+		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
+	}
+	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, budget.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
+	}
+	return row.outcome()
+}
+
+// FinishRun ends a RUNNING run with a terminal state, cause and joined
+// result, stamping finished_at (database time), and returns the run. A run
+// that has already ended is returned unchanged. Returns budget.ErrNotFound
+// for an unknown run.
+func (s *Runs) FinishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
+	result *fanoutv1.JoinedResult) (*fanoutv1.Run, error) {
+	body, err := protoMarshal.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("finish run %s: encode result: %w", runID, err)
+	}
+	if result == nil {
+		body = nil
+	}
+	_, err = s.pool.Exec(ctx, `UPDATE run
+		SET state = $2, cancel_cause = $3, result = $4, finished_at = now()
+		WHERE run_id = $1 AND state = 'RUNNING'`,
+		runID, stateText(state.String(), "RUN_STATE_"), cause, body)
+	if err != nil {
+		return nil, fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	return s.GetRun(ctx, "", runID)
+}
+
+// AppendEvent appends ev as the run's next event and returns a copy with its
+// sequence (the previous one plus 1: no gaps, even with concurrent writers)
+// and time (database time) set. Returns budget.ErrNotFound for an unknown run.
+func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error) {
+	out := proto.CloneOf(ev)
+	out.RunId, out.Sequence, out.Time = "", 0, nil // the columns hold them
+	body, err := protoMarshal.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("append event to run %s: encode: %w", runID, err)
+	}
+	var createdAt time.Time
+	err = s.pool.QueryRow(ctx, `
+		WITH seq AS (
+			UPDATE run SET last_sequence = last_sequence + 1 WHERE run_id = $1
+			RETURNING tenant_id, last_sequence)
+		INSERT INTO run_event (run_id, sequence, tenant_id, event)
+		SELECT $1, last_sequence, tenant_id, $2 FROM seq
+		RETURNING sequence, created_at`, runID, body).Scan(&out.Sequence, &createdAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("append event to run %s: %w", runID, budget.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("append event to run %s: %w", runID, err)
+	}
+	out.RunId, out.Time = runID, timestamppb.New(createdAt)
+	return out, nil
+}
+
+// Events returns up to limit events of the run with sequence > after, in
+// sequence order. An empty tenantID matches any tenant. An unknown run has
+// no events.
+func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT sequence, event, created_at FROM run_event
+		WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2) AND sequence > $3
+		ORDER BY sequence LIMIT $4`, runID, tenantID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events of run %s: %w", runID, err)
+	}
+	var out []*fanoutv1.RunEvent
+	var seq int64
+	var body []byte
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&seq, &body, &at}, func() error {
+		ev := &fanoutv1.RunEvent{}
+		if err := proto.Unmarshal(body, ev); err != nil {
+			return fmt.Errorf("decode event %d: %w", seq, err)
+		}
+		ev.RunId, ev.Sequence, ev.Time = runID, seq, timestamppb.New(at)
+		out = append(out, ev)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events of run %s: %w", runID, err)
+	}
+	return out, nil
+}

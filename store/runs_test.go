@@ -1,0 +1,171 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+)
+
+func draftRun(id, tenant, key string, tasks ...string) *fanoutv1.Run {
+	r := &fanoutv1.Run{RunId: id, TenantId: tenant, IdempotencyKey: key,
+		Spec:   &fanoutv1.RunSpec{IdempotencyKey: key, TenantId: tenant, Goal: "g"},
+		Labels: map[string]string{"team": "a"}}
+	for i, t := range tasks {
+		r.Spec.Tasks = append(r.Spec.Tasks, &fanoutv1.TaskSpec{Id: t, Instruction: "x", TokenBudget: 10})
+		r.Tasks = append(r.Tasks, &fanoutv1.TaskOutcome{TaskId: t, DispatchIndex: int32(i)})
+	}
+	return r
+}
+
+func TestRunsCreateIsIdempotent(t *testing.T) {
+	b := setup(t)
+	runs := store.NewRuns(b.pool)
+	r, created, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1")
+	if err != nil || !created {
+		t.Fatalf("create: %v, created %v", err, created)
+	}
+	if r.GetState() != fanoutv1.RunState_RUN_STATE_RUNNING || len(r.GetTasks()) != 2 ||
+		r.GetTasks()[1].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_PENDING || r.GetCreatedAt() == nil ||
+		r.GetLabels()["team"] != "a" {
+		t.Errorf("created run: %v", r)
+	}
+	again, created, err := runs.CreateRun(b.ctx, draftRun("r2", "ten", "k", "a", "b"), "node2")
+	if err != nil || created || again.GetRunId() != "r1" {
+		t.Errorf("same key: run %s, created %v, err %v; want r1, false", again.GetRunId(), created, err)
+	}
+	// Same key, other tenant: another run.
+	if _, created, err := runs.CreateRun(b.ctx, draftRun("r3", "other", "k", "a"), "node1"); err != nil || !created {
+		t.Errorf("other tenant: created %v, err %v", created, err)
+	}
+	if _, err := runs.GetRun(b.ctx, "other", "r1"); !errors.Is(err, budget.ErrNotFound) {
+		t.Errorf("GetRun as another tenant: %v, want ErrNotFound", err)
+	}
+	if !proto.Equal(again.GetSpec(), draftRun("r1", "ten", "k", "a", "b").GetSpec()) {
+		t.Error("stored spec differs from the submitted one")
+	}
+}
+
+func TestRunsEventsHaveNoGaps(t *testing.T) {
+	b := setup(t)
+	runs := store.NewRuns(b.pool)
+	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				_, err := runs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{
+					TaskQueued: &fanoutv1.TaskQueued{TaskId: fmt.Sprintf("w%d-%d", w, i)}}})
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	evs, err := runs.Events(b.ctx, "ten", "r1", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != writers*each {
+		t.Fatalf("%d events, want %d", len(evs), writers*each)
+	}
+	for i, ev := range evs {
+		if ev.GetSequence() != int64(i+1) || ev.GetRunId() != "r1" || ev.GetTime() == nil || ev.GetTaskQueued() == nil {
+			t.Fatalf("event %d: %v", i, ev)
+		}
+	}
+	tail, err := runs.Events(b.ctx, "", "r1", 190, 5)
+	if err != nil || len(tail) != 5 || tail[0].GetSequence() != 191 {
+		t.Errorf("events after 190: %d, %v", len(tail), err)
+	}
+	if none, err := runs.Events(b.ctx, "other", "r1", 0, 10); err != nil || len(none) != 0 {
+		t.Errorf("events as another tenant: %d, %v", len(none), err)
+	}
+	if _, err := runs.AppendEvent(b.ctx, "nope", &fanoutv1.RunEvent{}); !errors.Is(err, budget.ErrNotFound) {
+		t.Errorf("append to unknown run: %v", err)
+	}
+}
+
+func TestRunsTasksAndFinish(t *testing.T) {
+	b := setup(t)
+	runs := store.NewRuns(b.pool)
+	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "n"); err != nil {
+		t.Fatal(err)
+	}
+	started, err := runs.StartTask(b.ctx, "r1", "a", "w1")
+	if err != nil || started.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_RUNNING || started.GetStartedAt() == nil {
+		t.Fatalf("start: %v, %v", started, err)
+	}
+	done, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
+		TokensSpent: 42, Worker: "w1", Summary: &fanoutv1.FactSummary{Facts: []*fanoutv1.Fact{{Text: "f"}}}})
+	if err != nil || done.GetFinishedAt() == nil || done.GetTokensSpent() != 42 || len(done.GetSummary().GetFacts()) != 1 {
+		t.Fatalf("finish: %v, %v", done, err)
+	}
+	if _, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "zz", Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED}); !errors.Is(err, budget.ErrNotFound) {
+		t.Errorf("finish unknown task: %v", err)
+	}
+	res := &fanoutv1.JoinedResult{TotalTokens: 42}
+	r, err := runs.FinishRun(b.ctx, "r1", fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled by caller", res)
+	if err != nil || r.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED || r.GetFinishedAt() == nil ||
+		r.GetResult().GetTotalTokens() != 42 || r.GetTasks()[0].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+		t.Fatalf("finish run: %v, %v", r, err)
+	}
+	// A second finish changes nothing.
+	r2, err := runs.FinishRun(b.ctx, "r1", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil)
+	if err != nil || r2.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED {
+		t.Errorf("second finish: %v, %v", r2.GetState(), err)
+	}
+}
+
+func TestRunsListNewestFirst(t *testing.T) {
+	b := setup(t)
+	runs := store.NewRuns(b.pool)
+	for i := range 5 {
+		if _, _, err := runs.CreateRun(b.ctx, draftRun(fmt.Sprint("r", i), "ten", fmt.Sprint("k", i), "a"), "n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := runs.FinishRun(b.ctx, "r2", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var before time.Time
+	var beforeID string
+	for {
+		page, err := runs.ListRuns(b.ctx, "ten", fanoutv1.RunState_RUN_STATE_UNSPECIFIED, before, beforeID, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, r := range page {
+			got = append(got, r.GetRunId())
+		}
+		last := page[len(page)-1]
+		before, beforeID = last.GetCreatedAt().AsTime(), last.GetRunId()
+	}
+	if fmt.Sprint(got) != "[r4 r3 r2 r1 r0]" {
+		t.Errorf("listed %v, want [r4 r3 r2 r1 r0]", got)
+	}
+	ok, err := runs.ListRuns(b.ctx, "ten", fanoutv1.RunState_RUN_STATE_SUCCEEDED, time.Time{}, "", 10)
+	if err != nil || len(ok) != 1 || ok[0].GetRunId() != "r2" {
+		t.Errorf("list SUCCEEDED: %d runs, %v", len(ok), err)
+	}
+}
