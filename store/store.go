@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -44,8 +45,38 @@ func isCheckViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23514"
 }
 
+// isCode reports whether err is a PostgreSQL error with SQLSTATE code.
+func isCode(err error, code string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
 // isUniqueViolation reports whether err is a UNIQUE constraint firing (23505).
 func isUniqueViolation(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// Pool is the connection pool Open returns, named here so that callers can
+// hold one without importing pgx.
+type Pool = pgxpool.Pool
+
+// CreateDatabase creates database name on the server at adminURL unless it exists.
+func CreateDatabase(ctx context.Context, adminURL, name string) error {
+	pool, err := Open(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("look for database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := pool.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil && !isCode(err, "42P04") { // duplicate_database: created meanwhile
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
 }

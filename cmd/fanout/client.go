@@ -1,0 +1,423 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// clientFlags are the flags every client command shares.
+type clientFlags struct {
+	addr string
+	json bool
+}
+
+func (c *clientFlags) register(f *flags) {
+	f.StringVar(&c.addr, "addr", "127.0.0.1:50051", "orchestrator address")
+	f.BoolVar(&c.json, "json", false, "machine-readable output (protojson, one object per line)")
+}
+
+func (c *clientFlags) dial() (fanoutv1.OrchestratorServiceClient, func(), error) {
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--addr %q: %w", c.addr, err)
+	}
+	return fanoutv1.NewOrchestratorServiceClient(conn), func() { conn.Close() }, nil
+}
+
+var jsonOut = protojson.MarshalOptions{EmitUnpopulated: false}
+
+func printJSON(w io.Writer, m proto.Message) {
+	b, _ := jsonOut.Marshal(m)
+	fmt.Fprintln(w, string(b))
+}
+
+// describe renders an error for a person: a gRPC status with its code and
+// every field violation or reason in words.
+func describe(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", st.Code(), st.Message())
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				fmt.Fprintf(&b, "\n  field %s: %s", v.GetField(), v.GetDescription())
+			}
+		case *errdetails.ErrorInfo:
+			fmt.Fprintf(&b, "\n  reason %s", d.GetReason())
+			for k, v := range d.GetMetadata() {
+				fmt.Fprintf(&b, " %s=%s", k, v)
+			}
+		case *errdetails.QuotaFailure:
+			for _, v := range d.GetViolations() {
+				fmt.Fprintf(&b, "\n  quota %s: %s", v.GetSubject(), v.GetDescription())
+			}
+		}
+	}
+	return b.String()
+}
+
+// readSpec reads a run request (the JSON form of fanout.v1.RunRequest, the
+// same file grpcurl takes with -d @) from path, or "-" for stdin.
+func readSpec(path string) (*fanoutv1.RunRequest, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(os.Stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read spec: %w", err)
+	}
+	if strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml") {
+		return nil, fmt.Errorf("spec %s: YAML is not supported yet; use the JSON form of fanout.v1.RunRequest", path)
+	}
+	req := &fanoutv1.RunRequest{}
+	if err := protojson.Unmarshal(data, req); err != nil {
+		return nil, fmt.Errorf("spec %s is not a fanout.v1.RunRequest in JSON: %w", path, err)
+	}
+	return req, nil
+}
+
+const runUsage = `
+Start a run from a spec file and stream its progress until it ends. The spec is the
+JSON form of fanout.v1.RunRequest ({"spec": {...}}), the same file grpcurl takes.
+Ctrl-C cancels the run (the stream's cancellation cancels it on every node);
+--detach starts it and prints the run id instead.
+
+Usage:
+  fanout run -f SPEC.json [--detach] [--addr HOST:PORT] [--json]
+
+Example:
+  fanout run -f examples/research.json
+`
+
+func cmdRun(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("run", runUsage, env.Stderr)
+	var cf clientFlags
+	cf.register(f)
+	var file string
+	var detach bool
+	var key string
+	f.StringVar(&file, "f", "", "spec file (JSON RunRequest), or - for stdin")
+	f.BoolVar(&detach, "detach", false, "start the run and print its id (StartRun) instead of streaming it")
+	f.StringVar(&key, "idempotency-key", "", "override the spec's idempotency key (same key, same run)")
+	if err := parseFlags(f, args, env); err != nil {
+		return err
+	}
+	if file == "" {
+		return fmt.Errorf("-f SPEC is required (see examples/research.json)")
+	}
+	req, err := readSpec(file)
+	if err != nil {
+		return err
+	}
+	if key != "" && req.Spec != nil {
+		req.Spec.IdempotencyKey = key
+	}
+	client, closeConn, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	if detach {
+		resp, err := client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: req.GetSpec()})
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			printJSON(env.Stdout, resp)
+		} else {
+			fmt.Fprintln(env.Stdout, resp.GetRunId())
+		}
+		return nil
+	}
+	stream, err := client.Run(ctx, req)
+	if err != nil {
+		return err
+	}
+	final, err := follow(env, cf.json, func() (*fanoutv1.RunEvent, error) {
+		m, err := stream.Recv()
+		return m.GetEvent(), err
+	})
+	if err != nil {
+		return err
+	}
+	if !cf.json && final != nil {
+		run, err := client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: final.GetRunId()})
+		if err != nil {
+			return err
+		}
+		printRun(env.Stdout, run.GetRun())
+	}
+	return nil
+}
+
+// follow prints events from next until the stream ends and returns the last event.
+func follow(env *Env, asJSON bool, next func() (*fanoutv1.RunEvent, error)) (*fanoutv1.RunEvent, error) {
+	var p *progress
+	if !asJSON {
+		p = newProgress(env.Stdout)
+	}
+	var last *fanoutv1.RunEvent
+	for {
+		ev, err := next()
+		if errors.Is(err, io.EOF) {
+			if p != nil {
+				p.finish()
+			}
+			return last, nil
+		}
+		if err != nil {
+			if p != nil {
+				p.finish()
+			}
+			return last, err
+		}
+		last = ev
+		if asJSON {
+			printJSON(env.Stdout, ev)
+		} else {
+			p.apply(ev)
+		}
+	}
+}
+
+const watchUsage = `
+Stream a run's events from any orchestrator replica, from a sequence number on, until
+it ends. Reconnect with --after LAST_SEQUENCE to resume without gaps or repeats.
+
+Usage:
+  fanout watch RUN_ID [--after N] [--addr HOST:PORT] [--json]
+
+Example:
+  fanout watch run_0123abcd --json
+`
+
+func cmdWatch(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("watch", watchUsage, env.Stderr)
+	var cf clientFlags
+	cf.register(f)
+	var after int64
+	f.Int64Var(&after, "after", 0, "stream events with a sequence greater than this")
+	runID, err := parseWithRunID(f, args, env)
+	if err != nil {
+		return err
+	}
+	client, closeConn, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	stream, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID, AfterSequence: after})
+	if err != nil {
+		return err
+	}
+	_, err = follow(env, cf.json, func() (*fanoutv1.RunEvent, error) {
+		m, err := stream.Recv()
+		return m.GetEvent(), err
+	})
+	return err
+}
+
+// parseWithRunID parses flags around one positional RUN_ID.
+func parseWithRunID(f *flags, args []string, env *Env) (string, error) {
+	var runID string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		runID, args = args[0], args[1:]
+	}
+	if err := parseFlags(f, args, env); err != nil {
+		return "", err
+	}
+	if runID == "" && f.NArg() > 0 {
+		runID = f.Arg(0)
+	}
+	if runID == "" {
+		f.Usage()
+		return "", errUsage
+	}
+	return runID, nil
+}
+
+const getUsage = `
+Show one run: its state, budget, every task's outcome and the joined result.
+
+Usage:
+  fanout get RUN_ID [--addr HOST:PORT] [--json]
+
+Example:
+  fanout get run_0123abcd
+`
+
+func cmdGet(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("get", getUsage, env.Stderr)
+	var cf clientFlags
+	cf.register(f)
+	runID, err := parseWithRunID(f, args, env)
+	if err != nil {
+		return err
+	}
+	client, closeConn, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	resp, err := client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: runID})
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		printJSON(env.Stdout, resp.GetRun())
+		return nil
+	}
+	printRun(env.Stdout, resp.GetRun())
+	return nil
+}
+
+const cancelUsage = `
+Cancel a run. The ledger refuses its reservations at once and every node cancels the
+run's subagents (whichever replica drives it); settled work is kept.
+
+Usage:
+  fanout cancel RUN_ID [--reason TEXT] [--addr HOST:PORT] [--json]
+
+Example:
+  fanout cancel run_0123abcd --reason "wrong goal"
+`
+
+func cmdCancel(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("cancel", cancelUsage, env.Stderr)
+	var cf clientFlags
+	cf.register(f)
+	var reason string
+	f.StringVar(&reason, "reason", "cancelled from the CLI", "why, kept as the run's cancel cause")
+	runID, err := parseWithRunID(f, args, env)
+	if err != nil {
+		return err
+	}
+	client, closeConn, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	resp, err := client.CancelRun(ctx, &fanoutv1.CancelRunRequest{RunId: runID, Reason: reason})
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		printJSON(env.Stdout, resp.GetRun())
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "%s: %s %s\n", runID, shortState(resp.GetRun().GetState()), resp.GetRun().GetCancelCause())
+	return nil
+}
+
+const runsUsage = `
+List runs, newest first.
+
+Usage:
+  fanout runs [--state STATE] [--limit N] [--addr HOST:PORT] [--json]
+
+Example:
+  fanout runs --state RUNNING
+`
+
+func cmdRuns(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("runs", runsUsage, env.Stderr)
+	var cf clientFlags
+	cf.register(f)
+	var state string
+	var limit int
+	f.StringVar(&state, "state", "", "only runs in this state (RUNNING, SUCCEEDED, FAILED, CANCELLED, BUDGET_EXHAUSTED, TIMED_OUT)")
+	f.IntVar(&limit, "limit", 20, "how many runs")
+	if err := parseFlags(f, args, env); err != nil {
+		return err
+	}
+	req := &fanoutv1.ListRunsRequest{PageSize: int32(min(limit, 500))}
+	if state != "" {
+		v, ok := fanoutv1.RunState_value["RUN_STATE_"+strings.ToUpper(state)]
+		if !ok {
+			return fmt.Errorf("--state %q: not a run state", state)
+		}
+		req.State = fanoutv1.RunState(v)
+	}
+	client, closeConn, err := cf.dial()
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	resp, err := client.ListRuns(ctx, req)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		printJSON(env.Stdout, resp)
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "%-26s %-17s %6s %10s %10s  %s\n", "RUN", "STATE", "TASKS", "SPENT", "LIMIT", "CREATED")
+	for _, r := range resp.GetRuns() {
+		fmt.Fprintf(env.Stdout, "%-26s %-17s %6d %10d %10d  %s\n", r.GetRunId(), shortState(r.GetState()),
+			len(r.GetTasks()), r.GetBudget().GetSpentTokens(), r.GetBudget().GetLimitTokens(),
+			r.GetCreatedAt().AsTime().Local().Format(time.DateTime))
+	}
+	return nil
+}
+
+func shortState(s fanoutv1.RunState) string { return strings.TrimPrefix(s.String(), "RUN_STATE_") }
+
+func shortStatus(s fanoutv1.TaskStatus) string { return strings.TrimPrefix(s.String(), "TASK_STATUS_") }
+
+// printRun prints a run's outcome for a person.
+func printRun(w io.Writer, r *fanoutv1.Run) {
+	fmt.Fprintf(w, "\nrun %s: %s", r.GetRunId(), shortState(r.GetState()))
+	if c := r.GetCancelCause(); c != "" {
+		fmt.Fprintf(w, " (%s)", c)
+	}
+	b := r.GetBudget()
+	fmt.Fprintf(w, "\nbudget: %d of %d tokens spent, %d reserved, %d available\n",
+		b.GetSpentTokens(), b.GetLimitTokens(), b.GetReservedTokens(), b.GetAvailableTokens())
+	res := r.GetResult()
+	if res == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nfacts (%d, deduplicated, in dispatch order):\n", len(res.GetFacts()))
+	for i, f := range res.GetFacts() {
+		fmt.Fprintf(w, "  %2d. %s\n", i+1, f.GetText())
+		if len(f.GetSources()) > 0 {
+			fmt.Fprintf(w, "      sources: %s\n", strings.Join(f.GetSources(), ", "))
+		}
+	}
+	fmt.Fprintf(w, "\ntasks (dispatch order):\n")
+	for _, t := range res.GetTasks() {
+		line := fmt.Sprintf("  %-16s %-17s %3d iterations %7d tokens", t.GetTaskId(), shortStatus(t.GetStatus()),
+			t.GetSummary().GetIterations(), t.GetTokensSpent())
+		if e := t.GetSummary().GetError(); e != "" {
+			line += "  " + e
+		}
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintf(w, "total: %d tokens\n", res.GetTotalTokens())
+	if s := res.GetSynthesis(); s != "" {
+		fmt.Fprintf(w, "\nsynthesis:\n%s\n", s)
+	} else if reason := res.GetSynthesisSkippedReason(); reason != "" {
+		fmt.Fprintf(w, "synthesis skipped: %s\n", reason)
+	}
+}

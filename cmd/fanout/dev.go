@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/pglocal"
+)
+
+const devUsage = `
+Run everything on loopback: a private PostgreSQL started from the local server
+binaries (unless --database-url is given), the schema, N workers and an orchestrator,
+all over real gRPC with the deterministic sim model. Ctrl-C stops it all cleanly.
+With --demo it submits a sample run, shows live progress, the joined result and the
+SQL audit of its spend, then exits.
+
+Usage:
+  fanout dev [--demo] [--listen HOST:PORT] [--worker-count N] [--data-dir DIR] [--database-url URL]
+
+Examples:
+  fanout dev --demo
+  fanout dev --worker-count 5        # then, in another terminal: fanout run -f examples/research.json
+`
+
+// databaseURLFile is where dev leaves its database URL, for `fanout ledger`.
+const databaseURLFile = "database-url"
+
+func cmdDev(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("dev", devUsage, env.Stderr)
+	var sf serverFlags
+	sf.register(f, "127.0.0.1:50051")
+	var dataDir, spec, pgBinDir string
+	var workers int
+	var demo bool
+	f.StringVar(&dataDir, "data-dir", ".fanout", "where the private PostgreSQL keeps its data (reused between runs)")
+	f.IntVar(&workers, "worker-count", 3, "worker processes' worth of subagent servers to start")
+	f.BoolVar(&demo, "demo", false, "submit --spec, show its progress, result and audit, then exit")
+	f.StringVar(&spec, "spec", "examples/research.json", "run request the demo submits")
+	f.StringVar(&pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
+	var sim simFlags
+	sim.register(f)
+	if err := parseFlags(f, args, env); err != nil {
+		return err
+	}
+	if workers < 1 {
+		return fmt.Errorf("--worker-count: need at least 1, got %d", workers)
+	}
+	if sf.logLevel == "info" && demo {
+		sf.logLevel = "warn" // the demo's own output is the show
+	}
+
+	if sf.databaseURL == "" {
+		url, stop, err := startLocalPostgres(ctx, env, dataDir, pgBinDir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		sf.databaseURL = url
+	}
+	if _, err := store.MigrateTo(ctx, sf.databaseURL, -1); err != nil {
+		return err
+	}
+	b, err := sf.backend(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+
+	var nodes []*grpcNode
+	var addrs []string
+	for i := range workers {
+		n, err := startWorker(b, workerConfig{Listen: "127.0.0.1:0", Name: fmt.Sprintf("worker-%d", i+1), Sim: sim.config()})
+		if err != nil {
+			stopAll(nodes, sf.grace)
+			return err
+		}
+		nodes = append(nodes, n)
+		addrs = append(addrs, n.Addr())
+	}
+	orch, err := startOrchestrator(b, orchestratorConfig{Listen: sf.listen, Workers: strings.Join(addrs, ",")})
+	if err != nil {
+		stopAll(nodes, sf.grace)
+		return err
+	}
+	// Stop the orchestrator first (it drains its runs), then the workers.
+	nodes = append([]*grpcNode{orch}, nodes...)
+
+	fmt.Fprintf(env.Stdout, "fanout dev: orchestrator on %s, %d workers on %s\n", orch.Addr(), workers, strings.Join(addrs, ", "))
+	fmt.Fprintf(env.Stdout, "fanout dev: database  psql %q\n", sf.databaseURL)
+	if !demo {
+		fmt.Fprintf(env.Stdout, "fanout dev: ready. Try: fanout run -f examples/research.json --addr %s   (Ctrl-C to stop)\n", orch.Addr())
+		return waitAndStop(ctx, b, sf.grace, nodes...)
+	}
+	err = runDemo(ctx, env, b, orch.Addr(), spec)
+	stopAll(nodes, sf.grace)
+	return err
+}
+
+func stopAll(nodes []*grpcNode, grace time.Duration) {
+	for _, n := range nodes {
+		n.stop(grace)
+	}
+}
+
+// startLocalPostgres starts (or restarts) the private cluster under dataDir
+// and makes sure the database "fanout" exists.
+func startLocalPostgres(ctx context.Context, env *Env, dataDir, binDir string) (string, func(), error) {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", nil, err
+	}
+	pgDir := filepath.Join(abs, "pg")
+	if os.Geteuid() == 0 {
+		if blocked := untraversable(abs); blocked != "" {
+			// The server runs as an unprivileged user that cannot reach a
+			// root-only home; keep the cluster where it can, one per data dir.
+			sum := sha256.Sum256([]byte(abs))
+			pgDir = filepath.Join(os.TempDir(), "fanout-dev-"+hex.EncodeToString(sum[:6]), "pg")
+			fmt.Fprintf(env.Stdout, "fanout dev: %s is not reachable by the unprivileged database user; keeping the cluster in %s\n", blocked, pgDir)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(pgDir), 0o755); err != nil {
+		return "", nil, err
+	}
+	fmt.Fprintf(env.Stdout, "fanout dev: starting PostgreSQL in %s\n", pgDir)
+	logFile, err := os.OpenFile(filepath.Join(filepath.Dir(pgDir), "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return "", nil, err
+	}
+	srv, err := pglocal.Start(ctx, pglocal.Config{DataDir: pgDir, BinDir: binDir, Log: logFile})
+	if err != nil {
+		logFile.Close()
+		if errors.Is(err, pglocal.ErrNoBinaries) {
+			return "", nil, fmt.Errorf("%w\n(or run `make demo`, which installs them when it can)", err)
+		}
+		return "", nil, err
+	}
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Stop(ctx) //nolint:errcheck
+		logFile.Close()
+	}
+	if err := store.CreateDatabase(ctx, srv.URL("postgres"), "fanout"); err != nil {
+		stop()
+		return "", nil, err
+	}
+	url := srv.URL("fanout")
+	os.MkdirAll(abs, 0o755)                                                    //nolint:errcheck
+	os.WriteFile(filepath.Join(abs, databaseURLFile), []byte(url+"\n"), 0o600) //nolint:errcheck
+	return url, stop, nil
+}
+
+// untraversable returns the first directory on the way to dir that the
+// unprivileged database user could not pass through, or "".
+func untraversable(dir string) string {
+	uid := -1
+	for _, name := range []string{"postgres", "nobody"} {
+		if u, err := user.Lookup(name); err == nil {
+			uid, _ = strconv.Atoi(u.Uid)
+			break
+		}
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil {
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			if fi.Mode().Perm()&0o001 == 0 && (st == nil || int(st.Uid) != uid) {
+				return d
+			}
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
+}
+
+// runDemo submits the spec, draws its progress, then prints the joined
+// result and the SQL audit of its spend.
+func runDemo(ctx context.Context, env *Env, b *backend, addr, specPath string) error {
+	req, err := readSpec(specPath)
+	if err != nil {
+		return err
+	}
+	// A fresh key per demo, so each `make demo` is a new run.
+	req.Spec.IdempotencyKey = fmt.Sprintf("demo-%d", time.Now().UnixNano())
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := fanoutv1.NewOrchestratorServiceClient(conn)
+	fmt.Fprintf(env.Stdout, "\n== fan-out: %q, %d subagents, run budget %d tokens\n\n", req.GetSpec().GetGoal(),
+		len(req.GetSpec().GetTasks()), req.GetSpec().GetBudget().GetLimitTokens())
+	stream, err := client.Run(ctx, req)
+	if err != nil {
+		return err
+	}
+	last, err := follow(env, false, func() (*fanoutv1.RunEvent, error) {
+		m, err := stream.Recv()
+		return m.GetEvent(), err
+	})
+	if err != nil {
+		return err
+	}
+	if last == nil {
+		return errors.New("demo: the run sent no events")
+	}
+	got, err := client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: last.GetRunId()})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "\n== joined result\n")
+	printRun(env.Stdout, got.GetRun())
+	tenant := got.GetRun().GetTenantId()
+	audit, err := store.AuditRun(ctx, b.pool, tenant, last.GetRunId())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "\n== spend audit (as role fanout_auditor, through the audit views)\n")
+	printAudit(env.Stdout, audit)
+	fmt.Fprintf(env.Stdout, "\nAudit it yourself: fanout ledger %s   or SQL in docs/auditing.md\n", last.GetRunId())
+	if audit.Broken != 0 {
+		return fmt.Errorf("ledger not conserved on %d accounts of run %s", audit.Broken, last.GetRunId())
+	}
+	return nil
+}
+
+func printAudit(w io.Writer, a store.RunAudit) {
+	r := a.Run
+	fmt.Fprintf(w, "run_spend   %s (tenant %s): %s\n", r.RunID, r.TenantID, r.State)
+	fmt.Fprintf(w, "  limit %d = spent %d + reserved %d + available %d\n", r.Limit, r.Spent, r.Reserved, r.Available)
+	fmt.Fprintf(w, "  spent: %d reported by the model, %d estimated (cancelled in flight), %d overrun; %d reservations\n",
+		r.Reported, r.Estimated, r.Overrun, r.Reservations)
+	fmt.Fprintf(w, "task_spend\n  %-16s %8s %8s %9s %9s %6s\n", "task", "limit", "spent", "reported", "estimated", "calls")
+	for _, t := range a.Tasks {
+		fmt.Fprintf(w, "  %-16s %8d %8d %9d %9d %6d\n", t.TaskID, t.Limit, t.Spent, t.Reported, t.Estimated, t.Reservations)
+	}
+	verdict := "conserved"
+	if a.Broken > 0 {
+		verdict = fmt.Sprintf("NOT CONSERVED on %d", a.Broken)
+	}
+	fmt.Fprintf(w, "conservation_check: %d accounts, %s (limit = available + reserved + spent; entries sum to rows)\n", a.Accounts, verdict)
+}
+
+const ledgerUsage = `
+Audit one run's spend the way an auditor does: as the read-only role fanout_auditor,
+through the audit views (run_spend, task_spend, conservation_check). Needs the
+database URL; under "fanout dev" it is found in the data dir.
+
+Usage:
+  fanout ledger RUN_ID [--tenant ID] [--database-url URL]
+
+Example:
+  fanout ledger run_0123abcd --tenant default
+`
+
+func cmdLedger(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("ledger", ledgerUsage, env.Stderr)
+	var url, tenant, dataDir string
+	f.StringVar(&url, "database-url", "", "PostgreSQL URL (default: the one `fanout dev` wrote in --data-dir)")
+	f.alsoEnv("database-url", "DATABASE_URL")
+	f.StringVar(&tenant, "tenant", "default", "the run's tenant")
+	f.StringVar(&dataDir, "data-dir", ".fanout", "the data dir of `fanout dev`")
+	runID, err := parseWithRunID(f, args, env)
+	if err != nil {
+		return err
+	}
+	if url == "" {
+		b, err := os.ReadFile(filepath.Join(dataDir, databaseURLFile))
+		if err != nil {
+			return fmt.Errorf("--database-url (or DATABASE_URL) is required: no `fanout dev` URL in %s", dataDir)
+		}
+		url = strings.TrimSpace(string(b))
+	}
+	pool, err := store.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	a, err := store.AuditRun(ctx, pool, tenant, runID)
+	if err != nil {
+		return err
+	}
+	printAudit(env.Stdout, a)
+	return nil
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fanout/fanout/orchestrator"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// serverFlags are the flags every server shares.
+type serverFlags struct {
+	listen        string
+	databaseURL   string
+	logLevel      string
+	grace         time.Duration
+	sweepInterval time.Duration
+	pollInterval  time.Duration
+}
+
+func (s *serverFlags) register(f *flags, listen string) {
+	f.StringVar(&s.listen, "listen", listen, "address to serve gRPC on (HOST:PORT)")
+	f.StringVar(&s.databaseURL, "database-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db)")
+	f.alsoEnv("database-url", "DATABASE_URL")
+	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.DurationVar(&s.grace, "shutdown-grace", defaultGrace, "how long to drain on SIGTERM before cancelling what is left")
+	f.DurationVar(&s.sweepInterval, "sweep-interval", 2*time.Second, "how often this node posts expired leases as estimated spend")
+	f.DurationVar(&s.pollInterval, "poll-interval", time.Second, "how often watched runs are polled in case a NOTIFY was missed")
+}
+
+func (s *serverFlags) backend(ctx context.Context, env *Env) (*backend, error) {
+	if s.databaseURL == "" {
+		return nil, fmt.Errorf("--database-url (or DATABASE_URL) is required")
+	}
+	return startBackend(ctx, backendConfig{
+		DatabaseURL:   s.databaseURL,
+		SweepInterval: s.sweepInterval,
+		PollInterval:  s.pollInterval,
+		Logger:        newLogger(env.Stderr, s.logLevel),
+	})
+}
+
+// engineFlags are the orchestrator's limits.
+func registerEngineFlags(f *flags, c *orchestrator.Config) {
+	f.IntVar(&c.MaxTasks, "max-tasks", 256, "most tasks in one run (more is RESOURCE_EXHAUSTED)")
+	f.Func("default-concurrency", "subagents of one run at once when the run sets none (default 16)", func(v string) error {
+		var n int32
+		_, err := fmt.Sscan(v, &n)
+		c.DefaultConcurrency = n
+		return err
+	})
+	f.Int64Var(&c.DefaultMinReservation, "min-reservation", 256, "a run's min_reservation_tokens when it sets none")
+	f.DurationVar(&c.DefaultTaskTimeout, "task-timeout", 5*time.Minute, "a task's timeout when it sets none")
+	f.DurationVar(&c.DefaultRunTimeout, "run-timeout", 30*time.Minute, "a run's timeout when it sets none")
+}
+
+type simFlags struct {
+	latency time.Duration
+	tools   int
+	finish  int
+	output  int
+}
+
+func (s *simFlags) register(f *flags) {
+	f.DurationVar(&s.latency, "sim-latency", 400*time.Millisecond, "latency of each call of the sim model")
+	f.IntVar(&s.tools, "sim-tool-calls", 2, "tool calls the sim model makes per iteration")
+	f.IntVar(&s.finish, "sim-finish-after", 3, "iteration at which the sim model answers")
+	f.IntVar(&s.output, "sim-output-tokens", 300, "output tokens the sim model reports per call")
+}
+
+func (s *simFlags) config() llm.SimConfig {
+	return llm.SimConfig{Latency: s.latency, ToolCallsPerIteration: s.tools, FinishAfter: s.finish, OutputTokens: s.output}
+}
+
+const orchestratorUsage = `
+Serve fanout.v1.OrchestratorService: accept runs, dispatch their tasks to workers,
+cancel on budget exhaustion, join the results. Stateless: run as many replicas as
+you like against one Postgres; any replica answers GetRun, WatchRun and CancelRun.
+
+Usage:
+  fanout orchestrator --database-url URL --workers TARGET [flags]
+
+Example:
+  fanout orchestrator --listen 0.0.0.0:50051 \
+    --database-url postgres://fanout@db:5432/fanout --workers dns:///fanout-workers:50052
+`
+
+func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("orchestrator", orchestratorUsage, env.Stderr)
+	var sf serverFlags
+	sf.register(f, "127.0.0.1:50051")
+	var oc orchestratorConfig
+	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
+	registerEngineFlags(f, &oc.Engine)
+	if err := parseFlags(f, args, env); err != nil {
+		return err
+	}
+	b, err := sf.backend(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	oc.Listen = sf.listen
+	n, err := startOrchestrator(b, oc)
+	if err != nil {
+		return err
+	}
+	b.log.Info("orchestrator serving", "addr", n.Addr(), "workers", oc.Workers)
+	return waitAndStop(ctx, b, sf.grace, n)
+}
+
+const workerUsage = `
+Serve fanout.v1.SubagentService: run subagents (the agent loop), paying every model
+call from the shared ledger, and cancel local subagents of a run whose budget ended.
+
+Usage:
+  fanout worker --database-url URL [flags]
+
+Example:
+  fanout worker --listen 0.0.0.0:50052 --database-url postgres://fanout@db:5432/fanout --capacity 128
+`
+
+func cmdWorker(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("worker", workerUsage, env.Stderr)
+	var sf serverFlags
+	sf.register(f, "127.0.0.1:50052")
+	var wc workerConfig
+	f.StringVar(&wc.Name, "name", "", "worker name in the ledger and events (default worker@ADDR)")
+	f.IntVar(&wc.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
+	f.DurationVar(&wc.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
+	var sim simFlags
+	sim.register(f)
+	if err := parseFlags(f, args, env); err != nil {
+		return err
+	}
+	b, err := sf.backend(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	wc.Listen, wc.Sim = sf.listen, sim.config()
+	n, err := startWorker(b, wc)
+	if err != nil {
+		return err
+	}
+	b.log.Info("worker serving", "addr", n.Addr())
+	return waitAndStop(ctx, b, sf.grace, n)
+}
+
+// waitAndStop serves until ctx ends (SIGTERM, Ctrl-C) or a server fails,
+// then stops the nodes in order.
+func waitAndStop(ctx context.Context, b *backend, grace time.Duration, nodes ...*grpcNode) error {
+	var err error
+	done := make(chan error, len(nodes))
+	for _, n := range nodes {
+		go func() { done <- <-n.done }()
+	}
+	select {
+	case <-ctx.Done():
+		b.log.Info("shutting down", "grace", grace)
+	case err = <-done:
+		err = fmt.Errorf("server stopped: %w", err)
+	}
+	for _, n := range nodes {
+		n.stop(grace)
+	}
+	return err
+}
+
+const migrateUsage = `
+Apply the database schema (embedded migrations) under an advisory lock, so replicas
+starting together are safe. --to N moves to version N (down migrations included).
+
+Usage:
+  fanout migrate --database-url URL [--to N]
+
+Example:
+  DATABASE_URL=postgres://fanout@db:5432/fanout fanout migrate
+`
+
+func cmdMigrate(ctx context.Context, env *Env, args []string) error {
+	f := newFlags("migrate", migrateUsage, env.Stderr)
+	var url string
+	var to int
+	f.StringVar(&url, "database-url", "", "PostgreSQL URL")
+	f.alsoEnv("database-url", "DATABASE_URL")
+	f.IntVar(&to, "to", -1, "target version (-1: the newest)")
+	if err := parseFlags(f, args, env); err != nil {
+		return err
+	}
+	if url == "" {
+		return fmt.Errorf("--database-url (or DATABASE_URL) is required")
+	}
+	done, err := store.MigrateTo(ctx, url, to)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "migrations applied: %v\n", done)
+	return nil
+}
