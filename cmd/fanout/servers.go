@@ -61,6 +61,8 @@ type simFlags struct {
 	tools   int
 	finish  int
 	output  int
+	logPath string
+	seed    int64
 }
 
 func (s *simFlags) register(f *flags) {
@@ -68,10 +70,13 @@ func (s *simFlags) register(f *flags) {
 	f.IntVar(&s.tools, "sim-tool-calls", 2, "tool calls the sim model makes per iteration")
 	f.IntVar(&s.finish, "sim-finish-after", 3, "iteration at which the sim model answers")
 	f.IntVar(&s.output, "sim-output-tokens", 300, "output tokens the sim model reports per call")
+	f.StringVar(&s.logPath, "sim-log", "", "append every sim call (start, end, run, task, reservation) to this JSON-lines file")
+	f.Int64Var(&s.seed, "sim-seed", 1, "the sim model's seed when a run sets none")
 }
 
 func (s *simFlags) config() llm.SimConfig {
-	return llm.SimConfig{Latency: s.latency, ToolCallsPerIteration: s.tools, FinishAfter: s.finish, OutputTokens: s.output}
+	return llm.SimConfig{Latency: s.latency, ToolCallsPerIteration: s.tools, FinishAfter: s.finish,
+		OutputTokens: s.output, LogPath: s.logPath, Seed: s.seed}
 }
 
 const orchestratorUsage = `
