@@ -42,18 +42,18 @@ func (s *serverFlags) backend(ctx context.Context, env *Env) (*backend, error) {
 	})
 }
 
-// engineFlags are the orchestrator's limits.
-func registerEngineFlags(f *flags, c *orchestrator.Config) {
+// registerEngineFlags registers the orchestrator's limits; call the
+// returned func after parsing to copy them into c.
+func registerEngineFlags(f *flags, c *orchestrator.Config) func() {
 	f.IntVar(&c.MaxTasks, "max-tasks", 256, "most tasks in one run (more is RESOURCE_EXHAUSTED)")
-	f.Func("default-concurrency", "subagents of one run at once when the run sets none (default 16)", func(v string) error {
-		var n int32
-		_, err := fmt.Sscan(v, &n)
-		c.DefaultConcurrency = n
-		return err
-	})
+	concurrency := f.Int("default-concurrency", 16, "subagents of one run at once when the run sets none")
+	maxConcurrency := f.Int("max-concurrency", 256, "most subagents of one run at once, whatever the run asks")
 	f.Int64Var(&c.DefaultMinReservation, "min-reservation", 256, "a run's min_reservation_tokens when it sets none")
 	f.DurationVar(&c.DefaultTaskTimeout, "task-timeout", 5*time.Minute, "a task's timeout when it sets none")
 	f.DurationVar(&c.DefaultRunTimeout, "run-timeout", 30*time.Minute, "a run's timeout when it sets none")
+	return func() {
+		c.DefaultConcurrency, c.MaxConcurrency = int32(*concurrency), int32(*maxConcurrency)
+	}
 }
 
 type simFlags struct {
@@ -98,10 +98,11 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	sf.register(f, "127.0.0.1:50051")
 	var oc orchestratorConfig
 	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
-	registerEngineFlags(f, &oc.Engine)
+	applyEngine := registerEngineFlags(f, &oc.Engine)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
+	applyEngine()
 	b, err := sf.backend(ctx, env)
 	if err != nil {
 		return err

@@ -1,0 +1,80 @@
+// Command goclient shows how a Go service calls fanout: it sends one run,
+// streams its events, and prints the joined facts.
+//
+//	go run ./examples/goclient -addr 127.0.0.1:50051
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:50051", "orchestrator address")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	client := fanoutv1.NewOrchestratorServiceClient(conn)
+
+	spec := &fanoutv1.RunSpec{
+		// The same key always means the same run: retrying this call after a
+		// network error never starts (or pays for) a second one.
+		IdempotencyKey: fmt.Sprintf("goclient-%d", time.Now().Unix()),
+		Goal:           "Compare three vector databases for a 10M-embedding workload",
+		Budget:         &fanoutv1.Budget{LimitTokens: 8000},
+		Limits:         &fanoutv1.Limits{MaxConcurrency: 3, RunTimeout: durationpb.New(time.Minute)},
+		JoinPolicy:     fanoutv1.JoinPolicy_JOIN_POLICY_ALL_SETTLED,
+	}
+	for _, id := range []string{"pgvector", "qdrant", "milvus"} {
+		spec.Tasks = append(spec.Tasks, &fanoutv1.TaskSpec{
+			Id:           id,
+			Instruction:  "Find recall@10 and p99 query latency published for " + id,
+			TokenBudget:  3000,
+			AllowedTools: []string{"search", "fetch"},
+		})
+	}
+
+	// Run streams events until the run ends; cancelling ctx cancels the run.
+	stream, err := client.Run(ctx, &fanoutv1.RunRequest{Spec: spec})
+	if err != nil {
+		log.Fatal(status.Convert(err).Message())
+	}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			log.Fatal(status.Convert(err).Message())
+		}
+		switch ev := resp.GetEvent().GetEvent().(type) {
+		case *fanoutv1.RunEvent_TaskFinished:
+			o := ev.TaskFinished.GetOutcome()
+			fmt.Printf("%-10s %s, %d tokens\n", o.GetTaskId(), o.GetStatus(), o.GetTokensSpent())
+		case *fanoutv1.RunEvent_RunFinished:
+			res := ev.RunFinished.GetResult()
+			fmt.Printf("run %s: %s, %d tokens\n", resp.GetEvent().GetRunId(), ev.RunFinished.GetState(), res.GetTotalTokens())
+			for _, f := range res.GetFacts() {
+				fmt.Printf("  - %s %v\n", f.GetText(), f.GetSources())
+			}
+		}
+	}
+}
