@@ -285,7 +285,16 @@ func (e *Engine) List(ctx context.Context, p ListParams) ([]*fanoutv1.Run, error
 	if p.TenantID == "" {
 		p.TenantID = "default"
 	}
-	return e.store.ListRuns(ctx, p.TenantID, p.State, p.BeforeCreated, p.BeforeID, p.Limit)
+	runs, err := e.store.ListRuns(ctx, p.TenantID, p.State, p.BeforeCreated, p.BeforeID, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		if acct, err := e.ledger.RunAccount(ctx, r.GetRunId()); err == nil {
+			r.Budget = snapshot(acct)
+		}
+	}
+	return runs, nil
 }
 
 // Watch sends the run's events with sequence > after in order — stored

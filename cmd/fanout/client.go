@@ -53,7 +53,14 @@ func describe(err error) string {
 		return err.Error()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s", st.Code(), st.Message())
+	msg := st.Message()
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			// The violations follow one per line.
+			msg = fmt.Sprintf("invalid request, %d field violation(s)", len(br.GetFieldViolations()))
+		}
+	}
+	fmt.Fprintf(&b, "%s: %s", st.Code(), msg)
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.BadRequest:
@@ -326,7 +333,12 @@ func cmdCancel(ctx context.Context, env *Env, args []string) error {
 		printJSON(env.Stdout, resp.GetRun())
 		return nil
 	}
-	fmt.Fprintf(env.Stdout, "%s: %s %s\n", runID, shortState(resp.GetRun().GetState()), resp.GetRun().GetCancelCause())
+	r := resp.GetRun()
+	if r.GetState() == fanoutv1.RunState_RUN_STATE_RUNNING {
+		fmt.Fprintf(env.Stdout, "%s: cancel sent; every node stops its subagents (follow with: fanout watch %s)\n", runID, runID)
+	} else {
+		fmt.Fprintf(env.Stdout, "%s: %s %s\n", runID, shortState(r.GetState()), r.GetCancelCause())
+	}
 	return nil
 }
 
@@ -372,9 +384,9 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 		printJSON(env.Stdout, resp)
 		return nil
 	}
-	fmt.Fprintf(env.Stdout, "%-26s %-17s %6s %10s %10s  %s\n", "RUN", "STATE", "TASKS", "SPENT", "LIMIT", "CREATED")
+	fmt.Fprintf(env.Stdout, "%-36s %-17s %6s %10s %10s  %s\n", "RUN", "STATE", "TASKS", "SPENT", "LIMIT", "CREATED")
 	for _, r := range resp.GetRuns() {
-		fmt.Fprintf(env.Stdout, "%-26s %-17s %6d %10d %10d  %s\n", r.GetRunId(), shortState(r.GetState()),
+		fmt.Fprintf(env.Stdout, "%-36s %-17s %6d %10d %10d  %s\n", r.GetRunId(), shortState(r.GetState()),
 			len(r.GetTasks()), r.GetBudget().GetSpentTokens(), r.GetBudget().GetLimitTokens(),
 			r.GetCreatedAt().AsTime().Local().Format(time.DateTime))
 	}
