@@ -561,10 +561,11 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 			e.cfg.Logger.Error("cancel ledger run at shutdown", "run_id", d.runID, "err", err)
 		}
 	}
-	e.finishRun(ctx, d.runID, state, cause, result)
+	// Close the ledger first, so that whoever sees RunFinished reads final spend.
 	if _, err := e.ledger.CloseRun(ctx, d.runID); err != nil {
 		e.cfg.Logger.Error("close ledger run", "run_id", d.runID, "err", err)
 	}
+	e.finishRun(ctx, d.runID, state, cause, result)
 	e.cfg.Logger.Info("run ended", "run_id", d.runID, "state", state.String(), "cause", cause,
 		"tasks", n, "tokens", result.GetTotalTokens())
 }
@@ -615,10 +616,13 @@ func (d *driver) outcome(cause error, outcomes []*fanoutv1.TaskOutcome) (fanoutv
 
 // synthesisSkipped says why the synthesis call is not made.
 func (d *driver) synthesisSkipped(ctx context.Context) string {
-	if acct, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil &&
-		(acct.State == budget.StateExhausted || acct.Available() < d.p.minReservation) {
-		return fmt.Sprintf("budget exhausted: %d tokens available, synthesis needs at least %d",
-			acct.Available(), d.p.minReservation)
+	if acct, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil {
+		switch {
+		case acct.State == budget.StateExhausted:
+			return "the run's budget was exhausted: the ledger grants it nothing more"
+		case acct.Available() < d.p.minReservation:
+			return fmt.Sprintf("%d tokens available, synthesis needs at least %d", acct.Available(), d.p.minReservation)
+		}
 	}
 	return "synthesis needs a model call; not available in this version"
 }

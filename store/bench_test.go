@@ -23,31 +23,42 @@ import (
 // same run: the bare conditional single-row UPDATE + INSERT per operation,
 // through pgx, with no ledger logic. The ratio is printed in a table at the end.
 func BenchmarkHotAccount(b *testing.B) {
-	type result struct{ ledger, raw, ledgerP99, rawP99 float64 }
+	type result struct{ ledger, coalesced, raw, ledgerP99, coalescedP99, rawP99 float64 }
 	results := map[int]*result{}
 	clientsList := []int{1, 16, 64}
 	for _, clients := range clientsList {
 		results[clients] = &result{}
-		b.Run(fmt.Sprintf("ledger/clients=%d", clients), func(b *testing.B) {
-			ctx := context.Background()
-			pool := benchPool(b, clients)
-			l := store.NewLedger(pool)
-			ra, err := l.OpenRun(ctx, budget.OpenRunParams{RunID: "hot", TenantID: "bench", Limit: 1 << 50, MinReservation: 1,
-				Tasks: []budget.TaskBudget{{TaskID: "t", Limit: 1 << 50}}})
-			if err != nil {
-				b.Fatal(err)
+		for _, coalesce := range []bool{false, true} {
+			name := "ledger"
+			if coalesce {
+				name = "coalesced"
 			}
-			acct := ra.Tasks["t"]
-			rate, p99 := benchClients(b, clients, func() error {
-				r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute})
+			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
+				ctx := context.Background()
+				pool := benchPool(b, clients)
+				l := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: coalesce})
+				defer l.Close()
+				ra, err := l.OpenRun(ctx, budget.OpenRunParams{RunID: "hot", TenantID: "bench", Limit: 1 << 50, MinReservation: 1,
+					Tasks: []budget.TaskBudget{{TaskID: "t", Limit: 1 << 50}}})
 				if err != nil {
-					return err
+					b.Fatal(err)
 				}
-				_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700})
-				return err
+				acct := ra.Tasks["t"]
+				rate, p99 := benchClients(b, clients, func() error {
+					r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute})
+					if err != nil {
+						return err
+					}
+					_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700})
+					return err
+				})
+				if coalesce {
+					results[clients].coalesced, results[clients].coalescedP99 = rate, p99
+				} else {
+					results[clients].ledger, results[clients].ledgerP99 = rate, p99
+				}
 			})
-			results[clients].ledger, results[clients].ledgerP99 = rate, p99
-		})
+		}
 		b.Run(fmt.Sprintf("raw/clients=%d", clients), func(b *testing.B) {
 			ctx := context.Background()
 			pool := benchPool(b, clients)
@@ -70,13 +81,14 @@ func BenchmarkHotAccount(b *testing.B) {
 		})
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "clients\tledger pairs/s\tledger p99 ms\traw pairs/s\traw p99 ms\tledger/raw\t")
+	fmt.Fprintln(w, "clients\tledger pairs/s\tp99 ms\tcoalesced pairs/s\tp99 ms\traw pairs/s\tp99 ms\tledger/raw\tcoalesced/raw\t")
 	for _, c := range clientsList {
 		r := results[c]
 		if r.raw == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.2f\t\n", c, r.ledger, r.ledgerP99, r.raw, r.rawP99, r.ledger/r.raw)
+		fmt.Fprintf(w, "%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.0f\t%.1f\t%.2f\t%.2f\t\n", c, r.ledger, r.ledgerP99,
+			r.coalesced, r.coalescedP99, r.raw, r.rawP99, r.ledger/r.raw, r.coalesced/r.raw)
 	}
 	w.Flush()
 }

@@ -19,11 +19,13 @@ import (
 // transaction (group commit) without changing this type's API.
 type Ledger struct {
 	pool *pgxpool.Pool
+	co   *coalescer // nil unless LedgerConfig.Coalesce
 }
 
 var _ budget.Ledger = (*Ledger)(nil)
 
-// NewLedger returns a ledger on pool.
+// NewLedger returns a ledger on pool that runs each call in its own
+// transaction. See NewLedgerWithConfig for group commit.
 func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
 
 // ledgerResult mirrors the SQL type ledger_result.
@@ -113,16 +115,6 @@ const resultCols = `outcome, info_account, info_kind, info_state, info_available
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
 	lease_expires_at, state, actual, spent, overrun, estimated`
 
-func (l *Ledger) call(ctx context.Context, sql string, args ...any) (ledgerResult, error) {
-	var r ledgerResult
-	err := r.scan(l.pool.QueryRow(ctx, "SELECT "+resultCols+" FROM "+sql, args...))
-	if err != nil && isCheckViolation(err) {
-		// The CHECK is the last line of defence; reaching it is a bug to surface loudly.
-		err = fmt.Errorf("ledger invariant refused by database (bug): %w", err)
-	}
-	return r, err
-}
-
 // Reserve implements budget.Ledger.
 func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (budget.Reservation, error) {
 	if err := p.Validate(); err != nil {
@@ -132,7 +124,14 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (budget.Re
 	if p.Key != "" {
 		key = &p.Key
 	}
-	r, err := l.call(ctx, "ledger_reserve($1, $2, $3, $4, $5, $6)",
+	var chain []int64
+	if l.co != nil {
+		var err error
+		if chain, err = l.co.accountChain(ctx, int64(p.Account)); err != nil {
+			return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
+		}
+	}
+	r, err := l.call(ctx, chain, "ledger_reserve($1, $2, $3, $4, $5, $6)",
 		int64(p.Account), p.Want, p.Min, p.Holder, p.TTL, key)
 	if err != nil {
 		return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
@@ -140,7 +139,25 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (budget.Re
 	if err := r.err(0, p.Min); err != nil {
 		return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
 	}
+	if l.co != nil && chain != nil {
+		l.co.remember(r.reservation().ID, chain)
+	}
 	return r.reservation(), nil
+}
+
+// chainOf returns the chain of a reservation this node made, when coalescing.
+func (l *Ledger) chainOf(id budget.ReservationID) []int64 {
+	if l.co == nil {
+		return nil
+	}
+	return l.co.reservationChain(id)
+}
+
+// resolved forgets a reservation that left the held state.
+func (l *Ledger) resolved(id budget.ReservationID) {
+	if l.co != nil {
+		l.co.forget(id)
+	}
 }
 
 // Settle implements budget.Ledger.
@@ -148,7 +165,10 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (budget.Rese
 	if err := p.Validate(); err != nil {
 		return budget.Reservation{}, err
 	}
-	r, err := l.call(ctx, "ledger_settle($1, $2, $3, $4)", int64(p.Reservation), p.Generation, p.Actual, p.Estimated)
+	r, err := l.call(ctx, l.chainOf(p.Reservation), "ledger_settle($1, $2, $3, $4)", int64(p.Reservation), p.Generation, p.Actual, p.Estimated)
+	if err == nil && r.Outcome == "ok" {
+		l.resolved(p.Reservation)
+	}
 	if err == nil {
 		err = r.err(p.Reservation, 0)
 	}
@@ -163,7 +183,10 @@ func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation i
 	if id <= 0 {
 		return budget.Reservation{}, &budget.ValidationError{Field: "reservation", Reason: fmt.Sprintf("must be a positive reservation id, got %d", id)}
 	}
-	r, err := l.call(ctx, "ledger_void($1, $2, '')", int64(id), generation)
+	r, err := l.call(ctx, l.chainOf(id), "ledger_void($1, $2, '')", int64(id), generation)
+	if err == nil && r.Outcome == "ok" {
+		l.resolved(id)
+	}
 	if err == nil {
 		err = r.err(id, 0)
 	}
@@ -178,7 +201,7 @@ func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation 
 	if ttl <= 0 {
 		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be > 0, got %s", ttl)}
 	}
-	r, err := l.call(ctx, "ledger_renew($1, $2, $3)", int64(id), generation, ttl)
+	r, err := l.direct(ctx, "ledger_renew($1, $2, $3)", int64(id), generation, ttl)
 	if err == nil {
 		err = r.err(id, 0)
 	}
@@ -205,7 +228,7 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, id := range ids {
-		r, err := l.call(ctx, "ledger_expire($1)", id)
+		r, err := l.direct(ctx, "ledger_expire($1)", id)
 		if err != nil {
 			return n, fmt.Errorf("expire reservation %d: %w", id, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store"
 )
 
 // model is a tiny in-memory ledger with the semantics of migrations/0001:
@@ -345,6 +346,13 @@ func TestLedgerAgreesWithModel(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			runModel(t, b, "model", rand.New(rand.NewPCG(seed, 42)), 150)
+		})
+		t.Run(fmt.Sprint("coalesced/seed", seed), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.ledger = store.NewLedgerWithConfig(b.pool, store.LedgerConfig{Coalesce: true})
+			t.Cleanup(b.ledger.Close)
 			runModel(t, b, "model", rand.New(rand.NewPCG(seed, 42)), 150)
 		})
 	}

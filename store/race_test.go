@@ -23,6 +23,7 @@ const (
 	envRaceDB       = "FANOUT_RACE_CHILD_DB"
 	envRaceAccounts = "FANOUT_RACE_CHILD_ACCOUNTS"
 	envRaceSeed     = "FANOUT_RACE_CHILD_SEED"
+	envRaceCoalesce = "FANOUT_RACE_CHILD_COALESCE"
 )
 
 type raceStats struct {
@@ -134,12 +135,15 @@ func raceChild() bool {
 		accounts = append(accounts, budget.AccountID(id))
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envRaceSeed), 10, 64)
-	st := raceClients(ctx, store.NewLedger(pool), accounts, 25, seed, fmt.Sprintf("proc-%d", os.Getpid()))
+	l := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: os.Getenv(envRaceCoalesce) != ""})
+	defer l.Close()
+	st := raceClients(ctx, l, accounts, 25, seed, fmt.Sprintf("proc-%d", os.Getpid()))
 	json.NewEncoder(os.Stdout).Encode(st) //nolint:errcheck
 	return true
 }
 
-// TestBoundaryRace: 200 goroutines here and 4 more OS processes spend one run
+// TestBoundaryRace: 200 goroutines here and 4 more OS processes (half of each
+// through group commit) spend one run
 // budget until it is exhausted. The run is never overspent, every account is
 // conserved, entries sum to rows, and the CHECK constraint never fired.
 func TestBoundaryRace(t *testing.T) {
@@ -163,6 +167,9 @@ func TestBoundaryRace(t *testing.T) {
 			envRaceDB+"="+b.url,
 			envRaceAccounts+"="+strings.Join(ids, ","),
 			envRaceSeed+"="+strconv.Itoa(1000+i))
+		if i%2 == 1 {
+			cmd.Env = append(cmd.Env, envRaceCoalesce+"=1") // half the processes use group commit
+		}
 		cmd.Stdout = &outs[i]
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -175,7 +182,17 @@ func TestBoundaryRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	total := raceClients(b.ctx, store.NewLedger(pool), accounts, 200, 7, "parent")
+	// Half the goroutines call directly, half through group commit: mixed
+	// traffic must stay exact and deadlock-free.
+	coalesced := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: true})
+	defer coalesced.Close()
+	var total, other raceStats
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); other = raceClients(b.ctx, coalesced, accounts, 100, 8, "parent-coalesced") }()
+	total = raceClients(b.ctx, store.NewLedger(pool), accounts, 100, 7, "parent")
+	wg.Wait()
+	total.add(other)
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("client process %d: %v", i, err)

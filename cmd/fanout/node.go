@@ -42,6 +42,7 @@ type backendConfig struct {
 	DatabaseURL   string
 	SweepInterval time.Duration
 	PollInterval  time.Duration
+	GroupCommit   bool
 	Logger        *slog.Logger
 }
 
@@ -50,7 +51,7 @@ func startBackend(ctx context.Context, cfg backendConfig) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	ledger := store.NewLedger(pool)
+	ledger := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit})
 	w := budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
 		PollInterval: cfg.PollInterval,
 		Logger:       cfg.Logger,
@@ -66,6 +67,7 @@ func startBackend(ctx context.Context, cfg backendConfig) (*backend, error) {
 func (b *backend) close() {
 	b.cancel()
 	b.wg.Wait()
+	b.ledger.Close()
 	b.pool.Close()
 }
 

@@ -18,6 +18,7 @@ type serverFlags struct {
 	grace         time.Duration
 	sweepInterval time.Duration
 	pollInterval  time.Duration
+	groupCommit   bool
 }
 
 func (s *serverFlags) register(f *flags, listen string) {
@@ -28,6 +29,7 @@ func (s *serverFlags) register(f *flags, listen string) {
 	f.DurationVar(&s.grace, "shutdown-grace", defaultGrace, "how long to drain on SIGTERM before cancelling what is left")
 	f.DurationVar(&s.sweepInterval, "sweep-interval", 2*time.Second, "how often this node posts expired leases as estimated spend")
 	f.DurationVar(&s.pollInterval, "poll-interval", time.Second, "how often watched runs are polled in case a NOTIFY was missed")
+	f.BoolVar(&s.groupCommit, "group-commit", true, "coalesce ledger calls that arrive together into one transaction")
 }
 
 func (s *serverFlags) backend(ctx context.Context, env *Env) (*backend, error) {
@@ -38,6 +40,7 @@ func (s *serverFlags) backend(ctx context.Context, env *Env) (*backend, error) {
 		DatabaseURL:   s.databaseURL,
 		SweepInterval: s.sweepInterval,
 		PollInterval:  s.pollInterval,
+		GroupCommit:   s.groupCommit,
 		Logger:        newLogger(env.Stderr, s.logLevel),
 	})
 }
