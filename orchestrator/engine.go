@@ -874,7 +874,8 @@ func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.Execut
 		case *fanoutv1.ExecuteResponse_Iteration:
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(taskCtx), cleanupTimeout)
 			d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
-				TaskId: req.GetTask().GetId(), Iteration: ev.Iteration.GetIteration(), TokensSpent: ev.Iteration.GetTokensSpent()}}})
+				TaskId: req.GetTask().GetId(), Iteration: ev.Iteration.GetIteration(), TokensSpent: ev.Iteration.GetTokensSpent(),
+				ToolCalls: ev.Iteration.GetToolCalls()}}})
 			cancel()
 		case *fanoutv1.ExecuteResponse_Summary:
 			s := ev.Summary

@@ -232,6 +232,10 @@ func runDemo(ctx context.Context, env *Env, b *backend, addr, specPath string) e
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(env.Stdout, "\n== timeline (fanout trace %s)\n", last.GetRunId())
+	if err := cmdTrace(ctx, env, []string{last.GetRunId(), "--addr", addr}); err != nil {
+		return err
+	}
 	fmt.Fprintf(env.Stdout, "\n== spend audit (as role fanout_auditor, through the audit views)\n")
 	printAudit(env.Stdout, audit)
 	fmt.Fprintf(env.Stdout, "\nAudit it yourself: fanout ledger %s   or SQL in docs/auditing.md\n", last.GetRunId())

@@ -49,6 +49,7 @@ var commands = map[string]command{
 	"watch":        {"stream a run's events (from any replica, resumable)", cmdWatch},
 	"cancel":       {"cancel a run on every node", cmdCancel},
 	"ledger":       {"audit one run's spend through the auditor views (SQL)", cmdLedger},
+	"trace":        {"draw a run's timeline: subagents, iterations, tools, the moment the budget ran out", cmdTrace},
 }
 
 const mainUsage = `fanout fans one request out to many LLM subagents under one exact token budget.

@@ -1741,7 +1741,9 @@ type TaskIteration struct {
 	// The iteration just finished, starting at 1.
 	Iteration int32 `protobuf:"varint,2,opt,name=iteration,proto3" json:"iteration,omitempty"`
 	// Tokens the task has spent so far (cumulative).
-	TokensSpent   int64 `protobuf:"varint,3,opt,name=tokens_spent,json=tokensSpent,proto3" json:"tokens_spent,omitempty"`
+	TokensSpent int64 `protobuf:"varint,3,opt,name=tokens_spent,json=tokensSpent,proto3" json:"tokens_spent,omitempty"`
+	// Tool calls the iteration made.
+	ToolCalls     int32 `protobuf:"varint,4,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1793,6 +1795,13 @@ func (x *TaskIteration) GetIteration() int32 {
 func (x *TaskIteration) GetTokensSpent() int64 {
 	if x != nil {
 		return x.TokensSpent
+	}
+	return 0
+}
+
+func (x *TaskIteration) GetToolCalls() int32 {
+	if x != nil {
+		return x.ToolCalls
 	}
 	return 0
 }
@@ -2127,11 +2136,13 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\">\n" +
 	"\vTaskStarted\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06worker\x18\x02 \x01(\tR\x06worker\"i\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\"\x88\x01\n" +
 	"\rTaskIteration\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\titeration\x18\x02 \x01(\x05R\titeration\x12!\n" +
-	"\ftokens_spent\x18\x03 \x01(\x03R\vtokensSpent\"@\n" +
+	"\ftokens_spent\x18\x03 \x01(\x03R\vtokensSpent\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\x04 \x01(\x05R\ttoolCalls\"@\n" +
 	"\fTaskFinished\x120\n" +
 	"\aoutcome\x18\x01 \x01(\v2\x16.fanout.v1.TaskOutcomeR\aoutcome\"A\n" +
 	"\fBudgetUpdate\x121\n" +
