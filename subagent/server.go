@@ -40,6 +40,25 @@ func SimModels(sim llm.Model) ModelFunc {
 	}
 }
 
+// ProviderModels returns a ModelFunc that serves each request with the
+// model of its ModelSettings.provider ("sim", "openai", "anthropic", ... as
+// keyed in models); the empty provider gets models[defaultProvider]. Any
+// other provider is refused with ErrUnknownProvider, before anything is
+// reserved. The settings' model name reaches the provider through the
+// loop's Request.Model.
+func ProviderModels(models map[string]llm.Model, defaultProvider string) ModelFunc {
+	return func(s *fanoutv1.ModelSettings) (llm.Model, error) {
+		p := s.GetProvider()
+		if p == "" {
+			p = defaultProvider
+		}
+		if m, ok := models[p]; ok && m != nil {
+			return m, nil
+		}
+		return nil, fmt.Errorf("select model: %w %q", ErrUnknownProvider, p)
+	}
+}
+
 // ServerConfig configures a worker. Zero values take the documented defaults.
 type ServerConfig struct {
 	Ledger  budget.Ledger   // required

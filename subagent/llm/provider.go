@@ -1,0 +1,161 @@
+package llm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Errors of the provider models. Every error a provider returns names the
+// provider and the run; match these with errors.Is.
+var (
+	// ErrProvider is a provider's error response (see StatusError) or a reply
+	// that cannot be read.
+	ErrProvider = errors.New("model provider error")
+	// ErrCallTimeout is a call attempt that got no complete reply within
+	// ProviderConfig.CallTimeout. Its usage is unknown.
+	ErrCallTimeout = errors.New("model call timed out")
+	// ErrRetriesExhausted wraps the last StatusError of a call whose retries
+	// ran out: attempts, total sleep or the deadline.
+	ErrRetriesExhausted = errors.New("model call retries exhausted")
+	// ErrMalformedReply is a reply that does not decode (bad JSON, a stream
+	// that ended before its usage). Its usage is unknown.
+	ErrMalformedReply = errors.New("malformed model reply")
+)
+
+// StatusError is a provider's HTTP error response. It holds no request, no
+// headers and no key, only what is safe to log: Message has every occurrence
+// of the API key removed.
+type StatusError struct {
+	Provider   string
+	RunID      string
+	StatusCode int
+	Message    string        // the provider's error message, redacted and truncated
+	RequestID  string        // the provider's request id, if it sent one
+	RetryAfter time.Duration // from Retry-After / retry-after-ms; 0 if absent
+}
+
+func (e *StatusError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: run %s: HTTP %d %s", e.Provider, e.RunID, e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Message != "" {
+		fmt.Fprintf(&b, ": %s", e.Message)
+	}
+	if e.RequestID != "" {
+		fmt.Fprintf(&b, " (request %s)", e.RequestID)
+	}
+	return b.String()
+}
+
+// Unwrap makes every StatusError match ErrProvider.
+func (e *StatusError) Unwrap() error { return ErrProvider }
+
+// Retryable reports whether the status is worth another attempt: 408, 429
+// and 5xx. Everything else (401, 403, 400, 404, ...) will fail the same way.
+func (e *StatusError) Retryable() bool {
+	return e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
+}
+
+// RateLimit is a provider key's limits. Zero fields are unlimited.
+type RateLimit struct {
+	RPM int64 // requests per minute
+	TPM int64 // tokens (input + output) per minute
+	// Burst is how much of a minute's rate a bucket holds: capacity is
+	// rate x Burst / 1m (at least one request). Default 1s, which is how
+	// providers enforce per-minute limits over short windows.
+	Burst time.Duration
+}
+
+// ProviderConfig configures a provider model. Zero values take the
+// documented defaults. cmd fills it from flags and the environment; nothing
+// in this package reads the environment.
+type ProviderConfig struct {
+	// APIKey authenticates every call. It is sent only in the provider's
+	// auth header: never logged, never in an error (errors have it redacted
+	// even if the provider echoes it), never in a rate-limit bucket name,
+	// which uses KeyID instead.
+	APIKey  string
+	BaseURL string // default the provider's public API
+	Model   string // used when Request.Model is empty; required
+	// HTTPClient sends the requests; default a client with its own transport
+	// and no overall timeout (CallTimeout and ctx bound each attempt).
+	HTTPClient *http.Client
+	// CallTimeout bounds one attempt, from sending to the end of the reply;
+	// default 2m.
+	CallTimeout time.Duration
+	Retry       RetryPolicy
+	// Limits are the key's provider limits, enforced by Limiter before each
+	// attempt. Ignored without a Limiter.
+	Limits  RateLimit
+	Limiter Limiter
+	// Slots caps the model calls in flight on this worker; share one across
+	// every provider of a worker. A call holds a slot through its retries.
+	// Nil = no cap.
+	Slots  *semaphore.Weighted
+	Logger *slog.Logger // default slog.Default()
+}
+
+func (c ProviderConfig) withDefaults(provider string) (ProviderConfig, error) {
+	if c.APIKey == "" {
+		return c, fmt.Errorf("new %s model: an API key is required", provider)
+	}
+	if c.Model == "" {
+		return c, fmt.Errorf("new %s model: a default model name is required", provider)
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 2 * time.Minute
+	}
+	c.Retry = c.Retry.withDefaults()
+	if c.Limits.Burst <= 0 {
+		c.Limits.Burst = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// KeyID returns a short, stable, non-reversible id of an API key (the first
+// 12 hex digits of its SHA-256), for logs and rate-limit bucket names.
+func KeyID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
+}
+
+// BucketName returns the rate-limit bucket of a provider key: every worker
+// using the same key shares it.
+func BucketName(provider, key string) string { return provider + ":" + KeyID(key) }
+
+// redactor removes a key from text that may reach a log or an error.
+type redactor string
+
+func (r redactor) String(s string) string {
+	if r == "" {
+		return s
+	}
+	s = strings.ReplaceAll(s, string(r), "[REDACTED]")
+	// A provider that echoes a prefix of the key ("sk-abc...xyz") leaks
+	// little, but a long enough prefix still identifies it.
+	if len(r) > 16 {
+		s = strings.ReplaceAll(s, string(r)[:16], "[REDACTED]")
+	}
+	return s
+}
+
+// truncate shortens a provider message for an error.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

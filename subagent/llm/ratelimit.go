@@ -1,0 +1,193 @@
+package llm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Limiter holds token buckets, one per provider key, that every attempt
+// debits before it is sent. store.RateLimiter implements it on PostgreSQL,
+// shared by the fleet; MemoryLimiter in one process. Its methods use only
+// standard types so that implementations need not import this package.
+type Limiter interface {
+	// Define sets bucket's limits, creating the bucket (empty) if needed.
+	// rpm or tpm 0 means that dimension is unlimited; burst is how much of a
+	// minute's rate the bucket holds.
+	Define(ctx context.Context, bucket string, rpm, tpm int64, burst time.Duration) error
+	// Take debits requests and tokens from bucket if its balances, refilled
+	// to now, cover them (a debit larger than the bucket's capacity needs a
+	// full bucket and leaves it in debt). Otherwise it debits nothing and
+	// returns how long to wait before the balances could cover it. Concurrent
+	// takes never pass on the same balance. It fails if the bucket is not
+	// defined.
+	Take(ctx context.Context, bucket string, requests, tokens int64) (wait time.Duration, err error)
+	// Refund credits tokens back to bucket (a negative refund debits more),
+	// when a call turns out to cost less (or more) than was taken.
+	Refund(ctx context.Context, bucket string, tokens int64) error
+}
+
+// take waits until the limiter grants one request and tokens, or ctx ends.
+func (c *caller) take(ctx context.Context, runID string, tokens int64) error {
+	l := c.cfg.Limiter
+	if l == nil {
+		return nil
+	}
+	if err := c.define(ctx); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("%s: run %s: define rate limits: %w", c.provider, runID, err)
+	}
+	for {
+		wait, err := l.Take(ctx, c.bucket, 1, tokens)
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("%s: run %s: take %d tokens from rate limit bucket %s: %w", c.provider, runID, tokens, c.bucket, err)
+		}
+		if wait <= 0 {
+			return nil
+		}
+		// A little jitter keeps waiting callers from arriving together.
+		wait += rand.N(wait/4 + time.Millisecond)
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *caller) define(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.defined {
+		return nil
+	}
+	lim := c.cfg.Limits
+	if err := c.cfg.Limiter.Define(ctx, c.bucket, lim.RPM, lim.TPM, lim.Burst); err != nil {
+		return err
+	}
+	c.defined = true
+	return nil
+}
+
+// refund credits tokens back, best effort: a failed refund only makes the
+// limiter stricter than it needs to be.
+func (c *caller) refund(ctx context.Context, tokens int64) {
+	if c.cfg.Limiter == nil || tokens == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.cfg.Limiter.Refund(rctx, c.bucket, tokens); err != nil {
+		c.cfg.Logger.Warn("refund rate limit tokens", "provider", c.provider, "bucket", c.bucket, "tokens", tokens, "err", err)
+	}
+}
+
+// MemoryLimiter is a Limiter for one process: a dev server, a single worker
+// or tests. A fleet shares store.RateLimiter instead. Safe for concurrent use.
+type MemoryLimiter struct {
+	mu      sync.Mutex
+	buckets map[string]*memBucket
+	now     func() time.Time
+}
+
+type memBucket struct {
+	rpm, tpm         int64
+	burst            time.Duration
+	requests, tokens float64
+	at               time.Time
+}
+
+var _ Limiter = (*MemoryLimiter)(nil)
+
+// NewMemoryLimiter returns an empty MemoryLimiter.
+func NewMemoryLimiter() *MemoryLimiter {
+	return &MemoryLimiter{buckets: map[string]*memBucket{}, now: time.Now}
+}
+
+// Define implements Limiter.
+func (m *MemoryLimiter) Define(_ context.Context, bucket string, rpm, tpm int64, burst time.Duration) error {
+	if rpm < 0 || tpm < 0 || burst <= 0 {
+		return fmt.Errorf("define bucket %s: rpm %d, tpm %d, burst %s: limits must be >= 0 and burst > 0", bucket, rpm, tpm, burst)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.buckets[bucket]
+	if b == nil {
+		b = &memBucket{at: m.now()}
+		m.buckets[bucket] = b
+	}
+	m.refill(b)
+	b.rpm, b.tpm, b.burst = rpm, tpm, burst
+	return nil
+}
+
+// Take implements Limiter.
+func (m *MemoryLimiter) Take(_ context.Context, bucket string, requests, tokens int64) (time.Duration, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.buckets[bucket]
+	if b == nil {
+		return 0, fmt.Errorf("take from bucket %s: not defined", bucket)
+	}
+	m.refill(b)
+	wr := need(b.requests, float64(requests), b.rpm, b.burst)
+	wt := need(b.tokens, float64(tokens), b.tpm, b.burst)
+	if w := max(wr, wt); w > 0 {
+		return w, nil
+	}
+	if b.rpm > 0 {
+		b.requests -= float64(requests)
+	}
+	if b.tpm > 0 {
+		b.tokens -= float64(tokens)
+	}
+	return 0, nil
+}
+
+// Refund implements Limiter.
+func (m *MemoryLimiter) Refund(_ context.Context, bucket string, tokens int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := m.buckets[bucket]
+	if b == nil {
+		return fmt.Errorf("refund to bucket %s: not defined", bucket)
+	}
+	m.refill(b)
+	if b.tpm > 0 {
+		b.tokens = min(capacity(b.tpm, b.burst), b.tokens+float64(tokens))
+	}
+	return nil
+}
+
+func (m *MemoryLimiter) refill(b *memBucket) {
+	now := m.now()
+	el := max(0, now.Sub(b.at).Minutes())
+	if now.After(b.at) {
+		b.at = now
+	}
+	b.requests = min(capacity(b.rpm, b.burst), b.requests+float64(b.rpm)*el)
+	b.tokens = min(capacity(b.tpm, b.burst), b.tokens+float64(b.tpm)*el)
+}
+
+// capacity is what a bucket of perMinute with burst holds: at least 1.
+func capacity(perMinute int64, burst time.Duration) float64 {
+	return max(1, float64(perMinute)*burst.Minutes())
+}
+
+// need returns how long until balance covers n (capped at the capacity), or
+// 0 if it does now or the dimension is unlimited.
+func need(balance, n float64, perMinute int64, burst time.Duration) time.Duration {
+	if perMinute <= 0 {
+		return 0
+	}
+	want := min(n, capacity(perMinute, burst))
+	if balance >= want {
+		return 0
+	}
+	return time.Duration((want - balance) / float64(perMinute) * float64(time.Minute))
+}

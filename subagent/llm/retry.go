@@ -1,0 +1,204 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// RetryPolicy says when and how a provider model retries a failed attempt.
+//
+// The budget rule: the agent loop reserves once per Model.Call, so every
+// attempt inside a Call is paid from that one reservation. An attempt is
+// retried only when it provably consumed nothing: the provider answered with
+// an error status (408, 429, 5xx) — such replies carry no completion and no
+// usage. An attempt that got no reply (timeout, dropped connection), that
+// failed mid-stream or that returned a body we cannot read is never retried,
+// because the provider may have billed it; Call returns an error and the loop
+// settles the whole reservation, flagged estimated. Non-retryable statuses
+// (400, 401, 403, 404, ...) fail at once.
+//
+// Sleeps use full-jitter exponential backoff: attempt n sleeps a uniform
+// random time in [0, min(MaxDelay, BaseDelay x 2^(n-1))]. A Retry-After
+// (seconds or HTTP-date) or retry-after-ms header is a floor, never
+// undercut. The number of attempts, the total sleep and the call's context
+// deadline bound the retries: a retry whose sleep would end past the
+// deadline is not made, and the call fails at once with ErrRetriesExhausted
+// rather than sleeping into a timeout.
+type RetryPolicy struct {
+	MaxAttempts int           // attempts including the first; default 4; 1 disables retries
+	BaseDelay   time.Duration // default 500ms
+	MaxDelay    time.Duration // cap of one backoff sleep (not of Retry-After); default 30s
+	MaxSleep    time.Duration // cap of the total sleep of one call; default 2m
+	// JitterFunc returns a uniform random duration in [0, d]; default
+	// math/rand/v2. Tests set it to make sleeps deterministic.
+	JitterFunc func(d time.Duration) time.Duration
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 4
+	}
+	if p.BaseDelay <= 0 {
+		p.BaseDelay = 500 * time.Millisecond
+	}
+	if p.MaxDelay <= 0 {
+		p.MaxDelay = 30 * time.Second
+	}
+	if p.MaxSleep <= 0 {
+		p.MaxSleep = 2 * time.Minute
+	}
+	if p.JitterFunc == nil {
+		p.JitterFunc = func(d time.Duration) time.Duration {
+			if d <= 0 {
+				return 0
+			}
+			return rand.N(d + 1)
+		}
+	}
+	return p
+}
+
+// Backoff returns the sleep before attempt n+1 after attempt n (n >= 1)
+// failed with a Retry-After of retryAfter (0 if none).
+func (p RetryPolicy) Backoff(n int, retryAfter time.Duration) time.Duration {
+	p = p.withDefaults()
+	ceiling := p.MaxDelay
+	if n-1 < 30 {
+		ceiling = min(p.MaxDelay, p.BaseDelay<<(n-1))
+	}
+	return max(p.JitterFunc(ceiling), retryAfter)
+}
+
+// ParseRetryAfter reads a reply's retry delay: retry-after-ms (OpenAI), or
+// Retry-After as delay-seconds or an HTTP-date (RFC 9110 10.2.3). It returns
+// 0 if there is none or it cannot be read.
+func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, t.Sub(now))
+	}
+	return 0
+}
+
+// caller is what both providers share: the per-worker slot, the fleet rate
+// limits, the per-attempt timeout, retries and key redaction.
+type caller struct {
+	provider string
+	cfg      ProviderConfig
+	bucket   string
+	redact   redactor
+
+	mu      sync.Mutex
+	defined bool // the bucket's limits were written to the Limiter
+}
+
+func newCaller(provider string, cfg ProviderConfig) *caller {
+	return &caller{provider: provider, cfg: cfg, bucket: BucketName(provider, cfg.APIKey), redact: redactor(cfg.APIKey)}
+}
+
+// errAttemptTimeout is the cause of an attempt's context when CallTimeout passes.
+var errAttemptTimeout = errors.New("attempt timeout")
+
+// do runs attempt under the slot, the limits and the retry policy. attempt
+// returns a *StatusError for an error reply and other errors already
+// redacted and naming the provider.
+func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt func(context.Context) (Response, error)) (Response, error) {
+	if err := context.Cause(ctx); err != nil {
+		return Response{}, err
+	}
+	if req.MaxTokens < 1 {
+		return Response{}, fmt.Errorf("%s: run %s: max tokens %d: must be >= 1", c.provider, req.Meta.RunID, req.MaxTokens)
+	}
+	if c.cfg.Slots != nil {
+		if err := c.cfg.Slots.Acquire(ctx, 1); err != nil {
+			return Response{}, context.Cause(ctx)
+		}
+		defer c.cfg.Slots.Release(1)
+	}
+	// What a call may cost at most: the conservative input estimate plus the
+	// whole output allowance. The rate limiter debits this before the call
+	// and refunds the difference once the real usage is known.
+	cost := EstimateTokens(req.Messages, req.Tools...) + extraInput + int64(req.MaxTokens)
+	log := c.cfg.Logger.With("provider", c.provider, "key_id", KeyID(c.cfg.APIKey),
+		"run", req.Meta.RunID, "task", req.Meta.TaskID, "iteration", req.Meta.Iteration)
+	var slept time.Duration
+	for n := 1; ; n++ {
+		if err := c.take(ctx, req.Meta.RunID, cost); err != nil {
+			return Response{}, err
+		}
+		actx, cancel := context.WithTimeoutCause(ctx, c.cfg.CallTimeout, errAttemptTimeout)
+		resp, err := attempt(actx)
+		timedOut := errors.Is(context.Cause(actx), errAttemptTimeout)
+		cancel()
+		if err == nil {
+			c.refund(ctx, cost-resp.Usage.Total())
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return Response{}, context.Cause(ctx)
+		}
+		if timedOut {
+			return Response{}, fmt.Errorf("%s: run %s: no complete reply within %s: %w",
+				c.provider, req.Meta.RunID, c.cfg.CallTimeout, ErrCallTimeout)
+		}
+		var se *StatusError
+		if !errors.As(err, &se) {
+			return Response{}, err // usage unknown: never retried
+		}
+		c.refund(ctx, cost) // an error reply consumed no tokens
+		if !se.Retryable() {
+			return Response{}, err
+		}
+		delay := c.cfg.Retry.Backoff(n, se.RetryAfter)
+		why := ""
+		switch deadline, ok := ctx.Deadline(); {
+		case n >= c.cfg.Retry.MaxAttempts:
+			why = fmt.Sprintf("%d attempts", n)
+		case slept+delay > c.cfg.Retry.MaxSleep:
+			why = fmt.Sprintf("sleeping %s more would pass the %s retry budget", delay.Round(time.Millisecond), c.cfg.Retry.MaxSleep)
+		case ok && time.Now().Add(delay).After(deadline):
+			why = fmt.Sprintf("sleeping %s would pass the deadline", delay.Round(time.Millisecond))
+		}
+		if why != "" {
+			return Response{}, fmt.Errorf("%w after %s: %w", ErrRetriesExhausted, why, err)
+		}
+		log.Warn("model call retried", "status", se.StatusCode, "attempt", n, "sleep", delay, "retry_after", se.RetryAfter)
+		if err := sleep(ctx, delay); err != nil {
+			return Response{}, err
+		}
+		slept += delay
+	}
+}
+
+// sleep waits d or until ctx ends, returning its cause.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
