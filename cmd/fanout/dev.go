@@ -55,6 +55,8 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	f.StringVar(&pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
 	var sim simFlags
 	sim.register(f)
+	var prov providerFlags
+	prov.register(f)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
@@ -85,7 +87,8 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	var nodes []*grpcNode
 	var addrs []string
 	for i := range workers {
-		n, err := startWorker(b, workerConfig{Listen: "127.0.0.1:0", Name: fmt.Sprintf("worker-%d", i+1), Sim: sim.config()})
+		n, err := startWorker(b, workerConfig{Listen: "127.0.0.1:0", Name: fmt.Sprintf("worker-%d", i+1), Sim: sim.config(),
+			Providers: &prov, Env: env})
 		if err != nil {
 			stopAll(nodes, sf.grace)
 			return err

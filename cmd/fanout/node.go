@@ -130,6 +130,9 @@ type workerConfig struct {
 	Capacity int
 	LeaseTTL time.Duration
 	Sim      llm.SimConfig
+	// Providers adds the real providers whose keys env holds; nil: sim only.
+	Providers *providerFlags
+	Env       *Env
 }
 
 func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
@@ -146,10 +149,17 @@ func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
 		n.lis.Close()
 		return nil, err
 	}
+	models := subagent.SimModels(sim)
+	if cfg.Providers != nil {
+		if models, err = cfg.Providers.models(cfg.Env, b.pool, sim, b.log); err != nil {
+			n.lis.Close()
+			return nil, err
+		}
+	}
 	w, err := subagent.NewServer(subagent.ServerConfig{
 		Ledger:   b.ledger,
 		Watcher:  b.watcher,
-		Models:   subagent.SimModels(sim),
+		Models:   models,
 		Name:     name,
 		Capacity: cfg.Capacity,
 		LeaseTTL: cfg.LeaseTTL,

@@ -141,6 +141,8 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	f.DurationVar(&wc.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
 	var sim simFlags
 	sim.register(f)
+	var prov providerFlags
+	prov.register(f)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
@@ -149,7 +151,7 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer b.close()
-	wc.Listen, wc.Sim = sf.listen, sim.config()
+	wc.Listen, wc.Sim, wc.Providers, wc.Env = sf.listen, sim.config(), &prov, env
 	n, err := startWorker(b, wc)
 	if err != nil {
 		return err
