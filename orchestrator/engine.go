@@ -549,6 +549,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 
 	// Every task has ended: decide the run's state from the cause, join,
 	// persist, and close the ledger accounts.
+	d.awaitHeld(runCtx)
 	ctx, cancel := cleanup()
 	defer cancel()
 	state, cause := d.outcome(context.Cause(runCtx), outcomes)
@@ -625,6 +626,37 @@ func (d *driver) synthesisSkipped(ctx context.Context) string {
 		}
 	}
 	return "synthesis needs a model call; not available in this version"
+}
+
+// awaitHeld waits, up to Config.HeldWait, until the run holds no
+// reservation. Every task has ended by now, so a reservation still held
+// belongs to a worker that lost its task (killed, cut off) and may have paid
+// for its call: CloseRun would void it, refunding spend nobody can prove
+// unspent. Once its lease runs out a sweeper posts it as estimated spend
+// instead. A worker that is alive settles before it reports, so this is
+// normally one read; after a worker died it delays the run's end by up to
+// one lease plus a sweep.
+func (d *driver) awaitHeld(runCtx context.Context) {
+	e := d.e
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), e.cfg.HeldWait)
+	defer cancel()
+	tick := time.NewTicker(e.cfg.WatchPollInterval)
+	defer tick.Stop()
+	for {
+		acct, err := e.ledger.RunAccount(ctx, d.runID)
+		if err != nil || acct.Reserved == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			e.cfg.Logger.Warn("closing run with reservations still held", "run_id", d.runID,
+				"reserved", acct.Reserved, "waited", e.cfg.HeldWait)
+			return
+		case <-e.base.Done(): // forced shutdown: CloseRun voids what is left
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // onExhausted applies the exhaustion policy, once.

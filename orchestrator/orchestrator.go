@@ -135,6 +135,11 @@ type Config struct {
 	MaxAttempts int
 	// RetryBackoff is the first delay between attempts; it doubles. Default 50ms.
 	RetryBackoff time.Duration
+	// HeldWait is how long a run whose tasks have all ended waits for its
+	// reservations still held (by a worker that died or was cut off) to be
+	// settled or to expire before closing the run voids them. Default 90s:
+	// three default leases, as a dead holder's lease ends within one.
+	HeldWait time.Duration
 	// CancelGrace is how long a worker gets to report its summary after its
 	// task's context ended for a reason the worker hears too (exhaustion,
 	// CancelRun, timeout) before the call is cut. Default 2s; negative: none.
@@ -180,6 +185,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MaxSpecBytes, 4<<20)
 	def(&c.MaxAttempts, 3)
 	defDur(&c.RetryBackoff, 50*time.Millisecond)
+	defDur(&c.HeldWait, 90*time.Second)
 	if c.CancelGrace < 0 {
 		c.CancelGrace = 0
 	} else if c.CancelGrace == 0 {

@@ -234,7 +234,12 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 	}
 	input := llm.EstimateTokens(r.msgs, r.tools...)
 	want := input + int64(r.MaxOutputTokens)
-	res, err := r.Ledger.Reserve(ctx, budget.ReserveParams{
+	// Not on ctx: a reserve cut short by ctx may commit with its reply lost,
+	// leaving a grant held (and later counted as spent) for a call never
+	// made. It is one short statement; a grant that arrives after ctx ended
+	// is voided below.
+	rctx, cancelReserve := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	res, err := r.Ledger.Reserve(rctx, budget.ReserveParams{
 		Account: r.task.Account,
 		Want:    want,
 		Min:     min(r.task.MinReservation, want),
@@ -242,11 +247,16 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 		TTL:     r.LeaseTTL,
 		Key:     fmt.Sprintf("%s/%s/a%d/i%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it),
 	})
+	cancelReserve()
 	if err != nil {
 		if ctx.Err() != nil {
 			return llm.Response{}, context.Cause(ctx)
 		}
 		return llm.Response{}, fmt.Errorf("reserve for iteration %d: %w", it, err)
+	}
+	if ctx.Err() != nil {
+		r.void(ctx, res)
+		return llm.Response{}, context.Cause(ctx)
 	}
 	maxTokens := res.Amount - input
 	if maxTokens < 1 {
