@@ -123,7 +123,8 @@ CREATE TYPE ledger_result AS (
     actual           bigint,
     spent            bigint,
     overrun          bigint,
-    estimated        boolean
+    estimated        boolean,
+    run_available    bigint  -- reserve, settle: the run's available tokens after the call
 );
 
 CREATE FUNCTION ledger_result_of(p_outcome text, r reservation) RETURNS ledger_result
@@ -131,7 +132,7 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT ROW(p_outcome, NULL, NULL, NULL, NULL, NULL,
                r.reservation_id, r.account_id, r.run_id, r.tenant_id, r.requested, r.amount,
                r.holder, r.generation, r.lease_expires_at, r.state, r.actual, r.spent,
-               r.overrun, r.estimated)::ledger_result
+               r.overrun, r.estimated, NULL)::ledger_result
 $$;
 
 -- ledger_check_exhausted marks the run in chain exhausted, once, when its
@@ -218,7 +219,9 @@ BEGIN
     IF run.account_id IS NOT NULL AND run.limit_tokens - run.reserved - g - run.spent < run.min_reservation THEN
         PERFORM ledger_check_exhausted(leaf.chain);
     END IF;
-    RETURN ledger_result_of('ok', r);
+    res := ledger_result_of('ok', r);
+    res.run_available := run.limit_tokens - run.reserved - g - run.spent;
+    RETURN res;
 END $$;
 
 -- ledger_settle posts actual as spent and frees the rest. Usage beyond the
@@ -230,6 +233,7 @@ RETURNS ledger_result LANGUAGE plpgsql AS $$
 DECLARE
     r      reservation;
     a      account;
+    run    account;
     charge bigint := p_actual;
     res    ledger_result;
 BEGIN
@@ -240,6 +244,9 @@ BEGIN
     END IF;
     FOR a IN SELECT * FROM ledger_lock_chain(r.chain) LOOP
         charge := least(charge, a.limit_tokens - (a.reserved - r.amount) - a.spent);
+        IF a.kind = 'run' THEN
+            run := a;
+        END IF;
     END LOOP;
     SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
     IF r.state = 'settled' THEN
@@ -275,7 +282,9 @@ BEGIN
     IF charge > r.amount THEN
         PERFORM ledger_check_exhausted(r.chain);
     END IF;
-    RETURN ledger_result_of('ok', r);
+    res := ledger_result_of('ok', r);
+    res.run_available := run.limit_tokens - (run.reserved - r.amount) - (run.spent + charge);
+    RETURN res;
 END $$;
 
 CREATE FUNCTION ledger_void(p_reservation bigint, p_generation bigint, p_note text)

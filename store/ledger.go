@@ -50,13 +50,14 @@ type ledgerResult struct {
 	Spent          *int64
 	Overrun        *int64
 	Estimated      *bool
+	RunAvailable   *int64
 }
 
 func (r *ledgerResult) scan(row pgx.Row) error {
 	return row.Scan(&r.Outcome, &r.InfoAccount, &r.InfoKind, &r.InfoState, &r.InfoAvailable, &r.Info,
 		&r.ReservationID, &r.AccountID, &r.RunID, &r.TenantID, &r.Requested, &r.Amount,
 		&r.Holder, &r.Generation, &r.LeaseExpiresAt, &r.State, &r.Actual, &r.Spent,
-		&r.Overrun, &r.Estimated)
+		&r.Overrun, &r.Estimated, &r.RunAvailable)
 }
 
 func val[T any](p *T) T {
@@ -113,36 +114,42 @@ func (r *ledgerResult) err(id budget.ReservationID, need int64) error {
 
 const resultCols = `outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated`
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available`
 
 // Reserve implements budget.Ledger.
-func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (budget.Reservation, error) {
+func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budget.Reservation, err error) {
 	if err := p.Validate(); err != nil {
 		return budget.Reservation{}, err
 	}
+	ctx, done := observe(ctx, "reserve", AttrAccount.Int64(int64(p.Account)), AttrRequested.Int64(p.Want))
+	var r ledgerResult
+	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
 	var key *string
 	if p.Key != "" {
 		key = &p.Key
 	}
 	var chain []int64
 	if l.co != nil {
-		var err error
 		if chain, err = l.co.accountChain(ctx, int64(p.Account)); err != nil {
 			return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
 		}
 	}
-	r, err := l.call(ctx, chain, "ledger_reserve($1, $2, $3, $4, $5, $6)",
+	r, err = l.call(ctx, chain, "ledger_reserve($1, $2, $3, $4, $5, $6)",
 		int64(p.Account), p.Want, p.Min, p.Holder, p.TTL, key)
+	if err == nil {
+		err = r.err(0, p.Min)
+	}
 	if err != nil {
 		return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
 	}
-	if err := r.err(0, p.Min); err != nil {
-		return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
+	res = r.reservation()
+	if r.Outcome == "ok" {
+		countReserved(ctx, res.Amount)
+		if l.co != nil && chain != nil {
+			l.co.remember(res.ID, chain)
+		}
 	}
-	if l.co != nil && chain != nil {
-		l.co.remember(r.reservation().ID, chain)
-	}
-	return r.reservation(), nil
+	return res, nil
 }
 
 // chainOf returns the chain of a reservation this node made, when coalescing.
@@ -161,39 +168,49 @@ func (l *Ledger) resolved(id budget.ReservationID) {
 }
 
 // Settle implements budget.Ledger.
-func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (budget.Reservation, error) {
+func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.Reservation, err error) {
 	if err := p.Validate(); err != nil {
 		return budget.Reservation{}, err
 	}
-	r, err := l.call(ctx, l.chainOf(p.Reservation), "ledger_settle($1, $2, $3, $4)", int64(p.Reservation), p.Generation, p.Actual, p.Estimated)
+	ctx, done := observe(ctx, "settle", AttrReservationID.Int64(int64(p.Reservation)),
+		AttrActual.Int64(p.Actual), AttrEstimated.Bool(p.Estimated))
+	var r ledgerResult
+	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
+	r, err = l.call(ctx, l.chainOf(p.Reservation), "ledger_settle($1, $2, $3, $4)", int64(p.Reservation), p.Generation, p.Actual, p.Estimated)
 	if err == nil && r.Outcome == "ok" {
 		l.resolved(p.Reservation)
+		countSpent(ctx, val(r.Spent), p.Estimated)
 	}
 	if err == nil {
 		err = r.err(p.Reservation, 0)
 	}
+	res = r.reservation()
 	if err != nil {
-		return r.reservation(), fmt.Errorf("settle reservation %d at %d tokens: %w", p.Reservation, p.Actual, err)
+		return res, fmt.Errorf("settle reservation %d at %d tokens: %w", p.Reservation, p.Actual, err)
 	}
-	return r.reservation(), nil
+	return res, nil
 }
 
 // Void implements budget.Ledger.
-func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation int64) (budget.Reservation, error) {
+func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation int64) (res budget.Reservation, err error) {
 	if id <= 0 {
 		return budget.Reservation{}, &budget.ValidationError{Field: "reservation", Reason: fmt.Sprintf("must be a positive reservation id, got %d", id)}
 	}
-	r, err := l.call(ctx, l.chainOf(id), "ledger_void($1, $2, '')", int64(id), generation)
+	ctx, done := observe(ctx, "void", AttrReservationID.Int64(int64(id)))
+	var r ledgerResult
+	defer func() { done(&r, err, AttrRunID.String(res.RunID)) }()
+	r, err = l.call(ctx, l.chainOf(id), "ledger_void($1, $2, '')", int64(id), generation)
 	if err == nil && r.Outcome == "ok" {
 		l.resolved(id)
 	}
 	if err == nil {
 		err = r.err(id, 0)
 	}
+	res = r.reservation()
 	if err != nil {
-		return r.reservation(), fmt.Errorf("void reservation %d: %w", id, err)
+		return res, fmt.Errorf("void reservation %d: %w", id, err)
 	}
-	return r.reservation(), nil
+	return res, nil
 }
 
 // Renew implements budget.Ledger.
@@ -201,7 +218,9 @@ func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation 
 	if ttl <= 0 {
 		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be > 0, got %s", ttl)}
 	}
+	ctx, done := observe(ctx, "renew", AttrReservationID.Int64(int64(id)))
 	r, err := l.direct(ctx, "ledger_renew($1, $2, $3)", int64(id), generation, ttl)
+	defer func() { done(&r, err) }()
 	if err == nil {
 		err = r.err(id, 0)
 	}
@@ -228,12 +247,15 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, id := range ids {
-		r, err := l.direct(ctx, "ledger_expire($1)", id)
+		ectx, done := observe(ctx, "expire", AttrReservationID.Int64(id))
+		r, err := l.direct(ectx, "ledger_expire($1)", id)
+		done(&r, err, AttrEstimated.Bool(true))
 		if err != nil {
 			return n, fmt.Errorf("expire reservation %d: %w", id, err)
 		}
 		if r.Outcome == "ok" {
 			n++
+			countSpent(ectx, val(r.Spent), true)
 		}
 	}
 	return n, nil

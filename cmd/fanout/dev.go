@@ -44,7 +44,7 @@ const databaseURLFile = "database-url"
 func cmdDev(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("dev", devUsage, env.Stderr)
 	var sf serverFlags
-	sf.register(f, "127.0.0.1:50051")
+	sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
 	var dataDir, spec, pgBinDir string
 	var workers int
 	var demo bool
@@ -78,7 +78,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	if _, err := store.MigrateTo(ctx, sf.databaseURL, -1); err != nil {
 		return err
 	}
-	b, err := sf.backend(ctx, env)
+	b, err := sf.backend(ctx, env, "fanout-dev")
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -32,6 +33,7 @@ type backend struct {
 	ledger  *store.Ledger
 	watcher *budget.Watcher
 	log     *slog.Logger
+	tel     *telemetry
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -69,6 +71,11 @@ func (b *backend) close() {
 	b.wg.Wait()
 	b.ledger.Close()
 	b.pool.Close()
+	if b.tel != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		b.tel.shutdown(ctx)
+	}
 }
 
 // grpcNode is one gRPC server with health and reflection, listening on addr.
@@ -86,7 +93,7 @@ func listenGRPC(name, addr string, opts ...grpc.ServerOption) (*grpcNode, error)
 	if err != nil {
 		return nil, fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
-	srv := grpc.NewServer(opts...)
+	srv := grpc.NewServer(append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(srv, h)
 	reflection.Register(srv)
@@ -188,6 +195,7 @@ func dialWorkers(target string) ([]orchestrator.Worker, func(), error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()), // carries the run's trace to the worker
 	}
 	var addrs []string
 	if strings.Contains(target, ":///") {

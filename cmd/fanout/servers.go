@@ -19,10 +19,12 @@ type serverFlags struct {
 	sweepInterval time.Duration
 	pollInterval  time.Duration
 	groupCommit   bool
+	metricsListen string
 }
 
-func (s *serverFlags) register(f *flags, listen string) {
+func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.StringVar(&s.listen, "listen", listen, "address to serve gRPC on (HOST:PORT)")
+	f.StringVar(&s.metricsListen, "metrics-listen", metrics, "address to serve Prometheus /metrics on (empty: off)")
 	f.StringVar(&s.databaseURL, "database-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db)")
 	f.alsoEnv("database-url", "DATABASE_URL")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -32,17 +34,31 @@ func (s *serverFlags) register(f *flags, listen string) {
 	f.BoolVar(&s.groupCommit, "group-commit", true, "coalesce ledger calls that arrive together into one transaction")
 }
 
-func (s *serverFlags) backend(ctx context.Context, env *Env) (*backend, error) {
+func (s *serverFlags) backend(ctx context.Context, env *Env, service string) (*backend, error) {
 	if s.databaseURL == "" {
 		return nil, fmt.Errorf("--database-url (or DATABASE_URL) is required")
 	}
-	return startBackend(ctx, backendConfig{
+	log := newLogger(env.Stderr, s.logLevel)
+	tel, err := setupTelemetry(ctx, env, service, s.metricsListen, log)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	if tel.addr != "" {
+		log.Info("metrics", "addr", "http://"+tel.addr+"/metrics")
+	}
+	b, err := startBackend(ctx, backendConfig{
 		DatabaseURL:   s.databaseURL,
 		SweepInterval: s.sweepInterval,
 		PollInterval:  s.pollInterval,
 		GroupCommit:   s.groupCommit,
-		Logger:        newLogger(env.Stderr, s.logLevel),
+		Logger:        log,
 	})
+	if err != nil {
+		tel.shutdown(ctx)
+		return nil, err
+	}
+	b.tel = tel
+	return b, nil
 }
 
 // registerEngineFlags registers the orchestrator's limits; call the
@@ -98,7 +114,7 @@ Example:
 func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("orchestrator", orchestratorUsage, env.Stderr)
 	var sf serverFlags
-	sf.register(f, "127.0.0.1:50051")
+	sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
 	var oc orchestratorConfig
 	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
 	applyEngine := registerEngineFlags(f, &oc.Engine)
@@ -106,7 +122,7 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	applyEngine()
-	b, err := sf.backend(ctx, env)
+	b, err := sf.backend(ctx, env, "fanout-orchestrator")
 	if err != nil {
 		return err
 	}
@@ -134,7 +150,7 @@ Example:
 func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("worker", workerUsage, env.Stderr)
 	var sf serverFlags
-	sf.register(f, "127.0.0.1:50052")
+	sf.register(f, "127.0.0.1:50052", "127.0.0.1:9465")
 	var wc workerConfig
 	f.StringVar(&wc.Name, "name", "", "worker name in the ledger and events (default worker@ADDR)")
 	f.IntVar(&wc.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
@@ -146,7 +162,7 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
-	b, err := sf.backend(ctx, env)
+	b, err := sf.backend(ctx, env, "fanout-worker")
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/otel"
+	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// telemetry owns the process's tracer and meter providers and the
+// Prometheus endpoint.
+type telemetry struct {
+	tp      *sdktrace.TracerProvider
+	mp      *sdkmetric.MeterProvider
+	metrics *http.Server
+	addr    string // the /metrics address, "" when off
+}
+
+// setupTelemetry installs global OpenTelemetry providers: spans are exported
+// over OTLP only when the standard OTEL_* variables ask for it, metrics are
+// always served as Prometheus text on metricsListen (unless empty) and
+// exported over OTLP when asked. Nothing needs a collector to start.
+func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string, log *slog.Logger) (*telemetry, error) {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil {
+		return nil, err
+	}
+	t := &telemetry{}
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if wantsOTLP(env, "TRACES") {
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		topts = append(topts, sdktrace.WithBatcher(exp))
+	}
+	t.tp = sdktrace.NewTracerProvider(topts...)
+
+	reg := prometheus.NewRegistry()
+	prom, err := promexporter.New(promexporter.WithRegisterer(reg))
+	if err != nil {
+		return nil, err
+	}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(prom)}
+	if wantsOTLP(env, "METRICS") {
+		r, err := autoexport.NewMetricReader(ctx)
+		if err != nil {
+			return nil, err
+		}
+		mopts = append(mopts, sdkmetric.WithReader(r))
+	}
+	t.mp = sdkmetric.NewMeterProvider(mopts...)
+
+	otel.SetTracerProvider(t.tp)
+	otel.SetMeterProvider(t.mp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+
+	if metricsListen != "" {
+		lis, err := net.Listen("tcp", metricsListen)
+		if err != nil {
+			// Several nodes on one host share the default port: the first
+			// serves it, the others say so and go on.
+			log.Warn("metrics endpoint off", "addr", metricsListen, "err", err)
+		} else {
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			t.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+			t.addr = lis.Addr().String()
+			go t.metrics.Serve(lis) //nolint:errcheck // ends with Shutdown
+		}
+	}
+	return t, nil
+}
+
+// wantsOTLP reports whether the standard variables ask for an exporter of signal.
+func wantsOTLP(env *Env, signal string) bool {
+	for _, v := range []string{"OTEL_" + signal + "_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_" + signal + "_ENDPOINT"} {
+		if x := env.Getenv(v); x != "" && x != "none" {
+			return true
+		}
+	}
+	return false
+}
+
+// shutdown flushes and stops everything, within ctx.
+func (t *telemetry) shutdown(ctx context.Context) {
+	if t.metrics != nil {
+		t.metrics.Shutdown(ctx) //nolint:errcheck
+	}
+	t.tp.Shutdown(ctx) //nolint:errcheck
+	t.mp.Shutdown(ctx) //nolint:errcheck
+}
+
+// traceHandler adds the trace and span ids of the record's context to
+// every log line, so logs join traces.
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(as)}
+}
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}
