@@ -43,17 +43,11 @@ func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
 	}
 	c := &coalescer{
 		l:        l,
-		ops:      make(chan *op),
-		stop:     make(chan struct{}),
-		maxBatch: cfg.MaxBatch,
 		chains:   map[int64][]int64{},
 		resChain: map[budget.ReservationID][]int64{},
 	}
+	c.g = newGroupCommit(cfg.Committers, cfg.MaxBatch, c.run)
 	l.co = c
-	c.wg.Add(cfg.Committers)
-	for range cfg.Committers {
-		go c.commit()
-	}
 	return l
 }
 
@@ -61,13 +55,9 @@ func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
 // It is a no-op on a ledger without Coalesce.
 func (l *Ledger) Close() {
 	if l.co != nil {
-		l.co.closeOnce.Do(func() { close(l.co.stop) })
-		l.co.wg.Wait()
+		l.co.g.close()
 	}
 }
-
-// errLedgerClosed: a call reached a coalescing ledger after Close.
-var errLedgerClosed = errors.New("ledger closed")
 
 // op is one ledger function call waiting for its batch.
 type op struct {
@@ -76,16 +66,11 @@ type op struct {
 	chain []int64 // the accounts it locks, root first: the batch sort key
 	res   ledgerResult
 	err   error
-	done  chan struct{}
 }
 
 type coalescer struct {
-	l         *Ledger
-	ops       chan *op
-	stop      chan struct{}
-	closeOnce sync.Once
-	wg        sync.WaitGroup
-	maxBatch  int
+	l *Ledger
+	g *groupCommit[*op]
 
 	mu       sync.Mutex
 	chains   map[int64][]int64                // account -> chain (immutable once created)
@@ -141,46 +126,12 @@ func (c *coalescer) forget(id budget.ReservationID) {
 	delete(c.resChain, id)
 }
 
-// do runs o in the next batch and waits for its result. Once o is handed to
-// a committer the caller waits for the outcome even if ctx ends, so that a
-// grant is never made without its caller knowing.
+// do runs o in the next batch and waits for its result.
 func (c *coalescer) do(ctx context.Context, o *op) (ledgerResult, error) {
-	o.done = make(chan struct{})
-	select {
-	case c.ops <- o:
-	case <-ctx.Done():
-		return ledgerResult{}, context.Cause(ctx)
-	case <-c.stop:
-		return ledgerResult{}, errLedgerClosed
+	if _, err := c.g.do(ctx, o); err != nil {
+		return ledgerResult{}, err
 	}
-	<-o.done
 	return o.res, o.err
-}
-
-// commit takes the first waiting call, every call that arrived with it (up
-// to maxBatch), and runs them in one transaction.
-func (c *coalescer) commit() {
-	defer c.wg.Done()
-	batch := make([]*op, 0, c.maxBatch)
-	for {
-		batch = batch[:0]
-		select {
-		case o := <-c.ops:
-			batch = append(batch, o)
-		case <-c.stop:
-			return
-		}
-	more:
-		for len(batch) < c.maxBatch {
-			select {
-			case o := <-c.ops:
-				batch = append(batch, o)
-			default:
-				break more
-			}
-		}
-		c.run(batch)
-	}
 }
 
 // run executes batch in one transaction. The calls are ordered by their
@@ -188,18 +139,18 @@ func (c *coalescer) commit() {
 // every transaction then takes row locks in one global order, tree preorder,
 // and batches on different nodes cannot deadlock. If the transaction fails
 // as a whole, each call is retried on its own.
-func (c *coalescer) run(batch []*op) {
-	slices.SortStableFunc(batch, func(a, b *op) int { return slices.Compare(a.chain, b.chain) })
+func (c *coalescer) run(batch []*pending[*op]) {
+	slices.SortStableFunc(batch, func(a, b *pending[*op]) int { return slices.Compare(a.item.chain, b.item.chain) })
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, c.l.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		for _, o := range batch {
-			b.Queue("SELECT "+resultCols+" FROM "+o.sql, o.args...)
+		for _, p := range batch {
+			b.Queue("SELECT "+resultCols+" FROM "+p.item.sql, p.item.args...)
 		}
 		br := tx.SendBatch(ctx, b)
-		for _, o := range batch {
-			if err := o.res.scan(br.QueryRow()); err != nil {
+		for _, p := range batch {
+			if err := p.item.res.scan(br.QueryRow()); err != nil {
 				br.Close()
 				return err
 			}
@@ -207,12 +158,12 @@ func (c *coalescer) run(batch []*op) {
 		return br.Close()
 	})
 	if err != nil {
-		for _, o := range batch {
-			o.res, o.err = c.l.direct(ctx, o.sql, o.args...)
+		for _, p := range batch {
+			p.item.res, p.item.err = c.l.direct(ctx, p.item.sql, p.item.args...)
 		}
 	}
-	for _, o := range batch {
-		close(o.done)
+	for _, p := range batch {
+		close(p.done)
 	}
 }
 

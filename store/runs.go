@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,11 +25,37 @@ import (
 //
 // Unknown runs are reported as budget.ErrNotFound.
 type Runs struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	events *groupCommit[*eventOp] // nil unless RunsConfig.Coalesce
 }
 
-// NewRuns returns the run store on pool.
+// NewRuns returns the run store on pool; each event is its own transaction.
 func NewRuns(pool *pgxpool.Pool) *Runs { return &Runs{pool: pool} }
+
+// RunsConfig tunes a Runs.
+type RunsConfig struct {
+	// Coalesce appends events that arrive together in one transaction (group
+	// commit): a run's events all take its row lock for their sequence, so
+	// a wide fan-out otherwise queues thousands of transactions on one row.
+	// A Runs with Coalesce must be closed with Close.
+	Coalesce bool
+}
+
+// NewRunsWithConfig returns the run store on pool tuned by cfg.
+func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
+	r := &Runs{pool: pool}
+	if cfg.Coalesce {
+		r.events = newGroupCommit(2, 256, r.appendBatch)
+	}
+	return r
+}
+
+// Close stops the event committers; a no-op without Coalesce.
+func (s *Runs) Close() {
+	if s.events != nil {
+		s.events.close()
+	}
+}
 
 // protoMarshal encodes deterministically, so that equal messages give equal bytes.
 var protoMarshal = proto.MarshalOptions{Deterministic: true}
@@ -339,22 +367,98 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 	if err != nil {
 		return nil, fmt.Errorf("append event to run %s: encode: %w", runID, err)
 	}
-	var createdAt time.Time
-	err = s.pool.QueryRow(ctx, `
+	op := &eventOp{runID: runID, body: body}
+	if s.events != nil {
+		if _, err := s.events.do(ctx, op); err != nil {
+			return nil, fmt.Errorf("append event to run %s: %w", runID, err)
+		}
+	} else {
+		s.appendOne(ctx, op)
+	}
+	if errors.Is(op.err, pgx.ErrNoRows) {
+		op.err = budget.ErrNotFound
+	}
+	if op.err != nil {
+		return nil, fmt.Errorf("append event to run %s: %w", runID, op.err)
+	}
+	out.RunId, out.Sequence, out.Time = runID, op.seq, timestamppb.New(op.at)
+	return out, nil
+}
+
+// appendOne appends one event in its own transaction.
+func (s *Runs) appendOne(ctx context.Context, op *eventOp) {
+	op.err = s.pool.QueryRow(ctx, `
 		WITH seq AS (
 			UPDATE run SET last_sequence = last_sequence + 1 WHERE run_id = $1
 			RETURNING tenant_id, last_sequence)
 		INSERT INTO run_event (run_id, sequence, tenant_id, event)
 		SELECT $1, last_sequence, tenant_id, $2 FROM seq
-		RETURNING sequence, created_at`, runID, body).Scan(&out.Sequence, &createdAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("append event to run %s: %w", runID, budget.ErrNotFound)
-	}
+		RETURNING sequence, created_at`, op.runID, op.body).Scan(&op.seq, &op.at)
+}
+
+// eventOp is one event waiting for its batch.
+type eventOp struct {
+	runID string
+	body  []byte
+	seq   int64
+	at    time.Time
+	err   error
+}
+
+// appendBatch appends a batch of events in one transaction: per run, one
+// UPDATE takes as many sequence numbers as the run has events in the batch
+// (in arrival order) and one INSERT stores them. Runs are visited in id
+// order, so concurrent batches lock rows in one order and cannot deadlock.
+func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
+	slices.SortStableFunc(batch, func(a, b *pending[*eventOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for i := 0; i < len(batch); {
+			j := i
+			for j < len(batch) && batch[j].item.runID == batch[i].item.runID {
+				j++
+			}
+			group := batch[i:j]
+			i = j
+			var tenant string
+			var last int64
+			var at time.Time
+			err := tx.QueryRow(ctx, `UPDATE run SET last_sequence = last_sequence + $2 WHERE run_id = $1
+				RETURNING tenant_id, last_sequence, now()`, group[0].item.runID, len(group)).Scan(&tenant, &last, &at)
+			if errors.Is(err, pgx.ErrNoRows) {
+				for _, p := range group {
+					p.item.err = budget.ErrNotFound
+				}
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			seqs := make([]int64, len(group))
+			bodies := make([][]byte, len(group))
+			for k, p := range group {
+				seqs[k] = last - int64(len(group)-1-k)
+				bodies[k] = p.item.body
+				p.item.seq, p.item.at, p.item.err = seqs[k], at, nil
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO run_event (run_id, sequence, tenant_id, event)
+				SELECT $1, t.seq, $2, t.body FROM unnest($3::bigint[], $4::bytea[]) AS t(seq, body)`,
+				group[0].item.runID, tenant, seqs, bodies); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("append event to run %s: %w", runID, err)
+		// Nothing of the batch committed: append each on its own.
+		for _, p := range batch {
+			s.appendOne(ctx, p.item)
+		}
 	}
-	out.RunId, out.Time = runID, timestamppb.New(createdAt)
-	return out, nil
+	for _, p := range batch {
+		close(p.done)
+	}
 }
 
 // Events returns up to limit events of the run with sequence > after, in

@@ -54,9 +54,20 @@ func TestRunsCreateIsIdempotent(t *testing.T) {
 }
 
 func TestRunsEventsHaveNoGaps(t *testing.T) {
+	for _, coalesce := range []bool{false, true} {
+		t.Run(fmt.Sprint("coalesce=", coalesce), func(t *testing.T) { testEventsHaveNoGaps(t, coalesce) })
+	}
+}
+
+func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 	b := setup(t)
-	runs := store.NewRuns(b.pool)
+	runs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	defer runs.Close()
 	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
+		t.Fatal(err)
+	}
+	// A second run's events interleave in the same batches.
+	if _, _, err := runs.CreateRun(b.ctx, draftRun("r2", "ten", "k2", "a"), "n"); err != nil {
 		t.Fatal(err)
 	}
 	const writers, each = 8, 25
@@ -65,10 +76,12 @@ func TestRunsEventsHaveNoGaps(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				_, err := runs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{
-					TaskQueued: &fanoutv1.TaskQueued{TaskId: fmt.Sprintf("w%d-%d", w, i)}}})
-				if err != nil {
-					errs <- err
+				for _, run := range []string{"r1", "r2"} {
+					_, err := runs.AppendEvent(b.ctx, run, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{
+						TaskQueued: &fanoutv1.TaskQueued{TaskId: fmt.Sprintf("w%d-%d", w, i)}}})
+					if err != nil {
+						errs <- err
+					}
 				}
 			}
 		})
@@ -85,10 +98,17 @@ func TestRunsEventsHaveNoGaps(t *testing.T) {
 	if len(evs) != writers*each {
 		t.Fatalf("%d events, want %d", len(evs), writers*each)
 	}
+	last := map[string]int{} // each writer's events keep its order
 	for i, ev := range evs {
 		if ev.GetSequence() != int64(i+1) || ev.GetRunId() != "r1" || ev.GetTime() == nil || ev.GetTaskQueued() == nil {
 			t.Fatalf("event %d: %v", i, ev)
 		}
+		var w, n int
+		fmt.Sscanf(ev.GetTaskQueued().GetTaskId(), "w%d-%d", &w, &n)
+		if prev, ok := last[fmt.Sprint(w)]; ok && n != prev+1 {
+			t.Fatalf("writer %d: event %d follows %d", w, n, prev)
+		}
+		last[fmt.Sprint(w)] = n
 	}
 	tail, err := runs.Events(b.ctx, "", "r1", 190, 5)
 	if err != nil || len(tail) != 5 || tail[0].GetSequence() != 191 {

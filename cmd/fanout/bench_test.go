@@ -35,7 +35,7 @@ import (
 func (c *cluster) startEngine(tb testing.TB, cfg orchestrator.Config) {
 	tb.Helper()
 	b, err := startBackend(context.Background(), backendConfig{DatabaseURL: c.url, SweepInterval: time.Second,
-		PollInterval: 200 * time.Millisecond, Logger: newLogger(io.Discard, "error")})
+		PollInterval: 200 * time.Millisecond, GroupCommit: true, Logger: newLogger(io.Discard, "error")})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -31,6 +31,7 @@ type backend struct {
 	url     string
 	pool    *store.Pool
 	ledger  *store.Ledger
+	runs    *store.Runs
 	watcher *budget.Watcher
 	log     *slog.Logger
 	tel     *telemetry
@@ -59,7 +60,8 @@ func startBackend(ctx context.Context, cfg backendConfig) (*backend, error) {
 		Logger:       cfg.Logger,
 	})
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	b := &backend{url: cfg.DatabaseURL, pool: pool, ledger: ledger, watcher: w, log: cfg.Logger, cancel: cancel}
+	runs := store.NewRunsWithConfig(pool, store.RunsConfig{Coalesce: cfg.GroupCommit})
+	b := &backend{url: cfg.DatabaseURL, pool: pool, ledger: ledger, runs: runs, watcher: w, log: cfg.Logger, cancel: cancel}
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); w.Run(bctx) }() //nolint:errcheck // returns ctx.Err()
 	go func() { defer b.wg.Done(); budget.Sweep(bctx, ledger, cfg.SweepInterval, cfg.Logger) }()
@@ -70,6 +72,7 @@ func (b *backend) close() {
 	b.cancel()
 	b.wg.Wait()
 	b.ledger.Close()
+	b.runs.Close()
 	b.pool.Close()
 	if b.tel != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -246,7 +249,7 @@ func startOrchestrator(b *backend, cfg orchestratorConfig) (*grpcNode, error) {
 		cfg.Engine.Logger = b.log
 	}
 	e, err := orchestrator.NewEngine(orchestrator.EngineParams{
-		Store:   store.NewRuns(b.pool),
+		Store:   b.runs,
 		Ledger:  b.ledger,
 		Watcher: b.watcher,
 		Workers: pool,

@@ -1,0 +1,90 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// groupCommit runs work that arrives together as one batch: committer
+// goroutines each take the first waiting item and every item that arrived
+// with it (up to maxBatch) and hand them to run at once. It is how the
+// ledger and the event log pay for one transaction per batch instead of one
+// per call on a hot row.
+type groupCommit[T any] struct {
+	items     chan *pending[T]
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	maxBatch  int
+	run       func([]*pending[T])
+}
+
+// pending is one submitted item; run must close done when it is finished.
+type pending[T any] struct {
+	item T
+	done chan struct{}
+}
+
+// errClosed: work reached a group committer after close.
+var errClosed = errors.New("store closed")
+
+func newGroupCommit[T any](committers, maxBatch int, run func([]*pending[T])) *groupCommit[T] {
+	g := &groupCommit[T]{
+		items:    make(chan *pending[T]),
+		stop:     make(chan struct{}),
+		maxBatch: maxBatch,
+		run:      run,
+	}
+	g.wg.Add(committers)
+	for range committers {
+		go g.commit()
+	}
+	return g
+}
+
+// do submits item and waits until its batch ran. Once a committer has taken
+// the item the caller waits for the outcome even if ctx ends, so that work
+// done in the database is never done without its caller knowing.
+func (g *groupCommit[T]) do(ctx context.Context, item T) (T, error) {
+	p := &pending[T]{item: item, done: make(chan struct{})}
+	select {
+	case g.items <- p:
+	case <-ctx.Done():
+		return item, context.Cause(ctx)
+	case <-g.stop:
+		return item, errClosed
+	}
+	<-p.done
+	return p.item, nil
+}
+
+func (g *groupCommit[T]) commit() {
+	defer g.wg.Done()
+	batch := make([]*pending[T], 0, g.maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case p := <-g.items:
+			batch = append(batch, p)
+		case <-g.stop:
+			return
+		}
+	more:
+		for len(batch) < g.maxBatch {
+			select {
+			case p := <-g.items:
+				batch = append(batch, p)
+			default:
+				break more
+			}
+		}
+		g.run(batch)
+	}
+}
+
+// close stops the committers; safe to call more than once.
+func (g *groupCommit[T]) close() {
+	g.closeOnce.Do(func() { close(g.stop) })
+	g.wg.Wait()
+}
