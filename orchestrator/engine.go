@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -99,6 +102,7 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	}
 
 	runID := newRunID()
+	start := time.Now()
 	draft := &fanoutv1.Run{
 		RunId:          runID,
 		TenantId:       p.tenantID,
@@ -125,6 +129,8 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		}
 		return run, false, nil
 	}
+	span := e.startRunSpan(ctx, start, runID, p)
+	ctx = trace.ContextWithSpan(ctx, span) // the ledger and store calls below are the run's
 
 	tasks := make([]budget.TaskBudget, len(spec.GetTasks()))
 	for i, t := range spec.GetTasks() {
@@ -140,12 +146,14 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	if err != nil {
 		cause := fmt.Sprintf("open ledger accounts: %v", err)
 		e.finishRun(ctx, runID, fanoutv1.RunState_RUN_STATE_FAILED, cause, join(run.GetTasks()))
+		span.RecordError(err)
+		endRunSpan(span, fanoutv1.RunState_RUN_STATE_FAILED, cause, nil, nil, nil)
 		return nil, false, fmt.Errorf("open ledger accounts of run %s: %w", runID, err)
 	}
 	run.Budget = snapshot(accounts.Run)
 
 	ar := &activeRun{changed: make(chan struct{})}
-	runCtx, cancelRun := context.WithCancelCause(e.base)
+	runCtx, cancelRun := context.WithCancelCause(trace.ContextWithSpan(e.base, span))
 	ar.cancel = cancelRun
 	e.mu.Lock()
 	if e.closing {
@@ -153,8 +161,9 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		cancelRun(errShutdown)
 		e.finishRun(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error(), join(run.GetTasks()))
 		if _, err := e.ledger.CloseRun(ctx, runID); err != nil {
-			e.cfg.Logger.Error("close ledger run", "run_id", runID, "err", err)
+			e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", runID, "err", err)
 		}
+		endRunSpan(span, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error(), errShutdown, nil, nil)
 		return nil, false, ErrShuttingDown
 	}
 	e.active[runID] = ar
@@ -164,9 +173,11 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{
 		Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: run}},
 	}); err != nil {
-		e.cfg.Logger.Error("append RunStarted", "run_id", runID, "err", err)
+		e.cfg.Logger.ErrorContext(ctx, "append RunStarted", "run_id", runID, "err", err)
 	}
-	d := &driver{e: e, p: p, runID: runID, accounts: accounts, ar: ar}
+	e.cfg.Logger.InfoContext(ctx, "run started", "run_id", runID, "tenant_id", p.tenantID,
+		"tasks", len(spec.GetTasks()), "limit_tokens", spec.GetBudget().GetLimitTokens())
+	d := &driver{e: e, p: p, runID: runID, accounts: accounts, ar: ar, span: span}
 	go func() {
 		defer e.wg.Done()
 		d.drive(runCtx, cancelRun)
@@ -222,13 +233,15 @@ func (e *Engine) changed(runID string) <-chan struct{} {
 func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) {
 	if _, err := e.store.FinishRun(ctx, runID, state, cause, result); err != nil {
-		e.cfg.Logger.Error("finish run", "run_id", runID, "err", err)
+		e.cfg.Logger.ErrorContext(ctx, "finish run", "run_id", runID, "err", err)
 	}
 	if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{
 		RunFinished: &fanoutv1.RunFinished{State: state, CancelCause: cause, Result: result},
 	}}); err != nil {
-		e.cfg.Logger.Error("append RunFinished", "run_id", runID, "err", err)
+		e.cfg.Logger.ErrorContext(ctx, "append RunFinished", "run_id", runID, "err", err)
 	}
+	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1,
+		metric.WithAttributes(attrRunState.String(strings.TrimPrefix(state.String(), "RUN_STATE_"))))
 }
 
 // Get returns a run with its budget as the ledger has it now. An empty
@@ -367,6 +380,8 @@ type driver struct {
 	runID    string
 	accounts budget.RunAccounts
 	ar       *activeRun
+	span     trace.Span // the run span, ended by drive
+	stopped  stopClock  // when the run was told to stop
 
 	mu        sync.Mutex
 	exhausted bool          // the exhaustion was reported (event, drain)
@@ -391,6 +406,11 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	runCtx, cancelTimeout := context.WithTimeoutCause(parent, d.p.runTimeout, errRunTimeout)
 	defer cancelTimeout()
 	defer cancelRun(nil)
+	active := metrics().runsActive
+	active.Add(runCtx, 1)
+	defer active.Add(context.WithoutCancel(runCtx), -1)
+	stopClock := context.AfterFunc(runCtx, d.stopped.stop)
+	defer stopClock()
 	cleanup := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(runCtx), cleanupTimeout)
 	}
@@ -549,26 +569,42 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 
 	// Every task has ended: decide the run's state from the cause, join,
 	// persist, and close the ledger accounts.
+	if took, ok := d.stopped.since(); ok {
+		stopCause := context.Cause(runCtx)
+		reason := cancelReason(stopCause)
+		if stopCause == nil {
+			reason = "budget_exhausted" // DRAIN: stopped without a cancel
+		}
+		metrics().cancelLatency.Record(context.WithoutCancel(runCtx), took.Seconds(),
+			metric.WithAttributes(attrCancelScope.String("run"), attrCancelReason.String(reason)))
+	}
 	d.awaitHeld(runCtx)
 	ctx, cancel := cleanup()
 	defer cancel()
-	state, cause := d.outcome(context.Cause(runCtx), outcomes)
+	runCause := context.Cause(runCtx) // before the deferred cancelRun(nil)
+	state, cause := d.outcome(runCause, outcomes)
 	result := join(outcomes)
 	if spec.GetSynthesize() {
 		result.SynthesisSkippedReason = d.synthesisSkipped(ctx)
 	}
 	if errors.Is(context.Cause(runCtx), errShutdown) {
 		if _, err := e.ledger.CancelRun(ctx, d.runID, cause); err != nil {
-			e.cfg.Logger.Error("cancel ledger run at shutdown", "run_id", d.runID, "err", err)
+			e.cfg.Logger.ErrorContext(ctx, "cancel ledger run at shutdown", "run_id", d.runID, "err", err)
 		}
 	}
 	// Close the ledger first, so that whoever sees RunFinished reads final spend.
-	if _, err := e.ledger.CloseRun(ctx, d.runID); err != nil {
-		e.cfg.Logger.Error("close ledger run", "run_id", d.runID, "err", err)
+	acct, err := e.ledger.CloseRun(ctx, d.runID)
+	if err != nil {
+		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", d.runID, "err", err)
 	}
 	e.finishRun(ctx, d.runID, state, cause, result)
-	e.cfg.Logger.Info("run ended", "run_id", d.runID, "state", state.String(), "cause", cause,
+	e.cfg.Logger.InfoContext(ctx, "run ended", "run_id", d.runID, "state", state.String(), "cause", cause,
 		"tasks", n, "tokens", result.GetTotalTokens())
+	var closed *budget.Account
+	if err == nil {
+		closed = &acct
+	}
+	endRunSpan(d.span, state, cause, runCause, result, closed)
 }
 
 func insertSorted(s []int, v int) []int {
@@ -649,7 +685,7 @@ func (d *driver) awaitHeld(runCtx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			e.cfg.Logger.Warn("closing run with reservations still held", "run_id", d.runID,
+			e.cfg.Logger.WarnContext(ctx, "closing run with reservations still held", "run_id", d.runID,
 				"reserved", acct.Reserved, "waited", e.cfg.HeldWait)
 			return
 		case <-e.base.Done(): // forced shutdown: CloseRun voids what is left
@@ -668,6 +704,8 @@ func (d *driver) onExhausted(ctx context.Context, cancelRun context.CancelCauseF
 	if !first {
 		return
 	}
+	d.stopped.stop()
+	d.span.AddEvent("budget.exhausted")
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	ev := &fanoutv1.BudgetExhausted{}
@@ -700,7 +738,7 @@ func (d *driver) undispatchedStatus(runCtx context.Context) fanoutv1.TaskStatus 
 // not stop the run.
 func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
 	if _, err := d.e.appendEvent(ctx, d.runID, ev); err != nil {
-		d.e.cfg.Logger.Error("append run event", "run_id", d.runID, "err", err)
+		d.e.cfg.Logger.ErrorContext(ctx, "append run event", "run_id", d.runID, "err", err)
 	}
 }
 
@@ -708,9 +746,11 @@ func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
 func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanoutv1.TaskOutcome {
 	stored, err := d.e.store.FinishTask(ctx, d.runID, o)
 	if err != nil {
-		d.e.cfg.Logger.Error("finish task", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
+		d.e.cfg.Logger.ErrorContext(ctx, "finish task", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
 		stored = o
 	}
+	metrics().tasksFinished.Add(context.WithoutCancel(ctx), 1,
+		metric.WithAttributes(attrTaskStatus.String(statusName(o.GetStatus()))))
 	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: stored}}})
 	return stored
 }
@@ -770,7 +810,7 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 			d.onExhausted(runCtx, d.ar.cancel)
 		}
 	} else {
-		cfg.Logger.Warn("read run budget", "run_id", d.runID, "err", err)
+		cfg.Logger.WarnContext(ctx, "read run budget", "run_id", d.runID, "err", err)
 	}
 	return stored
 }
@@ -784,7 +824,7 @@ func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Execu
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		if taskCtx.Err() != nil {
-			return d.notStarted(taskCtx, lastErr)
+			return d.notStarted(taskCtx, req.GetTask().GetId(), lastErr)
 		}
 		if attempt > 1 {
 			w = d.e.workers.Next()
@@ -801,7 +841,7 @@ func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Execu
 				Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 					Error: fmt.Sprintf("no worker took the task in %d attempts: %v", attempt, err)}}
 		}
-		cfg.Logger.Info("worker refused task; sending it elsewhere", "run_id", d.runID,
+		cfg.Logger.InfoContext(taskCtx, "worker refused task; sending it elsewhere", "run_id", d.runID,
 			"task_id", req.GetTask().GetId(), "worker", w.Addr, "attempt", attempt, "err", err)
 		t := time.NewTimer(backoff)
 		select {
@@ -815,14 +855,14 @@ func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Execu
 
 // notStarted is the outcome of a task whose context ended before a worker
 // started it.
-func (d *driver) notStarted(taskCtx context.Context, lastErr error) *fanoutv1.TaskOutcome {
+func (d *driver) notStarted(taskCtx context.Context, taskID string, lastErr error) *fanoutv1.TaskOutcome {
 	st := causeStatus(context.Cause(taskCtx))
 	if st == fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT && !errors.Is(context.Cause(taskCtx), errTaskTimeout) {
 		st = fanoutv1.TaskStatus_TASK_STATUS_CANCELLED // the run timed out before the task started
 	}
 	if lastErr != nil {
-		d.e.cfg.Logger.Info("task ended before a worker took it", "run_id", d.runID,
-			"cause", context.Cause(taskCtx), "last_worker_error", lastErr)
+		d.e.cfg.Logger.InfoContext(taskCtx, "task ended before a worker took it", "run_id", d.runID,
+			"task_id", taskID, "cause", context.Cause(taskCtx), "last_worker_error", lastErr)
 	}
 	return &fanoutv1.TaskOutcome{Status: st} // it never ran: no summary
 }
@@ -898,7 +938,7 @@ func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.Execut
 			worker = cmpOr(ev.Started.GetWorker(), w.Addr)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(taskCtx), cleanupTimeout)
 			if _, err := d.e.store.StartTask(ctx, d.runID, req.GetTask().GetId(), worker); err != nil {
-				cfg.Logger.Error("start task", "run_id", d.runID, "task_id", req.GetTask().GetId(), "err", err)
+				cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", req.GetTask().GetId(), "err", err)
 			}
 			d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
 				TaskId: req.GetTask().GetId(), Worker: worker}}})
@@ -938,7 +978,7 @@ func (d *driver) callFailed(taskCtx, callCtx context.Context, w Worker, started 
 		cause := context.Cause(callCtx)
 		st := causeStatus(cause)
 		if !started {
-			return d.notStarted(taskCtx, nil), false, err
+			return d.notStarted(taskCtx, "", nil), false, err
 		}
 		return &fanoutv1.TaskOutcome{Status: st, Summary: nil}, false, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -42,6 +43,9 @@ type testBundle struct {
 	url    string
 	pool   *pgxpool.Pool
 	ledger *store.Ledger
+	// traced installs the otelgrpc stats handlers on every server and
+	// client the test starts, as cmd does.
+	traced bool
 }
 
 func setup(t *testing.T) *testBundle {
@@ -95,9 +99,9 @@ func serve(t *testing.T, register func(*grpc.Server), opts ...grpc.ServerOption)
 	return lis.Addr().String()
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +124,7 @@ func (b *testBundle) worker(t *testing.T, name string, sim llm.SimConfig, capaci
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := serve(t, func(s *grpc.Server) { fanoutv1.RegisterSubagentServiceServer(s, srv) })
+	addr := serve(t, func(s *grpc.Server) { fanoutv1.RegisterSubagentServiceServer(s, srv) }, b.serverOpts()...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -142,7 +146,7 @@ func (b *testBundle) orchestrator(t *testing.T, name string, cfg orchestrator.Co
 	t.Helper()
 	var ws []orchestrator.Worker
 	for _, addr := range workers {
-		ws = append(ws, orchestrator.Worker{Addr: addr, Client: fanoutv1.NewSubagentServiceClient(dial(t, addr))})
+		ws = append(ws, orchestrator.Worker{Addr: addr, Client: fanoutv1.NewSubagentServiceClient(dial(t, addr, b.dialOpts()...))})
 	}
 	if len(ws) == 0 { // validation-only tests: a worker nobody calls
 		ws = append(ws, orchestrator.Worker{Addr: "none", Client: fanoutv1.NewSubagentServiceClient(dial(t, "127.0.0.1:1"))})
@@ -166,7 +170,7 @@ func (b *testBundle) orchestrator(t *testing.T, name string, cfg orchestrator.Co
 	}
 	srv := orchestrator.NewServer(e)
 	addr := serve(t, func(s *grpc.Server) { fanoutv1.RegisterOrchestratorServiceServer(s, srv) },
-		orchestrator.ServerOptions(e)...)
+		append(orchestrator.ServerOptions(e), b.serverOpts()...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -175,6 +179,20 @@ func (b *testBundle) orchestrator(t *testing.T, name string, cfg orchestrator.Co
 		}
 	})
 	return &node{engine: e, server: srv, client: fanoutv1.NewOrchestratorServiceClient(dial(t, addr))}
+}
+
+func (b *testBundle) serverOpts() []grpc.ServerOption {
+	if !b.traced {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler())}
+}
+
+func (b *testBundle) dialOpts() []grpc.DialOption {
+	if !b.traced {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler())}
 }
 
 // spec returns a valid spec of n independent tasks.

@@ -63,7 +63,7 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 	ctx := stream.Context()
 	run, created, err := s.e.Submit(ctx, req.GetSpec())
 	if err != nil {
-		return s.toStatus(err)
+		return s.toStatus(ctx, err)
 	}
 	err = s.e.Watch(ctx, "", run.GetRunId(), 0, func(ev *fanoutv1.RunEvent) error {
 		return stream.Send(&fanoutv1.RunResponse{Event: ev})
@@ -74,11 +74,11 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if _, cerr := s.e.Cancel(cctx, "", run.GetRunId(), "caller cancelled Run"); cerr != nil {
-			s.log.Error("cancel run of departed caller", "run_id", run.GetRunId(), "err", cerr)
+			s.log.ErrorContext(ctx, "cancel run of departed caller", "run_id", run.GetRunId(), "err", cerr)
 		}
 	}
 	if err != nil {
-		return s.toStatus(err)
+		return s.toStatus(ctx, err)
 	}
 	return nil
 }
@@ -87,26 +87,26 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*fanoutv1.StartRunResponse, error) {
 	run, _, err := s.e.Submit(ctx, req.GetSpec())
 	if err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	return &fanoutv1.StartRunResponse{RunId: run.GetRunId()}, nil
 }
 
 // WatchRun implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStreamingServer[fanoutv1.WatchRunResponse]) error {
+	ctx := stream.Context()
 	var v validator
 	requireRunID(&v, req.GetRunId())
 	if req.GetAfterSequence() < 0 {
 		v.add("after_sequence", "must be >= 0, got %d", req.GetAfterSequence())
 	}
 	if err := v.err(); err != nil {
-		return s.toStatus(err)
+		return s.toStatus(ctx, err)
 	}
-	ctx := stream.Context()
 	err := s.e.Watch(ctx, tenantOf(ctx), req.GetRunId(), req.GetAfterSequence(), func(ev *fanoutv1.RunEvent) error {
 		return stream.Send(&fanoutv1.WatchRunResponse{Event: ev})
 	})
-	return s.toStatus(err)
+	return s.toStatus(ctx, err)
 }
 
 // GetRun implements fanoutv1.OrchestratorServiceServer.
@@ -114,11 +114,11 @@ func (s *Server) GetRun(ctx context.Context, req *fanoutv1.GetRunRequest) (*fano
 	var v validator
 	requireRunID(&v, req.GetRunId())
 	if err := v.err(); err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	run, err := s.e.Get(ctx, tenantOf(ctx), req.GetRunId())
 	if err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	return &fanoutv1.GetRunResponse{Run: run}, nil
 }
@@ -131,7 +131,7 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 		v.add("reason", "must be at most %d bytes, got %d", maxCancelReasonBytes, n)
 	}
 	if err := v.err(); err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	cause := "cancelled by caller"
 	if req.GetReason() != "" {
@@ -139,7 +139,7 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	}
 	run, err := s.e.Cancel(ctx, tenantOf(ctx), req.GetRunId(), cause)
 	if err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	return &fanoutv1.CancelRunResponse{Run: run}, nil
 }
@@ -188,12 +188,12 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 		}
 	}
 	if err := v.err(); err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	runs, err := s.e.List(ctx, ListParams{TenantID: tenant, State: req.GetState(), Limit: size + 1,
 		BeforeCreated: tok.Created, BeforeID: tok.RunID})
 	if err != nil {
-		return nil, s.toStatus(err)
+		return nil, s.toStatus(ctx, err)
 	}
 	resp := &fanoutv1.ListRunsResponse{Runs: runs}
 	if len(runs) > size {
@@ -202,7 +202,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 		raw, err := json.Marshal(pageToken{Tenant: tenant, State: int32(req.GetState()),
 			Created: last.GetCreatedAt().AsTime(), RunID: last.GetRunId()})
 		if err != nil {
-			return nil, s.toStatus(err)
+			return nil, s.toStatus(ctx, err)
 		}
 		resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
 	}
@@ -230,7 +230,7 @@ func tenantOf(ctx context.Context) string {
 // toStatus is the one mapping from the engine's errors to gRPC status.
 // Unexpected errors reach the caller as Internal "internal error" and are
 // logged with their details.
-func (s *Server) toStatus(err error) error {
+func (s *Server) toStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -271,7 +271,7 @@ func (s *Server) toStatus(err error) error {
 	if st, ok := status.FromError(err); ok {
 		return st.Err() // already a status, e.g. from stream.Send
 	}
-	s.log.Error("internal error", "err", err)
+	s.log.ErrorContext(ctx, "internal error", "err", err)
 	return status.Error(codes.Internal, "internal error")
 }
 

@@ -111,6 +111,11 @@ type Loop struct {
 	ReadParallelism int           // read tools run at once; default 4
 	ProgressFunc    func(Progress)
 	Logger          *slog.Logger
+	// CaptureContent puts prompts, completions and tool arguments and
+	// results on the spans (gen_ai.input.messages, gen_ai.output.messages,
+	// gen_ai.tool.call.arguments, gen_ai.tool.call.result). Default off:
+	// they may hold what the tenant would not have in a tracing backend.
+	CaptureContent bool
 }
 
 // settleTimeout bounds ledger calls made after the task's context ended.
@@ -165,9 +170,27 @@ func (l *Loop) Run(ctx context.Context, t Task) Summary {
 		r.task.MaxIterations = cfg.MaxIterations
 	}
 
+	ctx, span := r.startAgentSpan(ctx)
+	running := metrics().running
+	running.Add(ctx, 1)
+	h := &hearing{}
+	// The parent ending (stream cancelled, deadline, worker shutdown) is one
+	// way to hear that the run ended; the watcher is the other.
+	stopHearing := context.AfterFunc(ctx, h.hear)
+	sum, cause := r.watched(ctx, h)
+	ended := time.Now()
+	stopHearing()
+	running.Add(context.WithoutCancel(ctx), -1)
+	r.endAgentSpan(ctx, span, sum, cause, h, ended)
+	return sum
+}
+
+// watched runs the loop under the run's watcher and returns the summary and
+// the cause that stopped the loop's context, if any.
+func (r *run) watched(ctx context.Context, h *hearing) (Summary, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if t.Watch != nil {
+	if w := r.task.Watch; w != nil {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -175,8 +198,9 @@ func (l *Loop) Run(ctx context.Context, t Task) Summary {
 			defer wg.Done()
 			select {
 			case <-stop:
-			case <-t.Watch.Done():
-				sig := t.Watch.Signal()
+			case <-w.Done():
+				h.hear()
+				sig := w.Signal()
 				if sig.State != budget.StateExhausted || r.task.OnExhaustion == PolicyCancel {
 					cancel(sig.Err())
 				}
@@ -185,7 +209,8 @@ func (l *Loop) Run(ctx context.Context, t Task) Summary {
 		defer wg.Wait()
 		defer close(stop)
 	}
-	return r.loop(ctx)
+	sum := r.loop(ctx)
+	return sum, context.Cause(ctx)
 }
 
 // run is the state of one Run.
@@ -303,8 +328,11 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 
 // call runs the model while renewing the reservation's lease. If a renewal
 // fails the call is cancelled, so it stops before the lease ends.
-func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request) (llm.Response, error) {
-	callCtx, cancel := context.WithCancelCause(ctx)
+func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request) (resp llm.Response, err error) {
+	start := time.Now()
+	spanCtx, span, common := r.startChatSpan(ctx, res, req)
+	defer func() { r.endChatSpan(ctx, span, common, start, resp, err) }()
+	callCtx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -326,7 +354,7 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request)
 			}
 		}
 	}()
-	resp, err := r.Model.Call(callCtx, req)
+	resp, err = r.Model.Call(callCtx, req)
 	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
 		err = context.Cause(callCtx) // the lease renewal failed
 	}
@@ -352,7 +380,7 @@ func (r *run) void(ctx context.Context, res budget.Reservation) {
 	defer cancel()
 	if _, err := r.Ledger.Void(vctx, res.ID, res.Lease.Generation); err != nil {
 		// The sweeper will count it as spent when its lease runs out.
-		r.Logger.Warn("void reservation", "reservation", res.ID, "run", r.task.RunID, "task", r.task.TaskID, "err", err)
+		r.Logger.WarnContext(ctx, "void reservation", "reservation", res.ID, "run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
 		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("void reservation %d: %v", res.ID, err))
 	}
 }
@@ -422,7 +450,10 @@ func (r *run) effect(c llm.ToolCall) Effect {
 	return EffectWrite
 }
 
-func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (ToolResult, error) {
+func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (res ToolResult, err error) {
+	spanCtx, span := r.startToolSpan(ctx, c)
+	defer func() { r.endToolSpan(ctx, span, res, err) }()
+	ctx = spanCtx
 	tool, ok := r.Tools.Get(c.Name)
 	if !ok || !contains(r.task.AllowedTools, c.Name) {
 		return ToolResult{}, fmt.Errorf("tool %q is not allowed", c.Name)
@@ -431,7 +462,7 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (ToolResul
 	if tool.Effect == EffectWrite {
 		call.IdempotencyKey = fmt.Sprintf("%s/%s/a%d/i%d/c%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it, i)
 	}
-	res, err := tool.Func(ctx, call)
+	res, err = tool.Func(ctx, call)
 	if err != nil {
 		return ToolResult{}, fmt.Errorf("run tool %s: %w", c.Name, err)
 	}

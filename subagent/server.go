@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -77,6 +78,9 @@ type ServerConfig struct {
 	MaxOutputTokens int           // when a request sets none; default 1024
 	TaskTimeout     time.Duration // when a task sets none; default 10m
 	Logger          *slog.Logger  // default slog.Default()
+	// CaptureContent puts prompt and completion text on the spans; see
+	// Loop.CaptureContent. Default off.
+	CaptureContent bool
 }
 
 // Server is the worker's SubagentService: it runs one agent Loop per
@@ -89,6 +93,7 @@ type Server struct {
 	mu       sync.Mutex
 	running  int
 	closing  bool
+	unlisted sync.Once // the capacity left fanout.worker.capacity.limit
 	wg       sync.WaitGroup
 	stop     context.Context // cancelled when Shutdown gives up waiting
 	stopFunc context.CancelCauseFunc
@@ -134,6 +139,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg}
 	s.stop, s.stopFunc = context.WithCancelCause(context.Background())
+	metrics().capacityLimit.Add(context.Background(), int64(cfg.Capacity))
 	return s, nil
 }
 
@@ -150,6 +156,10 @@ func (s *Server) Running() int {
 // (ErrorInfo reason WORKER_FULL) at capacity. Otherwise the subagent's outcome
 // is in the final summary and the stream ends OK.
 func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) error {
+	// The gRPC server span (otelgrpc) is the parent of invoke_agent; name
+	// the run and task on it so a refusal is findable too.
+	trace.SpanFromContext(stream.Context()).SetAttributes(attrRunID.String(req.GetRunId()),
+		attrTaskID.String(req.GetTask().GetId()), attrAttempt.Int(int(req.GetAttempt())))
 	if err := s.validate(req); err != nil {
 		return err
 	}
@@ -185,6 +195,7 @@ func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 		MaxIterations:   s.cfg.MaxIterations,
 		MaxOutputTokens: s.cfg.MaxOutputTokens,
 		Logger:          s.cfg.Logger,
+		CaptureContent:  s.cfg.CaptureContent,
 		ProgressFunc: func(p Progress) {
 			// A failed send means the client is gone, which cancels ctx.
 			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
@@ -196,7 +207,7 @@ func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 		loop.MaxOutputTokens = int(n)
 	}
 	sum := loop.Run(ctx, task)
-	s.cfg.Logger.Info("subagent ended", "run", req.GetRunId(), "task", req.GetTask().GetId(),
+	s.cfg.Logger.InfoContext(ctx, "subagent ended", "run_id", req.GetRunId(), "task_id", req.GetTask().GetId(),
 		"status", sum.Status, "tokens", sum.TokensSpent, "iterations", sum.Iterations, "err", sum.Err)
 	return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Summary{Summary: sum.Proto()}})
 }
@@ -246,6 +257,7 @@ func (s *Server) acquire() error {
 	}
 	s.running++
 	s.wg.Add(1)
+	metrics().capacityUsed.Add(context.Background(), 1)
 	return nil
 }
 
@@ -253,6 +265,7 @@ func (s *Server) release() {
 	s.mu.Lock()
 	s.running--
 	s.mu.Unlock()
+	metrics().capacityUsed.Add(context.Background(), -1)
 	s.wg.Done()
 }
 
@@ -264,6 +277,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+	s.unlisted.Do(func() { metrics().capacityLimit.Add(context.Background(), -int64(s.cfg.Capacity)) })
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()

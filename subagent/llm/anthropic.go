@@ -51,6 +51,9 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 // Name implements Model.
 func (m *Anthropic) Name() string { return "anthropic" }
 
+// DefaultModel implements DefaultModeler.
+func (m *Anthropic) DefaultModel() string { return m.c.cfg.Model }
+
 // Close releases idle connections of the HTTP client.
 func (m *Anthropic) Close() { m.c.cfg.HTTPClient.CloseIdleConnections() }
 

@@ -98,6 +98,12 @@ type Model interface {
 	Call(ctx context.Context, req Request) (Response, error)
 }
 
+// DefaultModeler is a Model that names the model it calls when
+// Request.Model is empty, for telemetry (gen_ai.request.model).
+type DefaultModeler interface {
+	DefaultModel() string
+}
+
 // Per-item overheads of EstimateTokens: role markers and framing that
 // providers bill but bytes do not show.
 const (

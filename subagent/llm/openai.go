@@ -63,6 +63,9 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 // Name implements Model.
 func (m *OpenAI) Name() string { return "openai" }
 
+// DefaultModel implements DefaultModeler.
+func (m *OpenAI) DefaultModel() string { return m.c.cfg.Model }
+
 // Close releases idle connections of the HTTP client.
 func (m *OpenAI) Close() { m.c.cfg.HTTPClient.CloseIdleConnections() }
 

@@ -41,6 +41,8 @@ func (c *caller) take(ctx context.Context, runID string, tokens int64) error {
 		}
 		return fmt.Errorf("%s: run %s: define rate limits: %w", c.provider, runID, err)
 	}
+	start := time.Now()
+	defer func() { c.recordWait(ctx, waitLimiter, time.Since(start)) }()
 	for {
 		wait, err := l.Take(ctx, c.bucket, 1, tokens)
 		if err != nil {
@@ -83,7 +85,7 @@ func (c *caller) refund(ctx context.Context, tokens int64) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := c.cfg.Limiter.Refund(rctx, c.bucket, tokens); err != nil {
-		c.cfg.Logger.Warn("refund rate limit tokens", "provider", c.provider, "bucket", c.bucket, "tokens", tokens, "err", err)
+		c.cfg.Logger.WarnContext(ctx, "refund rate limit tokens", "provider", c.provider, "bucket", c.bucket, "tokens", tokens, "err", err)
 	}
 }
 

@@ -141,7 +141,7 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 	// and refunds the difference once the real usage is known.
 	cost := EstimateTokens(req.Messages, req.Tools...) + extraInput + int64(req.MaxTokens)
 	log := c.cfg.Logger.With("provider", c.provider, "key_id", KeyID(c.cfg.APIKey),
-		"run", req.Meta.RunID, "task", req.Meta.TaskID, "iteration", req.Meta.Iteration)
+		"run_id", req.Meta.RunID, "task_id", req.Meta.TaskID, "iteration", req.Meta.Iteration)
 	var slept time.Duration
 	for n := 1; ; n++ {
 		if err := c.take(ctx, req.Meta.RunID, cost); err != nil {
@@ -151,6 +151,7 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		resp, err := attempt(actx)
 		timedOut := errors.Is(context.Cause(actx), errAttemptTimeout)
 		cancel()
+		c.recordAttempt(ctx, err, timedOut)
 		if err == nil {
 			c.refund(ctx, cost-resp.Usage.Total())
 			return resp, nil
@@ -183,8 +184,13 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		if why != "" {
 			return Response{}, fmt.Errorf("%w after %s: %w", ErrRetriesExhausted, why, err)
 		}
-		log.Warn("model call retried", "status", se.StatusCode, "attempt", n, "sleep", delay, "retry_after", se.RetryAfter)
-		if err := sleep(ctx, delay); err != nil {
+		log.WarnContext(ctx, "model call retried", "status", se.StatusCode, "attempt", n, "sleep", delay, "retry_after", se.RetryAfter)
+		slept0 := time.Now()
+		err = sleep(ctx, delay)
+		if se.StatusCode == http.StatusTooManyRequests {
+			c.recordWait(ctx, waitProvider, time.Since(slept0))
+		}
+		if err != nil {
 			return Response{}, err
 		}
 		slept += delay

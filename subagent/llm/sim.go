@@ -94,6 +94,9 @@ func (s *Sim) Close() error {
 // Name implements Model.
 func (s *Sim) Name() string { return "sim" }
 
+// DefaultModel implements DefaultModeler.
+func (s *Sim) DefaultModel() string { return "sim" }
+
 // Calls returns a copy of the call log, in start order.
 func (s *Sim) Calls() []CallRecord {
 	s.mu.Lock()

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// TestMetricsEndpoint checks that /metrics serves what the meter provider
+// recorded as Prometheus text that parses. It does not call t.Parallel:
+// setupTelemetry installs global providers.
+func TestMetricsEndpoint(t *testing.T) { //nolint:paralleltest // global providers
+	ctx := t.Context()
+	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tel.shutdown(sctx)
+	})
+	if tel.addr == "" {
+		t.Fatal("no /metrics address")
+	}
+
+	// The provider itself, not the global one: instruments of the global
+	// meter bind to the first provider this test binary installed.
+	m := tel.mp.Meter("github.com/fanout/fanout/cmd/fanout/test")
+	spent, err := m.Int64Counter("fanout.budget.tokens.spent", metric.WithUnit("{token}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent.Add(ctx, 1234)
+	latency, err := m.Float64Histogram("fanout.cancel.latency", metric.WithUnit("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	latency.Record(ctx, 0.042)
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+tel.addr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse as Prometheus text: %v", err)
+	}
+	var fanout []string
+	for name := range families {
+		if strings.HasPrefix(name, "fanout_") {
+			fanout = append(fanout, name)
+		}
+	}
+	if len(fanout) == 0 {
+		t.Fatalf("no fanout_* series in /metrics; families: %d", len(families))
+	}
+	var got float64
+	for name, f := range families {
+		if strings.HasPrefix(name, "fanout_budget_tokens_spent") {
+			for _, s := range f.GetMetric() {
+				got += s.GetCounter().GetValue()
+			}
+		}
+	}
+	if got != 1234 {
+		t.Errorf("fanout_budget_tokens_spent = %v, want 1234 (fanout series: %v)", got, fanout)
+	}
+	var hist bool
+	for name, f := range families {
+		if strings.HasPrefix(name, "fanout_cancel_latency") && len(f.GetMetric()) > 0 && f.GetMetric()[0].GetHistogram() != nil {
+			hist = f.GetMetric()[0].GetHistogram().GetSampleCount() == 1
+		}
+	}
+	if !hist {
+		t.Errorf("no fanout_cancel_latency histogram with one sample (fanout series: %v)", fanout)
+	}
+}

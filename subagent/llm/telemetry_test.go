@@ -1,0 +1,110 @@
+package llm_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/fanout/fanout/subagent/llm"
+	"github.com/fanout/fanout/subagent/llm/llmtest"
+)
+
+// Instruments of the global meter bind to the first provider installed, so
+// it is installed once per test binary.
+var (
+	readerOnce sync.Once
+	reader     *sdkmetric.ManualReader
+)
+
+// providerMetrics holds what the provider metrics count.
+type providerMetrics struct {
+	responses map[int64]int64 // by status code
+	waits     map[string]metricdata.HistogramDataPoint[float64]
+}
+
+func readProviderMetrics(t *testing.T) providerMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := providerMetrics{responses: map[int64]int64{}, waits: map[string]metricdata.HistogramDataPoint[float64]{}}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if m.Name != "fanout.provider.responses" {
+					continue
+				}
+				for _, p := range d.DataPoints {
+					if v, ok := p.Attributes.Value("http.response.status_code"); ok {
+						out.responses[v.AsInt64()] += p.Value
+					}
+					if v, _ := p.Attributes.Value("gen_ai.provider.name"); v.AsString() != "openai" {
+						t.Errorf("fanout.provider.responses point with provider %q", v.AsString())
+					}
+				}
+			case metricdata.Histogram[float64]:
+				if m.Name != "fanout.ratelimit.wait" {
+					continue
+				}
+				for _, p := range d.DataPoints {
+					v, _ := p.Attributes.Value(attribute.Key("fanout.ratelimit.source"))
+					out.waits[v.AsString()] = p
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestProviderMetrics checks the 429 counter and the rate-limit waits. It
+// is the only test of the package that reads the global meter provider,
+// and it does not call t.Parallel, so it runs before the parallel tests
+// resume and what the reader gains meanwhile is its own.
+func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter provider
+	readerOnce.Do(func() {
+		reader = sdkmetric.NewManualReader()
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	})
+	before := readProviderMetrics(t)
+
+	f := newFixture(t, kinds[0], func(r llmtest.Request) llmtest.Reply {
+		if r.N <= 2 {
+			return llmtest.Reply{Status: http.StatusTooManyRequests}
+		}
+		return llmtest.Reply{Text: "ok", Usage: llm.Usage{InputTokens: 10, OutputTokens: 2}}
+	}, func(c *llm.ProviderConfig) {
+		c.Limiter = llm.NewMemoryLimiter() // starts empty: the first attempt waits ~10ms
+		c.Limits = llm.RateLimit{RPM: 6000, Burst: time.Second}
+	})
+	if _, err := f.call(t.Context(), providerRequest()); err != nil {
+		t.Fatal(err)
+	}
+
+	after := readProviderMetrics(t)
+	responses := map[int64]int64{}
+	for code, n := range after.responses {
+		responses[code] = n - before.responses[code]
+	}
+	waits := map[string]metricdata.HistogramDataPoint[float64]{}
+	for src, p := range after.waits {
+		waits[src] = metricdata.HistogramDataPoint[float64]{Count: p.Count - before.waits[src].Count, Sum: p.Sum - before.waits[src].Sum}
+	}
+	if responses[429] != 2 || responses[200] != 1 {
+		t.Errorf("fanout.provider.responses by status = %v, want 429: 2, 200: 1", responses)
+	}
+	if p := waits["provider_429"]; p.Count != 2 {
+		t.Errorf("fanout.ratelimit.wait{source=provider_429} has %d observations, want 2", p.Count)
+	}
+	if p := waits["limiter"]; p.Count != 3 || p.Sum <= 0 {
+		t.Errorf("fanout.ratelimit.wait{source=limiter}: %d observations summing to %vs, want 3 and > 0", p.Count, p.Sum)
+	}
+}

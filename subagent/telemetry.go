@@ -1,0 +1,368 @@
+package subagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+const scope = "github.com/fanout/fanout/subagent"
+
+// Attribute keys. The gen_ai.* names follow the OpenTelemetry GenAI semantic
+// conventions; they are defined here because the semconv package versions
+// rename and drop them from release to release.
+const (
+	attrOperation    = attribute.Key("gen_ai.operation.name")
+	attrProvider     = attribute.Key("gen_ai.provider.name")
+	attrRequestModel = attribute.Key("gen_ai.request.model")
+	attrMaxTokens    = attribute.Key("gen_ai.request.max_tokens")
+	attrTemperature  = attribute.Key("gen_ai.request.temperature")
+	attrSeed         = attribute.Key("gen_ai.request.seed")
+	attrInputTokens  = attribute.Key("gen_ai.usage.input_tokens")
+	attrOutputTokens = attribute.Key("gen_ai.usage.output_tokens")
+	attrFinish       = attribute.Key("gen_ai.response.finish_reasons")
+	attrAgentName    = attribute.Key("gen_ai.agent.name")
+	attrAgentID      = attribute.Key("gen_ai.agent.id")
+	attrToolName     = attribute.Key("gen_ai.tool.name")
+	attrToolCallID   = attribute.Key("gen_ai.tool.call.id")
+	attrToolType     = attribute.Key("gen_ai.tool.type")
+	attrToolArgs     = attribute.Key("gen_ai.tool.call.arguments")
+	attrToolResult   = attribute.Key("gen_ai.tool.call.result")
+	attrTokenType    = attribute.Key("gen_ai.token.type")
+	attrInputMsgs    = attribute.Key("gen_ai.input.messages")
+	attrOutputMsgs   = attribute.Key("gen_ai.output.messages")
+	attrErrorType    = attribute.Key("error.type")
+
+	attrRunID        = attribute.Key("fanout.run.id")
+	attrTaskID       = attribute.Key("fanout.task.id")
+	attrTaskStatus   = attribute.Key("fanout.task.status")
+	attrAttempt      = attribute.Key("fanout.task.attempt")
+	attrIterations   = attribute.Key("fanout.task.iterations")
+	attrTokensSpent  = attribute.Key("fanout.task.tokens_spent")
+	attrIteration    = attribute.Key("fanout.iteration")
+	attrWorker       = attribute.Key("fanout.worker")
+	attrReservation  = attribute.Key("fanout.budget.reservation_id")
+	attrGranted      = attribute.Key("fanout.budget.granted")
+	attrToolEffect   = attribute.Key("fanout.tool.effect")
+	attrCancelCause  = attribute.Key("fanout.cancel.cause")
+	attrCancelReason = attribute.Key("fanout.cancel.reason") // a class of the cause, for metrics
+	attrCancelScope  = attribute.Key("fanout.cancel.scope")
+)
+
+// The gen_ai.operation.name values fanout emits.
+const (
+	opInvokeAgent = "invoke_agent"
+	opChat        = "chat"
+	opExecuteTool = "execute_tool"
+)
+
+func tracer() trace.Tracer { return otel.Tracer(scope) }
+
+// instruments are the package's metrics, made once from the global meter
+// provider (cmd sets it; until then they are no-ops).
+type instruments struct {
+	tokenUsage    metric.Int64Histogram
+	opDuration    metric.Float64Histogram
+	running       metric.Int64UpDownCounter
+	capacityUsed  metric.Int64UpDownCounter
+	capacityLimit metric.Int64UpDownCounter
+	cancelLatency metric.Float64Histogram
+}
+
+var (
+	instOnce sync.Once
+	inst     instruments
+)
+
+func metrics() *instruments {
+	instOnce.Do(func() {
+		m := otel.Meter(scope)
+		// Bucket boundaries as the GenAI semantic conventions advise.
+		inst.tokenUsage, _ = m.Int64Histogram("gen_ai.client.token.usage", metric.WithUnit("{token}"),
+			metric.WithDescription("Tokens used by a model call, by token type (input, output)."),
+			metric.WithExplicitBucketBoundaries(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864))
+		inst.opDuration, _ = m.Float64Histogram("gen_ai.client.operation.duration", metric.WithUnit("s"),
+			metric.WithDescription("Duration of a model call, retries and rate-limit waits included."),
+			metric.WithExplicitBucketBoundaries(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92))
+		inst.running, _ = m.Int64UpDownCounter("fanout.subagents.running", metric.WithUnit("{subagent}"),
+			metric.WithDescription("Subagent loops running."))
+		inst.capacityUsed, _ = m.Int64UpDownCounter("fanout.worker.capacity.used", metric.WithUnit("{subagent}"),
+			metric.WithDescription("Worker capacity slots held by Execute calls."))
+		inst.capacityLimit, _ = m.Int64UpDownCounter("fanout.worker.capacity.limit", metric.WithUnit("{subagent}"),
+			metric.WithDescription("Worker capacity slots in total (ServerConfig.Capacity of the running workers)."))
+		inst.cancelLatency, _ = m.Float64Histogram("fanout.cancel.latency", metric.WithUnit("s"),
+			metric.WithDescription(cancelLatencyDescription),
+			metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	})
+	return &inst
+}
+
+// cancelLatencyDescription is shared word for word with package
+// orchestrator, which records the same instrument with scope "run".
+const cancelLatencyDescription = "Time from hearing that work must stop to it having stopped: " +
+	"scope=subagent, a worker's loop (watcher signal, stream cancel or deadline to return); " +
+	"scope=run, an orchestrator's run (cancel cause to its last task ended)."
+
+// cancelReason is a low-cardinality class of a cancel cause, for metrics.
+func cancelReason(cause error) string {
+	switch {
+	case errors.Is(cause, budget.ErrExhausted):
+		return "budget_exhausted"
+	case errors.Is(cause, budget.ErrRunCancelled):
+		return "run_cancelled"
+	case errors.Is(cause, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(cause, ErrShuttingDown):
+		return "shutdown"
+	default:
+		return "other"
+	}
+}
+
+// recordCancel marks span as ended by a cancellation with cause: the
+// fanout.cancel.cause attribute and a "cancelled" event.
+func recordCancel(span trace.Span, cause error) {
+	if cause == nil {
+		return
+	}
+	span.SetAttributes(attrCancelCause.String(cause.Error()))
+	span.AddEvent("cancelled", trace.WithAttributes(attrCancelCause.String(cause.Error())))
+}
+
+// errorType is a low-cardinality error.type for a failed model call.
+func errorType(err error) string {
+	var se *llm.StatusError
+	switch {
+	case errors.As(err, &se):
+		return strconv.Itoa(se.StatusCode)
+	case errors.Is(err, llm.ErrCallTimeout):
+		return "timeout"
+	case errors.Is(err, llm.ErrMalformedReply):
+		return "malformed_reply"
+	case errors.Is(err, budget.ErrLeaseLost):
+		return "lease_lost"
+	case errors.Is(err, llm.ErrProvider):
+		return "provider_error"
+	default:
+		return "_OTHER"
+	}
+}
+
+// requestModel names the model a request goes to: its Model, or the
+// provider's default.
+func requestModel(m llm.Model, req llm.Request) string {
+	if req.Model != "" {
+		return req.Model
+	}
+	if d, ok := m.(llm.DefaultModeler); ok {
+		return d.DefaultModel()
+	}
+	return m.Name()
+}
+
+// hearing is when a loop first heard that its run ended or it must stop.
+type hearing struct{ at atomic.Int64 } // unix nanos, 0 = not yet
+
+func (h *hearing) hear() { h.at.CompareAndSwap(0, time.Now().UnixNano()) }
+
+func (h *hearing) time() (time.Time, bool) {
+	n := h.at.Load()
+	return time.Unix(0, n), n != 0
+}
+
+// startAgentSpan starts the invoke_agent span of one subagent; its parent
+// is ctx's span (on a worker, the Execute call's gRPC server span).
+func (r *run) startAgentSpan(ctx context.Context) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{
+		attrOperation.String(opInvokeAgent),
+		attrAgentName.String(r.task.TaskID),
+		attrAgentID.String(r.task.RunID + "/" + r.task.TaskID),
+		attrProvider.String(r.Model.Name()),
+		attrRequestModel.String(requestModel(r.Model, llm.Request{Model: r.task.ModelName})),
+		attrRunID.String(r.task.RunID),
+		attrTaskID.String(r.task.TaskID),
+		attrAttempt.Int(r.task.Attempt),
+	}
+	if r.Holder != "" {
+		attrs = append(attrs, attrWorker.String(r.Holder))
+	}
+	return tracer().Start(ctx, opInvokeAgent+" "+r.task.TaskID, trace.WithAttributes(attrs...))
+}
+
+// endAgentSpan ends the invoke_agent span with how the subagent ended and,
+// if it stopped because it was told to, the cause and the time it took.
+func (r *run) endAgentSpan(ctx context.Context, span trace.Span, sum Summary, cause error, h *hearing, ended time.Time) {
+	span.SetAttributes(
+		attrTaskStatus.String(string(sum.Status)),
+		attrTokensSpent.Int64(sum.TokensSpent),
+		attrIterations.Int(sum.Iterations),
+	)
+	switch sum.Status {
+	case StatusCancelled, StatusBudgetExhausted, StatusTimedOut:
+		if cause == nil {
+			cause = sum.Err // refused by the ledger, or the watcher said so under DRAIN
+		}
+		recordCancel(span, cause)
+		if at, ok := h.time(); ok && !at.After(ended) {
+			metrics().cancelLatency.Record(context.WithoutCancel(ctx), ended.Sub(at).Seconds(),
+				metric.WithAttributes(attrCancelScope.String("subagent"), attrCancelReason.String(cancelReason(cause))))
+		}
+	case StatusFailed:
+		if sum.Err != nil {
+			span.RecordError(sum.Err)
+			span.SetStatus(otelcodes.Error, sum.Err.Error())
+		}
+	}
+	span.End()
+}
+
+// startChatSpan starts the span of one model call.
+func (r *run) startChatSpan(ctx context.Context, res budget.Reservation, req llm.Request) (context.Context, trace.Span, []attribute.KeyValue) {
+	model := requestModel(r.Model, req)
+	common := []attribute.KeyValue{
+		attrOperation.String(opChat),
+		attrProvider.String(r.Model.Name()),
+		attrRequestModel.String(model),
+	}
+	attrs := append(common[:len(common):len(common)],
+		attrMaxTokens.Int(req.MaxTokens),
+		attrReservation.Int64(int64(res.ID)),
+		attrGranted.Int64(res.Amount),
+		attrRunID.String(r.task.RunID),
+		attrTaskID.String(r.task.TaskID),
+		attrIteration.Int(req.Meta.Iteration),
+	)
+	if req.Temperature != 0 {
+		attrs = append(attrs, attrTemperature.Float64(req.Temperature))
+	}
+	if req.Seed != 0 {
+		attrs = append(attrs, attrSeed.Int64(req.Seed))
+	}
+	if r.CaptureContent {
+		attrs = append(attrs, attrInputMsgs.String(messagesJSON(req.Messages)))
+	}
+	ctx, span := tracer().Start(ctx, opChat+" "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	return ctx, span, common
+}
+
+// endChatSpan ends a model call's span and records its metrics. ctx is the
+// iteration's context: if it ended, the call was cancelled.
+func (r *run) endChatSpan(ctx context.Context, span trace.Span, common []attribute.KeyValue, start time.Time,
+	resp llm.Response, err error) {
+	mctx := context.WithoutCancel(ctx)
+	m := metrics()
+	dattrs := common
+	switch {
+	case err == nil:
+		span.SetAttributes(
+			attrInputTokens.Int64(resp.Usage.InputTokens),
+			attrOutputTokens.Int64(resp.Usage.OutputTokens),
+			attrFinish.StringSlice([]string{string(resp.FinishReason)}),
+		)
+		if r.CaptureContent {
+			span.SetAttributes(attrOutputMsgs.String(messagesJSON([]llm.Message{{
+				Role: llm.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls}})))
+		}
+		m.tokenUsage.Record(mctx, resp.Usage.InputTokens, metric.WithAttributes(append(common, attrTokenType.String("input"))...))
+		m.tokenUsage.Record(mctx, resp.Usage.OutputTokens, metric.WithAttributes(append(common, attrTokenType.String("output"))...))
+	case ctx.Err() != nil:
+		recordCancel(span, context.Cause(ctx))
+		dattrs = append(common, attrErrorType.String("cancelled"))
+	default:
+		et := errorType(err)
+		span.SetAttributes(attrErrorType.String(et))
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+		dattrs = append(common, attrErrorType.String(et))
+	}
+	m.opDuration.Record(mctx, time.Since(start).Seconds(), metric.WithAttributes(dattrs...))
+	span.End()
+}
+
+// startToolSpan starts the span of one tool call.
+func (r *run) startToolSpan(ctx context.Context, c llm.ToolCall) (context.Context, trace.Span) {
+	effect := "write"
+	if r.effect(c) == EffectRead {
+		effect = "read"
+	}
+	attrs := []attribute.KeyValue{
+		attrOperation.String(opExecuteTool),
+		attrToolName.String(c.Name),
+		attrToolCallID.String(c.ID),
+		attrToolType.String("function"),
+		attrToolEffect.String(effect),
+		attrRunID.String(r.task.RunID),
+		attrTaskID.String(r.task.TaskID),
+	}
+	if r.CaptureContent {
+		if b, err := json.Marshal(c.Args); err == nil {
+			attrs = append(attrs, attrToolArgs.String(string(b)))
+		}
+	}
+	return tracer().Start(ctx, opExecuteTool+" "+c.Name, trace.WithAttributes(attrs...))
+}
+
+func (r *run) endToolSpan(ctx context.Context, span trace.Span, res ToolResult, err error) {
+	switch {
+	case err == nil:
+		if r.CaptureContent {
+			span.SetAttributes(attrToolResult.String(res.Text))
+		}
+	case ctx.Err() != nil:
+		recordCancel(span, context.Cause(ctx))
+	default:
+		span.SetAttributes(attrErrorType.String("tool_error"))
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	span.End()
+}
+
+// messagesJSON renders messages in the shape of the GenAI conventions'
+// gen_ai.input.messages: role and parts.
+func messagesJSON(msgs []llm.Message) string {
+	type part struct {
+		Type      string            `json:"type"`
+		Content   string            `json:"content,omitempty"`
+		ID        string            `json:"id,omitempty"`
+		Name      string            `json:"name,omitempty"`
+		Arguments map[string]string `json:"arguments,omitempty"`
+		Response  string            `json:"response,omitempty"`
+	}
+	type message struct {
+		Role  string `json:"role"`
+		Parts []part `json:"parts"`
+	}
+	out := make([]message, 0, len(msgs))
+	for _, m := range msgs {
+		msg := message{Role: string(m.Role)}
+		switch {
+		case m.Role == llm.RoleTool:
+			msg.Parts = append(msg.Parts, part{Type: "tool_call_response", ID: m.ToolCallID, Response: m.Content})
+		case m.Content != "":
+			msg.Parts = append(msg.Parts, part{Type: "text", Content: m.Content})
+		}
+		for _, c := range m.ToolCalls {
+			msg.Parts = append(msg.Parts, part{Type: "tool_call", ID: c.ID, Name: c.Name, Arguments: c.Args})
+		}
+		out = append(out, msg)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}

@@ -1,0 +1,66 @@
+package subagent_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// TestLoopCapturesContentOnlyWhenAsked checks the loop's spans with
+// content capture off and on. It installs the global tracer provider, so
+// it is the only test of the package that does and it does not call
+// t.Parallel: it runs before the parallel tests resume.
+func TestLoopCapturesContentOnlyWhenAsked(t *testing.T) { //nolint:paralleltest // global tracer provider
+	spans := tracetest.NewInMemoryExporter()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
+
+	for _, capture := range []bool{false, true} {
+		spans.Reset()
+		b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+		loop := newLoop(b, newSim(t, llm.SimConfig{ToolCallsPerIteration: 1, FinishAfter: 2}))
+		loop.CaptureContent = capture
+		task := newTask(b, "a")
+		task.AllowedTools = []string{"search"}
+		if sum := loop.Run(t.Context(), task); sum.Err != nil {
+			t.Fatal(sum.Err)
+		}
+		var agent, chats, tools int
+		for _, s := range spans.GetSpans() {
+			has := map[string]string{}
+			for _, kv := range s.Attributes {
+				has[string(kv.Key)] = kv.Value.Emit()
+			}
+			switch has["gen_ai.operation.name"] {
+			case "invoke_agent":
+				agent++
+				if s.Name != "invoke_agent a" || has["fanout.task.status"] != "SUCCEEDED" || has["gen_ai.agent.name"] != "a" {
+					t.Errorf("invoke_agent span %q: %v", s.Name, has)
+				}
+			case "chat":
+				chats++
+				for _, k := range []string{"gen_ai.input.messages", "gen_ai.output.messages"} {
+					v, ok := has[k]
+					if ok != capture {
+						t.Errorf("capture %v: chat span has %s: %v", capture, k, ok)
+					}
+					if ok && !json.Valid([]byte(v)) {
+						t.Errorf("%s is not JSON: %s", k, v)
+					}
+				}
+			case "execute_tool":
+				tools++
+				if _, ok := has["gen_ai.tool.call.arguments"]; ok != capture {
+					t.Errorf("capture %v: execute_tool span has arguments: %v", capture, ok)
+				}
+			}
+		}
+		if agent != 1 || chats != 2 || tools != 1 {
+			t.Errorf("capture %v: %d invoke_agent, %d chat, %d execute_tool spans; want 1, 2, 1", capture, agent, chats, tools)
+		}
+	}
+}
