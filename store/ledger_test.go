@@ -619,3 +619,18 @@ func TestMigrateDownAndUp(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestMigrateRefusesAChangedMigration: editing an applied migration is
+// caught with a message that says what to do, instead of a schema that
+// silently differs from the code.
+func TestMigrateRefusesAChangedMigration(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.pool.Exec(b.ctx, "UPDATE schema_migration SET checksum = 'edited' WHERE version = 1"); err != nil {
+		t.Fatal(err)
+	}
+	err := store.Migrate(b.ctx, b.url)
+	if err == nil || !strings.Contains(err.Error(), "0001_ledger changed after it was applied") {
+		t.Fatalf("err = %v, want the changed migration named", err)
+	}
+}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -23,6 +25,12 @@ type Migration struct {
 	Name    string
 	Up      string
 	Down    string
+}
+
+// checksum identifies the text of the up migration.
+func (m Migration) checksum() string {
+	sum := sha256.Sum256([]byte(m.Up))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Migrations returns the embedded migrations in version order.
@@ -106,20 +114,32 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migration (
 		version    int PRIMARY KEY,
 		name       text NOT NULL,
+		checksum   text NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("migrate: create schema_migration: %w", err)
 	}
-	rows, err := conn.Query(ctx, "SELECT version FROM schema_migration")
-	if err != nil {
-		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
-	}
-	appliedList, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	rows, err := conn.Query(ctx, "SELECT version, checksum FROM schema_migration")
 	if err != nil {
 		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
 	}
 	applied := map[int]bool{}
-	for _, v := range appliedList {
-		applied[v] = true
+	sums := map[int]string{}
+	var v int
+	var sum string
+	if _, err := pgx.ForEachRow(rows, []any{&v, &sum}, func() error {
+		applied[v], sums[v] = true, sum
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
+	}
+	// An applied migration must never change: the database would silently
+	// differ from what the code expects.
+	for _, m := range all {
+		if applied[m.Version] && sums[m.Version] != m.checksum() {
+			return nil, fmt.Errorf("migrate: %04d_%s changed after it was applied to this database "+
+				"(checksum %s, now %s): applied migrations are immutable; add a new one instead "+
+				"(a dev database can simply be deleted)", m.Version, m.Name, sums[m.Version], m.checksum())
+		}
 	}
 
 	var done []int
@@ -131,7 +151,8 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 			if _, err := tx.Exec(ctx, m.Up); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO schema_migration (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migration (version, name, checksum) VALUES ($1, $2, $3)",
+				m.Version, m.Name, m.checksum())
 			return err
 		})
 		if err != nil {

@@ -143,6 +143,8 @@ type workerConfig struct {
 	// Providers adds the real providers whose keys env holds; nil: sim only.
 	Providers *providerFlags
 	Env       *Env
+	// CaptureContent records prompt and completion text on spans.
+	CaptureContent bool
 }
 
 func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
@@ -167,13 +169,14 @@ func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
 		}
 	}
 	w, err := subagent.NewServer(subagent.ServerConfig{
-		Ledger:   b.ledger,
-		Watcher:  b.watcher,
-		Models:   models,
-		Name:     name,
-		Capacity: cfg.Capacity,
-		LeaseTTL: cfg.LeaseTTL,
-		Logger:   b.log.With("worker", name),
+		Ledger:         b.ledger,
+		Watcher:        b.watcher,
+		Models:         models,
+		Name:           name,
+		Capacity:       cfg.Capacity,
+		LeaseTTL:       cfg.LeaseTTL,
+		CaptureContent: cfg.CaptureContent,
+		Logger:         b.log.With("worker", name),
 	})
 	if err != nil {
 		n.lis.Close()

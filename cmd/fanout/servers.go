@@ -155,6 +155,7 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	f.StringVar(&wc.Name, "name", "", "worker name in the ledger and events (default worker@ADDR)")
 	f.IntVar(&wc.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
 	f.DurationVar(&wc.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
+	f.BoolVar(&wc.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
 	var sim simFlags
 	sim.register(f)
 	var prov providerFlags
