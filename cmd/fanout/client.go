@@ -229,20 +229,31 @@ func cmdWatch(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, closeConn, err := cf.dial()
+	next, closeConn, err := cf.watch(ctx, runID, after)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
+	_, err = follow(env, cf.json, next)
+	return err
+}
+
+// watch opens WatchRun for runID from sequence after; next returns its
+// events one by one, then io.EOF when the run has ended.
+func (c *clientFlags) watch(ctx context.Context, runID string, after int64) (next func() (*fanoutv1.RunEvent, error), closeConn func(), err error) {
+	client, closeConn, err := c.dial()
+	if err != nil {
+		return nil, nil, err
+	}
 	stream, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID, AfterSequence: after})
 	if err != nil {
-		return err
+		closeConn()
+		return nil, nil, err
 	}
-	_, err = follow(env, cf.json, func() (*fanoutv1.RunEvent, error) {
+	return func() (*fanoutv1.RunEvent, error) {
 		m, err := stream.Recv()
 		return m.GetEvent(), err
-	})
-	return err
+	}, closeConn, nil
 }
 
 // parseWithRunID parses flags around one positional RUN_ID.

@@ -34,25 +34,21 @@ func cmdTrace(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	client, closeConn, err := cf.dial()
+	next, closeConn, err := cf.watch(ctx, runID, 0)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	stream, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
-	if err != nil {
-		return err
-	}
 	var events []*fanoutv1.RunEvent
 	for {
-		m, err := stream.Recv()
+		ev, err := next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return err
 		}
-		events = append(events, m.GetEvent())
+		events = append(events, ev)
 	}
 	drawTimeline(env.Stdout, events, max(width, 10))
 	return nil
