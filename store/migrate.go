@@ -114,11 +114,15 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migration (
 		version    int PRIMARY KEY,
 		name       text NOT NULL,
-		checksum   text NOT NULL,
+		checksum   text,
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("migrate: create schema_migration: %w", err)
 	}
-	rows, err := conn.Query(ctx, "SELECT version, checksum FROM schema_migration")
+	// Databases migrated before checksums were kept have none to compare.
+	if _, err := conn.Exec(ctx, "ALTER TABLE schema_migration ADD COLUMN IF NOT EXISTS checksum text"); err != nil {
+		return nil, fmt.Errorf("migrate: add schema_migration.checksum: %w", err)
+	}
+	rows, err := conn.Query(ctx, "SELECT version, coalesce(checksum, '') FROM schema_migration")
 	if err != nil {
 		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
 	}
@@ -135,7 +139,7 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	// An applied migration must never change: the database would silently
 	// differ from what the code expects.
 	for _, m := range all {
-		if applied[m.Version] && sums[m.Version] != m.checksum() {
+		if applied[m.Version] && sums[m.Version] != "" && sums[m.Version] != m.checksum() {
 			return nil, fmt.Errorf("migrate: %04d_%s changed after it was applied to this database "+
 				"(checksum %s, now %s): applied migrations are immutable; add a new one instead "+
 				"(a dev database can simply be deleted)", m.Version, m.Name, sums[m.Version], m.checksum())
