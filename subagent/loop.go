@@ -79,13 +79,17 @@ type Task struct {
 	Seed        int64
 }
 
-// Summary is what a subagent compresses its work into.
+// Summary is what a subagent compresses its work into. Its Facts come from
+// the compression call when the model is an llm.StructuredModel and the call
+// could be made and paid for; otherwise (and whenever that call fails) from
+// the final answer, or from the read tools' results if there was none. Why
+// compression was skipped, failed or degraded is noted in Failed.
 type Summary struct {
 	Facts       []Fact
 	Tried       []string // tool calls made, in call order
-	Failed      []string // what failed and why
-	TokensSpent int64    // settled in the ledger, estimated settlements included
-	Iterations  int      // model calls started
+	Failed      []string // what failed and why, compression included
+	TokensSpent int64    // settled in the ledger, estimated settlements included, the compression call's too
+	Iterations  int      // agent loop model calls started; the compression call is not one
 	Status      Status
 	Err         error // why it ended, if Status is not StatusSucceeded
 }
@@ -97,8 +101,10 @@ type Progress struct {
 	ToolCalls   int   // in this iteration
 }
 
-// Loop runs subagents: reserve, call the model, settle, run tools, repeat.
-// Set the fields, then call Run; a Loop may run many tasks at once.
+// Loop runs subagents: reserve, call the model, settle, run tools, repeat;
+// then, with an llm.StructuredModel, one more reserved and settled call that
+// compresses the work into the Summary's facts (see Run). Set the fields,
+// then call Run; a Loop may run many tasks at once.
 type Loop struct {
 	Ledger budget.Ledger // required
 	Model  llm.Model     // required
@@ -111,6 +117,9 @@ type Loop struct {
 	ReadParallelism int           // read tools run at once; default 4
 	ProgressFunc    func(Progress)
 	Logger          *slog.Logger
+	// CompressMaxTokens caps the output of the compression call (and is its
+	// output allowance in the reservation); default 512.
+	CompressMaxTokens int
 	// CaptureContent puts prompts, completions and tool arguments and
 	// results on the spans (gen_ai.input.messages, gen_ai.output.messages,
 	// gen_ai.tool.call.arguments, gen_ai.tool.call.result). Default off:
@@ -142,6 +151,9 @@ func (l *Loop) defaults() Loop {
 	if c.MaxOutputTokens <= 0 {
 		c.MaxOutputTokens = 1024
 	}
+	if c.CompressMaxTokens <= 0 {
+		c.CompressMaxTokens = 512
+	}
 	if c.ReadParallelism <= 0 {
 		c.ReadParallelism = 4
 	}
@@ -157,6 +169,17 @@ func (l *Loop) defaults() Loop {
 // keeps what was found and tried before the stop. When Run returns, every
 // reservation it made has been settled or voided, or (if the ledger could not
 // be reached) is left for the lease sweeper to count as spent.
+//
+// If the model is an llm.StructuredModel, the loop's end (a final answer,
+// the iteration limit, a budget stop) is followed by one compression call
+// (llm.Compress, output capped by CompressMaxTokens) whose facts replace the
+// local ones. It is paid like any call: reserved in full on the task account
+// (all or nothing: estimate plus cap), settled with the reported usage, or
+// at the whole reservation, flagged estimated, if it fails or is cancelled.
+// It is skipped, keeping the local facts, if the task failed, ctx ended, the
+// worker knows the run ended or the ledger cannot grant the reservation; a
+// reply that does not parse becomes one fact holding its text. Each of these
+// is noted in Summary.Failed; the Status stays what the loop ended with.
 func (l *Loop) Run(ctx context.Context, t Task) Summary {
 	cfg := l.defaults()
 	r := &run{Loop: cfg, task: t}
@@ -224,23 +247,35 @@ type run struct {
 }
 
 func (r *run) loop(ctx context.Context) Summary {
+	r.work(ctx)
+	if sm, ok := r.Model.(llm.StructuredModel); ok && r.sum.Iterations > 0 {
+		if err := r.compress(ctx, sm); err != nil {
+			r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("compress: %v; kept the local summary", err))
+		}
+	}
+	return r.sum
+}
+
+// work runs the agent loop to its end and fills r.sum with a local summary.
+func (r *run) work(ctx context.Context) {
 	r.tools = r.Tools.Defs(r.task.AllowedTools)
 	r.msgs = r.prompt()
 	for it := 1; it <= r.task.MaxIterations; it++ {
 		resp, err := r.iterate(ctx, it)
 		if err != nil {
-			return r.finish(ctx, err)
+			r.finish(ctx, err)
+			return
 		}
 		if len(resp.ToolCalls) == 0 {
 			r.sum.Facts = parseFacts(resp.Content)
 			r.sum.Status = StatusSucceeded
 			r.progress(it, 0)
-			return r.sum
+			return
 		}
 		n := r.runTools(ctx, it, resp)
 		r.progress(it, n)
 	}
-	return r.finish(ctx, fmt.Errorf("run %d iterations: %w", r.task.MaxIterations, ErrIterationLimit))
+	r.finish(ctx, fmt.Errorf("run %d iterations: %w", r.task.MaxIterations, ErrIterationLimit))
 }
 
 func (r *run) progress(it, toolCalls int) {
@@ -259,20 +294,7 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 	}
 	input := llm.EstimateTokens(r.msgs, r.tools...)
 	want := input + int64(r.MaxOutputTokens)
-	// Not on ctx: a reserve cut short by ctx may commit with its reply lost,
-	// leaving a grant held (and later counted as spent) for a call never
-	// made. It is one short statement; a grant that arrives after ctx ended
-	// is voided below.
-	rctx, cancelReserve := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	res, err := r.Ledger.Reserve(rctx, budget.ReserveParams{
-		Account: r.task.Account,
-		Want:    want,
-		Min:     min(r.task.MinReservation, want),
-		Holder:  r.Holder,
-		TTL:     r.LeaseTTL,
-		Key:     fmt.Sprintf("%s/%s/a%d/i%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it),
-	})
-	cancelReserve()
+	res, err := r.reserve(ctx, want, min(r.task.MinReservation, want), fmt.Sprintf("i%d", it))
 	if err != nil {
 		if ctx.Err() != nil {
 			return llm.Response{}, context.Cause(ctx)
@@ -296,7 +318,7 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 	}
 
 	r.sum.Iterations = it
-	resp, callErr := r.call(ctx, res, llm.Request{
+	req := llm.Request{
 		Model:       r.task.ModelName,
 		Messages:    r.msgs,
 		Tools:       r.tools,
@@ -305,17 +327,13 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 		Seed:        r.task.Seed,
 		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: it,
 			ReservationID: int64(res.ID)},
-	})
-
-	actual, estimated := resp.Usage.Total(), false
-	if callErr != nil {
-		actual, estimated = res.Amount, true // usage unknown: count it all
 	}
-	settled, err := r.settle(ctx, res, actual, estimated)
-	if err != nil {
+	resp, callErr := r.call(ctx, res, req, "", func(ctx context.Context) (llm.Response, error) {
+		return r.Model.Call(ctx, req)
+	})
+	if err := r.pay(ctx, res, resp, callErr); err != nil {
 		return llm.Response{}, errors.Join(callErr, err)
 	}
-	r.sum.TokensSpent += settled.Spent
 	if callErr != nil {
 		if ctx.Err() != nil {
 			return llm.Response{}, context.Cause(ctx)
@@ -326,11 +344,117 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 	return resp, nil
 }
 
-// call runs the model while renewing the reservation's lease. If a renewal
-// fails the call is cancelled, so it stops before the lease ends.
-func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request) (resp llm.Response, err error) {
+// compress makes the compression call (see Run) and puts its facts in
+// r.sum. It returns why it kept the local facts instead, if it did.
+func (r *run) compress(ctx context.Context, sm llm.StructuredModel) error {
+	var ex *budget.ExhaustedError
+	switch {
+	case r.sum.Status == StatusFailed:
+		return errors.New("skipped: the task failed") // the same failure would most likely repeat
+	case ctx.Err() != nil:
+		return fmt.Errorf("skipped: %w", context.Cause(ctx))
+	case r.runEnded():
+		return fmt.Errorf("skipped: %w", r.endedErr())
+	case errors.As(r.sum.Err, &ex) && ex.Kind != budget.KindTask && ex.State.Ended():
+		return fmt.Errorf("skipped: %w", ex) // the ledger already said the run ended
+	}
+	input := llm.EstimateTokens(r.msgs) + llm.CompressTokens()
+	want := input + int64(r.CompressMaxTokens)
+	// All or nothing: a summary cut off by a smaller grant would not parse.
+	res, err := r.reserve(ctx, want, want, "compress")
+	if err != nil {
+		return fmt.Errorf("skipped: reserve %d tokens: %w", want, err)
+	}
+	if ctx.Err() != nil {
+		r.void(ctx, res)
+		return fmt.Errorf("skipped: %w", context.Cause(ctx))
+	}
+	if r.runEnded() {
+		r.void(ctx, res) // Never start a call once this worker knows the run ended.
+		return fmt.Errorf("skipped: %w", r.endedErr())
+	}
+	req := llm.Request{
+		Model:       r.task.ModelName,
+		Messages:    r.msgs,
+		MaxTokens:   int(min(res.Amount-input, int64(r.CompressMaxTokens))),
+		Temperature: r.task.Temperature,
+		Seed:        r.task.Seed,
+		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: r.sum.Iterations + 1,
+			ReservationID: int64(res.ID)},
+	}
+	shown := req // what the span records: the request as llm.Compress sends it
+	shown.Messages = append(r.msgs[:len(r.msgs):len(r.msgs)], llm.Message{Role: llm.RoleUser, Content: llm.CompressInstruction})
+	var out llm.Compressed
+	resp, callErr := r.call(ctx, res, shown, outputJSON, func(ctx context.Context) (llm.Response, error) {
+		var err error
+		out, err = llm.Compress(ctx, sm, req)
+		return out.Response, err
+	})
+	if err := r.pay(ctx, res, resp, callErr); err != nil {
+		return errors.Join(callErr, err)
+	}
+	if callErr != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("cancelled: %w", context.Cause(ctx))
+		}
+		return fmt.Errorf("call model %s: %w", r.Model.Name(), callErr)
+	}
+	if len(out.Facts) == 0 {
+		return errors.New("the reply was empty")
+	}
+	r.sum.Facts = make([]Fact, len(out.Facts))
+	for i, f := range out.Facts {
+		r.sum.Facts[i] = Fact{Text: f.Text, Sources: f.Sources}
+	}
+	if out.Degraded {
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf(
+			"compress: the reply (finish reason %s) is not a fact summary; kept its text as one fact", resp.FinishReason))
+	}
+	return nil
+}
+
+// reserve asks the task account for a grant of want tokens (at least least).
+// key names the call within the task's attempt ("i3", "compress").
+func (r *run) reserve(ctx context.Context, want, least int64, key string) (budget.Reservation, error) {
+	// Not on ctx: a reserve cut short by ctx may commit with its reply lost,
+	// leaving a grant held (and later counted as spent) for a call never
+	// made. It is one short statement; callers void a grant that arrives
+	// after ctx ended.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	return r.Ledger.Reserve(rctx, budget.ReserveParams{
+		Account: r.task.Account,
+		Want:    want,
+		Min:     least,
+		Holder:  r.Holder,
+		TTL:     r.LeaseTTL,
+		Key:     fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
+	})
+}
+
+// pay settles res after its call: with the reported usage, or, if the call
+// failed (usage unknown), with the whole reservation, flagged estimated.
+func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response, callErr error) error {
+	actual, estimated := resp.Usage.Total(), false
+	if callErr != nil {
+		actual, estimated = res.Amount, true
+	}
+	settled, err := r.settle(ctx, res, actual, estimated)
+	if err != nil {
+		return err
+	}
+	r.sum.TokensSpent += settled.Spent
+	return nil
+}
+
+// call runs do, one model call for req, in a chat span while renewing the
+// reservation's lease. If a renewal fails the call is cancelled, so it stops
+// before the lease ends. outputType is the span's gen_ai.output.type, if
+// the call asks for one.
+func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request, outputType string,
+	do func(context.Context) (llm.Response, error)) (resp llm.Response, err error) {
 	start := time.Now()
-	spanCtx, span, common := r.startChatSpan(ctx, res, req)
+	spanCtx, span, common := r.startChatSpan(ctx, res, req, outputType)
 	defer func() { r.endChatSpan(ctx, span, common, start, resp, err) }()
 	callCtx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
@@ -354,7 +478,7 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request)
 			}
 		}
 	}()
-	resp, err = r.Model.Call(callCtx, req)
+	resp, err = do(callCtx)
 	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
 		err = context.Cause(callCtx) // the lease renewal failed
 	}
@@ -470,7 +594,7 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (res ToolR
 }
 
 // finish ends the loop with err and classifies it.
-func (r *run) finish(ctx context.Context, err error) Summary {
+func (r *run) finish(ctx context.Context, err error) {
 	r.sum.Err = err
 	r.sum.Facts = r.found
 	cause := context.Cause(ctx)
@@ -494,7 +618,6 @@ func (r *run) finish(ctx context.Context, err error) Summary {
 	if r.sum.Status != StatusIterationLimit && r.sum.Status != StatusSucceeded {
 		r.sum.Failed = append(r.sum.Failed, err.Error())
 	}
-	return r.sum
 }
 
 func (r *run) prompt() []llm.Message {

@@ -78,6 +78,10 @@ type ServerConfig struct {
 	MaxOutputTokens int           // when a request sets none; default 1024
 	TaskTimeout     time.Duration // when a task sets none; default 10m
 	Logger          *slog.Logger  // default slog.Default()
+	// CompressMaxTokens caps the output of the compression call a
+	// structured-output model makes at the end of each task; see
+	// Loop.CompressMaxTokens. Default 512.
+	CompressMaxTokens int
 	// CaptureContent puts prompt and completion text on the spans; see
 	// Loop.CaptureContent. Default off.
 	CaptureContent bool
@@ -134,6 +138,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.TaskTimeout <= 0 {
 		cfg.TaskTimeout = 10 * time.Minute
 	}
+	if cfg.CompressMaxTokens <= 0 {
+		cfg.CompressMaxTokens = 512
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -187,15 +194,16 @@ func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 		task.Watch = sub
 	}
 	loop := &Loop{
-		Ledger:          s.cfg.Ledger,
-		Model:           model,
-		Tools:           s.cfg.Tools,
-		Holder:          s.cfg.Name,
-		LeaseTTL:        s.cfg.LeaseTTL,
-		MaxIterations:   s.cfg.MaxIterations,
-		MaxOutputTokens: s.cfg.MaxOutputTokens,
-		Logger:          s.cfg.Logger,
-		CaptureContent:  s.cfg.CaptureContent,
+		Ledger:            s.cfg.Ledger,
+		Model:             model,
+		Tools:             s.cfg.Tools,
+		Holder:            s.cfg.Name,
+		LeaseTTL:          s.cfg.LeaseTTL,
+		MaxIterations:     s.cfg.MaxIterations,
+		MaxOutputTokens:   s.cfg.MaxOutputTokens,
+		CompressMaxTokens: s.cfg.CompressMaxTokens,
+		Logger:            s.cfg.Logger,
+		CaptureContent:    s.cfg.CaptureContent,
 		ProgressFunc: func(p Progress) {
 			// A failed send means the client is gone, which cancels ctx.
 			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{

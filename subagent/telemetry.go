@@ -30,6 +30,7 @@ const (
 	attrRequestModel = attribute.Key("gen_ai.request.model")
 	attrMaxTokens    = attribute.Key("gen_ai.request.max_tokens")
 	attrTemperature  = attribute.Key("gen_ai.request.temperature")
+	attrOutputType   = attribute.Key("gen_ai.output.type")
 	attrSeed         = attribute.Key("gen_ai.request.seed")
 	attrInputTokens  = attribute.Key("gen_ai.usage.input_tokens")
 	attrOutputTokens = attribute.Key("gen_ai.usage.output_tokens")
@@ -68,6 +69,10 @@ const (
 	opChat        = "chat"
 	opExecuteTool = "execute_tool"
 )
+
+// outputJSON is the gen_ai.output.type of a structured-output call (the
+// compression call).
+const outputJSON = "json"
 
 func tracer() trace.Tracer { return otel.Tracer(scope) }
 
@@ -229,8 +234,9 @@ func (r *run) endAgentSpan(ctx context.Context, span trace.Span, sum Summary, ca
 	span.End()
 }
 
-// startChatSpan starts the span of one model call.
-func (r *run) startChatSpan(ctx context.Context, res budget.Reservation, req llm.Request) (context.Context, trace.Span, []attribute.KeyValue) {
+// startChatSpan starts the span of one model call, the compression call
+// included (with outputType "json").
+func (r *run) startChatSpan(ctx context.Context, res budget.Reservation, req llm.Request, outputType string) (context.Context, trace.Span, []attribute.KeyValue) {
 	model := requestModel(r.Model, req)
 	common := []attribute.KeyValue{
 		attrOperation.String(opChat),
@@ -250,6 +256,9 @@ func (r *run) startChatSpan(ctx context.Context, res budget.Reservation, req llm
 	}
 	if req.Seed != 0 {
 		attrs = append(attrs, attrSeed.Int64(req.Seed))
+	}
+	if outputType != "" {
+		attrs = append(attrs, attrOutputType.String(outputType))
 	}
 	if r.CaptureContent {
 		attrs = append(attrs, attrInputMsgs.String(messagesJSON(req.Messages)))

@@ -2,13 +2,16 @@ package subagent_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fanout/fanout/subagent/llm"
+	"github.com/fanout/fanout/subagent/llm/llmtest"
 )
 
 // TestLoopCapturesContentOnlyWhenAsked checks the loop's spans with
@@ -63,4 +66,51 @@ func TestLoopCapturesContentOnlyWhenAsked(t *testing.T) { //nolint:paralleltest 
 			t.Errorf("capture %v: %d invoke_agent, %d chat, %d execute_tool spans; want 1, 2, 1", capture, agent, chats, tools)
 		}
 	}
+
+	// A structured-output model's compression call is a chat span too, a
+	// child of invoke_agent with its own reservation.
+	spans.Reset()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	_, model := newProviderModel(t, llmtest.OpenAI, false, agentScript(llmtest.Reply{Text: compressedFacts}))
+	loop := newLoop(b, model)
+	loop.CaptureContent = true
+	if sum := loop.Run(t.Context(), newTask(b, "a")); sum.Err != nil || len(sum.Failed) != 0 {
+		t.Fatalf("err %v, failed %q", sum.Err, sum.Failed)
+	}
+	var agentID trace.SpanID
+	var chats []sdktrace.ReadOnlySpan
+	for _, s := range spans.GetSpans().Snapshots() {
+		switch attrOf(s, "gen_ai.operation.name") {
+		case "invoke_agent":
+			agentID = s.SpanContext().SpanID()
+		case "chat":
+			chats = append(chats, s)
+		}
+	}
+	if len(chats) != 3 {
+		t.Fatalf("%d chat spans, want 2 iterations and 1 compression", len(chats))
+	}
+	c := chats[2]
+	if attrOf(c, "gen_ai.output.type") != "json" || attrOf(c, "fanout.budget.reservation_id") == "" ||
+		attrOf(c, "gen_ai.usage.output_tokens") == "" || c.Parent().SpanID() != agentID {
+		t.Errorf("compression span %q: %v, parent %s (agent %s)", c.Name(), c.Attributes(), c.Parent().SpanID(), agentID)
+	}
+	if !strings.Contains(attrOf(c, "gen_ai.input.messages"), "Compress everything above") ||
+		!strings.Contains(attrOf(c, "gen_ai.output.messages"), "compressed fact") {
+		t.Errorf("compression span content: %v", c.Attributes())
+	}
+	for _, s := range chats[:2] {
+		if attrOf(s, "gen_ai.output.type") != "" {
+			t.Errorf("iteration span %q has gen_ai.output.type", s.Name())
+		}
+	}
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, key string) string {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value.Emit()
+		}
+	}
+	return ""
 }

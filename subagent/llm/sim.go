@@ -46,7 +46,9 @@ type CallRecord struct {
 // Sim is a deterministic Model. Its output depends only on the seed, the task
 // id, the iteration and the request (never on the run id, the clock or the
 // order of calls), so the same spec with the same seed plays out the same way.
-// It keeps a log of every call for tests. Safe for concurrent use.
+// It keeps a log of every call for tests. It is not a StructuredModel, so
+// the agent loop makes no compression call with it: its final answer is
+// already a fact summary. Safe for concurrent use.
 type Sim struct {
 	cfg SimConfig
 

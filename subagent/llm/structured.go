@@ -83,7 +83,8 @@ type Compressed struct {
 // as structured output; any other model (Sim) gets the instruction alone. A
 // reply that does not parse degrades to one fact holding its text. It
 // returns an error only if the call fails; then usage is unknown, as for
-// Model.Call.
+// Model.Call. The agent loop (subagent.Loop) calls it once per task, and
+// only for a StructuredModel.
 func Compress(ctx context.Context, m Model, req Request) (Compressed, error) {
 	req.Messages = append(append([]Message(nil), req.Messages...), Message{Role: RoleUser, Content: CompressInstruction})
 	req.Tools = nil
