@@ -48,14 +48,19 @@ type Engine struct {
 	// lifetime, not any RPC's. Shutdown cancels it with errShutdown.
 	base       context.Context
 	cancelBase context.CancelCauseFunc
-	wg         sync.WaitGroup // one per driven run
+	wg         sync.WaitGroup // one per driven run and per run being adopted
 
-	mu      sync.Mutex
-	closing bool
-	active  map[string]*activeRun
+	// stopBeat stops the heartbeat loop (lease.go), which closes beatDone.
+	stopBeat context.CancelFunc
+	beatDone chan struct{}
+
+	mu       sync.Mutex
+	closing  bool
+	active   map[string]*activeRun // driven, or adopted and being ended
+	adopting int                   // adopted runs being ended
 }
 
-// activeRun is a run this engine drives.
+// activeRun is a run this engine drives (or ends, having adopted it).
 type activeRun struct {
 	cancel  context.CancelCauseFunc
 	changed chan struct{} // closed and replaced on every new event
@@ -67,7 +72,8 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		return nil, errors.New("orchestrator: engine needs a store, a ledger, a watcher and workers")
 	}
 	base, cancel := context.WithCancelCause(context.Background())
-	return &Engine{
+	beatCtx, stopBeat := context.WithCancel(context.Background())
+	e := &Engine{
 		store:      p.Store,
 		ledger:     p.Ledger,
 		watcher:    p.Watcher,
@@ -75,8 +81,12 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		cfg:        p.Config.withDefaults(),
 		base:       base,
 		cancelBase: cancel,
+		stopBeat:   stopBeat,
+		beatDone:   make(chan struct{}),
 		active:     map[string]*activeRun{},
-	}, nil
+	}
+	go e.heartbeat(beatCtx)
+	return e, nil
 }
 
 // Config returns the engine's configuration with defaults applied.
@@ -230,10 +240,22 @@ func (e *Engine) changed(runID string) <-chan struct{} {
 	return nil
 }
 
+// finishRun ends the run if this engine owns it and it is RUNNING, then
+// appends its RunFinished, and reports whether it ended the run. A run that
+// another replica adopted (or that ended otherwise) is left as it is: its
+// RunFinished is the other's to append. If the write fails the run stays
+// RUNNING; once this engine stops heartbeating it, it is adopted and ended.
 func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult) {
-	if _, err := e.store.FinishRun(ctx, runID, state, cause, result); err != nil {
+	result *fanoutv1.JoinedResult) bool {
+	stored, ended, err := e.store.FinishRun(ctx, runID, e.cfg.Node, state, cause, result)
+	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "finish run", "run_id", runID, "err", err)
+		return false
+	}
+	if !ended {
+		e.cfg.Logger.WarnContext(ctx, "run ended elsewhere; not ending it here", "run_id", runID,
+			"state", stored.GetState().String(), "cause", stored.GetCancelCause())
+		return false
 	}
 	if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{
 		RunFinished: &fanoutv1.RunFinished{State: state, CancelCause: cause, Result: result},
@@ -242,6 +264,7 @@ func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.Run
 	}
 	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1,
 		metric.WithAttributes(attrRunState.String(strings.TrimPrefix(state.String(), "RUN_STATE_"))))
+	return true
 }
 
 // Get returns a run with its budget as the ledger has it now. An empty
@@ -349,8 +372,9 @@ func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 	}
 }
 
-// Shutdown stops accepting runs and waits for the runs this engine drives
-// to end. When ctx ends first, it cancels them (cause: the orchestrator shut
+// Shutdown stops accepting runs and adopting orphaned ones, waits for the
+// runs this engine drives (or ends, having adopted them) to end, and stops
+// the heartbeat. When ctx ends first, it cancels them (cause: the orchestrator shut
 // down; their ledger accounts are cancelled so workers stop too), waits for
 // them to record how they ended, and returns ctx's error.
 func (e *Engine) Shutdown(ctx context.Context) error {
@@ -362,6 +386,8 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.wg.Wait()
 		close(done)
 	}()
+	// The heartbeat keeps the runs' leases until they have ended.
+	defer e.stopHeartbeat()
 	select {
 	case <-done:
 		e.cancelBase(errShutdown)
@@ -582,6 +608,14 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	ctx, cancel := cleanup()
 	defer cancel()
 	runCause := context.Cause(runCtx) // before the deferred cancelRun(nil)
+	if runCause == nil {
+		// Workers hear a CancelRun through the ledger as fast as this node's
+		// watcher does, so every task can end CANCELLED before the run
+		// context hears it: the ledger decides.
+		if acct, err := e.ledger.RunAccount(ctx, d.runID); err == nil && acct.State == budget.StateCancelled {
+			runCause = &CancelError{Cause: cmpOr(acct.Cause, budget.ErrRunCancelled.Error())}
+		}
+	}
 	state, cause := d.outcome(runCause, outcomes)
 	result := join(outcomes)
 	if spec.GetSynthesize() {
@@ -597,9 +631,10 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", d.runID, "err", err)
 	}
-	e.finishRun(ctx, d.runID, state, cause, result)
-	e.cfg.Logger.InfoContext(ctx, "run ended", "run_id", d.runID, "state", state.String(), "cause", cause,
-		"tasks", n, "tokens", result.GetTotalTokens())
+	if e.finishRun(ctx, d.runID, state, cause, result) {
+		e.cfg.Logger.InfoContext(ctx, "run ended", "run_id", d.runID, "state", state.String(), "cause", cause,
+			"tasks", n, "tokens", result.GetTotalTokens())
+	}
 	var closed *budget.Account
 	if err == nil {
 		closed = &acct
@@ -672,20 +707,23 @@ func (d *driver) synthesisSkipped(ctx context.Context) string {
 // instead. A worker that is alive settles before it reports, so this is
 // normally one read; after a worker died it delays the run's end by up to
 // one lease plus a sweep.
-func (d *driver) awaitHeld(runCtx context.Context) {
-	e := d.e
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(runCtx), e.cfg.HeldWait)
+func (d *driver) awaitHeld(runCtx context.Context) { d.e.awaitHeld(runCtx, d.runID) }
+
+// awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
+// the run holds no reservation. See driver.awaitHeld.
+func (e *Engine) awaitHeld(parent context.Context, runID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), e.cfg.HeldWait)
 	defer cancel()
 	tick := time.NewTicker(e.cfg.WatchPollInterval)
 	defer tick.Stop()
 	for {
-		acct, err := e.ledger.RunAccount(ctx, d.runID)
+		acct, err := e.ledger.RunAccount(ctx, runID)
 		if err != nil || acct.Reserved == 0 {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			e.cfg.Logger.WarnContext(ctx, "closing run with reservations still held", "run_id", d.runID,
+			e.cfg.Logger.WarnContext(ctx, "closing run with reservations still held", "run_id", runID,
 				"reserved", acct.Reserved, "waited", e.cfg.HeldWait)
 			return
 		case <-e.base.Done(): // forced shutdown: CloseRun voids what is left
@@ -737,7 +775,11 @@ func (d *driver) undispatchedStatus(runCtx context.Context) fanoutv1.TaskStatus 
 // event appends an event, logging a failure: losing one progress event must
 // not stop the run.
 func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
-	if _, err := d.e.appendEvent(ctx, d.runID, ev); err != nil {
+	_, err := d.e.appendEvent(ctx, d.runID, ev)
+	switch {
+	case errors.Is(err, budget.ErrConflict): // the run ended on the replica that adopted it
+		d.e.cfg.Logger.InfoContext(ctx, "run ended elsewhere; event dropped", "run_id", d.runID, "err", err)
+	case err != nil:
 		d.e.cfg.Logger.ErrorContext(ctx, "append run event", "run_id", d.runID, "err", err)
 	}
 }
@@ -745,14 +787,23 @@ func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
 // finishTask persists a task's terminal outcome and reports it.
 func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanoutv1.TaskOutcome {
 	stored, err := d.e.store.FinishTask(ctx, d.runID, o)
+	if errors.Is(err, budget.ErrConflict) {
+		// The replica that adopted the run ended the task; its outcome stands.
+		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
+		return o
+	}
 	if err != nil {
 		d.e.cfg.Logger.ErrorContext(ctx, "finish task", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
 		stored = o
 	}
-	metrics().tasksFinished.Add(context.WithoutCancel(ctx), 1,
-		metric.WithAttributes(attrTaskStatus.String(statusName(o.GetStatus()))))
+	countTask(ctx, o.GetStatus())
 	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: stored}}})
 	return stored
+}
+
+// countTask counts a task that ended.
+func countTask(ctx context.Context, st fanoutv1.TaskStatus) {
+	metrics().tasksFinished.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrTaskStatus.String(statusName(st))))
 }
 
 // request builds the Execute request of task i; its dependencies' facts
@@ -937,11 +988,17 @@ func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.Execut
 		case *fanoutv1.ExecuteResponse_Started:
 			worker = cmpOr(ev.Started.GetWorker(), w.Addr)
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(taskCtx), cleanupTimeout)
-			if _, err := d.e.store.StartTask(ctx, d.runID, req.GetTask().GetId(), worker); err != nil {
+			_, err := d.e.store.StartTask(ctx, d.runID, req.GetTask().GetId(), worker)
+			switch {
+			case errors.Is(err, budget.ErrConflict): // ended by the replica that adopted the run
+				cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", req.GetTask().GetId(), "err", err)
+			case err != nil:
 				cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", req.GetTask().GetId(), "err", err)
 			}
-			d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
-				TaskId: req.GetTask().GetId(), Worker: worker}}})
+			if !errors.Is(err, budget.ErrConflict) {
+				d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
+					TaskId: req.GetTask().GetId(), Worker: worker}}})
+			}
 			cancel()
 		case *fanoutv1.ExecuteResponse_Iteration:
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(taskCtx), cleanupTimeout)

@@ -144,6 +144,14 @@ type node struct {
 // dispatches to workers (addresses), round-robin.
 func (b *testBundle) orchestrator(t *testing.T, name string, cfg orchestrator.Config, workers ...string) *node {
 	t.Helper()
+	return b.orchestratorWith(t, name, cfg, nil, workers...)
+}
+
+// orchestratorWith is orchestrator with the engine's params changed by
+// change (when not nil) before the engine is built.
+func (b *testBundle) orchestratorWith(t *testing.T, name string, cfg orchestrator.Config,
+	change func(*orchestrator.EngineParams), workers ...string) *node {
+	t.Helper()
 	var ws []orchestrator.Worker
 	for _, addr := range workers {
 		ws = append(ws, orchestrator.Worker{Addr: addr, Client: fanoutv1.NewSubagentServiceClient(dial(t, addr, b.dialOpts()...))})
@@ -162,9 +170,13 @@ func (b *testBundle) orchestrator(t *testing.T, name string, cfg orchestrator.Co
 	if cfg.KnownTools == nil {
 		cfg.KnownTools = subagent.BuiltinToolNames()
 	}
-	e, err := orchestrator.NewEngine(orchestrator.EngineParams{
+	params := orchestrator.EngineParams{
 		Store: store.NewRuns(b.pool), Ledger: b.ledger, Watcher: b.watcher(t), Workers: pool, Config: cfg,
-	})
+	}
+	if change != nil {
+		change(&params)
+	}
+	e, err := orchestrator.NewEngine(params)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,16 +32,36 @@ type RunStore interface {
 	// beforeCreated is not zero.
 	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
-	// StartTask marks a task RUNNING on worker, stamping started_at.
+	// StartTask marks a task RUNNING on worker, stamping started_at. Returns
+	// budget.ErrConflict if the task has already ended.
 	StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error)
 	// FinishTask stores a task's terminal outcome, stamping finished_at, and
-	// returns it as stored.
+	// returns it as stored. A terminal outcome is final: returns
+	// budget.ErrConflict if the task has already ended (ended by the replica
+	// that adopted the run).
 	FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
-	// FinishRun ends a RUNNING run; a run that already ended is returned unchanged.
-	FinishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
-		result *fanoutv1.JoinedResult) (*fanoutv1.Run, error)
+	// FinishRun ends the run if it is RUNNING and owner drives it, and
+	// reports ended true; otherwise (it has ended, or another replica adopted
+	// it) it writes nothing and returns the run unchanged, ended false.
+	FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
+		result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error)
+	// Heartbeat refreshes, in database time and one statement, the lease of
+	// the runs of runIDs that owner drives (RUNNING, owned by owner), and
+	// returns those of runIDs that another node owns now (adopted while
+	// owner's heartbeat lapsed).
+	Heartbeat(ctx context.Context, owner string, runIDs []string) (lost []string, err error)
+	// AdoptOrphan makes node the owner of one RUNNING run whose heartbeat is
+	// older than orphanAfter (database time) and returns it with its previous
+	// owner; runID is empty when there is none. Of replicas adopting at once,
+	// exactly one gets each run.
+	AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runID, prevOwner string, err error)
+	// FailTasks ends every PENDING or RUNNING task of the run as FAILED with
+	// reason as its error and its ledger spend as its tokens, keeps terminal
+	// outcomes, and returns the tasks it ended in dispatch order.
+	FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error)
 	// AppendEvent appends the run's next event and returns it with its
-	// sequence (gapless, from 1) and time set.
+	// sequence (gapless, from 1) and time set. Once the run has ended it
+	// takes only RunFinished: anything else is budget.ErrConflict.
 	AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error)
 	// Events returns up to limit events with sequence > after, in order.
 	Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error)
@@ -147,6 +167,16 @@ type Config struct {
 	// WatchPollInterval is how often WatchRun polls for events of a run
 	// driven by another replica. Default 150ms.
 	WatchPollInterval time.Duration
+	// HeartbeatInterval is how often the engine refreshes the lease
+	// (run.owner_heartbeat, database time) of every run it drives, in one
+	// statement, and looks for orphaned runs to adopt. Default 5s.
+	HeartbeatInterval time.Duration
+	// OrphanAfter is how stale (by database time) a RUNNING run's heartbeat
+	// must be before a replica adopts the run: it cancels the run's ledger
+	// account, fails its unfinished tasks and ends it FAILED ("orchestrator
+	// <owner> lost before the run ended"). It is raised to at least two
+	// HeartbeatIntervals; keep it the same on every replica. Default 30s.
+	OrphanAfter time.Duration
 	// Logger receives errors and run lifecycle logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -192,6 +222,9 @@ func (c Config) withDefaults() Config {
 		c.CancelGrace = 2 * time.Second
 	}
 	defDur(&c.WatchPollInterval, 150*time.Millisecond)
+	defDur(&c.HeartbeatInterval, 5*time.Second)
+	defDur(&c.OrphanAfter, 30*time.Second)
+	c.OrphanAfter = max(c.OrphanAfter, 2*c.HeartbeatInterval)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

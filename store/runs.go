@@ -293,18 +293,22 @@ func (s *Runs) queryRuns(ctx context.Context, sql string, args ...any) ([]*fanou
 func stateText(name, prefix string) string { return name[len(prefix):] }
 
 // StartTask marks a task RUNNING on worker and stamps started_at (database
-// time) the first time. Returns budget.ErrNotFound for an unknown task.
+// time) the first time. Returns budget.ErrNotFound for an unknown task and
+// budget.ErrConflict for a task that has already ended (for instance, ended
+// by the replica that adopted the run).
 func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error) {
 	rows, err := s.pool.Query(ctx, `UPDATE task
 		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
-		WHERE run_id = $1 AND task_id = $2
+		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING')
 		RETURNING `+taskColumns, runID, taskID, worker)
-	return s.taskResult(rows, err, runID, taskID, "start")
+	return s.taskResult(ctx, rows, err, runID, taskID, "start")
 }
 
 // FinishTask stores a task's terminal outcome (status, summary, tokens,
 // worker) and stamps finished_at (database time). It returns the stored
-// outcome with its timestamps. Returns budget.ErrNotFound for an unknown task.
+// outcome with its timestamps. A terminal outcome is final: returns
+// budget.ErrConflict for a task that has already ended (a replica that
+// adopted the run ended it), budget.ErrNotFound for an unknown task.
 func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
@@ -314,19 +318,30 @@ func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOut
 	}
 	rows, err := s.pool.Query(ctx, `UPDATE task
 		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
-		WHERE run_id = $1 AND task_id = $2
+		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING')
 		RETURNING `+taskColumns,
 		runID, o.GetTaskId(), stateText(o.GetStatus().String(), "TASK_STATUS_"), body, o.GetTokensSpent(), o.GetWorker())
-	return s.taskResult(rows, err, runID, o.GetTaskId(), "finish")
+	return s.taskResult(ctx, rows, err, runID, o.GetTaskId(), "finish")
 }
 
-func (s *Runs) taskResult(rows pgx.Rows, err error, runID, taskID, verb string) (*fanoutv1.TaskOutcome, error) {
+// taskResult reads the task an UPDATE of one live task returned. No row
+// means an unknown task (budget.ErrNotFound) or one that has already ended
+// (budget.ErrConflict).
+func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, taskID, verb string) (*fanoutv1.TaskOutcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
 	}
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, budget.ErrNotFound)
+		var status string
+		err := s.pool.QueryRow(ctx, `SELECT status FROM task WHERE run_id = $1 AND task_id = $2`, runID, taskID).Scan(&status)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, budget.ErrNotFound)
+		case err != nil:
+			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
+		}
+		return nil, fmt.Errorf("%s task %s of run %s: it already ended %s: %w", verb, taskID, runID, status, budget.ErrConflict)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
@@ -334,32 +349,134 @@ func (s *Runs) taskResult(rows pgx.Rows, err error, runID, taskID, verb string) 
 	return row.outcome()
 }
 
-// FinishRun ends a RUNNING run with a terminal state, cause and joined
-// result, stamping finished_at (database time), and returns the run. A run
-// that has already ended is returned unchanged. Returns budget.ErrNotFound
-// for an unknown run.
-func (s *Runs) FinishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult) (*fanoutv1.Run, error) {
+// FinishRun ends the run with a terminal state, cause and joined result,
+// stamping finished_at (database time), if it is RUNNING and owner drives it
+// (run.owner), and returns the run with ended true. Otherwise (the run has
+// already ended, or another replica adopted it) it writes nothing and
+// returns the run as stored with ended false: so exactly one caller ends a
+// run and reports it. Returns budget.ErrNotFound for an unknown run.
+func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
+	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
 	body, err := protoMarshal.Marshal(result)
 	if err != nil {
-		return nil, fmt.Errorf("finish run %s: encode result: %w", runID, err)
+		return nil, false, fmt.Errorf("finish run %s: encode result: %w", runID, err)
 	}
 	if result == nil {
 		body = nil
 	}
-	_, err = s.pool.Exec(ctx, `UPDATE run
-		SET state = $2, cancel_cause = $3, result = $4, finished_at = now()
-		WHERE run_id = $1 AND state = 'RUNNING'`,
-		runID, stateText(state.String(), "RUN_STATE_"), cause, body)
+	tag, err := s.pool.Exec(ctx, `UPDATE run
+		SET state = $3, cancel_cause = $4, result = $5, finished_at = now()
+		WHERE run_id = $1 AND owner = $2 AND state = 'RUNNING'`,
+		runID, owner, stateText(state.String(), "RUN_STATE_"), cause, body)
 	if err != nil {
-		return nil, fmt.Errorf("finish run %s: %w", runID, err)
+		return nil, false, fmt.Errorf("finish run %s: %w", runID, err)
 	}
-	return s.GetRun(ctx, "", runID)
+	run, err = s.GetRun(ctx, "", runID)
+	return run, err == nil && tag.RowsAffected() == 1, err
+}
+
+// Heartbeat refreshes, to database time, the lease (owner_heartbeat) of
+// every run in runIDs that is RUNNING and owned by owner, in one statement.
+// It returns the runs of runIDs that another node owns now: adopted while
+// owner's heartbeat lapsed; owner must stop writing for them. Runs that
+// ended or do not exist are neither refreshed nor returned.
+func (s *Runs) Heartbeat(ctx context.Context, owner string, runIDs []string) (lost []string, err error) {
+	if len(runIDs) == 0 {
+		return nil, nil
+	}
+	// The SELECT sees the rows as they were before the UPDATE, which does
+	// not change owners.
+	rows, err := s.pool.Query(ctx, `
+		WITH beat AS (
+			UPDATE run SET owner_heartbeat = now()
+			WHERE run_id = ANY($2) AND owner = $1 AND state = 'RUNNING')
+		SELECT run_id FROM run WHERE run_id = ANY($2) AND owner <> $1 AND state = 'RUNNING'`,
+		owner, runIDs)
+	if err == nil {
+		lost, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat %d runs of %s: %w", len(runIDs), owner, err)
+	}
+	return lost, nil
+}
+
+// AdoptOrphan makes node the owner of one RUNNING run whose heartbeat is
+// older than orphanAfter (database time), the stalest first, refreshing its
+// heartbeat, and returns its id and previous owner; runID is empty when no
+// run is orphaned. The row is locked and its staleness re-checked by the
+// UPDATE itself, so of several replicas adopting at once exactly one gets
+// each run (the others skip it or find it fresh).
+func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runID, prevOwner string, err error) {
+	err = s.pool.QueryRow(ctx, `
+		WITH orphan AS (
+			SELECT run_id, owner FROM run
+			WHERE state = 'RUNNING' AND owner_heartbeat < now() - $2 * interval '1 microsecond'
+			ORDER BY owner_heartbeat
+			LIMIT 1
+			FOR UPDATE SKIP LOCKED)
+		UPDATE run SET owner = $1, owner_heartbeat = now()
+		FROM orphan WHERE run.run_id = orphan.run_id
+		RETURNING run.run_id, orphan.owner`,
+		node, orphanAfter.Microseconds()).Scan(&runID, &prevOwner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("adopt an orphaned run for %s: %w", node, err)
+	}
+	return runID, prevOwner, nil
+}
+
+// FailTasks ends every PENDING or RUNNING task of the run as FAILED, with
+// reason as its summary's error and the spend its ledger task account shows
+// as its tokens, stamping finished_at (database time). Tasks that have ended
+// keep their outcomes. It returns the tasks it ended, in dispatch order. An
+// unknown run has no tasks to end.
+func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error) {
+	body, err := protoMarshal.Marshal(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
+		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, Error: reason}})
+	if err != nil {
+		return nil, fmt.Errorf("fail tasks of run %s: encode outcome: %w", runID, err)
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE task t
+		SET status = 'FAILED', outcome = $2, finished_at = now(),
+		    tokens_spent = coalesce((SELECT a.spent FROM account a
+		        WHERE a.kind = 'task' AND a.run_id = t.run_id AND a.task_id = t.task_id), t.tokens_spent)
+		WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING')
+		RETURNING `+prefixed("t.", taskColumns), runID, body)
+	var taskRows []taskRow
+	if err == nil {
+		taskRows, err = pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fail tasks of run %s: %w", runID, err)
+	}
+	slices.SortFunc(taskRows, func(a, b taskRow) int { return int(a.DispatchIndex - b.DispatchIndex) })
+	out := make([]*fanoutv1.TaskOutcome, len(taskRows))
+	for i, r := range taskRows {
+		if out[i], err = r.outcome(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// prefixed qualifies each of a comma-separated column list with prefix.
+func prefixed(prefix, columns string) string {
+	cols := strings.Split(columns, ",")
+	for i, c := range cols {
+		cols[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
 }
 
 // AppendEvent appends ev as the run's next event and returns a copy with its
 // sequence (the previous one plus 1: no gaps, even with concurrent writers)
-// and time (database time) set. Returns budget.ErrNotFound for an unknown run.
+// and time (database time) set. A run's history ends with its RunFinished:
+// once the run has ended, any other event is refused with budget.ErrConflict
+// (it comes from a replica that lost the run to another). Returns
+// budget.ErrNotFound for an unknown run.
 func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error) {
 	out := proto.CloneOf(ev)
 	out.RunId, out.Sequence, out.Time = "", 0, nil // the columns hold them
@@ -367,7 +484,7 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 	if err != nil {
 		return nil, fmt.Errorf("append event to run %s: encode: %w", runID, err)
 	}
-	op := &eventOp{runID: runID, body: body}
+	op := &eventOp{runID: runID, body: body, final: ev.GetRunFinished() != nil}
 	if s.events != nil {
 		if _, err := s.events.do(ctx, op); err != nil {
 			return nil, fmt.Errorf("append event to run %s: %w", runID, err)
@@ -376,7 +493,12 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 		s.appendOne(ctx, op)
 	}
 	if errors.Is(op.err, pgx.ErrNoRows) {
+		// Unknown, or ended (appendOne cannot tell which).
 		op.err = budget.ErrNotFound
+		var state string
+		if err := s.pool.QueryRow(ctx, `SELECT state FROM run WHERE run_id = $1`, runID).Scan(&state); err == nil {
+			op.err = fmt.Errorf("the run has ended %s: %w", state, budget.ErrConflict)
+		}
 	}
 	if op.err != nil {
 		return nil, fmt.Errorf("append event to run %s: %w", runID, op.err)
@@ -389,17 +511,18 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 func (s *Runs) appendOne(ctx context.Context, op *eventOp) {
 	op.err = s.pool.QueryRow(ctx, `
 		WITH seq AS (
-			UPDATE run SET last_sequence = last_sequence + 1 WHERE run_id = $1
+			UPDATE run SET last_sequence = last_sequence + 1 WHERE run_id = $1 AND (state = 'RUNNING' OR $3)
 			RETURNING tenant_id, last_sequence)
 		INSERT INTO run_event (run_id, sequence, tenant_id, event)
 		SELECT $1, last_sequence, tenant_id, $2 FROM seq
-		RETURNING sequence, created_at`, op.runID, op.body).Scan(&op.seq, &op.at)
+		RETURNING sequence, created_at`, op.runID, op.body, op.final).Scan(&op.seq, &op.at)
 }
 
 // eventOp is one event waiting for its batch.
 type eventOp struct {
 	runID string
 	body  []byte
+	final bool // a RunFinished, the one event a run that ended still takes
 	seq   int64
 	at    time.Time
 	err   error
@@ -421,11 +544,21 @@ func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
 			}
 			group := batch[i:j]
 			i = j
-			var tenant string
+			finals := 0
+			for _, p := range group {
+				if p.item.final {
+					finals++
+				}
+			}
+			// A run that has ended takes only RunFinished events.
+			var tenant, state string
 			var last int64
 			var at time.Time
-			err := tx.QueryRow(ctx, `UPDATE run SET last_sequence = last_sequence + $2 WHERE run_id = $1
-				RETURNING tenant_id, last_sequence, now()`, group[0].item.runID, len(group)).Scan(&tenant, &last, &at)
+			err := tx.QueryRow(ctx, `UPDATE run
+				SET last_sequence = last_sequence + CASE WHEN state = 'RUNNING' THEN $2 ELSE $3 END
+				WHERE run_id = $1
+				RETURNING tenant_id, last_sequence, now(), state`,
+				group[0].item.runID, len(group), finals).Scan(&tenant, &last, &at, &state)
 			if errors.Is(err, pgx.ErrNoRows) {
 				for _, p := range group {
 					p.item.err = budget.ErrNotFound
@@ -434,6 +567,20 @@ func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
 			}
 			if err != nil {
 				return err
+			}
+			if state != "RUNNING" {
+				kept := group[:0:0]
+				for _, p := range group {
+					if p.item.final {
+						kept = append(kept, p)
+					} else {
+						p.item.err = fmt.Errorf("the run has ended %s: %w", state, budget.ErrConflict)
+					}
+				}
+				group = kept
+				if len(group) == 0 {
+					continue
+				}
 			}
 			seqs := make([]int64, len(group))
 			bodies := make([][]byte, len(group))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,15 +142,18 @@ func TestRunsTasksAndFinish(t *testing.T) {
 		t.Errorf("finish unknown task: %v", err)
 	}
 	res := &fanoutv1.JoinedResult{TotalTokens: 42}
-	r, err := runs.FinishRun(b.ctx, "r1", fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled by caller", res)
-	if err != nil || r.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED || r.GetFinishedAt() == nil ||
+	if _, ended, err := runs.FinishRun(b.ctx, "r1", "other", fanoutv1.RunState_RUN_STATE_FAILED, "x", nil); err != nil || ended {
+		t.Fatalf("finish by a node that does not own the run: ended %v, %v", ended, err)
+	}
+	r, ended, err := runs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled by caller", res)
+	if err != nil || !ended || r.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED || r.GetFinishedAt() == nil ||
 		r.GetResult().GetTotalTokens() != 42 || r.GetTasks()[0].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
 		t.Fatalf("finish run: %v, %v", r, err)
 	}
 	// A second finish changes nothing.
-	r2, err := runs.FinishRun(b.ctx, "r1", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil)
-	if err != nil || r2.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED {
-		t.Errorf("second finish: %v, %v", r2.GetState(), err)
+	r2, ended, err := runs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil)
+	if err != nil || ended || r2.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED {
+		t.Errorf("second finish: %v, ended %v, %v", r2.GetState(), ended, err)
 	}
 }
 
@@ -161,7 +165,7 @@ func TestRunsListNewestFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := runs.FinishRun(b.ctx, "r2", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{}); err != nil {
+	if _, _, err := runs.FinishRun(b.ctx, "r2", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{}); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -187,5 +191,155 @@ func TestRunsListNewestFirst(t *testing.T) {
 	ok, err := runs.ListRuns(b.ctx, "ten", fanoutv1.RunState_RUN_STATE_SUCCEEDED, time.Time{}, "", 10)
 	if err != nil || len(ok) != 1 || ok[0].GetRunId() != "r2" {
 		t.Errorf("list SUCCEEDED: %d runs, %v", len(ok), err)
+	}
+}
+
+// TestRunsTerminalOutcomesAreFinal: a task that ended keeps its outcome (a
+// replica that lost the run cannot overwrite what the adopter recorded),
+// FailTasks ends only unfinished tasks, and a run that ended takes no event
+// but its RunFinished.
+func TestRunsTerminalOutcomesAreFinal(t *testing.T) {
+	for _, coalesce := range []bool{false, true} {
+		t.Run(fmt.Sprint("coalesce=", coalesce), func(t *testing.T) { testTerminalOutcomesAreFinal(t, coalesce) })
+	}
+}
+
+func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
+	b := setup(t)
+	runs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	defer runs.Close()
+	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b", "c"), "n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.StartTask(b.ctx, "r1", "b", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	failed, err := runs.FailTasks(b.ctx, "r1", "orchestrator lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 2 || failed[0].GetTaskId() != "b" || failed[1].GetTaskId() != "c" {
+		t.Fatalf("FailTasks ended %v, want b and c", failed)
+	}
+	for _, o := range failed {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED || o.GetSummary().GetError() != "orchestrator lost" || o.GetFinishedAt() == nil {
+			t.Errorf("failed task: %v", o)
+		}
+	}
+	if failed[0].GetWorker() != "w1" || failed[0].GetStartedAt() == nil {
+		t.Errorf("the running task lost its worker or start: %v", failed[0])
+	}
+	if _, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "b", Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, budget.ErrConflict) {
+		t.Errorf("finish an ended task: %v, want ErrConflict", err)
+	}
+	if _, err := runs.StartTask(b.ctx, "r1", "c", "w2"); !errors.Is(err, budget.ErrConflict) {
+		t.Errorf("start an ended task: %v, want ErrConflict", err)
+	}
+	if _, err := runs.StartTask(b.ctx, "r1", "zz", "w2"); !errors.Is(err, budget.ErrNotFound) {
+		t.Errorf("start an unknown task: %v, want ErrNotFound", err)
+	}
+	r, err := runs.GetRun(b.ctx, "", "r1")
+	if err != nil || r.GetTasks()[0].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || r.GetTasks()[0].GetTokensSpent() != 7 ||
+		r.GetTasks()[1].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED {
+		t.Fatalf("stored tasks: %v, %v", r.GetTasks(), err)
+	}
+	if again, err := runs.FailTasks(b.ctx, "r1", "again"); err != nil || len(again) != 0 {
+		t.Errorf("second FailTasks: %d tasks, %v", len(again), err)
+	}
+
+	queued := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "a"}}}
+	if _, err := runs.AppendEvent(b.ctx, "r1", queued); err != nil {
+		t.Fatal(err)
+	}
+	if _, ended, err := runs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_FAILED, "lost", nil); err != nil || !ended {
+		t.Fatalf("finish run: ended %v, %v", ended, err)
+	}
+	if _, err := runs.AppendEvent(b.ctx, "r1", queued); !errors.Is(err, budget.ErrConflict) {
+		t.Errorf("event after the run ended: %v, want ErrConflict", err)
+	}
+	fin, err := runs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}})
+	if err != nil || fin.GetSequence() != 2 {
+		t.Errorf("RunFinished after the run ended: %v, %v; want sequence 2", fin, err)
+	}
+}
+
+// TestRunsLeases: Heartbeat refreshes only the owner's live runs and names
+// the ones another node took; AdoptOrphan takes only stale runs, and of
+// many replicas adopting at once exactly one gets each run.
+func TestRunsLeases(t *testing.T) {
+	b := setup(t)
+	runs := store.NewRuns(b.pool)
+	for i := range 4 {
+		if _, _, err := runs.CreateRun(b.ctx, draftRun(fmt.Sprint("r", i), "ten", fmt.Sprint("k", i), "a"), "dead"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := runs.CreateRun(b.ctx, draftRun("live", "ten", "kl", "a"), "alive"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runs.FinishRun(b.ctx, "r3", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	// Fresh runs are nobody's orphans.
+	if id, _, err := runs.AdoptOrphan(b.ctx, "x", time.Minute); err != nil || id != "" {
+		t.Fatalf("adopted %q (%v) while every heartbeat is fresh", id, err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE run SET owner_heartbeat = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := runs.Heartbeat(b.ctx, "alive", []string{"live", "r0", "nope"}); err != nil || len(lost) != 1 || lost[0] != "r0" {
+		t.Fatalf("heartbeat: lost %v, %v; want [r0]", lost, err)
+	}
+
+	const replicas = 8
+	var mu sync.Mutex
+	adopted := map[string]string{} // run -> adopter
+	var dupes atomic.Int32
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			node := fmt.Sprint("n", i)
+			for {
+				id, prev, err := runs.AdoptOrphan(b.ctx, node, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if id == "" {
+					return
+				}
+				if prev != "dead" {
+					t.Errorf("run %s adopted from %q, want dead", id, prev)
+				}
+				mu.Lock()
+				if _, ok := adopted[id]; ok {
+					dupes.Add(1)
+				}
+				adopted[id] = node
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if dupes.Load() != 0 || len(adopted) != 3 {
+		t.Fatalf("adopted %v (%d twice), want r0, r1, r2 once each", adopted, dupes.Load())
+	}
+	for id, node := range adopted {
+		var owner string
+		var fresh bool
+		if err := b.pool.QueryRow(b.ctx, `SELECT owner, owner_heartbeat > now() - interval '1 minute' FROM run WHERE run_id = $1`, id).
+			Scan(&owner, &fresh); err != nil || owner != node || !fresh {
+			t.Errorf("run %s: owner %q (adopter %s), fresh %v, %v", id, owner, node, fresh, err)
+		}
+	}
+	// The old owner's writes are fenced: it cannot end the run.
+	if _, ended, err := runs.FinishRun(b.ctx, "r0", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil || ended {
+		t.Errorf("the old owner ended an adopted run: %v, %v", ended, err)
+	}
+	if lost, err := runs.Heartbeat(b.ctx, "dead", []string{"r0", "r1", "r3"}); err != nil || len(lost) != 2 {
+		t.Errorf("old owner's heartbeat: lost %v, %v; want r0 and r1", lost, err)
 	}
 }

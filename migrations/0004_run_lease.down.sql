@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS run_running_heartbeat;
+ALTER TABLE run DROP COLUMN IF EXISTS owner_heartbeat;
