@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if raceChild() {
+	if raceChild() || fleetChild() {
 		return
 	}
 	storetest.MigrateFunc = store.Migrate

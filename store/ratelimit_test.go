@@ -123,12 +123,16 @@ type fleetChildStats struct {
 	First  string `json:"first_error,omitempty"`
 }
 
-// TestFleetRateLimitChild is one worker process of the fleet rate limit
-// test; it does nothing unless fleetRateLimit started it.
-func TestFleetRateLimitChild(t *testing.T) {
+// fleetChild runs this process as one worker of the fleet rate limit test
+// when fleetRateLimit re-executed it so (see TestMain); it reports whether it did.
+func fleetChild() bool {
 	dbURL := os.Getenv(envFleetDB)
 	if dbURL == "" {
-		t.Skip("runs only as a child of TestFleetRateLimit / BenchmarkFleetRateLimit")
+		return false
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	ns, _ := strconv.ParseInt(os.Getenv(envFleetDeadline), 10, 64)
 	deadline := time.Unix(0, ns)
@@ -136,7 +140,7 @@ func TestFleetRateLimitChild(t *testing.T) {
 	defer cancel()
 	pool, err := store.Open(ctx, dbURL)
 	if err != nil {
-		t.Fatal(err)
+		fail(err)
 	}
 	defer pool.Close()
 	model, err := llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: llm.ProviderConfig{
@@ -147,7 +151,7 @@ func TestFleetRateLimitChild(t *testing.T) {
 		Logger:  slog.New(slog.DiscardHandler),
 	}})
 	if err != nil {
-		t.Fatal(err)
+		fail(err)
 	}
 	defer model.Close()
 	var mu sync.Mutex
@@ -178,8 +182,9 @@ func TestFleetRateLimitChild(t *testing.T) {
 	}
 	wg.Wait()
 	if err := json.NewEncoder(os.Stdout).Encode(st); err != nil {
-		t.Fatal(err)
+		fail(err)
 	}
+	return true
 }
 
 // fleetRequest costs about 90 input and 150 output tokens at the fake
@@ -230,7 +235,7 @@ func fleetRateLimit(tb testing.TB, d time.Duration) fleetResult {
 	outs := make([]strings.Builder, fleetWorkers)
 	cmds := make([]*exec.Cmd, fleetWorkers)
 	for i := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFleetRateLimitChild$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), envFleetDB+"="+dbURL, envFleetURL+"="+srv.BaseURL(),
 			envFleetDeadline+"="+strconv.FormatInt(deadline.UnixNano(), 10))
 		cmd.Stdout = &outs[i]
@@ -294,9 +299,6 @@ func checkFleet(tb testing.TB, res fleetResult, minUse float64) {
 // longer run.
 func TestFleetRateLimit(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts three processes for 4s")
-	}
 	checkFleet(t, fleetRateLimit(t, 4*time.Second), 0.85)
 }
 
