@@ -145,6 +145,8 @@ type workerConfig struct {
 	Env       *Env
 	// CaptureContent records prompt and completion text on spans.
 	CaptureContent bool
+	// CompressMaxTokens caps the compression call; 0: the default.
+	CompressMaxTokens int
 }
 
 func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
@@ -169,14 +171,15 @@ func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
 		}
 	}
 	w, err := subagent.NewServer(subagent.ServerConfig{
-		Ledger:         b.ledger,
-		Watcher:        b.watcher,
-		Models:         models,
-		Name:           name,
-		Capacity:       cfg.Capacity,
-		LeaseTTL:       cfg.LeaseTTL,
-		CaptureContent: cfg.CaptureContent,
-		Logger:         b.log.With("worker", name),
+		Ledger:            b.ledger,
+		Watcher:           b.watcher,
+		Models:            models,
+		Name:              name,
+		Capacity:          cfg.Capacity,
+		LeaseTTL:          cfg.LeaseTTL,
+		CaptureContent:    cfg.CaptureContent,
+		CompressMaxTokens: cfg.CompressMaxTokens,
+		Logger:            b.log.With("worker", name),
 	})
 	if err != nil {
 		n.lis.Close()

@@ -70,6 +70,8 @@ func registerEngineFlags(f *flags, c *orchestrator.Config) func() {
 	f.Int64Var(&c.DefaultMinReservation, "min-reservation", 256, "a run's min_reservation_tokens when it sets none")
 	f.DurationVar(&c.DefaultTaskTimeout, "task-timeout", 5*time.Minute, "a task's timeout when it sets none")
 	f.DurationVar(&c.DefaultRunTimeout, "run-timeout", 30*time.Minute, "a run's timeout when it sets none")
+	f.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "how often this replica renews the lease of the runs it drives")
+	f.DurationVar(&c.OrphanAfter, "orphan-after", 30*time.Second, "a run whose lease is this stale (database time) is adopted and ended by a live replica; same on every replica")
 	return func() {
 		c.DefaultConcurrency, c.MaxConcurrency = int32(*concurrency), int32(*maxConcurrency)
 	}
@@ -156,6 +158,7 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	f.IntVar(&wc.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
 	f.DurationVar(&wc.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
 	f.BoolVar(&wc.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
+	f.IntVar(&wc.CompressMaxTokens, "compress-max-tokens", 512, "output cap of the structured-output call that compresses a subagent's work (real providers)")
 	var sim simFlags
 	sim.register(f)
 	var prov providerFlags
