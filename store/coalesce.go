@@ -143,6 +143,13 @@ func (c *coalescer) run(batch []*pending[*op]) {
 	slices.SortStableFunc(batch, func(a, b *pending[*op]) int { return slices.Compare(a.item.chain, b.item.chain) })
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
+	if len(batch) == 1 {
+		// Alone: one autocommit round trip beats BEGIN, the call and COMMIT.
+		p := batch[0]
+		p.item.res, p.item.err = c.l.direct(ctx, p.item.sql, p.item.args...)
+		close(p.done)
+		return
+	}
 	err := pgx.BeginFunc(ctx, c.l.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		for _, p := range batch {

@@ -536,6 +536,12 @@ func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
 	slices.SortStableFunc(batch, func(a, b *pending[*eventOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
+	if len(batch) == 1 {
+		// Alone: one autocommit statement beats a transaction.
+		s.appendOne(ctx, batch[0].item)
+		close(batch[0].done)
+		return
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for i := 0; i < len(batch); {
 			j := i
