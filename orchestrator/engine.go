@@ -220,13 +220,18 @@ func (e *Engine) appendEvent(ctx context.Context, runID string, ev *fanoutv1.Run
 	if err != nil {
 		return nil, err
 	}
+	e.wake(runID)
+	return out, nil
+}
+
+// wake tells this node's watchers of the run that it has new events.
+func (e *Engine) wake(runID string) {
 	e.mu.Lock()
 	if ar := e.active[runID]; ar != nil {
 		close(ar.changed)
 		ar.changed = make(chan struct{})
 	}
 	e.mu.Unlock()
-	return out, nil
 }
 
 // changed returns a channel closed on the run's next event, or nil (never
@@ -519,10 +524,24 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 			skip(j)
 		}
 	}
+	// The first wave is queued in one write, so that a wide fan-out starts
+	// dispatching at once instead of after n sequential appends.
+	var queued []*fanoutv1.RunEvent
 	for i := range n {
 		if waiting[i] == 0 {
-			makeReady(i)
+			ready = append(ready, i) // i ascends: ready stays sorted
+			queued = append(queued, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{
+				TaskId: spec.GetTasks()[i].GetId(), DispatchIndex: int32(i),
+			}}})
 		}
+	}
+	if len(queued) > 0 {
+		ctx, cancel := cleanup()
+		if _, err := e.store.AppendEvents(ctx, d.runID, queued); err != nil {
+			e.cfg.Logger.ErrorContext(ctx, "append run events", "run_id", d.runID, "err", err)
+		}
+		e.wake(d.runID)
+		cancel()
 	}
 
 	stopped := func() bool {

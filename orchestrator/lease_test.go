@@ -103,6 +103,13 @@ func (s cutStore) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.Ru
 	return s.RunStore.AppendEvent(ctx, runID, ev)
 }
 
+func (s cutStore) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.RunStore.AppendEvents(ctx, runID, evs)
+}
+
 func (s cutStore) Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error) {
 	if err := s.check(); err != nil {
 		return nil, err

@@ -63,6 +63,9 @@ type RunStore interface {
 	// sequence (gapless, from 1) and time set. Once the run has ended it
 	// takes only RunFinished: anything else is budget.ErrConflict.
 	AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error)
+	// AppendEvents appends several events (no RunFinished) as consecutive
+	// sequences in one write, with AppendEvent's error contract.
+	AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error)
 	// Events returns up to limit events with sequence > after, in order.
 	Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error)
 }

@@ -507,6 +507,58 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 	return out, nil
 }
 
+// AppendEvents appends evs to the run as consecutive events in one
+// statement, in order, and returns them with their sequences and time. Like
+// AppendEvent, a run that has ended takes no events but RunFinished
+// (budget.ErrConflict) and an unknown run is budget.ErrNotFound.
+func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error) {
+	if len(evs) == 1 {
+		ev, err := s.AppendEvent(ctx, runID, evs[0])
+		return []*fanoutv1.RunEvent{ev}, err
+	}
+	outs := make([]*fanoutv1.RunEvent, len(evs))
+	bodies := make([][]byte, len(evs))
+	for i, ev := range evs {
+		if ev.GetRunFinished() != nil {
+			return nil, fmt.Errorf("append events to run %s: RunFinished goes alone, through AppendEvent", runID)
+		}
+		out := proto.CloneOf(ev)
+		out.RunId, out.Sequence, out.Time = "", 0, nil
+		body, err := protoMarshal.Marshal(out)
+		if err != nil {
+			return nil, fmt.Errorf("append events to run %s: encode: %w", runID, err)
+		}
+		outs[i], bodies[i] = out, body
+	}
+	var first *int64
+	var at *time.Time
+	err := s.pool.QueryRow(ctx, `
+		WITH seq AS (
+			UPDATE run SET last_sequence = last_sequence + cardinality($2::bytea[])
+			WHERE run_id = $1 AND state = 'RUNNING'
+			RETURNING tenant_id, last_sequence),
+		ins AS (
+			INSERT INTO run_event (run_id, sequence, tenant_id, event)
+			SELECT $1, seq.last_sequence - cardinality($2::bytea[]) + t.ord, seq.tenant_id, t.body
+			  FROM seq, unnest($2::bytea[]) WITH ORDINALITY AS t(body, ord)
+			RETURNING sequence, created_at)
+		SELECT min(sequence), min(created_at) FROM ins`, runID, bodies).Scan(&first, &at)
+	if err == nil && first == nil {
+		err = budget.ErrNotFound
+		var state string
+		if e := s.pool.QueryRow(ctx, `SELECT state FROM run WHERE run_id = $1`, runID).Scan(&state); e == nil {
+			err = fmt.Errorf("the run has ended %s: %w", state, budget.ErrConflict)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("append %d events to run %s: %w", len(evs), runID, err)
+	}
+	for i, out := range outs {
+		out.RunId, out.Sequence, out.Time = runID, *first+int64(i), timestamppb.New(*at)
+	}
+	return outs, nil
+}
+
 // appendOne appends one event in its own transaction.
 func (s *Runs) appendOne(ctx context.Context, op *eventOp) {
 	op.err = s.pool.QueryRow(ctx, `

@@ -343,3 +343,39 @@ func TestRunsLeases(t *testing.T) {
 		t.Errorf("old owner's heartbeat: lost %v, %v; want r0 and r1", lost, err)
 	}
 }
+
+// TestRunsAppendEvents: several events in one write get consecutive
+// sequences in order, and an ended run takes none.
+func TestRunsAppendEvents(t *testing.T) {
+	b := setup(t)
+	runs := store.NewRuns(b.pool)
+	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "first"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var evs []*fanoutv1.RunEvent
+	for i := range 5 {
+		evs = append(evs, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: fmt.Sprint("t", i), DispatchIndex: int32(i)}}})
+	}
+	out, err := runs.AppendEvents(b.ctx, "r1", evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := runs.Events(b.ctx, "ten", "r1", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 5 || len(stored) != 6 {
+		t.Fatalf("returned %d, stored %d events; want 5 and 6", len(out), len(stored))
+	}
+	for i, ev := range out {
+		if ev.GetSequence() != int64(i+2) || stored[i+1].GetTaskQueued().GetTaskId() != fmt.Sprint("t", i) {
+			t.Errorf("event %d: returned %v, stored %v", i, ev, stored[i+1])
+		}
+	}
+	if _, err := runs.AppendEvents(b.ctx, "nope", evs); !errors.Is(err, budget.ErrNotFound) {
+		t.Errorf("append to an unknown run: %v", err)
+	}
+}

@@ -232,6 +232,7 @@ func dialWorkers(target string) ([]orchestrator.Worker, func(), error) {
 			closeAll()
 			return nil, nil, fmt.Errorf("--workers %q: %w", a, err)
 		}
+		conn.Connect() // dial now, not on the first task
 		conns = append(conns, conn)
 		ws = append(ws, orchestrator.Worker{Addr: a, Client: fanoutv1.NewSubagentServiceClient(conn)})
 	}
