@@ -25,7 +25,10 @@ type LedgerConfig struct {
 	// MaxBatch bounds the calls in one transaction. Default 64.
 	MaxBatch int
 	// Committers is how many batch transactions may be in flight at once.
-	// Default 4.
+	// Default 1: parallel batches on one hot run account only wait for each
+	// other's row lock (measured: 1,000 concurrent subagents spent 17 ms per
+	// reserve waiting with 4 committers, 3.4 ms with 1), while one committer
+	// lets everything that arrives during a batch join the next one.
 	Committers int
 }
 
@@ -39,7 +42,7 @@ func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
 		cfg.MaxBatch = 64
 	}
 	if cfg.Committers <= 0 {
-		cfg.Committers = 4
+		cfg.Committers = 1
 	}
 	c := &coalescer{
 		l:        l,

@@ -6,11 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// defaultMaxConns is the pool size when the database URL sets none.
+const defaultMaxConns = 16
 
 // Open builds a connection pool for databaseURL and checks that it answers.
 // Queries use the extended protocol (pgx's default), never the simple one.
@@ -18,6 +22,11 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", redactURLError(err))
+	}
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		// pgx's default, max(4, CPUs), starves a server with hundreds of
+		// streams in flight; the URL's pool_max_conns still wins.
+		cfg.MaxConns = defaultMaxConns
 	}
 	cfg.ConnConfig.Tracer = queryTracer{}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
