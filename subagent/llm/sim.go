@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -193,6 +194,7 @@ func (s *Sim) respond(req Request) Response {
 	}
 
 	sources := urlsIn(req.Messages)
+	topic := simTopic(req.Messages)
 	type fact struct {
 		Text    string   `json:"text"`
 		Sources []string `json:"sources"`
@@ -204,12 +206,32 @@ func (s *Sim) respond(req Request) Response {
 			src = sources[k%len(sources)]
 		}
 		facts[k] = fact{
-			Text:    fmt.Sprintf("fact %d of task %s: %08x", k+1, req.Meta.TaskID, hash(seed, req.Meta.TaskID, 0, k)),
+			Text: fmt.Sprintf("fact %d of task %s: on %q, simulated finding %08x", k+1, req.Meta.TaskID, topic,
+				hash(seed, req.Meta.TaskID, 0, k)),
 			Sources: []string{src},
 		}
 	}
 	b, _ := json.Marshal(map[string]any{"facts": facts}) // Plain structs always marshal.
 	return Response{Content: string(b), Usage: usage, FinishReason: finish}
+}
+
+// simTopic is the start of the task's instruction (its last user message
+// before the work began), so simulated facts read as being about something.
+func simTopic(msgs []Message) string {
+	topic := ""
+	for _, m := range msgs {
+		if m.Role == RoleUser && m.Content != CompressInstruction {
+			topic = m.Content
+		}
+		if m.Role == RoleAssistant {
+			break
+		}
+	}
+	words := strings.Fields(topic)
+	if len(words) > 8 {
+		words = append(words[:8], "…")
+	}
+	return strings.Join(words, " ")
 }
 
 var urlPattern = regexp.MustCompile(`https?://[^\s"')\]]+`)
