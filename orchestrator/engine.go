@@ -414,10 +414,12 @@ type driver struct {
 	span     trace.Span // the run span, ended by drive
 	stopped  stopClock  // when the run was told to stop
 
-	mu        sync.Mutex
-	exhausted bool          // the exhaustion was reported (event, drain)
-	drain     chan struct{} // closed when DRAIN stops new dispatches
-	drainOnce sync.Once
+	mu         sync.Mutex
+	lastBudget time.Time     // when the last BudgetUpdate went out
+	budgetOwed bool          // a task ended since then
+	exhausted  bool          // the exhaustion was reported (event, drain)
+	drain      chan struct{} // closed when DRAIN stops new dispatches
+	drainOnce  sync.Once
 }
 
 // taskResult is how one dispatched task ended.
@@ -612,8 +614,13 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 		}
 	}
 
-	// Every task has ended: decide the run's state from the cause, join,
-	// persist, and close the ledger accounts.
+	// Every task has ended: report the budget if an update is owed, decide
+	// the run's state from the cause, join, persist, and close the ledger.
+	{
+		ctx, cancel := cleanup()
+		d.reportBudget(ctx, runCtx, true)
+		cancel()
+	}
 	if took, ok := d.stopped.since(); ok {
 		stopCause := context.Cause(runCtx)
 		reason := cancelReason(stopCause)
@@ -857,7 +864,6 @@ func (d *driver) request(runCtx context.Context, i int, outcomes []*fanoutv1.Tas
 // runTask dispatches task i to workers until one takes it, follows its
 // stream, persists its outcome and reports the run's budget.
 func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanoutv1.ExecuteRequest) *fanoutv1.TaskOutcome {
-	cfg := d.e.cfg
 	taskCtx, cancel := context.WithTimeoutCause(runCtx, req.GetTask().GetTimeout().AsDuration(), errTaskTimeout)
 	defer cancel()
 
@@ -873,16 +879,36 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 		}
 	}
 	stored := d.finishTask(ctx, o)
-	if acct, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil {
-		d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}})
-		if acct.State == budget.StateExhausted {
-			// The ledger said so before the watcher did; act now.
-			d.onExhausted(runCtx, d.ar.cancel)
-		}
-	} else {
-		cfg.Logger.WarnContext(ctx, "read run budget", "run_id", d.runID, "err", err)
-	}
+	d.reportBudget(ctx, runCtx, false)
 	return stored
+}
+
+// budgetEvery spaces a run's BudgetUpdate events: without it a wide fan-out
+// reads the run account and appends an event for every task that ends.
+const budgetEvery = 100 * time.Millisecond
+
+// reportBudget appends a BudgetUpdate with the run account as it is now,
+// unless one went out less than budgetEvery ago (then it is owed, and
+// force sends it at the run's end).
+func (d *driver) reportBudget(ctx, runCtx context.Context, force bool) {
+	d.mu.Lock()
+	if !force && time.Since(d.lastBudget) < budgetEvery || force && !d.budgetOwed {
+		d.budgetOwed = d.budgetOwed || !force
+		d.mu.Unlock()
+		return
+	}
+	d.lastBudget, d.budgetOwed = time.Now(), false
+	d.mu.Unlock()
+	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+	if err != nil {
+		d.e.cfg.Logger.WarnContext(ctx, "read run budget", "run_id", d.runID, "err", err)
+		return
+	}
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}})
+	if acct.State == budget.StateExhausted {
+		// The ledger said so before the watcher did; act now.
+		d.onExhausted(runCtx, d.ar.cancel)
+	}
 }
 
 // dispatch sends the task to the next worker, and to another one (up to
