@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
@@ -81,8 +82,9 @@ func describe(err error) string {
 	return b.String()
 }
 
-// readSpec reads a run request (the JSON form of fanout.v1.RunRequest, the
-// same file grpcurl takes with -d @) from path, or "-" for stdin.
+// readSpec reads a run request from path, or "-" for stdin: the JSON form
+// of fanout.v1.RunRequest (the same file grpcurl takes with -d @), or the
+// same document in YAML when the file ends in .yaml or .yml.
 func readSpec(path string) (*fanoutv1.RunRequest, error) {
 	var data []byte
 	var err error
@@ -95,7 +97,10 @@ func readSpec(path string) (*fanoutv1.RunRequest, error) {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
 	if strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml") {
-		return nil, fmt.Errorf("spec %s: YAML is not supported yet; use the JSON form of fanout.v1.RunRequest", path)
+		// The same document as the JSON form, written in YAML.
+		if data, err = yaml.YAMLToJSON(data); err != nil {
+			return nil, fmt.Errorf("spec %s is not valid YAML: %w", path, err)
+		}
 	}
 	req := &fanoutv1.RunRequest{}
 	if err := protojson.Unmarshal(data, req); err != nil {
@@ -106,12 +111,13 @@ func readSpec(path string) (*fanoutv1.RunRequest, error) {
 
 const runUsage = `
 Start a run from a spec file and stream its progress until it ends. The spec is the
-JSON form of fanout.v1.RunRequest ({"spec": {...}}), the same file grpcurl takes.
+JSON form of fanout.v1.RunRequest ({"spec": {...}}), the same file grpcurl takes, or the
+same document in YAML (a .yaml or .yml file).
 Ctrl-C cancels the run (the stream's cancellation cancels it on every node);
 --detach starts it and prints the run id instead.
 
 Usage:
-  fanout run -f SPEC.json [--detach] [--addr HOST:PORT] [--json]
+  fanout run -f SPEC.(json|yaml) [--detach] [--addr HOST:PORT] [--json]
 
 Example:
   fanout run -f examples/research.json
@@ -124,7 +130,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) error {
 	var file string
 	var detach bool
 	var key string
-	f.StringVar(&file, "f", "", "spec file (JSON RunRequest), or - for stdin")
+	f.StringVar(&file, "f", "", "spec file (RunRequest as JSON, or YAML if it ends in .yaml/.yml), or - for stdin (JSON)")
 	f.BoolVar(&detach, "detach", false, "start the run and print its id (StartRun) instead of streaming it")
 	f.StringVar(&key, "idempotency-key", "", "override the spec's idempotency key (same key, same run)")
 	if err := parseFlags(f, args, env); err != nil {
