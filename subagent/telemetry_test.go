@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -104,6 +105,8 @@ func TestLoopCapturesContentOnlyWhenAsked(t *testing.T) { //nolint:paralleltest 
 			t.Errorf("iteration span %q has gen_ai.output.type", s.Name())
 		}
 	}
+
+	checkNoKeyInSpans(t, spans)
 }
 
 func attrOf(s sdktrace.ReadOnlySpan, key string) string {
@@ -113,4 +116,60 @@ func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 		}
 	}
 	return ""
+}
+
+// checkNoKeyInSpans runs a loop on each real provider with a canary key and
+// content capture on (the most a trace can hold), including a call whose
+// error echoes the key, and greps every span for it. Called from
+// TestLoopCapturesContentOnlyWhenAsked, which owns the global tracer.
+func checkNoKeyInSpans(t *testing.T, spans *tracetest.InMemoryExporter) {
+	t.Helper()
+	const canary = "sk-canary-spans-7d3f9a1b2c4e6f80"
+	for _, k := range providerKinds {
+		spans.Reset()
+		calls := 0
+		srv := llmtest.New(llmtest.Config{Provider: k.provider, Key: canary, Script: func(r llmtest.Request) llmtest.Reply {
+			calls++
+			if calls == 2 {
+				return llmtest.Reply{Status: 400, Message: "bad request for key " + canary}
+			}
+			return llmtest.Reply{Text: `{"facts": [{"text": "a fact", "sources": ["https://example.test/a"]}]}`}
+		}})
+		t.Cleanup(srv.Close)
+		cfg := llm.ProviderConfig{APIKey: canary, BaseURL: srv.BaseURL(), Model: "test-model", CallTimeout: 10 * time.Second,
+			Retry: llm.RetryPolicy{MaxAttempts: 1}}
+		var model llm.Model
+		var err error
+		if k.provider == llmtest.OpenAI {
+			model, err = llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: cfg, Stream: k.stream})
+		} else {
+			model, err = llm.NewAnthropic(llm.AnthropicConfig{ProviderConfig: cfg})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+		loop := newLoop(b, model)
+		loop.CaptureContent = true
+		loop.Run(t.Context(), newTask(b, "a")) // the 400 ends it FAILED or degrades compression: either is fine here
+		if len(spans.GetSpans()) == 0 {
+			t.Fatalf("%s: no spans recorded", k.name)
+		}
+		for _, s := range spans.GetSpans().Snapshots() {
+			var text strings.Builder
+			text.WriteString(s.Name() + " " + s.Status().Description)
+			for _, kv := range s.Attributes() {
+				text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
+			}
+			for _, ev := range s.Events() {
+				text.WriteString(" " + ev.Name)
+				for _, kv := range ev.Attributes {
+					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
+				}
+			}
+			if strings.Contains(text.String(), canary) || strings.Contains(text.String(), canary[:16]) {
+				t.Errorf("%s: span %q holds the API key: %s", k.name, s.Name(), text.String())
+			}
+		}
+	}
 }
