@@ -645,7 +645,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	state, cause := d.outcome(runCause, outcomes)
 	result := join(outcomes)
 	if spec.GetSynthesize() {
-		result.SynthesisSkippedReason = d.synthesisSkipped(ctx)
+		result.Synthesis, result.SynthesisSkippedReason = d.synthesize(ctx, runCause, result)
 	}
 	if errors.Is(context.Cause(runCtx), errShutdown) {
 		if _, err := e.ledger.CancelRun(ctx, d.runID, cause); err != nil {
@@ -710,19 +710,6 @@ func (d *driver) outcome(cause error, outcomes []*fanoutv1.TaskOutcome) (fanoutv
 	default:
 		return fanoutv1.RunState_RUN_STATE_FAILED, cause.Error()
 	}
-}
-
-// synthesisSkipped says why the synthesis call is not made.
-func (d *driver) synthesisSkipped(ctx context.Context) string {
-	if acct, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil {
-		switch {
-		case acct.State == budget.StateExhausted:
-			return "the run's budget was exhausted: the ledger grants it nothing more"
-		case acct.Available() < d.p.minReservation:
-			return fmt.Sprintf("%d tokens available, synthesis needs at least %d", acct.Available(), d.p.minReservation)
-		}
-	}
-	return "synthesis needs a model call; not available in this version"
 }
 
 // awaitHeld waits, up to Config.HeldWait, until the run holds no

@@ -82,11 +82,18 @@ func TestRunSucceedsAndJoins(t *testing.T) {
 		}
 		total += o.GetTokensSpent()
 	}
-	if total == 0 || res.GetTotalTokens() != total {
-		t.Errorf("total tokens %d, tasks add up to %d", res.GetTotalTokens(), total)
+	// The synthesis call is paid from the run account too: the total is
+	// what the tasks spent plus what it spent, which is the run's spend.
+	acct, err := b.ledger.RunAccount(t.Context(), evs[0].GetRunId())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(res.GetFacts()) == 0 || res.GetSynthesisSkippedReason() == "" {
-		t.Errorf("facts %d, synthesis skipped reason %q", len(res.GetFacts()), res.GetSynthesisSkippedReason())
+	spent := acct.Spent
+	if total == 0 || res.GetTotalTokens() <= total || res.GetTotalTokens() != spent {
+		t.Errorf("total tokens %d; tasks add up to %d, the run spent %d (tasks + synthesis)", res.GetTotalTokens(), total, spent)
+	}
+	if len(res.GetFacts()) == 0 || res.GetSynthesis() == "" || res.GetSynthesisSkippedReason() != "" {
+		t.Errorf("facts %d, synthesis %q, skipped reason %q", len(res.GetFacts()), res.GetSynthesis(), res.GetSynthesisSkippedReason())
 	}
 	// Facts are in dispatch order: the first fact comes from the first task.
 	if !strings.Contains(res.GetFacts()[0].GetText(), "t00") {
@@ -112,7 +119,7 @@ func TestRunSucceedsAndJoins(t *testing.T) {
 	}
 	r := got.GetRun()
 	if r.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || r.GetFinishedAt() == nil ||
-		r.GetLabels()["team"] != "search" || r.GetBudget().GetSpentTokens() != total || r.GetResult() == nil {
+		r.GetLabels()["team"] != "search" || r.GetBudget().GetSpentTokens() != res.GetTotalTokens() || r.GetResult() == nil {
 		t.Errorf("GetRun: %v", r)
 	}
 	checkDispatchOrder(t, s, r.GetTasks())
@@ -182,6 +189,7 @@ func TestBudgetExhaustedMidRun(t *testing.T) {
 	s := spec("exhaust", 30, 4000)
 	s.Budget.MinReservationTokens = 100
 	s.Limits = &fanoutv1.Limits{MaxConcurrency: 6}
+	s.Synthesize = true // and skipped, with the reason: the budget cannot pay
 	for _, task := range s.Tasks {
 		task.AllowedTools = []string{"search"}
 	}
@@ -191,6 +199,10 @@ func TestBudgetExhaustedMidRun(t *testing.T) {
 		t.Fatalf("run ended %s (%q), want BUDGET_EXHAUSTED", fin.GetState(), fin.GetCancelCause())
 	}
 	checkDispatchOrder(t, s, fin.GetResult().GetTasks())
+	if res := fin.GetResult(); res.GetSynthesis() != "" || !strings.Contains(res.GetSynthesisSkippedReason(), "exhausted") {
+		t.Errorf("synthesis %q, skipped reason %q; want it skipped because the budget was exhausted",
+			res.GetSynthesis(), res.GetSynthesisSkippedReason())
+	}
 	counts := map[fanoutv1.TaskStatus]int{}
 	for _, o := range fin.GetResult().GetTasks() {
 		counts[o.GetStatus()]++

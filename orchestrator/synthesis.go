@@ -1,0 +1,135 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// synthesisTaskID names the synthesis call on the worker and in the ledger
+// (it is not one of the run's tasks, which cannot start with "_").
+const synthesisTaskID = "_synthesis"
+
+// synthesisInstruction is what the synthesis subagent is asked.
+const synthesisInstruction = "Synthesize the facts given above into one answer to the goal. " +
+	"Keep every claim tied to its sources; say what the facts do not settle."
+
+// synthesize runs the one synthesis call of a run whose tasks all ended
+// without a cancel cause: a single-iteration subagent on a worker, paid
+// from the run account itself (so from the same budget), given the joined
+// facts. It returns the synthesis, or why it was skipped. It never fails
+// the run: the facts stand without it.
+func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv1.JoinedResult) (text, skipped string) {
+	if reason := d.synthesisUnaffordable(ctx); reason != "" {
+		return "", reason
+	}
+	if runCause != nil {
+		return "", "the run did not finish its tasks: " + runCause.Error()
+	}
+	if len(result.GetFacts()) == 0 {
+		return "", "no facts to synthesize"
+	}
+	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+	if err != nil {
+		return "", "the run's budget could not be read"
+	}
+	req := &fanoutv1.ExecuteRequest{
+		RunId:    d.runID,
+		TenantId: d.p.tenantID,
+		Task: &fanoutv1.TaskSpec{
+			Id:            synthesisTaskID,
+			Instruction:   synthesisInstruction,
+			TokenBudget:   acct.Available(),
+			MaxIterations: 1,
+			Timeout:       durationpb.New(d.e.cfg.DefaultTaskTimeout),
+		},
+		Goal:                 d.p.spec.GetGoal(),
+		TaskAccountId:        int64(acct.ID),
+		MinReservationTokens: d.p.minReservation,
+		Model:                d.p.spec.GetModel(),
+		OnExhaustion:         d.p.spec.GetOnExhaustion(),
+		ContextFacts:         result.GetFacts(),
+		Attempt:              1,
+	}
+	callCtx, cancel := context.WithTimeout(ctx, d.e.cfg.DefaultTaskTimeout)
+	defer cancel()
+	var sum *fanoutv1.FactSummary
+	for attempt := 1; attempt <= d.e.cfg.MaxAttempts; attempt++ {
+		req.Attempt = int32(attempt)
+		sum, err = d.callSynthesis(callCtx, d.e.workers.Next(), req)
+		if c := status.Code(err); err == nil || (c != codes.ResourceExhausted && c != codes.Unavailable) {
+			break
+		}
+		select {
+		case <-callCtx.Done():
+		case <-time.After(d.e.cfg.RetryBackoff << (attempt - 1)):
+		}
+	}
+	if err != nil {
+		d.e.cfg.Logger.WarnContext(ctx, "synthesis call", "run_id", d.runID, "err", err)
+		return "", "the synthesis call failed: " + status.Convert(err).Message()
+	}
+	var b strings.Builder
+	for _, f := range sum.GetFacts() {
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(f.GetText())
+		if len(f.GetSources()) > 0 {
+			fmt.Fprintf(&b, " [%s]", strings.Join(f.GetSources(), ", "))
+		}
+	}
+	if b.Len() == 0 {
+		return "", fmt.Sprintf("the synthesis call ended %s without an answer: %s",
+			strings.TrimPrefix(sum.GetStatus().String(), "TASK_STATUS_"), sum.GetError())
+	}
+	result.TotalTokens += sum.GetTokensSpent()
+	return b.String(), ""
+}
+
+// callSynthesis runs req on worker w and returns its summary.
+func (d *driver) callSynthesis(ctx context.Context, w Worker, req *fanoutv1.ExecuteRequest) (*fanoutv1.FactSummary, error) {
+	stream, err := w.Client.Execute(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("the worker ended the stream without a summary")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s := m.GetSummary(); s != nil {
+			return s, nil
+		}
+	}
+}
+
+// synthesisUnaffordable says why the run's budget cannot pay for synthesis,
+// or "" when it can.
+func (d *driver) synthesisUnaffordable(ctx context.Context) string {
+	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+	switch {
+	case err != nil:
+		return "the run's budget could not be read"
+	case acct.State == budget.StateExhausted:
+		return "the run's budget was exhausted: the ledger grants it nothing more"
+	case acct.State != budget.StateOpen:
+		return "the run's budget was " + string(acct.State)
+	case acct.Available() < d.p.minReservation:
+		return fmt.Sprintf("%d tokens available, synthesis needs at least %d", acct.Available(), d.p.minReservation)
+	}
+	return ""
+}
