@@ -904,13 +904,17 @@ func (d *driver) reportBudget(ctx, runCtx context.Context, force bool) {
 func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.ExecuteRequest) *fanoutv1.TaskOutcome {
 	cfg := d.e.cfg
 	backoff := cfg.RetryBackoff
+	// Every worker gets two chances before the task fails: with most of the
+	// pool full or gone, a fixed small bound fails tasks that one live
+	// worker would take.
+	attempts := max(cfg.MaxAttempts, 2*d.e.workers.Len())
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		if taskCtx.Err() != nil {
 			return d.notStarted(taskCtx, req.GetTask().GetId(), lastErr)
 		}
 		if attempt > 1 {
-			w = d.e.workers.Next()
+			w = d.e.workers.After(w)
 		}
 		r := proto.CloneOf(req)
 		r.Attempt = int32(attempt)
@@ -919,7 +923,7 @@ func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Execu
 			return o
 		}
 		lastErr = err
-		if attempt >= cfg.MaxAttempts {
+		if attempt >= attempts {
 			return &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 				Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 					Error: fmt.Sprintf("no worker took the task in %d attempts: %v", attempt, err)}}
@@ -932,9 +936,12 @@ func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Execu
 			t.Stop()
 		case <-t.C:
 		}
-		backoff *= 2
+		backoff = min(2*backoff, maxRetryBackoff)
 	}
 }
+
+// maxRetryBackoff caps the wait between two attempts to dispatch a task.
+const maxRetryBackoff = 2 * time.Second
 
 // notStarted is the outcome of a task whose context ended before a worker
 // started it.
@@ -1013,7 +1020,9 @@ func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.Execut
 				err = errors.New("worker closed the stream without a summary")
 			}
 			o, retry, err := d.callFailed(taskCtx, callCtx, w, worker != "", err)
-			o.Worker = worker
+			if o != nil { // nil: refused before it started, to be sent elsewhere
+				o.Worker = worker
+			}
 			return o, retry, err
 		}
 		switch ev := msg.GetEvent().(type) {

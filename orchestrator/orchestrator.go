@@ -154,7 +154,8 @@ type Config struct {
 	KnownTools []string
 	// MaxAttempts bounds how often one task is sent to a worker that refuses
 	// it (RESOURCE_EXHAUSTED) or cannot be reached (UNAVAILABLE) before it
-	// started. Default 3.
+	// started; it is raised to twice the number of workers, so that every
+	// worker gets two chances. Default 3.
 	MaxAttempts int
 	// RetryBackoff is the first delay between attempts; it doubles. Default 50ms.
 	RetryBackoff time.Duration

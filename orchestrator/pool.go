@@ -40,5 +40,18 @@ func (p *WorkerPool) Next() Worker {
 	return p.workers[n%uint64(len(p.workers))]
 }
 
+// After returns the worker that follows w in the pool, so that a task
+// refused by w walks the whole pool rather than drawing from the shared
+// round-robin, where concurrent dispatches could hand it the same refusing
+// workers again and again.
+func (p *WorkerPool) After(w Worker) Worker {
+	for i := range p.workers {
+		if p.workers[i].Addr == w.Addr {
+			return p.workers[(i+1)%len(p.workers)]
+		}
+	}
+	return p.Next()
+}
+
 // Len reports how many workers the pool has.
 func (p *WorkerPool) Len() int { return len(p.workers) }

@@ -438,3 +438,34 @@ func TestRunCallerCancelCancelsRun(t *testing.T) {
 	}
 	b.checkLedger(t)
 }
+
+// TestTasksGoElsewhereWhenAWorkerRefuses: a worker that is unreachable
+// (UNAVAILABLE) or full (RESOURCE_EXHAUSTED) before it spent anything gets
+// the task sent to another one, and every task still succeeds.
+func TestTasksGoElsewhereWhenAWorkerRefuses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	slow := llm.SimConfig{Latency: 300 * time.Millisecond}
+	full, _ := b.worker(t, "full", slow, 1) // room for one subagent at a time
+	live, _ := b.worker(t, "live", llm.SimConfig{}, 64)
+	dead := "127.0.0.1:1" // nothing listens there
+	n := b.orchestrator(t, "o1", orchestrator.Config{RetryBackoff: time.Millisecond}, dead, full, live)
+
+	s := spec("elsewhere", 9, 1_000_000)
+	s.Limits = &fanoutv1.Limits{MaxConcurrency: 9}
+	fin := checkEvents(t, runStream(t, n.client, s))
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	byWorker := map[string]int{}
+	for _, o := range fin.GetResult().GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			t.Errorf("task %s ended %s: %s", o.GetTaskId(), o.GetStatus(), o.GetSummary().GetError())
+		}
+		byWorker[o.GetWorker()]++
+	}
+	if byWorker["live"] == 0 || byWorker["full"] > 3 || len(byWorker) > 2 {
+		t.Errorf("tasks by worker %v: want them on live (and at most a few on full), none on the dead address", byWorker)
+	}
+	b.checkLedger(t)
+}

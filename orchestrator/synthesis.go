@@ -64,9 +64,13 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 	callCtx, cancel := context.WithTimeout(ctx, d.e.cfg.DefaultTaskTimeout)
 	defer cancel()
 	var sum *fanoutv1.FactSummary
-	for attempt := 1; attempt <= d.e.cfg.MaxAttempts; attempt++ {
+	w := d.e.workers.Next()
+	for attempt := 1; attempt <= max(d.e.cfg.MaxAttempts, 2*d.e.workers.Len()); attempt++ {
+		if attempt > 1 {
+			w = d.e.workers.After(w)
+		}
 		req.Attempt = int32(attempt)
-		sum, err = d.callSynthesis(callCtx, d.e.workers.Next(), req)
+		sum, err = d.callSynthesis(callCtx, w, req)
 		if c := status.Code(err); err == nil || (c != codes.ResourceExhausted && c != codes.Unavailable) {
 			break
 		}
