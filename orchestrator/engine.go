@@ -656,6 +656,10 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	acct, err := e.ledger.CloseRun(ctx, d.runID)
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", d.runID, "err", err)
+	} else {
+		// The ledger is the truth: it also counts calls cut off before their
+		// worker could report (settled at their full reservation).
+		result.TotalTokens = acct.Spent
 	}
 	if e.finishRun(ctx, d.runID, state, cause, result) {
 		e.cfg.Logger.InfoContext(ctx, "run ended", "run_id", d.runID, "state", state.String(), "cause", cause,
@@ -860,15 +864,40 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 	ctx, cancelCleanup := context.WithTimeout(context.WithoutCancel(runCtx), cleanupTimeout)
 	defer cancelCleanup()
 	if o.GetSummary() == nil && o.GetWorker() != "" {
-		// The stream was cut: what the task spent is in the ledger.
-		if acct, err := d.e.ledger.Account(ctx, budget.AccountID(req.GetTaskAccountId())); err == nil {
-			o.TokensSpent = acct.Spent
-		}
+		// The stream was cut: what the task spent is in the ledger, once the
+		// worker has settled what it held (briefly; a dead worker's leases
+		// are left to the sweeper and counted at the run's end).
+		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
 	}
 	stored := d.finishTask(ctx, o)
 	d.reportBudget(ctx, runCtx, false)
 	return stored
 }
+
+// settledSpend reads a task account's spend once nothing is reserved on it,
+// waiting up to settleWait for the worker to settle a cut-off call.
+func (d *driver) settledSpend(ctx context.Context, id budget.AccountID) int64 {
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	var spent int64
+	for {
+		acct, err := d.e.ledger.Account(ctx, id)
+		if err == nil {
+			spent = acct.Spent
+			if acct.Reserved == 0 {
+				return spent
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return spent
+		case <-time.After(20 * time.Millisecond): // polling the ledger, bounded by settleWait
+		}
+	}
+}
+
+// settleWait bounds how long a cut-off task's spend is waited for.
+const settleWait = 3 * time.Second
 
 // budgetEvery spaces a run's BudgetUpdate events: without it a wide fan-out
 // reads the run account and appends an event for every task that ends.
