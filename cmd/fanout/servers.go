@@ -228,6 +228,10 @@ func cmdMigrate(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "migrations applied: %v\n", done)
+	if len(done) == 0 {
+		fmt.Fprintln(env.Stdout, "schema up to date: nothing to apply")
+		return nil
+	}
+	fmt.Fprintf(env.Stdout, "migrations applied (negative: reverted): %v\n", done)
 	return nil
 }
