@@ -162,7 +162,8 @@ func (e *Engine) endOrphan(runID, prevOwner string) {
 		log.ErrorContext(ctx, "fail unfinished tasks", "err", err)
 		return
 	}
-	if _, err := e.ledger.CloseRun(ctx, runID); err != nil && !errors.Is(err, budget.ErrNotFound) {
+	closed, err := e.ledger.CloseRun(ctx, runID)
+	if err != nil && !errors.Is(err, budget.ErrNotFound) {
 		log.ErrorContext(ctx, "close ledger run", "err", err)
 	}
 	run, err := e.store.GetRun(ctx, "", runID)
@@ -179,6 +180,14 @@ func (e *Engine) endOrphan(runID, prevOwner string) {
 		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
 			TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}); err != nil {
 			log.ErrorContext(ctx, "append TaskFinished", "task_id", o.GetTaskId(), "err", err)
+		}
+	}
+	if closed.ID != 0 {
+		// The ledger is the truth, and followers' budget views end with it.
+		result.TotalTokens = closed.Spent
+		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{
+			BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(closed)}}}); err != nil {
+			log.ErrorContext(ctx, "append BudgetUpdate", "err", err)
 		}
 	}
 	cause := fmt.Sprintf("orchestrator %s lost before the run ended", prevOwner)
