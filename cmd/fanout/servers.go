@@ -119,6 +119,7 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
 	var oc orchestratorConfig
 	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
+	f.StringVar(&oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
 	applyEngine := registerEngineFlags(f, &oc.Engine)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
