@@ -17,7 +17,7 @@ import (
 )
 
 // synthesisTaskID names the synthesis call on the worker and in the ledger
-// (it is not one of the run's tasks, which cannot start with "_").
+// (validation keeps task ids from starting with "_", so it is never a task's).
 const synthesisTaskID = "_synthesis"
 
 // synthesisInstruction is what the synthesis subagent is asked.

@@ -218,6 +218,8 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 			v.add(field, "is required")
 		case len(id) > maxTaskIDBytes:
 			v.add(field, "must be at most %d bytes, got %d", maxTaskIDBytes, len(id))
+		case strings.HasPrefix(id, "_"):
+			v.add(field, "must not start with \"_\" (reserved for fanout's own calls, such as %q), got %q", synthesisTaskID, id)
 		default:
 			if j, dup := index[id]; dup {
 				v.add(field, "duplicate task id %q (also spec.tasks[%d].id)", id, j)

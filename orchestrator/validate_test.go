@@ -107,6 +107,7 @@ func badCases() []badCase {
 		{"no id", "id", func(s *fanoutv1.RunSpec, i int) { s.Tasks[i].Id = "" }},
 		{"long id", "id", func(s *fanoutv1.RunSpec, i int) { s.Tasks[i].Id = strings.Repeat("i", 65) }},
 		{"duplicate id", "id", func(s *fanoutv1.RunSpec, i int) { s.Tasks[i].Id = s.Tasks[i-1].Id }},
+		{"reserved id", "id", func(s *fanoutv1.RunSpec, i int) { s.Tasks[i].Id = "_synthesis" }},
 		{"no instruction", "instruction", func(s *fanoutv1.RunSpec, i int) { s.Tasks[i].Instruction = "" }},
 		{"zero budget", "token_budget", func(s *fanoutv1.RunSpec, i int) { s.Tasks[i].TokenBudget = 0 }},
 		{"negative budget", "token_budget", func(s *fanoutv1.RunSpec, i int) { s.Tasks[i].TokenBudget = -5 }},

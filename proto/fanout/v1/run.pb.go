@@ -457,7 +457,7 @@ type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Identifies the task within its run; unique within the run.
 	// Used by depends_on and in every task outcome and event. At most 64
-	// bytes.
+	// bytes; must not start with "_" (reserved for fanout's own calls).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Required. What this subagent must do. Free text.
 	Instruction string `protobuf:"bytes,2,opt,name=instruction,proto3" json:"instruction,omitempty"`
