@@ -12,27 +12,43 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
-	addr string
-	json bool
+	addr   string
+	json   bool
+	tenant string
 }
 
 func (c *clientFlags) register(f *flags) {
 	f.StringVar(&c.addr, "addr", "127.0.0.1:50051", "orchestrator address")
 	f.BoolVar(&c.json, "json", false, "machine-readable output (protojson, one object per line)")
+	f.StringVar(&c.tenant, "tenant", "", "act as this tenant: scopes reads and cancels to its runs, and is the tenant of runs whose spec names none")
 }
 
 func (c *clientFlags) dial() (fanoutv1.OrchestratorServiceClient, func(), error) {
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if c.tenant != "" {
+		// Every call carries the tenant, so the server scopes it.
+		md := []string{orchestrator.TenantMetadataKey, c.tenant}
+		opts = append(opts,
+			grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, o ...grpc.CallOption) error {
+				return invoker(metadata.AppendToOutgoingContext(ctx, md...), method, req, reply, cc, o...)
+			}),
+			grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
+				return streamer(metadata.AppendToOutgoingContext(ctx, md...), desc, cc, method, o...)
+			}))
+	}
+	conn, err := grpc.NewClient(c.addr, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--addr %q: %w", c.addr, err)
 	}
@@ -145,6 +161,9 @@ func cmdRun(ctx context.Context, env *Env, args []string) error {
 	}
 	if key != "" && req.Spec != nil {
 		req.Spec.IdempotencyKey = key
+	}
+	if cf.tenant != "" && req.GetSpec().GetTenantId() == "" && req.Spec != nil {
+		req.Spec.TenantId = cf.tenant
 	}
 	client, closeConn, err := cf.dial()
 	if err != nil {
@@ -380,7 +399,7 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
-	req := &fanoutv1.ListRunsRequest{PageSize: int32(min(limit, 500))}
+	req := &fanoutv1.ListRunsRequest{PageSize: int32(min(limit, 500)), TenantId: cf.tenant}
 	if state != "" {
 		v, ok := fanoutv1.RunState_value["RUN_STATE_"+strings.ToUpper(state)]
 		if !ok {
