@@ -13,24 +13,38 @@ import (
 
 // RunSpend is one row of the run_spend view.
 type RunSpend struct {
-	TenantID, RunID, State, Cause              string
-	Limit, Spent, Reported, Estimated, Overrun int64
-	Reserved, Available, Reservations          int64
+	TenantID     string `json:"tenant_id"`
+	RunID        string `json:"run_id"`
+	State        string `json:"state"`
+	Cause        string `json:"cause,omitempty"`
+	Limit        int64  `json:"limit_tokens"`
+	Spent        int64  `json:"spent_tokens"`
+	Reported     int64  `json:"reported_tokens"`
+	Estimated    int64  `json:"estimated_tokens"`
+	Overrun      int64  `json:"overrun_tokens"`
+	Reserved     int64  `json:"reserved_tokens"`
+	Available    int64  `json:"available_tokens"`
+	Reservations int64  `json:"reservations"`
 }
 
 // TaskSpend is one row of the task_spend view.
 type TaskSpend struct {
-	TaskID                            string
-	Limit, Spent, Reported, Estimated int64
-	Overrun, Reserved, Reservations   int64
+	TaskID       string `json:"task_id"`
+	Limit        int64  `json:"limit_tokens"`
+	Spent        int64  `json:"spent_tokens"`
+	Reported     int64  `json:"reported_tokens"`
+	Estimated    int64  `json:"estimated_tokens"`
+	Overrun      int64  `json:"overrun_tokens"`
+	Reserved     int64  `json:"reserved_tokens"`
+	Reservations int64  `json:"reservations"`
 }
 
 // RunAudit is what an auditor sees of one run.
 type RunAudit struct {
-	Run      RunSpend
-	Tasks    []TaskSpend
-	Accounts int // accounts of the run checked by conservation_check
-	Broken   int // of which not conserved (0 on a healthy ledger)
+	Run      RunSpend    `json:"run"`
+	Tasks    []TaskSpend `json:"tasks"`
+	Accounts int         `json:"accounts_checked"`       // accounts of the run checked by conservation_check
+	Broken   int         `json:"accounts_not_conserved"` // of which not conserved (0 on a healthy ledger)
 }
 
 // AuditRun reads one run's spend exactly as an auditor would: as the role

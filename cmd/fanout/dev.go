@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -271,7 +272,7 @@ through the audit views (run_spend, task_spend, conservation_check). Needs the
 database URL; under "fanout dev" it is found in the data dir.
 
 Usage:
-  fanout ledger RUN_ID [--tenant ID] [--database-url URL]
+  fanout ledger RUN_ID [--tenant ID] [--database-url URL] [--json]
 
 Example:
   fanout ledger run_0123abcd --tenant default
@@ -284,6 +285,7 @@ func cmdLedger(ctx context.Context, env *Env, args []string) error {
 	f.alsoEnv("database-url", "DATABASE_URL")
 	f.StringVar(&tenant, "tenant", "default", "the run's tenant")
 	f.StringVar(&dataDir, "data-dir", ".fanout", "the data dir of `fanout dev`")
+	asJSON := f.Bool("json", false, "machine-readable output (one JSON object)")
 	runID, err := parseWithRunID(f, args, env)
 	if err != nil {
 		return err
@@ -303,6 +305,9 @@ func cmdLedger(ctx context.Context, env *Env, args []string) error {
 	a, err := store.AuditRun(ctx, pool, tenant, runID)
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(env.Stdout).Encode(a)
 	}
 	printAudit(env.Stdout, a)
 	return nil
