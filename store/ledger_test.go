@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,12 @@ func TestMain(m *testing.M) {
 	}
 	storetest.MigrateFunc = store.Migrate
 	storetest.Main(m)
+	// Once, after every test: a per-test check would see the goroutines of
+	// the other tests running in parallel.
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+		os.Exit(1)
+	}
 }
 
 type testBundle struct {
@@ -34,7 +41,6 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
 	ctx := t.Context()
 	url := storetest.NewDB(t)
 	pool, err := store.Open(ctx, url)
