@@ -630,7 +630,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 		metrics().cancelLatency.Record(context.WithoutCancel(runCtx), took.Seconds(),
 			metric.WithAttributes(attrCancelScope.String("run"), attrCancelReason.String(reason)))
 	}
-	d.awaitHeld(runCtx)
+	nothingHeld := d.awaitHeld(runCtx)
 	ctx, cancel := cleanup()
 	defer cancel()
 	runCause := context.Cause(runCtx) // before the deferred cancelRun(nil)
@@ -645,7 +645,12 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	state, cause := d.outcome(runCause, outcomes)
 	result := join(outcomes)
 	if spec.GetSynthesize() {
-		result.Synthesis, result.SynthesisSkippedReason = d.synthesize(ctx, runCause, result)
+		// Its own time, not the cleanup's: what follows must still be written.
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(runCtx), e.cfg.DefaultTaskTimeout)
+		result.Synthesis, result.SynthesisSkippedReason = d.synthesize(sctx, runCause, result)
+		scancel()
+		ctx, cancel = cleanup()
+		defer cancel()
 	}
 	if errors.Is(context.Cause(runCtx), errShutdown) {
 		if _, err := e.ledger.CancelRun(ctx, d.runID, cause); err != nil {
@@ -653,7 +658,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 		}
 	}
 	// Close the ledger first, so that whoever sees RunFinished reads final spend.
-	acct, err := e.ledger.CloseRun(ctx, d.runID)
+	acct, err := e.closeLedger(ctx, d.runID, nothingHeld, "run ended with reservations still held")
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", d.runID, "err", err)
 	} else {
@@ -724,30 +729,53 @@ func (d *driver) outcome(cause error, outcomes []*fanoutv1.TaskOutcome) (fanoutv
 // instead. A worker that is alive settles before it reports, so this is
 // normally one read; after a worker died it delays the run's end by up to
 // one lease plus a sweep.
-func (d *driver) awaitHeld(runCtx context.Context) { d.e.awaitHeld(runCtx, d.runID) }
+func (d *driver) awaitHeld(runCtx context.Context) bool { return d.e.awaitHeld(runCtx, d.runID) }
 
 // awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
 // the run holds no reservation. See driver.awaitHeld.
-func (e *Engine) awaitHeld(parent context.Context, runID string) {
+// It reports whether nothing is held any more.
+func (e *Engine) awaitHeld(parent context.Context, runID string) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), e.cfg.HeldWait)
 	defer cancel()
 	tick := time.NewTicker(e.cfg.WatchPollInterval)
 	defer tick.Stop()
-	for {
+	for failures := 0; ; {
 		acct, err := e.ledger.RunAccount(ctx, runID)
-		if err != nil || acct.Reserved == 0 {
-			return
+		switch {
+		case errors.Is(err, budget.ErrNotFound) || err == nil && acct.Reserved == 0:
+			return true
+		case err != nil:
+			if failures++; failures >= 3 { // the ledger cannot tell us; do not guess
+				e.cfg.Logger.WarnContext(ctx, "cannot read the run's reservations", "run_id", runID, "err", err)
+				return false
+			}
 		}
 		select {
 		case <-ctx.Done():
-			e.cfg.Logger.WarnContext(ctx, "closing run with reservations still held", "run_id", runID,
+			e.cfg.Logger.WarnContext(ctx, "run ends with reservations still held", "run_id", runID,
 				"reserved", acct.Reserved, "waited", e.cfg.HeldWait)
-			return
-		case <-e.base.Done(): // forced shutdown: CloseRun voids what is left
-			return
+			return false
+		case <-e.base.Done(): // forced shutdown: stop waiting
+			return false
 		case <-tick.C:
 		}
 	}
+}
+
+// closeLedger ends the run's ledger accounts once its tasks have ended and
+// returns the run account as closed. If reservations are still held (their
+// holder may still be paying for a call), it never voids them: it cancels
+// the run, so nothing more is granted, and leaves them to be settled by
+// their holder or posted by the sweeper when their lease ends. Spend that
+// cannot be proven unspent is counted, never refunded.
+func (e *Engine) closeLedger(ctx context.Context, runID string, nothingHeld bool, cause string) (budget.Account, error) {
+	if nothingHeld {
+		return e.ledger.CloseRun(ctx, runID)
+	}
+	if _, err := e.ledger.CancelRun(ctx, runID, cause); err != nil {
+		return budget.Account{}, err
+	}
+	return e.ledger.RunAccount(ctx, runID)
 }
 
 // onExhausted applies the exhaustion policy, once.

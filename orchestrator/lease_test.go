@@ -379,17 +379,24 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	if _, err := runs.StartTask(ctx, "ghost-run", "t01", "dead-worker"); err != nil {
 		t.Fatal(err)
 	}
+	// The dead worker's reservation is never settled: its lease runs out and
+	// the sweeper counts it as spent (it is never voided: the worker may
+	// have paid for a call).
 	if _, err := b.ledger.Reserve(ctx, budget.ReserveParams{Account: accts.Tasks["t01"], Want: 100, Min: 10,
-		Holder: "dead-worker", TTL: time.Hour}); err != nil {
+		Holder: "dead-worker", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() { defer close(swept); budget.Sweep(sweepCtx, b.ledger, 100*time.Millisecond, quietLogger) }()
+	defer func() { stopSweep(); <-swept }()
 	if _, err := b.pool.Exec(ctx, `UPDATE run SET owner_heartbeat = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
 
 	cfg := leaseConfig()
 	cfg.HeartbeatInterval = 10 * time.Millisecond // both look at once, often
-	cfg.HeldWait = 500 * time.Millisecond         // the dead worker never settles
+	cfg.HeldWait = 20 * time.Second               // the lease runs out long before
 	r1 := b.orchestrator(t, "r1", cfg)
 	r2 := b.orchestrator(t, "r2", cfg)
 

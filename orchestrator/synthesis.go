@@ -28,7 +28,7 @@ const synthesisInstruction = "Synthesize the facts given above into one answer t
 // without a cancel cause: a single-iteration subagent on a worker, paid
 // from the run account itself (so from the same budget), given the joined
 // facts. It returns the synthesis, or why it was skipped. It never fails
-// the run: the facts stand without it.
+// the run: the facts stand without it. ctx bounds the whole call.
 func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv1.JoinedResult) (text, skipped string) {
 	if reason := d.synthesisUnaffordable(ctx); reason != "" {
 		return "", reason
@@ -61,23 +61,31 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 		ContextFacts:         result.GetFacts(),
 		Attempt:              1,
 	}
-	callCtx, cancel := context.WithTimeout(ctx, d.e.cfg.DefaultTaskTimeout)
-	defer cancel()
 	var sum *fanoutv1.FactSummary
 	w := d.e.workers.Next()
+	backoff := d.e.cfg.RetryBackoff
 	for attempt := 1; attempt <= max(d.e.cfg.MaxAttempts, 2*d.e.workers.Len()); attempt++ {
 		if attempt > 1 {
 			w = d.e.workers.After(w)
 		}
 		req.Attempt = int32(attempt)
-		sum, err = d.callSynthesis(callCtx, w, req)
-		if c := status.Code(err); err == nil || (c != codes.ResourceExhausted && c != codes.Unavailable) {
+		var started bool
+		sum, started, err = d.callSynthesis(ctx, w, req)
+		// Only a refusal before the worker started is sent elsewhere: a
+		// call that started may have spent, and is not paid for twice.
+		if c := status.Code(err); err == nil || started || (c != codes.ResourceExhausted && c != codes.Unavailable) {
 			break
 		}
+		t := time.NewTimer(backoff)
 		select {
-		case <-callCtx.Done():
-		case <-time.After(d.e.cfg.RetryBackoff << (attempt - 1)):
+		case <-ctx.Done():
+		case <-t.C:
 		}
+		t.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
 	}
 	if err != nil {
 		d.e.cfg.Logger.WarnContext(ctx, "synthesis call", "run_id", d.runID, "err", err)
@@ -101,22 +109,26 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 	return b.String(), ""
 }
 
-// callSynthesis runs req on worker w and returns its summary.
-func (d *driver) callSynthesis(ctx context.Context, w Worker, req *fanoutv1.ExecuteRequest) (*fanoutv1.FactSummary, error) {
+// callSynthesis runs req on worker w and returns its summary, and whether
+// the worker had started it.
+func (d *driver) callSynthesis(ctx context.Context, w Worker, req *fanoutv1.ExecuteRequest) (sum *fanoutv1.FactSummary, started bool, err error) {
 	stream, err := w.Client.Execute(ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil, errors.New("the worker ended the stream without a summary")
+			return nil, started, errors.New("the worker ended the stream without a summary")
 		}
 		if err != nil {
-			return nil, err
+			return nil, started, err
+		}
+		if m.GetStarted() != nil {
+			started = true
 		}
 		if s := m.GetSummary(); s != nil {
-			return s, nil
+			return s, true, nil
 		}
 	}
 }
