@@ -462,19 +462,37 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// The lease ends TTL after the database granted it, which was before
+		// this call started; renewals move it on from when they were sent.
+		// Only this node's monotonic clock is used (never compared with the
+		// database's), and the call stops a margin before the lease could end,
+		// even if a renewal hangs.
+		margin := r.LeaseTTL / 10
+		leaseEnd := start.Add(r.LeaseTTL)
+		expire := time.NewTimer(time.Until(leaseEnd) - margin)
+		defer expire.Stop()
 		tick := time.NewTicker(r.LeaseTTL / 3)
 		defer tick.Stop()
 		for {
 			select {
 			case <-callCtx.Done():
 				return
+			case <-expire.C:
+				cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
+				return
 			case <-tick.C:
-				if _, err := r.Ledger.Renew(callCtx, res.ID, res.Lease.Generation, r.LeaseTTL); err != nil {
+				sent := time.Now()
+				rctx, rcancel := context.WithTimeout(callCtx, r.LeaseTTL/3)
+				_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL)
+				rcancel()
+				if err != nil {
 					if callCtx.Err() == nil {
 						cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
 					}
 					return
 				}
+				leaseEnd = sent.Add(r.LeaseTTL)
+				expire.Reset(time.Until(leaseEnd) - margin)
 			}
 		}
 	}()

@@ -410,3 +410,38 @@ func TestLoopWritesOneAtATimeWithKeys(t *testing.T) {
 		t.Errorf("keys %q with %d at once; want %q one at a time", keys, maxRunning.Load(), want)
 	}
 }
+
+// hangingRenewLedger is the real ledger, except that a renewal never
+// answers: the database is unreachable for it.
+type hangingRenewLedger struct{ budget.Ledger }
+
+func (hangingRenewLedger) Renew(ctx context.Context, _ budget.ReservationID, _ int64, _ time.Duration) (budget.Reservation, error) {
+	<-ctx.Done()
+	return budget.Reservation{}, ctx.Err()
+}
+
+// TestLoopStopsBeforeTheLeaseEndsWhenRenewalHangs: a worker that cannot
+// renew its lease (the renewal hangs) stops the call before the lease could
+// end, so no call runs on a reservation the sweeper may already count.
+func TestLoopStopsBeforeTheLeaseEndsWhenRenewalHangs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	sim := newSim(t, llm.SimConfig{Latency: 10 * time.Second, FinishAfter: 1})
+	loop := newLoop(b, sim)
+	loop.Ledger = hangingRenewLedger{b.ledger}
+	loop.LeaseTTL = 600 * time.Millisecond
+	start := time.Now()
+	sum := loop.Run(t.Context(), newTask(b, "a"))
+	took := time.Since(start)
+	if sum.Status == subagent.StatusSucceeded {
+		t.Fatalf("status %s: the call outlived a lease it could not renew", sum.Status)
+	}
+	calls := sim.Calls()
+	if len(calls) != 1 || !calls[0].Cancelled {
+		t.Fatalf("calls %+v: want the one call cancelled", calls)
+	}
+	if ran := calls[0].End.Sub(calls[0].Start); ran >= loop.LeaseTTL {
+		t.Errorf("the call ran %v, not stopped before its %v lease could end (whole task %v)", ran, loop.LeaseTTL, took)
+	}
+	b.checkLedger(t)
+}
