@@ -391,13 +391,15 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    -- Lock the run first: a reservation granted after the list of held ones
+    -- was read would otherwise outlive the close.
+    PERFORM FROM ledger_lock_chain(a.chain);
     IF p_state = 'closed' THEN
         FOR r_id IN SELECT reservation_id FROM reservation
                      WHERE run_id = p_run AND state = 'held' ORDER BY reservation_id LOOP
             PERFORM ledger_void(r_id, NULL, 'run closed');
         END LOOP;
     END IF;
-    PERFORM FROM ledger_lock_chain(a.chain);
     SELECT state INTO prior FROM account WHERE account_id = a.account_id;
     IF prior = 'closed' OR (p_state = 'cancelled' AND prior <> 'open') THEN
         RETURN QUERY SELECT * FROM account WHERE account_id = a.account_id;
