@@ -101,7 +101,7 @@ func attr(s tracetest.SpanStub, key string) attribute.Value {
 }
 
 func hasAttr(s tracetest.SpanStub, key string) bool {
-	return attr(s, key).Type() != attribute.INVALID
+	return attr(s, key).Type() != attribute.EMPTY
 }
 
 func names(spans []tracetest.SpanStub) string {

@@ -12,8 +12,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/fanout/fanout/budget"
 )
 
 const scope = "github.com/fanout/fanout/store"
@@ -159,14 +157,4 @@ func (queryTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQue
 
 func (queryTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
 	endDBSpan(ctx, d.Err)
-}
-
-// reservationAttrs describe a reservation on a span.
-func reservationAttrs(r budget.Reservation) []attribute.KeyValue {
-	return []attribute.KeyValue{
-		AttrReservationID.Int64(int64(r.ID)),
-		AttrGranted.Int64(r.Amount),
-		AttrEstimated.Bool(r.Estimated),
-		AttrRunID.String(r.RunID),
-	}
 }

@@ -37,7 +37,7 @@ func TestLoopCapturesContentOnlyWhenAsked(t *testing.T) { //nolint:paralleltest 
 		for _, s := range spans.GetSpans() {
 			has := map[string]string{}
 			for _, kv := range s.Attributes {
-				has[string(kv.Key)] = kv.Value.Emit()
+				has[string(kv.Key)] = kv.Value.String()
 			}
 			switch has["gen_ai.operation.name"] {
 			case "invoke_agent":
@@ -112,7 +112,7 @@ func TestLoopCapturesContentOnlyWhenAsked(t *testing.T) { //nolint:paralleltest 
 func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -159,12 +159,12 @@ func checkNoKeyInSpans(t *testing.T, spans *tracetest.InMemoryExporter) {
 			var text strings.Builder
 			text.WriteString(s.Name() + " " + s.Status().Description)
 			for _, kv := range s.Attributes() {
-				text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
+				text.WriteString(" " + string(kv.Key) + "=" + kv.Value.String())
 			}
 			for _, ev := range s.Events() {
 				text.WriteString(" " + ev.Name)
 				for _, kv := range ev.Attributes {
-					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
+					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.String())
 				}
 			}
 			if strings.Contains(text.String(), canary) || strings.Contains(text.String(), canary[:16]) {
