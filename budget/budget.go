@@ -60,6 +60,12 @@ type Account struct {
 	MinReservation int64
 	State          AccountState
 	Cause          string // why the account ended, if it did
+	// Attempt is the account's current dispatch attempt (0 before the
+	// first); only reserves naming it are granted.
+	Attempt int64
+	// Closing is set on a run account whose close waits for held
+	// reservations to resolve: it closes when the last one settles or expires.
+	Closing bool
 }
 
 // Available reports the tokens that can still be reserved on the account alone
@@ -127,12 +133,21 @@ type RunAccounts struct {
 }
 
 // ReserveParams ask for tokens on an account.
+//
+// RunID, TenantID and Attempt are the grant the caller was dispatched with:
+// the ledger refuses (ErrDenied) a reserve whose account is not of that run
+// and tenant, or whose attempt is not the account's current one (see
+// Ledger.BeginAttempt). The database, not the caller, is the authority on
+// who may spend.
 type ReserveParams struct {
-	Account AccountID
-	Want    int64 // > 0
-	Min     int64 // 1..Want; grant nothing if less than this is available
-	Holder  string
-	TTL     time.Duration // lease length; > 0
+	Account  AccountID
+	RunID    string // the run the account must belong to; required
+	TenantID string // the tenant the account must belong to; required
+	Attempt  int64  // the account's current attempt, >= 1
+	Want     int64  // > 0
+	Min      int64  // 1..Want; grant nothing if less than this is available
+	Holder   string
+	TTL      time.Duration // lease length; > 0
 	// Key makes the call idempotent when set: a retry with the same key on
 	// the same account returns the first reservation instead of a second one.
 	Key string
@@ -158,10 +173,25 @@ type Ledger interface {
 	// OpenTenant creates (or returns) the tenant's account with the given limit.
 	OpenTenant(ctx context.Context, tenantID string, limit int64) (Account, error)
 
+	// BeginAttempt records a new dispatch of the task (or, for a run
+	// account, of the run's synthesis call) in the database and returns its
+	// attempt number, starting at 1. From then on only reserves naming that
+	// attempt are granted on the account: an earlier attempt is fenced.
+	// Returns ErrNotFound for an unknown account, an *ExhaustedError when the
+	// account or its run has ended, and ErrDenied when the account is not of
+	// runID and tenantID.
+	BeginAttempt(ctx context.Context, account AccountID, runID, tenantID string) (int64, error)
+
 	// Reserve grants min(Want, available) if that is at least Min, on the
 	// account and every ancestor at once. Returns an *ExhaustedError (which
 	// is ErrExhausted) when less than Min is available or an account in the
-	// chain has ended, ErrNotFound for an unknown account.
+	// chain has ended, ErrNotFound for an unknown account, a *DeniedError
+	// (ErrDenied) when the account is not of RunID and TenantID or Attempt is
+	// not its current attempt, and a *ResolvedError (ErrResolved) when Key
+	// names a reservation that is no longer held: a resolved reservation
+	// never grants again. A retry with the Key of a reservation still held
+	// by the same Holder returns it; the caller must start a call only on a
+	// reservation whose State is ReservationHeld.
 	Reserve(ctx context.Context, p ReserveParams) (Reservation, error)
 
 	// Settle posts Actual as spent and frees the rest of the reservation,
@@ -187,8 +217,11 @@ type Ledger interface {
 	// already ended) so nothing more is granted, and notifies watchers.
 	CancelRun(ctx context.Context, runID, cause string) (Account, error)
 
-	// CloseRun voids every reservation still held in the run and closes its
-	// accounts. Idempotent.
+	// CloseRun closes the run's accounts. It never voids a held
+	// reservation (its call may have spent): while any is held, the run is
+	// cancelled (nothing more is granted), marked Closing, and closes when
+	// the last one is settled by its holder or expired by the sweeper.
+	// Idempotent.
 	CloseRun(ctx context.Context, runID string) (Account, error)
 
 	// Account returns one account. ErrNotFound if it does not exist.

@@ -17,7 +17,40 @@ var (
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrInvalid: a parameter is out of range.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrDenied: the caller has no right to spend from the account (another
+	// run or tenant, or a superseded attempt).
+	ErrDenied = errors.New("reservation denied")
+	// ErrResolved: a reserve's key names a reservation that was already
+	// settled, voided or expired; it never grants again.
+	ErrResolved = errors.New("reservation already resolved")
 )
+
+// DeniedError says why the ledger refused a reserve its caller had no right to.
+type DeniedError struct {
+	Account AccountID
+	Reason  string
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("reservation denied on account %d: %s", e.Account, e.Reason)
+}
+
+// Is reports whether target is ErrDenied.
+func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
+
+// ResolvedError says that a reserve's key names a reservation that is no
+// longer held.
+type ResolvedError struct {
+	Reservation ReservationID
+	State       ReservationState
+}
+
+func (e *ResolvedError) Error() string {
+	return fmt.Sprintf("reservation %d named by the key is %s; it grants nothing again", e.Reservation, e.State)
+}
+
+// Is reports whether target is ErrResolved.
+func (e *ResolvedError) Is(target error) bool { return target == ErrResolved }
 
 // ExhaustedError says which account could not grant a reservation and why.
 type ExhaustedError struct {
@@ -72,6 +105,12 @@ func (p ReserveParams) Validate() error {
 	switch {
 	case p.Account <= 0:
 		return invalid("account", "must be a positive account id, got %d", p.Account)
+	case p.RunID == "":
+		return invalid("run_id", "must name the run the account belongs to")
+	case p.TenantID == "":
+		return invalid("tenant_id", "must name the tenant the account belongs to")
+	case p.Attempt <= 0:
+		return invalid("attempt", "must be >= 1 (the account's current attempt), got %d", p.Attempt)
 	case p.Want <= 0:
 		return invalid("want", "must be > 0, got %d", p.Want)
 	case p.Min <= 0 || p.Min > p.Want:
