@@ -44,8 +44,13 @@ func BenchmarkHotAccount(b *testing.B) {
 					b.Fatal(err)
 				}
 				acct := ra.Tasks["t"]
+				attempt, err := l.BeginAttempt(ctx, acct, "hot", "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
 				rate, p99 := benchClients(b, clients, func() error {
-					r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute})
+					r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, RunID: "hot", TenantID: "bench", Attempt: attempt,
+						Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute})
 					if err != nil {
 						return err
 					}

@@ -88,6 +88,9 @@ const batchTimeout = 30 * time.Second
 // (unknown reservations simply run uncoalesced).
 const maxRememberedReservations = 1 << 16
 
+// maxRememberedChains bounds the account chain cache the same way.
+const maxRememberedChains = 1 << 16
+
 func (c *coalescer) accountChain(ctx context.Context, account int64) ([]int64, error) {
 	c.mu.Lock()
 	ch, ok := c.chains[account]
@@ -103,6 +106,11 @@ func (c *coalescer) accountChain(ctx context.Context, account int64) ([]int64, e
 		return nil, err
 	}
 	c.mu.Lock()
+	if len(c.chains) >= maxRememberedChains {
+		// Chains never change, but accounts of ended runs are asked for no
+		// more: start afresh rather than grow without bound.
+		c.chains = map[int64][]int64{}
+	}
 	c.chains[account] = ch
 	c.mu.Unlock()
 	return ch, nil

@@ -108,6 +108,11 @@ func (r *ledgerResult) err(id budget.ReservationID, need int64) error {
 		return &budget.ConflictError{Reservation: id, Reason: val(r.Info)}
 	case "lease_lost":
 		return fmt.Errorf("%w: %s", budget.ErrLeaseLost, val(r.Info))
+	case "denied":
+		return &budget.DeniedError{Account: budget.AccountID(val(r.InfoAccount)), Reason: val(r.Info)}
+	case "resolved":
+		return &budget.ResolvedError{Reservation: budget.ReservationID(val(r.ReservationID)),
+			State: budget.ReservationState(val(r.State))}
 	}
 	return fmt.Errorf("ledger: unknown outcome %q", r.Outcome)
 }
@@ -134,10 +139,15 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 			return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
 		}
 	}
-	r, err = l.call(ctx, chain, "ledger_reserve($1, $2, $3, $4, $5, $6)",
-		int64(p.Account), p.Want, p.Min, p.Holder, p.TTL, key)
+	r, err = l.call(ctx, chain, "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key)
 	if err == nil {
 		err = r.err(0, p.Min)
+	}
+	if err == nil && r.reservation().State != budget.ReservationHeld {
+		// The functions never grant a resolved reservation; if one came
+		// back, no call may be made on it.
+		err = &budget.ResolvedError{Reservation: budget.ReservationID(val(r.ReservationID)), State: budget.ReservationState(val(r.State))}
 	}
 	if err != nil {
 		return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
@@ -150,6 +160,30 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 		}
 	}
 	return res, nil
+}
+
+// BeginAttempt implements budget.Ledger.
+func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, runID, tenantID string) (int64, error) {
+	var outcome string
+	var attempt int64
+	var kind, state *string
+	err := l.pool.QueryRow(ctx, "SELECT outcome, attempt, info_kind, info_state FROM ledger_begin_attempt($1, $2, $3)",
+		int64(account), runID, tenantID).Scan(&outcome, &attempt, &kind, &state)
+	if err == nil {
+		switch outcome {
+		case "ok":
+			return attempt, nil
+		case "not_found":
+			err = budget.ErrNotFound
+		case "denied":
+			err = &budget.DeniedError{Account: account, Reason: fmt.Sprintf("not an account of run %s of tenant %s", runID, tenantID)}
+		case "exhausted":
+			err = &budget.ExhaustedError{Account: account, Kind: budget.AccountKind(val(kind)), State: budget.AccountState(val(state))}
+		default:
+			err = fmt.Errorf("ledger: unknown outcome %q", outcome)
+		}
+	}
+	return 0, fmt.Errorf("begin attempt on account %d of run %s: %w", account, runID, err)
 }
 
 // chainOf returns the chain of a reservation this node made, when coalescing.
@@ -262,12 +296,12 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 }
 
 const accountCols = `account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-	coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause`
+	coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing`
 
 func scanAccount(row pgx.Row) (budget.Account, error) {
 	var a budget.Account
 	err := row.Scan(&a.ID, &a.TenantID, &a.ParentID, &a.Kind, &a.RunID, &a.TaskID,
-		&a.Limit, &a.Reserved, &a.Spent, &a.MinReservation, &a.State, &a.Cause)
+		&a.Limit, &a.Reserved, &a.Spent, &a.MinReservation, &a.State, &a.Cause, &a.Attempt, &a.Closing)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, budget.ErrNotFound
 	}
@@ -318,38 +352,15 @@ func (l *Ledger) OpenTenant(ctx context.Context, tenantID string, limit int64) (
 	case limit <= 0:
 		return budget.Account{}, &budget.ValidationError{Field: "limit", Reason: fmt.Sprintf("must be > 0, got %d", limit)}
 	}
-	var a budget.Account
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "INSERT INTO tenant (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING", tenantID); err != nil {
-			return err
-		}
-		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO account (tenant_id, chain, kind, limit_tokens)
-			VALUES ($1, '{}', 'tenant', $2) ON CONFLICT (tenant_id) WHERE kind = 'tenant' DO NOTHING
-			RETURNING account_id`, tenantID, limit).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // it existed
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "UPDATE account SET chain = ARRAY[account_id] WHERE account_id = $1", id); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, note)
-			VALUES ($1, $2, ARRAY[$2::bigint], 'open', $3, 'tenant account')`, tenantID, id, limit)
-		return err
-	})
-	if err == nil {
-		a, err = scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE tenant_id = $1 AND kind = 'tenant'", tenantID))
-	}
+	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_open_tenant($1, $2)", tenantID, limit))
 	if err != nil {
 		return a, fmt.Errorf("open tenant %s: %w", tenantID, err)
 	}
 	return a, nil
 }
 
-// OpenRun implements budget.Ledger.
+// OpenRun implements budget.Ledger. It is one call of ledger_open_run: the
+// node role cannot write accounts or entries itself.
 func (l *Ledger) OpenRun(ctx context.Context, p budget.OpenRunParams) (budget.RunAccounts, error) {
 	if err := p.Validate(); err != nil {
 		return budget.RunAccounts{}, err
@@ -359,6 +370,12 @@ func (l *Ledger) OpenRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 		// Another node opened the same run at the same moment: read what it wrote.
 		out, err = l.runAccounts(ctx, p.RunID)
 	}
+	switch {
+	case isCode(err, "23503"): // foreign_key_violation: the tenant account
+		err = fmt.Errorf("tenant account %d: %w", p.TenantAccount, budget.ErrNotFound)
+	case isCode(err, "22023"): // invalid_parameter_value
+		err = &budget.ValidationError{Field: "tenant_account", Reason: pgMessage(err)}
+	}
 	if err != nil {
 		return out, fmt.Errorf("open run %s: %w", p.RunID, err)
 	}
@@ -366,63 +383,22 @@ func (l *Ledger) OpenRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 }
 
 func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.RunAccounts, error) {
-	if existing, err := l.runAccounts(ctx, p.RunID); err == nil {
-		return existing, nil
-	} else if !errors.Is(err, budget.ErrNotFound) {
-		return existing, err
-	}
 	taskIDs := make([]string, len(p.Tasks))
 	limits := make([]int64, len(p.Tasks))
 	for i, t := range p.Tasks {
 		taskIDs[i], limits[i] = t.TaskID, t.Limit
 	}
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var parentChain []int64
-		var parent *int64
-		if p.TenantAccount != 0 {
-			var tenant string
-			err := tx.QueryRow(ctx, "SELECT chain, tenant_id FROM account WHERE account_id = $1 AND kind = 'tenant'",
-				int64(p.TenantAccount)).Scan(&parentChain, &tenant)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("tenant account %d: %w", p.TenantAccount, budget.ErrNotFound)
-			}
-			if err != nil {
-				return err
-			}
-			if tenant != p.TenantID {
-				return &budget.ValidationError{Field: "tenant_account", Reason: fmt.Sprintf("belongs to tenant %q, not %q", tenant, p.TenantID)}
-			}
-			id := int64(p.TenantAccount)
-			parent = &id
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO tenant (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING", p.TenantID); err != nil {
-			return err
-		}
-		var runAcct int64
-		err := tx.QueryRow(ctx, `INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation)
-			VALUES ($1, $2, '{}', 'run', $3, $4, $5) RETURNING account_id`,
-			p.TenantID, parent, p.RunID, p.Limit, p.MinReservation).Scan(&runAcct)
-		if err != nil {
-			return err
-		}
-		runChain := append(parentChain, runAcct)
-		batch := &pgx.Batch{}
-		batch.Queue("UPDATE account SET chain = $2 WHERE account_id = $1", runAcct, runChain)
-		batch.Queue(`INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens)
-			SELECT $1, $2, '{}', 'task', $3, t.task_id, t.limit_tokens
-			  FROM unnest($4::text[], $5::bigint[]) AS t(task_id, limit_tokens)`,
-			p.TenantID, runAcct, p.RunID, taskIDs, limits)
-		batch.Queue(`UPDATE account SET chain = $2::bigint[] || account_id WHERE run_id = $1 AND kind = 'task'`,
-			p.RunID, runChain)
-		batch.Queue(`INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, kind, delta_limit)
-			SELECT tenant_id, run_id, task_id, account_id, ARRAY[account_id], 'open', limit_tokens
-			  FROM account WHERE run_id = $1 ORDER BY account_id`, p.RunID)
-		return tx.SendBatch(ctx, batch).Close()
-	})
+	var parent *int64
+	if p.TenantAccount != 0 {
+		id := int64(p.TenantAccount)
+		parent = &id
+	}
+	rows, err := l.pool.Query(ctx, "SELECT "+accountCols+" FROM ledger_open_run($1, $2, $3, $4, $5, $6, $7)",
+		p.RunID, p.TenantID, parent, p.Limit, p.MinReservation, taskIDs, limits)
 	if err != nil {
 		return budget.RunAccounts{}, err
 	}
-	return l.runAccounts(ctx, p.RunID)
+	return collectRunAccounts(rows)
 }
 
 func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccounts, error) {
@@ -430,6 +406,10 @@ func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccou
 	if err != nil {
 		return budget.RunAccounts{}, err
 	}
+	return collectRunAccounts(rows)
+}
+
+func collectRunAccounts(rows pgx.Rows) (budget.RunAccounts, error) {
 	defer rows.Close()
 	out := budget.RunAccounts{Tasks: map[string]budget.AccountID{}}
 	found := false

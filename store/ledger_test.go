@@ -62,7 +62,33 @@ func (b *testBundle) openRun(t *testing.T, runID string, limit, minRes int64, ta
 	if err != nil {
 		t.Fatalf("open run %s: %v", runID, err)
 	}
+	beginAttempts(t, b.ledger, ra)
 	return ra
+}
+
+// beginAttempts begins attempt 1 on every account of ra, as the first
+// dispatch of each task (and of the run's synthesis) would.
+func beginAttempts(t testing.TB, l budget.Ledger, ra budget.RunAccounts) {
+	t.Helper()
+	ids := []budget.AccountID{ra.Run.ID}
+	for _, id := range ra.Tasks {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if a, err := l.Account(context.Background(), id); err != nil || a.Attempt == 1 {
+			continue // opened again: begun already
+		}
+		if n, err := l.BeginAttempt(context.Background(), id, ra.Run.RunID, ra.Run.TenantID); err != nil || n != 1 {
+			t.Fatalf("begin attempt on account %d: attempt %d, %v", id, n, err)
+		}
+	}
+}
+
+// grant fills in p the grant a first dispatch of ra's tasks carries: the
+// run, its tenant and attempt 1 (see beginAttempts).
+func grant(ra budget.RunAccounts, p budget.ReserveParams) budget.ReserveParams {
+	p.RunID, p.TenantID, p.Attempt = ra.Run.RunID, ra.Run.TenantID, 1
+	return p
 }
 
 func (b *testBundle) count(t *testing.T, table string) int {
@@ -106,7 +132,7 @@ func TestReserveSettleVoid(t *testing.T) {
 	ra := b.openRun(t, "run-1", 1000, 10, 600, 600)
 	t0, t1 := ra.Tasks["t0"], ra.Tasks["t1"]
 
-	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: t0, Want: 500, Min: 100, Holder: "n1", TTL: ttl})
+	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: t0, Want: 500, Min: 100, Holder: "n1", TTL: ttl}))
 	if err != nil {
 		t.Fatalf("reserve: %v", err)
 	}
@@ -117,12 +143,12 @@ func TestReserveSettleVoid(t *testing.T) {
 		t.Errorf("lease expires at %v, want about now+%v", r.Lease.ExpiresAt, ttl)
 	}
 	// The task account caps t1 at 600 but the run has only 500 left: grant 500.
-	r2, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: t1, Want: 600, Min: 1, Holder: "n1", TTL: ttl})
+	r2, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: t1, Want: 600, Min: 1, Holder: "n1", TTL: ttl}))
 	if err != nil || r2.Amount != 500 {
 		t.Fatalf("reserve 2 = %+v, %v; want 500 granted", r2, err)
 	}
 	// Nothing left: refused with the run named.
-	_, err = b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: t0, Want: 10, Min: 1, Holder: "n1", TTL: ttl})
+	_, err = b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: t0, Want: 10, Min: 1, Holder: "n1", TTL: ttl}))
 	var ex *budget.ExhaustedError
 	if !errors.As(err, &ex) || ex.Kind != budget.KindRun || !errors.Is(err, budget.ErrExhausted) {
 		t.Fatalf("reserve 3 err = %v; want ExhaustedError on the run", err)
@@ -158,11 +184,11 @@ func TestOverrunIsRecordedNotHidden(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ra := b.openRun(t, "run-o", 1000, 1, 1000)
-	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 100, Holder: "n", TTL: ttl})
+	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 100, Holder: "n", TTL: ttl}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 850, Min: 850, Holder: "n", TTL: ttl})
+	r2, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 850, Min: 850, Holder: "n", TTL: ttl}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,11 +225,12 @@ func TestTenantAccountCapsItsRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["x"], Want: 1000, Min: 1, Holder: "n", TTL: ttl})
+	beginAttempts(t, b.ledger, ra)
+	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["x"], Want: 1000, Min: 1, Holder: "n", TTL: ttl}))
 	if err != nil || r.Amount != 300 {
 		t.Fatalf("reserve = %+v, %v; want 300 granted (the tenant's limit)", r, err)
 	}
-	_, err = b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["x"], Want: 1, Min: 1, Holder: "n", TTL: ttl})
+	_, err = b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["x"], Want: 1, Min: 1, Holder: "n", TTL: ttl}))
 	var ex *budget.ExhaustedError
 	if !errors.As(err, &ex) || ex.Kind != budget.KindTenant {
 		t.Fatalf("err = %v; want the tenant account exhausted", err)
@@ -228,7 +255,7 @@ func TestReserveKeyIsIdempotent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ra := b.openRun(t, "k", 1000, 1, 1000)
-	p := budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 1, Holder: "n", TTL: ttl, Key: "k/t0/1"}
+	p := grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 1, Holder: "n", TTL: ttl, Key: "k/t0/1"})
 	var wg sync.WaitGroup
 	got := make([]budget.Reservation, 8)
 	for i := range got {
@@ -260,7 +287,7 @@ func TestBadInput(t *testing.T) {
 	b := setup(t)
 	ra := b.openRun(t, "bad", 1000, 1, 1000)
 	acct := ra.Tasks["t0"]
-	settled, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 100, Min: 1, Holder: "n", TTL: ttl})
+	settled, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: 100, Min: 1, Holder: "n", TTL: ttl}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,23 +306,23 @@ func TestBadInput(t *testing.T) {
 		field string
 	}{
 		{"zero want", func() error {
-			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 0, Min: 0, Holder: "n", TTL: ttl})
+			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: 0, Min: 0, Holder: "n", TTL: ttl}))
 			return err
 		}, budget.ErrInvalid, "want"},
 		{"negative want", func() error {
-			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: -5, Min: 1, Holder: "n", TTL: ttl})
+			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: -5, Min: 1, Holder: "n", TTL: ttl}))
 			return err
 		}, budget.ErrInvalid, "want"},
 		{"min above want", func() error {
-			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 5, Min: 6, Holder: "n", TTL: ttl})
+			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: 5, Min: 6, Holder: "n", TTL: ttl}))
 			return err
 		}, budget.ErrInvalid, "min"},
 		{"no holder", func() error {
-			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 5, Min: 1, TTL: ttl})
+			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: 5, Min: 1, TTL: ttl}))
 			return err
 		}, budget.ErrInvalid, "holder"},
 		{"no ttl", func() error {
-			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: 5, Min: 1, Holder: "n"})
+			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: 5, Min: 1, Holder: "n"}))
 			return err
 		}, budget.ErrInvalid, "ttl"},
 		{"negative actual", func() error {
@@ -303,7 +330,7 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, budget.ErrInvalid, "actual"},
 		{"unknown account", func() error {
-			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: 999999, Want: 5, Min: 1, Holder: "n", TTL: ttl})
+			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: 999999, Want: 5, Min: 1, Holder: "n", TTL: ttl}))
 			return err
 		}, budget.ErrNotFound, ""},
 		{"unknown reservation", func() error {
@@ -323,7 +350,7 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, budget.ErrConflict, ""},
 		{"reserve on a closed run", func() error {
-			_, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: closed.Tasks["t0"], Want: 5, Min: 1, Holder: "n", TTL: ttl})
+			_, err := b.ledger.Reserve(b.ctx, grant(closed, budget.ReserveParams{Account: closed.Tasks["t0"], Want: 5, Min: 1, Holder: "n", TTL: ttl}))
 			return err
 		}, budget.ErrExhausted, ""},
 		{"open run with zero limit", func() error {
@@ -430,7 +457,7 @@ func TestLeaseExpiry(t *testing.T) {
 	b := setup(t)
 	ra := b.openRun(t, "lease", 1000, 1, 1000)
 	const leaseTTL, interval = 500 * time.Millisecond, 100 * time.Millisecond
-	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 200, Min: 1, Holder: "gone", TTL: leaseTTL})
+	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 200, Min: 1, Holder: "gone", TTL: leaseTTL}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +512,7 @@ func TestRenewExtendsLease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ra := b.openRun(t, "renew", 1000, 1, 1000)
-	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 10, Min: 1, Holder: "n", TTL: time.Second})
+	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 10, Min: 1, Holder: "n", TTL: time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +565,7 @@ func TestNoticeSurvivesListenerLoss(t *testing.T) {
 	if !killed {
 		t.Fatal("listener connection never appeared in pg_stat_activity")
 	}
-	if _, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 950, Min: 950, Holder: "n", TTL: ttl}); err != nil {
+	if _, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 950, Min: 950, Holder: "n", TTL: ttl})); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -632,7 +659,7 @@ func TestMigrateDownAndUp(t *testing.T) {
 func TestMigrateRefusesAChangedMigration(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if _, err := b.pool.Exec(b.ctx, "UPDATE schema_migration SET checksum = 'edited' WHERE version = 1"); err != nil {
+	if _, err := b.pool.Exec(b.ctx, "UPDATE public.schema_migration SET checksum = 'edited' WHERE version = 1"); err != nil {
 		t.Fatal(err)
 	}
 	err := store.Migrate(b.ctx, b.url)

@@ -100,7 +100,14 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	if target < 0 && len(all) > 0 {
 		target = all[len(all)-1].Version
 	}
-	conn, err := pgx.Connect(ctx, databaseURL)
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", redactURLError(err))
+	}
+	// Objects are created in Schema once it exists (migration 5 made it);
+	// the migrations before it created theirs in public, and 5 moved them.
+	setSearchPath(cfg, Schema+", public")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
@@ -111,7 +118,7 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey) //nolint:errcheck // the session ends right after
 
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migration (
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.schema_migration (
 		version    int PRIMARY KEY,
 		name       text NOT NULL,
 		checksum   text,
@@ -119,10 +126,10 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 		return nil, fmt.Errorf("migrate: create schema_migration: %w", err)
 	}
 	// Databases migrated before checksums were kept have none to compare.
-	if _, err := conn.Exec(ctx, "ALTER TABLE schema_migration ADD COLUMN IF NOT EXISTS checksum text"); err != nil {
+	if _, err := conn.Exec(ctx, "ALTER TABLE public.schema_migration ADD COLUMN IF NOT EXISTS checksum text"); err != nil {
 		return nil, fmt.Errorf("migrate: add schema_migration.checksum: %w", err)
 	}
-	rows, err := conn.Query(ctx, "SELECT version, coalesce(checksum, '') FROM schema_migration")
+	rows, err := conn.Query(ctx, "SELECT version, coalesce(checksum, '') FROM public.schema_migration")
 	if err != nil {
 		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
 	}
@@ -155,7 +162,7 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 			if _, err := tx.Exec(ctx, m.Up); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO schema_migration (version, name, checksum) VALUES ($1, $2, $3)",
+			_, err := tx.Exec(ctx, "INSERT INTO public.schema_migration (version, name, checksum) VALUES ($1, $2, $3)",
 				m.Version, m.Name, m.checksum())
 			return err
 		})
@@ -173,7 +180,7 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 			if _, err := tx.Exec(ctx, m.Down); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "DELETE FROM schema_migration WHERE version = $1", m.Version)
+			_, err := tx.Exec(ctx, "DELETE FROM public.schema_migration WHERE version = $1", m.Version)
 			return err
 		})
 		if err != nil {

@@ -11,7 +11,8 @@ import (
 	"github.com/fanout/fanout/store"
 )
 
-// model is a tiny in-memory ledger with the semantics of migrations/0001:
+// model is a tiny in-memory ledger with the semantics of migrations/0001
+// and 0005:
 // the reference that the Postgres ledger must agree with after every step.
 type model struct {
 	accounts map[budget.AccountID]*modelAccount
@@ -19,6 +20,7 @@ type model struct {
 	res      map[budget.ReservationID]*budget.Reservation
 	resChain map[budget.ReservationID][]budget.AccountID
 	run      budget.AccountID
+	closing  bool // the run closes when its last held reservation resolves
 }
 
 type modelAccount struct {
@@ -103,6 +105,7 @@ func (m *model) settle(id budget.ReservationID, gen, actual int64) string {
 	if charge > r.Amount {
 		m.checkExhausted()
 	}
+	m.resolved()
 	return "ok"
 }
 
@@ -120,6 +123,7 @@ func (m *model) void(id budget.ReservationID, gen int64) string {
 		m.accounts[a].reserved -= r.Amount
 	}
 	r.State = budget.ReservationVoided
+	m.resolved()
 	return "ok"
 }
 
@@ -134,28 +138,41 @@ func (m *model) expire(id budget.ReservationID) {
 	}
 	r.State, r.Spent, r.Estimated = budget.ReservationExpired, r.Amount, true
 	r.Lease.Generation++
+	m.resolved()
 }
 
+// endRun never voids: a close with reservations held cancels the run and
+// leaves it closing until the last one resolves (see resolved).
 func (m *model) endRun(state budget.AccountState) {
 	run := m.accounts[m.run]
-	if state == budget.StateClosed {
-		for id, r := range m.res {
-			if r.State == budget.ReservationHeld {
-				m.void(id, r.Lease.Generation)
-			}
-		}
-		if run.state == budget.StateClosed {
-			return
-		}
-		for _, a := range m.accounts {
-			if a.kind != budget.KindTenant {
-				a.state = budget.StateClosed
-			}
-		}
+	if run.state == budget.StateClosed {
+		return
+	}
+	if state == budget.StateClosed && run.reserved == 0 {
+		m.close()
 		return
 	}
 	if run.state == budget.StateOpen {
-		run.state = state
+		run.state = budget.StateCancelled
+	}
+	if state == budget.StateClosed {
+		m.closing = true
+	}
+}
+
+func (m *model) close() {
+	for _, a := range m.accounts {
+		if a.kind != budget.KindTenant {
+			a.state = budget.StateClosed
+		}
+	}
+	m.closing = false
+}
+
+// resolved closes a closing run once nothing is held in it.
+func (m *model) resolved() {
+	if m.closing && m.accounts[m.run].reserved == 0 {
+		m.close()
 	}
 }
 
@@ -189,6 +206,7 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	beginAttempts(t, b.ledger, ra)
 	m.run = ra.Run.ID
 	m.accounts[ra.Run.ID] = &modelAccount{limit: p.Limit, minRes: p.MinReservation, kind: budget.KindRun, state: budget.StateOpen}
 	runChain := append(root, ra.Run.ID)
@@ -219,7 +237,7 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 			wantTok := 1 + rng.Int64N(800)
 			minTok := 1 + rng.Int64N(wantTok)
 			desc = fmt.Sprintf("reserve(%d, want %d, min %d)", acct, wantTok, minTok)
-			r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: acct, Want: wantTok, Min: minTok, Holder: "m", TTL: time.Hour})
+			r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: wantTok, Min: minTok, Holder: "m", TTL: time.Hour}))
 			g, w := m.reserve(acct, wantTok, minTok)
 			got, want = outcome(err), w
 			if err == nil {

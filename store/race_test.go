@@ -74,7 +74,8 @@ func raceClients(ctx context.Context, l budget.Ledger, accounts []budget.Account
 			for i := 0; i < 10_000 && ctx.Err() == nil; i++ {
 				want := 1 + rng.Int64N(2000)
 				r, err := l.Reserve(ctx, budget.ReserveParams{
-					Account: accounts[rng.IntN(len(accounts))], Want: want, Min: 1 + rng.Int64N(want),
+					Account: accounts[rng.IntN(len(accounts))], RunID: "race", TenantID: "tenant-a", Attempt: 1,
+					Want: want, Min: 1 + rng.Int64N(want),
 					Holder: holder, TTL: time.Minute,
 				})
 				var ex *budget.ExhaustedError

@@ -28,6 +28,7 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 		// streams in flight; the URL's pool_max_conns still wins.
 		cfg.MaxConns = defaultMaxConns
 	}
+	setSearchPath(cfg.ConnConfig, Schema)
 	cfg.ConnConfig.Tracer = queryTracer{}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -38,6 +39,19 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("ping %s: %w", cfg.ConnConfig.Host, err)
 	}
 	return pool, nil
+}
+
+// Schema is the PostgreSQL schema that holds fanout's tables, views and
+// ledger functions. Only the owner role (the one that runs migrations) can
+// create objects in it.
+const Schema = "fanout"
+
+// setSearchPath makes unqualified names resolve in path, unless the
+// database URL chose a search_path itself.
+func setSearchPath(cfg *pgx.ConnConfig, path string) {
+	if cfg.RuntimeParams["search_path"] == "" {
+		cfg.RuntimeParams["search_path"] = path
+	}
 }
 
 // redactURLError keeps a password in a malformed URL out of error messages.
@@ -59,6 +73,15 @@ func isCheckViolation(err error) bool {
 func isCode(err error, code string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// pgMessage is the message of a PostgreSQL error, or err's text.
+func pgMessage(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message
+	}
+	return err.Error()
 }
 
 // isUniqueViolation reports whether err is a UNIQUE constraint firing (23505).

@@ -41,6 +41,7 @@ func (s *WatchSource) Listen(ctx context.Context, ready func(), deliver func(bud
 		return fmt.Errorf("listen: %w", redactURLError(err))
 	}
 	cfg.RuntimeParams["application_name"] = ListenerApplicationName
+	setSearchPath(cfg, Schema)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("listen: connect: %w", err)
