@@ -241,6 +241,38 @@ func execSQL(ctx context.Context, databaseURL, sql string) error {
 	return err
 }
 
+// NodeRole is the login role NodeURL connects as: a member of fanout_app
+// and nothing else, as a node in production logs in.
+const NodeRole = "fanout_node_test"
+
+var (
+	nodeRoleOnce sync.Once
+	nodeRoleErr  error
+)
+
+// NodeURL returns databaseURL (from NewDB) connecting as NodeRole instead of
+// the owner, creating the role on the server the first time. Tests of nodes
+// use it so that what a node does is what the node role may do.
+func NodeURL(t testing.TB, databaseURL string) string {
+	t.Helper()
+	nodeRoleOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		nodeRoleErr = execSQL(ctx, ServerURL(t), `DO $$ BEGIN
+			CREATE ROLE `+NodeRole+` LOGIN PASSWORD '`+NodeRole+`' IN ROLE fanout_app;
+		EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`)
+	})
+	if nodeRoleErr != nil {
+		t.Fatalf("create node role %s (the template's migrations create fanout_app): %v", NodeRole, nodeRoleErr)
+	}
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(NodeRole, NodeRole)
+	return u.String()
+}
+
 // withDatabase returns rawURL with its database replaced by dbname.
 func withDatabase(rawURL, dbname string) (string, error) {
 	u, err := url.Parse(rawURL)
