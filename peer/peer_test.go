@@ -248,6 +248,96 @@ func TestClientRefusesServerFromAnotherCA(t *testing.T) {
 	}
 }
 
+func TestTLS13Only(t *testing.T) {
+	t.Parallel()
+	df := generateDev(t)
+	t.Run("server refuses TLS 1.2", func(t *testing.T) {
+		t.Parallel()
+		client := clientConfig(t, df.Orchestrator, RoleWorker)
+		client.MinVersion, client.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
+		if h := connect(t, serverConfig(t, df.Worker, RoleOrchestrator), client); h.serverErr == nil {
+			t.Error("server accepted TLS 1.2")
+		}
+	})
+	t.Run("client refuses TLS 1.2", func(t *testing.T) {
+		t.Parallel()
+		server := serverConfig(t, df.Worker, RoleOrchestrator)
+		server.MinVersion, server.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
+		if h := connect(t, server, clientConfig(t, df.Orchestrator, RoleWorker)); h.clientErr == nil {
+			t.Error("client accepted TLS 1.2")
+		}
+	})
+}
+
+// issue writes a certificate from df's CA naming role, valid only for
+// usage, and its key, and returns them as Files.
+func issue(t *testing.T, df DevFiles, role Role, usage x509.ExtKeyUsage) Files {
+	t.Helper()
+	blocks, err := readPEM("CA", df.CA, "CERTIFICATE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(blocks[0].Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blocks, err = readPEM("CA key", filepath.Join(filepath.Dir(df.CA), devCAKey), "PRIVATE KEY"); err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := x509.ParsePKCS8PrivateKey(blocks[0].Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := createCert(&x509.Certificate{
+		NotBefore:   ca.NotBefore,
+		NotAfter:    ca.NotAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		URIs:        []*url.URL{role.URI()},
+	}, ca, key.Public(), caKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	f := Files{CA: df.CA, Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	for _, w := range []pemFile{{f.Cert, "CERTIFICATE", der, 0o644}, {f.Key, "PRIVATE KEY", keyDER, 0o600}} {
+		if err := w.write(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// A certificate is good for one side of a handshake only if it says so.
+func TestKeyUsage(t *testing.T) {
+	t.Parallel()
+	df := generateDev(t)
+	t.Run("client refuses a worker certificate for client auth only", func(t *testing.T) {
+		t.Parallel()
+		worker := issue(t, df, RoleWorker, x509.ExtKeyUsageClientAuth)
+		h := connect(t, serverConfig(t, worker, RoleOrchestrator), clientConfig(t, df.Orchestrator, RoleWorker))
+		if !errors.As(h.clientErr, new(x509.CertificateInvalidError)) {
+			t.Errorf("client: %v, want an invalid certificate", h.clientErr)
+		}
+	})
+	t.Run("server refuses an orchestrator certificate for server auth only", func(t *testing.T) {
+		t.Parallel()
+		orch := issue(t, df, RoleOrchestrator, x509.ExtKeyUsageServerAuth)
+		h := connect(t, serverConfig(t, df.Worker, RoleOrchestrator), clientConfig(t, orch, RoleWorker))
+		if !errors.As(h.serverErr, new(x509.CertificateInvalidError)) {
+			t.Errorf("server: %v, want an invalid certificate", h.serverErr)
+		}
+	})
+}
+
 // assertNoPEM fails if err quotes any line of the PEM bodies of files.
 func assertNoPEM(t *testing.T, err error, files ...string) {
 	t.Helper()
