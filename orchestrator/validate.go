@@ -5,8 +5,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -72,6 +74,72 @@ func (v *validator) err() error {
 	return nil
 }
 
+// textProblem reports what keeps s from being stored as PostgreSQL text
+// (which refuses NUL and invalid UTF-8) and logged as it is, or "".
+// protobuf-go refuses invalid UTF-8 in proto3 strings on the wire, but not
+// NUL, and not in messages built in process.
+func textProblem(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "must not contain NUL bytes"
+	}
+	return ""
+}
+
+// text adds a violation for every string in m, at any depth, that
+// textProblem refuses; path is m's field path. It walks the message rather
+// than listing fields so that a string field added to the API is covered
+// without being named here. Length limits are checked where each field is.
+func (v *validator) text(path string, m protoreflect.Message) {
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() { // declaration order, so violations are stable
+		fd := fields.Get(i)
+		if !m.Has(fd) {
+			continue
+		}
+		field := path + "." + string(fd.Name())
+		val := m.Get(fd)
+		switch {
+		case fd.IsMap():
+			var keys []protoreflect.MapKey
+			val.Map().Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+				keys = append(keys, k)
+				return true
+			})
+			slices.SortFunc(keys, func(a, b protoreflect.MapKey) int { return strings.Compare(a.String(), b.String()) })
+			for _, k := range keys {
+				entry := fmt.Sprintf("%s[%s]", field, k.String())
+				if fd.MapKey().Kind() == protoreflect.StringKind {
+					entry = fmt.Sprintf("%s[%q]", field, k.String()) // as spec.labels["k"] elsewhere
+				}
+				v.textValue(entry, fd.MapKey(), k.Value(), "key ")
+				v.textValue(entry, fd.MapValue(), val.Map().Get(k), "value ")
+			}
+		case fd.IsList():
+			for j := range val.List().Len() {
+				v.textValue(fmt.Sprintf("%s[%d]", field, j), fd, val.List().Get(j), "")
+			}
+		default:
+			v.textValue(field, fd, val, "")
+		}
+	}
+}
+
+// textValue checks one value of fd: a string itself, a message by walking
+// it. what starts the description ("key " or "value " in a map entry).
+func (v *validator) textValue(field string, fd protoreflect.FieldDescriptor, val protoreflect.Value, what string) {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		if msg := textProblem(val.String()); msg != "" {
+			v.add(field, "%s%s", what, msg)
+		}
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		v.text(field, val.Message())
+	}
+}
+
 // plan is a validated spec with the server's defaults applied.
 type plan struct {
 	spec           *fanoutv1.RunSpec
@@ -104,6 +172,9 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 		v.overCap("spec", "is %d bytes encoded, the limit is %d", size, c.MaxSpecBytes)
 		return nil, v.err()
 	}
+	// Every string, whatever field holds it: the store writes them as text
+	// and the logs print them.
+	v.text("spec", spec.ProtoReflect())
 	p := &plan{spec: spec, tenantID: spec.GetTenantId()}
 	if p.tenantID == "" {
 		p.tenantID = "default"

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -163,14 +164,10 @@ func TestValidateBadRequests(t *testing.T) {
 			continue
 		}
 		var fields []string
-		for _, d := range st.Details() {
-			if br, ok := d.(*errdetails.BadRequest); ok {
-				for _, v := range br.GetFieldViolations() {
-					fields = append(fields, v.GetField())
-					if v.GetDescription() == "" {
-						t.Errorf("%s: violation of %s has no description", tc.name, v.GetField())
-					}
-				}
+		for _, v := range fieldViolations(st) {
+			fields = append(fields, v.GetField())
+			if v.GetDescription() == "" {
+				t.Errorf("%s: violation of %s has no description", tc.name, v.GetField())
 			}
 		}
 		if !slices.Contains(fields, tc.field) {
@@ -180,7 +177,28 @@ func TestValidateBadRequests(t *testing.T) {
 			t.Errorf("%s: message %q does not name %s", tc.name, st.Message(), tc.field)
 		}
 	}
-	// Nothing reached the ledger or the run table.
+	b.checkNothingWritten(t, n)
+	// The valid spec passes validation.
+	if err := n.engine.Config().Validate(validSpec()); err != nil {
+		t.Errorf("valid spec: %v", err)
+	}
+}
+
+// fieldViolations returns the BadRequest field violations of st.
+func fieldViolations(st *status.Status) []*errdetails.BadRequest_FieldViolation {
+	var out []*errdetails.BadRequest_FieldViolation
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			out = append(out, br.GetFieldViolations()...)
+		}
+	}
+	return out
+}
+
+// checkNothingWritten checks that bad requests reached neither the ledger
+// nor the run table, and that n still serves.
+func (b *testBundle) checkNothingWritten(t *testing.T, n *node) {
+	t.Helper()
 	var accounts, runs int
 	if err := b.pool.QueryRow(t.Context(), "SELECT (SELECT count(*) FROM account), (SELECT count(*) FROM run)").Scan(&accounts, &runs); err != nil {
 		t.Fatal(err)
@@ -188,13 +206,8 @@ func TestValidateBadRequests(t *testing.T) {
 	if accounts != 0 || runs != 0 {
 		t.Errorf("after bad requests: %d accounts, %d runs, want 0 and 0", accounts, runs)
 	}
-	// The server still serves.
 	if _, err := n.client.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{TenantId: "t1"}); err != nil {
 		t.Errorf("ListRuns after bad requests: %v", err)
-	}
-	// The valid spec passes validation.
-	if err := n.engine.Config().Validate(validSpec()); err != nil {
-		t.Errorf("valid spec: %v", err)
 	}
 }
 
@@ -233,7 +246,8 @@ func TestPlanBatches(t *testing.T) {
 }
 
 // FuzzValidate feeds random RunSpec bytes to validation: it must never panic,
-// and whatever it accepts must satisfy the contract's basic limits.
+// and whatever it accepts must satisfy the contract's basic limits and hold
+// only text PostgreSQL stores (no NUL, valid UTF-8).
 func FuzzValidate(f *testing.F) {
 	for _, tc := range badCases()[:40] {
 		s := validSpec()
@@ -241,9 +255,21 @@ func FuzzValidate(f *testing.F) {
 		b, _ := proto.Marshal(s)
 		f.Add(b)
 	}
+	for _, tc := range textCases() {
+		s := validSpec()
+		tc.set(s, "\x00") // invalid UTF-8 does not survive proto.Unmarshal
+		b, err := proto.Marshal(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	b, _ := proto.Marshal(validSpec())
 	f.Add(b)
-	cfg := orchestrator.Config{}
+	cfg := orchestrator.Config{KnownTools: []string{"search", "fetch"}}
+	if err := cfg.Validate(validSpec()); err != nil {
+		f.Fatalf("the valid seed is refused, so no seed reaches the checks of accepted specs: %v", err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := &fanoutv1.RunSpec{}
 		if proto.Unmarshal(data, s) != nil {
@@ -268,6 +294,11 @@ func FuzzValidate(f *testing.F) {
 			}
 			ids[task.GetId()] = true
 		}
+		eachString(s.ProtoReflect(), func(str string) {
+			if !utf8.ValidString(str) || strings.IndexByte(str, 0) >= 0 {
+				t.Fatalf("accepted a spec holding %q: %v", str, s)
+			}
+		})
 		if _, err := cfg.Plan(s); err != nil {
 			t.Fatalf("Plan refused what Validate accepted: %v", err)
 		}
