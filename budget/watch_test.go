@@ -157,12 +157,15 @@ func TestValidate(t *testing.T) {
 		p     budget.ReserveParams
 		field string
 	}{
-		{budget.ReserveParams{Account: 0, Want: 1, Min: 1, Holder: "n", TTL: time.Second}, "account"},
-		{budget.ReserveParams{Account: 1, Want: 0, Min: 1, Holder: "n", TTL: time.Second}, "want"},
-		{budget.ReserveParams{Account: 1, Want: 5, Min: 0, Holder: "n", TTL: time.Second}, "min"},
-		{budget.ReserveParams{Account: 1, Want: 5, Min: 6, Holder: "n", TTL: time.Second}, "min"},
-		{budget.ReserveParams{Account: 1, Want: 5, Min: 1, TTL: time.Second}, "holder"},
-		{budget.ReserveParams{Account: 1, Want: 5, Min: 1, Holder: "n"}, "ttl"},
+		{budget.ReserveParams{Account: 0, RunID: "r", TenantID: "t", Attempt: 1, Want: 1, Min: 1, Holder: "n", TTL: time.Second}, "account"},
+		{budget.ReserveParams{Account: 1, TenantID: "t", Attempt: 1, Want: 1, Min: 1, Holder: "n", TTL: time.Second}, "run_id"},
+		{budget.ReserveParams{Account: 1, RunID: "r", Attempt: 1, Want: 1, Min: 1, Holder: "n", TTL: time.Second}, "tenant_id"},
+		{budget.ReserveParams{Account: 1, RunID: "r", TenantID: "t", Want: 1, Min: 1, Holder: "n", TTL: time.Second}, "attempt"},
+		{budget.ReserveParams{Account: 1, RunID: "r", TenantID: "t", Attempt: 1, Want: 0, Min: 1, Holder: "n", TTL: time.Second}, "want"},
+		{budget.ReserveParams{Account: 1, RunID: "r", TenantID: "t", Attempt: 1, Want: 5, Min: 0, Holder: "n", TTL: time.Second}, "min"},
+		{budget.ReserveParams{Account: 1, RunID: "r", TenantID: "t", Attempt: 1, Want: 5, Min: 6, Holder: "n", TTL: time.Second}, "min"},
+		{budget.ReserveParams{Account: 1, RunID: "r", TenantID: "t", Attempt: 1, Want: 5, Min: 1, TTL: time.Second}, "holder"},
+		{budget.ReserveParams{Account: 1, RunID: "r", TenantID: "t", Attempt: 1, Want: 5, Min: 1, Holder: "n"}, "ttl"},
 	}
 	for _, tc := range cases {
 		var ve *budget.ValidationError

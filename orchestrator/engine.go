@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -31,13 +33,17 @@ type EngineParams struct {
 	Ledger  budget.Ledger
 	Watcher RunWatcher
 	Workers *WorkerPool
-	Config  Config
+	// Signer signs every dispatch sent to a worker (workers refuse unsigned
+	// ones). Required.
+	Signer *peer.Signer
+	Config Config
 }
 
 // Engine creates runs, drives them on this node (dispatching their tasks to
 // workers, cancelling on any cause, joining), and reads any run from the
 // store. It is independent of the gRPC adapter (Server).
 type Engine struct {
+	signer  *peer.Signer
 	store   RunStore
 	ledger  budget.Ledger
 	watcher RunWatcher
@@ -68,12 +74,13 @@ type activeRun struct {
 
 // NewEngine returns an engine. Call Shutdown to stop it.
 func NewEngine(p EngineParams) (*Engine, error) {
-	if p.Store == nil || p.Ledger == nil || p.Watcher == nil || p.Workers == nil {
-		return nil, errors.New("orchestrator: engine needs a store, a ledger, a watcher and workers")
+	if p.Store == nil || p.Ledger == nil || p.Watcher == nil || p.Workers == nil || p.Signer == nil {
+		return nil, errors.New("orchestrator: engine needs a store, a ledger, a watcher, workers and a signer")
 	}
 	base, cancel := context.WithCancelCause(context.Background())
 	beatCtx, stopBeat := context.WithCancel(context.Background())
 	e := &Engine{
+		signer:     p.Signer,
 		store:      p.Store,
 		ledger:     p.Ledger,
 		watcher:    p.Watcher,
@@ -630,7 +637,6 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 		metrics().cancelLatency.Record(context.WithoutCancel(runCtx), took.Seconds(),
 			metric.WithAttributes(attrCancelScope.String("run"), attrCancelReason.String(reason)))
 	}
-	nothingHeld := d.awaitHeld(runCtx)
 	ctx, cancel := cleanup()
 	defer cancel()
 	runCause := context.Cause(runCtx) // before the deferred cancelRun(nil)
@@ -657,8 +663,11 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 			e.cfg.Logger.ErrorContext(ctx, "cancel ledger run at shutdown", "run_id", d.runID, "err", err)
 		}
 	}
-	// Close the ledger first, so that whoever sees RunFinished reads final spend.
-	acct, err := e.closeLedger(ctx, d.runID, nothingHeld, "run ended with reservations still held")
+	// Synthesis is waited for like every task: its call may still be
+	// settling. Then close the ledger, so that whoever sees RunFinished
+	// reads final spend.
+	d.awaitHeld(runCtx)
+	acct, err := e.ledger.CloseRun(ctx, d.runID)
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", d.runID, "err", err)
 	} else {
@@ -722,13 +731,13 @@ func (d *driver) outcome(cause error, outcomes []*fanoutv1.TaskOutcome) (fanoutv
 }
 
 // awaitHeld waits, up to Config.HeldWait, until the run holds no
-// reservation. Every task has ended by now, so a reservation still held
-// belongs to a worker that lost its task (killed, cut off) and may have paid
-// for its call: CloseRun would void it, refunding spend nobody can prove
-// unspent. Once its lease runs out a sweeper posts it as estimated spend
-// instead. A worker that is alive settles before it reports, so this is
-// normally one read; after a worker died it delays the run's end by up to
-// one lease plus a sweep.
+// reservation. Every task (and synthesis) has ended by now, so a reservation
+// still held belongs to a worker that is still settling or lost its task
+// (killed, cut off) and may have paid for its call. CloseRun never voids
+// it: a run that still holds reservations is cancelled and closes when the
+// last one is settled or posted by the sweeper as estimated spend. Waiting
+// here lets the run's total be final when RunFinished is written; a worker
+// that is alive settles before it reports, so this is normally one read.
 func (d *driver) awaitHeld(runCtx context.Context) bool { return d.e.awaitHeld(runCtx, d.runID) }
 
 // awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
@@ -760,22 +769,6 @@ func (e *Engine) awaitHeld(parent context.Context, runID string) bool {
 		case <-tick.C:
 		}
 	}
-}
-
-// closeLedger ends the run's ledger accounts once its tasks have ended and
-// returns the run account as closed. If reservations are still held (their
-// holder may still be paying for a call), it never voids them: it cancels
-// the run, so nothing more is granted, and leaves them to be settled by
-// their holder or posted by the sweeper when their lease ends. Spend that
-// cannot be proven unspent is counted, never refunded.
-func (e *Engine) closeLedger(ctx context.Context, runID string, nothingHeld bool, cause string) (budget.Account, error) {
-	if nothingHeld {
-		return e.ledger.CloseRun(ctx, runID)
-	}
-	if _, err := e.ledger.CancelRun(ctx, runID, cause); err != nil {
-		return budget.Account{}, err
-	}
-	return e.ledger.RunAccount(ctx, runID)
 }
 
 // onExhausted applies the exhaustion policy, once.
@@ -853,7 +846,7 @@ func countTask(ctx context.Context, st fanoutv1.TaskStatus) {
 
 // request builds the Execute request of task i; its dependencies' facts
 // (all succeeded) go along as context.
-func (d *driver) request(runCtx context.Context, i int, outcomes []*fanoutv1.TaskOutcome) *fanoutv1.ExecuteRequest {
+func (d *driver) request(runCtx context.Context, i int, outcomes []*fanoutv1.TaskOutcome) *fanoutv1.Dispatch {
 	spec := d.p.spec
 	task := proto.CloneOf(spec.GetTasks()[i])
 	task.MaxIterations = d.p.iterations[i]
@@ -867,7 +860,7 @@ func (d *driver) request(runCtx context.Context, i int, outcomes []*fanoutv1.Tas
 	for _, dep := range d.p.deps[i] {
 		facts = mergeFacts(facts, index, outcomes[dep].GetSummary().GetFacts())
 	}
-	return &fanoutv1.ExecuteRequest{
+	return &fanoutv1.Dispatch{
 		RunId:                d.runID,
 		TenantId:             d.p.tenantID,
 		Task:                 task,
@@ -882,7 +875,7 @@ func (d *driver) request(runCtx context.Context, i int, outcomes []*fanoutv1.Tas
 
 // runTask dispatches task i to workers until one takes it, follows its
 // stream, persists its outcome and reports the run's budget.
-func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanoutv1.ExecuteRequest) *fanoutv1.TaskOutcome {
+func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanoutv1.Dispatch) *fanoutv1.TaskOutcome {
 	taskCtx, cancel := context.WithTimeoutCause(runCtx, req.GetTask().GetTimeout().AsDuration(), errTaskTimeout)
 	defer cancel()
 
@@ -958,7 +951,7 @@ func (d *driver) reportBudget(ctx, runCtx context.Context, force bool) {
 // dispatch sends the task to the next worker, and to another one (up to
 // MaxAttempts, with backoff) while workers refuse it (RESOURCE_EXHAUSTED)
 // or cannot be reached (UNAVAILABLE) before they started it.
-func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.ExecuteRequest) *fanoutv1.TaskOutcome {
+func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Dispatch) *fanoutv1.TaskOutcome {
 	cfg := d.e.cfg
 	backoff := cfg.RetryBackoff
 	// Every worker gets two chances before the task fails: with most of the
@@ -974,7 +967,11 @@ func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Execu
 			w = d.e.workers.After(w)
 		}
 		r := proto.CloneOf(req)
-		r.Attempt = int32(attempt)
+		n, err := d.beginAttempt(taskCtx, budget.AccountID(req.GetTaskAccountId()))
+		if err != nil {
+			return d.attemptRefused(taskCtx, req.GetTask().GetId(), err)
+		}
+		r.Attempt = n
 		o, retry, err := d.execute(taskCtx, w, r)
 		if !retry {
 			return o
@@ -995,6 +992,46 @@ func (d *driver) dispatch(taskCtx context.Context, w Worker, req *fanoutv1.Execu
 		}
 		backoff = min(2*backoff, maxRetryBackoff)
 	}
+}
+
+// envelope signs d for a worker: the worker runs exactly the bytes signed.
+func (e *Engine) envelope(d *fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("encode dispatch of task %s: %w", d.GetTask().GetId(), err)
+	}
+	return &fanoutv1.ExecuteRequest{Dispatch: b, Signature: e.signer.SignDispatch(b), KeyId: e.signer.KeyID()}, nil
+}
+
+// beginAttempt records a new dispatch of the task (or synthesis) whose
+// ledger account is acct and returns its attempt number: from now on only
+// that attempt can reserve on it (an earlier one is fenced).
+func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (int32, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	n, err := d.e.ledger.BeginAttempt(ctx, acct, d.runID, d.p.tenantID)
+	if err != nil {
+		return 0, err
+	}
+	return int32(min(n, math.MaxInt32)), nil
+}
+
+// attemptRefused is the outcome of a task the ledger would not let start:
+// its run ended (exhausted, cancelled) before the dispatch, or the ledger
+// could not be reached.
+func (d *driver) attemptRefused(taskCtx context.Context, taskID string, err error) *fanoutv1.TaskOutcome {
+	var ex *budget.ExhaustedError
+	if errors.As(err, &ex) {
+		st := fanoutv1.TaskStatus_TASK_STATUS_CANCELLED
+		if ex.State == budget.StateExhausted {
+			st = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
+		}
+		return &fanoutv1.TaskOutcome{Status: st} // it never ran: no summary
+	}
+	d.e.cfg.Logger.ErrorContext(taskCtx, "begin task attempt", "run_id", d.runID, "task_id", taskID, "err", err)
+	return &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
+		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
+			Error: "the ledger could not record the dispatch: " + status.Convert(err).Message()}}
 }
 
 // maxRetryBackoff caps the wait between two attempts to dispatch a task.
@@ -1036,7 +1073,7 @@ func workerHears(cause error) bool {
 
 // execute runs the task on one worker. retry reports that the worker
 // refused or could not be reached before it started the task.
-func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.ExecuteRequest) (o *fanoutv1.TaskOutcome, retry bool, err error) {
+func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.Dispatch) (o *fanoutv1.TaskOutcome, retry bool, err error) {
 	cfg := d.e.cfg
 	// The call outlives taskCtx by up to CancelGrace when the worker hears
 	// the cancel by itself, so that its summary (what it found before it
@@ -1065,7 +1102,11 @@ func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.Execut
 		}
 	}()
 
-	stream, err := w.Client.Execute(callCtx, req)
+	env, err := d.e.envelope(req)
+	if err != nil {
+		return d.callFailed(taskCtx, callCtx, w, false, err)
+	}
+	stream, err := w.Client.Execute(callCtx, env)
 	if err != nil {
 		return d.callFailed(taskCtx, callCtx, w, false, err)
 	}

@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
+	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
@@ -118,7 +120,7 @@ func (b *testBundle) worker(t *testing.T, name string, sim llm.SimConfig, capaci
 		t.Fatal(err)
 	}
 	srv, err := subagent.NewServer(subagent.ServerConfig{
-		Ledger: b.ledger, Watcher: b.watcher(t), Models: subagent.SimModels(model),
+		Ledger: b.ledger, Keys: testKeys, Watcher: b.watcher(t), Models: subagent.SimModels(model),
 		Name: name, Capacity: capacity, Logger: quietLogger,
 	})
 	if err != nil {
@@ -132,6 +134,13 @@ func (b *testBundle) worker(t *testing.T, name string, sim llm.SimConfig, capaci
 	})
 	return addr, model
 }
+
+// testSigner signs the test orchestrators' dispatches; testKeys is what the
+// test workers trust.
+var (
+	testSigner = peer.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
+	testKeys   = peer.NewKeySet(testSigner.Public())
+)
 
 // node is one orchestrator replica.
 type node struct {
@@ -171,7 +180,7 @@ func (b *testBundle) orchestratorWith(t *testing.T, name string, cfg orchestrato
 		cfg.KnownTools = subagent.BuiltinToolNames()
 	}
 	params := orchestrator.EngineParams{
-		Store: store.NewRuns(b.pool), Ledger: b.ledger, Watcher: b.watcher(t), Workers: pool, Config: cfg,
+		Store: store.NewRuns(b.pool), Ledger: b.ledger, Watcher: b.watcher(t), Workers: pool, Signer: testSigner, Config: cfg,
 	}
 	if change != nil {
 		change(&params)

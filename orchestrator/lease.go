@@ -150,7 +150,7 @@ func (e *Engine) endOrphan(runID, prevOwner string) {
 		!errors.Is(err, budget.ErrNotFound) { // it died before opening the accounts
 		log.ErrorContext(ctx, "cancel ledger run", "err", err)
 	}
-	nothingHeld := e.awaitHeld(e.base, runID)
+	e.awaitHeld(e.base, runID)
 
 	ctx, cancel = context.WithTimeout(context.WithoutCancel(e.base), cleanupTimeout)
 	defer cancel()
@@ -162,7 +162,7 @@ func (e *Engine) endOrphan(runID, prevOwner string) {
 		log.ErrorContext(ctx, "fail unfinished tasks", "err", err)
 		return
 	}
-	closed, err := e.closeLedger(ctx, runID, nothingHeld, fmt.Sprintf("orchestrator %s lost", prevOwner))
+	closed, err := e.ledger.CloseRun(ctx, runID)
 	if err != nil && !errors.Is(err, budget.ErrNotFound) {
 		log.ErrorContext(ctx, "close ledger run", "err", err)
 	}

@@ -382,7 +382,12 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	// The dead worker's reservation is never settled: its lease runs out and
 	// the sweeper counts it as spent (it is never voided: the worker may
 	// have paid for a call).
-	if _, err := b.ledger.Reserve(ctx, budget.ReserveParams{Account: accts.Tasks["t01"], Want: 100, Min: 10,
+	attempt, err := b.ledger.BeginAttempt(ctx, accts.Tasks["t01"], "ghost-run", accts.Run.TenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.Reserve(ctx, budget.ReserveParams{Account: accts.Tasks["t01"], RunID: "ghost-run",
+		TenantID: accts.Run.TenantID, Attempt: attempt, Want: 100, Min: 10,
 		Holder: "dead-worker", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}

@@ -138,6 +138,9 @@ type Config struct {
 	// DefaultMinReservation replaces Budget.min_reservation_tokens 0 (lowered
 	// to the limit when the limit is smaller). Default 256.
 	DefaultMinReservation int64
+	// MaxOutputTokens caps ModelSettings.max_output_tokens, the output
+	// allowance reserved per model call. Default 65,536.
+	MaxOutputTokens int
 	// MaxRunTokens caps Budget.limit_tokens; more is RESOURCE_EXHAUSTED. 0: no cap.
 	MaxRunTokens int64
 	// DefaultTaskTimeout applies when TaskSpec.timeout is unset. Default 5m.
@@ -217,6 +220,7 @@ func (c Config) withDefaults() Config {
 	defDur(&c.MaxRunTimeout, 24*time.Hour)
 	defDur(&c.DefaultRunTimeout, min(30*time.Minute, c.MaxRunTimeout))
 	def(&c.MaxSpecBytes, 4<<20)
+	def(&c.MaxOutputTokens, 1<<16)
 	def(&c.MaxAttempts, 3)
 	defDur(&c.RetryBackoff, 50*time.Millisecond)
 	defDur(&c.HeldWait, 90*time.Second)

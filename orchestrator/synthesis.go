@@ -43,7 +43,7 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 	if err != nil {
 		return "", "the run's budget could not be read"
 	}
-	req := &fanoutv1.ExecuteRequest{
+	req := &fanoutv1.Dispatch{
 		RunId:    d.runID,
 		TenantId: d.p.tenantID,
 		Task: &fanoutv1.TaskSpec{
@@ -59,7 +59,6 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 		Model:                d.p.spec.GetModel(),
 		OnExhaustion:         d.p.spec.GetOnExhaustion(),
 		ContextFacts:         result.GetFacts(),
-		Attempt:              1,
 	}
 	var sum *fanoutv1.FactSummary
 	w := d.e.workers.Next()
@@ -68,7 +67,9 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 		if attempt > 1 {
 			w = d.e.workers.After(w)
 		}
-		req.Attempt = int32(attempt)
+		if req.Attempt, err = d.beginAttempt(ctx, acct.ID); err != nil {
+			return "", "the ledger would not start the synthesis call: " + err.Error()
+		}
 		var started bool
 		sum, started, err = d.callSynthesis(ctx, w, req)
 		// Only a refusal before the worker started is sent elsewhere: a
@@ -111,8 +112,12 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 
 // callSynthesis runs req on worker w and returns its summary, and whether
 // the worker had started it.
-func (d *driver) callSynthesis(ctx context.Context, w Worker, req *fanoutv1.ExecuteRequest) (sum *fanoutv1.FactSummary, started bool, err error) {
-	stream, err := w.Client.Execute(ctx, req)
+func (d *driver) callSynthesis(ctx context.Context, w Worker, req *fanoutv1.Dispatch) (sum *fanoutv1.FactSummary, started bool, err error) {
+	env, err := d.e.envelope(req)
+	if err != nil {
+		return nil, false, err
+	}
+	stream, err := w.Client.Execute(ctx, env)
 	if err != nil {
 		return nil, false, err
 	}

@@ -245,8 +245,8 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 		if t := m.GetTemperature(); !(t >= 0 && t <= 2) { // also catches NaN
 			v.add("spec.model.temperature", "must be in 0..2, got %v", t)
 		}
-		if n := m.GetMaxOutputTokens(); n < 0 {
-			v.add("spec.model.max_output_tokens", "must be >= 0, got %d", n)
+		if n := m.GetMaxOutputTokens(); n < 0 || int64(n) > int64(c.MaxOutputTokens) {
+			v.add("spec.model.max_output_tokens", "must be in 0..%d, got %d", c.MaxOutputTokens, n)
 		}
 	}
 

@@ -825,3 +825,26 @@ func copyFile(from, to string) error {
 	}
 	return os.WriteFile(to, data, 0o644)
 }
+
+// TestDispatchSignatureIsDomainSeparated: a dispatch signature verifies only
+// as a dispatch, and a plain signature over the same bytes does not pass as
+// one.
+func TestDispatchSignatureIsDomainSeparated(t *testing.T) {
+	t.Parallel()
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSigner(priv)
+	ks := NewKeySet(s.Public())
+	msg := []byte("dispatch bytes")
+	if err := ks.VerifyDispatch(s.KeyID(), msg, s.SignDispatch(msg)); err != nil {
+		t.Fatalf("verify a signed dispatch: %v", err)
+	}
+	if err := ks.VerifyDispatch(s.KeyID(), msg, s.Sign(msg)); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("a plain signature passed as a dispatch signature: %v", err)
+	}
+	if err := ks.Verify(s.KeyID(), msg, s.SignDispatch(msg)); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("a dispatch signature passed as a plain signature: %v", err)
+	}
+}

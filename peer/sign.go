@@ -227,3 +227,19 @@ func printableID(id string) string {
 	}
 	return fmt.Sprintf("%q", id)
 }
+
+// dispatchContext prefixes the bytes of every signed dispatch, so that a
+// signature over a dispatch is valid for nothing else the key may sign.
+const dispatchContext = "fanout.v1.Dispatch\x00"
+
+// SignDispatch signs the serialized fanout.v1.Dispatch b for an
+// ExecuteRequest envelope.
+func (s *Signer) SignDispatch(b []byte) []byte {
+	return s.Sign(append([]byte(dispatchContext), b...))
+}
+
+// VerifyDispatch checks an envelope's signature over the serialized
+// dispatch b. It returns an error wrapping ErrUnknownKey or ErrBadSignature.
+func (ks *KeySet) VerifyDispatch(keyID string, b, sig []byte) error {
+	return ks.Verify(keyID, append([]byte(dispatchContext), b...), sig)
+}

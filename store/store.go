@@ -113,3 +113,24 @@ func CreateDatabase(ctx context.Context, adminURL, name string) error {
 	}
 	return nil
 }
+
+// CreateLoginRole creates (unless it exists) a login role on the server at
+// adminURL that is a member of memberOf and nothing else: fanout_app for a
+// node, fanout_auditor for an auditor. It sets no password (for a local
+// cluster with trust authentication, as `fanout dev` runs); production roles
+// are made by the operator (docs/operations.md).
+func CreateLoginRole(ctx context.Context, adminURL, role, memberOf string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("create role %s: %w", role, redactURLError(err))
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
+		CREATE ROLE %s LOGIN IN ROLE %s;
+	EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`,
+		pgx.Identifier{role}.Sanitize(), pgx.Identifier{memberOf}.Sanitize()))
+	if err != nil {
+		return fmt.Errorf("create role %s: %w", role, err)
+	}
+	return nil
+}

@@ -53,6 +53,17 @@ func setup(t *testing.T, limit, minRes int64, tasks map[string]int64) *bundle {
 	if b.accts, err = b.ledger.OpenRun(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
+	// As the orchestrator does before it dispatches: attempt 1 of every
+	// task (and of the run's synthesis, on the run account).
+	ids := []budget.AccountID{b.accts.Run.ID}
+	for _, id := range b.accts.Tasks {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if _, err := b.ledger.BeginAttempt(t.Context(), id, b.runID, "t1"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return b
 }
 

@@ -59,6 +59,7 @@ type Fact struct {
 // Task is one subagent's work.
 type Task struct {
 	RunID          string
+	TenantID       string // the run's tenant: part of the grant every reserve names
 	TaskID         string
 	Goal           string
 	Instruction    string
@@ -67,7 +68,7 @@ type Task struct {
 	MinReservation int64            // smallest useful grant; default 1
 	MaxIterations  int              // default Loop.MaxIterations
 	AllowedTools   []string         // names in Loop.Tools; others are refused
-	Attempt        int              // dispatch attempt, in idempotency keys; default 1
+	Attempt        int              // dispatch attempt the ledger recorded (BeginAttempt); in reserves and idempotency keys; default 1
 	OnExhaustion   Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
@@ -423,12 +424,15 @@ func (r *run) reserve(ctx context.Context, want, least int64, key string) (budge
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	return r.Ledger.Reserve(rctx, budget.ReserveParams{
-		Account: r.task.Account,
-		Want:    want,
-		Min:     least,
-		Holder:  r.Holder,
-		TTL:     r.LeaseTTL,
-		Key:     fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
+		Account:  r.task.Account,
+		RunID:    r.task.RunID,
+		TenantID: r.task.TenantID,
+		Attempt:  int64(r.task.Attempt),
+		Want:     want,
+		Min:      least,
+		Holder:   r.Holder,
+		TTL:      r.LeaseTTL,
+		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
 	})
 }
 

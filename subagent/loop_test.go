@@ -22,7 +22,7 @@ func newLoop(b *bundle, m llm.Model) *subagent.Loop {
 
 func newTask(b *bundle, id string) subagent.Task {
 	return subagent.Task{
-		RunID: b.runID, TaskID: id, Goal: "learn", Instruction: "find facts about " + id,
+		RunID: b.runID, TenantID: "t1", TaskID: id, Goal: "learn", Instruction: "find facts about " + id,
 		Account: b.accts.Tasks[id], MinReservation: 50, AllowedTools: []string{"search", "fetch"},
 	}
 }

@@ -13,8 +13,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -62,7 +64,10 @@ func ProviderModels(models map[string]llm.Model, defaultProvider string) ModelFu
 
 // ServerConfig configures a worker. Zero values take the documented defaults.
 type ServerConfig struct {
-	Ledger  budget.Ledger   // required
+	Ledger budget.Ledger // required
+	// Keys are the orchestrators' public signing keys: Execute runs only a
+	// dispatch signed by one of them. Required.
+	Keys    *peer.KeySet
 	Watcher *budget.Watcher // run exhaustion/cancel signals; nil = rely on the stream's cancellation only
 	// Models selects the model per request; default SimModels with a Sim of
 	// default settings.
@@ -76,8 +81,11 @@ type ServerConfig struct {
 	MaxIterations   int           // when a task sets none; default 8
 	MaxIterCap      int           // the most a task may ask for; default 64
 	MaxOutputTokens int           // when a request sets none; default 1024
-	TaskTimeout     time.Duration // when a task sets none; default 10m
-	Logger          *slog.Logger  // default slog.Default()
+	// MaxOutputTokensCap is the most a request may ask for; more is
+	// INVALID_ARGUMENT before anything is reserved. Default 65,536.
+	MaxOutputTokensCap int
+	TaskTimeout        time.Duration // when a task sets none; default 10m
+	Logger             *slog.Logger  // default slog.Default()
 	// CompressMaxTokens caps the output of the compression call a
 	// structured-output model makes at the end of each task; see
 	// Loop.CompressMaxTokens. Default 512.
@@ -96,6 +104,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	running  int
+	inFlight map[string]bool // run/task/attempt of the subagents running
 	closing  bool
 	unlisted sync.Once // the capacity left fanout.worker.capacity.limit
 	wg       sync.WaitGroup
@@ -112,6 +121,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("new worker: Ledger is required")
 	case cfg.Name == "":
 		return nil, errors.New("new worker: Name is required")
+	case cfg.Keys == nil:
+		return nil, errors.New("new worker: Keys (the orchestrators' signing keys) are required")
 	}
 	if cfg.Models == nil {
 		sim, err := llm.NewSim(llm.SimConfig{})
@@ -135,6 +146,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = 1024
 	}
+	if cfg.MaxOutputTokensCap <= 0 {
+		cfg.MaxOutputTokensCap = 1 << 16
+	}
 	if cfg.TaskTimeout <= 0 {
 		cfg.TaskTimeout = 10 * time.Minute
 	}
@@ -144,7 +158,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, inFlight: map[string]bool{}}
 	s.stop, s.stopFunc = context.WithCancelCause(context.Background())
 	metrics().capacityLimit.Add(context.Background(), int64(cfg.Capacity))
 	return s, nil
@@ -158,11 +172,18 @@ func (s *Server) Running() int {
 }
 
 // Execute implements fanoutv1.SubagentServiceServer. It refuses before
-// reserving anything: INVALID_ARGUMENT (with BadRequest field violations) for
-// a malformed request, UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED
-// (ErrorInfo reason WORKER_FULL) at capacity. Otherwise the subagent's outcome
-// is in the final summary and the stream ends OK.
-func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) error {
+// reserving anything: UNAUTHENTICATED for an unsigned envelope or one signed
+// by a key not in Keys, PERMISSION_DENIED for a signature that does not
+// verify, INVALID_ARGUMENT (with BadRequest field violations) for a
+// malformed dispatch, ALREADY_EXISTS for a dispatch (run, task, attempt)
+// already running here, UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED
+// (ErrorInfo reason WORKER_FULL) at capacity. Otherwise the subagent's
+// outcome is in the final summary and the stream ends OK.
+func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) error {
+	req, err := s.open(env)
+	if err != nil {
+		return err
+	}
 	// The gRPC server span (otelgrpc) is the parent of invoke_agent; name
 	// the run and task on it so a refusal is findable too.
 	trace.SpanFromContext(stream.Context()).SetAttributes(attrRunID.String(req.GetRunId()),
@@ -174,10 +195,10 @@ func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 	if err != nil {
 		return badRequest(violation("model.provider", err.Error()))
 	}
-	if err := s.acquire(); err != nil {
+	if err := s.acquire(req); err != nil {
 		return err
 	}
-	defer s.release()
+	defer s.release(req)
 
 	ctx, cancel := s.taskContext(stream.Context(), req)
 	defer cancel(nil)
@@ -224,7 +245,7 @@ func (s *Server) Execute(req *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 // with cause budget.ErrRunCancelled when the orchestrator cancels the call (or
 // context.DeadlineExceeded when its deadline passes), with ErrShuttingDown
 // when Shutdown gives up, and bounded by the task's timeout.
-func (s *Server) taskContext(streamCtx context.Context, req *fanoutv1.ExecuteRequest) (context.Context, context.CancelCauseFunc) {
+func (s *Server) taskContext(streamCtx context.Context, req *fanoutv1.Dispatch) (context.Context, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(streamCtx))
 	stopStream := context.AfterFunc(streamCtx, func() {
 		if errors.Is(streamCtx.Err(), context.DeadlineExceeded) {
@@ -247,11 +268,42 @@ func (s *Server) taskContext(streamCtx context.Context, req *fanoutv1.ExecuteReq
 	}
 }
 
-func (s *Server) acquire() error {
+// open verifies env's signature and returns the dispatch it carries.
+func (s *Server) open(env *fanoutv1.ExecuteRequest) (*fanoutv1.Dispatch, error) {
+	if len(env.GetSignature()) == 0 || env.GetKeyId() == "" {
+		return nil, status.Error(codes.Unauthenticated, "execute: the dispatch is not signed (signature and key_id are required)")
+	}
+	switch err := s.cfg.Keys.VerifyDispatch(env.GetKeyId(), env.GetDispatch(), env.GetSignature()); {
+	case errors.Is(err, peer.ErrUnknownKey):
+		s.cfg.Logger.Warn("execute refused: signed by a key this worker does not trust", "key_id", env.GetKeyId())
+		return nil, status.Error(codes.Unauthenticated, "execute: the dispatch is signed by a key this worker does not trust")
+	case err != nil:
+		s.cfg.Logger.Warn("execute refused: the dispatch signature does not verify", "key_id", env.GetKeyId())
+		return nil, status.Error(codes.PermissionDenied, "execute: the dispatch signature does not verify")
+	}
+	var d fanoutv1.Dispatch
+	if err := proto.Unmarshal(env.GetDispatch(), &d); err != nil {
+		return nil, badRequest(violation("dispatch", "is not a fanout.v1.Dispatch: "+err.Error()))
+	}
+	return &d, nil
+}
+
+// dispatchKey names one dispatch of a task.
+func dispatchKey(req *fanoutv1.Dispatch) string {
+	return fmt.Sprintf("%s/%s/a%d", req.GetRunId(), req.GetTask().GetId(), req.GetAttempt())
+}
+
+func (s *Server) acquire(req *fanoutv1.Dispatch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return status.Error(codes.Unavailable, "worker is shutting down")
+	}
+	if s.inFlight[dispatchKey(req)] {
+		// A replayed envelope: the same attempt's reserve keys would hand
+		// it the running subagent's grants.
+		return status.Errorf(codes.AlreadyExists, "attempt %d of task %s of run %s is already running here",
+			req.GetAttempt(), req.GetTask().GetId(), req.GetRunId())
 	}
 	if s.running >= s.cfg.Capacity {
 		st, err := status.New(codes.ResourceExhausted,
@@ -264,14 +316,16 @@ func (s *Server) acquire() error {
 		return st.Err()
 	}
 	s.running++
+	s.inFlight[dispatchKey(req)] = true
 	s.wg.Add(1)
 	metrics().capacityUsed.Add(context.Background(), 1)
 	return nil
 }
 
-func (s *Server) release() {
+func (s *Server) release(req *fanoutv1.Dispatch) {
 	s.mu.Lock()
 	s.running--
+	delete(s.inFlight, dispatchKey(req))
 	s.mu.Unlock()
 	metrics().capacityUsed.Add(context.Background(), -1)
 	s.wg.Done()
@@ -302,7 +356,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // validate checks req before anything is spent.
-func (s *Server) validate(req *fanoutv1.ExecuteRequest) error {
+func (s *Server) validate(req *fanoutv1.Dispatch) error {
 	var v []*errdetails.BadRequest_FieldViolation
 	add := func(field, desc string) { v = append(v, violation(field, desc)) }
 	if req.GetRunId() == "" {
@@ -317,11 +371,11 @@ func (s *Server) validate(req *fanoutv1.ExecuteRequest) error {
 	if req.GetMinReservationTokens() < 0 {
 		add("min_reservation_tokens", "must be >= 0")
 	}
-	if req.GetAttempt() < 0 {
-		add("attempt", "must be >= 0")
+	if req.GetAttempt() < 1 {
+		add("attempt", "must be >= 1 (the attempt the ledger recorded for this dispatch)")
 	}
-	if req.GetModel().GetMaxOutputTokens() < 0 {
-		add("model.max_output_tokens", "must be >= 0")
+	if n := req.GetModel().GetMaxOutputTokens(); n < 0 || int(n) > s.cfg.MaxOutputTokensCap {
+		add("model.max_output_tokens", fmt.Sprintf("must be in 0..%d", s.cfg.MaxOutputTokensCap))
 	}
 	switch p := req.GetOnExhaustion(); p {
 	case fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_UNSPECIFIED,
@@ -371,7 +425,7 @@ func badRequest(v ...*errdetails.BadRequest_FieldViolation) error {
 	return st.Err()
 }
 
-func taskFromRequest(req *fanoutv1.ExecuteRequest) Task {
+func taskFromRequest(req *fanoutv1.Dispatch) Task {
 	t := req.GetTask()
 	facts := make([]Fact, len(req.GetContextFacts()))
 	for i, f := range req.GetContextFacts() {
@@ -383,6 +437,7 @@ func taskFromRequest(req *fanoutv1.ExecuteRequest) Task {
 	}
 	return Task{
 		RunID:          req.GetRunId(),
+		TenantID:       req.GetTenantId(),
 		TaskID:         t.GetId(),
 		Goal:           req.GetGoal(),
 		Instruction:    t.GetInstruction(),

@@ -2,6 +2,7 @@ package subagent_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"io"
 	"net"
@@ -14,8 +15,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
@@ -49,7 +52,7 @@ func serve(t *testing.T, srv *subagent.Server) fanoutv1.SubagentServiceClient {
 
 func newServer(t *testing.T, b *bundle, m llm.Model, mod func(*subagent.ServerConfig)) *subagent.Server {
 	t.Helper()
-	cfg := subagent.ServerConfig{Ledger: b.ledger, Models: subagent.SimModels(m), Name: "w1"}
+	cfg := subagent.ServerConfig{Ledger: b.ledger, Keys: testKeys, Models: subagent.SimModels(m), Name: "w1"}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -60,8 +63,24 @@ func newServer(t *testing.T, b *bundle, m llm.Model, mod func(*subagent.ServerCo
 	return srv
 }
 
-func request(b *bundle, taskID string) *fanoutv1.ExecuteRequest {
-	return &fanoutv1.ExecuteRequest{
+// testSigner signs dispatches as an orchestrator would; testKeys is what
+// the test workers trust.
+var (
+	testSigner = peer.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
+	testKeys   = peer.NewKeySet(testSigner.Public())
+)
+
+// signed wraps d in an envelope signed by testSigner.
+func signed(d *fanoutv1.Dispatch) *fanoutv1.ExecuteRequest {
+	b, err := proto.Marshal(d)
+	if err != nil {
+		panic(err)
+	}
+	return &fanoutv1.ExecuteRequest{Dispatch: b, Signature: testSigner.SignDispatch(b), KeyId: testSigner.KeyID()}
+}
+
+func request(b *bundle, taskID string) *fanoutv1.Dispatch {
+	return &fanoutv1.Dispatch{
 		RunId: b.runID, TenantId: "t1", Goal: "learn",
 		Task: &fanoutv1.TaskSpec{Id: taskID, Instruction: "find facts", TokenBudget: 50_000,
 			AllowedTools: []string{"search", "fetch"}},
@@ -92,7 +111,7 @@ func TestServerExecute(t *testing.T) {
 	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 2, FinishAfter: 2, InputTokens: 100, OutputTokens: 50})
 	client := serve(t, newServer(t, b, sim, nil))
 
-	stream, err := client.Execute(t.Context(), request(b, "a"))
+	stream, err := client.Execute(t.Context(), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,19 +141,19 @@ func TestServerInvalidArgument(t *testing.T) {
 	client := serve(t, newServer(t, b, newSim(t, llm.SimConfig{}), nil))
 	for _, tc := range []struct {
 		field string
-		mod   func(*fanoutv1.ExecuteRequest)
+		mod   func(*fanoutv1.Dispatch)
 	}{
-		{"run_id", func(r *fanoutv1.ExecuteRequest) { r.RunId = "" }},
-		{"task_account_id", func(r *fanoutv1.ExecuteRequest) { r.TaskAccountId = 0 }},
-		{"task", func(r *fanoutv1.ExecuteRequest) { r.Task = nil }},
-		{"task.instruction", func(r *fanoutv1.ExecuteRequest) { r.Task.Instruction = "" }},
-		{"task.allowed_tools[1]", func(r *fanoutv1.ExecuteRequest) { r.Task.AllowedTools = []string{"search", "rm"} }},
-		{"model.provider", func(r *fanoutv1.ExecuteRequest) { r.Model.Provider = "nope" }},
+		{"run_id", func(r *fanoutv1.Dispatch) { r.RunId = "" }},
+		{"task_account_id", func(r *fanoutv1.Dispatch) { r.TaskAccountId = 0 }},
+		{"task", func(r *fanoutv1.Dispatch) { r.Task = nil }},
+		{"task.instruction", func(r *fanoutv1.Dispatch) { r.Task.Instruction = "" }},
+		{"task.allowed_tools[1]", func(r *fanoutv1.Dispatch) { r.Task.AllowedTools = []string{"search", "rm"} }},
+		{"model.provider", func(r *fanoutv1.Dispatch) { r.Model.Provider = "nope" }},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			req := request(b, "a")
 			tc.mod(req)
-			stream, err := client.Execute(t.Context(), req)
+			stream, err := client.Execute(t.Context(), signed(req))
 			if err == nil {
 				_, err = collect(t, stream)
 			}
@@ -166,13 +185,13 @@ func TestServerWorkerFull(t *testing.T) {
 	model := newGated(newSim(t, llm.SimConfig{FinishAfter: 1}))
 	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Capacity = 1 }))
 
-	first, err := client.Execute(t.Context(), request(b, "a"))
+	first, err := client.Execute(t.Context(), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitStarted(t, model) // the first holds the only slot, mid-call
 
-	second, err := client.Execute(t.Context(), request(b, "b"))
+	second, err := client.Execute(t.Context(), signed(request(b, "b")))
 	if err == nil {
 		_, err = collect(t, second)
 	}
@@ -206,7 +225,7 @@ func TestServerClientCancel(t *testing.T) {
 	client := serve(t, srv)
 
 	ctx, cancel := context.WithCancel(t.Context())
-	stream, err := client.Execute(ctx, request(b, "a"))
+	stream, err := client.Execute(ctx, signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +261,7 @@ func TestServerRunCancelledByWatcher(t *testing.T) {
 	model := newGated(newSim(t, llm.SimConfig{}))
 	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Watcher = w }))
 
-	stream, err := client.Execute(t.Context(), request(b, "a"))
+	stream, err := client.Execute(t.Context(), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +293,7 @@ func TestServerShutdown(t *testing.T) {
 	srv := newServer(t, b, model, nil)
 	client := serve(t, srv)
 
-	stream, err := client.Execute(t.Context(), request(b, "a"))
+	stream, err := client.Execute(t.Context(), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +303,7 @@ func TestServerShutdown(t *testing.T) {
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- srv.Shutdown(ctx) }()
 	poll(t, "new calls to be refused", func() bool {
-		s, err := client.Execute(t.Context(), request(b, "b"))
+		s, err := client.Execute(t.Context(), signed(request(b, "b")))
 		if err == nil {
 			_, err = collect(t, s)
 		}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -34,7 +35,7 @@ import (
 // no flag, and sets c.orch.
 func (c *cluster) startEngine(tb testing.TB, cfg orchestrator.Config) {
 	tb.Helper()
-	b, err := startBackend(context.Background(), backendConfig{DatabaseURL: c.url, SweepInterval: time.Second,
+	b, err := startBackend(context.Background(), backendConfig{DatabaseURL: storetest.NodeURL(tb, c.url), SweepInterval: time.Second,
 		PollInterval: 200 * time.Millisecond, GroupCommit: true, Logger: newLogger(io.Discard, "error")})
 	if err != nil {
 		tb.Fatal(err)
@@ -44,7 +45,12 @@ func (c *cluster) startEngine(tb testing.TB, cfg orchestrator.Config) {
 		addrs[i] = w.addr
 	}
 	cfg.Logger = b.log
-	n, err := startOrchestrator(b, orchestratorConfig{Listen: "127.0.0.1:0", Workers: strings.Join(addrs, ","), Engine: cfg})
+	orchTrust, _, _, err := devTrust(filepath.Dir(testPeer(tb).CA))
+	if err != nil {
+		b.close()
+		tb.Fatal(err)
+	}
+	n, err := startOrchestrator(b, orchestratorConfig{Listen: "127.0.0.1:0", Workers: strings.Join(addrs, ","), Engine: cfg, Trust: orchTrust})
 	if err != nil {
 		b.close()
 		tb.Fatal(err)
@@ -116,13 +122,15 @@ func BenchmarkCancellationLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var task0 int64
-		if err := c.pool.QueryRow(context.Background(), `SELECT account_id FROM account
-			WHERE run_id = $1 AND task_id = 't00'`, runID).Scan(&task0); err != nil {
+		var task0, attempt int64
+		var tenant string
+		if err := c.pool.QueryRow(context.Background(), `SELECT account_id, attempt, tenant_id FROM account
+			WHERE run_id = $1 AND task_id = 't00'`, runID).Scan(&task0, &attempt, &tenant); err != nil {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
 		res, err := ledger.Reserve(context.Background(), budget.ReserveParams{Account: budget.AccountID(task0),
+			RunID: runID, TenantID: tenant, Attempt: attempt,
 			Want: acct.GetRun().GetBudget().GetAvailableTokens(), Min: 1, Holder: "bench", TTL: time.Minute})
 		// The commit happened between t0 and the reply; latencies are taken
 		// from t0, so they are upper bounds, by at most the reserve's RTT.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -68,15 +69,33 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		sf.logLevel = "warn" // the demo's own output is the show
 	}
 
+	// The owner runs migrations; nodes log in as a member of fanout_app
+	// only, auditors as a member of fanout_auditor. With --database-url all
+	// three are that URL's role.
+	ownerURL, auditURL := sf.databaseURL, sf.databaseURL
 	if sf.databaseURL == "" {
 		url, stop, err := startLocalPostgres(ctx, env, dataDir, pgBinDir)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		sf.databaseURL = url
+		ownerURL = url
 	}
-	if _, err := store.MigrateTo(ctx, sf.databaseURL, -1); err != nil {
+	if _, err := store.MigrateTo(ctx, ownerURL, -1); err != nil {
+		return err
+	}
+	if sf.databaseURL == "" {
+		var err error
+		if sf.databaseURL, err = devRole(ctx, ownerURL, "fanout_node", "fanout_app"); err != nil {
+			return err
+		}
+		if auditURL, err = devRole(ctx, ownerURL, "fanout_audit", "fanout_auditor"); err != nil {
+			return err
+		}
+		os.WriteFile(filepath.Join(dataDir, databaseURLFile), []byte(auditURL+"\n"), 0o600) //nolint:errcheck // only `fanout ledger`'s default
+	}
+	orchTrust, workerTrust, peerFiles, err := devTrust(filepath.Join(dataDir, "peer"))
+	if err != nil {
 		return err
 	}
 	b, err := sf.backend(ctx, env, "fanout-dev")
@@ -89,7 +108,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	var addrs []string
 	for i := range workers {
 		n, err := startWorker(b, workerConfig{Listen: "127.0.0.1:0", Name: fmt.Sprintf("worker-%d", i+1), Sim: sim.config(),
-			Providers: &prov, Env: env})
+			Providers: &prov, Env: env, Trust: workerTrust})
 		if err != nil {
 			stopAll(nodes, sf.grace)
 			return err
@@ -97,7 +116,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		nodes = append(nodes, n)
 		addrs = append(addrs, n.Addr())
 	}
-	orch, err := startOrchestrator(b, orchestratorConfig{Listen: sf.listen, Workers: strings.Join(addrs, ",")})
+	orch, err := startOrchestrator(b, orchestratorConfig{Listen: sf.listen, Workers: strings.Join(addrs, ","), Trust: orchTrust})
 	if err != nil {
 		stopAll(nodes, sf.grace)
 		return err
@@ -106,12 +125,16 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	nodes = append([]*grpcNode{orch}, nodes...)
 
 	fmt.Fprintf(env.Stdout, "fanout dev: orchestrator on %s, %d workers on %s\n", orch.Addr(), workers, strings.Join(addrs, ", "))
-	fmt.Fprintf(env.Stdout, "fanout dev: database  psql %q\n", sf.databaseURL)
+	fmt.Fprintf(env.Stdout, "fanout dev: database  psql %q   (owner: migrations)\n", ownerURL)
+	fmt.Fprintf(env.Stdout, "fanout dev:           psql %q   (nodes: fanout_app)\n", sf.databaseURL)
+	fmt.Fprintf(env.Stdout, "fanout dev:           psql %q   (auditors: fanout_auditor)\n", auditURL)
+	fmt.Fprintf(env.Stdout, "fanout dev: workers trust only the orchestrator: mutual TLS and signed dispatches, credentials in %s\n",
+		filepath.Dir(peerFiles.CA))
 	if !demo {
 		fmt.Fprintf(env.Stdout, "fanout dev: ready. Try: fanout run -f examples/research.json --addr %s   (Ctrl-C to stop)\n", orch.Addr())
 		return waitAndStop(ctx, b, sf.grace, nodes...)
 	}
-	err = runDemo(ctx, env, b, orch.Addr(), spec)
+	err = runDemo(ctx, env, orch.Addr(), spec, auditURL)
 	stopAll(nodes, sf.grace)
 	return err
 }
@@ -171,6 +194,20 @@ func startLocalPostgres(ctx context.Context, env *Env, dataDir, binDir string) (
 	return url, stop, nil
 }
 
+// devRole makes the login role role (a member of memberOf) on the dev
+// cluster and returns ownerURL logging in as it.
+func devRole(ctx context.Context, ownerURL, role, memberOf string) (string, error) {
+	if err := store.CreateLoginRole(ctx, ownerURL, role, memberOf); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(ownerURL)
+	if err != nil {
+		return "", err
+	}
+	u.User = url.User(role)
+	return u.String(), nil
+}
+
 // untraversable returns the first directory on the way to dir that the
 // unprivileged database user could not pass through, or "".
 func untraversable(dir string) string {
@@ -196,7 +233,7 @@ func untraversable(dir string) string {
 
 // runDemo submits the spec, draws its progress, then prints the joined
 // result and the SQL audit of its spend.
-func runDemo(ctx context.Context, env *Env, b *backend, addr, specPath string) error {
+func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) error {
 	req, err := readSpec(specPath)
 	if err != nil {
 		return err
@@ -232,7 +269,12 @@ func runDemo(ctx context.Context, env *Env, b *backend, addr, specPath string) e
 	fmt.Fprintf(env.Stdout, "\n== joined result\n")
 	printRun(env.Stdout, got.GetRun())
 	tenant := got.GetRun().GetTenantId()
-	audit, err := store.AuditRun(ctx, b.pool, tenant, last.GetRunId())
+	auditPool, err := store.Open(ctx, auditURL)
+	if err != nil {
+		return err
+	}
+	defer auditPool.Close()
+	audit, err := store.AuditRun(ctx, auditPool, tenant, last.GetRunId())
 	if err != nil {
 		return err
 	}

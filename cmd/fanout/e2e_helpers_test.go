@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
@@ -115,14 +116,41 @@ type workerProc struct {
 	exited chan struct{} // closed once the process was waited for
 }
 
+var (
+	testPeerOnce  sync.Once
+	testPeerFiles peer.DevFiles
+	testPeerErr   error
+)
+
+// testPeer returns the CA, certificates and signing key every node of the
+// tests uses, made once per test binary as `fanout dev` makes them.
+func testPeer(t testing.TB) peer.DevFiles {
+	t.Helper()
+	testPeerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fanout-peer-")
+		if err != nil {
+			testPeerErr = err
+			return
+		}
+		testPeerFiles, testPeerErr = peer.GenerateDev(dir)
+	})
+	if testPeerErr != nil {
+		t.Fatalf("generate peer credentials: %v", testPeerErr)
+	}
+	return testPeerFiles
+}
+
 // startWorkerProc starts a worker process on a loopback port of its choice
 // against databaseURL and waits until it serves. extra are more flags.
 func startWorkerProc(t testing.TB, databaseURL, name string, extra ...string) *workerProc {
 	t.Helper()
 	w := &workerProc{name: name, simLog: filepath.Join(t.TempDir(), name+".jsonl"), logs: &logTail{},
 		exited: make(chan struct{})}
-	args := append([]string{"worker", "--listen", "127.0.0.1:0", "--database-url", databaseURL,
-		"--name", name, "--sim-log", w.simLog, "--log-level", "info", "--shutdown-grace", "10s"}, extra...)
+	f := testPeer(t)
+	args := append([]string{"worker", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
+		"--name", name, "--sim-log", w.simLog, "--log-level", "info", "--shutdown-grace", "10s",
+		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Worker.Cert, "--peer-tls-key", f.Worker.Key,
+		"--peer-verify-keys", f.VerifyKey}, extra...)
 	raw, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +254,11 @@ func startOrchestratorMain(t testing.TB, databaseURL string, workers []*workerPr
 	for i, w := range workers {
 		addrs[i] = w.addr
 	}
-	args := append([]string{"orchestrator", "--listen", "127.0.0.1:0", "--database-url", databaseURL,
-		"--workers", strings.Join(addrs, ","), "--log-level", "info", "--shutdown-grace", "20s"}, extra...)
+	f := testPeer(t)
+	args := append([]string{"orchestrator", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
+		"--workers", strings.Join(addrs, ","), "--log-level", "info", "--shutdown-grace", "20s",
+		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Orchestrator.Cert, "--peer-tls-key", f.Orchestrator.Key,
+		"--peer-signing-key", f.SigningKey}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &orchestratorProc{logs: &logTail{}, cancel: cancel, done: make(chan int, 1)}
 	pr, pw := io.Pipe()

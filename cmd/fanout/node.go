@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +13,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -147,10 +148,15 @@ type workerConfig struct {
 	CaptureContent bool
 	// CompressMaxTokens caps the compression call; 0: the default.
 	CompressMaxTokens int
+	// Trust is the worker's server TLS and the orchestrators' keys. Required.
+	Trust nodeTrust
 }
 
 func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
-	n, err := listenGRPC("worker", cfg.Listen)
+	if cfg.Trust.TLS == nil || cfg.Trust.Keys == nil {
+		return nil, errors.New("worker: peer TLS and the orchestrators' signing keys are required")
+	}
+	n, err := listenGRPC("worker", cfg.Listen, grpc.Creds(credentials.NewTLS(cfg.Trust.TLS)))
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +178,7 @@ func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
 	}
 	w, err := subagent.NewServer(subagent.ServerConfig{
 		Ledger:            b.ledger,
+		Keys:              cfg.Trust.Keys,
 		Watcher:           b.watcher,
 		Models:            models,
 		Name:              name,
@@ -196,13 +203,18 @@ type orchestratorConfig struct {
 	Listen  string
 	Workers string // gRPC target: host:port,host:port or dns:///name:port
 	Engine  orchestrator.Config
+	// Trust is the orchestrator's client TLS and signing key. Required.
+	Trust nodeTrust
 }
 
 // dialWorkers makes one client per address of a static list, or one
 // round-robin client for a dns:/// target.
-func dialWorkers(target string) ([]orchestrator.Worker, func(), error) {
+func dialWorkers(target string, tlsCfg *tls.Config) ([]orchestrator.Worker, func(), error) {
+	if tlsCfg == nil {
+		return nil, nil, errors.New("orchestrator: peer TLS is required to dial workers")
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()), // carries the run's trace to the worker
 	}
@@ -240,7 +252,10 @@ func dialWorkers(target string) ([]orchestrator.Worker, func(), error) {
 }
 
 func startOrchestrator(b *backend, cfg orchestratorConfig) (*grpcNode, error) {
-	ws, closeConns, err := dialWorkers(cfg.Workers)
+	if cfg.Trust.Signer == nil {
+		return nil, errors.New("orchestrator: a dispatch signing key is required")
+	}
+	ws, closeConns, err := dialWorkers(cfg.Workers, cfg.Trust.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +275,7 @@ func startOrchestrator(b *backend, cfg orchestratorConfig) (*grpcNode, error) {
 		Ledger:  b.ledger,
 		Watcher: b.watcher,
 		Workers: pool,
+		Signer:  cfg.Trust.Signer,
 		Config:  cfg.Engine,
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/orchestrator"
+	"github.com/fanout/fanout/peer"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -121,10 +122,17 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
 	f.StringVar(&oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
 	applyEngine := registerEngineFlags(f, &oc.Engine)
+	var pf peerFlags
+	pf.register(f, peer.RoleOrchestrator)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
 	applyEngine()
+	trust, err := pf.orchestratorTrust()
+	if err != nil {
+		return err
+	}
+	oc.Trust = trust
 	b, err := sf.backend(ctx, env, "fanout-orchestrator")
 	if err != nil {
 		return err
@@ -164,9 +172,16 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	sim.register(f)
 	var prov providerFlags
 	prov.register(f)
+	var pf peerFlags
+	pf.register(f, peer.RoleWorker)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
+	trust, err := pf.workerTrust()
+	if err != nil {
+		return err
+	}
+	wc.Trust = trust
 	b, err := sf.backend(ctx, env, "fanout-worker")
 	if err != nil {
 		return err

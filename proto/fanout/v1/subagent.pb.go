@@ -21,35 +21,21 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ExecuteRequest is the request of SubagentService.Execute.
+// ExecuteRequest is the request of SubagentService.Execute: a Dispatch and
+// the orchestrator's signature over its exact bytes.
 type ExecuteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Required. The run the task belongs to.
-	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// Required. The tenant that owns the run.
-	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	// Required. The task to run.
-	Task *TaskSpec `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
-	// The run's goal, given to the subagent as context.
-	Goal string `protobuf:"bytes,4,opt,name=goal,proto3" json:"goal,omitempty"`
-	// Required, > 0. Id of the task's ledger account, which the worker
-	// reserves from and settles to (a child of the run's account).
-	TaskAccountId int64 `protobuf:"varint,10,opt,name=task_account_id,json=taskAccountId,proto3" json:"task_account_id,omitempty"`
-	// The smallest reservation worth making, in tokens (the run's
-	// Budget.min_reservation_tokens, default applied). The subagent stops with
-	// BUDGET_EXHAUSTED when it cannot be granted this much.
-	MinReservationTokens int64 `protobuf:"varint,11,opt,name=min_reservation_tokens,json=minReservationTokens,proto3" json:"min_reservation_tokens,omitempty"`
-	// The model to call.
-	Model *ModelSettings `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
-	// What to do with the in-flight call when the run's budget is exhausted.
-	OnExhaustion ExhaustionPolicy `protobuf:"varint,13,opt,name=on_exhaustion,json=onExhaustion,proto3,enum=fanout.v1.ExhaustionPolicy" json:"on_exhaustion,omitempty"`
-	// Facts from the tasks this one depends on, in dispatch order, already
-	// deduplicated.
-	ContextFacts []*Fact `protobuf:"bytes,20,rep,name=context_facts,json=contextFacts,proto3" json:"context_facts,omitempty"`
-	// Which attempt this is, starting at 1; greater when the orchestrator
-	// resends the task after a worker failed or refused it. Used in the
-	// idempotency keys of the subagent's ledger operations and write tools.
-	Attempt       int32 `protobuf:"varint,21,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Required. A Dispatch, serialized. The worker runs exactly what these
+	// bytes say: the signature covers them, not a re-encoding.
+	Dispatch []byte `protobuf:"bytes,1,opt,name=dispatch,proto3" json:"dispatch,omitempty"`
+	// Required. Ed25519 signature over "fanout.v1.Dispatch\x00" followed by
+	// dispatch (the prefix keeps a signature over a dispatch from being valid
+	// for anything else).
+	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	// Required. Which key signed: "ed25519:" and the first 16 hex digits of
+	// the SHA-256 of the raw public key. Workers accept any key in their
+	// configured set, so keys rotate without downtime.
+	KeyId         string `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -84,70 +70,157 @@ func (*ExecuteRequest) Descriptor() ([]byte, []int) {
 	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *ExecuteRequest) GetRunId() string {
+func (x *ExecuteRequest) GetDispatch() []byte {
+	if x != nil {
+		return x.Dispatch
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+// Dispatch is one task sent to a worker: what to do, and from which ledger
+// account, with which attempt, it may spend.
+type Dispatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The run the task belongs to.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Required. The tenant that owns the run.
+	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// Required. The task to run.
+	Task *TaskSpec `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	// The run's goal, given to the subagent as context.
+	Goal string `protobuf:"bytes,4,opt,name=goal,proto3" json:"goal,omitempty"`
+	// Required, > 0. Id of the task's ledger account, which the worker
+	// reserves from and settles to (a child of the run's account).
+	TaskAccountId int64 `protobuf:"varint,10,opt,name=task_account_id,json=taskAccountId,proto3" json:"task_account_id,omitempty"`
+	// The smallest reservation worth making, in tokens (the run's
+	// Budget.min_reservation_tokens, default applied). The subagent stops with
+	// BUDGET_EXHAUSTED when it cannot be granted this much.
+	MinReservationTokens int64 `protobuf:"varint,11,opt,name=min_reservation_tokens,json=minReservationTokens,proto3" json:"min_reservation_tokens,omitempty"`
+	// The model to call.
+	Model *ModelSettings `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
+	// What to do with the in-flight call when the run's budget is exhausted.
+	OnExhaustion ExhaustionPolicy `protobuf:"varint,13,opt,name=on_exhaustion,json=onExhaustion,proto3,enum=fanout.v1.ExhaustionPolicy" json:"on_exhaustion,omitempty"`
+	// Facts from the tasks this one depends on, in dispatch order, already
+	// deduplicated.
+	ContextFacts []*Fact `protobuf:"bytes,20,rep,name=context_facts,json=contextFacts,proto3" json:"context_facts,omitempty"`
+	// Required, >= 1. The attempt the ledger recorded for this dispatch of
+	// the task (each dispatch bumps it in the database). Only this attempt can
+	// reserve on task_account_id: an earlier dispatch of the same task is
+	// fenced. Also used in the idempotency keys of the subagent's ledger
+	// operations and write tools.
+	Attempt       int32 `protobuf:"varint,21,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Dispatch) Reset() {
+	*x = Dispatch{}
+	mi := &file_fanout_v1_subagent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dispatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dispatch) ProtoMessage() {}
+
+func (x *Dispatch) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_subagent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dispatch.ProtoReflect.Descriptor instead.
+func (*Dispatch) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Dispatch) GetRunId() string {
 	if x != nil {
 		return x.RunId
 	}
 	return ""
 }
 
-func (x *ExecuteRequest) GetTenantId() string {
+func (x *Dispatch) GetTenantId() string {
 	if x != nil {
 		return x.TenantId
 	}
 	return ""
 }
 
-func (x *ExecuteRequest) GetTask() *TaskSpec {
+func (x *Dispatch) GetTask() *TaskSpec {
 	if x != nil {
 		return x.Task
 	}
 	return nil
 }
 
-func (x *ExecuteRequest) GetGoal() string {
+func (x *Dispatch) GetGoal() string {
 	if x != nil {
 		return x.Goal
 	}
 	return ""
 }
 
-func (x *ExecuteRequest) GetTaskAccountId() int64 {
+func (x *Dispatch) GetTaskAccountId() int64 {
 	if x != nil {
 		return x.TaskAccountId
 	}
 	return 0
 }
 
-func (x *ExecuteRequest) GetMinReservationTokens() int64 {
+func (x *Dispatch) GetMinReservationTokens() int64 {
 	if x != nil {
 		return x.MinReservationTokens
 	}
 	return 0
 }
 
-func (x *ExecuteRequest) GetModel() *ModelSettings {
+func (x *Dispatch) GetModel() *ModelSettings {
 	if x != nil {
 		return x.Model
 	}
 	return nil
 }
 
-func (x *ExecuteRequest) GetOnExhaustion() ExhaustionPolicy {
+func (x *Dispatch) GetOnExhaustion() ExhaustionPolicy {
 	if x != nil {
 		return x.OnExhaustion
 	}
 	return ExhaustionPolicy_EXHAUSTION_POLICY_UNSPECIFIED
 }
 
-func (x *ExecuteRequest) GetContextFacts() []*Fact {
+func (x *Dispatch) GetContextFacts() []*Fact {
 	if x != nil {
 		return x.ContextFacts
 	}
 	return nil
 }
 
-func (x *ExecuteRequest) GetAttempt() int32 {
+func (x *Dispatch) GetAttempt() int32 {
 	if x != nil {
 		return x.Attempt
 	}
@@ -171,7 +244,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[1]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +256,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[1]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +269,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{1}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ExecuteResponse) GetEvent() isExecuteResponse_Event {
@@ -269,7 +342,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +354,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +367,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{2}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SubagentStarted) GetWorker() string {
@@ -320,7 +393,7 @@ type SubagentIteration struct {
 
 func (x *SubagentIteration) Reset() {
 	*x = SubagentIteration{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +405,7 @@ func (x *SubagentIteration) String() string {
 func (*SubagentIteration) ProtoMessage() {}
 
 func (x *SubagentIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +418,7 @@ func (x *SubagentIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentIteration.ProtoReflect.Descriptor instead.
 func (*SubagentIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubagentIteration) GetIteration() int32 {
@@ -373,8 +446,12 @@ var File_fanout_v1_subagent_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\n" +
-	"\x18fanout/v1/subagent.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\"\xa1\x03\n" +
-	"\x0eExecuteRequest\x12\x15\n" +
+	"\x18fanout/v1/subagent.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\"a\n" +
+	"\x0eExecuteRequest\x12\x1a\n" +
+	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x9b\x03\n" +
+	"\bDispatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
 	"\x04task\x18\x03 \x01(\v2\x13.fanout.v1.TaskSpecR\x04task\x12\x12\n" +
@@ -413,28 +490,29 @@ func file_fanout_v1_subagent_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_subagent_proto_rawDescData
 }
 
-var file_fanout_v1_subagent_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_fanout_v1_subagent_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_fanout_v1_subagent_proto_goTypes = []any{
 	(*ExecuteRequest)(nil),    // 0: fanout.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),   // 1: fanout.v1.ExecuteResponse
-	(*SubagentStarted)(nil),   // 2: fanout.v1.SubagentStarted
-	(*SubagentIteration)(nil), // 3: fanout.v1.SubagentIteration
-	(*TaskSpec)(nil),          // 4: fanout.v1.TaskSpec
-	(*ModelSettings)(nil),     // 5: fanout.v1.ModelSettings
-	(ExhaustionPolicy)(0),     // 6: fanout.v1.ExhaustionPolicy
-	(*Fact)(nil),              // 7: fanout.v1.Fact
-	(*FactSummary)(nil),       // 8: fanout.v1.FactSummary
+	(*Dispatch)(nil),          // 1: fanout.v1.Dispatch
+	(*ExecuteResponse)(nil),   // 2: fanout.v1.ExecuteResponse
+	(*SubagentStarted)(nil),   // 3: fanout.v1.SubagentStarted
+	(*SubagentIteration)(nil), // 4: fanout.v1.SubagentIteration
+	(*TaskSpec)(nil),          // 5: fanout.v1.TaskSpec
+	(*ModelSettings)(nil),     // 6: fanout.v1.ModelSettings
+	(ExhaustionPolicy)(0),     // 7: fanout.v1.ExhaustionPolicy
+	(*Fact)(nil),              // 8: fanout.v1.Fact
+	(*FactSummary)(nil),       // 9: fanout.v1.FactSummary
 }
 var file_fanout_v1_subagent_proto_depIdxs = []int32{
-	4, // 0: fanout.v1.ExecuteRequest.task:type_name -> fanout.v1.TaskSpec
-	5, // 1: fanout.v1.ExecuteRequest.model:type_name -> fanout.v1.ModelSettings
-	6, // 2: fanout.v1.ExecuteRequest.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
-	7, // 3: fanout.v1.ExecuteRequest.context_facts:type_name -> fanout.v1.Fact
-	2, // 4: fanout.v1.ExecuteResponse.started:type_name -> fanout.v1.SubagentStarted
-	3, // 5: fanout.v1.ExecuteResponse.iteration:type_name -> fanout.v1.SubagentIteration
-	8, // 6: fanout.v1.ExecuteResponse.summary:type_name -> fanout.v1.FactSummary
+	5, // 0: fanout.v1.Dispatch.task:type_name -> fanout.v1.TaskSpec
+	6, // 1: fanout.v1.Dispatch.model:type_name -> fanout.v1.ModelSettings
+	7, // 2: fanout.v1.Dispatch.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
+	8, // 3: fanout.v1.Dispatch.context_facts:type_name -> fanout.v1.Fact
+	3, // 4: fanout.v1.ExecuteResponse.started:type_name -> fanout.v1.SubagentStarted
+	4, // 5: fanout.v1.ExecuteResponse.iteration:type_name -> fanout.v1.SubagentIteration
+	9, // 6: fanout.v1.ExecuteResponse.summary:type_name -> fanout.v1.FactSummary
 	0, // 7: fanout.v1.SubagentService.Execute:input_type -> fanout.v1.ExecuteRequest
-	1, // 8: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
+	2, // 8: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
 	8, // [8:9] is the sub-list for method output_type
 	7, // [7:8] is the sub-list for method input_type
 	7, // [7:7] is the sub-list for extension type_name
@@ -448,7 +526,7 @@ func file_fanout_v1_subagent_proto_init() {
 		return
 	}
 	file_fanout_v1_run_proto_init()
-	file_fanout_v1_subagent_proto_msgTypes[1].OneofWrappers = []any{
+	file_fanout_v1_subagent_proto_msgTypes[2].OneofWrappers = []any{
 		(*ExecuteResponse_Started)(nil),
 		(*ExecuteResponse_Iteration)(nil),
 		(*ExecuteResponse_Summary)(nil),
@@ -459,7 +537,7 @@ func file_fanout_v1_subagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_subagent_proto_rawDesc), len(file_fanout_v1_subagent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,15 @@ const (
 // SubagentService runs subagents on a worker. It is called by the
 // orchestrator, not by end users.
 //
+// Trust: workers accept calls only from orchestrators. The connection is
+// mutual TLS with the orchestrator's identity authorized (a URI SAN
+// spiffe://fanout/orchestrator), and every request is an envelope whose
+// Dispatch is signed with the orchestrator's Ed25519 key. A missing or
+// unknown signing key is UNAUTHENTICATED, a signature that does not verify
+// PERMISSION_DENIED, both before anything is reserved. The ledger then
+// grants only the dispatch's current attempt on an open account of its run
+// and tenant.
+//
 // Errors: a worker with no free slot answers RESOURCE_EXHAUSTED before
 // reserving or spending anything, so the orchestrator can send the task to
 // another worker. INVALID_ARGUMENT for a malformed request. Once the stream
@@ -78,6 +87,15 @@ type SubagentService_ExecuteClient = grpc.ServerStreamingClient[ExecuteResponse]
 //
 // SubagentService runs subagents on a worker. It is called by the
 // orchestrator, not by end users.
+//
+// Trust: workers accept calls only from orchestrators. The connection is
+// mutual TLS with the orchestrator's identity authorized (a URI SAN
+// spiffe://fanout/orchestrator), and every request is an envelope whose
+// Dispatch is signed with the orchestrator's Ed25519 key. A missing or
+// unknown signing key is UNAUTHENTICATED, a signature that does not verify
+// PERMISSION_DENIED, both before anything is reserved. The ledger then
+// grants only the dispatch's current attempt on an open account of its run
+// and tenant.
 //
 // Errors: a worker with no free slot answers RESOURCE_EXHAUSTED before
 // reserving or spending anything, so the orchestrator can send the task to
