@@ -400,7 +400,10 @@ func TestLoopWritesOneAtATimeWithKeys(t *testing.T) {
 	loop.Tools = tools
 	task := newTask(b, "a")
 	task.AllowedTools = []string{"w"}
-	task.Attempt = 2
+	task.Attempt = 2 // the second dispatch of the task, as the ledger records it
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	}
 
 	if sum := loop.Run(t.Context(), task); sum.Status != subagent.StatusSucceeded {
 		t.Fatalf("status %s, err %v", sum.Status, sum.Err)

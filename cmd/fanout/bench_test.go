@@ -26,6 +26,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
+	"github.com/fanout/fanout/store/storetest"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 )
