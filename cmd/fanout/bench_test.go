@@ -26,9 +26,9 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
-	"github.com/fanout/fanout/store/storetest"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // startEngine serves an orchestrator in this process through the binary's
