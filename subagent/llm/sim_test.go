@@ -2,11 +2,14 @@ package llm_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/goleak"
 
@@ -136,6 +139,46 @@ func TestSimFailEvery(t *testing.T) {
 	}
 	if _, err := s.Call(t.Context(), request("t1", 2)); !errors.Is(err, llm.ErrSimFailure) {
 		t.Errorf("iteration 2: err = %v, want ErrSimFailure", err)
+	}
+}
+
+// TestSimWorstCaseTokens checks the worst-case tokenizer byte by byte on
+// multibyte text: 8 + 16 framing tokens per message and tool call or
+// definition, one token per byte of everything else.
+func TestSimWorstCaseTokens(t *testing.T) {
+	t.Parallel()
+	s, _ := llm.NewSim(llm.SimConfig{WorstCaseTokens: true, ToolCallsPerIteration: 1, FinishAfter: 2, InputTokens: 1, OutputTokens: 1})
+	req := request("t1", 1)
+	req.Messages[0].Content = "日本語のテキスト" // 8 runes, 24 bytes
+	req.Tools = []llm.ToolDef{{Name: "search", Description: "d", Params: map[string]string{"query": "q"}}}
+	resp, err := s.Call(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := `{"properties":{"query":{"description":"q","type":"string"}},"required":["query"],"type":"object"}`
+	wantIn := int64(8 + 24 + 16 + len("search") + len("d") + len(schema))
+	c := resp.ToolCalls
+	if len(c) != 1 {
+		t.Fatalf("reply %+v, want one tool call", resp)
+	}
+	args, _ := json.Marshal(c[0].Args)
+	wantOut := int64(len(c[0].ID) + len(c[0].Name) + len(args))
+	if resp.Usage != (llm.Usage{InputTokens: wantIn, OutputTokens: wantOut}) {
+		t.Errorf("usage %+v, want %d in, %d out", resp.Usage, wantIn, wantOut)
+	}
+
+	// A final answer longer than MaxTokens is cut there, never inside a rune.
+	req.Meta.Iteration = 2
+	req.Messages[0].Content = strings.Repeat("é", 100) // the answer quotes it
+	req.MaxTokens = 52                                 // byte 52 is inside an é
+	resp, err = s.Call(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.FinishReason != llm.FinishLength || resp.Usage.OutputTokens != 52 || len(resp.Content) > 52 ||
+		!utf8.ValidString(resp.Content) || len(resp.ToolCalls) != 0 {
+		t.Errorf("cut reply %+v (%d bytes), want at most 52 bytes of valid text, 52 output tokens, finish length",
+			resp, len(resp.Content))
 	}
 }
 
