@@ -22,7 +22,7 @@ var ErrSimFailure = errors.New("sim: injected model failure")
 // SimConfig tunes a Sim. Zero values take the documented defaults.
 type SimConfig struct {
 	Latency               time.Duration // how long each call takes; default 0
-	InputTokens           int           // input usage reported per call; default 3/4 of EstimateTokens of the request
+	InputTokens           int           // input usage reported per call; default about one token per 4 bytes of the request (see typicalInput)
 	OutputTokens          int           // output usage per call, capped at MaxTokens; default 64
 	ToolCallsPerIteration int           // tool calls per non-final iteration (only if the request offers tools); default 0
 	FinishAfter           int           // iterations 1..FinishAfter-1 call tools, iteration FinishAfter answers; default 2
@@ -176,7 +176,7 @@ func (s *Sim) respond(req Request) Response {
 	}
 	usage := Usage{InputTokens: int64(s.cfg.InputTokens), OutputTokens: int64(s.cfg.OutputTokens)}
 	if usage.InputTokens <= 0 {
-		usage.InputTokens = max(1, EstimateTokens(req.Messages, req.Tools...)*3/4)
+		usage.InputTokens = typicalInput(req)
 	}
 	if s.cfg.WorstCaseTokens {
 		return worstCase(req, s.complete(req, seed, usage, FinishStop))
@@ -232,6 +232,23 @@ func (s *Sim) complete(req Request, seed int64, usage Usage, finish FinishReason
 	}
 	b, _ := json.Marshal(map[string]any{"facts": facts}) // Plain structs always marshal.
 	return Response{Content: string(b), Usage: usage, FinishReason: finish}
+}
+
+// typicalInput is the default input usage: what a tokenizer averaging
+// about 4 bytes a token bills (3/4 of one token per 3 bytes, plus 8 tokens
+// per message and 16 per tool call and tool definition, 3/4 of them too).
+func typicalInput(req Request) int64 {
+	var n int64
+	for _, m := range req.Messages {
+		n += 8 + (int64(len(m.Content)+len(m.ToolCallID))+2)/3
+		for _, c := range m.ToolCalls {
+			n += 16 + (int64(len(c.ID)+len(c.Name)+len(simJSON(c.Args)))+2)/3
+		}
+	}
+	for _, t := range req.Tools {
+		n += 16 + (int64(len(t.Name)+len(t.Description)+len(simJSON(t.Params)))+2)/3
+	}
+	return max(1, n*3/4)
 }
 
 // worstCase sets resp's usage as SimConfig.WorstCaseTokens says, cutting

@@ -182,16 +182,79 @@ func TestSimWorstCaseTokens(t *testing.T) {
 	}
 }
 
-func TestEstimateTokensIsConservative(t *testing.T) {
+func TestInputBoundCountsEveryByte(t *testing.T) {
 	t.Parallel()
 	msgs := []llm.Message{{Role: llm.RoleUser, Content: string(make([]byte, 3000))}}
-	if got := llm.EstimateTokens(msgs); got < 1000 {
-		t.Errorf("EstimateTokens(3000 bytes) = %d, want >= 1000", got)
+	if got := llm.InputBound(msgs); got < 3000 {
+		t.Errorf("InputBound(3000 bytes) = %d, want >= 3000", got)
 	}
-	if llm.EstimateTokens(msgs, tools...) <= llm.EstimateTokens(msgs) {
-		t.Error("tool definitions add nothing to the estimate")
+	if llm.InputBound(msgs, tools...) <= llm.InputBound(msgs) {
+		t.Error("tool definitions add nothing to the bound")
 	}
-	if llm.EstimateTokens(nil) != 0 {
-		t.Error("EstimateTokens(nil) != 0")
+	if llm.InputBound(nil) != 0 {
+		t.Error("InputBound(nil) != 0")
+	}
+	// Multibyte text: one token per byte, not per rune, plus 8 per message.
+	for _, text := range []string{"日本語", "🐘🐘", "é", "naïve café"} {
+		got := llm.InputBound([]llm.Message{{Role: llm.RoleUser, Content: text}})
+		if want := int64(8 + len(text)); got != want {
+			t.Errorf("InputBound(%q, %d bytes, %d runes) = %d, want %d", text, len(text), utf8.RuneCountInString(text), got, want)
+		}
+	}
+	// Tool calls: id, name and JSON arguments, plus 16.
+	call := llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "c1", Name: "search", Args: map[string]string{"query": "東京"}}}}
+	if got, want := llm.InputBound([]llm.Message{call}), int64(8+16+len("c1")+len("search")+len(`{"query":"東京"}`)); got != want {
+		t.Errorf("InputBound(tool call) = %d, want %d", got, want)
+	}
+}
+
+// TestEstimator checks the bound of a growing conversation in multibyte
+// text: the recorded usage, plus every byte appended since, plus margins.
+func TestEstimator(t *testing.T) {
+	t.Parallel()
+	conv := []llm.Message{
+		{Role: llm.RoleSystem, Content: "あなたはリサーチのサブエージェントです。"},
+		{Role: llm.RoleUser, Content: "東京リージョンの料金を調べて 🐘"},
+	}
+	var e llm.Estimator
+	if got, want := e.Bound(conv, tools...), llm.InputBound(conv, tools...); got != want {
+		t.Fatalf("first call: Bound = %d, want InputBound %d", got, want)
+	}
+	e.Record(len(conv), llm.Usage{InputTokens: 40, OutputTokens: 25})
+	completion := llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{
+		{ID: "c1", Name: "search", Args: map[string]string{"query": "料金"}},
+		{ID: "c2", Name: "fetch", Args: map[string]string{"url": "https://example.jp/料金"}},
+	}}
+	results := []llm.Message{
+		{Role: llm.RoleTool, ToolCallID: "c1", Content: "1. 料金表 (https://example.jp/料金)"},
+		{Role: llm.RoleTool, ToolCallID: "c2", Content: "月額 ¥12,000 から"},
+	}
+	conv = append(conv, completion)
+	conv = append(conv, results...)
+	// 40+25 reported; the completion's framing (8 + 16 per call); each
+	// result's bytes and call id plus 8.
+	want := int64(40+25) + 8 + 2*16
+	for _, r := range results {
+		want += int64(8 + len(r.Content) + len(r.ToolCallID))
+	}
+	if got := e.Bound(conv, tools...); got != want {
+		t.Errorf("second call: Bound = %d, want %d", got, want)
+	}
+	if e.Bound(conv, tools...) >= llm.InputBound(conv, tools...) {
+		t.Error("the recorded usage made the bound no tighter than counting every byte")
+	}
+	// Nothing appended since (a retry of the same prompt): the usage alone.
+	if got := e.Bound(conv[:2], tools...); got != 65 {
+		t.Errorf("same prompt again: Bound = %d, want the 65 reported", got)
+	}
+	// A provider that reported no usage: every byte again.
+	e.Record(len(conv), llm.Usage{})
+	if got, want := e.Bound(conv, tools...), llm.InputBound(conv, tools...); got != want {
+		t.Errorf("after a call without usage: Bound = %d, want InputBound %d", got, want)
+	}
+	// A conversation shorter than the recorded prompt is not the same one.
+	e.Record(len(conv), llm.Usage{InputTokens: 10, OutputTokens: 1})
+	if got, want := e.Bound(conv[:1]), llm.InputBound(conv[:1]); got != want {
+		t.Errorf("shorter conversation: Bound = %d, want InputBound %d", got, want)
 	}
 }
