@@ -445,10 +445,15 @@ func (r *run) reserve(ctx context.Context, want, least int64, key string) (budge
 
 // pay settles res after its call: with the reported usage, or, if the call
 // failed (usage unknown), with the whole reservation, flagged estimated.
+// Usage past the reservation is reported (see reportOverrun) and settled
+// as it is: the ledger records the overrun.
 func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response, callErr error) error {
 	actual, estimated := resp.Usage.Total(), false
 	if callErr != nil {
 		actual, estimated = res.Amount, true
+	}
+	if actual > res.Amount {
+		r.reportOverrun(ctx, res, resp.Usage)
 	}
 	settled, err := r.settle(ctx, res, actual, estimated)
 	if err != nil {
