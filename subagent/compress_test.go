@@ -214,8 +214,8 @@ func TestLoopCompressionOverTaskBudget(t *testing.T) {
 		want  subagent.Status
 		fact  string
 	}{
-		{"answered", 450, 0, subagent.StatusSucceeded, "local fact"},
-		{"iteration limit", 450, 1, subagent.StatusIterationLimit, ""},
+		{"answered", 900, 0, subagent.StatusSucceeded, "local fact"},
+		{"iteration limit", 900, 1, subagent.StatusIterationLimit, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

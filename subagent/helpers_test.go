@@ -85,12 +85,15 @@ type reservation struct {
 	Actual    *int64
 	Spent     int64
 	Estimated bool
+	Overrun   int64
+	Key       string
 }
 
 func (b *bundle) reservations(t *testing.T) []reservation {
 	t.Helper()
 	rows, err := b.pool.Query(context.Background(),
-		`SELECT reservation_id, state, amount, actual, spent, estimated FROM reservation ORDER BY reservation_id`)
+		`SELECT reservation_id, state, amount, actual, spent, estimated, overrun, coalesce(reserve_key, '')
+		   FROM reservation ORDER BY reservation_id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +101,7 @@ func (b *bundle) reservations(t *testing.T) []reservation {
 	var out []reservation
 	for rows.Next() {
 		var r reservation
-		if err := rows.Scan(&r.ID, &r.State, &r.Amount, &r.Actual, &r.Spent, &r.Estimated); err != nil {
+		if err := rows.Scan(&r.ID, &r.State, &r.Amount, &r.Actual, &r.Spent, &r.Estimated, &r.Overrun, &r.Key); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, r)

@@ -106,6 +106,13 @@ type Progress struct {
 // then, with an llm.StructuredModel, one more reserved and settled call that
 // compresses the work into the Summary's facts (see Run). Set the fields,
 // then call Run; a Loop may run many tasks at once.
+//
+// Each call reserves an upper bound of its input tokens, never a guess:
+// one token per byte of the whole prompt for a task's first call, then the
+// previous call's reported usage plus one token per byte of what was
+// appended since (llm.Estimator), plus the output allowance. Usage past the
+// reservation (a provider billing more than the bound) is logged as a
+// warning and counted in fanout.subagent.overrun.tokens.
 type Loop struct {
 	Ledger budget.Ledger // required
 	Model  llm.Model     // required
@@ -175,7 +182,7 @@ func (l *Loop) defaults() Loop {
 // the iteration limit, a budget stop) is followed by one compression call
 // (llm.Compress, output capped by CompressMaxTokens) whose facts replace the
 // local ones. It is paid like any call: reserved in full on the task account
-// (all or nothing: estimate plus cap), settled with the reported usage, or
+// (all or nothing: input bound plus cap), settled with the reported usage, or
 // at the whole reservation, flagged estimated, if it fails or is cancelled.
 // It is skipped, keeping the local facts, if the task failed, ctx ended, the
 // worker knows the run ended or the ledger cannot grant the reservation; a
@@ -242,6 +249,7 @@ type run struct {
 	Loop
 	task  Task
 	msgs  []llm.Message
+	est   llm.Estimator // bounds each call's input from the last reported usage
 	tools []llm.ToolDef
 	sum   Summary
 	found []Fact // read tool results, reported if the model never answers
@@ -293,7 +301,7 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 	if r.runEnded() {
 		return llm.Response{}, r.endedErr() // under PolicyDrain: start nothing new
 	}
-	input := llm.EstimateTokens(r.msgs, r.tools...)
+	input := r.est.Bound(r.msgs, r.tools...)
 	want := input + int64(r.MaxOutputTokens)
 	res, err := r.reserve(ctx, want, min(r.task.MinReservation, want), fmt.Sprintf("i%d", it))
 	if err != nil {
@@ -324,6 +332,7 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 		Messages:    r.msgs,
 		Tools:       r.tools,
 		MaxTokens:   int(min(maxTokens, 1<<30)),
+		InputBound:  input,
 		Temperature: r.task.Temperature,
 		Seed:        r.task.Seed,
 		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: it,
@@ -341,6 +350,7 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 		}
 		return llm.Response{}, fmt.Errorf("call model %s in iteration %d: %w", r.Model.Name(), it, callErr)
 	}
+	r.est.Record(len(r.msgs), resp.Usage)
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
 	return resp, nil
 }
@@ -359,7 +369,7 @@ func (r *run) compress(ctx context.Context, sm llm.StructuredModel) error {
 	case errors.As(r.sum.Err, &ex) && ex.Kind != budget.KindTask && ex.State.Ended():
 		return fmt.Errorf("skipped: %w", ex) // the ledger already said the run ended
 	}
-	input := llm.EstimateTokens(r.msgs) + llm.CompressTokens()
+	input := r.est.Bound(r.msgs) + llm.CompressTokens()
 	want := input + int64(r.CompressMaxTokens)
 	// All or nothing: a summary cut off by a smaller grant would not parse.
 	res, err := r.reserve(ctx, want, want, "compress")
@@ -378,6 +388,7 @@ func (r *run) compress(ctx context.Context, sm llm.StructuredModel) error {
 		Model:       r.task.ModelName,
 		Messages:    r.msgs,
 		MaxTokens:   int(min(res.Amount-input, int64(r.CompressMaxTokens))),
+		InputBound:  input,
 		Temperature: r.task.Temperature,
 		Seed:        r.task.Seed,
 		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: r.sum.Iterations + 1,
@@ -438,10 +449,15 @@ func (r *run) reserve(ctx context.Context, want, least int64, key string) (budge
 
 // pay settles res after its call: with the reported usage, or, if the call
 // failed (usage unknown), with the whole reservation, flagged estimated.
+// Usage past the reservation is reported (see reportOverrun) and settled
+// as it is: the ledger records the overrun.
 func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response, callErr error) error {
 	actual, estimated := resp.Usage.Total(), false
 	if callErr != nil {
 		actual, estimated = res.Amount, true
+	}
+	if actual > res.Amount {
+		r.reportOverrun(ctx, res, resp.Usage)
 	}
 	settled, err := r.settle(ctx, res, actual, estimated)
 	if err != nil {

@@ -77,7 +77,7 @@ func TestLoopHappyPath(t *testing.T) {
 
 func TestLoopTaskBudgetStopsOneTask(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 100_000, 50, map[string]int64{"small": 400, "big": 50_000})
+	b := setup(t, 100_000, 50, map[string]int64{"small": 800, "big": 50_000}) // a first call reserves ~770: every byte of the prompt
 	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 1, FinishAfter: 5, InputTokens: 100, OutputTokens: 50})
 	loop := newLoop(b, sim)
 

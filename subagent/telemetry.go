@@ -85,6 +85,7 @@ type instruments struct {
 	capacityUsed  metric.Int64UpDownCounter
 	capacityLimit metric.Int64UpDownCounter
 	cancelLatency metric.Float64Histogram
+	overrun       metric.Int64Counter
 }
 
 var (
@@ -111,6 +112,9 @@ func metrics() *instruments {
 		inst.cancelLatency, _ = m.Float64Histogram("fanout.cancel.latency", metric.WithUnit("s"),
 			metric.WithDescription(cancelLatencyDescription),
 			metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+		inst.overrun, _ = m.Int64Counter("fanout.subagent.overrun.tokens", metric.WithUnit("{token}"),
+			metric.WithDescription("Tokens model calls used beyond their reservation: the provider billed more than "+
+				"the input bound plus the output cap. The ledger records them as overrun; past every limit they are unpaid. Should stay 0."))
 	})
 	return &inst
 }
@@ -299,6 +303,20 @@ func (r *run) endChatSpan(ctx context.Context, span trace.Span, common []attribu
 	}
 	m.opDuration.Record(mctx, time.Since(start).Seconds(), metric.WithAttributes(dattrs...))
 	span.End()
+}
+
+// reportOverrun makes a call's usage past its reservation loud. The
+// reservation is an upper bound of what the call can cost, so this means a
+// provider billed more than the bound allows: tokens spent past what the
+// ledger granted, unpaid if no limit has room for them.
+func (r *run) reportOverrun(ctx context.Context, res budget.Reservation, u llm.Usage) {
+	over := u.Total() - res.Amount
+	r.Logger.WarnContext(ctx, "model call used more tokens than its reservation",
+		"run_id", r.task.RunID, "task_id", r.task.TaskID, "reservation", res.ID,
+		"requested", res.Requested, "granted", res.Amount, "actual", u.Total(),
+		"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "overrun", over,
+		"provider", r.Model.Name())
+	metrics().overrun.Add(context.WithoutCancel(ctx), over, metric.WithAttributes(attrProvider.String(r.Model.Name())))
 }
 
 // startToolSpan starts the span of one tool call.

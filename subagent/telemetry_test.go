@@ -1,19 +1,132 @@
 package subagent_test
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 	"github.com/fanout/fanout/subagent/llm/llmtest"
 )
+
+// overbilling reports more input than any bound allows, as a provider with
+// a wrong usage report, or a tokenizer the bound does not cover, would.
+type overbilling struct {
+	llm.Model
+	extra int64
+}
+
+func (m overbilling) Call(ctx context.Context, req llm.Request) (llm.Response, error) {
+	resp, err := m.Model.Call(ctx, req)
+	resp.Usage.InputTokens += m.extra
+	return resp, err
+}
+
+// overrunTokens reads the fanout.subagent.overrun.tokens counter.
+func overrunTokens(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "fanout.subagent.overrun.tokens" {
+				for _, p := range d.DataPoints {
+					n += p.Value
+				}
+			}
+		}
+	}
+	return n
+}
+
+// syncBuffer is a log sink safe for the loop's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLoopOverrunIsLoud has a model report more than its reservation: the
+// ledger records the overrun, a warning names run, task, reservation,
+// grant and usage, and fanout.subagent.overrun.tokens counts it. It
+// installs the global meter provider, so it is the only test of the
+// package that does and it does not call t.Parallel: it runs before the
+// parallel tests resume, and what the counter gains meanwhile is its own.
+func TestLoopOverrunIsLoud(t *testing.T) { //nolint:paralleltest // global meter provider
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	before := overrunTokens(t, reader)
+
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	var logs syncBuffer
+	loop := newLoop(b, overbilling{newSim(t, llm.SimConfig{FinishAfter: 1}), 100_000})
+	loop.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	if sum := loop.Run(t.Context(), newTask(b, "a")); sum.Status != subagent.StatusSucceeded {
+		t.Fatalf("status %s, err %v", sum.Status, sum.Err)
+	}
+
+	res := b.reservations(t)
+	if len(res) != 1 || res[0].Actual == nil || res[0].Overrun != *res[0].Actual-res[0].Amount || res[0].Overrun <= 0 {
+		t.Fatalf("reservations %+v: want one with its usage past the grant recorded as overrun", res)
+	}
+	r := res[0]
+	var warned bool
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	for sc.Scan() {
+		var line struct {
+			Level, Msg               string
+			RunID                    string `json:"run_id"`
+			TaskID                   string `json:"task_id"`
+			Reservation              int64
+			Granted, Actual, Overrun int64
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("log line %s: %v", sc.Text(), err)
+		}
+		if strings.Contains(line.Msg, "reservation") && line.Level == "WARN" {
+			warned = line.RunID == b.runID && line.TaskID == "a" && line.Reservation == r.ID &&
+				line.Granted == r.Amount && line.Actual == *r.Actual && line.Overrun == r.Overrun
+			if !warned {
+				t.Errorf("overrun warning %s does not name run, task, reservation, grant and usage of %+v", sc.Text(), r)
+			}
+		}
+	}
+	if !warned {
+		t.Errorf("no overrun warning in the logs:\n%s", logs.String())
+	}
+	if got := overrunTokens(t, reader) - before; got != r.Overrun {
+		t.Errorf("fanout.subagent.overrun.tokens grew by %d, want the %d overrun", got, r.Overrun)
+	}
+	b.checkLedger(t)
+}
 
 // TestLoopCapturesContentOnlyWhenAsked checks the loop's spans with
 // content capture off and on. It installs the global tracer provider, so

@@ -1,12 +1,9 @@
 // Package llm is the model seam of the agent loop: the Model interface every
-// provider implements, a conservative token estimator, and Sim, a
+// provider implements, upper bounds of a call's input tokens, and Sim, a
 // deterministic model for tests and the dev server.
 package llm
 
-import (
-	"context"
-	"encoding/json"
-)
+import "context"
 
 // Role is who wrote a message.
 type Role string
@@ -71,10 +68,15 @@ type Meta struct {
 
 // Request is one model call.
 type Request struct {
-	Model       string // provider-specific model name; empty = provider default
-	Messages    []Message
-	Tools       []ToolDef
-	MaxTokens   int // output cap, >= 1
+	Model     string // provider-specific model name; empty = provider default
+	Messages  []Message
+	Tools     []ToolDef
+	MaxTokens int // output cap, >= 1
+	// InputBound, if > 0, is the caller's upper bound of the call's input
+	// tokens: what it reserved for input (Estimator.Bound). Providers debit
+	// it plus MaxTokens from their rate limits before each attempt; 0 makes
+	// them use InputBound of Messages and Tools. Never sent.
+	InputBound  int64
 	Temperature float64
 	Seed        int64 // 0 = provider default
 	Meta        Meta
@@ -102,39 +104,4 @@ type Model interface {
 // Request.Model is empty, for telemetry (gen_ai.request.model).
 type DefaultModeler interface {
 	DefaultModel() string
-}
-
-// Per-item overheads of EstimateTokens: role markers and framing that
-// providers bill but bytes do not show.
-const (
-	messageOverhead = 8
-	toolOverhead    = 16
-)
-
-// EstimateTokens returns a conservative estimate of the input tokens of
-// msgs plus tools: one token per 3 bytes (real tokenizers average about 4)
-// plus a fixed overhead per message, tool call and tool definition. It is
-// what the agent loop reserves for input, so it errs high.
-func EstimateTokens(msgs []Message, tools ...ToolDef) int64 {
-	var n int64
-	for _, m := range msgs {
-		n += messageOverhead + bytesToTokens(len(m.Content)+len(m.ToolCallID))
-		for _, c := range m.ToolCalls {
-			n += toolOverhead + bytesToTokens(len(c.ID)+len(c.Name)+jsonLen(c.Args))
-		}
-	}
-	for _, t := range tools {
-		n += toolOverhead + bytesToTokens(len(t.Name)+len(t.Description)+jsonLen(t.Params))
-	}
-	return n
-}
-
-func bytesToTokens(n int) int64 { return int64(n+2) / 3 }
-
-func jsonLen(v map[string]string) int {
-	if len(v) == 0 {
-		return 0
-	}
-	b, _ := json.Marshal(v) // A map of strings always marshals.
-	return len(b)
 }

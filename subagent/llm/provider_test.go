@@ -191,7 +191,7 @@ func TestProviderToolCallRoundTrip(t *testing.T) {
 	}
 }
 
-func TestProviderComputedUsageFitsEstimate(t *testing.T) {
+func TestProviderComputedUsageFitsInputBound(t *testing.T) {
 	t.Parallel()
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -205,8 +205,8 @@ func TestProviderComputedUsageFitsEstimate(t *testing.T) {
 			if resp.Usage.InputTokens <= 0 || resp.Usage.OutputTokens <= 0 || resp.Content != "fake answer" {
 				t.Fatalf("reply = %+v", resp)
 			}
-			if est := llm.EstimateTokens(req.Messages, req.Tools...); resp.Usage.InputTokens > est {
-				t.Errorf("input usage %d over the estimate %d", resp.Usage.InputTokens, est)
+			if bound := llm.InputBound(req.Messages, req.Tools...); resp.Usage.InputTokens > bound {
+				t.Errorf("input usage %d over the bound %d", resp.Usage.InputTokens, bound)
 			}
 		})
 	}

@@ -122,7 +122,9 @@ var errAttemptTimeout = errors.New("attempt timeout")
 
 // do runs attempt under the slot, the limits and the retry policy. attempt
 // returns a *StatusError for an error reply and other errors already
-// redacted and naming the provider.
+// redacted and naming the provider. extraInput is what the provider adds
+// to the request's input (a structured-output schema); a req.InputBound
+// covers it already.
 func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt func(context.Context) (Response, error)) (Response, error) {
 	if err := context.Cause(ctx); err != nil {
 		return Response{}, err
@@ -136,10 +138,15 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		}
 		defer c.cfg.Slots.Release(1)
 	}
-	// What a call may cost at most: the conservative input estimate plus the
-	// whole output allowance. The rate limiter debits this before the call
-	// and refunds the difference once the real usage is known.
-	cost := EstimateTokens(req.Messages, req.Tools...) + extraInput + int64(req.MaxTokens)
+	// What a call may cost at most: the input bound the caller reserved (or,
+	// if it gave none, InputBound of the request and the extra input) plus
+	// the whole output allowance. The rate limiter debits this before the
+	// call and refunds the difference once the real usage is known.
+	input := req.InputBound
+	if input <= 0 {
+		input = InputBound(req.Messages, req.Tools...) + extraInput
+	}
+	cost := input + int64(req.MaxTokens)
 	log := c.cfg.Logger.With("provider", c.provider, "key_id", KeyID(c.cfg.APIKey),
 		"run_id", req.Meta.RunID, "task_id", req.Meta.TaskID, "iteration", req.Meta.Iteration)
 	var slept time.Duration

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrSimFailure is the error of a Sim call that SimConfig.FailEvery makes fail.
@@ -21,7 +22,7 @@ var ErrSimFailure = errors.New("sim: injected model failure")
 // SimConfig tunes a Sim. Zero values take the documented defaults.
 type SimConfig struct {
 	Latency               time.Duration // how long each call takes; default 0
-	InputTokens           int           // input usage reported per call; default 3/4 of EstimateTokens of the request
+	InputTokens           int           // input usage reported per call; default about one token per 4 bytes of the request (see typicalInput)
 	OutputTokens          int           // output usage per call, capped at MaxTokens; default 64
 	ToolCallsPerIteration int           // tool calls per non-final iteration (only if the request offers tools); default 0
 	FinishAfter           int           // iterations 1..FinishAfter-1 call tools, iteration FinishAfter answers; default 2
@@ -29,6 +30,17 @@ type SimConfig struct {
 	Seed                  int64         // default seed; a request's non-zero Seed wins
 	FailEvery             int           // if > 0, calls whose iteration is a multiple of it fail with ErrSimFailure
 	LogPath               string        // if set, every finished call is appended to this file as a JSON line
+	// WorstCaseTokens reports the usage of a tokenizer that makes one token
+	// of every byte, the most a byte-level BPE tokenizer can bill, instead
+	// of InputTokens and OutputTokens: input is one token per byte of the
+	// request's message contents, tool call ids, names and JSON arguments
+	// and tool definitions' names, descriptions and JSON schemas, plus 8
+	// tokens of framing per message and 16 per tool call and tool
+	// definition; output is one token per byte of the completion's text or
+	// of its tool calls' ids, names and JSON arguments. A completion longer
+	// than MaxTokens is cut to MaxTokens bytes of text (no tool calls),
+	// finish reason length.
+	WorstCaseTokens bool
 }
 
 // CallRecord is one entry of a Sim's call log.
@@ -162,17 +174,24 @@ func (s *Sim) respond(req Request) Response {
 	if req.Seed != 0 {
 		seed = req.Seed
 	}
-	it := req.Meta.Iteration
 	usage := Usage{InputTokens: int64(s.cfg.InputTokens), OutputTokens: int64(s.cfg.OutputTokens)}
 	if usage.InputTokens <= 0 {
-		usage.InputTokens = max(1, EstimateTokens(req.Messages, req.Tools...)*3/4)
+		usage.InputTokens = typicalInput(req)
+	}
+	if s.cfg.WorstCaseTokens {
+		return worstCase(req, s.complete(req, seed, usage, FinishStop))
 	}
 	finish := FinishStop
 	if req.MaxTokens > 0 && usage.OutputTokens > int64(req.MaxTokens) {
 		usage.OutputTokens = int64(req.MaxTokens)
 		finish = FinishLength
 	}
+	return s.complete(req, seed, usage, finish)
+}
 
+// complete returns the completion of req: tool calls or the final answer.
+func (s *Sim) complete(req Request, seed int64, usage Usage, finish FinishReason) Response {
+	it := req.Meta.Iteration
 	if it < s.cfg.FinishAfter && len(req.Tools) > 0 && s.cfg.ToolCallsPerIteration > 0 {
 		calls := make([]ToolCall, s.cfg.ToolCallsPerIteration)
 		for k := range calls {
@@ -213,6 +232,63 @@ func (s *Sim) respond(req Request) Response {
 	}
 	b, _ := json.Marshal(map[string]any{"facts": facts}) // Plain structs always marshal.
 	return Response{Content: string(b), Usage: usage, FinishReason: finish}
+}
+
+// typicalInput is the default input usage: what a tokenizer averaging
+// about 4 bytes a token bills (3/4 of one token per 3 bytes, plus 8 tokens
+// per message and 16 per tool call and tool definition, 3/4 of them too).
+func typicalInput(req Request) int64 {
+	var n int64
+	for _, m := range req.Messages {
+		n += 8 + (int64(len(m.Content)+len(m.ToolCallID))+2)/3
+		for _, c := range m.ToolCalls {
+			n += 16 + (int64(len(c.ID)+len(c.Name)+len(simJSON(c.Args)))+2)/3
+		}
+	}
+	for _, t := range req.Tools {
+		n += 16 + (int64(len(t.Name)+len(t.Description)+len(simJSON(t.Params)))+2)/3
+	}
+	return max(1, n*3/4)
+}
+
+// worstCase sets resp's usage as SimConfig.WorstCaseTokens says, cutting
+// a completion longer than req.MaxTokens. It counts on its own, not with
+// the package's bounds, so that it checks them.
+func worstCase(req Request, resp Response) Response {
+	var in int
+	for _, m := range req.Messages {
+		in += 8 + len(m.Content) + len(m.ToolCallID)
+		for _, c := range m.ToolCalls {
+			in += 16 + len(c.ID) + len(c.Name) + len(simJSON(c.Args))
+		}
+	}
+	for _, t := range req.Tools {
+		in += 16 + len(t.Name) + len(t.Description) + len(simJSON(toolSchema(t)))
+	}
+	out := len(resp.Content)
+	for _, c := range resp.ToolCalls {
+		out += len(c.ID) + len(c.Name) + len(simJSON(c.Args))
+	}
+	if req.MaxTokens > 0 && out > req.MaxTokens {
+		n := req.MaxTokens
+		for n > 0 && n < len(resp.Content) && !utf8.RuneStart(resp.Content[n]) {
+			n-- // never split a UTF-8 sequence
+		}
+		resp.Content = resp.Content[:min(n, len(resp.Content))]
+		resp.ToolCalls = nil
+		resp.FinishReason = FinishLength
+		out = req.MaxTokens // it generated its whole cap
+	}
+	resp.Usage = Usage{InputTokens: int64(in), OutputTokens: int64(out)}
+	return resp
+}
+
+func simJSON(v any) string {
+	if m, ok := v.(map[string]string); ok && len(m) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(v) // Plain maps and strings always marshal.
+	return string(b)
 }
 
 // simTopic is the start of the task's instruction (its last user message

@@ -13,13 +13,14 @@ type Schema struct {
 	JSON        map[string]any // the schema; for OpenAI strict mode every property is required and additionalProperties is false
 }
 
-// tokens is the schema's share of the input estimate; 0 for a nil schema.
+// tokens is the schema's share of an input bound, counted like a tool
+// definition (see InputBound); 0 for a nil schema.
 func (s *Schema) tokens() int64 {
 	if s == nil {
 		return 0
 	}
 	b, _ := json.Marshal(s.JSON) // Built from plain maps; it marshals.
-	return toolOverhead + bytesToTokens(len(s.Name)+len(s.Description)+len(b))
+	return toolOverhead + int64(len(s.Name)+len(s.Description)+len(b))
 }
 
 // StructuredModel is a Model that can constrain its reply to a JSON schema:
@@ -108,11 +109,12 @@ func Compress(ctx context.Context, m Model, req Request) (Compressed, error) {
 	return Compressed{Facts: facts, Degraded: !ok, Response: resp}, nil
 }
 
-// CompressTokens is the input estimate Compress adds to EstimateTokens of
-// the conversation: the instruction and the schema. Reserve
-// EstimateTokens(msgs) + CompressTokens + the output cap.
+// CompressTokens is the input Compress adds to the conversation's: the
+// instruction and the schema, one token per byte plus their margins, as
+// InputBound counts. Reserve an input bound of the conversation
+// (Estimator.Bound) + CompressTokens + the output cap.
 func CompressTokens() int64 {
-	return messageOverhead + bytesToTokens(len(CompressInstruction)) + FactsSchema.tokens()
+	return messageBound(Message{Role: RoleUser, Content: CompressInstruction}) + FactsSchema.tokens()
 }
 
 // DecodeFacts reads {"facts":[{"text","sources"}]} (optionally in a ```json

@@ -60,7 +60,7 @@ type Stats struct {
 // Server is a fake provider. Without a Script it answers every request with
 // a short text. Usage, unless scripted, is 4 tokens per message plus one per
 // 4 bytes of content in, and one per 4 bytes of text plus 10 per tool call
-// out, capped at max_tokens: never more than llm.EstimateTokens plus the
+// out, capped at max_tokens: never more than llm.InputBound plus the
 // output cap, as with a real tokenizer. Safe for concurrent use.
 type Server struct {
 	*httptest.Server
