@@ -90,9 +90,12 @@ type Summary struct {
 	Tried       []string // tool calls made, in call order
 	Failed      []string // what failed and why, compression included
 	TokensSpent int64    // settled in the ledger, estimated settlements included, the compression call's too
-	Iterations  int      // agent loop model calls started; the compression call is not one
-	Status      Status
-	Err         error // why it ended, if Status is not StatusSucceeded
+	// Iterations counts agent loop iterations that called the model. The
+	// retries of a call that may have been billed belong to its iteration;
+	// the compression call is none.
+	Iterations int
+	Status     Status
+	Err        error // why it ended, if Status is not StatusSucceeded
 }
 
 // Progress reports one finished iteration.
@@ -128,6 +131,15 @@ type Loop struct {
 	// CompressMaxTokens caps the output of the compression call (and is its
 	// output allowance in the reservation); default 512.
 	CompressMaxTokens int
+	// BilledRetry bounds and spaces the retries of a model call that failed
+	// after it may have been billed (llm.ErrMaybeBilled: a 5xx reply not in
+	// the provider's error shape, such as a gateway's page). Such a call is
+	// settled at its whole reservation, flagged estimated, and made again
+	// under a new reservation after Backoff (a Retry-After is a floor): at
+	// most MaxAttempts calls in all (default 3, so two retries), sleeping at
+	// most MaxSleep in all (default 2m) and never past the task's deadline.
+	// The other fields default as in llm.RetryPolicy.
+	BilledRetry llm.RetryPolicy
 	// CaptureContent puts prompts, completions and tool arguments and
 	// results on the spans (gen_ai.input.messages, gen_ai.output.messages,
 	// gen_ai.tool.call.arguments, gen_ai.tool.call.result). Default off:
@@ -164,6 +176,12 @@ func (l *Loop) defaults() Loop {
 	}
 	if c.ReadParallelism <= 0 {
 		c.ReadParallelism = 4
+	}
+	if c.BilledRetry.MaxAttempts <= 0 {
+		c.BilledRetry.MaxAttempts = 3
+	}
+	if c.BilledRetry.MaxSleep <= 0 {
+		c.BilledRetry.MaxSleep = 2 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -293,37 +311,101 @@ func (r *run) progress(it, toolCalls int) {
 	}
 }
 
-// iterate makes one reserved, settled model call.
+// iterate makes iteration it's model call: reserved, called, settled. A
+// call that failed after it may have been billed (llm.ErrMaybeBilled: a 5xx
+// not in the provider's error shape) has been settled at its whole
+// reservation, flagged estimated; it is made again under a new reservation
+// (key "i3r1", "i3r2", ...) after a backoff, as BilledRetry allows. Each
+// retry is a new paid call of the same iteration: Summary.Iterations
+// counts iterations of the loop, not model calls.
 func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
+	key := fmt.Sprintf("i%d", it)
+	var slept time.Duration
+	for n := 1; ; n++ {
+		resp, billed, err := r.callModel(ctx, it, key)
+		if billed == nil {
+			return resp, err
+		}
+		delay, why := r.billedBackoff(ctx, n, slept, billed.RetryAfter)
+		if why != "" {
+			return llm.Response{}, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
+		}
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
+		r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
+			"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", it, "status", billed.StatusCode,
+			"call", n, "sleep", delay, "retry_after", billed.RetryAfter)
+		if err := sleep(ctx, delay); err != nil {
+			return llm.Response{}, err
+		}
+		slept += delay
+		key = fmt.Sprintf("i%dr%d", it, n)
+	}
+}
+
+// billedBackoff returns how long to wait before the call that follows call
+// n of an iteration, whose failure may have been billed, or why no call
+// follows: BilledRetry's attempts or total sleep, or ctx's deadline, would
+// be passed.
+func (r *run) billedBackoff(ctx context.Context, n int, slept, retryAfter time.Duration) (time.Duration, string) {
+	p := r.BilledRetry
+	delay := p.Backoff(n, retryAfter)
+	switch deadline, ok := ctx.Deadline(); {
+	case n >= p.MaxAttempts:
+		return 0, fmt.Sprintf("%d calls", n)
+	case slept+delay > p.MaxSleep:
+		return 0, fmt.Sprintf("sleeping %s more would pass the %s retry budget", delay.Round(time.Millisecond), p.MaxSleep)
+	case ok && time.Now().Add(delay).After(deadline):
+		return 0, fmt.Sprintf("sleeping %s would pass the deadline", delay.Round(time.Millisecond))
+	}
+	return delay, ""
+}
+
+// sleep waits d or until ctx ends, returning its cause.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// callModel makes one reserved, settled model call of iteration it,
+// reserved under key. If the call failed after it may have been billed,
+// was paid for and ctx has not ended, it returns the call's error as
+// billed too, for iterate to retry.
+func (r *run) callModel(ctx context.Context, it int, key string) (llm.Response, *llm.StatusError, error) {
 	if err := context.Cause(ctx); err != nil {
-		return llm.Response{}, err
+		return llm.Response{}, nil, err
 	}
 	if r.runEnded() {
-		return llm.Response{}, r.endedErr() // under PolicyDrain: start nothing new
+		return llm.Response{}, nil, r.endedErr() // under PolicyDrain: start nothing new
 	}
 	input := r.est.Bound(r.msgs, r.tools...)
 	want := input + int64(r.MaxOutputTokens)
-	res, err := r.reserve(ctx, want, min(r.task.MinReservation, want), fmt.Sprintf("i%d", it))
+	res, err := r.reserve(ctx, want, min(r.task.MinReservation, want), key)
 	if err != nil {
 		if ctx.Err() != nil {
-			return llm.Response{}, context.Cause(ctx)
+			return llm.Response{}, nil, context.Cause(ctx)
 		}
-		return llm.Response{}, fmt.Errorf("reserve for iteration %d: %w", it, err)
+		return llm.Response{}, nil, fmt.Errorf("reserve for iteration %d: %w", it, err)
 	}
 	if ctx.Err() != nil {
 		r.void(ctx, res)
-		return llm.Response{}, context.Cause(ctx)
+		return llm.Response{}, nil, context.Cause(ctx)
 	}
 	maxTokens := res.Amount - input
 	if maxTokens < 1 {
 		r.void(ctx, res)
-		return llm.Response{}, fmt.Errorf("reserve for iteration %d: granted %d tokens, input alone needs %d: %w",
+		return llm.Response{}, nil, fmt.Errorf("reserve for iteration %d: granted %d tokens, input alone needs %d: %w",
 			it, res.Amount, input, budget.ErrExhausted)
 	}
 	if r.runEnded() {
 		// Never start a call once this worker knows the run ended.
 		r.void(ctx, res)
-		return llm.Response{}, r.endedErr()
+		return llm.Response{}, nil, r.endedErr()
 	}
 
 	r.sum.Iterations = it
@@ -342,17 +424,22 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 		return r.Model.Call(ctx, req)
 	})
 	if err := r.pay(ctx, res, resp, callErr); err != nil {
-		return llm.Response{}, errors.Join(callErr, err)
+		return llm.Response{}, nil, errors.Join(callErr, err)
 	}
 	if callErr != nil {
 		if ctx.Err() != nil {
-			return llm.Response{}, context.Cause(ctx)
+			return llm.Response{}, nil, context.Cause(ctx)
 		}
-		return llm.Response{}, fmt.Errorf("call model %s in iteration %d: %w", r.Model.Name(), it, callErr)
+		err := fmt.Errorf("call model %s in iteration %d: %w", r.Model.Name(), it, callErr)
+		var se *llm.StatusError
+		if errors.As(callErr, &se) && se.MaybeBilled() {
+			return llm.Response{}, se, err
+		}
+		return llm.Response{}, nil, err
 	}
 	r.est.Record(len(r.msgs), resp.Usage)
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
-	return resp, nil
+	return resp, nil, nil
 }
 
 // compress makes the compression call (see Run) and puts its facts in

@@ -44,6 +44,7 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 		option.WithAPIKey(pc.APIKey),
 		option.WithHTTPClient(pc.HTTPClient),
 		option.WithMaxRetries(0),
+		option.WithMiddleware(errorShapeMiddleware(anthropicErrorShape)),
 	)
 	return &Anthropic{c: newCaller("anthropic", pc), msgs: client.Messages}, nil
 }
@@ -192,6 +193,10 @@ func (m *Anthropic) params(req Request, schema *Schema) anthropic.MessageNewPara
 
 // err turns a client error into one that is safe to log.
 func (m *Anthropic) err(req Request, err error) error {
+	var fr *foreignReply
+	if errors.As(err, &fr) {
+		return m.c.statusError(req.Meta.RunID, fr, "Request-Id")
+	}
 	var apiErr *anthropic.Error
 	if errors.As(err, &apiErr) {
 		se := &StatusError{Provider: "anthropic", RunID: req.Meta.RunID, StatusCode: apiErr.StatusCode,

@@ -56,6 +56,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		option.WithAPIKey(pc.APIKey),
 		option.WithHTTPClient(pc.HTTPClient),
 		option.WithMaxRetries(0),
+		option.WithMiddleware(errorShapeMiddleware(openAIErrorShape)),
 	)
 	return &OpenAI{c: newCaller("openai", pc), stream: cfg.Stream, chat: chat}, nil
 }
@@ -71,7 +72,8 @@ func (m *OpenAI) Close() { m.c.cfg.HTTPClient.CloseIdleConnections() }
 
 // Call implements Model. Errors name the provider and the run: a
 // *StatusError for an error reply (after retries, wrapped in
-// ErrRetriesExhausted), ErrCallTimeout, ErrMalformedReply, or
+// ErrRetriesExhausted; at once, and matching ErrMaybeBilled, for a 5xx not
+// in the provider's error shape), ErrCallTimeout, ErrMalformedReply, or
 // context.Cause(ctx) once ctx ends.
 func (m *OpenAI) Call(ctx context.Context, req Request) (Response, error) {
 	return m.call(ctx, req, nil)
@@ -249,6 +251,10 @@ func (m *OpenAI) params(req Request, schema *Schema) openai.ChatCompletionNewPar
 // err turns a client error into one that is safe to log: no request, no
 // headers, the key redacted.
 func (m *OpenAI) err(req Request, err error) error {
+	var fr *foreignReply
+	if errors.As(err, &fr) {
+		return m.c.statusError(req.Meta.RunID, fr, "X-Request-Id")
+	}
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
 		se := &StatusError{Provider: "openai", RunID: req.Meta.RunID, StatusCode: apiErr.StatusCode}

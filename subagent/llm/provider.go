@@ -28,6 +28,13 @@ var (
 	// ErrMalformedReply is a reply that does not decode (bad JSON, a stream
 	// that ended before its usage). Its usage is unknown.
 	ErrMalformedReply = errors.New("malformed model reply")
+	// ErrMaybeBilled is a 5xx reply that is not in the provider's own error
+	// shape: a gateway's page or a non-standard error body, which may come
+	// after the provider ran and billed the call. Call returns it, as a
+	// *StatusError, without retrying it inside the call: a caller that
+	// makes the call again pays for it anew (the agent loop settles the
+	// attempt at its whole reservation and reserves again).
+	ErrMaybeBilled = errors.New("model call may have been billed")
 )
 
 // StatusError is a provider's HTTP error response. It holds no request, no
@@ -37,29 +44,57 @@ type StatusError struct {
 	Provider   string
 	RunID      string
 	StatusCode int
-	Message    string        // the provider's error message, redacted and truncated
+	// Message is the provider's error message or, if the reply was not in
+	// the provider's error shape (ForeignBody), the reply's body with its
+	// whitespace collapsed; redacted, at most 512 bytes.
+	Message    string
 	RequestID  string        // the provider's request id, if it sent one
 	RetryAfter time.Duration // from Retry-After / retry-after-ms; 0 if absent
+	// ForeignBody reports that the body was not in the provider's own error
+	// shape (OpenAI {"error":{"message":...}}, Anthropic {"type":"error",
+	// "error":{...}}): a gateway or a non-standard server answered.
+	ForeignBody bool
 }
 
 func (e *StatusError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: run %s: HTTP %d %s", e.Provider, e.RunID, e.StatusCode, http.StatusText(e.StatusCode))
+	if e.MaybeBilled() {
+		b.WriteString(", not in the provider's error shape: the call may have been billed")
+	}
 	if e.Message != "" {
 		fmt.Fprintf(&b, ": %s", e.Message)
 	}
 	if e.RequestID != "" {
 		fmt.Fprintf(&b, " (request %s)", e.RequestID)
 	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
+	}
 	return b.String()
 }
 
-// Unwrap makes every StatusError match ErrProvider.
-func (e *StatusError) Unwrap() error { return ErrProvider }
+// Unwrap makes every StatusError match ErrProvider, and one that
+// MaybeBilled ErrMaybeBilled too.
+func (e *StatusError) Unwrap() []error {
+	if e.MaybeBilled() {
+		return []error{ErrProvider, ErrMaybeBilled}
+	}
+	return []error{ErrProvider}
+}
 
-// Retryable reports whether the status is worth another attempt: 408, 429
-// and 5xx. Everything else (401, 403, 400, 404, ...) will fail the same way.
+// MaybeBilled reports whether the reply is a 5xx not in the provider's
+// error shape, which may come after the provider ran and billed the call
+// (see ErrMaybeBilled).
+func (e *StatusError) MaybeBilled() bool { return e.ForeignBody && e.StatusCode >= 500 }
+
+// Retryable reports whether the reply is worth another attempt inside the
+// same call: 408, 429 and 5xx, which consumed nothing, unless MaybeBilled.
+// Everything else (401, 403, 400, 404, ...) will fail the same way.
 func (e *StatusError) Retryable() bool {
+	if e.MaybeBilled() {
+		return false
+	}
 	return e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
 }
 

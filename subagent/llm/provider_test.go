@@ -310,6 +310,103 @@ func TestProvider5xxThenSuccess(t *testing.T) {
 	}
 }
 
+// gatewayPage is what nginx answers when the upstream is gone.
+const gatewayPage = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n" +
+	"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+
+// TestProviderForeign5xxMayBeBilled answers a 5xx whose body is not in the
+// provider's error shape (a gateway's page, a non-standard JSON error). It
+// may come after the provider ran and billed the call, so Call returns it
+// at once, unretried, as a *StatusError that is ErrMaybeBilled, with the
+// status, the body (redacted, at most 512 bytes) and Retry-After; it is
+// not a malformed reply.
+func TestProviderForeign5xxMayBeBilled(t *testing.T) {
+	t.Parallel()
+	long := `{"error":"upstream failed for key ` + canary + `: ` + strings.Repeat("x", 2000) + `"}`
+	cases := []struct {
+		name, body, contentType, retryAfter, want string
+		status                                    int
+		wantRetryAfter                            time.Duration
+	}{
+		{"json error string", `{"error":"TypeError","message":"Cannot read properties of undefined (reading 'choices')"}`,
+			"", "", "TypeError", 500, 0},
+		{"html gateway page", gatewayPage, "text/html", "", "502 Bad Gateway", 502, 0},
+		{"long body echoing the key", long, "", "7", "upstream failed for key [REDACTED]", 503, 7 * time.Second},
+	}
+	for _, k := range kinds {
+		for _, c := range cases {
+			t.Run(k.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				f := newFixture(t, k, func(llmtest.Request) llmtest.Reply {
+					return llmtest.Reply{Status: c.status, Raw: c.body, ContentType: c.contentType, RetryAfter: c.retryAfter}
+				}, nil)
+				_, err := f.call(t.Context(), providerRequest())
+				var se *llm.StatusError
+				if !errors.Is(err, llm.ErrMaybeBilled) || !errors.As(err, &se) || !se.MaybeBilled() || se.Retryable() {
+					t.Fatalf("err = %v, want a *StatusError that may have been billed and is not retried", err)
+				}
+				if errors.Is(err, llm.ErrMalformedReply) || errors.Is(err, llm.ErrRetriesExhausted) {
+					t.Errorf("err = %v: not a malformed reply, and never retried inside the call", err)
+				}
+				if se.StatusCode != c.status || se.RetryAfter != c.wantRetryAfter {
+					t.Errorf("status %d, Retry-After %s; want %d, %s", se.StatusCode, se.RetryAfter, c.status, c.wantRetryAfter)
+				}
+				if !strings.Contains(se.Message, c.want) || len(se.Message) > 512 {
+					t.Errorf("message %q (%d bytes), want the body with %q, at most 512 bytes", se.Message, len(se.Message), c.want)
+				}
+				text := err.Error()
+				for _, part := range []string{k.provider, "run-42", fmt.Sprint(c.status), c.want} {
+					if !strings.Contains(text, part) {
+						t.Errorf("error %q does not say %q", text, part)
+					}
+				}
+				if c.wantRetryAfter > 0 && !strings.Contains(text, "retry after 7s") {
+					t.Errorf("error %q does not say when to retry", text)
+				}
+				if n := len(f.srv.Requests()); n != 1 {
+					t.Errorf("%d attempts, want 1: a reply that may have been billed is never retried inside the call", n)
+				}
+				// f's cleanup greps the errors and the logs for the key.
+			})
+		}
+	}
+}
+
+// TestProviderForeign4xx answers error statuses below 500 with bodies not
+// in the provider's shape: the request was refused, so nothing was billed.
+// A 429 is retried inside the call like the provider's own; a 404 fails at
+// once. Neither is a malformed reply.
+func TestProviderForeign4xx(t *testing.T) {
+	t.Parallel()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
+				switch r.N {
+				case 1:
+					return llmtest.Reply{Status: 429, Raw: "<html><body>Too Many Requests</body></html>", ContentType: "text/html"}
+				case 2:
+					return llmtest.Reply{Text: "ok", Usage: llm.Usage{InputTokens: 10, OutputTokens: 2}}
+				}
+				return llmtest.Reply{Status: 404, Raw: "404 page not found", ContentType: "text/plain"}
+			}, nil)
+			resp, err := f.call(t.Context(), providerRequest())
+			if err != nil || resp.Usage.Total() != 12 || len(f.srv.Requests()) != 2 {
+				t.Fatalf("resp %+v, err %v after %d requests; want the 429 retried, then success", resp, err, len(f.srv.Requests()))
+			}
+			_, err = f.call(t.Context(), providerRequest())
+			var se *llm.StatusError
+			if !errors.As(err, &se) || se.StatusCode != 404 || se.MaybeBilled() || se.Retryable() ||
+				errors.Is(err, llm.ErrMaybeBilled) || errors.Is(err, llm.ErrMalformedReply) || !strings.Contains(se.Message, "404 page not found") {
+				t.Fatalf("err = %v, want a 404 StatusError with its body, not billed, not malformed", err)
+			}
+			if n := len(f.srv.Requests()); n != 3 {
+				t.Errorf("%d requests, want 3: a 404 is not retried", n)
+			}
+		})
+	}
+}
+
 func TestProvider401NotRetried(t *testing.T) {
 	t.Parallel()
 	for _, k := range kinds {

@@ -17,12 +17,16 @@ import (
 // The budget rule: the agent loop reserves once per Model.Call, so every
 // attempt inside a Call is paid from that one reservation. An attempt is
 // retried only when it provably consumed nothing: the provider answered with
-// an error status (408, 429, 5xx) — such replies carry no completion and no
-// usage. An attempt that got no reply (timeout, dropped connection), that
-// failed mid-stream or that returned a body we cannot read is never retried,
-// because the provider may have billed it; Call returns an error and the loop
-// settles the whole reservation, flagged estimated. Non-retryable statuses
-// (400, 401, 403, 404, ...) fail at once.
+// an error status (408, 429, 5xx) in its own error shape — such replies
+// carry no completion and no usage — or a refusal (408, 429) in any shape.
+// An attempt that got no reply (timeout, dropped connection), that failed
+// mid-stream, that returned a body we cannot read, or that got a 5xx not in
+// the provider's error shape (a gateway's page, a non-standard error, which
+// may come after the provider ran: ErrMaybeBilled) is never retried inside
+// the call, because the provider may have billed it; Call returns an error
+// and the loop settles the whole reservation, flagged estimated (and, for
+// ErrMaybeBilled, makes the call again under a new reservation).
+// Non-retryable statuses (400, 401, 403, 404, ...) fail at once.
 //
 // Sleeps use full-jitter exponential backoff: attempt n sleeps a uniform
 // random time in [0, min(MaxDelay, BaseDelay x 2^(n-1))]. A Retry-After
@@ -171,10 +175,10 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 				c.provider, req.Meta.RunID, c.cfg.CallTimeout, ErrCallTimeout)
 		}
 		var se *StatusError
-		if !errors.As(err, &se) {
-			return Response{}, err // usage unknown: never retried
+		if !errors.As(err, &se) || se.MaybeBilled() {
+			return Response{}, err // usage unknown: never retried, and its cost stays taken
 		}
-		c.refund(ctx, cost) // an error reply consumed no tokens
+		c.refund(ctx, cost) // an error reply in the provider's shape consumed no tokens
 		if !se.Retryable() {
 			return Response{}, err
 		}

@@ -23,15 +23,19 @@ const (
 
 // Reply is what the server answers one request with.
 type Reply struct {
-	Status     int    // if not 0 or 200: an error reply in the provider's format
+	Status     int    // if not 0 or 200: an error reply in the provider's format (unless Raw is set)
 	RetryAfter string // the Retry-After header of an error reply
 	Message    string // the error message of an error reply
-	Raw        string // if set: this body, as is, with status 200 (malformed replies)
-	Text       string
-	ToolCalls  []llm.ToolCall
-	Usage      llm.Usage // zero: computed from the request (see Server)
-	Hang       bool      // never answer; wait for the client to go away
-	CutAfter   int       // streaming: drop the connection after this many chunks
+	// Raw, if set, is the body, as is, with Status (default 200): a
+	// malformed reply, or an error reply that is not in the provider's
+	// shape, such as a gateway's HTML page or {"error":"TypeError"}.
+	Raw         string
+	ContentType string // of a Raw body; default application/json
+	Text        string
+	ToolCalls   []llm.ToolCall
+	Usage       llm.Usage // zero: computed from the request (see Server)
+	Hang        bool      // never answer; wait for the client to go away
+	CutAfter    int       // streaming: drop the connection after this many chunks
 }
 
 // Request is what the server saw of one request.
@@ -160,14 +164,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.cancelled <- struct{}{}
 		return
 	}
+	if reply.Raw != "" {
+		s.writeRaw(w, reply)
+		return
+	}
 	if reply.Status != 0 && reply.Status != http.StatusOK {
 		s.count(func(st *Stats) { st.Errors++ })
 		s.writeError(w, reply.Status, reply.RetryAfter, reply.Message)
-		return
-	}
-	if reply.Raw != "" {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(reply.Raw))
 		return
 	}
 	if reply.Usage == (llm.Usage{}) {
@@ -296,6 +299,27 @@ func usage(req Request, reply Reply) llm.Usage {
 		out = min(out, req.MaxTokens)
 	}
 	return llm.Usage{InputTokens: max(1, in), OutputTokens: out}
+}
+
+// writeRaw answers reply.Raw as is, with reply.Status.
+func (s *Server) writeRaw(w http.ResponseWriter, reply Reply) {
+	status := reply.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if status != http.StatusOK {
+		s.count(func(st *Stats) { st.Errors++ })
+	}
+	if reply.RetryAfter != "" {
+		w.Header().Set("Retry-After", reply.RetryAfter)
+	}
+	ct := reply.ContentType
+	if ct == "" {
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(reply.Raw))
 }
 
 func (s *Server) writeError(w http.ResponseWriter, status int, retryAfter, msg string) {
