@@ -96,6 +96,7 @@ func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*
 func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStreamingServer[fanoutv1.WatchRunResponse]) error {
 	ctx := stream.Context()
 	var v validator
+	v.text("", req.ProtoReflect()) // every string reaches PostgreSQL or a log
 	requireRunID(&v, req.GetRunId())
 	if req.GetAfterSequence() < 0 {
 		v.add("after_sequence", "must be >= 0, got %d", req.GetAfterSequence())
@@ -112,6 +113,7 @@ func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStrea
 // GetRun implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) GetRun(ctx context.Context, req *fanoutv1.GetRunRequest) (*fanoutv1.GetRunResponse, error) {
 	var v validator
+	v.text("", req.ProtoReflect()) // every string reaches PostgreSQL or a log
 	requireRunID(&v, req.GetRunId())
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -126,6 +128,7 @@ func (s *Server) GetRun(ctx context.Context, req *fanoutv1.GetRunRequest) (*fano
 // CancelRun implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) (*fanoutv1.CancelRunResponse, error) {
 	var v validator
+	v.text("", req.ProtoReflect()) // every string reaches PostgreSQL or a log
 	requireRunID(&v, req.GetRunId())
 	if n := len(req.GetReason()); n > maxCancelReasonBytes {
 		v.add("reason", "must be at most %d bytes, got %d", maxCancelReasonBytes, n)
@@ -155,6 +158,7 @@ type pageToken struct {
 // ListRuns implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*fanoutv1.ListRunsResponse, error) {
 	var v validator
+	v.text("", req.ProtoReflect()) // every string reaches PostgreSQL or a log
 	tenant := req.GetTenantId()
 	if tenant == "" {
 		tenant = "default"
@@ -181,7 +185,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 			err = json.Unmarshal(raw, &tok)
 		}
 		switch {
-		case err != nil || tok.RunID == "":
+		case err != nil || tok.RunID == "" || textProblem(tok.RunID+tok.Tenant) != "":
 			v.add("page_token", "is not a token from ListRuns")
 		case tok.Tenant != tenant || tok.State != int32(req.GetState()):
 			v.add("page_token", "was issued for another tenant_id or state")

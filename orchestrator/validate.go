@@ -99,7 +99,10 @@ func (v *validator) text(path string, m protoreflect.Message) {
 		if !m.Has(fd) {
 			continue
 		}
-		field := path + "." + string(fd.Name())
+		field := string(fd.Name())
+		if path != "" {
+			field = path + "." + field
+		}
 		val := m.Get(fd)
 		switch {
 		case fd.IsMap():

@@ -238,3 +238,31 @@ func eachString(m protoreflect.Message, f func(string)) {
 		return true
 	})
 }
+
+// TestReadRPCsRejectNUL: the other RPCs' strings reach PostgreSQL and logs
+// too; a NUL in any of them is INVALID_ARGUMENT naming the field, not
+// Internal.
+func TestReadRPCsRejectNUL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	n := b.orchestrator(t, "v1", orchestrator.Config{})
+	ctx := t.Context()
+	_, err := n.client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: "r\x00"})
+	checkTextViolation(t, "GetRun", err, "run_id", "must not contain NUL bytes")
+	_, err = n.client.CancelRun(ctx, &fanoutv1.CancelRunRequest{RunId: "r\x00"})
+	checkTextViolation(t, "CancelRun run_id", err, "run_id", "must not contain NUL bytes")
+	_, err = n.client.CancelRun(ctx, &fanoutv1.CancelRunRequest{RunId: "r", Reason: "enough\x00"})
+	checkTextViolation(t, "CancelRun reason", err, "reason", "must not contain NUL bytes")
+	_, err = n.client.ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: "acme\x00"})
+	checkTextViolation(t, "ListRuns", err, "tenant_id", "must not contain NUL bytes")
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := n.client.WatchRun(wctx, &fanoutv1.WatchRunRequest{RunId: "r\x00"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	checkTextViolation(t, "WatchRun", err, "run_id", "must not contain NUL bytes")
+	if _, err := n.client.ListRuns(ctx, &fanoutv1.ListRunsRequest{}); err != nil {
+		t.Errorf("server stopped serving: %v", err)
+	}
+}
