@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -101,26 +102,35 @@ func (b *testBundle) count(t *testing.T, table string) int {
 }
 
 // checkConserved asserts I2 on every account: limit = available + reserved +
-// spent, the entries sum to the row, and reserved equals what is held.
+// spent, the entries sum to the row, and reserved equals what is held. A view
+// that returns no rows proves nothing: that is a failure.
 func (b *testBundle) checkConserved(t *testing.T) {
 	t.Helper()
 	rows, err := b.pool.Query(b.ctx, `SELECT account_id, kind, limit_tokens, reserved_tokens, spent_tokens,
-		entries_limit, entries_reserved, entries_spent FROM conservation_check WHERE NOT conserved`)
+		entries_limit, entries_reserved, entries_spent, conserved FROM conservation_check`)
 	if err != nil {
 		t.Fatalf("conservation_check: %v", err)
 	}
 	defer rows.Close()
+	n := 0
 	for rows.Next() {
 		var id, lim, res, sp, el, er, es int64
 		var kind string
-		if err := rows.Scan(&id, &kind, &lim, &res, &sp, &el, &er, &es); err != nil {
+		var ok bool
+		if err := rows.Scan(&id, &kind, &lim, &res, &sp, &el, &er, &es, &ok); err != nil {
 			t.Fatal(err)
 		}
-		t.Errorf("account %d (%s) not conserved: row limit/reserved/spent %d/%d/%d, entries %d/%d/%d",
-			id, kind, lim, res, sp, el, er, es)
+		n++
+		if !ok {
+			t.Errorf("account %d (%s) not conserved: row limit/reserved/spent %d/%d/%d, entries %d/%d/%d",
+				id, kind, lim, res, sp, el, er, es)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Error("conservation_check returned no rows: nothing was checked")
 	}
 }
 
@@ -665,5 +675,59 @@ func TestMigrateRefusesAChangedMigration(t *testing.T) {
 	err := store.Migrate(b.ctx, b.url)
 	if err == nil || !strings.Contains(err.Error(), "0001_ledger changed after it was applied") {
 		t.Fatalf("err = %v, want the changed migration named", err)
+	}
+}
+
+// TestConservationCheckReportsTampering is the positive control of I2:
+// conservation_check must report exactly the account whose row or journal
+// was changed behind the ledger's back (here by the owner, who can).
+func TestConservationCheckReportsTampering(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "tamper-c", 1000, 1, 500, 500)
+	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 1, Holder: "n", TTL: ttl}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: r.ID, Generation: 1, Actual: 70}); err != nil {
+		t.Fatal(err)
+	}
+	b.checkConserved(t) // the control's control: honest changes are conserved
+	broken := func() map[budget.AccountID]bool {
+		t.Helper()
+		rows, err := b.pool.Query(b.ctx, "SELECT account_id FROM conservation_check WHERE NOT conserved")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[budget.AccountID]bool{}
+		for _, id := range ids {
+			out[budget.AccountID(id)] = true
+		}
+		return out
+	}
+	// A balance rewritten without an entry.
+	if _, err := b.pool.Exec(b.ctx, "UPDATE account SET spent = spent - 30 WHERE account_id = $1", int64(ra.Tasks["t0"])); err != nil {
+		t.Fatal(err)
+	}
+	if got := broken(); len(got) != 1 || !got[ra.Tasks["t0"]] {
+		t.Errorf("after rewriting task t0's spend: not conserved = %v, want exactly account %d", got, ra.Tasks["t0"])
+	}
+	if _, err := b.pool.Exec(b.ctx, "UPDATE account SET spent = spent + 30 WHERE account_id = $1", int64(ra.Tasks["t0"])); err != nil {
+		t.Fatal(err)
+	}
+	if got := broken(); len(got) != 0 {
+		t.Fatalf("after restoring it: not conserved = %v, want none", got)
+	}
+	// An entry with no balance change behind it.
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, kind, delta_spent)
+		VALUES ('tenant-a', 'tamper-c', 't1', $1, ARRAY[$1::bigint], 'settle', 5)`, int64(ra.Tasks["t1"])); err != nil {
+		t.Fatal(err)
+	}
+	if got := broken(); len(got) != 1 || !got[ra.Tasks["t1"]] {
+		t.Errorf("after a forged entry on task t1: not conserved = %v, want exactly account %d", got, ra.Tasks["t1"])
 	}
 }

@@ -228,14 +228,30 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 
 	for step := range n {
 		var desc, got, want string
+		// Every 8th step is a reserve that leaves the run exactly at its
+		// minimum when the chain allows it: the exhaustion threshold itself
+		// (available < min_reservation, not <=) is then under test, which
+		// random amounts almost never hit.
+		boundary := int64(0)
+		if step%8 == 7 && m.accounts[m.run].state == budget.StateOpen {
+			boundary = m.avail(m.run) - m.accounts[m.run].minRes
+			for _, id := range m.chain[ra.Run.ID] {
+				if m.avail(id) < boundary || m.accounts[id].state != budget.StateOpen {
+					boundary = 0
+				}
+			}
+		}
 		switch op := rng.IntN(100); {
-		case op < 40: // reserve
+		case boundary > 0 || op < 40: // reserve
 			acct := tasks[rng.IntN(len(tasks))]
-			if rng.IntN(10) == 0 {
+			if rng.IntN(10) == 0 || boundary > 0 {
 				acct = ra.Run.ID // a run-level reservation (e.g. synthesis)
 			}
 			wantTok := 1 + rng.Int64N(800)
 			minTok := 1 + rng.Int64N(wantTok)
+			if boundary > 0 {
+				wantTok, minTok = boundary, boundary
+			}
 			desc = fmt.Sprintf("reserve(%d, want %d, min %d)", acct, wantTok, minTok)
 			r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: wantTok, Min: minTok, Holder: "m", TTL: time.Hour}))
 			g, w := m.reserve(acct, wantTok, minTok)

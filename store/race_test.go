@@ -234,5 +234,32 @@ func TestBoundaryRace(t *testing.T) {
 		t.Errorf("reservations posted %d spent, run account says %d", resSpent, run.Spent)
 	}
 	t.Logf("granted %d tokens over the run, spent %d of %d", granted, run.Spent, run.Limit)
+	b.checkJournalNeverOverLimit(t, run)
 	b.checkConserved(t)
+}
+
+// checkJournalNeverOverLimit asserts I1 on the journal itself, not on the
+// final balance (which settle caps): in entry_id order — the commit order of
+// every change to the run, since each one holds the run's row lock — no
+// prefix of the entries whose chain holds the run reserves and spends more
+// than its limit. It does not rely on the CHECK constraint.
+func (b *testBundle) checkJournalNeverOverLimit(t *testing.T, run budget.Account) {
+	t.Helper()
+	var entries int
+	var peak, peakEntry int64
+	err := b.pool.QueryRow(b.ctx, `
+		SELECT count(*), coalesce(max(used), 0),
+		       coalesce((array_agg(entry_id ORDER BY used DESC, entry_id))[1], 0)
+		  FROM (SELECT entry_id, sum(delta_reserved + delta_spent) OVER (ORDER BY entry_id) AS used
+		          FROM ledger_entry WHERE $1 = ANY (chain)) j`, int64(run.ID)).Scan(&entries, &peak, &peakEntry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entries < 2 {
+		t.Fatalf("the run's journal has %d entries; the race did not happen", entries)
+	}
+	if peak > run.Limit {
+		t.Errorf("after entry %d the run had %d tokens reserved and spent, over its limit %d (I1)", peakEntry, peak, run.Limit)
+	}
+	t.Logf("journal: %d entries, peak reserved+spent %d of %d", entries, peak, run.Limit)
 }
