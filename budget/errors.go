@@ -3,6 +3,7 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Typed errors below unwrap to them, so callers test with errors.Is.
@@ -117,11 +118,15 @@ func (p ReserveParams) Validate() error {
 		return invalid("min", "must be in 1..want (%d), got %d", p.Want, p.Min)
 	case p.Holder == "":
 		return invalid("holder", "must name the node holding the lease")
-	case p.TTL <= 0:
-		return invalid("ttl", "must be > 0, got %s", p.TTL)
+	case p.TTL <= 0 || p.TTL > MaxLeaseTTL:
+		return invalid("ttl", "must be in (0, %s], got %s", MaxLeaseTTL, p.TTL)
 	}
 	return nil
 }
+
+// MaxLeaseTTL bounds a reservation's lease (and each renewal): the database
+// refuses longer ones, so a held reservation cannot keep a run open for long.
+const MaxLeaseTTL = time.Hour
 
 // Validate checks p before anything is written.
 func (p SettleParams) Validate() error {

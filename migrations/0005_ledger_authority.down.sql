@@ -333,6 +333,10 @@ BEGIN
     RETURN QUERY SELECT * FROM account WHERE account_id = a.account_id;
 END $$;
 
+-- As 0001 left them: nothing executable by PUBLIC but the rate functions.
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA public FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_capacity(bigint, interval),
+    rate_refill(double precision, bigint, interval, timestamptz, timestamptz) TO PUBLIC;
 GRANT SELECT, INSERT, UPDATE ON account, reservation TO fanout_app;
 GRANT SELECT, INSERT ON ledger_entry TO fanout_app;
 GRANT SELECT, INSERT ON tenant TO fanout_app;

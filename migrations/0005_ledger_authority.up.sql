@@ -20,6 +20,10 @@
 
 CREATE SCHEMA fanout;
 REVOKE ALL ON SCHEMA fanout FROM PUBLIC;
+-- PostgreSQL 14 and older let PUBLIC create in public, where a planted
+-- overload could be picked by an unqualified call in a later migration (run
+-- as the owner). A no-op (with a warning) when the owner may not revoke it.
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA fanout TO fanout_app, fanout_auditor;
 
 ALTER TABLE tenant SET SCHEMA fanout;
@@ -170,6 +174,13 @@ BEGIN
         RETURN QUERY SELECT 'denied', 0::bigint, a.kind, NULL::text;
         RETURN;
     END IF;
+    -- Root first, like every ledger function; the states are read under the
+    -- locks, so a run ended meanwhile is seen.
+    FOR run IN SELECT * FROM ledger_lock_chain(a.chain) LOOP
+        IF run.account_id = a.account_id THEN
+            a := run;
+        END IF;
+    END LOOP;
     SELECT * INTO run FROM account WHERE run_id = p_run AND kind = 'run';
     IF run.state <> 'open' OR a.state <> 'open' THEN
         RETURN QUERY SELECT 'exhausted', 0::bigint, CASE WHEN run.state <> 'open' THEN 'run' ELSE a.kind END,
@@ -197,8 +208,10 @@ DECLARE
     run   account;
 BEGIN
     IF p_want IS NULL OR p_min IS NULL OR p_want <= 0 OR p_min <= 0 OR p_min > p_want
-       OR p_holder IS NULL OR p_holder = '' OR p_ttl IS NULL OR p_ttl <= interval '0' THEN
-        RAISE EXCEPTION 'ledger_reserve: want %, min %, holder %, ttl % out of range', p_want, p_min, p_holder, p_ttl
+       OR p_holder IS NULL OR p_holder = '' OR p_attempt IS NULL OR p_attempt < 1
+       OR p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '1 hour' THEN
+        RAISE EXCEPTION 'ledger_reserve: want %, min %, holder %, attempt %, ttl % out of range (ttl at most 1 hour)',
+            p_want, p_min, p_holder, p_attempt, p_ttl
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT * INTO leaf FROM account WHERE account_id = p_account;
@@ -224,7 +237,7 @@ BEGIN
         END IF;
         locked := locked || a;
     END LOOP;
-    IF leaf.attempt <> p_attempt THEN
+    IF leaf.attempt IS DISTINCT FROM p_attempt THEN
         RETURN ledger_refusal('denied', p_account,
             format('attempt %s is not the current attempt %s', p_attempt, leaf.attempt));
     END IF;
@@ -329,7 +342,7 @@ BEGIN
         res := ledger_result_of('conflict', r);
         res.info := format('already settled with actual %s (estimated %s), not %s', r.actual, r.estimated, p_actual);
         RETURN res;
-    ELSIF r.state = 'expired' OR r.generation <> p_generation THEN
+    ELSIF r.state = 'expired' OR r.generation IS DISTINCT FROM p_generation THEN
         res := ledger_result_of('lease_lost', r);
         res.info := format('reservation is %s at generation %s; settle came with generation %s', r.state, r.generation, p_generation);
         RETURN res;
@@ -408,8 +421,8 @@ DECLARE
     r   reservation;
     res ledger_result;
 BEGIN
-    IF p_ttl IS NULL OR p_ttl <= interval '0' THEN
-        RAISE EXCEPTION 'ledger_renew: ttl % out of range', p_ttl USING ERRCODE = 'invalid_parameter_value';
+    IF p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '1 hour' THEN
+        RAISE EXCEPTION 'ledger_renew: ttl % out of range (at most 1 hour)', p_ttl USING ERRCODE = 'invalid_parameter_value';
     END IF;
     UPDATE reservation SET lease_expires_at = now() + p_ttl
      WHERE reservation_id = p_reservation AND state = 'held'
@@ -491,6 +504,9 @@ BEGIN
     IF p_state = 'closed' AND a.reserved = 0 THEN
         PERFORM ledger_close_run(a.account_id, p_cause);
     ELSE
+        IF p_state = 'closed' THEN
+            p_cause := 'run ended with reservations still held; it closes when they resolve';
+        END IF;
         IF a.state = 'open' THEN
             UPDATE account SET state = 'cancelled', cause = coalesce(p_cause, ''), updated_at = now()
              WHERE account_id = a.account_id;

@@ -667,6 +667,10 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	// settling. Then close the ledger, so that whoever sees RunFinished
 	// reads final spend.
 	d.awaitHeld(runCtx)
+	// The wait can outlast a cleanup context (HeldWait is longer): the close
+	// and the end, which must be written, get a fresh one.
+	ctx, cancel = cleanup()
+	defer cancel()
 	acct, err := e.ledger.CloseRun(ctx, d.runID)
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", d.runID, "err", err)
@@ -1005,33 +1009,53 @@ func (e *Engine) envelope(d *fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error
 
 // beginAttempt records a new dispatch of the task (or synthesis) whose
 // ledger account is acct and returns its attempt number: from now on only
-// that attempt can reserve on it (an earlier one is fenced).
+// that attempt can reserve on it (an earlier one is fenced). A transient
+// database error is retried with backoff until ctx (the task's deadline)
+// ends; a refusal (the run ended, the account is not the run's) is not.
 func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (int32, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	n, err := d.e.ledger.BeginAttempt(ctx, acct, d.runID, d.p.tenantID)
-	if err != nil {
-		return 0, err
+	backoff := d.e.cfg.RetryBackoff
+	for {
+		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		n, err := d.e.ledger.BeginAttempt(actx, acct, d.runID, d.p.tenantID)
+		cancel()
+		switch {
+		case err == nil:
+			return int32(min(n, math.MaxInt32)), nil
+		case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrDenied), errors.Is(err, budget.ErrNotFound):
+			return 0, err
+		}
+		d.e.cfg.Logger.WarnContext(ctx, "begin task attempt; retrying", "run_id", d.runID, "account", acct,
+			"backoff", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
 	}
-	return int32(min(n, math.MaxInt32)), nil
 }
 
 // attemptRefused is the outcome of a task the ledger would not let start:
-// its run ended (exhausted, cancelled) before the dispatch, or the ledger
-// could not be reached.
+// its run ended (exhausted, cancelled) before the dispatch, its context
+// ended while the ledger could not be reached, or the ledger refused it.
 func (d *driver) attemptRefused(taskCtx context.Context, taskID string, err error) *fanoutv1.TaskOutcome {
 	var ex *budget.ExhaustedError
-	if errors.As(err, &ex) {
+	switch {
+	case errors.As(err, &ex):
 		st := fanoutv1.TaskStatus_TASK_STATUS_CANCELLED
 		if ex.State == budget.StateExhausted {
 			st = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
 		}
 		return &fanoutv1.TaskOutcome{Status: st} // it never ran: no summary
+	case taskCtx.Err() != nil:
+		return d.notStarted(taskCtx, taskID, err)
 	}
 	d.e.cfg.Logger.ErrorContext(taskCtx, "begin task attempt", "run_id", d.runID, "task_id", taskID, "err", err)
 	return &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
-			Error: "the ledger could not record the dispatch: " + status.Convert(err).Message()}}
+			Error: "internal error: the ledger refused to record the dispatch (see the orchestrator's log)"}}
 }
 
 // maxRetryBackoff caps the wait between two attempts to dispatch a task.

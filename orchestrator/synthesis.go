@@ -68,7 +68,12 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 			w = d.e.workers.After(w)
 		}
 		if req.Attempt, err = d.beginAttempt(ctx, acct.ID); err != nil {
-			return "", "the ledger would not start the synthesis call: " + err.Error()
+			var ex *budget.ExhaustedError
+			if errors.As(err, &ex) {
+				return "", "the run's budget ended before the synthesis call: " + ex.Error()
+			}
+			d.e.cfg.Logger.ErrorContext(ctx, "begin synthesis attempt", "run_id", d.runID, "err", err)
+			return "", "internal error: the ledger did not record the synthesis call"
 		}
 		var started bool
 		sum, started, err = d.callSynthesis(ctx, w, req)

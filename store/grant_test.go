@@ -55,6 +55,17 @@ func TestReserveNeedsTheGrant(t *testing.T) {
 	if _, err := b.ledger.Reserve(b.ctx, p); err != nil {
 		t.Errorf("reserve with the current attempt 2: %v", err)
 	}
+	// The functions check their own parameters, whatever a caller sends:
+	// no NULL attempt slips past the fence, no lease outlasts an hour.
+	for _, q := range []string{
+		`SELECT outcome FROM ledger_reserve($1, 'victim', 'tenant-a', NULL, 10, 1, 'n', '1 minute', 'k')`,
+		`SELECT outcome FROM ledger_reserve($1, 'victim', 'tenant-a', 2, 10, 1, 'n', '2 hours', NULL)`,
+	} {
+		var outcome string
+		if err := b.pool.QueryRow(b.ctx, q, int64(acct)).Scan(&outcome); sqlState(err) != "22023" {
+			t.Errorf("%s: outcome %q, err %v; want invalid_parameter_value", q, outcome, err)
+		}
+	}
 	// BeginAttempt checks the same grant.
 	if _, err := b.ledger.BeginAttempt(b.ctx, acct, "intruder", "tenant-a"); !errors.Is(err, budget.ErrDenied) {
 		t.Errorf("begin attempt for another run: err = %v, want ErrDenied", err)

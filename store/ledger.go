@@ -249,8 +249,8 @@ func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation i
 
 // Renew implements budget.Ledger.
 func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation int64, ttl time.Duration) (budget.Reservation, error) {
-	if ttl <= 0 {
-		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be > 0, got %s", ttl)}
+	if ttl <= 0 || ttl > budget.MaxLeaseTTL {
+		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be in (0, %s], got %s", budget.MaxLeaseTTL, ttl)}
 	}
 	ctx, done := observe(ctx, "renew", AttrReservationID.Int64(int64(id)))
 	r, err := l.direct(ctx, "ledger_renew($1, $2, $3)", int64(id), generation, ttl)

@@ -335,6 +335,10 @@ func TestBadInput(t *testing.T) {
 			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: 5, Min: 1, Holder: "n"}))
 			return err
 		}, budget.ErrInvalid, "ttl"},
+		{"a lease over an hour", func() error {
+			_, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: 5, Min: 1, Holder: "n", TTL: 61 * time.Minute}))
+			return err
+		}, budget.ErrInvalid, "ttl"},
 		{"negative actual", func() error {
 			_, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: settled.ID, Generation: 1, Actual: -1})
 			return err

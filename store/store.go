@@ -134,3 +134,17 @@ func CreateLoginRole(ctx context.Context, adminURL, role, memberOf string) error
 	}
 	return nil
 }
+
+// OwnsSchema reports whether pool's login role owns Schema (or is a
+// superuser): a node connected so could change the ledger outside its
+// functions.
+func OwnsSchema(ctx context.Context, pool *Pool) (bool, error) {
+	var owns bool
+	err := pool.QueryRow(ctx, `SELECT coalesce((SELECT pg_has_role(current_user, nspowner, 'USAGE')
+		FROM pg_namespace WHERE nspname = $1), false) OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`,
+		Schema).Scan(&owns)
+	if err != nil {
+		return false, fmt.Errorf("check the owner of schema %s: %w", Schema, err)
+	}
+	return owns, nil
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,12 @@ func startBackend(ctx context.Context, cfg backendConfig) (*backend, error) {
 	pool, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
+	}
+	if owner, err := store.OwnsSchema(ctx, pool); err != nil {
+		cfg.Logger.Warn("cannot tell whether this node connects as the schema's owner", "err", err)
+	} else if owner {
+		cfg.Logger.Warn("this node connects as the owner of schema " + store.Schema + ": it could change the ledger " +
+			"outside its functions. Give nodes a login role that is only a member of fanout_app (docs/operations.md)")
 	}
 	ledger := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit})
 	w := budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
@@ -162,7 +169,10 @@ func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
 	}
 	name := cfg.Name
 	if name == "" {
-		name = "worker@" + n.Addr()
+		// Unique per process: the ledger tells holders apart by name, and
+		// pods of one Deployment share their listen address.
+		host, _ := os.Hostname()
+		name = fmt.Sprintf("worker-%s-%d@%s", host, os.Getpid(), n.Addr())
 	}
 	sim, err := llm.NewSim(cfg.Sim)
 	if err != nil {

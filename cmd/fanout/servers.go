@@ -163,7 +163,7 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	var sf serverFlags
 	sf.register(f, "127.0.0.1:50052", "127.0.0.1:9465")
 	var wc workerConfig
-	f.StringVar(&wc.Name, "name", "", "worker name in the ledger and events (default worker@ADDR)")
+	f.StringVar(&wc.Name, "name", "", "worker name in the ledger and events, unique per process (default worker-HOSTNAME-PID@ADDR)")
 	f.IntVar(&wc.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
 	f.DurationVar(&wc.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
 	f.BoolVar(&wc.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
