@@ -471,14 +471,20 @@ func checkOutcomes(t testing.TB, s *fanoutv1.RunSpec, outcomes []*fanoutv1.TaskO
 	}
 }
 
-// checkConserved checks the SQL conservation check over every account and
-// that the run spent no more than its limit.
+// checkConserved checks the SQL conservation check over every account,
+// which must include the run's, and that the run spent no more than its
+// limit.
 func checkConserved(t testing.TB, pool *store.Pool, runID string) (spent, limit int64) {
 	t.Helper()
 	ctx := context.Background()
+	var runAccounts int
 	var conserved bool
-	if err := pool.QueryRow(ctx, `SELECT coalesce(bool_and(conserved), false) FROM conservation_check`).Scan(&conserved); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE run_id = $1), coalesce(bool_and(conserved), false)
+		FROM conservation_check`, runID).Scan(&runAccounts, &conserved); err != nil {
 		t.Fatal(err)
+	}
+	if runAccounts == 0 {
+		t.Errorf("conservation_check has no account of run %s: it checked nothing of the run", runID)
 	}
 	if !conserved {
 		t.Error("conservation_check: not conserved")
