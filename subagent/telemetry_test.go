@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log"
 	"log/slog"
 	"strings"
 	"sync"
@@ -34,6 +36,22 @@ func (m overbilling) Call(ctx context.Context, req llm.Request) (llm.Response, e
 	resp, err := m.Model.Call(ctx, req)
 	resp.Usage.InputTokens += m.extra
 	return resp, err
+}
+
+// The package's instruments bind to the first global meter provider
+// installed, so it is installed once per test binary; TestLoopOverrunIsLoud
+// and TestLoopCapturesContentOnlyWhenAsked read it, neither in parallel.
+var (
+	meterOnce   sync.Once
+	meterReader *sdkmetric.ManualReader
+)
+
+func globalMeterReader() *sdkmetric.ManualReader {
+	meterOnce.Do(func() {
+		meterReader = sdkmetric.NewManualReader()
+		otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(meterReader)))
+	})
+	return meterReader
 }
 
 // overrunTokens reads the fanout.subagent.overrun.tokens counter.
@@ -81,8 +99,7 @@ func (s *syncBuffer) String() string {
 // package that does and it does not call t.Parallel: it runs before the
 // parallel tests resume, and what the counter gains meanwhile is its own.
 func TestLoopOverrunIsLoud(t *testing.T) { //nolint:paralleltest // global meter provider
-	reader := sdkmetric.NewManualReader()
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	reader := globalMeterReader()
 	before := overrunTokens(t, reader)
 
 	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
@@ -232,25 +249,40 @@ func attrOf(s sdktrace.ReadOnlySpan, key string) string {
 }
 
 // checkNoKeyInSpans runs a loop on each real provider with a canary key and
-// content capture on (the most a trace can hold), including a call whose
-// error echoes the key, and greps every span for it. Called from
-// TestLoopCapturesContentOnlyWhenAsked, which owns the global tracer.
+// content capture on (the most a trace can hold), including an attempt that
+// is retried and a call whose error echoes the key, and greps everything it
+// wrote for any 8-byte piece of the key: every span, slog.Default() (which
+// the loop and the provider log to when given no logger), the summary's
+// errors and the metrics. Called from TestLoopCapturesContentOnlyWhenAsked,
+// which owns the global tracer and, not being parallel, may swap the
+// default logger.
 func checkNoKeyInSpans(t *testing.T, spans *tracetest.InMemoryExporter) {
 	t.Helper()
-	const canary = "sk-canary-spans-7d3f9a1b2c4e6f80"
+	// No 8-byte piece of it is hexadecimal only: it cannot pass for an id.
+	const canary = "sk-canary-spans-Rq8Wz3Kx7Vm2Tn5Hb9Lj"
+	var logs syncBuffer
+	prev, prevOut, prevFlags := slog.Default(), log.Writer(), log.Flags()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer func() {
+		slog.SetDefault(prev)
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
+	}()
+	reader := globalMeterReader()
 	for _, k := range providerKinds {
 		spans.Reset()
-		calls := 0
 		srv := llmtest.New(llmtest.Config{Provider: k.provider, Key: canary, Script: func(r llmtest.Request) llmtest.Reply {
-			calls++
-			if calls == 2 {
+			switch r.N {
+			case 1: // retried: the provider logs the retry
+				return llmtest.Reply{Status: 500, Message: "overloaded, key " + canary}
+			case 3: // the compression call fails: the loop keeps the local facts and says why
 				return llmtest.Reply{Status: 400, Message: "bad request for key " + canary}
 			}
 			return llmtest.Reply{Text: `{"facts": [{"text": "a fact", "sources": ["https://example.test/a"]}]}`}
 		}})
 		t.Cleanup(srv.Close)
 		cfg := llm.ProviderConfig{APIKey: canary, BaseURL: srv.BaseURL(), Model: "test-model", CallTimeout: 10 * time.Second,
-			Retry: llm.RetryPolicy{MaxAttempts: 1}}
+			Retry: llm.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}}
 		var model llm.Model
 		var err error
 		if k.provider == llmtest.OpenAI {
@@ -264,7 +296,13 @@ func checkNoKeyInSpans(t *testing.T, spans *tracetest.InMemoryExporter) {
 		b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
 		loop := newLoop(b, model)
 		loop.CaptureContent = true
-		loop.Run(t.Context(), newTask(b, "a")) // the 400 ends it FAILED or degrades compression: either is fine here
+		sum := loop.Run(t.Context(), newTask(b, "a"))
+		if n := len(srv.Requests()); n != 3 {
+			t.Errorf("%s: the provider saw %d requests, want 3 (a retried attempt, the answer, the failed compression)", k.name, n)
+		}
+		if len(sum.Failed) == 0 || !strings.Contains(strings.Join(sum.Failed, " "), "[REDACTED]") {
+			t.Errorf("%s: summary failures %q: want the compression's error, with the echoed key redacted", k.name, sum.Failed)
+		}
 		if len(spans.GetSpans()) == 0 {
 			t.Fatalf("%s: no spans recorded", k.name)
 		}
@@ -272,17 +310,38 @@ func checkNoKeyInSpans(t *testing.T, spans *tracetest.InMemoryExporter) {
 			var text strings.Builder
 			text.WriteString(s.Name() + " " + s.Status().Description)
 			for _, kv := range s.Attributes() {
-				text.WriteString(" " + string(kv.Key) + "=" + kv.Value.String())
+				text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
 			}
 			for _, ev := range s.Events() {
 				text.WriteString(" " + ev.Name)
 				for _, kv := range ev.Attributes {
-					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.String())
+					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
 				}
 			}
-			if strings.Contains(text.String(), canary) || strings.Contains(text.String(), canary[:16]) {
-				t.Errorf("%s: span %q holds the API key: %s", k.name, s.Name(), text.String())
+			if p, ok := leakedPiece(text.String(), canary); ok {
+				t.Errorf("%s: span %q holds a piece of the API key (%q): %s", k.name, s.Name(), p, text.String())
 			}
 		}
+		errs := fmt.Sprintf("%v | %+v | %q", sum.Err, sum.Err, sum.Failed)
+		if p, ok := leakedPiece(errs, canary); ok {
+			t.Errorf("%s: the summary's errors hold a piece of the API key (%q): %s", k.name, p, errs)
+		}
+	}
+	if !strings.Contains(logs.String(), "model call retried") {
+		t.Errorf("slog.Default() got no retry warning: the grep below would not see the provider's logs:\n%s", logs.String())
+	}
+	if p, ok := leakedPiece(logs.String(), canary); ok {
+		t.Errorf("slog.Default() got a piece of the API key (%q):\n%s", p, linesHolding(logs.String(), p))
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	text := metricsText(rm)
+	if !strings.Contains(text, "fanout.subagent") {
+		t.Errorf("the metrics hold no fanout.subagent series: the grep below would see nothing:\n%s", text)
+	}
+	if p, ok := leakedPiece(text, canary); ok {
+		t.Errorf("the metrics hold a piece of the API key (%q):\n%s", p, linesHolding(text, p))
 	}
 }

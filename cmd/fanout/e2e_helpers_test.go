@@ -71,6 +71,13 @@ func (l *logTail) add(s string) {
 	l.lines = append(l.lines, s)
 }
 
+// all returns every line kept, in order.
+func (l *logTail) all() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
 func (l *logTail) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,8 +119,28 @@ type workerProc struct {
 	addr   string
 	simLog string
 	cmd    *exec.Cmd
-	logs   *logTail
+	logs   *logTail      // its stderr, every line
+	stdout *lockedBuffer // its stdout
 	exited chan struct{} // closed once the process was waited for
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and readers in other
+// goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 var (
@@ -144,8 +171,15 @@ func testPeer(t testing.TB) peer.DevFiles {
 // against databaseURL and waits until it serves. extra are more flags.
 func startWorkerProc(t testing.TB, databaseURL, name string, extra ...string) *workerProc {
 	t.Helper()
+	return startWorkerProcEnv(t, databaseURL, name, nil, extra...)
+}
+
+// startWorkerProcEnv is startWorkerProc with env ("KEY=value") added to the
+// process's environment, over this process's own.
+func startWorkerProcEnv(t testing.TB, databaseURL, name string, env []string, extra ...string) *workerProc {
+	t.Helper()
 	w := &workerProc{name: name, simLog: filepath.Join(t.TempDir(), name+".jsonl"), logs: &logTail{},
-		exited: make(chan struct{})}
+		stdout: &lockedBuffer{}, exited: make(chan struct{})}
 	f := testPeer(t)
 	args := append([]string{"worker", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
 		"--name", name, "--sim-log", w.simLog, "--log-level", "info", "--shutdown-grace", "10s",
@@ -156,14 +190,14 @@ func startWorkerProc(t testing.TB, databaseURL, name string, extra ...string) *w
 		t.Fatal(err)
 	}
 	w.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	w.cmd.Env = append(os.Environ(), envE2EArgs+"="+string(raw))
+	w.cmd.Env = append(append(os.Environ(), env...), envE2EArgs+"="+string(raw))
 	// A worker must not outlive the test binary, whatever happens to it.
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := w.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.cmd.Stdout = io.Discard
+	w.cmd.Stdout = w.stdout
 	if err := w.cmd.Start(); err != nil {
 		t.Fatalf("start worker %s: %v", name, err)
 	}
@@ -471,14 +505,20 @@ func checkOutcomes(t testing.TB, s *fanoutv1.RunSpec, outcomes []*fanoutv1.TaskO
 	}
 }
 
-// checkConserved checks the SQL conservation check over every account and
-// that the run spent no more than its limit.
+// checkConserved checks the SQL conservation check over every account,
+// which must include the run's, and that the run spent no more than its
+// limit.
 func checkConserved(t testing.TB, pool *store.Pool, runID string) (spent, limit int64) {
 	t.Helper()
 	ctx := context.Background()
+	var runAccounts int
 	var conserved bool
-	if err := pool.QueryRow(ctx, `SELECT coalesce(bool_and(conserved), false) FROM conservation_check`).Scan(&conserved); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE run_id = $1), coalesce(bool_and(conserved), false)
+		FROM conservation_check`, runID).Scan(&runAccounts, &conserved); err != nil {
 		t.Fatal(err)
+	}
+	if runAccounts == 0 {
+		t.Errorf("conservation_check has no account of run %s: it checked nothing of the run", runID)
 	}
 	if !conserved {
 		t.Error("conservation_check: not conserved")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,6 +29,20 @@ const (
 	e2ePoll  = "200ms"
 	e2eSweep = "200ms"
 )
+
+// exhaustionMargin is how long after this test heard a run's exhaustion
+// notice every worker may take to have stopped the run's calls. It is
+// generous (the notice reaches a listener within tens of milliseconds, and
+// the poll fallback runs every e2ePoll) yet shorter than the orchestrator's
+// CancelGrace (2s, its default): after that the orchestrator cuts the calls
+// itself, and a worker that never acted on the notice would look like one
+// that did.
+const exhaustionMargin = time.Second
+
+// e2eSimLatency is how long each sim call of TestE2E takes: longer than
+// exhaustionMargin, so that a call a worker fails to stop outlives the
+// margin, and long enough that every worker has calls in flight.
+const e2eSimLatency = 1500 * time.Millisecond
 
 // cluster is one database, worker processes and an in-process orchestrator.
 type cluster struct {
@@ -64,6 +79,15 @@ func startWorkers(t testing.TB, workerFlags [][]string) *cluster {
 	return c
 }
 
+// workerNames returns the names of the cluster's worker processes.
+func (c *cluster) workerNames() []string {
+	names := make([]string, len(c.workers))
+	for i, w := range c.workers {
+		names[i] = w.name
+	}
+	return names
+}
+
 // calls returns every sim call of run runID on every worker, once every
 // settled reservation of the run has its call in a log (a worker logs a
 // call when it ends, just before it settles it).
@@ -87,11 +111,14 @@ func (c *cluster) calls(t testing.TB, runID string) []call {
 }
 
 // exhaustion is what the ledger and this test know of a run's exhaustion.
+// Grants, settlements and the exhaustion all lock the run's account row
+// before they write their entry, so entry ids are in commit order.
 type exhaustion struct {
-	entryID int64     // the 'exhaust' ledger entry
-	began   time.Time // its transaction's start (now()): a lower bound of the commit
-	heard   time.Time // when this test heard the NOTIFY: an upper bound of the commit
-	reserve map[int64]int64
+	entryID int64           // the 'exhaust' ledger entry
+	began   time.Time       // its transaction's start (now()): a lower bound of the commit
+	heard   time.Time       // when this test heard the NOTIFY: an upper bound of the commit
+	reserve map[int64]int64 // reservation id -> its 'reserve' entry
+	resolve map[int64]int64 // reservation id -> the entry that settled, voided or expired it
 }
 
 func (c *cluster) exhaustion(t *testing.T, runID string) exhaustion {
@@ -107,22 +134,30 @@ func (c *cluster) exhaustion(t *testing.T, runID string) exhaustion {
 		t.Fatalf("never heard the exhaustion NOTIFY of run %s", runID)
 	}
 	ex.heard = heard
-	rows, err := c.pool.Query(ctx, `SELECT reservation_id, entry_id FROM ledger_entry
-		WHERE run_id = $1 AND kind = 'reserve'`, runID)
+	rows, err := c.pool.Query(ctx, `SELECT reservation_id, kind, entry_id FROM ledger_entry
+		WHERE run_id = $1 AND kind IN ('reserve', 'settle', 'void', 'expire')`, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	ex.reserve = map[int64]int64{}
+	ex.reserve, ex.resolve = map[int64]int64{}, map[int64]int64{}
 	for rows.Next() {
 		var r, e int64
-		if err := rows.Scan(&r, &e); err != nil {
+		var kind string
+		if err := rows.Scan(&r, &kind, &e); err != nil {
 			t.Fatal(err)
 		}
-		ex.reserve[r] = e
+		if kind == "reserve" {
+			ex.reserve[r] = e
+		} else {
+			ex.resolve[r] = e
+		}
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	if len(ex.reserve) == 0 {
+		t.Fatalf("run %s has no reserve entries in the ledger: nothing to check the exhaustion against", runID)
 	}
 	return ex
 }
@@ -133,6 +168,9 @@ func (c *cluster) exhaustion(t *testing.T, runID string) exhaustion {
 // run's account row, so their entries' ids are in commit order.
 func checkPaidBeforeExhaustion(t *testing.T, ex exhaustion, calls []call) {
 	t.Helper()
+	if len(calls) == 0 {
+		t.Fatalf("no sim call of the run in any worker's log: nothing to check against the exhaustion (entry %d)", ex.entryID)
+	}
 	for _, cl := range calls {
 		entry, ok := ex.reserve[cl.ReservationID]
 		switch {
@@ -183,10 +221,12 @@ func statusCounts(outcomes []*fanoutv1.TaskOutcome) map[fanoutv1.TaskStatus]int 
 var factTask = regexp.MustCompile(`of task t(\d+):`)
 
 // checkFactsInDispatchOrder asserts that the joined facts come task by
-// task in dispatch order (sim facts name their task).
+// task in dispatch order (sim facts name their task). Facts of fewer than
+// two tasks could not show an order, so they fail it.
 func checkFactsInDispatchOrder(t *testing.T, facts []*fanoutv1.Fact) {
 	t.Helper()
 	prev := -1
+	tasks := map[int]bool{}
 	for _, f := range facts {
 		m := factTask.FindStringSubmatch(f.GetText())
 		if m == nil {
@@ -197,6 +237,10 @@ func checkFactsInDispatchOrder(t *testing.T, facts []*fanoutv1.Fact) {
 			t.Errorf("fact of task t%02d comes after a fact of task t%02d: not in dispatch order", i, prev)
 		}
 		prev = i
+		tasks[i] = true
+	}
+	if len(tasks) < 2 {
+		t.Errorf("%d joined facts name %d tasks: the dispatch order of facts cannot be checked", len(facts), len(tasks))
 	}
 }
 
@@ -204,7 +248,7 @@ func checkFactsInDispatchOrder(t *testing.T, facts []*fanoutv1.Fact) {
 // runs that each have their own run id.
 func TestE2E(t *testing.T) {
 	t.Parallel()
-	sim := []string{"--sim-latency", "300ms", "--sim-tool-calls", "1", "--sim-finish-after", "3",
+	sim := []string{"--sim-latency", e2eSimLatency.String(), "--sim-tool-calls", "1", "--sim-finish-after", "3",
 		"--sim-output-tokens", "150"}
 	c := newCluster(t, [][]string{sim, sim, sim})
 
@@ -237,17 +281,10 @@ func TestE2E(t *testing.T) {
 		calls := c.calls(t, runID)
 		ex := c.exhaustion(t, runID)
 		checkPaidBeforeExhaustion(t, ex, calls)
-		// (b): no call started on a worker after that worker had acted on
-		// the exhaustion (cancelled a call of the run), and the timing.
-		checkNoStartAfterWorkerCancelled(t, calls)
+		// (b): every worker process had calls of the run in flight at the
+		// exhausting commit and stopped them itself, at once.
+		checkEveryWorkerStopped(t, ex, calls, c.workerNames())
 		reportTiming(t, "50 tasks / 3 worker processes", ex, calls)
-		workers := map[string]int{}
-		for _, cl := range calls {
-			workers[cl.worker]++
-		}
-		if len(workers) != 3 {
-			t.Errorf("calls by worker %v: want all 3 worker processes to take part", workers)
-		}
 		// (e)
 		spent, limit := checkConserved(t, c.pool, runID)
 		t.Logf("spent %d of %d", spent, limit)
@@ -307,7 +344,7 @@ func TestE2E(t *testing.T) {
 					if estimated != cancelled {
 						t.Errorf("CANCEL: %d cancelled calls but %d estimated settlements", cancelled, estimated)
 					}
-					checkNoStartAfterWorkerCancelled(t, calls)
+					checkEveryWorkerStopped(t, ex, calls, nil)
 				case fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN:
 					if cancelled != 0 || estimated != 0 {
 						t.Errorf("DRAIN: %d calls cancelled, %d estimated settlements; want none", cancelled, estimated)
@@ -368,10 +405,13 @@ func TestE2E(t *testing.T) {
 		if taskSpent == 0 || taskSpent > taskLimit {
 			t.Errorf("budgeted task spent %d of %d", taskSpent, taskLimit)
 		}
-		var exhausts int
-		if err := c.pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_entry
-			WHERE run_id = $1 AND kind = 'exhaust'`, runID).Scan(&exhausts); err != nil {
+		var exhausts, reserves int
+		if err := c.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE kind = 'exhaust'),
+			count(*) FILTER (WHERE kind = 'reserve') FROM ledger_entry WHERE run_id = $1`, runID).Scan(&exhausts, &reserves); err != nil {
 			t.Fatal(err)
+		}
+		if reserves == 0 {
+			t.Errorf("run %s has no reserve entries: its ledger journal is not where this test looks", runID)
 		}
 		if exhausts != 0 {
 			t.Errorf("the run account was exhausted: one task's budget must not end the run")
@@ -439,35 +479,103 @@ func TestE2E(t *testing.T) {
 	})
 }
 
-// checkNoStartAfterWorkerCancelled asserts, per worker process, that a call
-// of the run that started after the worker had cancelled one of the run's
-// calls (so after the worker had heard that the run ended) was cancelled at
-// once, never allowed to run. A call may still be logged as starting just
-// after that: the loop checks the run's state before the call, and the sim
-// stamps Start only once it gets its log's lock, which the cancelled calls
-// hold while they write their records.
-func checkNoStartAfterWorkerCancelled(t *testing.T, calls []call) {
+// checkEveryWorkerStopped asserts, worker by worker, what a run's
+// exhaustion must do on every node (I6 and DESIGN §4 step 4: every node
+// hears the ledger's notice and cancels its own subagents of the run):
+//
+//   - every worker that had a call of the run in flight at the exhausting
+//     commit cancelled one itself, within exhaustionMargin of the notice
+//     being heard here (the orchestrator cuts calls only after its
+//     CancelGrace, which is longer);
+//   - none of its calls ran past the notice plus exhaustionMargin;
+//   - no call it started after it had acted (cancelled a call of the run)
+//     was allowed to run.
+//
+// A call was in flight at the exhausting commit if its reservation was
+// granted before the 'exhaust' entry and resolved after it (entry ids, no
+// clocks) and it was cancelled (nothing but the run's end cancels a call
+// here) or still running when this test heard the notice. must names the
+// workers the run was designed to keep busy: each must have had a call in
+// flight, or the run shows nothing about it and the test fails.
+func checkEveryWorkerStopped(t *testing.T, ex exhaustion, calls []call, must []string) {
 	t.Helper()
-	firstCancel := map[string]time.Time{}
+	byWorker := map[string][]call{}
 	for _, cl := range calls {
-		if cl.Cancelled && (firstCancel[cl.worker].IsZero() || cl.End.Before(firstCancel[cl.worker])) {
-			firstCancel[cl.worker] = cl.End
+		byWorker[cl.worker] = append(byWorker[cl.worker], cl)
+	}
+	names := append([]string(nil), must...)
+	for w := range byWorker {
+		if !slices.Contains(names, w) {
+			names = append(names, w)
 		}
 	}
-	late := 0
-	for _, cl := range calls {
-		fc := firstCancel[cl.worker]
-		if fc.IsZero() || !cl.Start.After(fc) {
+	slices.Sort(names)
+	deadline := ex.heard.Add(exhaustionMargin)
+	busy := 0 // workers with a call of the run in flight at the exhausting commit
+	for _, w := range names {
+		var open, inFlight int
+		var firstCancel, lastEnd time.Time
+		for _, cl := range byWorker[w] {
+			if cl.End.After(lastEnd) {
+				lastEnd = cl.End
+			}
+			if cl.End.After(deadline) {
+				t.Errorf("call %s/%d on %s (reservation %d, cancelled %v) ran until %v after the exhaustion notice "+
+					"was heard here: every worker must have stopped the run's calls within %v",
+					cl.TaskID, cl.Iteration, w, cl.ReservationID, cl.Cancelled, cl.End.Sub(ex.heard).Round(time.Millisecond),
+					exhaustionMargin)
+			}
+			if cl.Cancelled && (firstCancel.IsZero() || cl.End.Before(firstCancel)) {
+				firstCancel = cl.End
+			}
+			granted, resolved := ex.reserve[cl.ReservationID], ex.resolve[cl.ReservationID]
+			if granted == 0 || granted > ex.entryID || (resolved != 0 && resolved < ex.entryID) {
+				continue // not open in the ledger at the exhausting commit
+			}
+			open++
+			if cl.Cancelled || cl.End.After(ex.heard) {
+				inFlight++
+			}
+		}
+		if inFlight == 0 {
+			if slices.Contains(must, w) {
+				t.Errorf("worker %s had no call of the run in flight at the exhausting commit (entry %d): %d calls there, "+
+					"%d open in the ledger at that commit but ended before the notice; the run cannot show that this "+
+					"worker acts on the exhaustion (give it more concurrency or sim latency)",
+					w, ex.entryID, len(byWorker[w]), open)
+			}
+			continue // otherwise there was nothing of the run to stop there
+		}
+		busy++
+		switch {
+		case firstCancel.IsZero():
+			t.Errorf("worker %s had %d calls of the run in flight at the exhausting commit (entry %d) and cancelled none "+
+				"of them: it never acted on the exhaustion (its last call ended %v after the notice was heard here)",
+				w, inFlight, ex.entryID, lastEnd.Sub(ex.heard).Round(time.Millisecond))
 			continue
+		case firstCancel.After(deadline):
+			t.Errorf("worker %s first cancelled a call of the run %v after the exhaustion notice was heard here, "+
+				"past the %v margin: it did not act when it heard the notice", w,
+				firstCancel.Sub(ex.heard).Round(time.Millisecond), exhaustionMargin)
 		}
-		late++
-		if !cl.Cancelled {
-			t.Errorf("call %s/%d started on %s %v after that worker cancelled a call of the run, and ran to its end",
-				cl.TaskID, cl.Iteration, cl.worker, cl.Start.Sub(fc))
+		t.Logf("worker %s: %d calls of the run, %d in flight at the exhausting commit; first cancel %v and last call end %v "+
+			"after the notice was heard here", w, len(byWorker[w]), inFlight,
+			firstCancel.Sub(ex.heard).Round(time.Millisecond), lastEnd.Sub(ex.heard).Round(time.Millisecond))
+		// Once the worker has acted it knows the run ended: a call that
+		// starts after that must be cancelled at once. One may still be
+		// stamped as starting just after: the loop checks the run's state
+		// before the call, and the sim stamps Start only once it gets its
+		// log's lock, which the cancelled calls hold while they write.
+		for _, cl := range byWorker[w] {
+			if cl.Start.After(firstCancel) && !cl.Cancelled {
+				t.Errorf("call %s/%d started on %s %v after that worker cancelled a call of the run, and ran to its end",
+					cl.TaskID, cl.Iteration, w, cl.Start.Sub(firstCancel))
+			}
 		}
 	}
-	if late > 0 {
-		t.Logf("%d calls stamped as started after their worker's first cancellation; all were cancelled at once", late)
+	if busy == 0 {
+		t.Errorf("no worker had a call of the run in flight at the exhausting commit (entry %d): nothing shows that "+
+			"the workers act on the exhaustion", ex.entryID)
 	}
 }
 

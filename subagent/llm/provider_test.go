@@ -19,12 +19,9 @@ import (
 	"github.com/fanout/fanout/subagent/llm/llmtest"
 )
 
-// canary is the API key of every provider test. TestMain-level cleanup is
-// not needed: each test greps its own errors and logs for it (see witness).
-const canary = "sk-canary-3b9f7e1d5a2c4e6f8091a7b3c5d7e9f1"
-
-// witness collects everything a test writes that could leak the key: log
-// output and error texts.
+// witness collects everything a test writes that could leak the key
+// (canary): the provider's log output and error texts. Each test greps its
+// own witness, and slog.Default()'s (see TestMain), for any piece of it.
 type witness struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -42,12 +39,20 @@ func (w *witness) err(err error) {
 	}
 }
 
-func (w *witness) check(t *testing.T) {
-	t.Helper()
+func (w *witness) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if strings.Contains(w.buf.String(), canary) || strings.Contains(w.buf.String(), canary[:16]) {
-		t.Errorf("the API key leaked into logs or errors:\n%s", w.buf.String())
+	return w.buf.String()
+}
+
+func (w *witness) check(t *testing.T) {
+	t.Helper()
+	if p, ok := leakedPiece(w.String(), canary); ok {
+		t.Errorf("the API key (%q) leaked into the provider's logs or errors:\n%s", p, linesHolding(w.String(), p))
+	}
+	if p, ok := leakedPiece(defaultLog.String(), canary); ok {
+		t.Errorf("the API key (%q) leaked into slog.Default(), which every test of the package shares:\n%s",
+			p, linesHolding(defaultLog.String(), p))
 	}
 }
 
@@ -603,8 +608,13 @@ func TestProviderRateLimiterDebitsAndRefunds(t *testing.T) {
 		t.Errorf("20 calls took %s, want about 200ms", d)
 	}
 	bucket := llm.BucketName("openai", canary)
-	if strings.Contains(bucket, canary) {
-		t.Fatal("bucket name holds the key")
+	if p, ok := leakedPiece(bucket, canary); ok {
+		t.Fatalf("bucket name %q holds a piece of the key (%q)", bucket, p)
+	}
+	if id := llm.KeyID(canary); id == "" {
+		t.Error("KeyID is empty")
+	} else if p, ok := leakedPiece(id, canary); ok {
+		t.Errorf("KeyID = %q holds a piece of the key (%q)", id, p)
 	}
 }
 

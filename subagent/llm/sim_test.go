@@ -11,12 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.uber.org/goleak"
-
 	"github.com/fanout/fanout/subagent/llm"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var tools = []llm.ToolDef{
 	{Name: "search", Params: map[string]string{"query": "q"}},

@@ -2,7 +2,9 @@ package llm_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ var (
 type providerMetrics struct {
 	responses map[int64]int64 // by status code
 	waits     map[string]metricdata.HistogramDataPoint[float64]
+	text      string // every metric and attribute (metricsText), grepped for the key
 }
 
 func readProviderMetrics(t *testing.T) providerMetrics {
@@ -35,7 +38,12 @@ func readProviderMetrics(t *testing.T) providerMetrics {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	out := providerMetrics{responses: map[int64]int64{}, waits: map[string]metricdata.HistogramDataPoint[float64]{}}
+	text := metricsText(rm)
+	if p, ok := leakedPiece(text, canary); ok {
+		t.Errorf("the API key (%q) is in the metrics (names, descriptions, units or attributes):\n%s", p, linesHolding(text, p))
+	}
+	out := providerMetrics{responses: map[int64]int64{}, waits: map[string]metricdata.HistogramDataPoint[float64]{},
+		text: text}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
@@ -90,6 +98,9 @@ func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter p
 	}
 
 	after := readProviderMetrics(t)
+	if !strings.Contains(after.text, "fanout.provider.responses") || !strings.Contains(after.text, "gen_ai.provider.name=openai") {
+		t.Errorf("the metrics grepped for the key hold no provider series with attributes:\n%s", after.text)
+	}
 	responses := map[int64]int64{}
 	for code, n := range after.responses {
 		responses[code] = n - before.responses[code]
@@ -107,4 +118,50 @@ func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter p
 	if p := waits["limiter"]; p.Count != 3 || p.Sum <= 0 {
 		t.Errorf("fanout.ratelimit.wait{source=limiter}: %d observations summing to %vs, want 3 and > 0", p.Count, p.Sum)
 	}
+}
+
+// metricsText is every name, description, unit and attribute of rm, one
+// data point a line, for a grep.
+func metricsText(rm metricdata.ResourceMetrics) string {
+	var b strings.Builder
+	attrs := func(set attribute.Set) {
+		for _, kv := range set.ToSlice() {
+			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.Emit())
+		}
+		b.WriteString("\n")
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			fmt.Fprintf(&b, "%s %s (%s) %s:", sm.Scope.Name, m.Name, m.Unit, m.Description)
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					attrs(p.Attributes)
+				}
+			case metricdata.Sum[float64]:
+				for _, p := range d.DataPoints {
+					attrs(p.Attributes)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					attrs(p.Attributes)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					attrs(p.Attributes)
+				}
+			case metricdata.Histogram[int64]:
+				for _, p := range d.DataPoints {
+					attrs(p.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					attrs(p.Attributes)
+				}
+			default:
+				fmt.Fprintf(&b, " data of type %T not searched\n", m.Data)
+			}
+		}
+	}
+	return b.String()
 }
