@@ -48,7 +48,11 @@ func (s *source) Listen(ctx context.Context, ready func(), deliver func(budget.R
 			return errors.New("connection reset")
 		case n := <-s.notices:
 			deliver(n)
-			s.delivered <- n
+			select {
+			case s.delivered <- n:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 }
