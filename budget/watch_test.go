@@ -10,22 +10,29 @@ import (
 	"github.com/fanout/fanout/budget"
 )
 
+// patience bounds every wait in these tests: a wait that has not ended by
+// then fails, saying what did not happen, instead of hanging until the
+// package timeout.
+const patience = 10 * time.Second
+
 // source is an in-memory WatchSource: notices are pushed on a channel, the
 // poll answers from a map, and Listen can be made to drop.
 type source struct {
-	mu      sync.Mutex
-	ended   map[string]budget.RunSignal
-	notices chan budget.RunSignal
-	listens chan struct{} // receives each time Listen is (re)entered
-	drop    chan struct{} // a send makes the current Listen fail
+	mu        sync.Mutex
+	ended     map[string]budget.RunSignal
+	notices   chan budget.RunSignal
+	delivered chan budget.RunSignal // receives each notice once the watcher's deliver returned
+	listens   chan struct{}         // receives each time Listen is (re)entered
+	drop      chan func()           // a send makes the current Listen run it, then fail
 }
 
 func newSource() *source {
 	return &source{
-		ended:   map[string]budget.RunSignal{},
-		notices: make(chan budget.RunSignal, 16),
-		listens: make(chan struct{}, 16),
-		drop:    make(chan struct{}),
+		ended:     map[string]budget.RunSignal{},
+		notices:   make(chan budget.RunSignal, 16),
+		delivered: make(chan budget.RunSignal, 16),
+		listens:   make(chan struct{}, 16),
+		drop:      make(chan func()),
 	}
 }
 
@@ -36,10 +43,16 @@ func (s *source) Listen(ctx context.Context, ready func(), deliver func(budget.R
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.drop:
+		case f := <-s.drop:
+			f()
 			return errors.New("connection reset")
 		case n := <-s.notices:
 			deliver(n)
+			select {
+			case s.delivered <- n:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 }
@@ -68,8 +81,19 @@ func start(t *testing.T, src *source, cfg budget.WatcherConfig) *budget.Watcher 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }() //nolint:errcheck
-	t.Cleanup(func() { cancel(); <-done })
-	<-src.listens
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(patience):
+			t.Errorf("the watcher's Run did not return within %v of its context ending", patience)
+		}
+	})
+	select {
+	case <-src.listens:
+	case <-time.After(patience):
+		t.Fatalf("the watcher did not start listening within %v", patience)
+	}
 	return w
 }
 
@@ -78,9 +102,21 @@ func waitDone(t *testing.T, s *budget.Subscription) budget.RunSignal {
 	select {
 	case <-s.Done():
 		return s.Signal()
-	case <-time.After(5 * time.Second):
-		t.Fatal("no signal")
+	case <-time.After(patience):
+		t.Fatalf("no signal within %v", patience)
 		return budget.RunSignal{}
+	}
+}
+
+// awaitDelivered waits until the watcher has handled n notices.
+func awaitDelivered(t *testing.T, src *source, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-src.delivered:
+		case <-time.After(patience):
+			t.Fatalf("the watcher handled %d of %d notices within %v", i, n, patience)
+		}
 	}
 }
 
@@ -93,7 +129,8 @@ func TestNoticeReachesEverySubscriberOnce(t *testing.T) {
 	defer b.Close()
 	defer other.Close()
 	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted}
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateClosed} // later news does not replace the first
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateClosed} // a subscriber is told once
+	awaitDelivered(t, src, 2)
 	if sig := waitDone(t, a); sig.State != budget.StateExhausted || !errors.Is(sig.Err(), budget.ErrExhausted) {
 		t.Errorf("a got %+v", sig)
 	}
@@ -105,6 +142,49 @@ func TestNoticeReachesEverySubscriberOnce(t *testing.T) {
 		t.Error("a notice for r1 ended r2")
 	default:
 	}
+}
+
+// TestLaterNewsDoesNotReplaceTheFirst: once the watcher has heard that a
+// run ended, later news of it (another notice, a poll that finds it in
+// another state) changes nothing. Every subscriber is told the first news,
+// at once, also one that subscribes after all of it: a subscriber that came
+// first cannot show this, since it is fired only once whatever the watcher
+// keeps.
+func TestLaterNewsDoesNotReplaceTheFirst(t *testing.T) {
+	src := newSource()
+	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
+	early := w.Subscribe("r1") // while r1 is watched, the watcher keeps what it heard of it
+	defer early.Close()
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"}
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "caller cancelled"}
+	awaitDelivered(t, src, 2)
+
+	toldFirst := func(who string, s *budget.Subscription) {
+		t.Helper()
+		select {
+		case <-s.Done():
+		default:
+			t.Fatalf("%s: Done is not closed, though the watcher has heard that the run ended", who)
+		}
+		if sig := s.Signal(); sig.RunID != "r1" || sig.State != budget.StateExhausted || sig.Cause != "budget exhausted" ||
+			!errors.Is(sig.Err(), budget.ErrExhausted) {
+			t.Errorf("%s was told %+v (err %v); want the first news, r1 exhausted", who, sig, sig.Err())
+		}
+	}
+	toldFirst("the subscriber from before the notices", early)
+	late := w.Subscribe("r1")
+	defer late.Close()
+	toldFirst("a subscriber after both notices", late)
+
+	// A poll that finds the run in yet another state changes nothing either.
+	src.end(budget.RunSignal{RunID: "r1", State: budget.StateClosed, Cause: "closed"})
+	if err := w.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	later := w.Subscribe("r1")
+	defer later.Close()
+	toldFirst("a subscriber after a poll found the run closed", later)
+	toldFirst("the subscriber from before the notices, after it all", early)
 }
 
 func TestPollCoversALostNotice(t *testing.T) {
@@ -123,13 +203,17 @@ func TestListenerReconnectsAndLooksAgain(t *testing.T) {
 	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
 	s := w.Subscribe("r1")
 	defer s.Close()
-	src.drop <- struct{}{}
-	// The run ends while the listener is away: the poll on reconnect finds it.
-	src.end(budget.RunSignal{RunID: "r1", State: budget.StateExhausted})
+	// The run ends while the listener is away (its notice is lost): the poll
+	// on reconnect finds it.
+	select {
+	case src.drop <- func() { src.end(budget.RunSignal{RunID: "r1", State: budget.StateExhausted}) }:
+	case <-time.After(patience):
+		t.Fatalf("the listener could not be dropped within %v: it is not listening", patience)
+	}
 	select {
 	case <-src.listens:
-	case <-time.After(5 * time.Second):
-		t.Fatal("listener did not reconnect")
+	case <-time.After(patience):
+		t.Fatalf("the listener did not reconnect within %v", patience)
 	}
 	if sig := waitDone(t, s); sig.State != budget.StateExhausted {
 		t.Errorf("got %+v", sig)

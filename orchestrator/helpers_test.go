@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +27,25 @@ import (
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
+
+// patience bounds every wait in these tests that must end by itself: one
+// that has not ended by then fails, saying what did not happen, instead of
+// hanging until the package timeout. It is generous (the machine may be
+// busy); the tests' claims are orderings, not speeds.
+const patience = 30 * time.Second
+
+// await waits until ch delivers or is closed, or reports what did not
+// happen within patience. It reports with t.Errorf, so cleanups can use it.
+func await[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	timer := time.NewTimer(patience)
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-timer.C:
+		t.Errorf("%s: not within %v", what, patience)
+	}
+}
 
 func TestMain(m *testing.M) {
 	storetest.MigrateFunc = store.Migrate
@@ -67,15 +85,14 @@ func (b *testBundle) watcher(t *testing.T) *budget.Watcher {
 	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{
 		PollInterval: 100 * time.Millisecond, Logger: quietLogger})
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
+	stopped := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(stopped)
 		_ = w.Run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
-		wg.Wait()
+		await(t, stopped, "a budget watcher stopping")
 	})
 	return w
 }
@@ -96,7 +113,7 @@ func serve(t *testing.T, register func(*grpc.Server), opts ...grpc.ServerOption)
 	}()
 	t.Cleanup(func() {
 		srv.Stop()
-		<-done
+		await(t, done, "a gRPC server stopping")
 	})
 	return lis.Addr().String()
 }
@@ -277,22 +294,67 @@ func checkEvents(t *testing.T, evs []*fanoutv1.RunEvent) *fanoutv1.RunFinished {
 	return fin
 }
 
-// checkLedger checks conservation on every account and that nothing is held.
+// checkLedger checks conservation on every account and that nothing is
+// held. The view must report on every account: one it does not list is not
+// shown conserved, and a view that lists none shows nothing.
 func (b *testBundle) checkLedger(t *testing.T) {
 	t.Helper()
-	var conserved bool
-	var held int64
-	if err := b.pool.QueryRow(t.Context(), `SELECT coalesce(bool_and(conserved), true) FROM conservation_check`).Scan(&conserved); err != nil {
+	var listed, accounts, held int64
+	var bad []int64
+	if err := b.pool.QueryRow(t.Context(), `SELECT
+		(SELECT count(*) FROM conservation_check),
+		(SELECT count(*) FROM account),
+		(SELECT coalesce(array_agg(account_id ORDER BY account_id), '{}') FROM conservation_check WHERE NOT conserved)`).
+		Scan(&listed, &accounts, &bad); err != nil {
 		t.Fatal(err)
 	}
-	if !conserved {
-		t.Error("conservation_check: not conserved")
+	if listed == 0 || listed != accounts {
+		t.Errorf("conservation_check lists %d accounts of %d: want every account, and at least one", listed, accounts)
+	}
+	if len(bad) != 0 {
+		t.Errorf("conservation_check: accounts %v are not conserved", bad)
 	}
 	if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM reservation WHERE state = 'held'`).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
 	if held != 0 {
 		t.Errorf("%d reservations still held after the run closed", held)
+	}
+}
+
+// checkRunJournal checks I1 on the journal itself, not through the account
+// row (whose CHECK makes an overspent row impossible to see): replaying the
+// entries whose chain holds the run account in entry_id order, no prefix
+// has more reserved and spent than the limit. Every entry that changes the
+// run is written under the run row's lock, so entry_id order is the order
+// those changes committed in.
+func (b *testBundle) checkRunJournal(t *testing.T, runID string) {
+	t.Helper()
+	const journal = `WITH run AS (SELECT account_id FROM account WHERE run_id = $1 AND kind = 'run'),
+		j AS (SELECT e.entry_id, e.kind,
+		             (sum(e.delta_limit) OVER w)::bigint AS lim,
+		             (sum(e.delta_reserved) OVER w)::bigint AS reserved,
+		             (sum(e.delta_spent) OVER w)::bigint AS spent
+		        FROM ledger_entry e JOIN run ON run.account_id = ANY (e.chain)
+		      WINDOW w AS (ORDER BY e.entry_id))`
+	var entries, reserves, firstBad int64
+	if err := b.pool.QueryRow(t.Context(), journal+`
+		SELECT count(*), count(*) FILTER (WHERE kind = 'reserve'),
+		       coalesce(min(entry_id) FILTER (WHERE reserved + spent > lim OR reserved < 0 OR spent < 0), 0)
+		  FROM j`, runID).Scan(&entries, &reserves, &firstBad); err != nil {
+		t.Fatal(err)
+	}
+	if reserves == 0 {
+		t.Fatalf("run %s: the journal has %d entries on the run account and no reservation: nothing to check", runID, entries)
+	}
+	if firstBad != 0 {
+		var lim, reserved, spent int64
+		if err := b.pool.QueryRow(t.Context(), journal+`SELECT lim, reserved, spent FROM j WHERE entry_id = $2`,
+			runID, firstBad).Scan(&lim, &reserved, &spent); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("run %s: after journal entry %d the run had %d reserved + %d spent = %d of its %d limit",
+			runID, firstBad, reserved, spent, reserved+spent, lim)
 	}
 }
 

@@ -159,6 +159,50 @@ func (l cutLedger) RunAccount(ctx context.Context, runID string) (budget.Account
 	return l.Ledger.RunAccount(ctx, runID)
 }
 
+// lookingStore counts the orphan searches a replica completed.
+type lookingStore struct {
+	orchestrator.RunStore
+	looks *atomic.Int64
+}
+
+func (s lookingStore) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (string, string, error) {
+	runID, prev, err := s.RunStore.AdoptOrphan(ctx, node, orphanAfter)
+	if err == nil {
+		s.looks.Add(1)
+	}
+	return runID, prev, err
+}
+
+// countLooks makes a replica count its orphan searches in looks.
+func countLooks(looks *atomic.Int64) func(*orchestrator.EngineParams) {
+	return func(p *orchestrator.EngineParams) { p.Store = lookingStore{RunStore: p.Store, looks: looks} }
+}
+
+// awaitLooks waits until the replica counting in looks has completed n more
+// orphan searches. With n >= 2, one of them started after awaitLooks was
+// called.
+func awaitLooks(t *testing.T, looks *atomic.Int64, n int64, who string) {
+	t.Helper()
+	from := looks.Load()
+	deadline := time.Now().Add(patience)
+	for looks.Load() < from+n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s completed %d orphan searches within %v, want %d", who, looks.Load()-from, patience, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// dbNow is the database's clock.
+func dbNow(t *testing.T, b *testBundle) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := b.pool.QueryRow(t.Context(), `SELECT now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
 // leaseConfig is a fleet's lease timing, short for tests.
 func leaseConfig() orchestrator.Config {
 	return orchestrator.Config{HeartbeatInterval: 50 * time.Millisecond, OrphanAfter: 600 * time.Millisecond,
@@ -168,7 +212,7 @@ func leaseConfig() orchestrator.Config {
 // awaitTasks polls the run until n of its tasks are RUNNING.
 func awaitTasks(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		got, err := c.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: runID})
 		if err != nil {
@@ -184,7 +228,7 @@ func awaitTasks(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d tasks running after 30s, want %d", running, n)
+			t.Fatalf("%d tasks running after %v, want %d", running, patience, n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -269,7 +313,8 @@ func TestLostOrchestratorRunIsAdopted(t *testing.T) {
 		p.Store = cutStore{RunStore: p.Store, cut: &killed}
 		p.Ledger = cutLedger{Ledger: p.Ledger, cut: &killed}
 	}, w)
-	other := b.orchestrator(t, "b", leaseConfig(), w)
+	var looks atomic.Int64
+	other := b.orchestratorWith(t, "b", leaseConfig(), countLooks(&looks), w)
 
 	s := spec("lost", 4, 100_000)
 	s.Limits = &fanoutv1.Limits{MaxConcurrency: 2} // two run, two stay queued
@@ -279,8 +324,15 @@ func TestLostOrchestratorRunIsAdopted(t *testing.T) {
 	}
 	runID := start.GetRunId()
 	awaitTasks(t, other.client, runID, 2)
-	// While a heartbeats, nobody adopts its run.
-	time.Sleep(2 * leaseConfig().OrphanAfter)
+	// While a heartbeats, nobody adopts its run: let twice the orphan window
+	// pass in database time, then let b search for orphans after that.
+	window := dbNow(t, b).Add(2 * leaseConfig().OrphanAfter)
+	for deadline := time.Now().Add(patience); dbNow(t, b).Before(window); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the database clock did not pass %v within %v", window, patience)
+		}
+	}
+	awaitLooks(t, &looks, 2, "b, after the orphan window,")
 	if o := owner(t, b, runID); o != "a" {
 		t.Fatalf("a live replica's run is owned by %q", o)
 	}
@@ -394,7 +446,7 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	swept := make(chan struct{})
 	go func() { defer close(swept); budget.Sweep(sweepCtx, b.ledger, 100*time.Millisecond, quietLogger) }()
-	defer func() { stopSweep(); <-swept }()
+	defer func() { stopSweep(); await(t, swept, "the sweeper stopping") }()
 	if _, err := b.pool.Exec(ctx, `UPDATE run SET owner_heartbeat = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
@@ -402,8 +454,9 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	cfg := leaseConfig()
 	cfg.HeartbeatInterval = 10 * time.Millisecond // both look at once, often
 	cfg.HeldWait = 20 * time.Second               // the lease runs out long before
-	r1 := b.orchestrator(t, "r1", cfg)
-	r2 := b.orchestrator(t, "r2", cfg)
+	var looks1, looks2 atomic.Int64
+	r1 := b.orchestratorWith(t, "r1", cfg, countLooks(&looks1))
+	r2 := b.orchestratorWith(t, "r2", cfg, countLooks(&looks2))
 
 	run := checkAdopted(t, b, r2.client, s, "ghost-run", "ghost")
 	if o := owner(t, b, "ghost-run"); o != "r1" && o != "r2" {
@@ -422,7 +475,8 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 		t.Errorf("running task lost its worker: %q", tasks[1].GetWorker())
 	}
 	// Both replicas keep looking; the ended run stays ended once.
-	time.Sleep(5 * cfg.HeartbeatInterval)
+	awaitLooks(t, &looks1, 3, "r1, after the run ended,")
+	awaitLooks(t, &looks2, 3, "r2, after the run ended,")
 	evs := watchAll(t, r1.client, "ghost-run")
 	if n, _ := countFinished(evs); n != 1 || evs[len(evs)-1].GetRunFinished() == nil {
 		t.Errorf("%d RunFinished events (last event %T), want 1, last", n, evs[len(evs)-1].GetEvent())

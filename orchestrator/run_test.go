@@ -101,15 +101,20 @@ func TestRunSucceedsAndJoins(t *testing.T) {
 	}
 	// t02 started only after t00 and t01 ended.
 	finished := map[string]int64{}
+	t02Started := false
 	for _, ev := range evs {
 		if f := ev.GetTaskFinished(); f != nil {
 			finished[f.GetOutcome().GetTaskId()] = ev.GetSequence()
 		}
 		if st := ev.GetTaskStarted(); st != nil && st.GetTaskId() == "t02" {
+			t02Started = true
 			if finished["t00"] == 0 || finished["t01"] == 0 {
 				t.Errorf("t02 started at event %d before its dependencies ended", ev.GetSequence())
 			}
 		}
+	}
+	if !t02Started {
+		t.Error("no TaskStarted event for t02: its start cannot be shown to follow its dependencies")
 	}
 
 	runID := evs[0].GetRunId()
@@ -177,6 +182,10 @@ func TestIdempotentStart(t *testing.T) {
 	b.checkLedger(t)
 }
 
+// TestBudgetExhaustedMidRun gives 30 tasks a run budget that pays for
+// about half of them: the first finish, then the budget runs out with
+// tasks in flight and queued, which end BUDGET_EXHAUSTED. The run's journal
+// never has more reserved and spent than the limit, at any point.
 func TestBudgetExhaustedMidRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -186,7 +195,12 @@ func TestBudgetExhaustedMidRun(t *testing.T) {
 	w3, _ := b.worker(t, "w3", sim, 64)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, w1, w2, w3)
 
-	s := spec("exhaust", 30, 4000)
+	// A task spends about 800 tokens in its three calls and reserves at
+	// most about 500 at a time. When the run is exhausted, the six in
+	// flight hold and have spent at most about 6 x 1000: the rest, several
+	// tasks' worth, was spent by tasks that finished. All 30 would need
+	// about 24k.
+	s := spec("exhaust", 30, 12_000)
 	s.Budget.MinReservationTokens = 100
 	s.Limits = &fanoutv1.Limits{MaxConcurrency: 6}
 	s.Synthesize = true // and skipped, with the reason: the budget cannot pay
@@ -198,17 +212,23 @@ func TestBudgetExhaustedMidRun(t *testing.T) {
 	if fin.GetState() != fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
 		t.Fatalf("run ended %s (%q), want BUDGET_EXHAUSTED", fin.GetState(), fin.GetCancelCause())
 	}
+	runID := evs[0].GetRunId()
 	checkDispatchOrder(t, s, fin.GetResult().GetTasks())
 	if res := fin.GetResult(); res.GetSynthesis() != "" || !strings.Contains(res.GetSynthesisSkippedReason(), "exhausted") {
 		t.Errorf("synthesis %q, skipped reason %q; want it skipped because the budget was exhausted",
 			res.GetSynthesis(), res.GetSynthesisSkippedReason())
 	}
 	counts := map[fanoutv1.TaskStatus]int{}
+	var succeeded []string
 	for _, o := range fin.GetResult().GetTasks() {
 		counts[o.GetStatus()]++
+		if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			succeeded = append(succeeded, o.GetTaskId())
+		}
 	}
-	if counts[fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED] == 0 {
-		t.Errorf("no task ended BUDGET_EXHAUSTED: %v", counts)
+	if counts[fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED] == 0 || len(succeeded) == 0 ||
+		counts[fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED]+len(succeeded) != len(s.GetTasks()) {
+		t.Errorf("tasks ended %v; want some SUCCEEDED and the rest BUDGET_EXHAUSTED", counts)
 	}
 	exhaustedSeen := false
 	for _, ev := range evs {
@@ -219,13 +239,26 @@ func TestBudgetExhaustedMidRun(t *testing.T) {
 	if !exhaustedSeen {
 		t.Error("no BudgetExhausted event")
 	}
-	var spent, limit int64
-	if err := b.pool.QueryRow(t.Context(), `SELECT spent, limit_tokens FROM account WHERE kind = 'run'`).Scan(&spent, &limit); err != nil {
+	// In the journal's one sequence: some task that succeeded had settled
+	// its last call before the entry that exhausted the run.
+	var exhaustedAt int64
+	var before []string
+	if err := b.pool.QueryRow(t.Context(), `
+		WITH x AS (SELECT min(entry_id) AS at FROM ledger_entry WHERE run_id = $1 AND kind = 'exhaust')
+		SELECT coalesce(x.at, 0), coalesce((SELECT array_agg(task_id ORDER BY task_id) FROM (
+			SELECT task_id FROM ledger_entry WHERE run_id = $1 AND kind = 'settle' AND task_id = ANY ($2)
+			 GROUP BY task_id HAVING max(entry_id) < x.at) done), '{}')
+		  FROM x`, runID, succeeded).Scan(&exhaustedAt, &before); err != nil {
 		t.Fatal(err)
 	}
-	if spent > limit {
-		t.Errorf("spent %d > limit %d", spent, limit)
+	if exhaustedAt == 0 {
+		t.Fatal("the journal has no exhaust entry for the run")
 	}
+	if len(before) == 0 {
+		t.Errorf("of the tasks that succeeded (%v), none had settled its last call before the run was exhausted (entry %d)",
+			succeeded, exhaustedAt)
+	}
+	b.checkRunJournal(t, runID)
 	b.checkLedger(t)
 }
 
@@ -246,6 +279,7 @@ func TestFailFastCancelsTheRest(t *testing.T) {
 	if d := time.Since(start); d > 15*time.Second {
 		t.Errorf("run took %s: the rest was not cancelled", d)
 	}
+	checkDispatchOrder(t, s, fin.GetResult().GetTasks())
 	for _, o := range fin.GetResult().GetTasks() {
 		want := fanoutv1.TaskStatus_TASK_STATUS_CANCELLED
 		if o.GetTaskId() == "t02" {
@@ -274,6 +308,7 @@ func TestFirstSuccessCancelsTheRest(t *testing.T) {
 	if d := time.Since(start); d > 15*time.Second {
 		t.Errorf("run took %s: the rest was not cancelled", d)
 	}
+	checkDispatchOrder(t, s, fin.GetResult().GetTasks())
 	succeeded := 0
 	for _, o := range fin.GetResult().GetTasks() {
 		switch o.GetStatus() {
@@ -414,7 +449,9 @@ func TestRunCallerCancelCancelsRun(t *testing.T) {
 	b := setup(t)
 	w, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
-	ctx, cancel := context.WithCancel(t.Context())
+	bounded, stop := context.WithTimeout(t.Context(), patience)
+	defer stop()
+	ctx, cancel := context.WithCancel(bounded)
 	defer cancel()
 	stream, err := n.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec("caller", 3, 100_000)})
 	if err != nil {
@@ -424,7 +461,7 @@ func TestRunCallerCancelCancelsRun(t *testing.T) {
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Run, before a task started: %v", err)
 		}
 		runID = msg.GetEvent().GetRunId()
 		if msg.GetEvent().GetTaskStarted() != nil {
@@ -457,6 +494,7 @@ func TestTasksGoElsewhereWhenAWorkerRefuses(t *testing.T) {
 	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		t.Fatalf("run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
 	}
+	checkDispatchOrder(t, s, fin.GetResult().GetTasks())
 	byWorker := map[string]int{}
 	for _, o := range fin.GetResult().GetTasks() {
 		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,24 +287,30 @@ func TestLoopNoCompressionAfterRunEnded(t *testing.T) {
 			t.Parallel()
 			b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
 			release := make(chan struct{})
+			var releaseOnce sync.Once
+			free := func() { releaseOnce.Do(func() { close(release) }) }
 			srv, model := newProviderModel(t, llmtest.OpenAI, false, func(r llmtest.Request) llmtest.Reply {
 				if tc.policy == subagent.PolicyCancel {
 					return llmtest.Reply{Hang: true}
 				}
-				<-release
-				return llmtest.Reply{Text: localFacts}
+				select {
+				case <-release:
+					return llmtest.Reply{Text: localFacts}
+				case <-time.After(patience):
+					return llmtest.Reply{Status: 400, Message: "the test never let the call through"}
+				}
 			})
+			t.Cleanup(free) // before the fake provider closes: it waits for its handlers
 			task := newTask(b, "a")
 			task.OnExhaustion = tc.policy
 			watch := newWatch()
 			task.Watch = watch
 
-			done := make(chan subagent.Summary, 1)
-			go func() { done <- newLoop(b, model).Run(t.Context(), task) }()
+			wait := goRun(t, t.Context(), newLoop(b, model), task)
 			poll(t, "the model call", func() bool { return len(srv.Requests()) == 1 })
 			watch.fire(budget.RunSignal{RunID: b.runID, State: budget.StateExhausted})
-			close(release)
-			sum := <-done
+			free()
+			sum := wait("the loop ending after the run was exhausted mid-call")
 
 			if sum.Status != tc.want {
 				t.Errorf("status %s (err %v), want %s", sum.Status, sum.Err, tc.want)

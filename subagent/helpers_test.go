@@ -14,6 +14,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
+	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -24,6 +25,69 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// patience bounds every wait in these tests that must end by itself: one
+// that has not ended by then fails, saying what did not happen, instead of
+// hanging until the package timeout. It is generous (the machine may be
+// busy); the tests' claims are orderings, not speeds.
+const patience = 20 * time.Second
+
+// await returns what ch delivers, or fails t saying what did not happen.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(patience)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("%s: not within %v", what, patience)
+		var zero T
+		return zero
+	}
+}
+
+// goRun runs loop.Run(ctx, task) in the background and returns a wait for
+// its summary that fails t, saying what did not happen, if the run has not
+// ended within patience. If the test ends first, the run's context is
+// cancelled and the run waited for, so it never outlives the test.
+func goRun(t *testing.T, ctx context.Context, loop *subagent.Loop, task subagent.Task) (wait func(what string) subagent.Summary) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	var sum subagent.Summary
+	go func() {
+		defer close(finished)
+		sum = loop.Run(ctx, task)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-finished:
+		case <-time.After(patience):
+			t.Errorf("the loop did not return within %v of its context being cancelled", patience)
+		}
+	})
+	return func(what string) subagent.Summary {
+		t.Helper()
+		await(t, finished, what)
+		return sum
+	}
+}
+
+// backstop is how long within's contexts last: longer than patience, so
+// that a test's own wait for what should have happened fails first, and
+// names it.
+const backstop = 2 * patience
+
+// within returns a context that ends after backstop, for a call or stream
+// that must end by itself (t.Context ends only with the test).
+func within(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), backstop)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // bundle is one test's ledger with one open run.
@@ -112,18 +176,30 @@ func (b *bundle) reservations(t *testing.T) []reservation {
 	return out
 }
 
-// checkLedger checks conservation on every account and that nothing is held.
+// checkLedger checks conservation on every account and that nothing is
+// held. The view must report on every account of the run: an account it
+// does not list is not shown conserved.
 func (b *bundle) checkLedger(t *testing.T) {
 	t.Helper()
-	var bad, held int
+	ids := []int64{int64(b.accts.Run.ID)}
+	for _, id := range b.accts.Tasks {
+		ids = append(ids, int64(id))
+	}
+	var listed, accounts, held int
+	var bad []int64
 	err := b.pool.QueryRow(context.Background(), `SELECT
-		(SELECT count(*) FROM conservation_check WHERE NOT conserved),
-		(SELECT count(*) FROM reservation WHERE state = 'held')`).Scan(&bad, &held)
+		(SELECT count(*) FROM conservation_check WHERE account_id = ANY ($1)),
+		(SELECT count(*) FROM account),
+		(SELECT coalesce(array_agg(account_id ORDER BY account_id), '{}') FROM conservation_check WHERE NOT conserved),
+		(SELECT count(*) FROM reservation WHERE state = 'held')`, ids).Scan(&listed, &accounts, &bad, &held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bad != 0 {
-		t.Errorf("%d accounts are not conserved", bad)
+	if listed != len(ids) {
+		t.Errorf("conservation_check lists %d of the run's %d accounts", listed, len(ids))
+	}
+	if len(bad) != 0 {
+		t.Errorf("accounts %v are not conserved (of %d)", bad, accounts)
 	}
 	if held != 0 {
 		t.Errorf("%d reservations are still held", held)
@@ -178,8 +254,8 @@ func waitStarted(t *testing.T, g *gatedModel) llm.Meta {
 	select {
 	case m := <-g.started:
 		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no model call started")
+	case <-time.After(patience):
+		t.Fatalf("no model call started within %v", patience)
 		return llm.Meta{}
 	}
 }
@@ -208,13 +284,13 @@ func (w *chanWatch) Signal() budget.RunSignal {
 	return w.sig
 }
 
-// poll calls cond until it holds or 10 seconds pass.
+// poll calls cond until it holds or patience runs out.
 func poll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v waiting for %s", patience, what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -92,7 +92,9 @@ func TestLoopTaskBudgetStopsOneTask(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	wg.Wait()
+	both := make(chan struct{})
+	go func() { wg.Wait(); close(both) }()
+	await(t, both, "both tasks ending")
 
 	if s := sums["small"]; s.Status != subagent.StatusBudgetExhausted || !errors.Is(s.Err, budget.ErrExhausted) {
 		t.Errorf("small: status %s, err %v; want BUDGET_EXHAUSTED", s.Status, s.Err)
@@ -158,15 +160,14 @@ func TestLoopCancelMidCall(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(t.Context())
 			defer cancel(nil)
 
-			done := make(chan subagent.Summary, 1)
-			go func() { done <- newLoop(b, model).Run(ctx, task) }()
+			wait := goRun(t, ctx, newLoop(b, model), task)
 			waitStarted(t, model)
 			if tc.signal != nil {
 				watch.fire(*tc.signal)
 			} else {
 				cancel(tc.cause)
 			}
-			sum := <-done
+			sum := wait("the loop ending after its in-flight call was cancelled")
 
 			if sum.Status != tc.want {
 				t.Errorf("status %s (err %v), want %s", sum.Status, sum.Err, tc.want)
@@ -207,15 +208,14 @@ func TestLoopDrain(t *testing.T) {
 				task.Watch = watch
 			}
 
-			done := make(chan subagent.Summary, 1)
-			go func() { done <- loop.Run(t.Context(), task) }()
+			wait := goRun(t, t.Context(), loop, task)
 			waitStarted(t, model)
 			if a, err := b.ledger.RunAccount(t.Context(), b.runID); err != nil || a.State != budget.StateExhausted {
 				t.Fatalf("run account %+v, %v: want exhausted by the reservation", a, err)
 			}
 			watch.fire(budget.RunSignal{RunID: b.runID, State: budget.StateExhausted})
 			close(model.release)
-			sum := <-done
+			sum := wait("the loop ending after its drained call")
 
 			if sum.Status != subagent.StatusBudgetExhausted || sum.Iterations != 1 {
 				t.Errorf("status %s after %d iterations (err %v), want BUDGET_EXHAUSTED after 1", sum.Status, sum.Iterations, sum.Err)
@@ -312,16 +312,77 @@ func TestLoopModelFailure(t *testing.T) {
 	b.checkLedger(t)
 }
 
-// TestLoopLeaseRenewed runs a call three times longer than its lease.
+// TestLoopLeaseRenewed holds a model call past the end of its
+// reservation's first lease, and watches the reservation row: while the
+// call runs, the worker renews the lease (lease_expires_at moves on, in
+// database time), so past the first lease's end the reservation is still
+// held under a live lease; once let through, the call finishes and is
+// settled with its real usage, after the first lease would have ended.
 func TestLoopLeaseRenewed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
-	sim := newSim(t, llm.SimConfig{Latency: 1500 * time.Millisecond, FinishAfter: 1})
-	loop := newLoop(b, sim)
-	loop.LeaseTTL = 500 * time.Millisecond
-	sum := loop.Run(t.Context(), newTask(b, "a"))
+	sim := newSim(t, llm.SimConfig{FinishAfter: 1, InputTokens: 100, OutputTokens: 50})
+	model := newGated(sim)
+	loop := newLoop(b, model)
+	loop.LeaseTTL = 3 * time.Second // renewed every second; generous for a busy machine
+	wait := goRun(t, t.Context(), loop, newTask(b, "a"))
+	waitStarted(t, model)
+
+	// All in database time: the first lease ended TTL after the grant.
+	type lease struct {
+		state                    string
+		firstEnd, expires, dbNow time.Time
+	}
+	read := func() lease {
+		t.Helper()
+		var l lease
+		if err := b.pool.QueryRow(t.Context(), `SELECT state, created_at + make_interval(secs => $1), lease_expires_at, now()
+			FROM reservation`, loop.LeaseTTL.Seconds()).Scan(&l.state, &l.firstEnd, &l.expires, &l.dbNow); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	var l lease
+	poll(t, "the reservation's first lease to end (database time)", func() bool {
+		l = read()
+		return l.state != "held" || !l.dbNow.Before(l.firstEnd)
+	})
+	if l.state != "held" {
+		t.Fatalf("the reservation was %s at %v, before its first lease ended at %v (database time): "+
+			"the call did not outlive its first lease", l.state, l.dbNow, l.firstEnd)
+	}
+	if !l.expires.After(l.firstEnd) || !l.expires.After(l.dbNow) {
+		t.Fatalf("at %v (database time), past the first lease's end %v, the lease ends %v: it was not renewed",
+			l.dbNow, l.firstEnd, l.expires)
+	}
+	renewed := l.expires
+	poll(t, "the lease to be renewed again while the call runs", func() bool {
+		l = read()
+		return l.state != "held" || l.expires.After(renewed)
+	})
+	if l.state != "held" {
+		t.Fatalf("the reservation was %s before the call was let through", l.state)
+	}
+
+	close(model.release)
+	sum := wait("the call finishing once let through")
 	if sum.Status != subagent.StatusSucceeded {
-		t.Errorf("status %s, err %v", sum.Status, sum.Err)
+		t.Fatalf("status %s, err %v", sum.Status, sum.Err)
+	}
+	if calls := sim.Calls(); len(calls) != 1 || calls[0].Cancelled {
+		t.Errorf("calls %+v, want one, not cancelled", calls)
+	}
+	res := b.reservations(t)
+	if len(res) != 1 || res[0].State != "settled" || res[0].Estimated || res[0].Spent != 150 {
+		t.Errorf("reservations %+v: want one settled with its real usage 150", res)
+	}
+	var outlived bool
+	if err := b.pool.QueryRow(t.Context(), `SELECT resolved_at > created_at + make_interval(secs => $1) FROM reservation`,
+		loop.LeaseTTL.Seconds()).Scan(&outlived); err != nil {
+		t.Fatal(err)
+	}
+	if !outlived {
+		t.Error("the reservation was settled before its first lease ended (database time)")
 	}
 	b.checkLedger(t)
 }

@@ -238,19 +238,13 @@ func TestLoopBilledRetryStopsWhenTheRunEnds(t *testing.T) {
 	watch := newWatch()
 	task.Watch = watch
 
-	done := make(chan subagent.Summary, 1)
-	go func() { done <- newLoop(b, model).Run(t.Context(), task) }()
+	wait := goRun(t, t.Context(), newLoop(b, model), task)
 	poll(t, "the first call to be settled", func() bool {
 		res := b.reservations(t)
 		return len(res) == 1 && res[0].State == "settled"
 	})
 	watch.fire(budget.RunSignal{RunID: b.runID, State: budget.StateExhausted})
-	var sum subagent.Summary
-	select {
-	case sum = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the loop did not stop while it waited to retry")
-	}
+	sum := wait("the loop stopping while it waited to retry")
 
 	if sum.Status != subagent.StatusBudgetExhausted {
 		t.Errorf("status %s (err %v), want BUDGET_EXHAUSTED", sum.Status, sum.Err)

@@ -45,7 +45,11 @@ func serve(t *testing.T, srv *subagent.Server) fanoutv1.SubagentServiceClient {
 	t.Cleanup(func() {
 		conn.Close()
 		gs.Stop()
-		<-served
+		select {
+		case <-served:
+		case <-time.After(patience):
+			t.Errorf("the gRPC server did not stop within %v", patience)
+		}
 	})
 	return fanoutv1.NewSubagentServiceClient(conn)
 }
@@ -89,7 +93,8 @@ func request(b *bundle, taskID string) *fanoutv1.Dispatch {
 	}
 }
 
-// collect reads a stream to its end.
+// collect reads a stream to its end. Streams are opened on within(t): one
+// that does not end within patience fails t.
 func collect(t *testing.T, stream grpc.ServerStreamingClient[fanoutv1.ExecuteResponse]) ([]*fanoutv1.ExecuteResponse, error) {
 	t.Helper()
 	var out []*fanoutv1.ExecuteResponse
@@ -97,6 +102,9 @@ func collect(t *testing.T, stream grpc.ServerStreamingClient[fanoutv1.ExecuteRes
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			return out, nil
+		}
+		if status.Code(err) == codes.DeadlineExceeded {
+			t.Fatalf("the Execute stream did not end within %v (after %d messages): %v", backstop, len(out), err)
 		}
 		if err != nil {
 			return out, err
@@ -111,7 +119,7 @@ func TestServerExecute(t *testing.T) {
 	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 2, FinishAfter: 2, InputTokens: 100, OutputTokens: 50})
 	client := serve(t, newServer(t, b, sim, nil))
 
-	stream, err := client.Execute(t.Context(), signed(request(b, "a")))
+	stream, err := client.Execute(within(t), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +161,7 @@ func TestServerInvalidArgument(t *testing.T) {
 		t.Run(tc.field, func(t *testing.T) {
 			req := request(b, "a")
 			tc.mod(req)
-			stream, err := client.Execute(t.Context(), signed(req))
+			stream, err := client.Execute(within(t), signed(req))
 			if err == nil {
 				_, err = collect(t, stream)
 			}
@@ -185,13 +193,13 @@ func TestServerWorkerFull(t *testing.T) {
 	model := newGated(newSim(t, llm.SimConfig{FinishAfter: 1}))
 	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Capacity = 1 }))
 
-	first, err := client.Execute(t.Context(), signed(request(b, "a")))
+	first, err := client.Execute(within(t), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitStarted(t, model) // the first holds the only slot, mid-call
 
-	second, err := client.Execute(t.Context(), signed(request(b, "b")))
+	second, err := client.Execute(within(t), signed(request(b, "b")))
 	if err == nil {
 		_, err = collect(t, second)
 	}
@@ -224,7 +232,7 @@ func TestServerClientCancel(t *testing.T) {
 	srv := newServer(t, b, model, nil)
 	client := serve(t, srv)
 
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(within(t))
 	stream, err := client.Execute(ctx, signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
@@ -256,12 +264,12 @@ func TestServerRunCancelledByWatcher(t *testing.T) {
 	}()
 	defer func() {
 		stopWatcher()
-		<-watcherDone
+		await(t, watcherDone, "the watcher stopping")
 	}()
 	model := newGated(newSim(t, llm.SimConfig{}))
 	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Watcher = w }))
 
-	stream, err := client.Execute(t.Context(), signed(request(b, "a")))
+	stream, err := client.Execute(within(t), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,6 +277,12 @@ func TestServerRunCancelledByWatcher(t *testing.T) {
 	if _, err := b.ledger.CancelRun(t.Context(), b.runID, "caller cancelled"); err != nil {
 		t.Fatal(err)
 	}
+	// The model call holds until its context ends: only the worker acting
+	// on the watcher's signal ends it.
+	poll(t, "the worker to cancel and settle its call after the run was cancelled in the ledger", func() bool {
+		res := b.reservations(t)
+		return len(res) == 1 && res[0].State != "held"
+	})
 	msgs, err := collect(t, stream)
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +307,7 @@ func TestServerShutdown(t *testing.T) {
 	srv := newServer(t, b, model, nil)
 	client := serve(t, srv)
 
-	stream, err := client.Execute(t.Context(), signed(request(b, "a")))
+	stream, err := client.Execute(within(t), signed(request(b, "a")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,14 +317,14 @@ func TestServerShutdown(t *testing.T) {
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- srv.Shutdown(ctx) }()
 	poll(t, "new calls to be refused", func() bool {
-		s, err := client.Execute(t.Context(), signed(request(b, "b")))
+		s, err := client.Execute(within(t), signed(request(b, "b")))
 		if err == nil {
 			_, err = collect(t, s)
 		}
 		return status.Code(err) == codes.Unavailable
 	})
 	cancel() // the drain deadline passes
-	if err := <-shutdown; !errors.Is(err, context.Canceled) {
+	if err := await(t, shutdown, "Shutdown returning after its drain deadline passed"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Shutdown = %v, want context.Canceled", err)
 	}
 	msgs, err := collect(t, stream)

@@ -98,7 +98,15 @@ func TestLoopStopsWhenLeaseCannotBeRenewed(t *testing.T) {
 	loop := newLoop(b, sim)
 	loop.Ledger = failingRenew{b.ledger}
 	loop.LeaseTTL = 300 * time.Millisecond
-	sum := loop.Run(t.Context(), newTask(b, "a"))
+	// The call would take an hour: only the failed renewal can stop it
+	// before this deadline does.
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	sum := loop.Run(ctx, newTask(b, "a"))
+	if ctx.Err() != nil {
+		t.Fatalf("the call ran until the test's %v deadline (status %s, err %v): the failed lease renewal did not stop it",
+			patience, sum.Status, sum.Err)
+	}
 	if sum.Status != subagent.StatusFailed || !errors.Is(sum.Err, budget.ErrLeaseLost) {
 		t.Errorf("status %s, err %v; want FAILED with ErrLeaseLost", sum.Status, sum.Err)
 	}

@@ -55,7 +55,7 @@ func TestServerRefusesUnsignedDispatches(t *testing.T) {
 		{"a plain signature, not a dispatch's", &fanoutv1.ExecuteRequest{Dispatch: good.GetDispatch(),
 			Signature: testSigner.Sign(good.GetDispatch()), KeyId: good.GetKeyId()}, codes.PermissionDenied},
 	} {
-		stream, err := client.Execute(t.Context(), tc.env)
+		stream, err := client.Execute(within(t), tc.env)
 		if err == nil {
 			_, err = collect(t, stream)
 		}
@@ -70,7 +70,7 @@ func TestServerRefusesUnsignedDispatches(t *testing.T) {
 		t.Errorf("refused envelopes made %d model calls", n)
 	}
 	// The same dispatch, signed, runs.
-	stream, err := client.Execute(t.Context(), good)
+	stream, err := client.Execute(within(t), good)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestServerSpendsOnlyFromTheDispatchedAccount(t *testing.T) {
 	client := serve(t, newServer(t, b, sim, nil))
 	run := func(d *fanoutv1.Dispatch) *fanoutv1.FactSummary {
 		t.Helper()
-		stream, err := client.Execute(t.Context(), signed(d))
+		stream, err := client.Execute(within(t), signed(d))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,14 +151,14 @@ func TestServerRefusesADuplicateDispatch(t *testing.T) {
 	sim := newSim(t, llm.SimConfig{FinishAfter: 1, InputTokens: 100, OutputTokens: 50, Latency: 2 * time.Second})
 	client := serve(t, newServer(t, b, sim, nil))
 	env := signed(request(b, "a"))
-	first, err := client.Execute(t.Context(), env)
+	first, err := client.Execute(within(t), env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := first.Recv(); err != nil { // started: it holds its slot now
-		t.Fatal(err)
+		t.Fatalf("the first dispatch's Started message: %v", err)
 	}
-	second, err := client.Execute(t.Context(), env)
+	second, err := client.Execute(within(t), env)
 	if err == nil {
 		_, err = collect(t, second)
 	}
