@@ -8,7 +8,7 @@ PKGS     := ./...
 # The test suite's own timeout; CI allows far more, the suite needs a few minutes.
 TEST_TIMEOUT ?= 12m
 
-.PHONY: help demo test test/race lint generate verify bench tidy build clean
+.PHONY: help demo test test/race mutants lint generate verify bench tidy build clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -29,6 +29,10 @@ test: ## Vet and run every test with the race detector against a real PostgreSQL
 test/race: ## Run the suite 3 times with the race detector, to shake out flakes
 	@scripts/ensure-postgres.sh
 	$(GO) test -race -count=3 -timeout 30m $(PKGS)
+
+mutants: ## Break each claimed invariant on purpose (mutants/*.patch) and check a test catches it
+	@scripts/ensure-postgres.sh
+	scripts/mutants.sh
 
 lint: ## gofmt, go vet and buf lint (installs pinned buf into .tmp/bin)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
