@@ -129,6 +129,13 @@ func TestResolvedReservationNeverGrantsAgain(t *testing.T) {
 			t.Errorf("reserve with the key of a %s reservation: err = %v, want a *ResolvedError (%s)", want, err, want)
 		}
 	}
+	// The database's own refusal, as a node calling the function directly
+	// (not through store.Ledger, which also refuses) would meet it.
+	var outcome string
+	if err := b.pool.QueryRow(b.ctx, `SELECT outcome FROM ledger_reserve($1, 'replay', 'tenant-a', 1, 100, 1, 'n', '1 minute', $2)`,
+		int64(ra.Tasks["t0"]), "replay/t0/a1/i1").Scan(&outcome); err != nil || outcome != "resolved" {
+		t.Errorf("ledger_reserve with the key of a settled reservation: outcome %q, %v; want resolved", outcome, err)
+	}
 	if _, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: held.ID, Generation: 1, Actual: 10}); err != nil {
 		t.Fatal(err)
 	}

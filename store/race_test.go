@@ -235,6 +235,35 @@ func TestBoundaryRace(t *testing.T) {
 	}
 	t.Logf("granted %d tokens over the run, spent %d of %d", granted, run.Spent, run.Limit)
 	b.checkJournalNeverOverLimit(t, run)
+
+	// The random race reaches the boundary once, and its last grant may
+	// happen to fit. This one always asks past it: 900 of 1,000 reserved,
+	// then 8 callers at once want 300 each; together they may get 100.
+	edge := b.openRun(t, "race-edge", 1000, 1, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000)
+	if _, err := b.ledger.Reserve(b.ctx, grant(edge, budget.ReserveParams{Account: edge.Tasks["t8"], Want: 900, Min: 900, Holder: "edge", TTL: ttl})); err != nil {
+		t.Fatal(err)
+	}
+	var edgeWG sync.WaitGroup
+	for i := range 8 {
+		edgeWG.Add(1)
+		go func() {
+			defer edgeWG.Done()
+			l := budget.Ledger(b.ledger)
+			if i%2 == 1 {
+				l = coalesced
+			}
+			_, err := l.Reserve(b.ctx, grant(edge, budget.ReserveParams{Account: edge.Tasks[fmt.Sprint("t", i)], Want: 300, Min: 1, Holder: "edge", TTL: ttl}))
+			if err != nil && !errors.Is(err, budget.ErrExhausted) {
+				t.Errorf("edge reserve: %v", err)
+			}
+		}()
+	}
+	edgeWG.Wait()
+	edgeRun, err := b.ledger.RunAccount(b.ctx, "race-edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.checkJournalNeverOverLimit(t, edgeRun)
 	b.checkConserved(t)
 }
 

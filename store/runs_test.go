@@ -168,6 +168,10 @@ func TestRunsListNewestFirst(t *testing.T) {
 	if _, _, err := runs.FinishRun(b.ctx, "r2", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{}); err != nil {
 		t.Fatal(err)
 	}
+	// Another tenant's run, newest of all: never listed for "ten" (I11).
+	if _, _, err := runs.CreateRun(b.ctx, draftRun("other-tenant", "globex", "k9", "a"), "n"); err != nil {
+		t.Fatal(err)
+	}
 	var got []string
 	var before time.Time
 	var beforeID string
