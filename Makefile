@@ -7,6 +7,8 @@ GO       ?= go
 PKGS     := ./...
 # The test suite's own timeout; CI allows far more, the suite needs a few minutes.
 TEST_TIMEOUT ?= 12m
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := .tmp/bin/golangci-lint
 
 .PHONY: help demo test test/race mutants lint generate verify bench tidy build clean
 
@@ -34,10 +36,18 @@ mutants: ## Break each claimed invariant on purpose (mutants/*.patch) and check 
 	@scripts/ensure-postgres.sh
 	scripts/mutants.sh
 
-lint: ## gofmt, go vet and buf lint (installs pinned buf into .tmp/bin)
+lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yaml) and buf lint (pinned tools installed into .tmp/bin)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet $(PKGS)
+	$(GOLANGCI_LINT) run $(PKGS)
 	scripts/generate.sh lint
+
+# golangci-lint, pinned; rebuilt when the version changes (the stamp names it).
+$(GOLANGCI_LINT): .tmp/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION)
+.tmp/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION):
+	@mkdir -p .tmp/bin
+	GOBIN=$(CURDIR)/.tmp/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	@rm -f .tmp/bin/.golangci-lint-* && touch $@
 
 generate: ## Regenerate the protobuf Go code (pinned protoc-gen-go, protoc-gen-go-grpc, buf; local plugins only)
 	scripts/generate.sh generate

@@ -80,7 +80,7 @@ func start(t *testing.T, src *source, cfg budget.WatcherConfig) *budget.Watcher 
 	w := budget.NewWatcher(src, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }() //nolint:errcheck
+	go func() { defer close(done); w.Run(ctx) }() //nolint:errcheck // returns ctx.Err() when the test ends it
 	t.Cleanup(func() {
 		cancel()
 		select {

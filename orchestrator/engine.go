@@ -513,8 +513,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 		})
 		ended++
 	}
-	var makeReady func(i int)
-	makeReady = func(i int) {
+	makeReady := func(i int) {
 		ready = insertSorted(ready, i)
 		ctx, cancel := cleanup()
 		defer cancel()

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -262,7 +263,7 @@ func watchAll(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string) 
 	var evs []*fanoutv1.RunEvent
 	for {
 		msg, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return evs
 		}
 		if err != nil {
@@ -379,7 +380,7 @@ func watchAllAfter(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID str
 	var evs []*fanoutv1.RunEvent
 	for {
 		msg, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return evs
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -28,7 +29,7 @@ func runStream(t *testing.T, c fanoutv1.OrchestratorServiceClient, s *fanoutv1.R
 	var evs []*fanoutv1.RunEvent
 	for {
 		msg, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return evs
 		}
 		if err != nil {
@@ -355,7 +356,7 @@ func TestCancelRunOnAnotherReplica(t *testing.T) {
 	cancelled := false
 	for {
 		msg, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -244,7 +244,7 @@ func (f pemFile) write() error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
+	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op once renamed
 	err = errors.Join(
 		tmp.Chmod(f.mode),
 		pem.Encode(tmp, &pem.Block{Type: f.block, Bytes: f.der}),

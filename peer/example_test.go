@@ -16,7 +16,7 @@ func ExampleGenerateDev() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	dev, err := peer.GenerateDev(dir)
 	if err != nil {
 		log.Fatal(err)

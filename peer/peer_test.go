@@ -50,7 +50,7 @@ func connect(t *testing.T, server, client *tls.Config) handshake {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 
 	type result struct {
 		state tls.ConnectionState
@@ -63,7 +63,7 @@ func connect(t *testing.T, server, client *tls.Config) handshake {
 			served <- result{err: err}
 			return
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		_ = conn.SetDeadline(deadline)
 		tc := tls.Server(conn, server)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -80,7 +80,7 @@ func connect(t *testing.T, server, client *tls.Config) handshake {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(deadline)
 	tc := tls.Client(conn, client)
 	if h.clientErr = tc.HandshakeContext(ctx); h.clientErr == nil {

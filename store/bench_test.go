@@ -95,7 +95,7 @@ func BenchmarkHotAccount(b *testing.B) {
 		fmt.Fprintf(w, "%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.0f\t%.1f\t%.2f\t%.2f\t\n", c, r.ledger, r.ledgerP99,
 			r.coalesced, r.coalescedP99, r.raw, r.rawP99, r.ledger/r.raw, r.coalesced/r.raw)
 	}
-	w.Flush()
+	_ = w.Flush()
 }
 
 func benchPool(b *testing.B, clients int) *pgxpool.Pool {

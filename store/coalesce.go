@@ -169,7 +169,7 @@ func (c *coalescer) run(batch []*pending[*op]) {
 		br := tx.SendBatch(ctx, b)
 		for _, p := range batch {
 			if err := p.item.res.scan(br.QueryRow()); err != nil {
-				br.Close()
+				_ = br.Close()
 				return err
 			}
 		}

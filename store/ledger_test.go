@@ -421,7 +421,7 @@ func TestLedgerEntryIsAppendOnly(t *testing.T) {
 				}
 			}
 			_, err = conn.Exec(b.ctx, stmt)
-			conn.Exec(b.ctx, "RESET ROLE") //nolint:errcheck
+			conn.Exec(b.ctx, "RESET ROLE") //nolint:errcheck // the connection is released right after
 			conn.Release()
 			if err == nil {
 				t.Errorf("%q as %q succeeded, want refused", stmt, role)
@@ -448,7 +448,7 @@ func TestAuditorSeesViewsOnly(t *testing.T) {
 	if _, err := conn.Exec(b.ctx, "SET ROLE fanout_auditor"); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Exec(context.WithoutCancel(b.ctx), "RESET ROLE") //nolint:errcheck
+	defer conn.Exec(context.WithoutCancel(b.ctx), "RESET ROLE") //nolint:errcheck // the connection is released right after
 	for _, v := range []string{"run_spend", "task_spend", "tenant_spend_daily", "open_reservations", "conservation_check", "audit_ledger_entry"} {
 		if _, err := conn.Exec(b.ctx, "SELECT * FROM "+v+" WHERE tenant_id = 'tenant-a'"); err != nil {
 			t.Errorf("auditor cannot read %s: %v", v, err)
@@ -508,7 +508,7 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Errorf("run = %+v; want the 200 reserved counted as spent", run)
 	}
 	var estimated int64
-	b.pool.QueryRow(b.ctx, "SELECT estimated_tokens FROM run_spend WHERE run_id = 'lease'").Scan(&estimated) //nolint:errcheck
+	b.pool.QueryRow(b.ctx, "SELECT estimated_tokens FROM run_spend WHERE run_id = 'lease'").Scan(&estimated) //nolint:errcheck // a failed read leaves 0, which the assertion reports
 	if estimated != 200 {
 		t.Errorf("run_spend.estimated_tokens = %d, want 200", estimated)
 	}
@@ -557,7 +557,7 @@ func TestNoticeSurvivesListenerLoss(t *testing.T) {
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck
+	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck // returns ctx.Err() when the test ends it
 	defer func() { cancel(); wg.Wait() }()
 	sub := w.Subscribe("notice")
 	defer sub.Close()
@@ -603,7 +603,7 @@ func TestNoticeIsHeardOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck
+	go func() { defer wg.Done(); w.Run(ctx) }() //nolint:errcheck // returns ctx.Err() when the test ends it
 	defer func() { cancel(); wg.Wait() }()
 	sub := w.Subscribe("cancel-me")
 	defer sub.Close()
@@ -613,7 +613,7 @@ func TestNoticeIsHeardOnce(t *testing.T) {
 	for {
 		var listening bool
 		b.pool.QueryRow(b.ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = $1
-			AND datname = current_database() AND state = 'idle'`, store.ListenerApplicationName).Scan(&listening) //nolint:errcheck
+			AND datname = current_database() AND state = 'idle'`, store.ListenerApplicationName).Scan(&listening) //nolint:errcheck // a failed read leaves false and the poll goes on
 		if listening || time.Now().After(deadline) {
 			break
 		}

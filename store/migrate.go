@@ -111,7 +111,7 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	if err != nil {
 		return nil, fmt.Errorf("migrate: connect: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)

@@ -28,7 +28,7 @@ func nodeConn(t *testing.T, b *testBundle) *pgx.Conn {
 	if err != nil {
 		t.Fatalf("connect as the node role: %v", err)
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
 }
 

@@ -105,7 +105,9 @@ func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 			t.Fatalf("event %d: %v", i, ev)
 		}
 		var w, n int
-		fmt.Sscanf(ev.GetTaskQueued().GetTaskId(), "w%d-%d", &w, &n)
+		if _, err := fmt.Sscanf(ev.GetTaskQueued().GetTaskId(), "w%d-%d", &w, &n); err != nil {
+			t.Fatal(err)
+		}
 		if prev, ok := last[fmt.Sprint(w)]; ok && n != prev+1 {
 			t.Fatalf("writer %d: event %d follows %d", w, n, prev)
 		}

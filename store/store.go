@@ -124,7 +124,7 @@ func CreateLoginRole(ctx context.Context, adminURL, role, memberOf string) error
 	if err != nil {
 		return fmt.Errorf("create role %s: %w", role, redactURLError(err))
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	_, err = conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN
 		CREATE ROLE %s LOGIN IN ROLE %s;
 	EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`,

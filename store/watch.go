@@ -46,7 +46,7 @@ func (s *WatchSource) Listen(ctx context.Context, ready func(), deliver func(bud
 	if err != nil {
 		return fmt.Errorf("listen: connect: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, "LISTEN "+runStateChannel); err != nil {
 		return fmt.Errorf("listen %s: %w", runStateChannel, err)
 	}

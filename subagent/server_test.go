@@ -43,7 +43,7 @@ func serve(t *testing.T, srv *subagent.Server) fanoutv1.SubagentServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		conn.Close()
+		_ = conn.Close()
 		gs.Stop()
 		select {
 		case <-served:

@@ -310,12 +310,12 @@ func checkNoKeyInSpans(t *testing.T, spans *tracetest.InMemoryExporter) {
 			var text strings.Builder
 			text.WriteString(s.Name() + " " + s.Status().Description)
 			for _, kv := range s.Attributes() {
-				text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
+				text.WriteString(" " + string(kv.Key) + "=" + kv.Value.String())
 			}
 			for _, ev := range s.Events() {
 				text.WriteString(" " + ev.Name)
 				for _, kv := range ev.Attributes {
-					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.Emit())
+					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.String())
 				}
 			}
 			if p, ok := leakedPiece(text.String(), canary); ok {

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -274,7 +275,7 @@ func BenchmarkFanout(b *testing.B) {
 						var evs []*fanoutv1.RunEvent
 						for {
 							m, err := stream.Recv()
-							if err == io.EOF {
+							if errors.Is(err, io.EOF) {
 								break
 							}
 							if err != nil {

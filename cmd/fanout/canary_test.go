@@ -187,7 +187,7 @@ func scrapeMetrics(t *testing.T, logs string) string {
 	if err != nil {
 		t.Fatalf("GET %s: %v", addr, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s, %v", addr, resp.Status, err)

@@ -52,7 +52,7 @@ func (c *clientFlags) dial() (fanoutv1.OrchestratorServiceClient, func(), error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--addr %q: %w", c.addr, err)
 	}
-	return fanoutv1.NewOrchestratorServiceClient(conn), func() { conn.Close() }, nil
+	return fanoutv1.NewOrchestratorServiceClient(conn), func() { _ = conn.Close() }, nil
 }
 
 var jsonOut = protojson.MarshalOptions{EmitUnpopulated: false}

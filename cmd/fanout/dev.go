@@ -172,7 +172,7 @@ func startLocalPostgres(ctx context.Context, env *Env, dataDir, binDir string) (
 	}
 	srv, err := pglocal.Start(ctx, pglocal.Config{DataDir: pgDir, BinDir: binDir, Log: logFile})
 	if err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		if errors.Is(err, pglocal.ErrNoBinaries) {
 			return "", nil, fmt.Errorf("%w\n(or run `make demo`, which installs them when it can)", err)
 		}
@@ -181,16 +181,16 @@ func startLocalPostgres(ctx context.Context, env *Env, dataDir, binDir string) (
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv.Stop(ctx) //nolint:errcheck
-		logFile.Close()
+		srv.Stop(ctx) //nolint:errcheck // best effort at exit; the cluster stops with the process anyway
+		_ = logFile.Close()
 	}
 	if err := store.CreateDatabase(ctx, srv.URL("postgres"), "fanout"); err != nil {
 		stop()
 		return "", nil, err
 	}
 	url := srv.URL("fanout")
-	os.MkdirAll(abs, 0o755)                                                    //nolint:errcheck
-	os.WriteFile(filepath.Join(abs, databaseURLFile), []byte(url+"\n"), 0o600) //nolint:errcheck
+	os.MkdirAll(abs, 0o755)                                                    //nolint:errcheck // best effort: only `fanout ledger` reads the file
+	os.WriteFile(filepath.Join(abs, databaseURLFile), []byte(url+"\n"), 0o600) //nolint:errcheck // best effort: only `fanout ledger` reads the file
 	return url, stop, nil
 }
 
@@ -244,7 +244,7 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := fanoutv1.NewOrchestratorServiceClient(conn)
 	fmt.Fprintf(env.Stdout, "\n== fan-out: %q, %d subagents, run budget %d tokens\n\n", req.GetSpec().GetGoal(),
 		len(req.GetSpec().GetTasks()), req.GetSpec().GetBudget().GetLimitTokens())

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -305,7 +306,7 @@ func startOrchestratorMain(t testing.TB, databaseURL string, workers []*workerPr
 	var stdout bytes.Buffer
 	go func() {
 		code := Main(ctx, args, &stdout, pw, func(string) string { return "" })
-		pw.Close()
+		_ = pw.Close()
 		<-scanned
 		o.done <- code
 	}()
@@ -446,7 +447,7 @@ func recvAll(t testing.TB, next func() (*fanoutv1.RunEvent, error)) []*fanoutv1.
 	var evs []*fanoutv1.RunEvent
 	for {
 		ev, err := next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -176,13 +176,13 @@ func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
 	}
 	sim, err := llm.NewSim(cfg.Sim)
 	if err != nil {
-		n.lis.Close()
+		_ = n.lis.Close()
 		return nil, err
 	}
 	models := subagent.SimModels(sim)
 	if cfg.Providers != nil {
 		if models, err = cfg.Providers.models(cfg.Env, b.pool, sim, b.log); err != nil {
-			n.lis.Close()
+			_ = n.lis.Close()
 			return nil, err
 		}
 	}
@@ -199,7 +199,7 @@ func startWorker(b *backend, cfg workerConfig) (*grpcNode, error) {
 		Logger:            b.log.With("worker", name),
 	})
 	if err != nil {
-		n.lis.Close()
+		_ = n.lis.Close()
 		return nil, err
 	}
 	fanoutv1.RegisterSubagentServiceServer(n.srv, w)
@@ -244,7 +244,7 @@ func dialWorkers(target string, tlsCfg *tls.Config) ([]orchestrator.Worker, func
 	var conns []*grpc.ClientConn
 	closeAll := func() {
 		for _, c := range conns {
-			c.Close()
+			_ = c.Close()
 		}
 	}
 	var ws []orchestrator.Worker
@@ -294,7 +294,7 @@ func startOrchestrator(b *backend, cfg orchestratorConfig) (*grpcNode, error) {
 	}
 	n, err := listenGRPC("orchestrator", cfg.Listen, orchestrator.ServerOptions(e)...)
 	if err != nil {
-		e.Shutdown(context.Background()) //nolint:errcheck
+		e.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		closeConns()
 		return nil, err
 	}

@@ -127,7 +127,7 @@ func (p *progress) redraw() {
 		b.WriteByte('\n')
 	}
 	p.drawn = len(lines)
-	io.WriteString(p.w, b.String()) //nolint:errcheck
+	io.WriteString(p.w, b.String()) //nolint:errcheck // a terminal that stopped reading has no one to tell
 }
 
 // budgetBar draws spent (#) and reserved (=) against the limit.

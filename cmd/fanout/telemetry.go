@@ -98,10 +98,10 @@ func wantsOTLP(env *Env, signal string) bool {
 // shutdown flushes and stops everything, within ctx.
 func (t *telemetry) shutdown(ctx context.Context) {
 	if t.metrics != nil {
-		t.metrics.Shutdown(ctx) //nolint:errcheck
+		t.metrics.Shutdown(ctx) //nolint:errcheck // best effort at exit
 	}
-	t.tp.Shutdown(ctx) //nolint:errcheck
-	t.mp.Shutdown(ctx) //nolint:errcheck
+	t.tp.Shutdown(ctx) //nolint:errcheck // best effort at exit
+	t.mp.Shutdown(ctx) //nolint:errcheck // best effort at exit
 }
 
 // traceHandler adds the trace and span ids of the record's context to

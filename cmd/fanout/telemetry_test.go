@@ -55,7 +55,7 @@ func TestMetricsEndpoint(t *testing.T) { //nolint:paralleltest // global provide
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}

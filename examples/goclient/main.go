@@ -31,7 +31,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := fanoutv1.NewOrchestratorServiceClient(conn)
 
 	spec := &fanoutv1.RunSpec{

@@ -14,6 +14,6 @@ func ExampleStart() {
 	if err != nil {
 		log.Fatal(err) // Wraps pglocal.ErrNoBinaries if PostgreSQL is not installed.
 	}
-	defer srv.Stop(ctx)
+	defer func() { _ = srv.Stop(ctx) }()
 	fmt.Println(srv.URL("postgres"))
 }

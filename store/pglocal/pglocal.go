@@ -118,7 +118,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	if err != nil {
-		s.closeLog()
+		_ = s.closeLog()
 		return nil, err
 	}
 	if err := waitReady(ctx, s.URL("postgres")); err != nil {
@@ -406,13 +406,13 @@ max_connections = 300
 	s.logDone = make(chan struct{})
 	go func() {
 		defer close(s.logDone)
-		defer pr.Close()
-		io.Copy(io.MultiWriter(s.tail, s.log), pr)
+		defer func() { _ = pr.Close() }()
+		_, _ = io.Copy(io.MultiWriter(s.tail, s.log), pr)
 	}()
 	cmd := s.command(ctx, "pg_ctl", "start", "-D", s.dataDir, "-w", "-s")
 	cmd.Stdout, cmd.Stderr = pw, pw
 	err = cmd.Run()
-	pw.Close()
+	_ = pw.Close()
 	if err != nil {
 		select {
 		case <-s.logDone: // The server exited; the tail is complete.
@@ -431,7 +431,7 @@ func waitReady(ctx context.Context, url string) error {
 		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
 			err = conn.Ping(ctx)
-			conn.Close(ctx)
+			_ = conn.Close(ctx)
 			if err == nil {
 				return nil
 			}
@@ -450,7 +450,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("pick a port for postgres: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 

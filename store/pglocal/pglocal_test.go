@@ -46,7 +46,7 @@ func TestStartStopRestart(t *testing.T) {
 		if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
 			t.Errorf("%s: SELECT 1 = %d, %v", run, one, err)
 		}
-		conn.Close(ctx)
+		_ = conn.Close(ctx)
 
 		if err := srv.Stop(ctx); err != nil {
 			t.Fatalf("%s: %v", run, err)

@@ -33,7 +33,7 @@ import (
 	"github.com/fanout/fanout/store/pglocal"
 )
 
-// MigrateFunc, if not nil, migrates the template database at databaseURL
+// MigrateFunc migrates, when not nil, the template database at databaseURL
 // that every NewDB database is cloned from. Set it in TestMain before
 // calling Main. It is a variable rather than an import of store.Migrate
 // because store's own tests use this package.
@@ -236,7 +236,7 @@ func execSQL(ctx context.Context, databaseURL, sql string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	_, err = conn.Exec(ctx, sql)
 	return err
 }

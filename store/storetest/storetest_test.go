@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
-		defer conn.Close(ctx)
+		defer func() { _ = conn.Close(ctx) }()
 		_, err = conn.Exec(ctx, "CREATE TABLE probe (id int PRIMARY KEY)")
 		return err
 	}
@@ -73,7 +73,7 @@ func useDB(t *testing.T, databaseURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, "INSERT INTO probe VALUES (1)"); err != nil {
 		t.Errorf("insert into probe from template: %v", err)
 	}

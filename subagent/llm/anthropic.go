@@ -31,7 +31,7 @@ var (
 // NewAnthropic returns an Anthropic model. It fails if the key or the default
 // model is missing. It reads no environment variables.
 func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
-	pc, err := cfg.ProviderConfig.withDefaults("anthropic")
+	pc, err := cfg.withDefaults("anthropic")
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 		option.WithAPIKey(pc.APIKey),
 		option.WithHTTPClient(pc.HTTPClient),
 		option.WithMaxRetries(0),
-		option.WithMiddleware(errorShapeMiddleware(anthropicErrorShape)),
+		option.WithMiddleware(errorShapeMiddleware(anthropicErrorShape)), //nolint:bodyclose // the middleware closes what it reads; the SDK closes what it hands on
 	)
 	return &Anthropic{c: newCaller("anthropic", pc), msgs: client.Messages}, nil
 }

@@ -42,7 +42,7 @@ var (
 // NewOpenAI returns an OpenAI model. It fails if the key or the default
 // model is missing. It reads no environment variables.
 func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
-	pc, err := cfg.ProviderConfig.withDefaults("openai")
+	pc, err := cfg.withDefaults("openai")
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		option.WithAPIKey(pc.APIKey),
 		option.WithHTTPClient(pc.HTTPClient),
 		option.WithMaxRetries(0),
-		option.WithMiddleware(errorShapeMiddleware(openAIErrorShape)),
+		option.WithMiddleware(errorShapeMiddleware(openAIErrorShape)), //nolint:bodyclose // the middleware closes what it reads; the SDK closes what it hands on
 	)
 	return &OpenAI{c: newCaller("openai", pc), stream: cfg.Stream, chat: chat}, nil
 }
@@ -121,7 +121,7 @@ func (m *OpenAI) call(ctx context.Context, req Request, schema *Schema) (Respons
 func (m *OpenAI) callStream(ctx context.Context, req Request, params openai.ChatCompletionNewParams) (Response, error) {
 	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 	stream := m.chat.NewStreaming(ctx, params)
-	defer stream.Close()
+	defer func() { _ = stream.Close() }()
 	type partial struct {
 		id, name, args string
 	}

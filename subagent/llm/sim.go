@@ -344,7 +344,7 @@ func ReadCallLog(path string) ([]CallRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read sim call log: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var out []CallRecord
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

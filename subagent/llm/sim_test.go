@@ -90,7 +90,7 @@ func TestSimCancelReturnsCausePromptly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	cause := errors.New("the cause")
 	ctx, cancel := context.WithCancelCause(t.Context())
 	errc := make(chan error, 1)

@@ -126,7 +126,7 @@ func metricsText(rm metricdata.ResourceMetrics) string {
 	var b strings.Builder
 	attrs := func(set attribute.Set) {
 		for _, kv := range set.ToSlice() {
-			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.Emit())
+			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.String())
 		}
 		b.WriteString("\n")
 	}
