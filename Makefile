@@ -40,6 +40,7 @@ lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yaml) and buf 
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GOLANGCI_LINT) run $(PKGS)
+	@for p in mutants/*.patch; do git apply --check "$$p" 2>/dev/null || { echo "$$p no longer applies: refresh it against the source it breaks (docs/mutants.md)"; exit 1; }; done
 	scripts/generate.sh lint
 
 # golangci-lint, pinned; rebuilt when the version changes (the stamp names it).
