@@ -318,30 +318,30 @@ func checkNoKeyInSpans(t *testing.T, spans *tracetest.InMemoryExporter) {
 					text.WriteString(" " + string(kv.Key) + "=" + kv.Value.String())
 				}
 			}
-			if p, ok := leakedPiece(text.String(), canary); ok {
+			if p, ok := llmtest.LeakedPiece(text.String(), canary); ok {
 				t.Errorf("%s: span %q holds a piece of the API key (%q): %s", k.name, s.Name(), p, text.String())
 			}
 		}
 		errs := fmt.Sprintf("%v | %+v | %q", sum.Err, sum.Err, sum.Failed)
-		if p, ok := leakedPiece(errs, canary); ok {
+		if p, ok := llmtest.LeakedPiece(errs, canary); ok {
 			t.Errorf("%s: the summary's errors hold a piece of the API key (%q): %s", k.name, p, errs)
 		}
 	}
 	if !strings.Contains(logs.String(), "model call retried") {
 		t.Errorf("slog.Default() got no retry warning: the grep below would not see the provider's logs:\n%s", logs.String())
 	}
-	if p, ok := leakedPiece(logs.String(), canary); ok {
-		t.Errorf("slog.Default() got a piece of the API key (%q):\n%s", p, linesHolding(logs.String(), p))
+	if p, ok := llmtest.LeakedPiece(logs.String(), canary); ok {
+		t.Errorf("slog.Default() got a piece of the API key (%q):\n%s", p, llmtest.LinesHolding(logs.String(), p))
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	text := metricsText(rm)
+	text := llmtest.MetricsText(rm)
 	if !strings.Contains(text, "fanout.subagent") {
 		t.Errorf("the metrics hold no fanout.subagent series: the grep below would see nothing:\n%s", text)
 	}
-	if p, ok := leakedPiece(text, canary); ok {
-		t.Errorf("the metrics hold a piece of the API key (%q):\n%s", p, linesHolding(text, p))
+	if p, ok := llmtest.LeakedPiece(text, canary); ok {
+		t.Errorf("the metrics hold a piece of the API key (%q):\n%s", p, llmtest.LinesHolding(text, p))
 	}
 }

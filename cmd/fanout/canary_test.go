@@ -20,33 +20,6 @@ import (
 	"github.com/fanout/fanout/subagent/llm/llmtest"
 )
 
-// keyPiece is the shortest piece of an API key that counts as leaked: a
-// prefix or a suffix that long, logged as an "id", still narrows the key
-// down to a few candidates.
-const keyPiece = 8
-
-// leakedPiece returns the first piece of key, keyPiece bytes long, that
-// text holds. Any longer piece holds one of those.
-func leakedPiece(text, key string) (string, bool) {
-	for i := 0; i+keyPiece <= len(key); i++ {
-		if p := key[i : i+keyPiece]; strings.Contains(text, p) {
-			return p, true
-		}
-	}
-	return "", false
-}
-
-// linesHolding returns the lines of text that hold piece.
-func linesHolding(text, piece string) string {
-	var out []string
-	for _, l := range strings.Split(text, "\n") {
-		if strings.Contains(l, piece) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 // TestCanaryKeyNeverWritten starts a real `fanout worker` process with a
 // canary OPENAI_API_KEY in its environment, pointed at an in-repo
 // OpenAI-compatible server, with everything a deployment could turn on:
@@ -155,8 +128,8 @@ func TestCanaryKeyNeverWritten(t *testing.T) {
 		if !strings.Contains(wr.text, wr.mustHold) {
 			t.Errorf("%s does not hold %q: grepping it for the key would prove nothing (%d bytes)", wr.where, wr.mustHold, len(wr.text))
 		}
-		if p, ok := leakedPiece(wr.text, canary); ok {
-			t.Errorf("%s holds a piece of the API key (%q):\n%s", wr.where, p, linesHolding(wr.text, p))
+		if p, ok := llmtest.LeakedPiece(wr.text, canary); ok {
+			t.Errorf("%s holds a piece of the API key (%q):\n%s", wr.where, p, llmtest.LinesHolding(wr.text, p))
 		}
 	}
 }

@@ -47,12 +47,12 @@ func (w *witness) String() string {
 
 func (w *witness) check(t *testing.T) {
 	t.Helper()
-	if p, ok := leakedPiece(w.String(), canary); ok {
-		t.Errorf("the API key (%q) leaked into the provider's logs or errors:\n%s", p, linesHolding(w.String(), p))
+	if p, ok := llmtest.LeakedPiece(w.String(), canary); ok {
+		t.Errorf("the API key (%q) leaked into the provider's logs or errors:\n%s", p, llmtest.LinesHolding(w.String(), p))
 	}
-	if p, ok := leakedPiece(defaultLog.String(), canary); ok {
+	if p, ok := llmtest.LeakedPiece(defaultLog.String(), canary); ok {
 		t.Errorf("the API key (%q) leaked into slog.Default(), which every test of the package shares:\n%s",
-			p, linesHolding(defaultLog.String(), p))
+			p, llmtest.LinesHolding(defaultLog.String(), p))
 	}
 }
 
@@ -608,12 +608,12 @@ func TestProviderRateLimiterDebitsAndRefunds(t *testing.T) {
 		t.Errorf("20 calls took %s, want about 200ms", d)
 	}
 	bucket := llm.BucketName("openai", canary)
-	if p, ok := leakedPiece(bucket, canary); ok {
+	if p, ok := llmtest.LeakedPiece(bucket, canary); ok {
 		t.Fatalf("bucket name %q holds a piece of the key (%q)", bucket, p)
 	}
 	if id := llm.KeyID(canary); id == "" {
 		t.Error("KeyID is empty")
-	} else if p, ok := leakedPiece(id, canary); ok {
+	} else if p, ok := llmtest.LeakedPiece(id, canary); ok {
 		t.Errorf("KeyID = %q holds a piece of the key (%q)", id, p)
 	}
 }

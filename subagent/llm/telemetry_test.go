@@ -2,7 +2,6 @@ package llm_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -38,9 +37,9 @@ func readProviderMetrics(t *testing.T) providerMetrics {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	text := metricsText(rm)
-	if p, ok := leakedPiece(text, canary); ok {
-		t.Errorf("the API key (%q) is in the metrics (names, descriptions, units or attributes):\n%s", p, linesHolding(text, p))
+	text := llmtest.MetricsText(rm)
+	if p, ok := llmtest.LeakedPiece(text, canary); ok {
+		t.Errorf("the API key (%q) is in the metrics (names, descriptions, units or attributes):\n%s", p, llmtest.LinesHolding(text, p))
 	}
 	out := providerMetrics{responses: map[int64]int64{}, waits: map[string]metricdata.HistogramDataPoint[float64]{},
 		text: text}
@@ -118,50 +117,4 @@ func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter p
 	if p := waits["limiter"]; p.Count != 3 || p.Sum <= 0 {
 		t.Errorf("fanout.ratelimit.wait{source=limiter}: %d observations summing to %vs, want 3 and > 0", p.Count, p.Sum)
 	}
-}
-
-// metricsText is every name, description, unit and attribute of rm, one
-// data point a line, for a grep.
-func metricsText(rm metricdata.ResourceMetrics) string {
-	var b strings.Builder
-	attrs := func(set attribute.Set) {
-		for _, kv := range set.ToSlice() {
-			fmt.Fprintf(&b, " %s=%s", kv.Key, kv.Value.String())
-		}
-		b.WriteString("\n")
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			fmt.Fprintf(&b, "%s %s (%s) %s:", sm.Scope.Name, m.Name, m.Unit, m.Description)
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					attrs(p.Attributes)
-				}
-			case metricdata.Sum[float64]:
-				for _, p := range d.DataPoints {
-					attrs(p.Attributes)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					attrs(p.Attributes)
-				}
-			case metricdata.Gauge[float64]:
-				for _, p := range d.DataPoints {
-					attrs(p.Attributes)
-				}
-			case metricdata.Histogram[int64]:
-				for _, p := range d.DataPoints {
-					attrs(p.Attributes)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					attrs(p.Attributes)
-				}
-			default:
-				fmt.Fprintf(&b, " data of type %T not searched\n", m.Data)
-			}
-		}
-	}
-	return b.String()
 }

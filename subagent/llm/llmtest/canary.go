@@ -1,4 +1,4 @@
-package subagent_test
+package llmtest
 
 import (
 	"fmt"
@@ -8,24 +8,25 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// keyPiece is the shortest piece of an API key that counts as leaked: a
+// KeyPiece is the shortest piece of an API key that counts as leaked: a
 // prefix or a suffix that long, logged as an "id", still narrows the key
 // down to a few candidates.
-const keyPiece = 8
+const KeyPiece = 8
 
-// leakedPiece returns the first piece of key, keyPiece bytes long, that
+// LeakedPiece returns the first piece of key, KeyPiece bytes long, that
 // text holds. Any longer piece holds one of those.
-func leakedPiece(text, key string) (string, bool) {
-	for i := 0; i+keyPiece <= len(key); i++ {
-		if p := key[i : i+keyPiece]; strings.Contains(text, p) {
+func LeakedPiece(text, key string) (string, bool) {
+	for i := 0; i+KeyPiece <= len(key); i++ {
+		if p := key[i : i+KeyPiece]; strings.Contains(text, p) {
 			return p, true
 		}
 	}
 	return "", false
 }
 
-// linesHolding returns the lines of text that hold piece.
-func linesHolding(text, piece string) string {
+// LinesHolding returns the lines of text that hold piece, so that a
+// failure shows where the key went without repeating a whole log.
+func LinesHolding(text, piece string) string {
 	var out []string
 	for _, l := range strings.Split(text, "\n") {
 		if strings.Contains(l, piece) {
@@ -35,9 +36,9 @@ func linesHolding(text, piece string) string {
 	return strings.Join(out, "\n")
 }
 
-// metricsText is every name, description, unit and attribute of rm, one
+// MetricsText is every name, description, unit and attribute of rm, one
 // data point a line, for a grep.
-func metricsText(rm metricdata.ResourceMetrics) string {
+func MetricsText(rm metricdata.ResourceMetrics) string {
 	var b strings.Builder
 	attrs := func(set attribute.Set) {
 		for _, kv := range set.ToSlice() {
