@@ -326,7 +326,7 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 		if billed == nil {
 			return resp, err
 		}
-		delay, why := r.billedBackoff(ctx, n, slept, billed.RetryAfter)
+		delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
 		if why != "" {
 			return llm.Response{}, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
 		}
@@ -334,41 +334,11 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 		r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
 			"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", it, "status", billed.StatusCode,
 			"call", n, "sleep", delay, "retry_after", billed.RetryAfter)
-		if err := sleep(ctx, delay); err != nil {
+		if err := llm.Sleep(ctx, delay); err != nil {
 			return llm.Response{}, err
 		}
 		slept += delay
 		key = fmt.Sprintf("i%dr%d", it, n)
-	}
-}
-
-// billedBackoff returns how long to wait before the call that follows call
-// n of an iteration, whose failure may have been billed, or why no call
-// follows: BilledRetry's attempts or total sleep, or ctx's deadline, would
-// be passed.
-func (r *run) billedBackoff(ctx context.Context, n int, slept, retryAfter time.Duration) (time.Duration, string) {
-	p := r.BilledRetry
-	delay := p.Backoff(n, retryAfter)
-	switch deadline, ok := ctx.Deadline(); {
-	case n >= p.MaxAttempts:
-		return 0, fmt.Sprintf("%d calls", n)
-	case slept+delay > p.MaxSleep:
-		return 0, fmt.Sprintf("sleeping %s more would pass the %s retry budget", delay.Round(time.Millisecond), p.MaxSleep)
-	case ok && time.Now().Add(delay).After(deadline):
-		return 0, fmt.Sprintf("sleeping %s would pass the deadline", delay.Round(time.Millisecond))
-	}
-	return delay, ""
-}
-
-// sleep waits d or until ctx ends, returning its cause.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -56,7 +56,7 @@ func (c *caller) take(ctx context.Context, runID string, tokens int64) error {
 		}
 		// A little jitter keeps waiting callers from arriving together.
 		wait += rand.N(wait/4 + time.Millisecond)
-		if err := sleep(ctx, wait); err != nil {
+		if err := Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}

@@ -182,22 +182,13 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		if !se.Retryable() {
 			return Response{}, err
 		}
-		delay := c.cfg.Retry.Backoff(n, se.RetryAfter)
-		why := ""
-		switch deadline, ok := ctx.Deadline(); {
-		case n >= c.cfg.Retry.MaxAttempts:
-			why = fmt.Sprintf("%d attempts", n)
-		case slept+delay > c.cfg.Retry.MaxSleep:
-			why = fmt.Sprintf("sleeping %s more would pass the %s retry budget", delay.Round(time.Millisecond), c.cfg.Retry.MaxSleep)
-		case ok && time.Now().Add(delay).After(deadline):
-			why = fmt.Sprintf("sleeping %s would pass the deadline", delay.Round(time.Millisecond))
-		}
+		delay, why := c.cfg.Retry.Next(ctx, n, slept, se.RetryAfter)
 		if why != "" {
 			return Response{}, fmt.Errorf("%w after %s: %w", ErrRetriesExhausted, why, err)
 		}
 		log.WarnContext(ctx, "model call retried", "status", se.StatusCode, "attempt", n, "sleep", delay, "retry_after", se.RetryAfter)
 		slept0 := time.Now()
-		err = sleep(ctx, delay)
+		err = Sleep(ctx, delay)
 		if se.StatusCode == http.StatusTooManyRequests {
 			c.recordWait(ctx, waitProvider, time.Since(slept0))
 		}
@@ -208,8 +199,26 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 	}
 }
 
-// sleep waits d or until ctx ends, returning its cause.
-func sleep(ctx context.Context, d time.Duration) error {
+// Next returns how long to sleep before attempt n+1 after attempt n
+// failed with a Retry-After of retryAfter, having slept slept already, or,
+// with a zero delay, why no attempt follows: MaxAttempts, MaxSleep or ctx's
+// deadline would be passed.
+func (p RetryPolicy) Next(ctx context.Context, n int, slept, retryAfter time.Duration) (time.Duration, string) {
+	p = p.withDefaults()
+	delay := p.Backoff(n, retryAfter)
+	switch deadline, ok := ctx.Deadline(); {
+	case n >= p.MaxAttempts:
+		return 0, fmt.Sprintf("%d attempts", n)
+	case slept+delay > p.MaxSleep:
+		return 0, fmt.Sprintf("sleeping %s more would pass the %s retry budget", delay.Round(time.Millisecond), p.MaxSleep)
+	case ok && time.Now().Add(delay).After(deadline):
+		return 0, fmt.Sprintf("sleeping %s would pass the deadline", delay.Round(time.Millisecond))
+	}
+	return delay, ""
+}
+
+// Sleep waits d or until ctx ends, returning its cause.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
