@@ -665,7 +665,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	// Synthesis is waited for like every task: its call may still be
 	// settling. Then close the ledger, so that whoever sees RunFinished
 	// reads final spend.
-	d.awaitHeld(runCtx)
+	e.awaitHeld(runCtx, d.runID)
 	// The wait can outlast a cleanup context (HeldWait is longer): the close
 	// and the end, which must be written, get a fresh one.
 	ctx, cancel = cleanup()
@@ -733,20 +733,15 @@ func (d *driver) outcome(cause error, outcomes []*fanoutv1.TaskOutcome) (fanoutv
 	}
 }
 
-// awaitHeld waits, up to Config.HeldWait, until the run holds no
-// reservation. Every task (and synthesis) has ended by now, so a reservation
+// awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
+// the run holds no reservation. Every task (and synthesis) has ended by now, so a reservation
 // still held belongs to a worker that is still settling or lost its task
 // (killed, cut off) and may have paid for its call. CloseRun never voids
 // it: a run that still holds reservations is cancelled and closes when the
 // last one is settled or posted by the sweeper as estimated spend. Waiting
 // here lets the run's total be final when RunFinished is written; a worker
 // that is alive settles before it reports, so this is normally one read.
-func (d *driver) awaitHeld(runCtx context.Context) bool { return d.e.awaitHeld(runCtx, d.runID) }
-
-// awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
-// the run holds no reservation. See driver.awaitHeld.
-// It reports whether nothing is held any more.
-func (e *Engine) awaitHeld(parent context.Context, runID string) bool {
+func (e *Engine) awaitHeld(parent context.Context, runID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), e.cfg.HeldWait)
 	defer cancel()
 	tick := time.NewTicker(e.cfg.WatchPollInterval)
@@ -755,20 +750,20 @@ func (e *Engine) awaitHeld(parent context.Context, runID string) bool {
 		acct, err := e.ledger.RunAccount(ctx, runID)
 		switch {
 		case errors.Is(err, budget.ErrNotFound) || err == nil && acct.Reserved == 0:
-			return true
+			return
 		case err != nil:
 			if failures++; failures >= 3 { // the ledger cannot tell us; do not guess
 				e.cfg.Logger.WarnContext(ctx, "cannot read the run's reservations", "run_id", runID, "err", err)
-				return false
+				return
 			}
 		}
 		select {
 		case <-ctx.Done():
 			e.cfg.Logger.WarnContext(ctx, "run ends with reservations still held", "run_id", runID,
 				"reserved", acct.Reserved, "waited", e.cfg.HeldWait)
-			return false
+			return
 		case <-e.base.Done(): // forced shutdown: stop waiting
-			return false
+			return
 		case <-tick.C:
 		}
 	}
