@@ -40,7 +40,7 @@ Examples:
   fanout dev --worker-count 5        # then, in another terminal: fanout run -f examples/research.json
 `
 
-// databaseURLFile is where dev leaves its database URL, for `fanout ledger`.
+// databaseURLFile is where dev leaves the auditor's database URL, for `fanout ledger`.
 const databaseURLFile = "database-url"
 
 func cmdDev(ctx context.Context, env *Env, args []string) error {
@@ -189,8 +189,7 @@ func startLocalPostgres(ctx context.Context, env *Env, dataDir, binDir string) (
 		return "", nil, err
 	}
 	url := srv.URL("fanout")
-	os.MkdirAll(abs, 0o755)                                                    //nolint:errcheck // best effort: only `fanout ledger` reads the file
-	os.WriteFile(filepath.Join(abs, databaseURLFile), []byte(url+"\n"), 0o600) //nolint:errcheck // best effort: only `fanout ledger` reads the file
+	os.MkdirAll(abs, 0o755) //nolint:errcheck // best effort: only `fanout ledger` reads the file
 	return url, stop, nil
 }
 
