@@ -10,7 +10,8 @@ import (
 var (
 	// ErrExhausted: the budget cannot grant what was asked.
 	ErrExhausted = errors.New("budget exhausted")
-	// ErrNotFound: no such account, run or reservation.
+	// ErrNotFound: no such account or reservation. (An unknown run or task
+	// is runs.ErrNotFound.)
 	ErrNotFound = errors.New("not found")
 	// ErrConflict: the call contradicts what the ledger already recorded.
 	ErrConflict = errors.New("conflict")

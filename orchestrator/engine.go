@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // cleanupTimeout bounds the writes that record how a run or task ended;
@@ -275,12 +275,12 @@ func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.Run
 		e.cfg.Logger.ErrorContext(ctx, "append RunFinished", "run_id", runID, "err", err)
 	}
 	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1,
-		metric.WithAttributes(attrRunState.String(strings.TrimPrefix(state.String(), "RUN_STATE_"))))
+		metric.WithAttributes(attrRunState.String(runs.Text(state))))
 	return true
 }
 
 // Get returns a run with its budget as the ledger has it now. An empty
-// tenantID matches any tenant. Returns budget.ErrNotFound for an unknown run.
+// tenantID matches any tenant. Returns runs.ErrNotFound for an unknown run.
 func (e *Engine) Get(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {
 	run, err := e.store.GetRun(ctx, tenantID, runID)
 	if err != nil {
@@ -298,7 +298,7 @@ func (e *Engine) Get(ctx context.Context, tenantID, runID string) (*fanoutv1.Run
 // cancelled (every node's watcher hears it and the driving node cancels the
 // run with a *CancelError carrying cause), and if this node drives the run
 // it is cancelled at once. A run that has ended is returned unchanged.
-// Returns budget.ErrNotFound for an unknown run.
+// Returns runs.ErrNotFound for an unknown run.
 func (e *Engine) Cancel(ctx context.Context, tenantID, runID, cause string) (*fanoutv1.Run, error) {
 	run, err := e.store.GetRun(ctx, tenantID, runID)
 	if err != nil {
@@ -348,7 +348,7 @@ func (e *Engine) List(ctx context.Context, p ListParams) ([]*fanoutv1.Run, error
 // Watch sends the run's events with sequence > after in order — stored
 // history, then new events as they are stored, by this node or any other —
 // until it has sent RunFinished (then it returns nil), send fails, or ctx
-// ends. Returns budget.ErrNotFound for an unknown run.
+// ends. Returns runs.ErrNotFound for an unknown run.
 func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 	send func(*fanoutv1.RunEvent) error) error {
 	if _, err := e.store.GetRun(ctx, tenantID, runID); err != nil {
@@ -813,7 +813,7 @@ func (d *driver) undispatchedStatus(runCtx context.Context) fanoutv1.TaskStatus 
 func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
 	_, err := d.e.appendEvent(ctx, d.runID, ev)
 	switch {
-	case errors.Is(err, budget.ErrConflict): // the run ended on the replica that adopted it
+	case errors.Is(err, runs.ErrEnded): // the run ended on the replica that adopted it
 		d.e.cfg.Logger.InfoContext(ctx, "run ended elsewhere; event dropped", "run_id", d.runID, "err", err)
 	case err != nil:
 		d.e.cfg.Logger.ErrorContext(ctx, "append run event", "run_id", d.runID, "err", err)
@@ -823,7 +823,7 @@ func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
 // finishTask persists a task's terminal outcome and reports it.
 func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanoutv1.TaskOutcome {
 	stored, err := d.e.store.FinishTask(ctx, d.runID, o)
-	if errors.Is(err, budget.ErrConflict) {
+	if errors.Is(err, runs.ErrEnded) {
 		// The replica that adopted the run ended the task; its outcome stands.
 		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
 		return o
@@ -839,7 +839,7 @@ func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanou
 
 // countTask counts a task that ended.
 func countTask(ctx context.Context, st fanoutv1.TaskStatus) {
-	metrics().tasksFinished.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrTaskStatus.String(statusName(st))))
+	metrics().tasksFinished.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrTaskStatus.String(runs.Text(st))))
 }
 
 // request builds the Execute request of task i; its dependencies' facts
@@ -1147,12 +1147,12 @@ func (d *driver) execute(taskCtx context.Context, w Worker, req *fanoutv1.Dispat
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(taskCtx), cleanupTimeout)
 			_, err := d.e.store.StartTask(ctx, d.runID, req.GetTask().GetId(), worker)
 			switch {
-			case errors.Is(err, budget.ErrConflict): // ended by the replica that adopted the run
+			case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
 				cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", req.GetTask().GetId(), "err", err)
 			case err != nil:
 				cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", req.GetTask().GetId(), "err", err)
 			}
-			if !errors.Is(err, budget.ErrConflict) {
+			if !errors.Is(err, runs.ErrEnded) {
 				d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
 					TaskId: req.GetTask().GetId(), Worker: worker}}})
 			}

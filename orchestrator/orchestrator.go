@@ -12,13 +12,14 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // RunStore persists runs, their tasks and their event history, so that any
 // replica can answer for any run. Package store implements it on PostgreSQL
 // (store.Runs). An empty tenantID in a read matches any tenant.
 //
-// Unknown runs and tasks are reported as budget.ErrNotFound.
+// Unknown runs and tasks are reported as runs.ErrNotFound.
 type RunStore interface {
 	// CreateRun stores run (id, tenant, idempotency key, spec, labels and
 	// tasks in dispatch order) as RUNNING with every task PENDING, and
@@ -33,11 +34,11 @@ type RunStore interface {
 	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
 	// StartTask marks a task RUNNING on worker, stamping started_at. Returns
-	// budget.ErrConflict if the task has already ended.
+	// runs.ErrEnded if the task has already ended.
 	StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error)
 	// FinishTask stores a task's terminal outcome, stamping finished_at, and
 	// returns it as stored. A terminal outcome is final: returns
-	// budget.ErrConflict if the task has already ended (ended by the replica
+	// runs.ErrEnded if the task has already ended (ended by the replica
 	// that adopted the run).
 	FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
 	// FinishRun ends the run if it is RUNNING and owner drives it, and
@@ -61,7 +62,7 @@ type RunStore interface {
 	FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error)
 	// AppendEvent appends the run's next event and returns it with its
 	// sequence (gapless, from 1) and time set. Once the run has ended it
-	// takes only RunFinished: anything else is budget.ErrConflict.
+	// takes only RunFinished: anything else is runs.ErrEnded.
 	AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error)
 	// AppendEvents appends several events (no RunFinished) as consecutive
 	// sequences in one write, with AppendEvent's error contract.
@@ -113,7 +114,7 @@ type failFastError struct {
 }
 
 func (e *failFastError) Error() string {
-	s := fmt.Sprintf("task %s ended %s", e.taskID, statusName(e.status))
+	s := fmt.Sprintf("task %s ended %s", e.taskID, runs.Text(e.status))
 	if e.reason != "" {
 		s += ": " + e.reason
 	}
@@ -237,8 +238,4 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	return c
-}
-
-func statusName(s fanoutv1.TaskStatus) string {
-	return s.String()[len("TASK_STATUS_"):]
 }

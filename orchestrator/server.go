@@ -17,6 +17,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // TenantMetadataKey is the gRPC metadata key that scopes GetRun, WatchRun
@@ -258,7 +259,7 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	case errors.Is(err, budget.ErrExhausted):
 		return withDetails(codes.ResourceExhausted, err.Error(),
 			&errdetails.ErrorInfo{Reason: "BUDGET_EXHAUSTED", Domain: errorDomain})
-	case errors.Is(err, budget.ErrNotFound):
+	case errors.Is(err, runs.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrSpecMismatch):
 		return withDetails(codes.FailedPrecondition, err.Error(), &errdetails.PreconditionFailure{

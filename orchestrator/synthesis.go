@@ -14,6 +14,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // synthesisTaskID names the synthesis call on the worker and in the ledger
@@ -109,7 +110,7 @@ func (d *driver) synthesize(ctx context.Context, runCause error, result *fanoutv
 	}
 	if b.Len() == 0 {
 		return "", fmt.Sprintf("the synthesis call ended %s without an answer: %s",
-			strings.TrimPrefix(sum.GetStatus().String(), "TASK_STATUS_"), sum.GetError())
+			runs.Text(sum.GetStatus()), sum.GetError())
 	}
 	result.TotalTokens += sum.GetTokensSpent()
 	return b.String(), ""

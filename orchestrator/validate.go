@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -32,8 +31,7 @@ type FieldViolation struct {
 	Description string
 }
 
-// ValidationError lists everything wrong with a request. It is
-// budget.ErrInvalid. OverCap reports that the request is well-formed but
+// ValidationError lists everything wrong with a request. OverCap reports that the request is well-formed but
 // exceeds a server cap (RESOURCE_EXHAUSTED rather than INVALID_ARGUMENT).
 type ValidationError struct {
 	Violations []FieldViolation
@@ -47,9 +45,6 @@ func (e *ValidationError) Error() string {
 	}
 	return strings.Join(parts, "; ")
 }
-
-// Is reports whether target is budget.ErrInvalid.
-func (e *ValidationError) Is(target error) bool { return target == budget.ErrInvalid }
 
 type validator struct {
 	bad  []FieldViolation // malformed

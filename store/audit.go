@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/runs"
 )
 
 // RunSpend is one row of the run_spend view.
@@ -63,7 +63,7 @@ func AuditRun(ctx context.Context, pool *pgxpool.Pool, tenantID, runID string) (
 			&r.TenantID, &r.RunID, &r.State, &r.Cause, &r.Limit, &r.Spent, &r.Reported, &r.Estimated,
 			&r.Overrun, &r.Reserved, &r.Available, &r.Reservations)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return budget.ErrNotFound
+			return runs.ErrNotFound
 		}
 		if err != nil {
 			return err

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // Runs stores runs, their tasks and their event history (migrations/0002).
@@ -23,7 +23,7 @@ import (
 // caller gives one; an empty tenant id matches any tenant (for the node that
 // drives the run, which knows it owns it).
 //
-// Unknown runs are reported as budget.ErrNotFound.
+// Unknown runs are reported as runs.ErrNotFound.
 type Runs struct {
 	pool   *pgxpool.Pool
 	events *groupCommit[*eventOp] // nil unless RunsConfig.Coalesce
@@ -160,7 +160,11 @@ func (r taskRow) outcome() (*fanoutv1.TaskOutcome, error) {
 	}
 	o.TaskId = r.TaskID
 	o.DispatchIndex = r.DispatchIndex
-	o.Status = fanoutv1.TaskStatus(fanoutv1.TaskStatus_value["TASK_STATUS_"+r.Status])
+	st, err := runs.ParseStatus(r.Status)
+	if err != nil {
+		return nil, fmt.Errorf("task %s of run %s: stored status: %w", r.TaskID, r.RunID, err)
+	}
+	o.Status = st
 	o.TokensSpent = r.TokensSpent
 	o.Worker = r.Worker
 	o.StartedAt = timestamp(r.StartedAt)
@@ -176,11 +180,15 @@ func timestamp(t *time.Time) *timestamppb.Timestamp {
 }
 
 func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
+	state, err := runs.ParseState(r.State)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: stored state: %w", r.RunID, err)
+	}
 	out := &fanoutv1.Run{
 		RunId:          r.RunID,
 		TenantId:       r.TenantID,
 		IdempotencyKey: r.IdempotencyKey,
-		State:          fanoutv1.RunState(fanoutv1.RunState_value["RUN_STATE_"+r.State]),
+		State:          state,
 		CancelCause:    r.CancelCause,
 		Spec:           &fanoutv1.RunSpec{},
 		CreatedAt:      timestamppb.New(r.CreatedAt),
@@ -212,18 +220,18 @@ func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
 }
 
 // GetRun returns a run with every task's outcome in dispatch order. An empty
-// tenantID matches any tenant. Returns budget.ErrNotFound if there is no
+// tenantID matches any tenant. Returns runs.ErrNotFound if there is no
 // such run for the tenant.
 func (s *Runs) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {
-	runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
+	found, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
 		WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2)`, runID, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("get run %s: %w", runID, err)
 	}
-	if len(runs) == 0 {
-		return nil, fmt.Errorf("run %s: %w", runID, budget.ErrNotFound)
+	if len(found) == 0 {
+		return nil, fmt.Errorf("run %s: %w", runID, runs.ErrNotFound)
 	}
-	return runs[0], nil
+	return found[0], nil
 }
 
 // ListRuns returns up to limit runs of tenantID, newest first, in state
@@ -234,13 +242,13 @@ func (s *Runs) ListRuns(ctx context.Context, tenantID string, state fanoutv1.Run
 	beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error) {
 	stateName := ""
 	if state != fanoutv1.RunState_RUN_STATE_UNSPECIFIED {
-		stateName = stateText(state.String(), "RUN_STATE_")
+		stateName = runs.Text(state)
 	}
 	var before *time.Time
 	if !beforeCreated.IsZero() {
 		before = &beforeCreated
 	}
-	runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
+	found, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
 		WHERE tenant_id = $1 AND ($2 = '' OR state = $2)
 		  AND ($3::timestamptz IS NULL OR (created_at, run_id) < ($3, $4))
 		ORDER BY created_at DESC, run_id DESC
@@ -248,7 +256,7 @@ func (s *Runs) ListRuns(ctx context.Context, tenantID string, state fanoutv1.Run
 	if err != nil {
 		return nil, fmt.Errorf("list runs of tenant %s: %w", tenantID, err)
 	}
-	return runs, nil
+	return found, nil
 }
 
 // queryRuns reads runs and, in a second query, their tasks.
@@ -290,11 +298,9 @@ func (s *Runs) queryRuns(ctx context.Context, sql string, args ...any) ([]*fanou
 	return out, nil
 }
 
-func stateText(name, prefix string) string { return name[len(prefix):] }
-
 // StartTask marks a task RUNNING on worker and stamps started_at (database
-// time) the first time. Returns budget.ErrNotFound for an unknown task and
-// budget.ErrConflict for a task that has already ended (for instance, ended
+// time) the first time. Returns runs.ErrNotFound for an unknown task and
+// runs.ErrEnded for a task that has already ended (for instance, ended
 // by the replica that adopted the run).
 func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error) {
 	rows, err := s.pool.Query(ctx, `UPDATE task
@@ -307,8 +313,8 @@ func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker string) (*fa
 // FinishTask stores a task's terminal outcome (status, summary, tokens,
 // worker) and stamps finished_at (database time). It returns the stored
 // outcome with its timestamps. A terminal outcome is final: returns
-// budget.ErrConflict for a task that has already ended (a replica that
-// adopted the run ended it), budget.ErrNotFound for an unknown task.
+// runs.ErrEnded for a task that has already ended (a replica that
+// adopted the run ended it), runs.ErrNotFound for an unknown task.
 func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
@@ -320,13 +326,13 @@ func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOut
 		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
 		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING')
 		RETURNING `+taskColumns,
-		runID, o.GetTaskId(), stateText(o.GetStatus().String(), "TASK_STATUS_"), body, o.GetTokensSpent(), o.GetWorker())
+		runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker())
 	return s.taskResult(ctx, rows, err, runID, o.GetTaskId(), "finish")
 }
 
 // taskResult reads the task an UPDATE of one live task returned. No row
-// means an unknown task (budget.ErrNotFound) or one that has already ended
-// (budget.ErrConflict).
+// means an unknown task (runs.ErrNotFound) or one that has already ended
+// (runs.ErrEnded).
 func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, taskID, verb string) (*fanoutv1.TaskOutcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
@@ -337,11 +343,11 @@ func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, 
 		err := s.pool.QueryRow(ctx, `SELECT status FROM task WHERE run_id = $1 AND task_id = $2`, runID, taskID).Scan(&status)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, budget.ErrNotFound)
+			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, runs.ErrNotFound)
 		case err != nil:
 			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
 		}
-		return nil, fmt.Errorf("%s task %s of run %s: it already ended %s: %w", verb, taskID, runID, status, budget.ErrConflict)
+		return nil, fmt.Errorf("%s task %s of run %s: it already ended %s: %w", verb, taskID, runID, status, runs.ErrEnded)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
@@ -354,7 +360,7 @@ func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, 
 // (run.owner), and returns the run with ended true. Otherwise (the run has
 // already ended, or another replica adopted it) it writes nothing and
 // returns the run as stored with ended false: so exactly one caller ends a
-// run and reports it. Returns budget.ErrNotFound for an unknown run.
+// run and reports it. Returns runs.ErrNotFound for an unknown run.
 func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
 	body, err := protoMarshal.Marshal(result)
@@ -367,7 +373,7 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 	tag, err := s.pool.Exec(ctx, `UPDATE run
 		SET state = $3, cancel_cause = $4, result = $5, finished_at = now()
 		WHERE run_id = $1 AND owner = $2 AND state = 'RUNNING'`,
-		runID, owner, stateText(state.String(), "RUN_STATE_"), cause, body)
+		runID, owner, runs.Text(state), cause, body)
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: %w", runID, err)
 	}
@@ -474,9 +480,9 @@ func prefixed(prefix, columns string) string {
 // AppendEvent appends ev as the run's next event and returns a copy with its
 // sequence (the previous one plus 1: no gaps, even with concurrent writers)
 // and time (database time) set. A run's history ends with its RunFinished:
-// once the run has ended, any other event is refused with budget.ErrConflict
+// once the run has ended, any other event is refused with runs.ErrEnded
 // (it comes from a replica that lost the run to another). Returns
-// budget.ErrNotFound for an unknown run.
+// runs.ErrNotFound for an unknown run.
 func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error) {
 	out := proto.CloneOf(ev)
 	out.RunId, out.Sequence, out.Time = "", 0, nil // the columns hold them
@@ -494,10 +500,10 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 	}
 	if errors.Is(op.err, pgx.ErrNoRows) {
 		// Unknown, or ended (appendOne cannot tell which).
-		op.err = budget.ErrNotFound
+		op.err = runs.ErrNotFound
 		var state string
 		if err := s.pool.QueryRow(ctx, `SELECT state FROM run WHERE run_id = $1`, runID).Scan(&state); err == nil {
-			op.err = fmt.Errorf("the run has ended %s: %w", state, budget.ErrConflict)
+			op.err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
 		}
 	}
 	if op.err != nil {
@@ -510,7 +516,7 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 // AppendEvents appends evs to the run as consecutive events in one
 // statement, in order, and returns them with their sequences and time. Like
 // AppendEvent, a run that has ended takes no events but RunFinished
-// (budget.ErrConflict) and an unknown run is budget.ErrNotFound.
+// (runs.ErrEnded) and an unknown run is runs.ErrNotFound.
 func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error) {
 	if len(evs) == 1 {
 		ev, err := s.AppendEvent(ctx, runID, evs[0])
@@ -544,10 +550,10 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 			RETURNING sequence, created_at)
 		SELECT min(sequence), min(created_at) FROM ins`, runID, bodies).Scan(&first, &at)
 	if err == nil && first == nil {
-		err = budget.ErrNotFound
+		err = runs.ErrNotFound
 		var state string
 		if e := s.pool.QueryRow(ctx, `SELECT state FROM run WHERE run_id = $1`, runID).Scan(&state); e == nil {
-			err = fmt.Errorf("the run has ended %s: %w", state, budget.ErrConflict)
+			err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
 		}
 	}
 	if err != nil {
@@ -619,7 +625,7 @@ func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
 				group[0].item.runID, len(group), finals).Scan(&tenant, &last, &at, &state)
 			if errors.Is(err, pgx.ErrNoRows) {
 				for _, p := range group {
-					p.item.err = budget.ErrNotFound
+					p.item.err = runs.ErrNotFound
 				}
 				continue
 			}
@@ -632,7 +638,7 @@ func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
 					if p.item.final {
 						kept = append(kept, p)
 					} else {
-						p.item.err = fmt.Errorf("the run has ended %s: %w", state, budget.ErrConflict)
+						p.item.err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
 					}
 				}
 				group = kept

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store"
 )
 
@@ -28,8 +28,8 @@ func draftRun(id, tenant, key string, tasks ...string) *fanoutv1.Run {
 
 func TestRunsCreateIsIdempotent(t *testing.T) {
 	b := setup(t)
-	runs := store.NewRuns(b.pool)
-	r, created, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1")
+	rs := store.NewRuns(b.pool)
+	r, created, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1")
 	if err != nil || !created {
 		t.Fatalf("create: %v, created %v", err, created)
 	}
@@ -38,15 +38,15 @@ func TestRunsCreateIsIdempotent(t *testing.T) {
 		r.GetLabels()["team"] != "a" {
 		t.Errorf("created run: %v", r)
 	}
-	again, created, err := runs.CreateRun(b.ctx, draftRun("r2", "ten", "k", "a", "b"), "node2")
+	again, created, err := rs.CreateRun(b.ctx, draftRun("r2", "ten", "k", "a", "b"), "node2")
 	if err != nil || created || again.GetRunId() != "r1" {
 		t.Errorf("same key: run %s, created %v, err %v; want r1, false", again.GetRunId(), created, err)
 	}
 	// Same key, other tenant: another run.
-	if _, created, err := runs.CreateRun(b.ctx, draftRun("r3", "other", "k", "a"), "node1"); err != nil || !created {
+	if _, created, err := rs.CreateRun(b.ctx, draftRun("r3", "other", "k", "a"), "node1"); err != nil || !created {
 		t.Errorf("other tenant: created %v, err %v", created, err)
 	}
-	if _, err := runs.GetRun(b.ctx, "other", "r1"); !errors.Is(err, budget.ErrNotFound) {
+	if _, err := rs.GetRun(b.ctx, "other", "r1"); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("GetRun as another tenant: %v, want ErrNotFound", err)
 	}
 	if !proto.Equal(again.GetSpec(), draftRun("r1", "ten", "k", "a", "b").GetSpec()) {
@@ -62,13 +62,13 @@ func TestRunsEventsHaveNoGaps(t *testing.T) {
 
 func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 	b := setup(t)
-	runs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
-	defer runs.Close()
-	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
+	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	defer rs.Close()
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
 		t.Fatal(err)
 	}
 	// A second run's events interleave in the same batches.
-	if _, _, err := runs.CreateRun(b.ctx, draftRun("r2", "ten", "k2", "a"), "n"); err != nil {
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("r2", "ten", "k2", "a"), "n"); err != nil {
 		t.Fatal(err)
 	}
 	const writers, each = 8, 25
@@ -78,7 +78,7 @@ func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 		wg.Go(func() {
 			for i := range each {
 				for _, run := range []string{"r1", "r2"} {
-					_, err := runs.AppendEvent(b.ctx, run, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{
+					_, err := rs.AppendEvent(b.ctx, run, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{
 						TaskQueued: &fanoutv1.TaskQueued{TaskId: fmt.Sprintf("w%d-%d", w, i)}}})
 					if err != nil {
 						errs <- err
@@ -92,7 +92,7 @@ func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	evs, err := runs.Events(b.ctx, "ten", "r1", 0, 1000)
+	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,47 +113,47 @@ func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 		}
 		last[fmt.Sprint(w)] = n
 	}
-	tail, err := runs.Events(b.ctx, "", "r1", 190, 5)
+	tail, err := rs.Events(b.ctx, "", "r1", 190, 5)
 	if err != nil || len(tail) != 5 || tail[0].GetSequence() != 191 {
 		t.Errorf("events after 190: %d, %v", len(tail), err)
 	}
-	if none, err := runs.Events(b.ctx, "other", "r1", 0, 10); err != nil || len(none) != 0 {
+	if none, err := rs.Events(b.ctx, "other", "r1", 0, 10); err != nil || len(none) != 0 {
 		t.Errorf("events as another tenant: %d, %v", len(none), err)
 	}
-	if _, err := runs.AppendEvent(b.ctx, "nope", &fanoutv1.RunEvent{}); !errors.Is(err, budget.ErrNotFound) {
+	if _, err := rs.AppendEvent(b.ctx, "nope", &fanoutv1.RunEvent{}); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("append to unknown run: %v", err)
 	}
 }
 
 func TestRunsTasksAndFinish(t *testing.T) {
 	b := setup(t)
-	runs := store.NewRuns(b.pool)
-	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "n"); err != nil {
+	rs := store.NewRuns(b.pool)
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "n"); err != nil {
 		t.Fatal(err)
 	}
-	started, err := runs.StartTask(b.ctx, "r1", "a", "w1")
+	started, err := rs.StartTask(b.ctx, "r1", "a", "w1")
 	if err != nil || started.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_RUNNING || started.GetStartedAt() == nil {
 		t.Fatalf("start: %v, %v", started, err)
 	}
-	done, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
+	done, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
 		TokensSpent: 42, Worker: "w1", Summary: &fanoutv1.FactSummary{Facts: []*fanoutv1.Fact{{Text: "f"}}}})
 	if err != nil || done.GetFinishedAt() == nil || done.GetTokensSpent() != 42 || len(done.GetSummary().GetFacts()) != 1 {
 		t.Fatalf("finish: %v, %v", done, err)
 	}
-	if _, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "zz", Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED}); !errors.Is(err, budget.ErrNotFound) {
+	if _, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "zz", Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED}); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("finish unknown task: %v", err)
 	}
 	res := &fanoutv1.JoinedResult{TotalTokens: 42}
-	if _, ended, err := runs.FinishRun(b.ctx, "r1", "other", fanoutv1.RunState_RUN_STATE_FAILED, "x", nil); err != nil || ended {
+	if _, ended, err := rs.FinishRun(b.ctx, "r1", "other", fanoutv1.RunState_RUN_STATE_FAILED, "x", nil); err != nil || ended {
 		t.Fatalf("finish by a node that does not own the run: ended %v, %v", ended, err)
 	}
-	r, ended, err := runs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled by caller", res)
+	r, ended, err := rs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled by caller", res)
 	if err != nil || !ended || r.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED || r.GetFinishedAt() == nil ||
 		r.GetResult().GetTotalTokens() != 42 || r.GetTasks()[0].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
 		t.Fatalf("finish run: %v, %v", r, err)
 	}
 	// A second finish changes nothing.
-	r2, ended, err := runs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil)
+	r2, ended, err := rs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil)
 	if err != nil || ended || r2.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED {
 		t.Errorf("second finish: %v, ended %v, %v", r2.GetState(), ended, err)
 	}
@@ -161,24 +161,24 @@ func TestRunsTasksAndFinish(t *testing.T) {
 
 func TestRunsListNewestFirst(t *testing.T) {
 	b := setup(t)
-	runs := store.NewRuns(b.pool)
+	rs := store.NewRuns(b.pool)
 	for i := range 5 {
-		if _, _, err := runs.CreateRun(b.ctx, draftRun(fmt.Sprint("r", i), "ten", fmt.Sprint("k", i), "a"), "n"); err != nil {
+		if _, _, err := rs.CreateRun(b.ctx, draftRun(fmt.Sprint("r", i), "ten", fmt.Sprint("k", i), "a"), "n"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := runs.FinishRun(b.ctx, "r2", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{}); err != nil {
+	if _, _, err := rs.FinishRun(b.ctx, "r2", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{}); err != nil {
 		t.Fatal(err)
 	}
 	// Another tenant's run, newest of all: never listed for "ten" (I11).
-	if _, _, err := runs.CreateRun(b.ctx, draftRun("other-tenant", "globex", "k9", "a"), "n"); err != nil {
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("other-tenant", "globex", "k9", "a"), "n"); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	var before time.Time
 	var beforeID string
 	for {
-		page, err := runs.ListRuns(b.ctx, "ten", fanoutv1.RunState_RUN_STATE_UNSPECIFIED, before, beforeID, 2)
+		page, err := rs.ListRuns(b.ctx, "ten", fanoutv1.RunState_RUN_STATE_UNSPECIFIED, before, beforeID, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestRunsListNewestFirst(t *testing.T) {
 	if fmt.Sprint(got) != "[r4 r3 r2 r1 r0]" {
 		t.Errorf("listed %v, want [r4 r3 r2 r1 r0]", got)
 	}
-	ok, err := runs.ListRuns(b.ctx, "ten", fanoutv1.RunState_RUN_STATE_SUCCEEDED, time.Time{}, "", 10)
+	ok, err := rs.ListRuns(b.ctx, "ten", fanoutv1.RunState_RUN_STATE_SUCCEEDED, time.Time{}, "", 10)
 	if err != nil || len(ok) != 1 || ok[0].GetRunId() != "r2" {
 		t.Errorf("list SUCCEEDED: %d runs, %v", len(ok), err)
 	}
@@ -212,18 +212,18 @@ func TestRunsTerminalOutcomesAreFinal(t *testing.T) {
 
 func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	b := setup(t)
-	runs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
-	defer runs.Close()
-	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b", "c"), "n"); err != nil {
+	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	defer rs.Close()
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b", "c"), "n"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: 7}); err != nil {
+	if _, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.StartTask(b.ctx, "r1", "b", "w1"); err != nil {
+	if _, err := rs.StartTask(b.ctx, "r1", "b", "w1"); err != nil {
 		t.Fatal(err)
 	}
-	failed, err := runs.FailTasks(b.ctx, "r1", "orchestrator lost")
+	failed, err := rs.FailTasks(b.ctx, "r1", "orchestrator lost")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,35 +238,35 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if failed[0].GetWorker() != "w1" || failed[0].GetStartedAt() == nil {
 		t.Errorf("the running task lost its worker or start: %v", failed[0])
 	}
-	if _, err := runs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "b", Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, budget.ErrConflict) {
+	if _, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "b", Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("finish an ended task: %v, want ErrConflict", err)
 	}
-	if _, err := runs.StartTask(b.ctx, "r1", "c", "w2"); !errors.Is(err, budget.ErrConflict) {
+	if _, err := rs.StartTask(b.ctx, "r1", "c", "w2"); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("start an ended task: %v, want ErrConflict", err)
 	}
-	if _, err := runs.StartTask(b.ctx, "r1", "zz", "w2"); !errors.Is(err, budget.ErrNotFound) {
+	if _, err := rs.StartTask(b.ctx, "r1", "zz", "w2"); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("start an unknown task: %v, want ErrNotFound", err)
 	}
-	r, err := runs.GetRun(b.ctx, "", "r1")
+	r, err := rs.GetRun(b.ctx, "", "r1")
 	if err != nil || r.GetTasks()[0].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || r.GetTasks()[0].GetTokensSpent() != 7 ||
 		r.GetTasks()[1].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED {
 		t.Fatalf("stored tasks: %v, %v", r.GetTasks(), err)
 	}
-	if again, err := runs.FailTasks(b.ctx, "r1", "again"); err != nil || len(again) != 0 {
+	if again, err := rs.FailTasks(b.ctx, "r1", "again"); err != nil || len(again) != 0 {
 		t.Errorf("second FailTasks: %d tasks, %v", len(again), err)
 	}
 
 	queued := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "a"}}}
-	if _, err := runs.AppendEvent(b.ctx, "r1", queued); err != nil {
+	if _, err := rs.AppendEvent(b.ctx, "r1", queued); err != nil {
 		t.Fatal(err)
 	}
-	if _, ended, err := runs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_FAILED, "lost", nil); err != nil || !ended {
+	if _, ended, err := rs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_FAILED, "lost", nil); err != nil || !ended {
 		t.Fatalf("finish run: ended %v, %v", ended, err)
 	}
-	if _, err := runs.AppendEvent(b.ctx, "r1", queued); !errors.Is(err, budget.ErrConflict) {
+	if _, err := rs.AppendEvent(b.ctx, "r1", queued); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("event after the run ended: %v, want ErrConflict", err)
 	}
-	fin, err := runs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}})
+	fin, err := rs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}})
 	if err != nil || fin.GetSequence() != 2 {
 		t.Errorf("RunFinished after the run ended: %v, %v; want sequence 2", fin, err)
 	}
@@ -277,26 +277,26 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 // many replicas adopting at once exactly one gets each run.
 func TestRunsLeases(t *testing.T) {
 	b := setup(t)
-	runs := store.NewRuns(b.pool)
+	rs := store.NewRuns(b.pool)
 	for i := range 4 {
-		if _, _, err := runs.CreateRun(b.ctx, draftRun(fmt.Sprint("r", i), "ten", fmt.Sprint("k", i), "a"), "dead"); err != nil {
+		if _, _, err := rs.CreateRun(b.ctx, draftRun(fmt.Sprint("r", i), "ten", fmt.Sprint("k", i), "a"), "dead"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := runs.CreateRun(b.ctx, draftRun("live", "ten", "kl", "a"), "alive"); err != nil {
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("live", "ten", "kl", "a"), "alive"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runs.FinishRun(b.ctx, "r3", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil {
+	if _, _, err := rs.FinishRun(b.ctx, "r3", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	// Fresh runs are nobody's orphans.
-	if id, _, err := runs.AdoptOrphan(b.ctx, "x", time.Minute); err != nil || id != "" {
+	if id, _, err := rs.AdoptOrphan(b.ctx, "x", time.Minute); err != nil || id != "" {
 		t.Fatalf("adopted %q (%v) while every heartbeat is fresh", id, err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `UPDATE run SET owner_heartbeat = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
 	}
-	if lost, err := runs.Heartbeat(b.ctx, "alive", []string{"live", "r0", "nope"}); err != nil || len(lost) != 1 || lost[0] != "r0" {
+	if lost, err := rs.Heartbeat(b.ctx, "alive", []string{"live", "r0", "nope"}); err != nil || len(lost) != 1 || lost[0] != "r0" {
 		t.Fatalf("heartbeat: lost %v, %v; want [r0]", lost, err)
 	}
 
@@ -309,7 +309,7 @@ func TestRunsLeases(t *testing.T) {
 		wg.Go(func() {
 			node := fmt.Sprint("n", i)
 			for {
-				id, prev, err := runs.AdoptOrphan(b.ctx, node, time.Minute)
+				id, prev, err := rs.AdoptOrphan(b.ctx, node, time.Minute)
 				if err != nil {
 					t.Error(err)
 					return
@@ -342,10 +342,10 @@ func TestRunsLeases(t *testing.T) {
 		}
 	}
 	// The old owner's writes are fenced: it cannot end the run.
-	if _, ended, err := runs.FinishRun(b.ctx, "r0", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil || ended {
+	if _, ended, err := rs.FinishRun(b.ctx, "r0", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil || ended {
 		t.Errorf("the old owner ended an adopted run: %v, %v", ended, err)
 	}
-	if lost, err := runs.Heartbeat(b.ctx, "dead", []string{"r0", "r1", "r3"}); err != nil || len(lost) != 2 {
+	if lost, err := rs.Heartbeat(b.ctx, "dead", []string{"r0", "r1", "r3"}); err != nil || len(lost) != 2 {
 		t.Errorf("old owner's heartbeat: lost %v, %v; want r0 and r1", lost, err)
 	}
 }
@@ -354,22 +354,22 @@ func TestRunsLeases(t *testing.T) {
 // sequences in order, and an ended run takes none.
 func TestRunsAppendEvents(t *testing.T) {
 	b := setup(t)
-	runs := store.NewRuns(b.pool)
-	if _, _, err := runs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
+	rs := store.NewRuns(b.pool)
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "first"}}}); err != nil {
+	if _, err := rs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "first"}}}); err != nil {
 		t.Fatal(err)
 	}
 	var evs []*fanoutv1.RunEvent
 	for i := range 5 {
 		evs = append(evs, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: fmt.Sprint("t", i), DispatchIndex: int32(i)}}})
 	}
-	out, err := runs.AppendEvents(b.ctx, "r1", evs)
+	out, err := rs.AppendEvents(b.ctx, "r1", evs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := runs.Events(b.ctx, "ten", "r1", 0, 100)
+	stored, err := rs.Events(b.ctx, "ten", "r1", 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestRunsAppendEvents(t *testing.T) {
 			t.Errorf("event %d: returned %v, stored %v", i, ev, stored[i+1])
 		}
 	}
-	if _, err := runs.AppendEvents(b.ctx, "nope", evs); !errors.Is(err, budget.ErrNotFound) {
+	if _, err := rs.AppendEvents(b.ctx, "nope", evs); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("append to an unknown run: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -476,8 +477,8 @@ func (sum Summary) Proto() *fanoutv1.FactSummary {
 
 // Proto returns the fanout.v1.TaskStatus for st.
 func (st Status) Proto() fanoutv1.TaskStatus {
-	if v, ok := fanoutv1.TaskStatus_value["TASK_STATUS_"+string(st)]; ok {
-		return fanoutv1.TaskStatus(v)
+	if v, err := runs.ParseStatus(string(st)); err == nil {
+		return v
 	}
 	return fanoutv1.TaskStatus_TASK_STATUS_FAILED
 }

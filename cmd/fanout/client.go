@@ -20,6 +20,7 @@ import (
 
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // clientFlags are the flags every client command shares.
@@ -373,7 +374,7 @@ func cmdCancel(ctx context.Context, env *Env, args []string) error {
 	if r.GetState() == fanoutv1.RunState_RUN_STATE_RUNNING {
 		fmt.Fprintf(env.Stdout, "%s: cancel sent; every node stops its subagents (follow with: fanout watch %s)\n", runID, runID)
 	} else {
-		fmt.Fprintf(env.Stdout, "%s: %s %s\n", runID, shortState(r.GetState()), r.GetCancelCause())
+		fmt.Fprintf(env.Stdout, "%s: %s %s\n", runID, runs.Text(r.GetState()), r.GetCancelCause())
 	}
 	return nil
 }
@@ -401,11 +402,11 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 	}
 	req := &fanoutv1.ListRunsRequest{PageSize: int32(min(limit, 500)), TenantId: cf.tenant}
 	if state != "" {
-		v, ok := fanoutv1.RunState_value["RUN_STATE_"+strings.ToUpper(state)]
-		if !ok {
-			return fmt.Errorf("--state %q: not a run state", state)
+		v, err := runs.ParseState(state)
+		if err != nil {
+			return fmt.Errorf("--state: %w", err)
 		}
-		req.State = fanoutv1.RunState(v)
+		req.State = v
 	}
 	client, closeConn, err := cf.dial()
 	if err != nil {
@@ -422,20 +423,16 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 	}
 	fmt.Fprintf(env.Stdout, "%-36s %-17s %6s %10s %10s  %s\n", "RUN", "STATE", "TASKS", "SPENT", "LIMIT", "CREATED")
 	for _, r := range resp.GetRuns() {
-		fmt.Fprintf(env.Stdout, "%-36s %-17s %6d %10d %10d  %s\n", r.GetRunId(), shortState(r.GetState()),
+		fmt.Fprintf(env.Stdout, "%-36s %-17s %6d %10d %10d  %s\n", r.GetRunId(), runs.Text(r.GetState()),
 			len(r.GetTasks()), r.GetBudget().GetSpentTokens(), r.GetBudget().GetLimitTokens(),
 			r.GetCreatedAt().AsTime().Local().Format(time.DateTime))
 	}
 	return nil
 }
 
-func shortState(s fanoutv1.RunState) string { return strings.TrimPrefix(s.String(), "RUN_STATE_") }
-
-func shortStatus(s fanoutv1.TaskStatus) string { return strings.TrimPrefix(s.String(), "TASK_STATUS_") }
-
 // printRun prints a run's outcome for a person.
 func printRun(w io.Writer, r *fanoutv1.Run) {
-	fmt.Fprintf(w, "\nrun %s: %s", r.GetRunId(), shortState(r.GetState()))
+	fmt.Fprintf(w, "\nrun %s: %s", r.GetRunId(), runs.Text(r.GetState()))
 	if c := r.GetCancelCause(); c != "" {
 		fmt.Fprintf(w, " (%s)", c)
 	}
@@ -455,7 +452,7 @@ func printRun(w io.Writer, r *fanoutv1.Run) {
 	}
 	fmt.Fprintf(w, "\ntasks (dispatch order):\n")
 	for _, t := range res.GetTasks() {
-		line := fmt.Sprintf("  %-16s %-17s %3d iterations %7d tokens", t.GetTaskId(), shortStatus(t.GetStatus()),
+		line := fmt.Sprintf("  %-16s %-17s %3d iterations %7d tokens", t.GetTaskId(), runs.Text(t.GetStatus()),
 			t.GetSummary().GetIterations(), t.GetTokensSpent())
 		if e := t.GetSummary().GetError(); e != "" {
 			line += "  " + e

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // progress draws a run's live state: one line per subagent (status,
@@ -75,7 +76,7 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 	case *fanoutv1.RunEvent_TaskFinished:
 		o := e.TaskFinished.GetOutcome()
 		t := p.task(o.GetTaskId())
-		t.status, t.tokens = shortStatus(o.GetStatus()), o.GetTokensSpent()
+		t.status, t.tokens = runs.Text(o.GetStatus()), o.GetTokensSpent()
 		if n := o.GetSummary().GetIterations(); n > 0 {
 			t.iteration = n
 		}
@@ -87,7 +88,7 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 		line = "BUDGET EXHAUSTED: the ledger can grant no more; cancelling every running subagent"
 		p.notes = append(p.notes, line)
 	case *fanoutv1.RunEvent_RunFinished:
-		line = fmt.Sprintf("run finished: %s %s", shortState(e.RunFinished.GetState()), e.RunFinished.GetCancelCause())
+		line = fmt.Sprintf("run finished: %s %s", runs.Text(e.RunFinished.GetState()), e.RunFinished.GetCancelCause())
 		p.notes = append(p.notes, line)
 	}
 	if p.tty {

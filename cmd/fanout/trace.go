@@ -9,6 +9,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 const traceUsage = `
@@ -108,13 +109,13 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 		case *fanoutv1.RunEvent_TaskFinished:
 			o := e.TaskFinished.GetOutcome()
 			r := row(o.GetTaskId())
-			r.end, r.status, r.tokens = at, shortStatus(o.GetStatus()), o.GetTokensSpent()
+			r.end, r.status, r.tokens = at, runs.Text(o.GetStatus()), o.GetTokensSpent()
 		case *fanoutv1.RunEvent_BudgetExhausted:
 			if exhaustedAt.IsZero() {
 				exhaustedAt = at
 			}
 		case *fanoutv1.RunEvent_RunFinished:
-			final = shortState(e.RunFinished.GetState())
+			final = runs.Text(e.RunFinished.GetState())
 			if c := e.RunFinished.GetCancelCause(); c != "" {
 				final += " (" + c + ")"
 			}
