@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -132,6 +133,7 @@ func run(ctx context.Context) error {
 	}
 	defer lg.stop()
 	versions := describeVersions(ctx, cfg)
+	loadBefore := loadAverage()
 	fmt.Fprintf(os.Stderr, "bench-compare: ready after %v; %s\n", time.Since(began).Round(time.Millisecond), db.settings)
 
 	results := make([]result, len(cfg.sizes))
@@ -175,6 +177,8 @@ func run(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "bench-compare: N=%d done (%v so far)\n", n, time.Since(began).Round(time.Second))
 	}
 	printReport(os.Stdout, cfg, versions, db.settings, results)
+	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
+		runtime.NumCPU(), loadBefore, loadAverage())
 	fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
 	return nil
 }
@@ -247,6 +251,15 @@ func (db *database) setup(ctx context.Context, srv *pglocal.Server) error {
 	}
 	db.settings = fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, full_page_writes=%s)", version, fsync, syncCommit, fpw)
 	return nil
+}
+
+// loadAverage is the first three fields of /proc/loadavg, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
 }
 
 // onTmpfs reports whether dir is on a tmpfs.
