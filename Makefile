@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 12m
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := .tmp/bin/golangci-lint
 
-.PHONY: help demo test test/race mutants lint generate verify bench tidy build clean
+.PHONY: help demo test test/race mutants lint generate verify bench bench-compare tidy build clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -59,6 +59,17 @@ verify: generate lint ## Check that generated code is current and everything lin
 bench: ## Benchmarks: ledger hot account vs raw SQL, cancellation latency, fan-out overhead
 	@scripts/ensure-postgres.sh
 	$(GO) test -run '^$$' -bench . -benchtime 3s -timeout 30m ./store/ ./cmd/fanout/ ./subagent/...
+
+# LangGraph.js, pinned by bench/langgraph/package-lock.json; npm ci again when the lock changes.
+LANGGRAPH_DIR := bench/langgraph
+
+bench-compare: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## fanout vs LangGraph.js in one run: overhead over the ideal at N = 10, 100, 1,000 (bench/README.md)
+	@scripts/ensure-postgres.sh --always
+	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
+	$(GO) run ./bench/compare --fanout .tmp/bin/fanout --langgraph $(LANGGRAPH_DIR)
+
+$(LANGGRAPH_DIR)/node_modules/.package-lock.json: $(LANGGRAPH_DIR)/package.json $(LANGGRAPH_DIR)/package-lock.json
+	cd $(LANGGRAPH_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 
 tidy: ## go mod tidy
 	$(GO) mod tidy

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fanout/fanout/peer"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+)
+
+// fanoutSide is a fanout deployment of separate OS processes of the real
+// binary: workers and one orchestrator, against one PostgreSQL, peer mTLS
+// and signed dispatches as `fanout dev` sets them up.
+type fanoutSide struct {
+	orch    *proc
+	workers []*proc
+	conn    *grpc.ClientConn
+	client  fanoutv1.OrchestratorServiceClient
+	runs    int
+
+	// reservations counts a run's reservations, and those settled, as
+	// the database's owner; closeDB closes its pool.
+	reservations func(ctx context.Context, runID string) (total, settled int, err error)
+	closeDB      func()
+}
+
+type fanoutConfig struct {
+	Bin        string        // the fanout binary
+	Dir        string        // where the peer credentials go
+	OwnerURL   string        // the migrated database, as its owner
+	NodeURL    string        // the same database as a member of fanout_app
+	Workers    int           // worker processes
+	Capacity   int           // subagents per worker, and the orchestrator's task and concurrency caps
+	Latency    time.Duration // of each sim call
+	StartLimit time.Duration // for each process to start serving
+}
+
+// startFanout starts cfg.Workers worker processes, then an orchestrator that
+// dispatches to them, and connects to the orchestrator.
+func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err error) {
+	files, err := peer.GenerateDev(filepath.Join(cfg.Dir, "peer"))
+	if err != nil {
+		return nil, fmt.Errorf("generate peer credentials: %w", err)
+	}
+	f := &fanoutSide{}
+	defer func() {
+		if err != nil {
+			f.stop()
+		}
+	}()
+	common := []string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--database-url", cfg.NodeURL,
+		"--peer-tls-ca", files.CA}
+	var addrs []string
+	for i := range cfg.Workers {
+		name := fmt.Sprintf("bench-worker-%d", i+1)
+		args := append([]string{"worker"}, common...)
+		args = append(args, "--name", name, "--capacity", strconv.Itoa(cfg.Capacity),
+			"--peer-tls-cert", files.Worker.Cert, "--peer-tls-key", files.Worker.Key, "--peer-verify-keys", files.VerifyKey,
+			// One model call per task: answer at the first iteration, no
+			// tool calls (the tasks allow none either). The sim model is
+			// not a StructuredModel, so there is no compression call.
+			"--sim-latency", cfg.Latency.String(), "--sim-finish-after", "1", "--sim-tool-calls", "0",
+			"--sim-output-tokens", "64")
+		p, addr, err := startServer(ctx, name, "worker serving", cfg.StartLimit, cfg.Bin, args...)
+		if p != nil {
+			f.workers = append(f.workers, p)
+		}
+		if err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, addr)
+	}
+	args := append([]string{"orchestrator"}, common...)
+	args = append(args, "--name", "bench-orchestrator", "--workers", strings.Join(addrs, ","),
+		"--max-tasks", strconv.Itoa(cfg.Capacity), "--max-concurrency", strconv.Itoa(cfg.Capacity),
+		"--peer-tls-cert", files.Orchestrator.Cert, "--peer-tls-key", files.Orchestrator.Key, "--peer-signing-key", files.SigningKey)
+	p, addr, err := startServer(ctx, "orchestrator", "orchestrator serving", cfg.StartLimit, cfg.Bin, args...)
+	f.orch = p
+	if err != nil {
+		return nil, err
+	}
+	// Callers reach the orchestrator in plain gRPC on loopback, as `fanout
+	// run` does against `fanout dev`; the peer hop is mTLS.
+	if f.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return nil, fmt.Errorf("dial orchestrator: %w", err)
+	}
+	f.client = fanoutv1.NewOrchestratorServiceClient(f.conn)
+	owner, err := store.Open(ctx, cfg.OwnerURL)
+	if err != nil {
+		return nil, err
+	}
+	f.closeDB = owner.Close
+	f.reservations = func(ctx context.Context, runID string) (total, settled int, err error) {
+		err = owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'settled')
+			FROM reservation WHERE run_id = $1`, runID).Scan(&total, &settled)
+		return total, settled, err
+	}
+	return f, nil
+}
+
+// startServer starts one fanout server and waits for its log line msg,
+// which carries the address it serves on.
+func startServer(ctx context.Context, name, msg string, limit time.Duration, bin string, args ...string) (*proc, string, error) {
+	addrs := make(chan string, 1)
+	p, err := startProc(name, childEnv(), func(line string, _ bool) {
+		var l struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg {
+			select {
+			case addrs <- l.Addr:
+			default:
+			}
+		}
+	}, bin, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := waitFor(ctx, p, fmt.Sprintf("%q log line", msg), limit, addrs)
+	return p, addr, err
+}
+
+// stop stops the orchestrator first (it drains its runs), then the workers.
+func (f *fanoutSide) stop() {
+	if f.conn != nil {
+		_ = f.conn.Close()
+	}
+	if f.closeDB != nil {
+		f.closeDB()
+	}
+	if f.orch != nil {
+		f.orch.stop(15 * time.Second)
+	}
+	for _, w := range f.workers {
+		w.stop(15 * time.Second)
+	}
+}
+
+// alive returns an error if a process of the deployment has exited.
+func (f *fanoutSide) alive() error {
+	for _, p := range append([]*proc{f.orch}, f.workers...) {
+		if err := p.exited(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fanoutRun is what one run measured.
+type fanoutRun struct {
+	wall   time.Duration // Run sent -> RunFinished received
+	runID  string
+	phases string // where the time went, from the events' database times
+}
+
+// run submits one run of n tasks, all allowed at once, and times it from
+// sending Run to receiving RunFinished. It checks that every task succeeded
+// after exactly one iteration and that the ledger saw n reservations, one
+// per model call.
+func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanoutRun, error) {
+	if err := f.alive(); err != nil {
+		return fanoutRun{}, err
+	}
+	f.runs++
+	spec := &fanoutv1.RunSpec{
+		IdempotencyKey: fmt.Sprintf("bench-compare-%d-%d-%d", os.Getpid(), n, f.runs),
+		TenantId:       "bench",
+		Goal:           "bench-compare",
+		Budget:         &fanoutv1.Budget{LimitTokens: int64(n) * 10_000, MinReservationTokens: 1},
+		Limits:         &fanoutv1.Limits{MaxConcurrency: int32(n), RunTimeout: durationpb.New(limit)},
+		Model:          &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 256, Seed: 7},
+	}
+	for i := range n {
+		spec.Tasks = append(spec.Tasks, &fanoutv1.TaskSpec{
+			Id: fmt.Sprintf("t%04d", i), Instruction: fmt.Sprintf("look up item %d", i),
+			TokenBudget: 10_000, MaxIterations: 1,
+		})
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	start := time.Now()
+	stream, err := f.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec})
+	if err != nil {
+		return fanoutRun{}, fmt.Errorf("run %d tasks: %w", n, err)
+	}
+	var r fanoutRun
+	var evs []*fanoutv1.RunEvent
+	var fin *fanoutv1.RunFinished
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return r, fmt.Errorf("run %d tasks: %w", n, err)
+		}
+		ev := m.GetEvent()
+		evs = append(evs, ev)
+		if fin = ev.GetRunFinished(); fin != nil {
+			r.wall = time.Since(start)
+			r.runID = ev.GetRunId()
+			break
+		}
+	}
+	if fin == nil {
+		return r, fmt.Errorf("run %d tasks: the stream ended without RunFinished", n)
+	}
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		return r, fmt.Errorf("run %s ended %s (%s)", r.runID, fin.GetState(), fin.GetCancelCause())
+	}
+	tasks := fin.GetResult().GetTasks()
+	if len(tasks) != n {
+		return r, fmt.Errorf("run %s: %d task outcomes, want %d", r.runID, len(tasks), n)
+	}
+	for _, o := range tasks {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetSummary().GetIterations() != 1 {
+			return r, fmt.Errorf("run %s: task %s ended %s after %d iterations, want SUCCEEDED after 1",
+				r.runID, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations())
+		}
+	}
+	if err := f.checkCalls(ctx, r.runID, n); err != nil {
+		return r, err
+	}
+	r.phases = phases(start, evs)
+	return r, nil
+}
+
+// checkCalls checks that run runID made exactly n model calls: every call
+// is paid through one reservation, settled with its real usage.
+func (f *fanoutSide) checkCalls(ctx context.Context, runID string, n int) error {
+	total, settled, err := f.reservations(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("count the reservations of run %s: %w", runID, err)
+	}
+	if total != n || settled != n {
+		return fmt.Errorf("run %s: %d reservations (%d settled), want %d model calls, one settled reservation each",
+			runID, total, settled, n)
+	}
+	return nil
+}
+
+// phases says where a run's time went: the events' times (recorded by the
+// database, on this machine's clock) from the moment Run was sent.
+func phases(start time.Time, evs []*fanoutv1.RunEvent) string {
+	var accepted, lastQueued, firstStarted, lastStarted, firstFinished, lastFinished, runFinished time.Duration
+	first := func(d *time.Duration, v time.Duration) {
+		if *d == 0 || v < *d {
+			*d = v
+		}
+	}
+	last := func(d *time.Duration, v time.Duration) { *d = max(*d, v) }
+	for _, ev := range evs {
+		at := ev.GetTime().AsTime().Sub(start)
+		switch {
+		case ev.GetRunStarted() != nil:
+			accepted = at
+		case ev.GetTaskQueued() != nil:
+			last(&lastQueued, at)
+		case ev.GetTaskStarted() != nil:
+			first(&firstStarted, at)
+			last(&lastStarted, at)
+		case ev.GetTaskFinished() != nil:
+			first(&firstFinished, at)
+			last(&lastFinished, at)
+		case ev.GetRunFinished() != nil:
+			runFinished = at
+		}
+	}
+	r := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+	return fmt.Sprintf("accepted %s, last queued %s, started %s..%s, finished %s..%s, run finished %s ms (%d events)",
+		r(accepted), r(lastQueued), r(firstStarted), r(lastStarted), r(firstFinished), r(lastFinished), r(runFinished), len(evs))
+}
+
+// roleURL returns ownerURL logging in as role.
+func roleURL(ownerURL, role string) (string, error) {
+	u, err := url.Parse(ownerURL)
+	if err != nil {
+		return "", err
+	}
+	u.User = url.User(role)
+	return u.String(), nil
+}

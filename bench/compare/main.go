@@ -1,0 +1,306 @@
+// Command compare measures fanout's fan-out overhead against LangGraph.js's
+// in the same run, on the same machine and PostgreSQL: `make bench-compare`
+// (bench/README.md says what is measured and how to read it).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/pglocal"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench-compare: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	fanoutBin, langGraphDir, node, tmpDir, pgBinDir string
+	sizes, reps                                     []int
+	latency, runLimit, total, pause                 time.Duration
+	workers                                         int
+	noCheckpointer                                  bool
+}
+
+func parseConfig() (config, error) {
+	var c config
+	var sizes, reps string
+	flag.StringVar(&c.fanoutBin, "fanout", ".tmp/bin/fanout", "the fanout binary (go build ./cmd/fanout)")
+	flag.StringVar(&c.langGraphDir, "langgraph", "bench/langgraph", "directory of bench.mjs and its installed node_modules")
+	flag.StringVar(&c.node, "node", "node", "the Node.js binary")
+	flag.StringVar(&c.tmpDir, "tmp-dir", "", "parent of the run's temporary directory (PostgreSQL cluster, credentials); default the system's")
+	flag.StringVar(&c.pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
+	flag.StringVar(&sizes, "n", "10,100,1000", "task counts, comma-separated")
+	flag.StringVar(&reps, "reps", "5,5,3", "measured repetitions per task count (after one warm-up each)")
+	flag.DurationVar(&c.latency, "latency", 700*time.Millisecond, "latency of the one sim call each task makes")
+	flag.IntVar(&c.workers, "workers", 3, "fanout worker processes")
+	flag.DurationVar(&c.runLimit, "run-timeout", 90*time.Second, "deadline of each measured run")
+	flag.DurationVar(&c.total, "timeout", 10*time.Minute, "deadline of the whole benchmark")
+	flag.DurationVar(&c.pause, "pause", 300*time.Millisecond, "idle time between runs (not measured)")
+	flag.BoolVar(&c.noCheckpointer, "langgraph-no-checkpointer", true, "also run LangGraph.js without a checkpointer, for reference")
+	flag.Parse()
+	var err error
+	if c.sizes, err = ints(sizes); err != nil {
+		return c, fmt.Errorf("-n: %w", err)
+	}
+	if c.reps, err = ints(reps); err != nil {
+		return c, fmt.Errorf("-reps: %w", err)
+	}
+	if len(c.reps) != len(c.sizes) {
+		return c, fmt.Errorf("-reps: %d counts for %d task counts", len(c.reps), len(c.sizes))
+	}
+	if c.workers < 1 {
+		return c, fmt.Errorf("-workers: need at least 1, got %d", c.workers)
+	}
+	return c, nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context) error {
+	cfg, err := parseConfig()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, cfg.total, fmt.Errorf("the whole benchmark ran past -timeout %v", cfg.total))
+	defer cancel()
+	began := time.Now()
+	if _, err := os.Stat(cfg.fanoutBin); err != nil {
+		return fmt.Errorf("fanout binary: %w (build it: go build -o %s ./cmd/fanout)", err, cfg.fanoutBin)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.langGraphDir, "node_modules", "@langchain", "langgraph")); err != nil {
+		return fmt.Errorf("LangGraph.js is not installed in %s: run npm ci there (make bench-compare does)", cfg.langGraphDir)
+	}
+
+	tmp, err := os.MkdirTemp(cfg.tmpDir, "fanout-bench-compare-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	// As root, PostgreSQL runs as an unprivileged user, which must enter it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if onTmpfs(tmp) {
+		fmt.Fprintf(os.Stderr, "bench-compare: warning: %s is on tmpfs, where fsync costs nothing; use -tmp-dir on a disk for a durable PostgreSQL\n", tmp)
+	}
+
+	db, err := startPostgres(ctx, tmp, cfg.pgBinDir)
+	if err != nil {
+		return err
+	}
+	defer db.stop()
+
+	maxN := slices.Max(cfg.sizes)
+	fo, err := startFanout(ctx, fanoutConfig{Bin: cfg.fanoutBin, Dir: tmp, OwnerURL: db.ownerURL, NodeURL: db.nodeURL,
+		Workers: cfg.workers, Capacity: maxN, Latency: cfg.latency, StartLimit: 60 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer fo.stop()
+	lg, err := startLangGraph(ctx, cfg.node, cfg.langGraphDir, db.langGraphURL, cfg.latency, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	defer lg.stop()
+	versions := describeVersions(ctx, cfg)
+	loadBefore := loadAverage()
+	fmt.Fprintf(os.Stderr, "bench-compare: ready after %v; %s\n", time.Since(began).Round(time.Millisecond), db.settings)
+
+	results := make([]result, len(cfg.sizes))
+	for i, n := range cfg.sizes {
+		r := &results[i]
+		r.n = n
+		for rep := -1; rep < cfg.reps[i]; rep++ { // rep -1 is the warm-up
+			fr, err := fo.run(ctx, n, cfg.runLimit)
+			if err != nil {
+				return fmt.Errorf("fanout, %d tasks: %w", n, err)
+			}
+			if err := sleep(ctx, cfg.pause); err != nil {
+				return err
+			}
+			lgPG, err := lg.run(ctx, n, checkpointPostgres, cfg.runLimit)
+			if err != nil {
+				return err
+			}
+			if err := sleep(ctx, cfg.pause); err != nil {
+				return err
+			}
+			var lgNone time.Duration
+			if cfg.noCheckpointer {
+				if lgNone, err = lg.run(ctx, n, checkpointNone, cfg.runLimit); err != nil {
+					return err
+				}
+				if err := sleep(ctx, cfg.pause); err != nil {
+					return err
+				}
+			}
+			if rep < 0 {
+				continue
+			}
+			r.fanout = append(r.fanout, fr.wall-cfg.latency)
+			r.lgPG = append(r.lgPG, lgPG-cfg.latency)
+			if cfg.noCheckpointer {
+				r.lgNone = append(r.lgNone, lgNone-cfg.latency)
+			}
+			r.phases = append(r.phases, fr.phases)
+		}
+		fmt.Fprintf(os.Stderr, "bench-compare: N=%d done (%v so far)\n", n, time.Since(began).Round(time.Second))
+	}
+	printReport(os.Stdout, cfg, versions, db.settings, results)
+	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
+		runtime.NumCPU(), loadBefore, loadAverage())
+	fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+// database is the run's private PostgreSQL: one database for fanout
+// (migrated; nodes log in as a member of fanout_app, as under `fanout dev`)
+// and one for LangGraph.js's checkpoints.
+type database struct {
+	ownerURL, nodeURL, langGraphURL string
+	settings                        string // server version and durability settings, as the server reports them
+	stop                            func()
+}
+
+func startPostgres(ctx context.Context, dir, binDir string) (*database, error) {
+	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		return nil, err
+	}
+	// Durable: Fast stays off, so fsync, synchronous_commit and
+	// full_page_writes keep their defaults (on).
+	srv, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dir, "pg"), BinDir: binDir, Log: logFile})
+	if err != nil {
+		_ = logFile.Close()
+		return nil, err
+	}
+	db := &database{stop: func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench-compare: %v\n", err)
+		}
+		_ = logFile.Close()
+	}}
+	if err := db.setup(ctx, srv); err != nil {
+		db.stop()
+		return nil, err
+	}
+	return db, nil
+}
+
+func (db *database) setup(ctx context.Context, srv *pglocal.Server) error {
+	for _, name := range []string{"fanout", "langgraph"} {
+		if err := store.CreateDatabase(ctx, srv.URL("postgres"), name); err != nil {
+			return err
+		}
+	}
+	db.ownerURL, db.langGraphURL = srv.URL("fanout"), srv.URL("langgraph")
+	if _, err := store.MigrateTo(ctx, db.ownerURL, -1); err != nil {
+		return err
+	}
+	if err := store.CreateLoginRole(ctx, db.ownerURL, "fanout_node", "fanout_app"); err != nil {
+		return err
+	}
+	var err error
+	if db.nodeURL, err = roleURL(db.ownerURL, "fanout_node"); err != nil {
+		return err
+	}
+	pool, err := store.Open(ctx, db.ownerURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var version, fsync, syncCommit, fpw string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('full_page_writes')`).Scan(&version, &fsync, &syncCommit, &fpw); err != nil {
+		return fmt.Errorf("read durability settings: %w", err)
+	}
+	if fsync != "on" || syncCommit != "on" || fpw != "on" {
+		return fmt.Errorf("postgres is not durable: fsync=%s synchronous_commit=%s full_page_writes=%s", fsync, syncCommit, fpw)
+	}
+	db.settings = fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, full_page_writes=%s)", version, fsync, syncCommit, fpw)
+	return nil
+}
+
+// loadAverage is the first three fields of /proc/loadavg, or "?".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+// onTmpfs reports whether dir is on a tmpfs.
+func onTmpfs(dir string) bool {
+	var st syscall.Statfs_t
+	return syscall.Statfs(dir, &st) == nil && st.Type == 0x01021994 // TMPFS_MAGIC
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// describeVersions names what is being compared: Node.js and the installed
+// LangGraph.js packages.
+func describeVersions(ctx context.Context, cfg config) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, cfg.node, "--version").Output()
+	node := strings.TrimSpace(string(out))
+	if err != nil {
+		node = "unknown (" + err.Error() + ")"
+	}
+	var pkgs []string
+	for _, p := range []string{"@langchain/langgraph", "@langchain/langgraph-checkpoint-postgres", "@langchain/core"} {
+		pkgs = append(pkgs, p+" "+packageVersion(filepath.Join(cfg.langGraphDir, "node_modules", p, "package.json")))
+	}
+	return "Node.js " + node + ", " + strings.Join(pkgs, ", ")
+}
+
+func packageVersion(path string) string {
+	var pkg struct{ Version string }
+	b, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(b, &pkg) != nil || pkg.Version == "" {
+		return "?"
+	}
+	return pkg.Version
+}
