@@ -2,13 +2,11 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
-	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -30,10 +28,6 @@ import (
 // maxAdopting bounds the orphaned runs one engine ends at once; the others
 // stay orphaned until a later tick here or on another replica.
 const maxAdopting = 16
-
-// errRunLost is the cause of a run this engine drove that another replica
-// adopted while this engine's heartbeat lapsed.
-var errRunLost = errors.New("another orchestrator adopted the run while this one's heartbeat lapsed")
 
 // lostTaskReason is the error of a task that had not ended when the run's
 // orchestrator was lost.
@@ -125,76 +119,63 @@ func (e *Engine) adoptOrphans(ctx context.Context) {
 		e.mu.Unlock()
 		go func() {
 			defer release()
-			defer func() {
-				e.mu.Lock()
-				delete(e.active, runID)
-				e.mu.Unlock()
-			}()
+			defer e.forget(runID)
 			e.endOrphan(runID, prev)
 		}()
 	}
 }
 
-// endOrphan ends a run adopted from prevOwner: it cancels the ledger run
-// (every worker stops the run's subagents), waits (up to HeldWait) for
-// reservations still held to be settled or to expire, fails the tasks that
-// had not ended, closes the ledger run, joins what exists, and records the
-// end (TaskFinished for each failed task, then RunFinished) so that
-// watchers on every replica see it.
+// endOrphan ends a run adopted from prevOwner the way every run ends
+// (endRun): the ledger run is cancelled (every worker stops the run's
+// subagents), reservations still held are waited for (up to HeldWait),
+// the tasks that had not ended fail, what exists is joined, the ledger run
+// is closed and the end recorded, so that watchers on every replica see it.
 func (e *Engine) endOrphan(runID, prevOwner string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.base), cleanupTimeout)
-	defer cancel()
 	log := e.cfg.Logger.With("run_id", runID, "prev_owner", prevOwner)
-	log.WarnContext(ctx, "adopting the run of a lost orchestrator: ending it")
-	if _, err := e.ledger.CancelRun(ctx, runID, fmt.Sprintf("orchestrator %s lost", prevOwner)); err != nil &&
-		!errors.Is(err, budget.ErrNotFound) { // it died before opening the accounts
-		log.ErrorContext(ctx, "cancel ledger run", "err", err)
+	log.Warn("adopting the run of a lost orchestrator: ending it")
+	var failed []*fanoutv1.TaskOutcome
+	cause := fmt.Sprintf("orchestrator %s lost before the run ended", prevOwner)
+	_, result, ended := e.endRun(e.base, runID, runEnd{
+		state:       fanoutv1.RunState_RUN_STATE_FAILED,
+		cause:       cause,
+		ledgerCause: fmt.Sprintf("orchestrator %s lost", prevOwner),
+		result: func(ctx context.Context) (r *fanoutv1.JoinedResult, err error) {
+			failed, r, err = e.failLost(ctx, runID)
+			return r, err
+		},
+	})
+	if ended {
+		log.Warn("adopted run ended", "state", "FAILED", "cause", cause,
+			"tasks_failed", len(failed), "tokens", result.GetTotalTokens())
 	}
-	e.awaitHeld(e.base, runID)
+}
 
-	ctx, cancel = context.WithTimeout(context.WithoutCancel(e.base), cleanupTimeout)
-	defer cancel()
-	// Failed after the wait, so that their tokens are what they settled.
+// failLost fails the tasks of an adopted run that had not ended (after the
+// wait for held reservations, so that their tokens are what they settled),
+// reports each, and joins the run as it stands.
+func (e *Engine) failLost(ctx context.Context, runID string) ([]*fanoutv1.TaskOutcome, *fanoutv1.JoinedResult, error) {
 	failed, err := e.store.FailTasks(ctx, runID, lostTaskReason)
 	if err != nil {
 		// The run stays RUNNING under this node; once it leaves e.active its
 		// lease lapses and it is adopted again.
-		log.ErrorContext(ctx, "fail unfinished tasks", "err", err)
-		return
-	}
-	closed, err := e.ledger.CloseRun(ctx, runID)
-	if err != nil && !errors.Is(err, budget.ErrNotFound) {
-		log.ErrorContext(ctx, "close ledger run", "err", err)
-	}
-	run, err := e.store.GetRun(ctx, "", runID)
-	if err != nil {
-		log.ErrorContext(ctx, "read adopted run", "err", err)
-		return
-	}
-	result := join(run.GetTasks())
-	if run.GetSpec().GetSynthesize() {
-		result.SynthesisSkippedReason = "the run's orchestrator was lost before the run ended"
+		return nil, nil, fmt.Errorf("fail unfinished tasks: %w", err)
 	}
 	for _, o := range failed {
 		countTask(ctx, o.GetStatus())
 		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
 			TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}); err != nil {
-			log.ErrorContext(ctx, "append TaskFinished", "task_id", o.GetTaskId(), "err", err)
+			e.cfg.Logger.ErrorContext(ctx, "append TaskFinished", "run_id", runID, "task_id", o.GetTaskId(), "err", err)
 		}
 	}
-	if closed.ID != 0 {
-		// The ledger is the truth, and followers' budget views end with it.
-		result.TotalTokens = closed.Spent
-		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{
-			BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(closed)}}}); err != nil {
-			log.ErrorContext(ctx, "append BudgetUpdate", "err", err)
-		}
+	run, err := e.store.GetRun(ctx, "", runID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read adopted run: %w", err)
 	}
-	cause := fmt.Sprintf("orchestrator %s lost before the run ended", prevOwner)
-	if e.finishRun(ctx, runID, fanoutv1.RunState_RUN_STATE_FAILED, cause, result) {
-		log.WarnContext(ctx, "adopted run ended", "state", "FAILED", "cause", cause,
-			"tasks_failed", len(failed), "tokens", result.GetTotalTokens())
+	result := join(run.GetTasks())
+	if run.GetSpec().GetSynthesize() {
+		result.SynthesisSkippedReason = "the run's orchestrator was lost before the run ended"
 	}
+	return failed, result, nil
 }
 
 // stopHeartbeat stops the heartbeat loop and waits for it. Idempotent.

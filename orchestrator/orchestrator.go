@@ -12,7 +12,6 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/runs"
 )
 
 // RunStore persists runs, their tasks and their event history, so that any
@@ -86,40 +85,6 @@ var (
 	// ErrShuttingDown: the engine accepts no new runs.
 	ErrShuttingDown = errors.New("orchestrator is shutting down")
 )
-
-// Cancel causes of a run context, read with context.Cause. Budget exhaustion
-// is budget.ErrExhausted; a cancelled run's cause is a *CancelError.
-var (
-	errRunTimeout   = errors.New("run timed out")
-	errTaskTimeout  = errors.New("task timed out")
-	errFirstSuccess = errors.New("a task succeeded (join policy FIRST_SUCCESS)")
-	errShutdown     = errors.New("orchestrator shut down before the run ended")
-)
-
-// CancelError is the cause of a run cancelled through CancelRun (on any
-// replica), by the caller of Run going away, or by shutdown. It is
-// budget.ErrRunCancelled.
-type CancelError struct{ Cause string }
-
-func (e *CancelError) Error() string { return e.Cause }
-
-// Is reports whether target is budget.ErrRunCancelled.
-func (e *CancelError) Is(target error) bool { return target == budget.ErrRunCancelled }
-
-// failFastError is the cause of a run ended by JOIN_POLICY_FAIL_FAST.
-type failFastError struct {
-	taskID string
-	status fanoutv1.TaskStatus
-	reason string
-}
-
-func (e *failFastError) Error() string {
-	s := fmt.Sprintf("task %s ended %s", e.taskID, runs.Text(e.status))
-	if e.reason != "" {
-		s += ": " + e.reason
-	}
-	return s
-}
 
 // Config tunes an Engine. Zero values take the documented defaults.
 type Config struct {

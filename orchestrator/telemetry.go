@@ -78,27 +78,6 @@ const cancelLatencyDescription = "Time from hearing that work must stop to it ha
 	"scope=subagent, a worker's loop (watcher signal, stream cancel or deadline to return); " +
 	"scope=run, an orchestrator's run (cancel cause to its last task ended)."
 
-// cancelReason is a low-cardinality class of a run's cancel cause.
-func cancelReason(cause error) string {
-	var ff *failFastError
-	switch {
-	case errors.Is(cause, budget.ErrExhausted):
-		return "budget_exhausted"
-	case errors.Is(cause, errShutdown):
-		return "shutdown"
-	case errors.Is(cause, budget.ErrRunCancelled):
-		return "run_cancelled"
-	case errors.Is(cause, errRunTimeout), errors.Is(cause, errTaskTimeout):
-		return "timeout"
-	case errors.Is(cause, errFirstSuccess):
-		return "first_success"
-	case errors.As(cause, &ff):
-		return "fail_fast"
-	default:
-		return "other"
-	}
-}
-
 // startRunSpan starts the span that covers a run, from start.
 //
 // It is the root of a trace of its own, linked to the span of the RPC that

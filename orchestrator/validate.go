@@ -158,7 +158,8 @@ func (c Config) Validate(spec *fanoutv1.RunSpec) error {
 	return err
 }
 
-// plan validates spec completely, before anything is written. c must have
+// plan validates spec completely, before anything is written, and returns
+// the run's plan: every default applied and every cap enforced. c must have
 // its defaults applied.
 func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 	var v validator
@@ -186,8 +187,27 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 	case n > maxIdempotencyKeyBytes:
 		v.add("spec.idempotency_key", "must be at most %d bytes, got %d", maxIdempotencyKeyBytes, n)
 	}
+	c.planBudget(&v, p)
+	c.planLimits(&v, p)
+	c.checkModel(&v, spec.GetModel())
+	checkLabels(&v, spec.GetLabels())
+	if !c.planTasks(&v, p) {
+		return nil, v.err() // do not walk an oversized plan
+	}
+	if len(v.bad) == 0 {
+		if cycle := findCycle(spec.GetTasks(), p.deps); cycle != "" {
+			v.add("spec.tasks", "dependency cycle %s", cycle)
+		}
+	}
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
-	// Budget.
+// planBudget checks spec.budget and sets the run's minimum reservation.
+func (c Config) planBudget(v *validator, p *plan) {
+	spec := p.spec
 	limit := spec.GetBudget().GetLimitTokens()
 	switch {
 	case limit <= 0:
@@ -204,8 +224,12 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 	case p.minReservation == 0:
 		p.minReservation = max(1, min(c.DefaultMinReservation, limit))
 	}
+}
 
-	// Limits.
+// planLimits checks spec.limits and the policies, and sets the run's
+// concurrency and timeout.
+func (c Config) planLimits(v *validator, p *plan) {
+	spec := p.spec
 	conc := spec.GetLimits().GetMaxConcurrency()
 	switch {
 	case conc < 0:
@@ -232,28 +256,33 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 	if _, ok := fanoutv1.JoinPolicy_name[int32(spec.GetJoinPolicy())]; !ok {
 		v.add("spec.join_policy", "unknown policy %d", spec.GetJoinPolicy())
 	}
+}
 
-	// Model.
-	if m := spec.GetModel(); m != nil {
-		switch m.GetProvider() {
-		case "", "sim", "openai", "anthropic":
-		default:
-			v.add("spec.model.provider", `must be "sim", "openai", "anthropic" or empty, got %q`, m.GetProvider())
-		}
-		if t := m.GetTemperature(); !(t >= 0 && t <= 2) { // also catches NaN
-			v.add("spec.model.temperature", "must be in 0..2, got %v", t)
-		}
-		if n := m.GetMaxOutputTokens(); n < 0 || int64(n) > int64(c.MaxOutputTokens) {
-			v.add("spec.model.max_output_tokens", "must be in 0..%d, got %d", c.MaxOutputTokens, n)
-		}
+// checkModel checks spec.model.
+func (c Config) checkModel(v *validator, m *fanoutv1.ModelSettings) {
+	if m == nil {
+		return
 	}
+	switch m.GetProvider() {
+	case "", "sim", "openai", "anthropic":
+	default:
+		v.add("spec.model.provider", `must be "sim", "openai", "anthropic" or empty, got %q`, m.GetProvider())
+	}
+	if t := m.GetTemperature(); !(t >= 0 && t <= 2) { // also catches NaN
+		v.add("spec.model.temperature", "must be in 0..2, got %v", t)
+	}
+	if n := m.GetMaxOutputTokens(); n < 0 || int64(n) > int64(c.MaxOutputTokens) {
+		v.add("spec.model.max_output_tokens", "must be in 0..%d, got %d", c.MaxOutputTokens, n)
+	}
+}
 
-	// Labels.
-	if n := len(spec.GetLabels()); n > maxLabels {
+// checkLabels checks spec.labels.
+func checkLabels(v *validator, labels map[string]string) {
+	if n := len(labels); n > maxLabels {
 		v.add("spec.labels", "at most %d labels, got %d", maxLabels, n)
 	}
-	keys := make([]string, 0, len(spec.GetLabels()))
-	for k := range spec.GetLabels() {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
@@ -265,20 +294,41 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 		case n > maxLabelKeyBytes:
 			v.add(field, "label keys must be at most %d bytes, got %d", maxLabelKeyBytes, n)
 		}
-		if n := len(spec.GetLabels()[k]); n > maxLabelValueBytes {
+		if n := len(labels[k]); n > maxLabelValueBytes {
 			v.add(field, "label values must be at most %d bytes, got %d", maxLabelValueBytes, n)
 		}
 	}
+}
 
-	// Tasks.
+// planTasks checks spec.tasks and plans each task. It reports false when
+// the tasks are too many to walk.
+func (c Config) planTasks(v *validator, p *plan) bool {
+	spec := p.spec
 	tasks := spec.GetTasks()
 	switch {
 	case len(tasks) == 0:
 		v.add("spec.tasks", "at least one task is required")
 	case len(tasks) > c.MaxTasks:
 		v.overCap("spec.tasks", "at most %d tasks, got %d", c.MaxTasks, len(tasks))
-		return nil, v.err() // do not walk an oversized plan
+		return false
 	}
+	index := taskIndex(v, tasks)
+	known := make(map[string]bool, len(c.KnownTools))
+	for _, name := range c.KnownTools {
+		known[name] = true
+	}
+	p.taskTimeouts = make([]time.Duration, len(tasks))
+	p.iterations = make([]int32, len(tasks))
+	p.deps = make([][]int, len(tasks))
+	for i := range tasks {
+		c.planTask(v, p, i, index, known)
+	}
+	return true
+}
+
+// taskIndex checks the tasks' ids and returns each valid one's dispatch
+// index.
+func taskIndex(v *validator, tasks []*fanoutv1.TaskSpec) map[string]int {
 	index := make(map[string]int, len(tasks))
 	for i, t := range tasks {
 		field := fmt.Sprintf("spec.tasks[%d].id", i)
@@ -297,69 +347,59 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 			}
 		}
 	}
-	known := make(map[string]bool, len(c.KnownTools))
-	for _, name := range c.KnownTools {
-		known[name] = true
+	return index
+}
+
+// planTask checks task i and plans its iterations, timeout and
+// dependencies (index: the dispatch index of each task id; known: the
+// tools a task may allow).
+func (c Config) planTask(v *validator, p *plan, i int, index map[string]int, known map[string]bool) {
+	t := p.spec.GetTasks()[i]
+	field := func(name string) string { return fmt.Sprintf("spec.tasks[%d].%s", i, name) }
+	if t.GetInstruction() == "" {
+		v.add(field("instruction"), "is required")
 	}
-	p.taskTimeouts = make([]time.Duration, len(tasks))
-	p.iterations = make([]int32, len(tasks))
-	p.deps = make([][]int, len(tasks))
-	for i, t := range tasks {
-		field := func(name string) string { return fmt.Sprintf("spec.tasks[%d].%s", i, name) }
-		if t.GetInstruction() == "" {
-			v.add(field("instruction"), "is required")
+	if b := t.GetTokenBudget(); b <= 0 {
+		v.add(field("token_budget"), "must be > 0, got %d", b)
+	}
+	switch n := t.GetMaxIterations(); {
+	case n < 0 || n > c.MaxIterations:
+		v.add(field("max_iterations"), "must be 0 (server default) or 1..%d, got %d", c.MaxIterations, n)
+	case n == 0:
+		p.iterations[i] = c.DefaultIterations
+	default:
+		p.iterations[i] = n
+	}
+	for j, name := range t.GetAllowedTools() {
+		if !known[name] {
+			v.add(fmt.Sprintf("spec.tasks[%d].allowed_tools[%d]", i, j), "unknown tool %q (known: %s)",
+				name, strings.Join(c.KnownTools, ", "))
 		}
-		if b := t.GetTokenBudget(); b <= 0 {
-			v.add(field("token_budget"), "must be > 0, got %d", b)
-		}
-		switch n := t.GetMaxIterations(); {
-		case n < 0 || n > c.MaxIterations:
-			v.add(field("max_iterations"), "must be 0 (server default) or 1..%d, got %d", c.MaxIterations, n)
-		case n == 0:
-			p.iterations[i] = c.DefaultIterations
+	}
+	p.taskTimeouts[i] = c.DefaultTaskTimeout
+	if d := t.GetTimeout(); d != nil {
+		switch {
+		case d.CheckValid() != nil:
+			v.add(field("timeout"), "is not a valid duration: %v", d.CheckValid())
+		case d.AsDuration() <= 0:
+			v.add(field("timeout"), "must be > 0, got %s", d.AsDuration())
 		default:
-			p.iterations[i] = n
-		}
-		for j, name := range t.GetAllowedTools() {
-			if !known[name] {
-				v.add(fmt.Sprintf("spec.tasks[%d].allowed_tools[%d]", i, j), "unknown tool %q (known: %s)",
-					name, strings.Join(c.KnownTools, ", "))
-			}
-		}
-		p.taskTimeouts[i] = c.DefaultTaskTimeout
-		if d := t.GetTimeout(); d != nil {
-			switch {
-			case d.CheckValid() != nil:
-				v.add(field("timeout"), "is not a valid duration: %v", d.CheckValid())
-			case d.AsDuration() <= 0:
-				v.add(field("timeout"), "must be > 0, got %s", d.AsDuration())
-			default:
-				p.taskTimeouts[i] = d.AsDuration()
-			}
-		}
-		p.taskTimeouts[i] = min(p.taskTimeouts[i], p.runTimeout)
-		seen := map[int]bool{}
-		for j, dep := range t.GetDependsOn() {
-			k, ok := index[dep]
-			switch {
-			case !ok:
-				v.add(fmt.Sprintf("spec.tasks[%d].depends_on[%d]", i, j), "names no task of the run: %q", dep)
-			case !seen[k]:
-				seen[k] = true
-				p.deps[i] = append(p.deps[i], k)
-			}
-		}
-		slices.Sort(p.deps[i])
-	}
-	if len(v.bad) == 0 {
-		if cycle := findCycle(tasks, p.deps); cycle != "" {
-			v.add("spec.tasks", "dependency cycle %s", cycle)
+			p.taskTimeouts[i] = d.AsDuration()
 		}
 	}
-	if err := v.err(); err != nil {
-		return nil, err
+	p.taskTimeouts[i] = min(p.taskTimeouts[i], p.runTimeout)
+	seen := map[int]bool{}
+	for j, dep := range t.GetDependsOn() {
+		k, ok := index[dep]
+		switch {
+		case !ok:
+			v.add(fmt.Sprintf("spec.tasks[%d].depends_on[%d]", i, j), "names no task of the run: %q", dep)
+		case !seen[k]:
+			seen[k] = true
+			p.deps[i] = append(p.deps[i], k)
+		}
 	}
-	return p, nil
+	slices.Sort(p.deps[i])
 }
 
 // findCycle returns a dependency cycle as "a -> b -> a" (a depends on b,

@@ -1,0 +1,293 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+)
+
+// The dispatcher sends one call — a task, or a run's synthesis — to a
+// worker and follows it to its outcome. Tasks and synthesis share it: the
+// same attempt fencing in the ledger, the same retry of a refusal on
+// another worker, the same CancelGrace before a call is cut.
+
+// maxRetryBackoff caps the wait between two attempts to dispatch a call.
+const maxRetryBackoff = 2 * time.Second
+
+// progress hears how a dispatched call goes. A task records its start and
+// iterations in the store and as run events; synthesis records nothing.
+type progress interface {
+	started(ctx context.Context, worker string)
+	iteration(ctx context.Context, it *fanoutv1.SubagentIteration)
+}
+
+// dispatch sends req to first and, while workers refuse it
+// (RESOURCE_EXHAUSTED) or cannot be reached (UNAVAILABLE) before they
+// start it, to the next ones (every worker gets two chances, at least
+// MaxAttempts in all, with backoff). Each try is a new attempt in the
+// ledger on req's account, so only the latest can reserve. ctx is the
+// call's deadline; the outcome has no summary when no worker ran it.
+func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispatch, p progress) *fanoutv1.TaskOutcome {
+	cfg := d.e.cfg
+	backoff := cfg.RetryBackoff
+	// With most of the pool full or gone, a fixed small bound fails calls
+	// that one live worker would take.
+	attempts := max(cfg.MaxAttempts, 2*d.e.workers.Len())
+	w := first
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		if ctx.Err() != nil {
+			return d.notStarted(ctx, req.GetTask().GetId(), lastErr)
+		}
+		if attempt > 1 {
+			w = d.e.workers.After(w)
+		}
+		r := proto.CloneOf(req)
+		n, err := d.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
+		if err != nil {
+			return d.attemptRefused(ctx, req.GetTask().GetId(), err)
+		}
+		r.Attempt = n
+		o, retry, err := d.execute(ctx, w, r, p)
+		if !retry {
+			return o
+		}
+		lastErr = err
+		if attempt >= attempts {
+			return failedOutcome(fmt.Sprintf("no worker took the task in %d attempts: %v", attempt, err))
+		}
+		cfg.Logger.InfoContext(ctx, "worker refused the call; sending it elsewhere", "run_id", d.runID,
+			"task_id", req.GetTask().GetId(), "worker", w.Addr, "attempt", attempt, "err", err)
+		if !sleep(ctx, backoff) {
+			continue // the loop's top ends it
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
+// sleep waits d or until ctx ends, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// failedOutcome is a FAILED outcome whose summary says why.
+func failedOutcome(msg string) *fanoutv1.TaskOutcome {
+	return &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
+		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, Error: msg}}
+}
+
+// envelope signs d for a worker: the worker runs exactly the bytes signed.
+func (e *Engine) envelope(d *fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("encode dispatch of task %s: %w", d.GetTask().GetId(), err)
+	}
+	return &fanoutv1.ExecuteRequest{Dispatch: b, Signature: e.signer.SignDispatch(b), KeyId: e.signer.KeyID()}, nil
+}
+
+// beginAttempt records a new dispatch of the task (or synthesis) whose
+// ledger account is acct and returns its attempt number: from now on only
+// that attempt can reserve on it (an earlier one is fenced). A transient
+// database error is retried with backoff until ctx (the call's deadline)
+// ends; a refusal (the run ended, the account is not the run's) is not.
+func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (int32, error) {
+	backoff := d.e.cfg.RetryBackoff
+	for {
+		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+		n, err := d.e.ledger.BeginAttempt(actx, acct, d.runID, d.p.tenantID)
+		cancel()
+		switch {
+		case err == nil:
+			return int32(min(n, math.MaxInt32)), nil
+		case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrDenied), errors.Is(err, budget.ErrNotFound):
+			return 0, err
+		}
+		d.e.cfg.Logger.WarnContext(ctx, "begin task attempt; retrying", "run_id", d.runID, "account", acct,
+			"backoff", backoff, "err", err)
+		if !sleep(ctx, backoff) {
+			return 0, err
+		}
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
+// attemptRefused is the outcome of a call the ledger would not let start:
+// its run ended (exhausted, cancelled) before the dispatch, its context
+// ended while the ledger could not be reached, or the ledger refused it.
+func (d *driver) attemptRefused(ctx context.Context, taskID string, err error) *fanoutv1.TaskOutcome {
+	var ex *budget.ExhaustedError
+	switch {
+	case errors.As(err, &ex):
+		return &fanoutv1.TaskOutcome{Status: stoppedStatus(ex, false)} // it never ran: no summary
+	case ctx.Err() != nil:
+		return d.notStarted(ctx, taskID, err)
+	}
+	d.e.cfg.Logger.ErrorContext(ctx, "begin task attempt", "run_id", d.runID, "task_id", taskID, "err", err)
+	return failedOutcome("internal error: the ledger refused to record the dispatch (see the orchestrator's log)")
+}
+
+// notStarted is the outcome of a call whose context ended before a worker
+// started it.
+func (d *driver) notStarted(ctx context.Context, taskID string, lastErr error) *fanoutv1.TaskOutcome {
+	if lastErr != nil {
+		d.e.cfg.Logger.InfoContext(ctx, "task ended before a worker took it", "run_id", d.runID,
+			"task_id", taskID, "cause", context.Cause(ctx), "last_worker_error", lastErr)
+	}
+	return &fanoutv1.TaskOutcome{Status: stoppedStatus(context.Cause(ctx), false)} // it never ran: no summary
+}
+
+// execute runs req on worker w. retry reports that the worker refused or
+// could not be reached before it started the call.
+func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, p progress) (o *fanoutv1.TaskOutcome, retry bool, err error) {
+	callCtx, release := d.callContext(ctx)
+	defer release()
+	env, err := d.e.envelope(req)
+	if err != nil {
+		return d.callFailed(ctx, callCtx, w, false, err)
+	}
+	stream, err := w.Client.Execute(callCtx, env)
+	if err != nil {
+		return d.callFailed(ctx, callCtx, w, false, err)
+	}
+	worker := ""
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("worker closed the stream without a summary")
+			}
+			o, retry, err := d.callFailed(ctx, callCtx, w, worker != "", err)
+			if o != nil { // nil: refused before it started, to be sent elsewhere
+				o.Worker = worker
+			}
+			return o, retry, err
+		}
+		switch ev := msg.GetEvent().(type) {
+		case *fanoutv1.ExecuteResponse_Started:
+			worker = cmpOr(ev.Started.GetWorker(), w.Addr)
+			p.started(ctx, worker)
+		case *fanoutv1.ExecuteResponse_Iteration:
+			p.iteration(ctx, ev.Iteration)
+		case *fanoutv1.ExecuteResponse_Summary:
+			s := ev.Summary
+			if !terminalStatus(s.GetStatus()) {
+				s.Error = fmt.Sprintf("worker reported non-terminal status %s; %s", s.GetStatus(), s.GetError())
+				s.Status = fanoutv1.TaskStatus_TASK_STATUS_FAILED
+			}
+			return &fanoutv1.TaskOutcome{Status: s.GetStatus(), Summary: s, TokensSpent: s.GetTokensSpent(),
+				Worker: cmpOr(worker, w.Addr)}, false, nil
+		}
+	}
+}
+
+// callContext is the context of one worker call. It outlives ctx by up to
+// CancelGrace when the worker hears ctx's cause by itself, so that its
+// summary (what it found before it stopped) still arrives; then it is cut
+// with that cause. release must be called when the call has ended.
+func (d *driver) callContext(ctx context.Context) (callCtx context.Context, release func()) {
+	grace := d.e.cfg.CancelGrace
+	callCtx, cutCall := context.WithCancelCause(context.WithoutCancel(ctx))
+	streamDone := make(chan struct{})
+	afterDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(afterDone)
+		cause := context.Cause(ctx)
+		if workerHears(cause) && grace > 0 {
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			select {
+			case <-streamDone:
+			case <-t.C:
+			}
+		}
+		cutCall(cause)
+	})
+	return callCtx, func() {
+		close(streamDone)
+		if !stop() {
+			<-afterDone
+		}
+		cutCall(nil)
+	}
+}
+
+// callFailed maps a failed Execute call to an outcome; retry reports a
+// refusal before the worker started, which another worker may take.
+func (d *driver) callFailed(ctx, callCtx context.Context, w Worker, started bool, err error) (o *fanoutv1.TaskOutcome, retry bool, _ error) {
+	if callCtx.Err() != nil {
+		// We cut the call: its context ended.
+		if !started {
+			return d.notStarted(ctx, "", nil), false, err
+		}
+		return &fanoutv1.TaskOutcome{Status: stoppedStatus(context.Cause(callCtx), true)}, false, err
+	}
+	code := status.Code(err)
+	if !started && (code == codes.ResourceExhausted || code == codes.Unavailable) {
+		return nil, true, err
+	}
+	if !started {
+		return failedOutcome(fmt.Sprintf("worker %s refused the task: %v", w.Addr, err)), false, err
+	}
+	return failedOutcome(fmt.Sprintf("worker %s failed: %v", w.Addr, err)), false, err
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// taskProgress records a dispatched task's start (in the store, then as a
+// TaskStarted event) and its iterations (TaskIteration events).
+type taskProgress struct {
+	d      *driver
+	taskID string
+}
+
+func (p taskProgress) started(ctx context.Context, worker string) {
+	d := p.d
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, err := d.e.store.StartTask(ctx, d.runID, p.taskID, worker)
+	switch {
+	case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
+		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
+		return
+	case err != nil:
+		d.e.cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
+	}
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
+		TaskId: p.taskID, Worker: worker}}})
+}
+
+func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
+		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
+}
+
+// noProgress is the progress of a call that records none (synthesis).
+type noProgress struct{}
+
+func (noProgress) started(context.Context, string)                        {}
+func (noProgress) iteration(context.Context, *fanoutv1.SubagentIteration) {}

@@ -1,0 +1,420 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+)
+
+// driver drives one run on this node: it dispatches ready tasks, hears why
+// the run must stop (from its context or the ledger, on any node), and
+// ends it. The drive goroutine owns sched, outcomes and running; the
+// fields under mu are shared with the watcher and the task goroutines.
+type driver struct {
+	e        *Engine
+	p        *plan
+	runID    string
+	accounts budget.RunAccounts
+	ar       *activeRun
+	span     trace.Span // the run span, ended by end
+	stopped  stopClock  // when the run was told to stop
+
+	sched    *scheduler
+	outcomes []*fanoutv1.TaskOutcome // by dispatch index
+	running  int
+	results  chan taskResult
+	tasks    sync.WaitGroup
+
+	mu         sync.Mutex
+	lastBudget time.Time     // when the last BudgetUpdate went out
+	exhausted  bool          // the exhaustion was reported (event, drain)
+	drain      chan struct{} // closed when DRAIN stops new dispatches
+	drainOnce  sync.Once
+}
+
+func newDriver(e *Engine, p *plan, runID string, accounts budget.RunAccounts, ar *activeRun, span trace.Span) *driver {
+	n := len(p.spec.GetTasks())
+	return &driver{e: e, p: p, runID: runID, accounts: accounts, ar: ar, span: span,
+		sched: newScheduler(p.deps), outcomes: make([]*fanoutv1.TaskOutcome, n),
+		results: make(chan taskResult, n), drain: make(chan struct{})}
+}
+
+// taskResult is how one dispatched task ended.
+type taskResult struct {
+	index   int
+	outcome *fanoutv1.TaskOutcome
+}
+
+// drive runs the run to its end. parent is the run's context, cancelRun
+// its cancel (with the cause that stopped it).
+func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc) {
+	defer d.e.forget(d.runID)
+	runCtx, cancelTimeout := context.WithTimeoutCause(parent, d.p.runTimeout, errRunTimeout)
+	defer cancelTimeout()
+	defer cancelRun(nil)
+	active := metrics().runsActive
+	active.Add(runCtx, 1)
+	defer active.Add(context.WithoutCancel(runCtx), -1)
+	defer context.AfterFunc(runCtx, d.stopped.stop)()
+	defer d.listen(runCtx, cancelRun)()
+	defer d.tasks.Wait()
+
+	d.schedule(runCtx, cancelRun)
+	d.end(runCtx)
+}
+
+// schedule dispatches tasks as they become ready, up to the run's
+// concurrency, until every task has ended.
+func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseFunc) {
+	d.queue(runCtx, d.sched.Ready()) // the first wave in one write
+	runDone, drain := runCtx.Done(), (<-chan struct{})(d.drain)
+	for d.startReady(runCtx); !d.sched.Done(); d.startReady(runCtx) {
+		select {
+		case r := <-d.results:
+			d.taskEnded(runCtx, r, cancelRun)
+		case <-runDone:
+			runDone = nil // startReady ends the queued tasks
+		case <-drain:
+			drain = nil
+		}
+	}
+}
+
+// startReady starts what may start. Once the run was told to stop (its
+// context ended, or DRAIN began) queued tasks end without a dispatch.
+func (d *driver) startReady(runCtx context.Context) {
+	for d.running < d.p.concurrency || d.stopping(runCtx) {
+		i, ok := d.sched.Next()
+		if !ok {
+			return
+		}
+		if d.stopping(runCtx) {
+			d.endUndispatched(runCtx, i, stoppedStatus(d.stopCause(runCtx), false))
+			d.skip(runCtx, d.sched.Failed(i))
+			continue
+		}
+		req := d.request(runCtx, i)
+		w := d.e.workers.Next() // here, so that round-robin follows dispatch order
+		d.running++
+		d.tasks.Add(1)
+		go func() {
+			defer d.tasks.Done()
+			d.results <- taskResult{index: i, outcome: d.runTask(runCtx, i, w, req)}
+		}()
+	}
+}
+
+// taskEnded records a dispatched task's end: its dependents become ready
+// or are skipped, and the join policy may stop the run.
+func (d *driver) taskEnded(runCtx context.Context, r taskResult, cancelRun context.CancelCauseFunc) {
+	d.running--
+	d.outcomes[r.index] = r.outcome
+	st := r.outcome.GetStatus()
+	if st == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+		d.queue(runCtx, d.sched.Succeeded(r.index))
+	} else {
+		d.skip(runCtx, d.sched.Failed(r.index))
+	}
+	switch d.p.spec.GetJoinPolicy() {
+	case fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST:
+		if st != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			cancelRun(&failFastError{taskID: r.outcome.GetTaskId(), status: st,
+				reason: r.outcome.GetSummary().GetError()})
+		}
+	case fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS:
+		if st == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			cancelRun(errFirstSuccess)
+		}
+	}
+}
+
+// skip ends tasks that wait on one that did not succeed as SKIPPED.
+func (d *driver) skip(runCtx context.Context, skipped []int) {
+	for _, j := range skipped {
+		d.endUndispatched(runCtx, j, fanoutv1.TaskStatus_TASK_STATUS_SKIPPED)
+	}
+}
+
+// queue reports tasks that became ready as TaskQueued events, in one write.
+func (d *driver) queue(runCtx context.Context, ready []int) {
+	if len(ready) == 0 {
+		return
+	}
+	evs := make([]*fanoutv1.RunEvent, len(ready))
+	for k, i := range ready {
+		evs[k] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{
+			TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i),
+		}}}
+	}
+	ctx, cancel := cleanup(runCtx)
+	defer cancel()
+	if _, err := d.e.store.AppendEvents(ctx, d.runID, evs); err != nil {
+		d.e.cfg.Logger.ErrorContext(ctx, "append run events", "run_id", d.runID, "err", err)
+	}
+	d.e.wake(d.runID)
+}
+
+// endUndispatched records a task that ends without being dispatched (it
+// has no summary: it never ran).
+func (d *driver) endUndispatched(runCtx context.Context, i int, status fanoutv1.TaskStatus) {
+	ctx, cancel := cleanup(runCtx)
+	defer cancel()
+	d.outcomes[i] = d.finishTask(ctx, &fanoutv1.TaskOutcome{
+		TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i), Status: status,
+	})
+}
+
+// stopping reports whether the run was told to stop: its context ended or
+// DRAIN began.
+func (d *driver) stopping(runCtx context.Context) bool {
+	if runCtx.Err() != nil {
+		return true
+	}
+	select {
+	case <-d.drain:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopCause is why the run stops: its context's cause, or budget
+// exhaustion (also under DRAIN, which cancels nothing).
+func (d *driver) stopCause(runCtx context.Context) error {
+	if d.isExhausted() {
+		return budget.ErrExhausted
+	}
+	return context.Cause(runCtx)
+}
+
+// listen hears the run's end from any node — exhaustion, or CancelRun
+// elsewhere — until the returned stop is called.
+func (d *driver) listen(runCtx context.Context, cancelRun context.CancelCauseFunc) (stop func()) {
+	sub := d.e.watcher.Subscribe(d.runID)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-done:
+		case <-sub.Done():
+			d.heard(runCtx, sub.Signal(), cancelRun)
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		sub.Close()
+	}
+}
+
+// heard acts on what the ledger said of the run's account.
+func (d *driver) heard(runCtx context.Context, sig budget.RunSignal, cancelRun context.CancelCauseFunc) {
+	switch sig.State {
+	case budget.StateExhausted:
+		d.onExhausted(runCtx, cancelRun)
+	case budget.StateCancelled:
+		cause := sig.Cause
+		if cause == "" { // a notice carries no cause; the account has it
+			ctx, cancel := cleanup(runCtx)
+			if acct, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil {
+				cause = acct.Cause
+			}
+			cancel()
+		}
+		cancelRun(&CancelError{Cause: cmpOr(cause, budget.ErrRunCancelled.Error())})
+	}
+}
+
+// onExhausted applies the exhaustion policy, once: DRAIN stops new
+// dispatches, STOP cancels the run.
+func (d *driver) onExhausted(ctx context.Context, cancelRun context.CancelCauseFunc) {
+	if !d.markExhausted(ctx) {
+		return
+	}
+	if d.p.spec.GetOnExhaustion() == fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN {
+		d.drainOnce.Do(func() { close(d.drain) })
+		return
+	}
+	cancelRun(budget.ErrExhausted)
+}
+
+// markExhausted records the run's exhaustion (a BudgetExhausted event) the
+// first time, and reports whether this was the first.
+func (d *driver) markExhausted(ctx context.Context) bool {
+	d.mu.Lock()
+	first := !d.exhausted
+	d.exhausted = true
+	d.mu.Unlock()
+	if !first {
+		return false
+	}
+	d.stopped.stop()
+	d.span.AddEvent("budget.exhausted")
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	ev := &fanoutv1.BudgetExhausted{}
+	if acct, err := d.e.ledger.RunAccount(cctx, d.runID); err == nil {
+		ev.Budget = snapshot(acct)
+	}
+	d.event(cctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
+	return true
+}
+
+func (d *driver) isExhausted() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.exhausted
+}
+
+// event appends an event, logging a failure: losing one progress event must
+// not stop the run.
+func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
+	_, err := d.e.appendEvent(ctx, d.runID, ev)
+	switch {
+	case errors.Is(err, runs.ErrEnded): // the run ended on the replica that adopted it
+		d.e.cfg.Logger.InfoContext(ctx, "run ended elsewhere; event dropped", "run_id", d.runID, "err", err)
+	case err != nil:
+		d.e.cfg.Logger.ErrorContext(ctx, "append run event", "run_id", d.runID, "err", err)
+	}
+}
+
+// finishTask persists a task's terminal outcome and reports it.
+func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanoutv1.TaskOutcome {
+	stored, err := d.e.store.FinishTask(ctx, d.runID, o)
+	if errors.Is(err, runs.ErrEnded) {
+		// The replica that adopted the run ended the task; its outcome stands.
+		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
+		return o
+	}
+	if err != nil {
+		d.e.cfg.Logger.ErrorContext(ctx, "finish task", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
+		stored = o
+	}
+	countTask(ctx, o.GetStatus())
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: stored}}})
+	return stored
+}
+
+// countTask counts a task that ended.
+func countTask(ctx context.Context, st fanoutv1.TaskStatus) {
+	metrics().tasksFinished.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrTaskStatus.String(runs.Text(st))))
+}
+
+// request builds the dispatch of task i; its dependencies' facts (all
+// succeeded) go along as context.
+func (d *driver) request(runCtx context.Context, i int) *fanoutv1.Dispatch {
+	spec := d.p.spec
+	task := proto.CloneOf(spec.GetTasks()[i])
+	task.MaxIterations = d.p.iterations[i]
+	timeout := d.p.taskTimeouts[i]
+	if dl, ok := runCtx.Deadline(); ok {
+		timeout = max(time.Millisecond, min(timeout, time.Until(dl)))
+	}
+	task.Timeout = durationpb.New(timeout)
+	var facts []*fanoutv1.Fact
+	index := map[string]int{}
+	for _, dep := range d.p.deps[i] {
+		facts = mergeFacts(facts, index, d.outcomes[dep].GetSummary().GetFacts())
+	}
+	return &fanoutv1.Dispatch{
+		RunId:                d.runID,
+		TenantId:             d.p.tenantID,
+		Task:                 task,
+		Goal:                 spec.GetGoal(),
+		TaskAccountId:        int64(d.accounts.Tasks[task.GetId()]),
+		MinReservationTokens: d.p.minReservation,
+		Model:                spec.GetModel(),
+		OnExhaustion:         spec.GetOnExhaustion(),
+		ContextFacts:         facts,
+	}
+}
+
+// runTask dispatches task i (to first, then others while they refuse it),
+// persists its outcome and reports the run's budget.
+func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanoutv1.Dispatch) *fanoutv1.TaskOutcome {
+	taskCtx, cancel := context.WithTimeoutCause(runCtx, req.GetTask().GetTimeout().AsDuration(), errTaskTimeout)
+	defer cancel()
+
+	o := d.dispatch(taskCtx, first, req, taskProgress{d: d, taskID: req.GetTask().GetId()})
+	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)
+
+	ctx, cancelCleanup := cleanup(runCtx)
+	defer cancelCleanup()
+	if o.GetSummary() == nil && o.GetWorker() != "" {
+		// The stream was cut: what the task spent is in the ledger, once the
+		// worker has settled what it held (briefly; a dead worker's leases
+		// are left to the sweeper and counted at the run's end).
+		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
+	}
+	stored := d.finishTask(ctx, o)
+	d.reportBudget(ctx, runCtx)
+	return stored
+}
+
+// settleWait bounds how long a cut-off task's spend is waited for.
+const settleWait = 3 * time.Second
+
+// settledSpend reads a task account's spend once nothing is reserved on it,
+// waiting up to settleWait for the worker to settle a cut-off call.
+func (d *driver) settledSpend(ctx context.Context, id budget.AccountID) int64 {
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	var spent int64
+	for {
+		acct, err := d.e.ledger.Account(ctx, id)
+		if err == nil {
+			spent = acct.Spent
+			if acct.Reserved == 0 {
+				return spent
+			}
+		}
+		if !sleep(ctx, 20*time.Millisecond) { // polling the ledger, bounded by settleWait
+			return spent
+		}
+	}
+}
+
+// budgetEvery spaces a run's BudgetUpdate events: without it a wide fan-out
+// reads the run account and appends an event for every task that ends.
+const budgetEvery = 100 * time.Millisecond
+
+// reportBudget appends a BudgetUpdate with the run account as it is now,
+// unless one went out less than budgetEvery ago. The run's end always
+// reports the closed account (endRun).
+func (d *driver) reportBudget(ctx, runCtx context.Context) {
+	d.mu.Lock()
+	if time.Since(d.lastBudget) < budgetEvery {
+		d.mu.Unlock()
+		return
+	}
+	d.lastBudget = time.Now()
+	d.mu.Unlock()
+	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+	if err != nil {
+		d.e.cfg.Logger.WarnContext(ctx, "read run budget", "run_id", d.runID, "err", err)
+		return
+	}
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}})
+	if acct.State == budget.StateExhausted {
+		// The ledger said so before the watcher did; act now.
+		d.onExhausted(runCtx, d.ar.cancel)
+	}
+}
+
+// cleanup is a context for the writes that record how a run or task ended:
+// detached from the run's cancellation, bounded by cleanupTimeout.
+func cleanup(runCtx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(runCtx), cleanupTimeout)
+}

@@ -1,0 +1,197 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+)
+
+// A run ends the same way whether this engine drove it or adopted it from a
+// lost replica (lease.go): endRun waits for the reservations still held,
+// closes the ledger run (its spend is the run's total), and writes the end.
+
+// runEnd says how a run ends.
+type runEnd struct {
+	state fanoutv1.RunState
+	cause string
+	// ledgerCause, if set, cancels the ledger run first with this cause, so
+	// that every worker stops what it still runs for it (shutdown, adoption).
+	ledgerCause string
+	// result is called once the run holds no reservation (or HeldWait
+	// passed) and returns the joined result; an error leaves the run
+	// RUNNING, to be adopted and ended again.
+	result func(ctx context.Context) (*fanoutv1.JoinedResult, error)
+}
+
+// endRun ends the run as end says, from a context detached from parent's
+// cancellation. It returns the closed ledger account (nil if it could not
+// be closed), the result, and whether this engine ended the run (false if
+// another replica had).
+func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (closed *budget.Account, result *fanoutv1.JoinedResult, ended bool) {
+	if end.ledgerCause != "" {
+		ctx, cancel := cleanup(parent)
+		if _, err := e.ledger.CancelRun(ctx, runID, end.ledgerCause); err != nil &&
+			!errors.Is(err, budget.ErrNotFound) { // it died before opening the accounts
+			e.cfg.Logger.ErrorContext(ctx, "cancel ledger run", "run_id", runID, "err", err)
+		}
+		cancel()
+	}
+	e.awaitHeld(parent, runID)
+	// The wait can outlast a cleanup context (HeldWait is longer): what
+	// follows, which must be written, gets a fresh one.
+	ctx, cancel := cleanup(parent)
+	defer cancel()
+	result, err := end.result(ctx)
+	if err != nil {
+		e.cfg.Logger.ErrorContext(ctx, "join run", "run_id", runID, "err", err)
+		return nil, nil, false
+	}
+	acct, err := e.ledger.CloseRun(ctx, runID)
+	switch {
+	case err == nil:
+		// The ledger is the truth: it also counts calls cut off before their
+		// worker could report (settled at their full reservation), and
+		// followers' budget views end with it.
+		closed = &acct
+		result.TotalTokens = acct.Spent
+		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{
+			BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}}); err != nil {
+			e.cfg.Logger.ErrorContext(ctx, "append BudgetUpdate", "run_id", runID, "err", err)
+		}
+	case !errors.Is(err, budget.ErrNotFound):
+		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", runID, "err", err)
+	}
+	return closed, result, e.finishRun(ctx, runID, end.state, end.cause, result)
+}
+
+// awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
+// the run holds no reservation. Every task (and synthesis) has ended by now, so a reservation
+// still held belongs to a worker that is still settling or lost its task
+// (killed, cut off) and may have paid for its call. CloseRun never voids
+// it: a run that still holds reservations is cancelled and closes when the
+// last one is settled or posted by the sweeper as estimated spend. Waiting
+// here lets the run's total be final when RunFinished is written; a worker
+// that is alive settles before it reports, so this is normally one read.
+func (e *Engine) awaitHeld(parent context.Context, runID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), e.cfg.HeldWait)
+	defer cancel()
+	tick := time.NewTicker(e.cfg.WatchPollInterval)
+	defer tick.Stop()
+	for failures := 0; ; {
+		acct, err := e.ledger.RunAccount(ctx, runID)
+		switch {
+		case errors.Is(err, budget.ErrNotFound) || err == nil && acct.Reserved == 0:
+			return
+		case err != nil:
+			if failures++; failures >= 3 { // the ledger cannot tell us; do not guess
+				e.cfg.Logger.WarnContext(ctx, "cannot read the run's reservations", "run_id", runID, "err", err)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			e.cfg.Logger.WarnContext(ctx, "run ends with reservations still held", "run_id", runID,
+				"reserved", acct.Reserved, "waited", e.cfg.HeldWait)
+			return
+		case <-e.base.Done(): // forced shutdown: stop waiting
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// finishRun ends the run if this engine owns it and it is RUNNING, then
+// appends its RunFinished, and reports whether it ended the run. A run that
+// another replica adopted (or that ended otherwise) is left as it is: its
+// RunFinished is the other's to append. If the write fails the run stays
+// RUNNING; once this engine stops heartbeating it, it is adopted and ended.
+func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
+	result *fanoutv1.JoinedResult) bool {
+	stored, ended, err := e.store.FinishRun(ctx, runID, e.cfg.Node, state, cause, result)
+	if err != nil {
+		e.cfg.Logger.ErrorContext(ctx, "finish run", "run_id", runID, "err", err)
+		return false
+	}
+	if !ended {
+		e.cfg.Logger.WarnContext(ctx, "run ended elsewhere; not ending it here", "run_id", runID,
+			"state", runs.Text(stored.GetState()), "cause", stored.GetCancelCause())
+		return false
+	}
+	if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{
+		RunFinished: &fanoutv1.RunFinished{State: state, CancelCause: cause, Result: result},
+	}}); err != nil {
+		e.cfg.Logger.ErrorContext(ctx, "append RunFinished", "run_id", runID, "err", err)
+	}
+	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1,
+		metric.WithAttributes(attrRunState.String(runs.Text(state))))
+	return true
+}
+
+// end is the end of a run this engine drove, once every task has ended:
+// decide its state from why it stopped, join, synthesize, and end it.
+func (d *driver) end(runCtx context.Context) {
+	d.recordStopLatency(runCtx)
+	runCause := d.finalCause(runCtx)
+	state, cause := runState(d.p, runCause, d.isExhausted(), d.outcomes)
+	result := join(d.outcomes)
+	if d.p.spec.GetSynthesize() {
+		result.Synthesis, result.SynthesisSkippedReason = d.synthesize(runCtx, runCause, result)
+	}
+	end := runEnd{state: state, cause: cause,
+		result: func(context.Context) (*fanoutv1.JoinedResult, error) { return result, nil }}
+	if errors.Is(context.Cause(runCtx), errShutdown) {
+		end.ledgerCause = cause
+	}
+	// Synthesis is waited for like every task: its call may still be
+	// settling. Then close the ledger, so that whoever sees RunFinished
+	// reads final spend.
+	closed, result, ended := d.e.endRun(runCtx, d.runID, end)
+	if ended {
+		d.e.cfg.Logger.InfoContext(runCtx, "run ended", "run_id", d.runID, "state", runs.Text(state), "cause", cause,
+			"tasks", len(d.outcomes), "tokens", result.GetTotalTokens())
+	}
+	endRunSpan(d.span, state, cause, runCause, result, closed)
+}
+
+// finalCause is why the run stopped, read once every task has ended: the
+// run context's cause, else what the ledger says. Workers hear a CancelRun
+// through the ledger as fast as this node's watcher does, so every task
+// can end CANCELLED before the run context hears it; and the last settle
+// can exhaust the budget before the notice arrives.
+func (d *driver) finalCause(runCtx context.Context) error {
+	runCause := context.Cause(runCtx) // before drive's deferred cancelRun(nil)
+	ctx, cancel := cleanup(runCtx)
+	defer cancel()
+	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+	if err != nil {
+		return runCause
+	}
+	switch {
+	case acct.State == budget.StateExhausted:
+		d.markExhausted(ctx)
+	case runCause == nil && acct.State == budget.StateCancelled:
+		runCause = &CancelError{Cause: cmpOr(acct.Cause, budget.ErrRunCancelled.Error())}
+	}
+	return runCause
+}
+
+// recordStopLatency records how long the run took to stop once told to.
+func (d *driver) recordStopLatency(runCtx context.Context) {
+	took, ok := d.stopped.since()
+	if !ok {
+		return
+	}
+	stopCause := context.Cause(runCtx)
+	reason := cancelReason(stopCause)
+	if stopCause == nil {
+		reason = "budget_exhausted" // DRAIN: stopped without a cancel
+	}
+	metrics().cancelLatency.Record(context.WithoutCancel(runCtx), took.Seconds(),
+		metric.WithAttributes(attrCancelScope.String("run"), attrCancelReason.String(reason)))
+}
