@@ -2,26 +2,23 @@ package orchestrator_test
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/fanout/fanout/budget"
+	fanoutnode "github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/orchestrator"
-	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
@@ -51,6 +48,9 @@ func await[T any](t *testing.T, ch <-chan T, what string) {
 func TestMain(m *testing.M) {
 	storetest.MigrateFunc = store.Migrate
 	storetest.Main(m)
+	if peerDir != "" {
+		_ = os.RemoveAll(peerDir)
+	}
 	if err := goleak.Find(); err != nil {
 		fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 		os.Exit(1)
@@ -59,69 +59,60 @@ func TestMain(m *testing.M) {
 
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// testBundle is one test's database, shared by every node the test starts.
+// The peer trust every node of these tests holds: mutual TLS and signed
+// dispatches, as in production, made once per test binary as `fanout dev`
+// makes it.
+var (
+	peerOnce    sync.Once
+	peerDir     string
+	orchTrust   fanoutnode.OrchestratorTrust
+	workerTrust fanoutnode.WorkerTrust
+	peerErr     error
+)
+
+func trust(t *testing.T) (fanoutnode.OrchestratorTrust, fanoutnode.WorkerTrust) {
+	t.Helper()
+	peerOnce.Do(func() {
+		if peerDir, peerErr = os.MkdirTemp("", "fanout-orchestrator-peer-"); peerErr == nil {
+			orchTrust, workerTrust, _, peerErr = fanoutnode.DevTrust(peerDir)
+		}
+	})
+	if peerErr != nil {
+		t.Fatalf("peer trust: %v", peerErr)
+	}
+	return orchTrust, workerTrust
+}
+
+// testBundle is one test's database and the backend (pool, ledger, run
+// store, exhaustion watcher, sweeper) shared by every node the test starts,
+// as by the nodes of one `fanout dev` process.
 type testBundle struct {
-	url    string
-	pool   *pgxpool.Pool
-	ledger *store.Ledger
-	// traced installs the otelgrpc stats handlers on every server and
-	// client the test starts, as cmd does.
+	url     string
+	backend *fanoutnode.Backend
+	pool    *store.Pool
+	ledger  *store.Ledger
+	// traced is set by the telemetry tests. Every node traces now (package
+	// node installs the otelgrpc handlers on every server and client, as
+	// cmd always did), so it changes nothing.
 	traced bool
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url := storetest.NewDB(t)
-	pool, err := store.Open(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return &testBundle{url: url, pool: pool, ledger: store.NewLedger(pool)}
-}
-
-// watcher starts a budget watcher for one node, stopped at cleanup.
-func (b *testBundle) watcher(t *testing.T) *budget.Watcher {
-	t.Helper()
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{
+	b, err := fanoutnode.OpenBackend(t.Context(), fanoutnode.BackendConfig{DatabaseURL: url,
 		PollInterval: 100 * time.Millisecond, Logger: quietLogger})
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		_ = w.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		await(t, stopped, "a budget watcher stopping")
-	})
-	return w
-}
-
-// serve starts a gRPC server on a loopback port, stopped at cleanup.
-func serve(t *testing.T, register func(*grpc.Server), opts ...grpc.ServerOption) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(opts...)
-	register(srv)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		await(t, done, "a gRPC server stopping")
-	})
-	return lis.Addr().String()
+	t.Cleanup(b.Close)
+	return &testBundle{url: url, backend: b, pool: b.Pool(), ledger: b.Ledger()}
 }
 
-func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+// dial connects a caller to an orchestrator (plaintext, as `--auth none` on loopback).
+func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,41 +120,27 @@ func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	return conn
 }
 
-// worker starts a real subagent worker process-equivalent (its own gRPC
-// server, watcher and sim model) and returns its address and model.
+// worker starts a subagent worker (package node: its own gRPC server with
+// peer mTLS, a sim model) and returns its address and model.
 func (b *testBundle) worker(t *testing.T, name string, sim llm.SimConfig, capacity int) (string, *llm.Sim) {
 	t.Helper()
-	model, err := llm.NewSim(sim)
+	_, wt := trust(t)
+	w, err := fanoutnode.OpenWorker(t.Context(), b.backend, fanoutnode.WorkerConfig{Trust: wt, Sim: sim,
+		Server: subagent.ServerConfig{Name: name, Capacity: capacity}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := subagent.NewServer(subagent.ServerConfig{
-		Ledger: b.ledger, Keys: testKeys, Watcher: b.watcher(t), Models: subagent.SimModels(model),
-		Name: name, Capacity: capacity, Logger: quietLogger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serve(t, func(s *grpc.Server) { fanoutv1.RegisterSubagentServiceServer(s, srv) }, b.serverOpts()...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(ctx)
+		_ = w.Close(ctx)
 	})
-	return addr, model
+	return w.Addr(), w.Sim()
 }
-
-// testSigner signs the test orchestrators' dispatches; testKeys is what the
-// test workers trust.
-var (
-	testSigner = peer.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)))
-	testKeys   = peer.NewKeySet(testSigner.Public())
-)
 
 // node is one orchestrator replica.
 type node struct {
 	engine *orchestrator.Engine
-	server *orchestrator.Server
 	client fanoutv1.OrchestratorServiceClient
 }
 
@@ -179,59 +156,24 @@ func (b *testBundle) orchestrator(t *testing.T, name string, cfg orchestrator.Co
 func (b *testBundle) orchestratorWith(t *testing.T, name string, cfg orchestrator.Config,
 	change func(*orchestrator.EngineParams), workers ...string) *node {
 	t.Helper()
-	var ws []orchestrator.Worker
-	for _, addr := range workers {
-		ws = append(ws, orchestrator.Worker{Addr: addr, Client: fanoutv1.NewSubagentServiceClient(dial(t, addr, b.dialOpts()...))})
-	}
-	if len(ws) == 0 { // validation-only tests: a worker nobody calls
-		ws = append(ws, orchestrator.Worker{Addr: "none", Client: fanoutv1.NewSubagentServiceClient(dial(t, "127.0.0.1:1"))})
-	}
-	pool, err := orchestrator.NewWorkerPool(ws...)
-	if err != nil {
-		t.Fatal(err)
+	if len(workers) == 0 { // validation-only tests: a worker nobody calls
+		workers = []string{"127.0.0.1:1"}
 	}
 	cfg.Node = name
-	if cfg.Logger == nil {
-		cfg.Logger = quietLogger
-	}
-	if cfg.KnownTools == nil {
-		cfg.KnownTools = subagent.BuiltinToolNames()
-	}
-	params := orchestrator.EngineParams{
-		Store: store.NewRuns(b.pool), Ledger: b.ledger, Watcher: b.watcher(t), Workers: pool, Signer: testSigner, Config: cfg,
-	}
-	if change != nil {
-		change(&params)
-	}
-	e, err := orchestrator.NewEngine(params)
+	ot, _ := trust(t)
+	o, err := fanoutnode.OpenOrchestrator(t.Context(), b.backend, fanoutnode.OrchestratorConfig{
+		Workers: strings.Join(workers, ","), Trust: ot, Engine: cfg, ParamsFunc: change})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := orchestrator.NewServer(e)
-	addr := serve(t, func(s *grpc.Server) { fanoutv1.RegisterOrchestratorServiceServer(s, srv) },
-		append(orchestrator.ServerOptions(e), b.serverOpts()...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
+		if err := o.Close(ctx); err != nil {
 			t.Errorf("shutdown %s: %v", name, err)
 		}
 	})
-	return &node{engine: e, server: srv, client: fanoutv1.NewOrchestratorServiceClient(dial(t, addr))}
-}
-
-func (b *testBundle) serverOpts() []grpc.ServerOption {
-	if !b.traced {
-		return nil
-	}
-	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler())}
-}
-
-func (b *testBundle) dialOpts() []grpc.DialOption {
-	if !b.traced {
-		return nil
-	}
-	return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler())}
+	return &node{engine: o.Engine(), client: fanoutv1.NewOrchestratorServiceClient(dial(t, o.Addr()))}
 }
 
 // spec returns a valid spec of n independent tasks.

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
@@ -33,40 +34,38 @@ import (
 )
 
 // startEngine serves an orchestrator in this process through the binary's
-// own wiring (startBackend, startOrchestrator) with cfg, for limits that have
-// no flag, and sets c.orch.
+// own wiring (package node) with cfg, for limits that have no flag, and
+// sets c.orch.
 func (c *cluster) startEngine(tb testing.TB, cfg orchestrator.Config) {
 	tb.Helper()
-	b, err := startBackend(context.Background(), backendConfig{DatabaseURL: storetest.NodeURL(tb, c.url), SweepInterval: time.Second,
-		PollInterval: 200 * time.Millisecond, GroupCommit: true, Logger: newLogger(io.Discard, "error")})
-	if err != nil {
-		tb.Fatal(err)
-	}
 	addrs := make([]string, len(c.workers))
 	for i, w := range c.workers {
 		addrs[i] = w.addr
 	}
-	cfg.Logger = b.log
-	orchTrust, _, _, err := devTrust(filepath.Dir(testPeer(tb).CA))
+	orchTrust, _, _, err := node.DevTrust(filepath.Dir(testPeer(tb).CA))
 	if err != nil {
-		b.close()
 		tb.Fatal(err)
 	}
-	n, err := startOrchestrator(b, orchestratorConfig{Listen: "127.0.0.1:0", Workers: strings.Join(addrs, ","), Engine: cfg, Trust: orchTrust})
-	if err != nil {
-		b.close()
+	m := node.NewMain(node.Config{
+		Backend: node.BackendConfig{DatabaseURL: storetest.NodeURL(tb, c.url), SweepInterval: time.Second,
+			PollInterval: 200 * time.Millisecond, GroupCommit: true, Logger: newLogger(io.Discard, "error")},
+		Orchestrator: &node.OrchestratorConfig{Workers: strings.Join(addrs, ","), Engine: cfg, Trust: orchTrust},
+	})
+	if err := m.Open(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		n.stop(30 * time.Second)
-		b.close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = m.Close(ctx)
 	})
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := m.Orchestrator().Addr()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
-	c.orch = &orchestratorProc{addr: n.Addr(), logs: &logTail{}, client: fanoutv1.NewOrchestratorServiceClient(conn)}
+	c.orch = &orchestratorProc{addr: addr, logs: &logTail{}, client: fanoutv1.NewOrchestratorServiceClient(conn)}
 }
 
 func (c *cluster) held(tb testing.TB, runID string) int {

@@ -20,9 +20,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fanout/fanout/node"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/pglocal"
+	"github.com/fanout/fanout/subagent"
 )
 
 const devUsage = `
@@ -94,35 +96,25 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		}
 		os.WriteFile(filepath.Join(dataDir, databaseURLFile), []byte(auditURL+"\n"), 0o600) //nolint:errcheck // only `fanout ledger`'s default
 	}
-	orchTrust, workerTrust, peerFiles, err := devTrust(filepath.Join(dataDir, "peer"))
+	orchTrust, workerTrust, peerFiles, err := node.DevTrust(filepath.Join(dataDir, "peer"))
 	if err != nil {
 		return err
 	}
-	b, err := sf.backend(ctx, env, "fanout-dev")
-	if err != nil {
-		return err
-	}
-	defer b.close()
-
-	var nodes []*grpcNode
-	var addrs []string
+	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust}}
 	for i := range workers {
-		n, err := startWorker(b, workerConfig{Listen: "127.0.0.1:0", Name: fmt.Sprintf("worker-%d", i+1), Sim: sim.config(),
-			Providers: &prov, Env: env, Trust: workerTrust})
-		if err != nil {
-			stopAll(nodes, sf.grace)
-			return err
-		}
-		nodes = append(nodes, n)
-		addrs = append(addrs, n.Addr())
+		cfg.Workers = append(cfg.Workers, node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(),
+			ModelsFunc: prov.modelsFunc(env), Server: subagent.ServerConfig{Name: fmt.Sprintf("worker-%d", i+1)}})
 	}
-	orch, err := startOrchestrator(b, orchestratorConfig{Listen: sf.listen, Workers: strings.Join(addrs, ","), Trust: orchTrust})
+	p, err := sf.start(ctx, env, "fanout-dev", cfg)
 	if err != nil {
-		stopAll(nodes, sf.grace)
 		return err
 	}
-	// Stop the orchestrator first (it drains its runs), then the workers.
-	nodes = append([]*grpcNode{orch}, nodes...)
+	defer p.stop()
+	orch := p.Orchestrator()
+	addrs := make([]string, len(p.Workers()))
+	for i, w := range p.Workers() {
+		addrs[i] = w.Addr()
+	}
 
 	fmt.Fprintf(env.Stdout, "fanout dev: orchestrator on %s, %d workers on %s\n", orch.Addr(), workers, strings.Join(addrs, ", "))
 	fmt.Fprintf(env.Stdout, "fanout dev: database  psql %q   (owner: migrations)\n", ownerURL)
@@ -132,17 +124,9 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		filepath.Dir(peerFiles.CA))
 	if !demo {
 		fmt.Fprintf(env.Stdout, "fanout dev: ready. Try: fanout run -f examples/research.json --addr %s   (Ctrl-C to stop)\n", orch.Addr())
-		return waitAndStop(ctx, b, sf.grace, nodes...)
+		return p.wait(ctx)
 	}
-	err = runDemo(ctx, env, orch.Addr(), spec, auditURL)
-	stopAll(nodes, sf.grace)
-	return err
-}
-
-func stopAll(nodes []*grpcNode, grace time.Duration) {
-	for _, n := range nodes {
-		n.stop(grace)
-	}
+	return runDemo(ctx, env, orch.Addr(), spec, auditURL)
 }
 
 // startLocalPostgres starts (or restarts) the private cluster under dataDir

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/peer"
 )
 
@@ -45,65 +45,26 @@ func (p *peerFlags) files() (peer.Files, error) {
 	return peer.Files{CA: p.ca, Cert: p.cert, Key: p.key}, nil
 }
 
-// nodeTrust is what one node holds of the peer trust.
-type nodeTrust struct {
-	TLS    *tls.Config  // server side on a worker, client side on an orchestrator
-	Signer *peer.Signer // orchestrator
-	Keys   *peer.KeySet // worker
-}
-
 // orchestratorTrust loads an orchestrator's client TLS and signing key.
-func (p *peerFlags) orchestratorTrust() (nodeTrust, error) {
+func (p *peerFlags) orchestratorTrust() (node.OrchestratorTrust, error) {
 	files, err := p.files()
 	if err != nil {
-		return nodeTrust{}, err
+		return node.OrchestratorTrust{}, err
 	}
 	if p.signingKey == "" {
-		return nodeTrust{}, errors.New("--peer-signing-key required: workers run only dispatches signed by an orchestrator")
+		return node.OrchestratorTrust{}, errors.New("--peer-signing-key required: workers run only dispatches signed by an orchestrator")
 	}
-	cfg, err := peer.ClientConfig(files, peer.RoleWorker)
-	if err != nil {
-		return nodeTrust{}, fmt.Errorf("peer TLS: %w", err)
-	}
-	s, err := peer.LoadSigner(p.signingKey)
-	if err != nil {
-		return nodeTrust{}, fmt.Errorf("--peer-signing-key: %w", err)
-	}
-	return nodeTrust{TLS: cfg, Signer: s}, nil
+	return node.LoadOrchestratorTrust(files, p.signingKey)
 }
 
 // workerTrust loads a worker's server TLS and the orchestrators' keys.
-func (p *peerFlags) workerTrust() (nodeTrust, error) {
+func (p *peerFlags) workerTrust() (node.WorkerTrust, error) {
 	files, err := p.files()
 	if err != nil {
-		return nodeTrust{}, err
+		return node.WorkerTrust{}, err
 	}
 	if p.verifyKeys == "" {
-		return nodeTrust{}, errors.New("--peer-verify-keys required: the orchestrators' public signing keys")
+		return node.WorkerTrust{}, errors.New("--peer-verify-keys required: the orchestrators' public signing keys")
 	}
-	cfg, err := peer.ServerConfig(files, peer.RoleOrchestrator)
-	if err != nil {
-		return nodeTrust{}, fmt.Errorf("peer TLS: %w", err)
-	}
-	ks, err := peer.LoadKeySet(strings.Split(p.verifyKeys, ",")...)
-	if err != nil {
-		return nodeTrust{}, fmt.Errorf("--peer-verify-keys: %w", err)
-	}
-	return nodeTrust{TLS: cfg, Keys: ks}, nil
-}
-
-// devTrust generates (or reuses) the dev CA, certificates and signing key
-// under dir and returns both sides' trust.
-func devTrust(dir string) (orch, worker nodeTrust, files peer.DevFiles, err error) {
-	files, err = peer.GenerateDev(dir)
-	if err != nil {
-		return orch, worker, files, fmt.Errorf("generate dev peer credentials: %w", err)
-	}
-	op := peerFlags{ca: files.CA, cert: files.Orchestrator.Cert, key: files.Orchestrator.Key, signingKey: files.SigningKey}
-	wp := peerFlags{ca: files.CA, cert: files.Worker.Cert, key: files.Worker.Key, verifyKeys: files.VerifyKey}
-	if orch, err = op.orchestratorTrust(); err != nil {
-		return orch, worker, files, err
-	}
-	worker, err = wp.workerTrust()
-	return orch, worker, files, err
+	return node.LoadWorkerTrust(files, strings.Split(p.verifyKeys, ",")...)
 }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
@@ -36,6 +37,14 @@ func (p *providerFlags) register(f *flags) {
 	f.Int64Var(&p.modelCalls, "max-model-calls", 32, "model calls in flight on this worker, across providers")
 	f.DurationVar(&p.callTimeout, "call-timeout", 2*time.Minute, "one attempt of one model call")
 	f.IntVar(&p.retryAttempts, "retry-attempts", 4, "attempts per call for 408, 429 and 5xx replies")
+}
+
+// modelsFunc returns the worker's node.WorkerConfig.ModelsFunc: models
+// with the backend's pool (the fleet's rate limiter) and logger.
+func (p *providerFlags) modelsFunc(env *Env) func(*node.Backend, llm.Model) (subagent.ModelFunc, error) {
+	return func(b *node.Backend, sim llm.Model) (subagent.ModelFunc, error) {
+		return p.models(env, b.Pool(), sim, b.Logger())
+	}
 }
 
 // models builds the worker's ModelFunc: sim always, openai and anthropic

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/orchestrator"
 	"github.com/fanout/fanout/peer"
 	"github.com/fanout/fanout/store"
@@ -30,12 +33,32 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.alsoEnv("database-url", "DATABASE_URL")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&s.grace, "shutdown-grace", defaultGrace, "how long to drain on SIGTERM before cancelling what is left")
-	f.DurationVar(&s.sweepInterval, "sweep-interval", 2*time.Second, "how often this node posts expired leases as estimated spend")
+	f.DurationVar(&s.sweepInterval, "sweep-interval", node.DefaultSweepInterval, "how often this node posts expired leases as estimated spend")
 	f.DurationVar(&s.pollInterval, "poll-interval", time.Second, "how often watched runs are polled in case a NOTIFY was missed")
 	f.BoolVar(&s.groupCommit, "group-commit", true, "coalesce ledger calls that arrive together into one transaction")
 }
 
-func (s *serverFlags) backend(ctx context.Context, env *Env, service string) (*backend, error) {
+func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
+	return node.BackendConfig{
+		DatabaseURL:   s.databaseURL,
+		SweepInterval: s.sweepInterval,
+		PollInterval:  s.pollInterval,
+		GroupCommit:   s.groupCommit,
+		Logger:        log,
+	}
+}
+
+// process is one server process: its telemetry and its node.Main.
+type process struct {
+	*node.Main
+	log   *slog.Logger
+	tel   *telemetry
+	grace time.Duration
+}
+
+// start sets up telemetry (named service) and opens cfg's servers on the
+// backend the flags describe. Call stop when done.
+func (s *serverFlags) start(ctx context.Context, env *Env, service string, cfg node.Config) (*process, error) {
 	if s.databaseURL == "" {
 		return nil, fmt.Errorf("--database-url (or DATABASE_URL) is required")
 	}
@@ -47,19 +70,34 @@ func (s *serverFlags) backend(ctx context.Context, env *Env, service string) (*b
 	if tel.addr != "" {
 		log.Info("metrics", "addr", "http://"+tel.addr+"/metrics")
 	}
-	b, err := startBackend(ctx, backendConfig{
-		DatabaseURL:   s.databaseURL,
-		SweepInterval: s.sweepInterval,
-		PollInterval:  s.pollInterval,
-		GroupCommit:   s.groupCommit,
-		Logger:        log,
-	})
-	if err != nil {
+	cfg.Backend = s.backendConfig(log)
+	m := node.NewMain(cfg)
+	if err := m.Open(ctx); err != nil {
 		tel.shutdown(ctx)
 		return nil, err
 	}
-	b.tel = tel
-	return b, nil
+	return &process{Main: m, log: log, tel: tel, grace: s.grace}, nil
+}
+
+// wait serves until ctx ends (SIGTERM, Ctrl-C) or a server fails.
+func (p *process) wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		p.log.Info("shutting down", "grace", p.grace)
+		return nil
+	case err := <-p.Err():
+		return fmt.Errorf("server stopped: %w", err)
+	}
+}
+
+// stop drains and stops the servers within the grace, then flushes telemetry.
+func (p *process) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.grace)
+	defer cancel()
+	p.Close(ctx) //nolint:errcheck // on timeout the drains cancel what is left themselves
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer tcancel()
+	p.tel.shutdown(tctx)
 }
 
 // registerEngineFlags registers the orchestrator's limits; call the
@@ -118,7 +156,7 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("orchestrator", orchestratorUsage, env.Stderr)
 	var sf serverFlags
 	sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
-	var oc orchestratorConfig
+	var oc node.OrchestratorConfig
 	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
 	f.StringVar(&oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
 	applyEngine := registerEngineFlags(f, &oc.Engine)
@@ -128,23 +166,21 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	applyEngine()
+	if oc.Workers == "" {
+		return errors.New("--workers: need a gRPC target (host:port,host:port or dns:///name:port)")
+	}
 	trust, err := pf.orchestratorTrust()
 	if err != nil {
 		return err
 	}
-	oc.Trust = trust
-	b, err := sf.backend(ctx, env, "fanout-orchestrator")
+	oc.Trust, oc.Listen = trust, sf.listen
+	p, err := sf.start(ctx, env, "fanout-orchestrator", node.Config{Orchestrator: &oc})
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	oc.Listen = sf.listen
-	n, err := startOrchestrator(b, oc)
-	if err != nil {
-		return err
-	}
-	b.log.Info("orchestrator serving", "addr", n.Addr(), "workers", oc.Workers)
-	return waitAndStop(ctx, b, sf.grace, n)
+	defer p.stop()
+	p.log.Info("orchestrator serving", "addr", p.Orchestrator().Addr(), "workers", oc.Workers)
+	return p.wait(ctx)
 }
 
 const workerUsage = `
@@ -162,12 +198,12 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("worker", workerUsage, env.Stderr)
 	var sf serverFlags
 	sf.register(f, "127.0.0.1:50052", "127.0.0.1:9465")
-	var wc workerConfig
-	f.StringVar(&wc.Name, "name", "", "worker name in the ledger and events, unique per process (default worker-HOSTNAME-PID@ADDR)")
-	f.IntVar(&wc.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
-	f.DurationVar(&wc.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
-	f.BoolVar(&wc.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
-	f.IntVar(&wc.CompressMaxTokens, "compress-max-tokens", 512, "output cap of the structured-output call that compresses a subagent's work (real providers)")
+	var wc node.WorkerConfig
+	f.StringVar(&wc.Server.Name, "name", "", "worker name in the ledger and events, unique per process (default worker-HOSTNAME-PID@ADDR)")
+	f.IntVar(&wc.Server.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
+	f.DurationVar(&wc.Server.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
+	f.BoolVar(&wc.Server.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
+	f.IntVar(&wc.Server.CompressMaxTokens, "compress-max-tokens", 512, "output cap of the structured-output call that compresses a subagent's work (real providers)")
 	var sim simFlags
 	sim.register(f)
 	var prov providerFlags
@@ -181,39 +217,14 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	wc.Trust = trust
-	b, err := sf.backend(ctx, env, "fanout-worker")
+	wc.Trust, wc.Listen, wc.Sim, wc.ModelsFunc = trust, sf.listen, sim.config(), prov.modelsFunc(env)
+	p, err := sf.start(ctx, env, "fanout-worker", node.Config{Workers: []node.WorkerConfig{wc}})
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	wc.Listen, wc.Sim, wc.Providers, wc.Env = sf.listen, sim.config(), &prov, env
-	n, err := startWorker(b, wc)
-	if err != nil {
-		return err
-	}
-	b.log.Info("worker serving", "addr", n.Addr())
-	return waitAndStop(ctx, b, sf.grace, n)
-}
-
-// waitAndStop serves until ctx ends (SIGTERM, Ctrl-C) or a server fails,
-// then stops the nodes in order.
-func waitAndStop(ctx context.Context, b *backend, grace time.Duration, nodes ...*grpcNode) error {
-	var err error
-	done := make(chan error, len(nodes))
-	for _, n := range nodes {
-		go func() { done <- <-n.done }()
-	}
-	select {
-	case <-ctx.Done():
-		b.log.Info("shutting down", "grace", grace)
-	case err = <-done:
-		err = fmt.Errorf("server stopped: %w", err)
-	}
-	for _, n := range nodes {
-		n.stop(grace)
-	}
-	return err
+	defer p.stop()
+	p.log.Info("worker serving", "addr", p.Workers()[0].Addr())
+	return p.wait(ctx)
 }
 
 const migrateUsage = `

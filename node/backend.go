@@ -1,0 +1,120 @@
+// Package node wires fanout's servers — the database backend one process
+// shares, workers and orchestrators on real gRPC — as cmd/fanout runs them
+// and as the tests start them on :0 ports.
+//
+// Only cmd and tests import node: the engine packages never see it.
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store"
+)
+
+// DefaultSweepInterval is how often a backend posts expired leases as
+// estimated spend when its config sets no interval.
+const DefaultSweepInterval = 2 * time.Second
+
+// BackendConfig configures a Backend. Zero values take the documented defaults.
+type BackendConfig struct {
+	// DatabaseURL is the PostgreSQL URL the nodes log in with: a member of
+	// fanout_app, not the schema's owner (a warning says so otherwise). Required.
+	DatabaseURL string
+	// SweepInterval is how often this process posts reservations whose
+	// lease ran out (database time) as estimated spend. Default
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	// PollInterval is how often the exhaustion watcher polls the runs it
+	// watches, in case a NOTIFY was missed. Default: budget.WatcherConfig's.
+	PollInterval time.Duration
+	// GroupCommit coalesces the ledger and run-store calls that arrive
+	// together into one transaction (store.LedgerConfig.Coalesce). Off
+	// when false; cmd/fanout turns it on by default.
+	GroupCommit bool
+	// Logger receives the backend's and its nodes' logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Backend is what every node of one process shares: the pool, the ledger,
+// the run store, the exhaustion watcher and the lease sweeper.
+type Backend struct {
+	pool    *store.Pool
+	ledger  *store.Ledger
+	runs    *store.Runs
+	watcher *budget.Watcher
+	log     *slog.Logger
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// OpenBackend connects to cfg.DatabaseURL and starts the watcher and the
+// sweeper. Call Close to stop them.
+func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("open backend: a database URL is required")
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	pool, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if owner, err := store.OwnsSchema(ctx, pool); err != nil {
+		cfg.Logger.Warn("cannot tell whether this node connects as the schema's owner", "err", err)
+	} else if owner {
+		cfg.Logger.Warn("this node connects as the owner of schema " + store.Schema + ": it could change the ledger " +
+			"outside its functions. Give nodes a login role that is only a member of fanout_app (docs/operations.md)")
+	}
+	b := &Backend{
+		pool:   pool,
+		ledger: store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit}),
+		runs:   store.NewRunsWithConfig(pool, store.RunsConfig{Coalesce: cfg.GroupCommit}),
+		watcher: budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
+			PollInterval: cfg.PollInterval,
+			Logger:       cfg.Logger,
+		}),
+		log: cfg.Logger,
+	}
+	// The backend outlives the call that opened it: Close stops it.
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancel = cancel
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }() //nolint:errcheck // returns ctx.Err()
+	go func() { defer b.wg.Done(); budget.Sweep(bctx, b.ledger, cfg.SweepInterval, cfg.Logger) }()
+	return b, nil
+}
+
+// Pool is the backend's connection pool.
+func (b *Backend) Pool() *store.Pool { return b.pool }
+
+// Ledger is the backend's ledger, shared by its nodes.
+func (b *Backend) Ledger() *store.Ledger { return b.ledger }
+
+// Runs is the backend's run store, shared by its orchestrators.
+func (b *Backend) Runs() *store.Runs { return b.runs }
+
+// Watcher is the backend's exhaustion watcher, shared by its nodes.
+func (b *Backend) Watcher() *budget.Watcher { return b.watcher }
+
+// Logger is the logger of the backend and its nodes.
+func (b *Backend) Logger() *slog.Logger { return b.log }
+
+// Close stops the watcher and the sweeper, flushes the ledger's and the run
+// store's pending batches and closes the pool. Stop the backend's nodes first.
+func (b *Backend) Close() {
+	b.cancel()
+	b.wg.Wait()
+	b.ledger.Close()
+	b.runs.Close()
+	b.pool.Close()
+}

@@ -1,0 +1,156 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/fanout/fanout/orchestrator"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/subagent"
+)
+
+// OrchestratorConfig configures an Orchestrator. Zero values take the
+// documented defaults.
+type OrchestratorConfig struct {
+	// Listen is the gRPC address callers use (HOST:PORT). Default
+	// 127.0.0.1:0, a free loopback port.
+	Listen string
+	// Workers is the workers' gRPC target: host:port,host:port (one client
+	// each) or dns:///name:port (one round-robin client). Required, except
+	// in a Main that serves workers itself: empty there means those.
+	Workers string
+	// Trust is the orchestrator's side of the peer trust: client TLS that
+	// admits only workers, and the key that signs every dispatch. Required.
+	Trust OrchestratorTrust
+	// Engine tunes the engine (its defaults are orchestrator.Config's).
+	// Unset KnownTools are the workers' built-in tools
+	// (subagent.BuiltinToolNames); an unset Logger is the backend's.
+	Engine orchestrator.Config
+	// ParamsFunc, when set, changes the engine's collaborators before the
+	// engine is built: a test wraps the store or the ledger with it.
+	ParamsFunc func(*orchestrator.EngineParams)
+}
+
+// Orchestrator serves fanout.v1.OrchestratorService: it accepts runs,
+// dispatches their tasks to workers, cancels and joins.
+type Orchestrator struct {
+	srv     *server
+	engine  *orchestrator.Engine
+	workers []*grpc.ClientConn
+}
+
+// OpenOrchestrator starts an orchestrator on b, dialling its workers, and
+// returns once it serves. Call Close to stop it.
+func OpenOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig) (*Orchestrator, error) {
+	return openOrchestrator(ctx, b, cfg, make(chan error, 1))
+}
+
+func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exited chan<- error) (*Orchestrator, error) {
+	if cfg.Trust.TLS == nil || cfg.Trust.Signer == nil {
+		return nil, errors.New("orchestrator: peer TLS and a dispatch signing key are required")
+	}
+	o := &Orchestrator{}
+	ws, err := o.dialWorkers(cfg.Workers, cfg.Trust.TLS)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := orchestrator.NewWorkerPool(ws...)
+	if err != nil {
+		o.closeWorkers()
+		return nil, err
+	}
+	if cfg.Engine.KnownTools == nil {
+		cfg.Engine.KnownTools = subagent.BuiltinToolNames()
+	}
+	if cfg.Engine.Logger == nil {
+		cfg.Engine.Logger = b.Logger()
+	}
+	params := orchestrator.EngineParams{
+		Store:   b.Runs(),
+		Ledger:  b.Ledger(),
+		Watcher: b.Watcher(),
+		Workers: pool,
+		Signer:  cfg.Trust.Signer,
+		Config:  cfg.Engine,
+	}
+	if cfg.ParamsFunc != nil {
+		cfg.ParamsFunc(&params)
+	}
+	if o.engine, err = orchestrator.NewEngine(params); err != nil {
+		o.closeWorkers()
+		return nil, err
+	}
+	if o.srv, err = listen("orchestrator", cfg.Listen, exited, orchestrator.ServerOptions(o.engine)...); err != nil {
+		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
+		o.closeWorkers()
+		return nil, err
+	}
+	fanoutv1.RegisterOrchestratorServiceServer(o.srv.srv, orchestrator.NewServer(o.engine))
+	o.srv.serve(fanoutv1.OrchestratorService_ServiceDesc.ServiceName)
+	return o, nil
+}
+
+// dialWorkers makes one client per address of a static list, or one
+// round-robin client for a dns:/// target.
+func (o *Orchestrator) dialWorkers(target string, tlsCfg *tls.Config) ([]orchestrator.Worker, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()), // carries the run's trace to the worker
+	}
+	var addrs []string
+	if strings.Contains(target, ":///") {
+		addrs = []string{target}
+	} else {
+		for _, a := range strings.Split(target, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("workers: need a gRPC target (host:port,host:port or dns:///name:port)")
+	}
+	var ws []orchestrator.Worker
+	for _, a := range addrs {
+		conn, err := grpc.NewClient(a, opts...)
+		if err != nil {
+			o.closeWorkers()
+			return nil, fmt.Errorf("workers %q: %w", a, err)
+		}
+		conn.Connect() // dial now, not on the first task
+		o.workers = append(o.workers, conn)
+		ws = append(ws, orchestrator.Worker{Addr: a, Client: fanoutv1.NewSubagentServiceClient(conn)})
+	}
+	return ws, nil
+}
+
+func (o *Orchestrator) closeWorkers() {
+	for _, c := range o.workers {
+		_ = c.Close()
+	}
+	o.workers = nil
+}
+
+// Addr is the address the orchestrator listens on (with the real port for ":0").
+func (o *Orchestrator) Addr() string { return o.srv.addr() }
+
+// Engine is the orchestrator's engine.
+func (o *Orchestrator) Engine() *orchestrator.Engine { return o.engine }
+
+// Close stops the orchestrator: health NOT_SERVING, the runs it drives end
+// (those still running when ctx ends are cancelled), then the server stops
+// and the worker connections close. It returns the engine's shutdown error.
+func (o *Orchestrator) Close(ctx context.Context) error {
+	return o.srv.stop(ctx, func(ctx context.Context) error {
+		defer o.closeWorkers()
+		return o.engine.Shutdown(ctx)
+	})
+}

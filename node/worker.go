@@ -1,0 +1,124 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/subagent"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// WorkerConfig configures a Worker. Zero values take the documented defaults.
+type WorkerConfig struct {
+	// Listen is the gRPC address (HOST:PORT). Default 127.0.0.1:0, a free
+	// loopback port.
+	Listen string
+	// Trust is the worker's side of the peer trust: mutual TLS that admits
+	// only orchestrators, and their dispatch keys. Required.
+	Trust WorkerTrust
+	// Sim configures the deterministic sim model every worker has.
+	Sim llm.SimConfig
+	// ModelsFunc builds the worker's models around its sim (adding real
+	// providers). Default: the sim only.
+	ModelsFunc func(b *Backend, sim llm.Model) (subagent.ModelFunc, error)
+	// Server tunes the subagent server (capacity, lease TTL, ...; its
+	// defaults are subagent.ServerConfig's). Open sets Keys from Trust and
+	// fills what is unset: Ledger and Watcher (the backend's), Models (from
+	// Sim and ModelsFunc), Name (worker-HOST-PID@ADDR: unique per process,
+	// as the ledger tells holders apart by name) and Logger (the backend's).
+	Server subagent.ServerConfig
+}
+
+// Worker serves fanout.v1.SubagentService: it runs subagents for the
+// orchestrators, paying every model call from the backend's ledger.
+type Worker struct {
+	srv  *server
+	sub  *subagent.Server
+	sim  *llm.Sim
+	name string
+}
+
+// OpenWorker starts a worker on b and returns once it serves. Call Close to stop it.
+func OpenWorker(ctx context.Context, b *Backend, cfg WorkerConfig) (*Worker, error) {
+	return openWorker(ctx, b, cfg, make(chan error, 1))
+}
+
+func openWorker(_ context.Context, b *Backend, cfg WorkerConfig, exited chan<- error) (*Worker, error) {
+	if cfg.Trust.TLS == nil || cfg.Trust.Keys == nil {
+		return nil, errors.New("worker: peer TLS and the orchestrators' signing keys are required")
+	}
+	srv, err := listen("worker", cfg.Listen, exited, grpc.Creds(credentials.NewTLS(cfg.Trust.TLS)))
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWorker(b, cfg, srv.addr())
+	if err != nil {
+		srv.close()
+		return nil, err
+	}
+	w.srv = srv
+	fanoutv1.RegisterSubagentServiceServer(srv.srv, w.sub)
+	srv.serve(fanoutv1.SubagentService_ServiceDesc.ServiceName)
+	return w, nil
+}
+
+// newWorker builds the worker's model and subagent server for one listening on addr.
+func newWorker(b *Backend, cfg WorkerConfig, addr string) (*Worker, error) {
+	sim, err := llm.NewSim(cfg.Sim)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	sc := cfg.Server
+	sc.Keys = cfg.Trust.Keys
+	if sc.Ledger == nil {
+		sc.Ledger = b.Ledger()
+	}
+	if sc.Watcher == nil {
+		sc.Watcher = b.Watcher()
+	}
+	if sc.Models == nil {
+		sc.Models = subagent.SimModels(sim)
+		if cfg.ModelsFunc != nil {
+			if sc.Models, err = cfg.ModelsFunc(b, sim); err != nil {
+				_ = sim.Close()
+				return nil, err
+			}
+		}
+	}
+	if sc.Name == "" {
+		host, _ := os.Hostname()
+		sc.Name = fmt.Sprintf("worker-%s-%d@%s", host, os.Getpid(), addr)
+	}
+	if sc.Logger == nil {
+		sc.Logger = b.Logger().With("worker", sc.Name)
+	}
+	sub, err := subagent.NewServer(sc)
+	if err != nil {
+		_ = sim.Close()
+		return nil, err
+	}
+	return &Worker{sub: sub, sim: sim, name: sc.Name}, nil
+}
+
+// Addr is the address the worker listens on (with the real port for ":0").
+func (w *Worker) Addr() string { return w.srv.addr() }
+
+// Name is the worker's name in the ledger and in run events.
+func (w *Worker) Name() string { return w.name }
+
+// Sim is the worker's sim model, whose calls tests read.
+func (w *Worker) Sim() *llm.Sim { return w.sim }
+
+// Close stops the worker: health NOT_SERVING, its subagents finish and
+// settle (those still running when ctx ends are cancelled and settled),
+// then the server stops. It returns the drain's error.
+func (w *Worker) Close(ctx context.Context) error {
+	err := w.srv.stop(ctx, w.sub.Shutdown)
+	return errors.Join(err, w.sim.Close())
+}
