@@ -736,30 +736,40 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (res ToolR
 	return res, nil
 }
 
-// finish ends the loop with err and classifies it.
+// finish ends the loop with err and classifies it (stopStatus).
 func (r *run) finish(ctx context.Context, err error) {
 	r.sum.Err = err
 	r.sum.Facts = r.found
-	cause := context.Cause(ctx)
+	r.sum.Status = stopStatus(err, context.Cause(ctx))
+	if r.sum.Status != StatusIterationLimit && r.sum.Status != StatusSucceeded {
+		r.sum.Failed = append(r.sum.Failed, err.Error())
+	}
+}
+
+// stopStatus is the one place the worker decides what status a stop is.
+// err is why the loop stopped; cause is its context's cause, nil if the
+// context had not ended. A ledger refusal names the run's state: a run
+// cancelled or closed is CANCELLED, one out of tokens BUDGET_EXHAUSTED; a
+// cancel is what its cause says (budget.ErrExhausted, budget.ErrRunCancelled,
+// a deadline, ErrShuttingDown...), except that a lease that could not be
+// renewed is a failure of this worker, not a cancel.
+func stopStatus(err, cause error) Status {
 	var ex *budget.ExhaustedError
 	switch {
 	case errors.As(err, &ex) && ex.Kind != budget.KindTask && ex.State.Ended() && ex.State != budget.StateExhausted:
-		r.sum.Status = StatusCancelled // the run was cancelled or closed
+		return StatusCancelled // the run was cancelled or closed
 	case errors.Is(err, budget.ErrExhausted):
-		r.sum.Status = StatusBudgetExhausted
+		return StatusBudgetExhausted
 	case errors.Is(err, budget.ErrRunCancelled):
-		r.sum.Status = StatusCancelled
-	case ctx.Err() != nil && errors.Is(cause, context.DeadlineExceeded):
-		r.sum.Status = StatusTimedOut
-	case ctx.Err() != nil && errors.Is(err, cause) && !errors.Is(cause, budget.ErrLeaseLost):
-		r.sum.Status = StatusCancelled
+		return StatusCancelled
+	case errors.Is(cause, context.DeadlineExceeded):
+		return StatusTimedOut
+	case cause != nil && errors.Is(err, cause) && !errors.Is(cause, budget.ErrLeaseLost):
+		return StatusCancelled
 	case errors.Is(err, ErrIterationLimit):
-		r.sum.Status = StatusIterationLimit
+		return StatusIterationLimit
 	default:
-		r.sum.Status = StatusFailed
-	}
-	if r.sum.Status != StatusIterationLimit && r.sum.Status != StatusSucceeded {
-		r.sum.Failed = append(r.sum.Failed, err.Error())
+		return StatusFailed
 	}
 }
 
