@@ -573,9 +573,9 @@ func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response
 }
 
 // call runs do, one model call for req, in a chat span while renewing the
-// reservation's lease. If a renewal fails the call is cancelled, so it stops
-// before the lease ends. outputType is the span's gen_ai.output.type, if
-// the call asks for one.
+// reservation's lease (renewLease). If a renewal fails the call is
+// cancelled, so it stops before the lease ends. outputType is the span's
+// gen_ai.output.type, if the call asks for one.
 func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request, outputType string,
 	do func(context.Context) (llm.Response, error)) (resp llm.Response, err error) {
 	start := time.Now()
@@ -587,39 +587,7 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		// The lease ends TTL after the database granted it, which was before
-		// this call started; renewals move it on from when they were sent.
-		// Only this node's monotonic clock is used (never compared with the
-		// database's), and the call stops a margin before the lease could end,
-		// even if a renewal hangs.
-		margin := r.LeaseTTL / 10
-		leaseEnd := start.Add(r.LeaseTTL)
-		expire := time.NewTimer(time.Until(leaseEnd) - margin)
-		defer expire.Stop()
-		tick := time.NewTicker(r.LeaseTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-callCtx.Done():
-				return
-			case <-expire.C:
-				cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
-				return
-			case <-tick.C:
-				sent := time.Now()
-				rctx, rcancel := context.WithTimeout(callCtx, r.LeaseTTL/3)
-				_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL)
-				rcancel()
-				if err != nil {
-					if callCtx.Err() == nil {
-						cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
-					}
-					return
-				}
-				leaseEnd = sent.Add(r.LeaseTTL)
-				expire.Reset(time.Until(leaseEnd) - margin)
-			}
-		}
+		r.renewLease(callCtx, cancel, res, start)
 	}()
 	resp, err = do(callCtx)
 	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
@@ -628,6 +596,45 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request,
 	cancel(nil)
 	wg.Wait()
 	return resp, err
+}
+
+// renewLease renews res's lease every LeaseTTL/3 until callCtx ends, and
+// cancels the call (with the reason as cause) if a renewal fails or would
+// come too late. start is when the call started.
+func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, start time.Time) {
+	// The lease ends TTL after the database granted it, which was before
+	// this call started; renewals move it on from when they were sent.
+	// Only this node's monotonic clock is used (never compared with the
+	// database's), and the call stops a margin before the lease could end,
+	// even if a renewal hangs.
+	margin := r.LeaseTTL / 10
+	leaseEnd := start.Add(r.LeaseTTL)
+	expire := time.NewTimer(time.Until(leaseEnd) - margin)
+	defer expire.Stop()
+	tick := time.NewTicker(r.LeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-callCtx.Done():
+			return
+		case <-expire.C:
+			cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
+			return
+		case <-tick.C:
+			sent := time.Now()
+			rctx, rcancel := context.WithTimeout(callCtx, r.LeaseTTL/3)
+			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL)
+			rcancel()
+			if err != nil {
+				if callCtx.Err() == nil {
+					cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
+				}
+				return
+			}
+			leaseEnd = sent.Add(r.LeaseTTL)
+			expire.Reset(time.Until(leaseEnd) - margin)
+		}
+	}
 }
 
 func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, estimated bool) (budget.Reservation, error) {
