@@ -201,7 +201,9 @@ func (l *Loop) defaults() Loop {
 // (llm.Compress, output capped by CompressMaxTokens) whose facts replace the
 // local ones. It is paid like any call: reserved in full on the task account
 // (all or nothing: input bound plus cap), settled with the reported usage, or
-// at the whole reservation, flagged estimated, if it fails or is cancelled.
+// at the whole reservation, flagged estimated, if it fails or is cancelled;
+// if it may have been billed, it is made again under a new reservation as
+// BilledRetry allows, like an iteration's call.
 // It is skipped, keeping the local facts, if the task failed, ctx ended, the
 // worker knows the run ended or the ledger cannot grant the reservation; a
 // reply that does not parse becomes one fact holding its text. Each of these
@@ -311,105 +313,30 @@ func (r *run) progress(it, toolCalls int) {
 	}
 }
 
-// iterate makes iteration it's model call: reserved, called, settled. A
-// call that failed after it may have been billed (llm.ErrMaybeBilled: a 5xx
-// not in the provider's error shape) has been settled at its whole
-// reservation, flagged estimated; it is made again under a new reservation
-// (key "i3r1", "i3r2", ...) after a backoff, as BilledRetry allows. Each
-// retry is a new paid call of the same iteration: Summary.Iterations
-// counts iterations of the loop, not model calls.
+// iterate makes iteration it's model call (see paid) and appends the reply
+// to the conversation. Summary.Iterations counts iterations of the loop,
+// not model calls: the retries of a call that may have been billed belong
+// to its iteration.
 func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
-	key := fmt.Sprintf("i%d", it)
-	var slept time.Duration
-	for n := 1; ; n++ {
-		resp, billed, err := r.callModel(ctx, it, key)
-		if billed == nil {
-			return resp, err
-		}
-		delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
-		if why != "" {
-			return llm.Response{}, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
-		}
-		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
-		r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
-			"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", it, "status", billed.StatusCode,
-			"call", n, "sleep", delay, "retry_after", billed.RetryAfter)
-		if err := llm.Sleep(ctx, delay); err != nil {
-			return llm.Response{}, err
-		}
-		slept += delay
-		key = fmt.Sprintf("i%dr%d", it, n)
-	}
-}
-
-// callModel makes one reserved, settled model call of iteration it,
-// reserved under key. If the call failed after it may have been billed,
-// was paid for and ctx has not ended, it returns the call's error as
-// billed too, for iterate to retry.
-func (r *run) callModel(ctx context.Context, it int, key string) (llm.Response, *llm.StatusError, error) {
-	if err := context.Cause(ctx); err != nil {
-		return llm.Response{}, nil, err
-	}
-	if r.runEnded() {
-		return llm.Response{}, nil, r.endedErr() // under PolicyDrain: start nothing new
-	}
-	input := r.est.Bound(r.msgs, r.tools...)
-	want := input + int64(r.MaxOutputTokens)
-	res, err := r.reserve(ctx, want, min(r.task.MinReservation, want), key)
-	if err != nil {
-		if ctx.Err() != nil {
-			return llm.Response{}, nil, context.Cause(ctx)
-		}
-		return llm.Response{}, nil, fmt.Errorf("reserve for iteration %d: %w", it, err)
-	}
-	if ctx.Err() != nil {
-		r.void(ctx, res)
-		return llm.Response{}, nil, context.Cause(ctx)
-	}
-	maxTokens := res.Amount - input
-	if maxTokens < 1 {
-		r.void(ctx, res)
-		return llm.Response{}, nil, fmt.Errorf("reserve for iteration %d: granted %d tokens, input alone needs %d: %w",
-			it, res.Amount, input, budget.ErrExhausted)
-	}
-	if r.runEnded() {
-		// Never start a call once this worker knows the run ended.
-		r.void(ctx, res)
-		return llm.Response{}, nil, r.endedErr()
-	}
-
-	r.sum.Iterations = it
-	req := llm.Request{
-		Model:       r.task.ModelName,
-		Messages:    r.msgs,
-		Tools:       r.tools,
-		MaxTokens:   int(min(maxTokens, 1<<30)),
-		InputBound:  input,
-		Temperature: r.task.Temperature,
-		Seed:        r.task.Seed,
-		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: it,
-			ReservationID: int64(res.ID)},
-	}
-	resp, callErr := r.call(ctx, res, req, "", func(ctx context.Context) (llm.Response, error) {
-		return r.Model.Call(ctx, req)
+	resp, _, err := r.paid(ctx, paidCall{
+		name:      fmt.Sprintf("iteration %d", it),
+		key:       fmt.Sprintf("i%d", it),
+		iteration: it,
+		input:     r.est.Bound(r.msgs, r.tools...),
+		output:    int64(r.MaxOutputTokens),
+		least:     r.task.MinReservation,
+		tools:     r.tools,
+		do: func(ctx context.Context, req llm.Request) (llm.Response, error) {
+			r.sum.Iterations = it
+			return r.Model.Call(ctx, req)
+		},
 	})
-	if err := r.pay(ctx, res, resp, callErr); err != nil {
-		return llm.Response{}, nil, errors.Join(callErr, err)
-	}
-	if callErr != nil {
-		if ctx.Err() != nil {
-			return llm.Response{}, nil, context.Cause(ctx)
-		}
-		err := fmt.Errorf("call model %s in iteration %d: %w", r.Model.Name(), it, callErr)
-		var se *llm.StatusError
-		if errors.As(callErr, &se) && se.MaybeBilled() {
-			return llm.Response{}, se, err
-		}
-		return llm.Response{}, nil, err
+	if err != nil {
+		return llm.Response{}, err
 	}
 	r.est.Record(len(r.msgs), resp.Usage)
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
-	return resp, nil, nil
+	return resp, nil
 }
 
 // compress makes the compression call (see Run) and puts its facts in
@@ -419,56 +346,19 @@ func (r *run) compress(ctx context.Context, sm llm.StructuredModel) error {
 	switch {
 	case r.sum.Status == StatusFailed:
 		return errors.New("skipped: the task failed") // the same failure would most likely repeat
-	case ctx.Err() != nil:
-		return fmt.Errorf("skipped: %w", context.Cause(ctx))
-	case r.runEnded():
-		return fmt.Errorf("skipped: %w", r.endedErr())
 	case errors.As(r.sum.Err, &ex) && ex.Kind != budget.KindTask && ex.State.Ended():
 		return fmt.Errorf("skipped: %w", ex) // the ledger already said the run ended
 	}
-	input := r.est.Bound(r.msgs) + llm.CompressTokens()
-	want := input + int64(r.CompressMaxTokens)
-	// All or nothing: a summary cut off by a smaller grant would not parse.
-	res, err := r.reserve(ctx, want, want, "compress")
-	if err != nil {
-		return fmt.Errorf("skipped: reserve %d tokens: %w", want, err)
-	}
-	if ctx.Err() != nil {
-		r.void(ctx, res)
-		return fmt.Errorf("skipped: %w", context.Cause(ctx))
-	}
-	if r.runEnded() {
-		r.void(ctx, res) // Never start a call once this worker knows the run ended.
-		return fmt.Errorf("skipped: %w", r.endedErr())
-	}
-	req := llm.Request{
-		Model:       r.task.ModelName,
-		Messages:    r.msgs,
-		MaxTokens:   int(min(res.Amount-input, int64(r.CompressMaxTokens))),
-		InputBound:  input,
-		Temperature: r.task.Temperature,
-		Seed:        r.task.Seed,
-		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: r.sum.Iterations + 1,
-			ReservationID: int64(res.ID)},
-	}
-	shown := req // what the span records: the request as llm.Compress sends it
-	shown.Messages = append(r.msgs[:len(r.msgs):len(r.msgs)], llm.Message{Role: llm.RoleUser, Content: llm.CompressInstruction})
 	var out llm.Compressed
-	resp, callErr := r.call(ctx, res, shown, outputJSON, func(ctx context.Context) (llm.Response, error) {
-		var err error
-		out, err = llm.Compress(ctx, sm, req)
-		return out.Response, err
-	})
-	if err := r.pay(ctx, res, resp, callErr); err != nil {
-		return errors.Join(callErr, err)
-	}
-	if callErr != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("cancelled: %w", context.Cause(ctx))
-		}
-		return fmt.Errorf("call model %s: %w", r.Model.Name(), callErr)
-	}
-	if len(out.Facts) == 0 {
+	resp, started, err := r.paid(ctx, r.compressCall(sm, &out))
+	switch {
+	case err != nil && !started:
+		return fmt.Errorf("skipped: %w", err)
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("cancelled: %w", err)
+	case err != nil:
+		return err
+	case len(out.Facts) == 0:
 		return errors.New("the reply was empty")
 	}
 	r.sum.Facts = make([]Fact, len(out.Facts))
@@ -480,6 +370,164 @@ func (r *run) compress(ctx context.Context, sm llm.StructuredModel) error {
 			"compress: the reply (finish reason %s) is not a fact summary; kept its text as one fact", resp.FinishReason))
 	}
 	return nil
+}
+
+// compressCall is the compression call, which puts its outcome in out.
+func (r *run) compressCall(sm llm.StructuredModel, out *llm.Compressed) paidCall {
+	input := r.est.Bound(r.msgs) + llm.CompressTokens()
+	return paidCall{
+		name:      "compression",
+		key:       "compress",
+		iteration: r.sum.Iterations + 1,
+		input:     input,
+		output:    int64(r.CompressMaxTokens),
+		// All or nothing: a summary cut off by a smaller grant would not parse.
+		least:      input + int64(r.CompressMaxTokens),
+		outputType: outputJSON,
+		do: func(ctx context.Context, req llm.Request) (llm.Response, error) {
+			var err error
+			*out, err = llm.Compress(ctx, sm, req)
+			return out.Response, err
+		},
+		shown: func(req llm.Request) llm.Request { // as llm.Compress sends it
+			req.Messages = append(req.Messages[:len(req.Messages):len(req.Messages)],
+				llm.Message{Role: llm.RoleUser, Content: llm.CompressInstruction})
+			return req
+		},
+	}
+}
+
+// paidCall is one model call the loop pays for: an iteration's or the
+// compression call. paid reserves for it, calls and settles.
+type paidCall struct {
+	name       string // in errors: "iteration 3", "compression"
+	key        string // its reservation's name within the task's attempt: "i3", "compress"
+	iteration  int    // llm.Meta.Iteration
+	input      int64  // upper bound of the request's input tokens (llm.Estimator)
+	output     int64  // output allowance, reserved on top of input: the most MaxTokens can be
+	least      int64  // the smallest grant worth calling with
+	tools      []llm.ToolDef
+	outputType string // the chat span's gen_ai.output.type, if the call asks for one
+	// do makes the call for req, whose MaxTokens is what the grant leaves
+	// after input. It runs once per paid call, each billed retry included.
+	do func(ctx context.Context, req llm.Request) (llm.Response, error)
+	// shown, if set, returns req as do sends it, for the chat span.
+	shown func(req llm.Request) llm.Request
+}
+
+// paid makes c under the ledger's discipline: reserve input bound plus
+// output allowance (at least c.least) on the task account; call under a
+// lease renewed while the call runs; settle exactly once, with the reported
+// usage or, if the call failed (usage unknown), at the whole reservation,
+// flagged estimated. A grant is voided only when no call was made with it.
+//
+// A call that failed after it may have been billed (llm.ErrMaybeBilled: a
+// 5xx not in the provider's error shape) has been settled at its whole
+// reservation; it is made again under a new reservation (key "i3r1",
+// "i3r2", ...) after a backoff, as BilledRetry allows.
+//
+// started reports whether any call was made: an error without one means c
+// was skipped (ctx or the run ended, or the ledger did not grant enough).
+func (r *run) paid(ctx context.Context, c paidCall) (resp llm.Response, started bool, err error) {
+	key := c.key
+	var slept time.Duration
+	for n := 1; ; n++ {
+		res, err := r.grant(ctx, c, key)
+		if err != nil {
+			return llm.Response{}, n > 1, err
+		}
+		resp, billed, err := r.callAndPay(ctx, c, res)
+		if billed == nil {
+			return resp, true, err
+		}
+		delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
+		if why != "" {
+			return llm.Response{}, true, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
+		}
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
+		r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
+			"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", c.iteration, "key", key,
+			"status", billed.StatusCode, "call", n, "sleep", delay, "retry_after", billed.RetryAfter)
+		if err := llm.Sleep(ctx, delay); err != nil {
+			return llm.Response{}, true, err
+		}
+		slept += delay
+		key = fmt.Sprintf("%sr%d", c.key, n)
+	}
+}
+
+// grant reserves for c under key. A grant that arrives after ctx ended,
+// leaves no token for output, or comes once this worker knows the run ended
+// is voided: no call is made with it.
+func (r *run) grant(ctx context.Context, c paidCall, key string) (budget.Reservation, error) {
+	if err := context.Cause(ctx); err != nil {
+		return budget.Reservation{}, err
+	}
+	if r.runEnded() {
+		return budget.Reservation{}, r.endedErr() // under PolicyDrain: start nothing new
+	}
+	want := c.input + c.output
+	res, err := r.reserve(ctx, want, min(c.least, want), key)
+	if err != nil {
+		if ctx.Err() != nil {
+			return budget.Reservation{}, context.Cause(ctx)
+		}
+		return budget.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", want, c.name, err)
+	}
+	var stop error
+	switch {
+	case ctx.Err() != nil:
+		stop = context.Cause(ctx)
+	case res.Amount-c.input < 1:
+		stop = fmt.Errorf("reserve %d tokens for %s: granted %d, input alone needs %d: %w",
+			want, c.name, res.Amount, c.input, budget.ErrExhausted)
+	case r.runEnded():
+		stop = r.endedErr() // Never start a call once this worker knows the run ended.
+	}
+	if stop != nil {
+		r.void(ctx, res)
+		return budget.Reservation{}, stop
+	}
+	return res, nil
+}
+
+// callAndPay makes c's call under res and settles res (see pay). If the
+// call failed after it may have been billed and ctx has not ended, it
+// returns the call's error as billed too, for paid to retry.
+func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation) (llm.Response, *llm.StatusError, error) {
+	req := llm.Request{
+		Model:       r.task.ModelName,
+		Messages:    r.msgs,
+		Tools:       c.tools,
+		MaxTokens:   int(min(res.Amount-c.input, c.output)),
+		InputBound:  c.input,
+		Temperature: r.task.Temperature,
+		Seed:        r.task.Seed,
+		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: c.iteration,
+			ReservationID: int64(res.ID)},
+	}
+	shown := req
+	if c.shown != nil {
+		shown = c.shown(req)
+	}
+	resp, callErr := r.call(ctx, res, shown, c.outputType, func(ctx context.Context) (llm.Response, error) {
+		return c.do(ctx, req)
+	})
+	if err := r.pay(ctx, res, resp, callErr); err != nil {
+		return llm.Response{}, nil, errors.Join(callErr, err)
+	}
+	if callErr == nil {
+		return resp, nil, nil
+	}
+	if ctx.Err() != nil {
+		return llm.Response{}, nil, context.Cause(ctx)
+	}
+	err := fmt.Errorf("call model %s in %s: %w", r.Model.Name(), c.name, callErr)
+	var se *llm.StatusError
+	if errors.As(callErr, &se) && se.MaybeBilled() {
+		return llm.Response{}, se, err
+	}
+	return llm.Response{}, nil, err
 }
 
 // reserve asks the task account for a grant of want tokens (at least least).
@@ -525,9 +573,9 @@ func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response
 }
 
 // call runs do, one model call for req, in a chat span while renewing the
-// reservation's lease. If a renewal fails the call is cancelled, so it stops
-// before the lease ends. outputType is the span's gen_ai.output.type, if
-// the call asks for one.
+// reservation's lease (renewLease). If a renewal fails the call is
+// cancelled, so it stops before the lease ends. outputType is the span's
+// gen_ai.output.type, if the call asks for one.
 func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request, outputType string,
 	do func(context.Context) (llm.Response, error)) (resp llm.Response, err error) {
 	start := time.Now()
@@ -539,39 +587,7 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		// The lease ends TTL after the database granted it, which was before
-		// this call started; renewals move it on from when they were sent.
-		// Only this node's monotonic clock is used (never compared with the
-		// database's), and the call stops a margin before the lease could end,
-		// even if a renewal hangs.
-		margin := r.LeaseTTL / 10
-		leaseEnd := start.Add(r.LeaseTTL)
-		expire := time.NewTimer(time.Until(leaseEnd) - margin)
-		defer expire.Stop()
-		tick := time.NewTicker(r.LeaseTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-callCtx.Done():
-				return
-			case <-expire.C:
-				cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
-				return
-			case <-tick.C:
-				sent := time.Now()
-				rctx, rcancel := context.WithTimeout(callCtx, r.LeaseTTL/3)
-				_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL)
-				rcancel()
-				if err != nil {
-					if callCtx.Err() == nil {
-						cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
-					}
-					return
-				}
-				leaseEnd = sent.Add(r.LeaseTTL)
-				expire.Reset(time.Until(leaseEnd) - margin)
-			}
-		}
+		r.renewLease(callCtx, cancel, res, start)
 	}()
 	resp, err = do(callCtx)
 	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
@@ -580,6 +596,45 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request,
 	cancel(nil)
 	wg.Wait()
 	return resp, err
+}
+
+// renewLease renews res's lease every LeaseTTL/3 until callCtx ends, and
+// cancels the call (with the reason as cause) if a renewal fails or would
+// come too late. start is when the call started.
+func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, start time.Time) {
+	// The lease ends TTL after the database granted it, which was before
+	// this call started; renewals move it on from when they were sent.
+	// Only this node's monotonic clock is used (never compared with the
+	// database's), and the call stops a margin before the lease could end,
+	// even if a renewal hangs.
+	margin := r.LeaseTTL / 10
+	leaseEnd := start.Add(r.LeaseTTL)
+	expire := time.NewTimer(time.Until(leaseEnd) - margin)
+	defer expire.Stop()
+	tick := time.NewTicker(r.LeaseTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-callCtx.Done():
+			return
+		case <-expire.C:
+			cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
+			return
+		case <-tick.C:
+			sent := time.Now()
+			rctx, rcancel := context.WithTimeout(callCtx, r.LeaseTTL/3)
+			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL)
+			rcancel()
+			if err != nil {
+				if callCtx.Err() == nil {
+					cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
+				}
+				return
+			}
+			leaseEnd = sent.Add(r.LeaseTTL)
+			expire.Reset(time.Until(leaseEnd) - margin)
+		}
+	}
 }
 
 func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, estimated bool) (budget.Reservation, error) {
@@ -688,30 +743,40 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (res ToolR
 	return res, nil
 }
 
-// finish ends the loop with err and classifies it.
+// finish ends the loop with err and classifies it (stopStatus).
 func (r *run) finish(ctx context.Context, err error) {
 	r.sum.Err = err
 	r.sum.Facts = r.found
-	cause := context.Cause(ctx)
+	r.sum.Status = stopStatus(err, context.Cause(ctx))
+	if r.sum.Status != StatusIterationLimit && r.sum.Status != StatusSucceeded {
+		r.sum.Failed = append(r.sum.Failed, err.Error())
+	}
+}
+
+// stopStatus is the one place the worker decides what status a stop is.
+// err is why the loop stopped; cause is its context's cause, nil if the
+// context had not ended. A ledger refusal names the run's state: a run
+// cancelled or closed is CANCELLED, one out of tokens BUDGET_EXHAUSTED; a
+// cancel is what its cause says (budget.ErrExhausted, budget.ErrRunCancelled,
+// a deadline, ErrShuttingDown...), except that a lease that could not be
+// renewed is a failure of this worker, not a cancel.
+func stopStatus(err, cause error) Status {
 	var ex *budget.ExhaustedError
 	switch {
 	case errors.As(err, &ex) && ex.Kind != budget.KindTask && ex.State.Ended() && ex.State != budget.StateExhausted:
-		r.sum.Status = StatusCancelled // the run was cancelled or closed
+		return StatusCancelled // the run was cancelled or closed
 	case errors.Is(err, budget.ErrExhausted):
-		r.sum.Status = StatusBudgetExhausted
+		return StatusBudgetExhausted
 	case errors.Is(err, budget.ErrRunCancelled):
-		r.sum.Status = StatusCancelled
-	case ctx.Err() != nil && errors.Is(cause, context.DeadlineExceeded):
-		r.sum.Status = StatusTimedOut
-	case ctx.Err() != nil && errors.Is(err, cause) && !errors.Is(cause, budget.ErrLeaseLost):
-		r.sum.Status = StatusCancelled
+		return StatusCancelled
+	case errors.Is(cause, context.DeadlineExceeded):
+		return StatusTimedOut
+	case cause != nil && errors.Is(err, cause) && !errors.Is(cause, budget.ErrLeaseLost):
+		return StatusCancelled
 	case errors.Is(err, ErrIterationLimit):
-		r.sum.Status = StatusIterationLimit
+		return StatusIterationLimit
 	default:
-		r.sum.Status = StatusFailed
-	}
-	if r.sum.Status != StatusIterationLimit && r.sum.Status != StatusSucceeded {
-		r.sum.Failed = append(r.sum.Failed, err.Error())
+		return StatusFailed
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,6 +252,132 @@ func TestLoopBilledRetryStopsWhenTheRunEnds(t *testing.T) {
 	}
 	if res := b.reservations(t); len(res) != 1 || len(srv.Requests()) != 1 {
 		t.Errorf("reservations %+v after %d requests; want only the first call's", res, len(srv.Requests()))
+	}
+	b.checkLedger(t)
+}
+
+// TestLoopRetriesMaybeBilledCompressionUnderNewReservation answers the
+// first compression call with a 5xx that is not in the provider's error
+// shape. The compression call is paid like an iteration's: that attempt is
+// settled (not voided) at its whole reservation, flagged estimated, and the
+// call is made again under a new reservation, settled with its real usage,
+// whose facts are the summary's.
+func TestLoopRetriesMaybeBilledCompressionUnderNewReservation(t *testing.T) {
+	t.Parallel()
+	for _, first := range []struct {
+		name  string
+		reply llmtest.Reply
+	}{
+		{"json error string", llmtest.Reply{Status: http.StatusInternalServerError,
+			Raw: `{"error":"TypeError","message":"Cannot read properties of undefined (reading 'choices')"}`}},
+		{"html gateway page", llmtest.Reply{Status: http.StatusBadGateway, Raw: gatewayPage, ContentType: "text/html"}},
+	} {
+		for _, k := range providerKinds {
+			t.Run(first.name+"/"+k.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+				var compressions atomic.Int32
+				srv, model := newProviderModel(t, k.provider, k.stream, func(r llmtest.Request) llmtest.Reply {
+					switch {
+					case !structured(r):
+						return llmtest.Reply{Text: localFacts}
+					case compressions.Add(1) == 1:
+						return first.reply
+					default:
+						return llmtest.Reply{Text: compressedFacts}
+					}
+				})
+				loop := newLoop(b, model)
+				loop.CompressMaxTokens = 300
+
+				sum := loop.Run(t.Context(), newTask(b, "a"))
+
+				if sum.Status != subagent.StatusSucceeded || sum.Iterations != 1 {
+					t.Fatalf("status %s after %d iterations (err %v, failed %q), want SUCCEEDED after 1",
+						sum.Status, sum.Iterations, sum.Err, sum.Failed)
+				}
+				if len(sum.Facts) != 2 || sum.Facts[0].Text != "compressed fact" {
+					t.Errorf("facts %+v, want the retried compression call's", sum.Facts)
+				}
+				res := b.reservations(t)
+				if len(res) != 3 {
+					t.Fatalf("reservations %+v, want the iteration's, the billed compression's and its retry's", res)
+				}
+				if r := res[0]; r.State != "settled" || r.Estimated || !strings.HasSuffix(r.Key, "/i1") {
+					t.Errorf("first reservation %+v: want i1 settled with its usage", r)
+				}
+				if r := res[1]; r.State != "settled" || !r.Estimated || r.Actual == nil || *r.Actual != r.Amount ||
+					r.Spent != r.Amount || !strings.HasSuffix(r.Key, "/compress") {
+					t.Errorf("second reservation %+v: want compress settled estimated at its whole amount", r)
+				}
+				if r := res[2]; r.State != "settled" || r.Estimated || r.Actual == nil || *r.Actual <= 0 ||
+					!strings.HasSuffix(r.Key, "/compressr1") {
+					t.Errorf("third reservation %+v: want compressr1 settled with the real usage", r)
+				}
+				reported := srv.Stats().Tokens
+				if *res[0].Actual+*res[2].Actual != reported {
+					t.Errorf("settled %d + %d, the provider reported %d", *res[0].Actual, *res[2].Actual, reported)
+				}
+				if spent := b.account(t, "a").Spent; spent != res[1].Amount+reported || sum.TokensSpent != spent {
+					t.Errorf("task account spent %d, summary %d; want %d estimated + %d reported",
+						spent, sum.TokensSpent, res[1].Amount, reported)
+				}
+				reqs := srv.Requests()
+				if len(reqs) != 3 || !structured(reqs[1]) || !structured(reqs[2]) || reqs[2].MaxTokens != 300 {
+					t.Errorf("%d requests, want the iteration's and two compression calls of 300 output tokens", len(reqs))
+				}
+				if !hasNote(sum, "may have been billed") {
+					t.Errorf("failed %q, want a note on the compression call that may have been billed", sum.Failed)
+				}
+				b.checkLedger(t)
+			})
+		}
+	}
+}
+
+// TestLoopBilledCompressionRetriesAreBounded answers every compression call
+// with a gateway's 502: each is settled at its whole reservation under its
+// own key, at most BilledRetry's MaxAttempts, and then the final answer's
+// facts are kept with a note.
+func TestLoopBilledCompressionRetriesAreBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	srv, model := newProviderModel(t, llmtest.Anthropic, false, func(r llmtest.Request) llmtest.Reply {
+		if structured(r) {
+			return llmtest.Reply{Status: http.StatusBadGateway, Raw: gatewayPage, ContentType: "text/html"}
+		}
+		return llmtest.Reply{Text: localFacts}
+	})
+	loop := newLoop(b, model)
+	loop.BilledRetry = llm.RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond} // 3 calls by default
+
+	sum := loop.Run(t.Context(), newTask(b, "a"))
+
+	if sum.Status != subagent.StatusSucceeded || len(sum.Facts) != 1 || sum.Facts[0].Text != "local fact" {
+		t.Fatalf("status %s (err %v), facts %+v; want SUCCEEDED with the final answer's fact", sum.Status, sum.Err, sum.Facts)
+	}
+	if !hasNote(sum, "compress: "+llm.ErrRetriesExhausted.Error()) || !hasNote(sum, "502 Bad Gateway") {
+		t.Errorf("failed %q, want a note that the compression call's retries ran out", sum.Failed)
+	}
+	res := b.reservations(t)
+	wantKeys := []string{"/i1", "/compress", "/compressr1", "/compressr2"}
+	if len(res) != len(wantKeys) || len(srv.Requests()) != len(wantKeys) {
+		t.Fatalf("reservations %+v after %d requests, want %d of each", res, len(srv.Requests()), len(wantKeys))
+	}
+	billed := int64(0)
+	for i, r := range res {
+		if !strings.HasSuffix(r.Key, wantKeys[i]) || r.State != "settled" {
+			t.Errorf("reservation %+v: want %s settled", r, wantKeys[i])
+		}
+		if i > 0 {
+			if !r.Estimated || r.Spent != r.Amount {
+				t.Errorf("reservation %+v: want it settled estimated at its whole amount", r)
+			}
+			billed += r.Spent
+		}
+	}
+	if spent := b.account(t, "a").Spent; spent != srv.Stats().Tokens+billed || sum.TokensSpent != spent {
+		t.Errorf("task account spent %d, summary %d; want %d reported + %d estimated", spent, sum.TokensSpent, srv.Stats().Tokens, billed)
 	}
 	b.checkLedger(t)
 }

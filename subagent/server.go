@@ -215,6 +215,15 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 		defer sub.Close()
 		task.Watch = sub
 	}
+	sum := s.newLoop(model, req, stream).Run(ctx, task)
+	s.cfg.Logger.InfoContext(ctx, "subagent ended", "run_id", req.GetRunId(), "task_id", req.GetTask().GetId(),
+		"status", sum.Status, "tokens", sum.TokensSpent, "iterations", sum.Iterations, "err", sum.Err)
+	return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Summary{Summary: sum.Proto()}})
+}
+
+// newLoop returns the agent loop for req with model, reporting each
+// iteration on stream.
+func (s *Server) newLoop(model llm.Model, req *fanoutv1.Dispatch, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) *Loop {
 	loop := &Loop{
 		Ledger:            s.cfg.Ledger,
 		Model:             model,
@@ -236,10 +245,7 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 	if n := req.GetModel().GetMaxOutputTokens(); n > 0 {
 		loop.MaxOutputTokens = int(n)
 	}
-	sum := loop.Run(ctx, task)
-	s.cfg.Logger.InfoContext(ctx, "subagent ended", "run_id", req.GetRunId(), "task_id", req.GetTask().GetId(),
-		"status", sum.Status, "tokens", sum.TokensSpent, "iterations", sum.Iterations, "err", sum.Err)
-	return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Summary{Summary: sum.Proto()}})
+	return loop
 }
 
 // taskContext derives a subagent's context: the stream's values, cancelled
@@ -385,32 +391,36 @@ func (s *Server) validate(req *fanoutv1.Dispatch) error {
 	default:
 		add("on_exhaustion", fmt.Sprintf("unknown policy %d", p))
 	}
-	t := req.GetTask()
-	if t == nil {
-		add("task", "required")
-	} else {
-		if t.GetId() == "" {
-			add("task.id", "required")
-		}
-		if t.GetInstruction() == "" {
-			add("task.instruction", "required")
-		}
-		if n := t.GetMaxIterations(); n < 0 || int(n) > s.cfg.MaxIterCap {
-			add("task.max_iterations", fmt.Sprintf("must be in 0..%d", s.cfg.MaxIterCap))
-		}
-		for i, name := range t.GetAllowedTools() {
-			if !s.cfg.Tools.Known(name) {
-				add(fmt.Sprintf("task.allowed_tools[%d]", i), fmt.Sprintf("unknown tool %q", name))
-			}
-		}
-		if d := t.GetTimeout(); d != nil && (d.CheckValid() != nil || d.AsDuration() <= 0) {
-			add("task.timeout", "must be a positive duration")
-		}
-	}
+	s.validateTask(req.GetTask(), add)
 	if len(v) > 0 {
 		return badRequest(v...)
 	}
 	return nil
+}
+
+// validateTask checks a dispatch's task, reporting each violation to add.
+func (s *Server) validateTask(t *fanoutv1.TaskSpec, add func(field, desc string)) {
+	if t == nil {
+		add("task", "required")
+		return
+	}
+	if t.GetId() == "" {
+		add("task.id", "required")
+	}
+	if t.GetInstruction() == "" {
+		add("task.instruction", "required")
+	}
+	if n := t.GetMaxIterations(); n < 0 || int(n) > s.cfg.MaxIterCap {
+		add("task.max_iterations", fmt.Sprintf("must be in 0..%d", s.cfg.MaxIterCap))
+	}
+	for i, name := range t.GetAllowedTools() {
+		if !s.cfg.Tools.Known(name) {
+			add(fmt.Sprintf("task.allowed_tools[%d]", i), fmt.Sprintf("unknown tool %q", name))
+		}
+	}
+	if d := t.GetTimeout(); d != nil && (d.CheckValid() != nil || d.AsDuration() <= 0) {
+		add("task.timeout", "must be a positive duration")
+	}
 }
 
 func violation(field, desc string) *errdetails.BadRequest_FieldViolation {
