@@ -39,9 +39,13 @@ type WatchSource interface {
 	EndedRuns(ctx context.Context, runIDs []string) ([]RunSignal, error)
 }
 
+// DefaultPollInterval is how often a Watcher polls the runs it watches
+// when its config sets no interval.
+const DefaultPollInterval = time.Second
+
 // WatcherConfig tunes a Watcher. Zero values take the documented defaults.
 type WatcherConfig struct {
-	PollInterval time.Duration // how often watched runs are polled; default 1s
+	PollInterval time.Duration // how often watched runs are polled; default DefaultPollInterval
 	MinBackoff   time.Duration // first reconnect delay; default 100ms
 	MaxBackoff   time.Duration // reconnect delay cap; default 5s
 	Logger       *slog.Logger  // default slog.Default()
@@ -62,7 +66,7 @@ type Watcher struct {
 // NewWatcher returns a watcher on src. Call Run to start it.
 func NewWatcher(src WatchSource, cfg WatcherConfig) *Watcher {
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Second
+		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 100 * time.Millisecond

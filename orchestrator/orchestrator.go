@@ -154,6 +154,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultConfig returns the Config whose every limit and interval is its
+// documented default, as NewEngine fills zero fields; Node, Logger,
+// KnownTools and MaxRunTokens stay zero.
+func DefaultConfig() Config {
+	c := Config{}.withDefaults()
+	c.Node, c.Logger = "", nil
+	return c
+}
+
 func (c Config) withDefaults() Config {
 	if c.Node == "" {
 		host, _ := os.Hostname()

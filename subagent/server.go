@@ -115,6 +115,14 @@ type Server struct {
 
 var _ fanoutv1.SubagentServiceServer = (*Server)(nil)
 
+// DefaultServerConfig returns the ServerConfig whose every knob is its
+// documented default, as NewServer fills zero fields; Ledger, Keys,
+// Watcher, Models, Tools, Name and Logger stay nil.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{Capacity: 64, LeaseTTL: 30 * time.Second, MaxIterations: 8, MaxIterCap: 64,
+		MaxOutputTokens: 1024, MaxOutputTokensCap: 1 << 16, TaskTimeout: 10 * time.Minute, CompressMaxTokens: 512}
+}
+
 // NewServer returns a worker. It fails if a required field is missing.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	switch {
@@ -135,26 +143,30 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Tools == nil {
 		cfg.Tools = BuiltinTools()
 	}
+	def := DefaultServerConfig()
 	if cfg.Capacity <= 0 {
-		cfg.Capacity = 64
+		cfg.Capacity = def.Capacity
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = def.LeaseTTL
 	}
 	if cfg.MaxIterations <= 0 {
-		cfg.MaxIterations = 8
+		cfg.MaxIterations = def.MaxIterations
 	}
 	if cfg.MaxIterCap <= 0 {
-		cfg.MaxIterCap = 64
+		cfg.MaxIterCap = def.MaxIterCap
 	}
 	if cfg.MaxOutputTokens <= 0 {
-		cfg.MaxOutputTokens = 1024
+		cfg.MaxOutputTokens = def.MaxOutputTokens
 	}
 	if cfg.MaxOutputTokensCap <= 0 {
-		cfg.MaxOutputTokensCap = 1 << 16
+		cfg.MaxOutputTokensCap = def.MaxOutputTokensCap
 	}
 	if cfg.TaskTimeout <= 0 {
-		cfg.TaskTimeout = 10 * time.Minute
+		cfg.TaskTimeout = def.TaskTimeout
 	}
 	if cfg.CompressMaxTokens <= 0 {
-		cfg.CompressMaxTokens = 512
+		cfg.CompressMaxTokens = def.CompressMaxTokens
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -35,8 +35,8 @@ func (p *providerFlags) register(f *flags) {
 	f.Int64Var(&p.rpm, "rpm", 0, "requests per minute allowed per provider key, shared by every worker (0: no limit)")
 	f.Int64Var(&p.tpm, "tpm", 0, "tokens per minute allowed per provider key, shared by every worker (0: no limit)")
 	f.Int64Var(&p.modelCalls, "max-model-calls", 32, "model calls in flight on this worker, across providers")
-	f.DurationVar(&p.callTimeout, "call-timeout", 2*time.Minute, "one attempt of one model call")
-	f.IntVar(&p.retryAttempts, "retry-attempts", 4, "attempts per call for 408, 429 and 5xx replies")
+	f.DurationVar(&p.callTimeout, "call-timeout", llm.DefaultCallTimeout, "one attempt of one model call")
+	f.IntVar(&p.retryAttempts, "retry-attempts", llm.DefaultRetryAttempts, "attempts per call for 408, 429 and 5xx replies")
 }
 
 // modelsFunc returns the worker's node.WorkerConfig.ModelsFunc: models

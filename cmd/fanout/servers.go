@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/orchestrator"
 	"github.com/fanout/fanout/peer"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -34,7 +36,7 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&s.grace, "shutdown-grace", defaultGrace, "how long to drain on SIGTERM before cancelling what is left")
 	f.DurationVar(&s.sweepInterval, "sweep-interval", node.DefaultSweepInterval, "how often this node posts expired leases as estimated spend")
-	f.DurationVar(&s.pollInterval, "poll-interval", time.Second, "how often watched runs are polled in case a NOTIFY was missed")
+	f.DurationVar(&s.pollInterval, "poll-interval", budget.DefaultPollInterval, "how often watched runs are polled in case a NOTIFY was missed")
 	f.BoolVar(&s.groupCommit, "group-commit", true, "coalesce ledger calls that arrive together into one transaction")
 }
 
@@ -103,14 +105,15 @@ func (p *process) stop() {
 // registerEngineFlags registers the orchestrator's limits; call the
 // returned func after parsing to copy them into c.
 func registerEngineFlags(f *flags, c *orchestrator.Config) func() {
-	f.IntVar(&c.MaxTasks, "max-tasks", 256, "most tasks in one run (more is RESOURCE_EXHAUSTED)")
-	concurrency := f.Int("default-concurrency", 16, "subagents of one run at once when the run sets none")
-	maxConcurrency := f.Int("max-concurrency", 256, "most subagents of one run at once, whatever the run asks")
-	f.Int64Var(&c.DefaultMinReservation, "min-reservation", 256, "a run's min_reservation_tokens when it sets none")
-	f.DurationVar(&c.DefaultTaskTimeout, "task-timeout", 5*time.Minute, "a task's timeout when it sets none")
-	f.DurationVar(&c.DefaultRunTimeout, "run-timeout", 30*time.Minute, "a run's timeout when it sets none")
-	f.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "how often this replica renews the lease of the runs it drives")
-	f.DurationVar(&c.OrphanAfter, "orphan-after", 30*time.Second, "a run whose lease is this stale (database time) is adopted and ended by a live replica; same on every replica")
+	def := orchestrator.DefaultConfig()
+	f.IntVar(&c.MaxTasks, "max-tasks", def.MaxTasks, "most tasks in one run (more is RESOURCE_EXHAUSTED)")
+	concurrency := f.Int("default-concurrency", int(def.DefaultConcurrency), "subagents of one run at once when the run sets none")
+	maxConcurrency := f.Int("max-concurrency", int(def.MaxConcurrency), "most subagents of one run at once, whatever the run asks")
+	f.Int64Var(&c.DefaultMinReservation, "min-reservation", def.DefaultMinReservation, "a run's min_reservation_tokens when it sets none")
+	f.DurationVar(&c.DefaultTaskTimeout, "task-timeout", def.DefaultTaskTimeout, "a task's timeout when it sets none")
+	f.DurationVar(&c.DefaultRunTimeout, "run-timeout", def.DefaultRunTimeout, "a run's timeout when it sets none")
+	f.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", def.HeartbeatInterval, "how often this replica renews the lease of the runs it drives")
+	f.DurationVar(&c.OrphanAfter, "orphan-after", def.OrphanAfter, "a run whose lease is this stale (database time) is adopted and ended by a live replica; same on every replica")
 	return func() {
 		c.DefaultConcurrency, c.MaxConcurrency = int32(*concurrency), int32(*maxConcurrency)
 	}
@@ -199,11 +202,12 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	var sf serverFlags
 	sf.register(f, "127.0.0.1:50052", "127.0.0.1:9465")
 	var wc node.WorkerConfig
+	def := subagent.DefaultServerConfig()
 	f.StringVar(&wc.Server.Name, "name", "", "worker name in the ledger and events, unique per process (default worker-HOSTNAME-PID@ADDR)")
-	f.IntVar(&wc.Server.Capacity, "capacity", 64, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
-	f.DurationVar(&wc.Server.LeaseTTL, "lease-ttl", 30*time.Second, "lease of each reservation; renewed during long calls")
+	f.IntVar(&wc.Server.Capacity, "capacity", def.Capacity, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
+	f.DurationVar(&wc.Server.LeaseTTL, "lease-ttl", def.LeaseTTL, "lease of each reservation; renewed during long calls")
 	f.BoolVar(&wc.Server.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
-	f.IntVar(&wc.Server.CompressMaxTokens, "compress-max-tokens", 512, "output cap of the structured-output call that compresses a subagent's work (real providers)")
+	f.IntVar(&wc.Server.CompressMaxTokens, "compress-max-tokens", def.CompressMaxTokens, "output cap of the structured-output call that compresses a subagent's work (real providers)")
 	var sim simFlags
 	sim.register(f)
 	var prov providerFlags

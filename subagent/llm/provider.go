@@ -137,6 +137,10 @@ type ProviderConfig struct {
 	Logger *slog.Logger // default slog.Default()
 }
 
+// DefaultCallTimeout bounds one attempt of one model call when
+// ProviderConfig.CallTimeout is unset.
+const DefaultCallTimeout = 2 * time.Minute
+
 func (c ProviderConfig) withDefaults(provider string) (ProviderConfig, error) {
 	if c.APIKey == "" {
 		return c, fmt.Errorf("new %s model: an API key is required", provider)
@@ -148,7 +152,7 @@ func (c ProviderConfig) withDefaults(provider string) (ProviderConfig, error) {
 		c.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	if c.CallTimeout <= 0 {
-		c.CallTimeout = 2 * time.Minute
+		c.CallTimeout = DefaultCallTimeout
 	}
 	c.Retry = c.Retry.withDefaults()
 	if c.Limits.Burst <= 0 {

@@ -45,9 +45,12 @@ type RetryPolicy struct {
 	JitterFunc func(d time.Duration) time.Duration
 }
 
+// DefaultRetryAttempts is RetryPolicy.MaxAttempts when unset.
+const DefaultRetryAttempts = 4
+
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = 4
+		p.MaxAttempts = DefaultRetryAttempts
 	}
 	if p.BaseDelay <= 0 {
 		p.BaseDelay = 500 * time.Millisecond
