@@ -4,7 +4,18 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
+
+// pending is one submitted item; run must close done when it is finished
+// with it.
+type pending[T any] struct {
+	item T
+	done chan struct{}
+}
+
+// batchFunc does the work of a batch. ctx bounds the whole batch.
+type batchFunc[T any] func(ctx context.Context, batch []*pending[T])
 
 // groupCommit runs work that arrives together as one batch: committer
 // goroutines each take the first waiting item and every item that arrived
@@ -17,19 +28,17 @@ type groupCommit[T any] struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	maxBatch  int
-	run       func([]*pending[T])
-}
-
-// pending is one submitted item; run must close done when it is finished.
-type pending[T any] struct {
-	item T
-	done chan struct{}
+	run       batchFunc[T]
 }
 
 // errClosed: work reached a group committer after close.
 var errClosed = errors.New("store closed")
 
-func newGroupCommit[T any](committers, maxBatch int, run func([]*pending[T])) *groupCommit[T] {
+// batchTimeout bounds one group transaction; it runs detached from any one
+// caller's context, since it carries other callers' work too.
+const batchTimeout = 30 * time.Second
+
+func newGroupCommit[T any](committers, maxBatch int, run batchFunc[T]) *groupCommit[T] {
 	g := &groupCommit[T]{
 		items:    make(chan *pending[T]),
 		stop:     make(chan struct{}),
@@ -79,8 +88,14 @@ func (g *groupCommit[T]) commit() {
 				break more
 			}
 		}
-		g.run(batch)
+		g.runBatch(batch)
 	}
+}
+
+func (g *groupCommit[T]) runBatch(batch []*pending[T]) {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	g.run(ctx, batch)
 }
 
 // close stops the committers; safe to call more than once.

@@ -590,10 +590,8 @@ type eventOp struct {
 // UPDATE takes as many sequence numbers as the run has events in the batch
 // (in arrival order) and one INSERT stores them. Runs are visited in id
 // order, so concurrent batches lock rows in one order and cannot deadlock.
-func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
+func (s *Runs) appendBatch(ctx context.Context, batch []*pending[*eventOp]) {
 	slices.SortStableFunc(batch, func(a, b *pending[*eventOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
 	if len(batch) == 1 {
 		// Alone: one autocommit statement beats a transaction.
 		s.appendOne(ctx, batch[0].item)
