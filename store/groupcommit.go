@@ -7,8 +7,20 @@ import (
 	"time"
 )
 
-// pending is one submitted item; run must close done when it is finished
-// with it.
+// committer hands items to a batch function, which does the work of each
+// item and closes its done channel. groupCommit batches the items that
+// arrive together; inlineCommit runs each item alone in its caller's
+// goroutine. Either way the batch function is the one code path.
+type committer[T any] interface {
+	// do runs item and returns it once its batch ran; an error means the
+	// item never reached the batch function.
+	do(ctx context.Context, item T) (T, error)
+	// close stops the committer; later calls of do fail.
+	close()
+}
+
+// pending is one submitted item; the batch function must close done when it
+// is finished with it.
 type pending[T any] struct {
 	item T
 	done chan struct{}
@@ -16,6 +28,21 @@ type pending[T any] struct {
 
 // batchFunc does the work of a batch. ctx bounds the whole batch.
 type batchFunc[T any] func(ctx context.Context, batch []*pending[T])
+
+// inlineCommit runs every item as a batch of one, in the caller's goroutine
+// and under the caller's context: no goroutines, nothing to close.
+type inlineCommit[T any] struct{ run batchFunc[T] }
+
+func (c inlineCommit[T]) do(ctx context.Context, item T) (T, error) {
+	if err := ctx.Err(); err != nil {
+		return item, context.Cause(ctx)
+	}
+	p := &pending[T]{item: item, done: make(chan struct{})}
+	c.run(ctx, []*pending[T]{p})
+	return p.item, nil
+}
+
+func (inlineCommit[T]) close() {}
 
 // groupCommit runs work that arrives together as one batch: committer
 // goroutines each take the first waiting item and every item that arrived
