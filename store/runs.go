@@ -18,10 +18,13 @@ import (
 	"github.com/fanout/fanout/runs"
 )
 
-// Runs stores runs, their tasks and their event history (migrations/0002).
-// It implements orchestrator.RunStore. Every query names the tenant when the
-// caller gives one; an empty tenant id matches any tenant (for the node that
-// drives the run, which knows it owns it).
+// Runs stores runs, their tasks and their event history (migrations/0002,
+// 0006 and 0007). It implements orchestrator.RunStore. Every query names the
+// tenant when the caller gives one; an empty tenant id matches any tenant
+// (for the node that drives the run, which knows it owns it).
+//
+// Specs, outcomes, joined results and events are kept as protojson in jsonb
+// columns (see toJSONB), so that SQL can read them; amounts stay typed columns.
 //
 // Unknown runs are reported as runs.ErrNotFound.
 type Runs struct {
@@ -57,16 +60,13 @@ func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
 // Close stops the event committers; a no-op without Coalesce.
 func (s *Runs) Close() { s.events.close() }
 
-// protoMarshal encodes deterministically, so that equal messages give equal bytes.
-var protoMarshal = proto.MarshalOptions{Deterministic: true}
-
 // CreateRun stores run (run_id, tenant_id, idempotency_key, spec, labels and
 // its tasks in dispatch order) in state RUNNING with every task PENDING, and
 // returns it with created_at set and created true. If the tenant already has
 // a run with the same idempotency key, it writes nothing and returns that
 // run with created false; comparing specs is the caller's business.
 func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (*fanoutv1.Run, bool, error) {
-	spec, err := protoMarshal.Marshal(run.GetSpec())
+	spec, err := toJSONB(run.GetSpec())
 	if err != nil {
 		return nil, false, fmt.Errorf("create run %s: encode spec: %w", run.GetRunId(), err)
 	}
@@ -153,8 +153,8 @@ const taskColumns = `run_id, task_id, dispatch_index, status, outcome, tokens_sp
 
 func (r taskRow) outcome() (*fanoutv1.TaskOutcome, error) {
 	o := &fanoutv1.TaskOutcome{}
-	if len(r.Outcome) > 0 {
-		if err := proto.Unmarshal(r.Outcome, o); err != nil {
+	if r.Outcome != nil {
+		if err := fromJSONB(r.Outcome, o); err != nil {
 			return nil, fmt.Errorf("decode outcome of task %s: %w", r.TaskID, err)
 		}
 	}
@@ -194,12 +194,12 @@ func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
 		CreatedAt:      timestamppb.New(r.CreatedAt),
 		FinishedAt:     timestamp(r.FinishedAt),
 	}
-	if err := proto.Unmarshal(r.Spec, out.Spec); err != nil {
+	if err := fromJSONB(r.Spec, out.Spec); err != nil {
 		return nil, fmt.Errorf("decode spec of run %s: %w", r.RunID, err)
 	}
 	if r.Result != nil {
 		out.Result = &fanoutv1.JoinedResult{}
-		if err := proto.Unmarshal(r.Result, out.Result); err != nil {
+		if err := fromJSONB(r.Result, out.Result); err != nil {
 			return nil, fmt.Errorf("decode result of run %s: %w", r.RunID, err)
 		}
 	}
@@ -318,7 +318,7 @@ func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker string) (*fa
 func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
-	body, err := protoMarshal.Marshal(stored)
+	body, err := toJSONB(stored)
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
 	}
@@ -363,7 +363,7 @@ func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, 
 // run and reports it. Returns runs.ErrNotFound for an unknown run.
 func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
-	body, err := protoMarshal.Marshal(result)
+	body, err := toJSONB(result)
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: encode result: %w", runID, err)
 	}
@@ -440,7 +440,7 @@ func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Du
 // keep their outcomes. It returns the tasks it ended, in dispatch order. An
 // unknown run has no tasks to end.
 func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error) {
-	body, err := protoMarshal.Marshal(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
+	body, err := toJSONB(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, Error: reason}})
 	if err != nil {
 		return nil, fmt.Errorf("fail tasks of run %s: encode outcome: %w", runID, err)
@@ -505,7 +505,7 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 	for i, ev := range evs {
 		out := proto.CloneOf(ev)
 		out.RunId, out.Sequence, out.Time = "", 0, nil // the columns hold them
-		body, err := protoMarshal.Marshal(out)
+		body, err := toJSONB(out)
 		if err != nil {
 			return nil, fmt.Errorf("append events to run %s: encode: %w", runID, err)
 		}
@@ -527,7 +527,7 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 // eventOp is one AppendEvents call waiting for its batch.
 type eventOp struct {
 	runID  string
-	bodies [][]byte // proto-encoded, in order
+	bodies [][]byte // protojson, in order
 	final  bool     // every event is a RunFinished, which a run that ended still takes
 	first  int64    // the sequence of bodies[0], once appended
 	at     time.Time
@@ -547,7 +547,7 @@ const appendSQL = `
 		RETURNING tenant_id, last_sequence, state),
 	kept AS (
 		SELECT t.body, row_number() OVER (ORDER BY t.ord) AS k, count(*) OVER () AS n
-		  FROM seq, unnest($2::bytea[], $3::bool[]) WITH ORDINALITY AS t(body, fin, ord)
+		  FROM seq, unnest($2::jsonb[], $3::bool[]) WITH ORDINALITY AS t(body, fin, ord)
 		 WHERE seq.state = 'RUNNING' OR t.fin),
 	ins AS (
 		INSERT INTO run_event (run_id, sequence, tenant_id, event)
@@ -655,7 +655,7 @@ func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, 
 	var at time.Time
 	_, err = pgx.ForEachRow(rows, []any{&seq, &body, &at}, func() error {
 		ev := &fanoutv1.RunEvent{}
-		if err := proto.Unmarshal(body, ev); err != nil {
+		if err := fromJSONB(body, ev); err != nil {
 			return fmt.Errorf("decode event %d: %w", seq, err)
 		}
 		ev.RunId, ev.Sequence, ev.Time = runID, seq, timestamppb.New(at)
