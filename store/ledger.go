@@ -13,20 +13,58 @@ import (
 )
 
 // Ledger implements budget.Ledger on PostgreSQL. Each operation is one call of
-// a ledger_* SQL function (migrations/0001): one round trip, one transaction,
+// a ledger_* SQL function (migrations/0005): one round trip, one transaction,
 // locking the account chain root first. The functions report refusals as an
-// outcome column rather than raising, so several calls can later share one
-// transaction (group commit) without changing this type's API.
+// outcome column rather than raising, so several calls can share one
+// transaction (group commit, LedgerConfig.Coalesce) without changing this
+// type's API.
 type Ledger struct {
 	pool *pgxpool.Pool
-	co   *coalescer // nil unless LedgerConfig.Coalesce
+	exec ledgerExec // chosen once, by NewLedgerWithConfig
 }
 
 var _ budget.Ledger = (*Ledger)(nil)
 
+// LedgerConfig tunes a Ledger. Zero values take the documented defaults.
+type LedgerConfig struct {
+	// Coalesce makes reservations, settlements and voids that arrive together
+	// on this node share one transaction (group commit): on one hot run
+	// account the row lock and the commit flush are then paid once per
+	// batch instead of once per call. Calls are applied in arrival order per
+	// account chain with the same grant rule, so exactness is unchanged.
+	// A Ledger with Coalesce must be closed with Close.
+	Coalesce bool
+	// MaxBatch bounds the calls in one transaction. Default 64.
+	MaxBatch int
+	// Committers is how many batch transactions may be in flight at once.
+	// Default 1: parallel batches on one hot run account only wait for each
+	// other's row lock (measured: 1,000 concurrent subagents spent 17 ms per
+	// reserve waiting with 4 committers, 3.4 ms with 1), while one committer
+	// lets everything that arrives during a batch join the next one.
+	Committers int
+}
+
 // NewLedger returns a ledger on pool that runs each call in its own
-// transaction. See NewLedgerWithConfig for group commit.
-func NewLedger(pool *pgxpool.Pool) *Ledger { return &Ledger{pool: pool} }
+// transaction: NewLedgerWithConfig with the zero LedgerConfig.
+func NewLedger(pool *pgxpool.Pool) *Ledger { return NewLedgerWithConfig(pool, LedgerConfig{}) }
+
+// NewLedgerWithConfig returns a ledger on pool tuned by cfg.
+func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
+	if !cfg.Coalesce {
+		return &Ledger{pool: pool, exec: directExec{pool: pool}}
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 64
+	}
+	if cfg.Committers <= 0 {
+		cfg.Committers = 1
+	}
+	return &Ledger{pool: pool, exec: newBatchExec(pool, cfg.Committers, cfg.MaxBatch)}
+}
+
+// Close stops the committers of a coalescing ledger; calls after Close fail.
+// It is a no-op on a ledger without Coalesce.
+func (l *Ledger) Close() { l.exec.close() }
 
 // ledgerResult mirrors the SQL type ledger_result.
 type ledgerResult struct {
@@ -133,14 +171,9 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 	if p.Key != "" {
 		key = &p.Key
 	}
-	var chain []int64
-	if l.co != nil {
-		if chain, err = l.co.accountChain(ctx, int64(p.Account)); err != nil {
-			return budget.Reservation{}, fmt.Errorf("reserve %d tokens on account %d: %w", p.Want, p.Account, err)
-		}
-	}
-	r, err = l.call(ctx, chain, "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key)
+	r, err = l.exec.call(ctx, ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key},
+		account: p.Account})
 	if err == nil {
 		err = r.err(0, p.Min)
 	}
@@ -155,9 +188,6 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 	res = r.reservation()
 	if r.Outcome == "ok" {
 		countReserved(ctx, res.Amount)
-		if l.co != nil && chain != nil {
-			l.co.remember(res.ID, chain)
-		}
 	}
 	return res, nil
 }
@@ -186,21 +216,6 @@ func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, run
 	return 0, fmt.Errorf("begin attempt on account %d of run %s: %w", account, runID, err)
 }
 
-// chainOf returns the chain of a reservation this node made, when coalescing.
-func (l *Ledger) chainOf(id budget.ReservationID) []int64 {
-	if l.co == nil {
-		return nil
-	}
-	return l.co.reservationChain(id)
-}
-
-// resolved forgets a reservation that left the held state.
-func (l *Ledger) resolved(id budget.ReservationID) {
-	if l.co != nil {
-		l.co.forget(id)
-	}
-}
-
 // Settle implements budget.Ledger.
 func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.Reservation, err error) {
 	if err := p.Validate(); err != nil {
@@ -210,9 +225,9 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.
 		AttrActual.Int64(p.Actual), AttrEstimated.Bool(p.Estimated))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, l.chainOf(p.Reservation), "ledger_settle($1, $2, $3, $4)", int64(p.Reservation), p.Generation, p.Actual, p.Estimated)
+	r, err = l.exec.call(ctx, ledgerCall{fn: "ledger_settle($1, $2, $3, $4)",
+		args: []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated}, reservation: p.Reservation})
 	if err == nil && r.Outcome == "ok" {
-		l.resolved(p.Reservation)
 		countSpent(ctx, val(r.Spent), p.Estimated)
 	}
 	if err == nil {
@@ -233,10 +248,7 @@ func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation i
 	ctx, done := observe(ctx, "void", AttrReservationID.Int64(int64(id)))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, l.chainOf(id), "ledger_void($1, $2, '')", int64(id), generation)
-	if err == nil && r.Outcome == "ok" {
-		l.resolved(id)
-	}
+	r, err = l.exec.call(ctx, ledgerCall{fn: "ledger_void($1, $2, '')", args: []any{int64(id), generation}, reservation: id})
 	if err == nil {
 		err = r.err(id, 0)
 	}
@@ -253,7 +265,7 @@ func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation 
 		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be in (0, %s], got %s", budget.MaxLeaseTTL, ttl)}
 	}
 	ctx, done := observe(ctx, "renew", AttrReservationID.Int64(int64(id)))
-	r, err := l.direct(ctx, "ledger_renew($1, $2, $3)", int64(id), generation, ttl)
+	r, err := l.exec.call(ctx, ledgerCall{fn: "ledger_renew($1, $2, $3)", args: []any{int64(id), generation, ttl}})
 	defer func() { done(&r, err) }()
 	if err == nil {
 		err = r.err(id, 0)
@@ -282,7 +294,7 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range ids {
 		ectx, done := observe(ctx, "expire", AttrReservationID.Int64(id))
-		r, err := l.direct(ectx, "ledger_expire($1)", id)
+		r, err := l.exec.call(ectx, ledgerCall{fn: "ledger_expire($1)", args: []any{id}})
 		done(&r, err, AttrEstimated.Bool(true))
 		if err != nil {
 			return n, fmt.Errorf("expire reservation %d: %w", id, err)

@@ -449,12 +449,12 @@ func TestAuditorSeesViewsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Exec(context.WithoutCancel(b.ctx), "RESET ROLE") //nolint:errcheck // the connection is released right after
-	for _, v := range []string{"run_spend", "task_spend", "tenant_spend_daily", "open_reservations", "conservation_check", "audit_ledger_entry"} {
+	for _, v := range []string{"run_spend", "task_spend", "tenant_spend_daily", "open_reservations", "conservation_check", "audit_ledger_entry", "task_outcome"} {
 		if _, err := conn.Exec(b.ctx, "SELECT * FROM "+v+" WHERE tenant_id = 'tenant-a'"); err != nil {
 			t.Errorf("auditor cannot read %s: %v", v, err)
 		}
 	}
-	for _, table := range []string{"account", "reservation", "ledger_entry", "tenant"} {
+	for _, table := range []string{"account", "reservation", "ledger_entry", "tenant", "run", "task", "run_event"} {
 		if _, err := conn.Exec(b.ctx, "SELECT * FROM "+table); err == nil {
 			t.Errorf("auditor can read table %s", table)
 		}

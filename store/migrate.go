@@ -82,6 +82,26 @@ func Migrations() ([]Migration, error) {
 	return out, nil
 }
 
+// dataStep is the Go half of a migration: rows that SQL cannot convert
+// (proto bytes), converted in batches of their own transactions. Each step
+// is idempotent.
+type dataStep struct {
+	// up runs right after the version's up SQL, and again on any later
+	// migrate while that version is still the newest applied, so that a
+	// migrate cut off during the conversion finishes it the next time. The
+	// next version's SQL may then rely on it having finished.
+	up func(ctx context.Context, conn *pgx.Conn) error
+	// down runs right before the version's down SQL.
+	down func(ctx context.Context, conn *pgx.Conn) error
+}
+
+// dataSteps are the migrations' Go halves, by version.
+var dataSteps = map[int]dataStep{
+	// 0006 adds jsonb columns beside the proto bytea ones, the step fills
+	// them, 0007 drops the bytea ones; down, the step refills the bytea.
+	6: {up: runsToJSONB, down: runsToProto},
+}
+
 // Migrate applies every pending migration to the database at databaseURL.
 func Migrate(ctx context.Context, databaseURL string) error {
 	_, err := MigrateTo(ctx, databaseURL, -1)
@@ -89,9 +109,10 @@ func Migrate(ctx context.Context, databaseURL string) error {
 }
 
 // MigrateTo moves the schema to version target (-1 means the newest), applying
-// up or down migrations each in its own transaction, under a session advisory
-// lock so that nodes migrating at once wait for each other. It returns the
-// versions applied (negative for reverted ones).
+// up or down migrations each in its own transaction, with their Go data
+// steps (dataSteps) between them, under a session advisory lock so that
+// nodes migrating at once wait for each other. It returns the versions
+// applied (negative for reverted ones).
 func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, error) {
 	all, err := Migrations()
 	if err != nil {
@@ -153,28 +174,47 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 		}
 	}
 
+	newest := 0 // the newest version applied
+	for v := range applied {
+		newest = max(newest, v)
+	}
 	var done []int
 	for _, m := range all {
-		if m.Version > target || applied[m.Version] {
-			continue
+		if m.Version > target {
+			break
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.Up); err != nil {
+		if !applied[m.Version] {
+			err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, m.Up); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "INSERT INTO public.schema_migration (version, name, checksum) VALUES ($1, $2, $3)",
+					m.Version, m.Name, m.checksum())
 				return err
+			})
+			if err != nil {
+				return done, fmt.Errorf("migrate up %04d_%s: %w", m.Version, m.Name, err)
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO public.schema_migration (version, name, checksum) VALUES ($1, $2, $3)",
-				m.Version, m.Name, m.checksum())
-			return err
-		})
-		if err != nil {
-			return done, fmt.Errorf("migrate up %04d_%s: %w", m.Version, m.Name, err)
+			applied[m.Version], newest = true, max(newest, m.Version)
+			done = append(done, m.Version)
 		}
-		done = append(done, m.Version)
+		// Right after its SQL, and on every later migrate until a newer
+		// version is applied: a conversion cut off midway resumes.
+		if step := dataSteps[m.Version]; step.up != nil && newest == m.Version {
+			if err := step.up(ctx, conn); err != nil {
+				return done, fmt.Errorf("migrate up %04d_%s: %w", m.Version, m.Name, err)
+			}
+		}
 	}
 	for i := len(all) - 1; i >= 0; i-- {
 		m := all[i]
 		if m.Version <= target || !applied[m.Version] {
 			continue
+		}
+		if step := dataSteps[m.Version]; step.down != nil {
+			if err := step.down(ctx, conn); err != nil {
+				return done, fmt.Errorf("migrate down %04d_%s: %w", m.Version, m.Name, err)
+			}
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, m.Down); err != nil {

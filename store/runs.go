@@ -18,19 +18,25 @@ import (
 	"github.com/fanout/fanout/runs"
 )
 
-// Runs stores runs, their tasks and their event history (migrations/0002).
-// It implements orchestrator.RunStore. Every query names the tenant when the
-// caller gives one; an empty tenant id matches any tenant (for the node that
-// drives the run, which knows it owns it).
+// Runs stores runs, their tasks and their event history (migrations/0002,
+// 0006 and 0007). It implements orchestrator.RunStore. Every query names the
+// tenant when the caller gives one; an empty tenant id matches any tenant
+// (for the node that drives the run, which knows it owns it).
+//
+// Specs, outcomes, joined results and events are kept as protojson in jsonb
+// columns (see toJSONB), so that SQL can read them; amounts stay typed columns.
 //
 // Unknown runs are reported as runs.ErrNotFound.
 type Runs struct {
-	pool   *pgxpool.Pool
-	events *groupCommit[*eventOp] // nil unless RunsConfig.Coalesce
+	pool *pgxpool.Pool
+	// events runs appendBatch, the one way events are written: inline (a
+	// batch of one per call) or, with RunsConfig.Coalesce, group commit.
+	events committer[*eventOp]
 }
 
-// NewRuns returns the run store on pool; each event is its own transaction.
-func NewRuns(pool *pgxpool.Pool) *Runs { return &Runs{pool: pool} }
+// NewRuns returns the run store on pool; each event write is its own
+// transaction: NewRunsWithConfig with the zero RunsConfig.
+func NewRuns(pool *pgxpool.Pool) *Runs { return NewRunsWithConfig(pool, RunsConfig{}) }
 
 // RunsConfig tunes a Runs.
 type RunsConfig struct {
@@ -43,22 +49,16 @@ type RunsConfig struct {
 
 // NewRunsWithConfig returns the run store on pool tuned by cfg.
 func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
-	r := &Runs{pool: pool}
+	s := &Runs{pool: pool}
+	s.events = inlineCommit[*eventOp]{run: s.appendBatch}
 	if cfg.Coalesce {
-		r.events = newGroupCommit(2, 256, r.appendBatch)
+		s.events = newGroupCommit(2, 256, s.appendBatch)
 	}
-	return r
+	return s
 }
 
 // Close stops the event committers; a no-op without Coalesce.
-func (s *Runs) Close() {
-	if s.events != nil {
-		s.events.close()
-	}
-}
-
-// protoMarshal encodes deterministically, so that equal messages give equal bytes.
-var protoMarshal = proto.MarshalOptions{Deterministic: true}
+func (s *Runs) Close() { s.events.close() }
 
 // CreateRun stores run (run_id, tenant_id, idempotency_key, spec, labels and
 // its tasks in dispatch order) in state RUNNING with every task PENDING, and
@@ -66,7 +66,7 @@ var protoMarshal = proto.MarshalOptions{Deterministic: true}
 // a run with the same idempotency key, it writes nothing and returns that
 // run with created false; comparing specs is the caller's business.
 func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (*fanoutv1.Run, bool, error) {
-	spec, err := protoMarshal.Marshal(run.GetSpec())
+	spec, err := toJSONB(run.GetSpec())
 	if err != nil {
 		return nil, false, fmt.Errorf("create run %s: encode spec: %w", run.GetRunId(), err)
 	}
@@ -153,8 +153,8 @@ const taskColumns = `run_id, task_id, dispatch_index, status, outcome, tokens_sp
 
 func (r taskRow) outcome() (*fanoutv1.TaskOutcome, error) {
 	o := &fanoutv1.TaskOutcome{}
-	if len(r.Outcome) > 0 {
-		if err := proto.Unmarshal(r.Outcome, o); err != nil {
+	if r.Outcome != nil {
+		if err := fromJSONB(r.Outcome, o); err != nil {
 			return nil, fmt.Errorf("decode outcome of task %s: %w", r.TaskID, err)
 		}
 	}
@@ -194,12 +194,12 @@ func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
 		CreatedAt:      timestamppb.New(r.CreatedAt),
 		FinishedAt:     timestamp(r.FinishedAt),
 	}
-	if err := proto.Unmarshal(r.Spec, out.Spec); err != nil {
+	if err := fromJSONB(r.Spec, out.Spec); err != nil {
 		return nil, fmt.Errorf("decode spec of run %s: %w", r.RunID, err)
 	}
 	if r.Result != nil {
 		out.Result = &fanoutv1.JoinedResult{}
-		if err := proto.Unmarshal(r.Result, out.Result); err != nil {
+		if err := fromJSONB(r.Result, out.Result); err != nil {
 			return nil, fmt.Errorf("decode result of run %s: %w", r.RunID, err)
 		}
 	}
@@ -318,7 +318,7 @@ func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker string) (*fa
 func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
-	body, err := protoMarshal.Marshal(stored)
+	body, err := toJSONB(stored)
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
 	}
@@ -363,7 +363,7 @@ func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, 
 // run and reports it. Returns runs.ErrNotFound for an unknown run.
 func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
-	body, err := protoMarshal.Marshal(result)
+	body, err := toJSONB(result)
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: encode result: %w", runID, err)
 	}
@@ -440,7 +440,7 @@ func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Du
 // keep their outcomes. It returns the tasks it ended, in dispatch order. An
 // unknown run has no tasks to end.
 func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error) {
-	body, err := protoMarshal.Marshal(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
+	body, err := toJSONB(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, Error: reason}})
 	if err != nil {
 		return nil, fmt.Errorf("fail tasks of run %s: encode outcome: %w", runID, err)
@@ -484,192 +484,159 @@ func prefixed(prefix, columns string) string {
 // (it comes from a replica that lost the run to another). Returns
 // runs.ErrNotFound for an unknown run.
 func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error) {
-	out := proto.CloneOf(ev)
-	out.RunId, out.Sequence, out.Time = "", 0, nil // the columns hold them
-	body, err := protoMarshal.Marshal(out)
+	out, err := s.AppendEvents(ctx, runID, []*fanoutv1.RunEvent{ev})
 	if err != nil {
-		return nil, fmt.Errorf("append event to run %s: encode: %w", runID, err)
+		return nil, err
 	}
-	op := &eventOp{runID: runID, body: body, final: ev.GetRunFinished() != nil}
-	if s.events != nil {
-		if _, err := s.events.do(ctx, op); err != nil {
-			return nil, fmt.Errorf("append event to run %s: %w", runID, err)
-		}
-	} else {
-		s.appendOne(ctx, op)
-	}
-	if errors.Is(op.err, pgx.ErrNoRows) {
-		// Unknown, or ended (appendOne cannot tell which).
-		op.err = runs.ErrNotFound
-		var state string
-		if err := s.pool.QueryRow(ctx, `SELECT state FROM run WHERE run_id = $1`, runID).Scan(&state); err == nil {
-			op.err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
-		}
-	}
-	if op.err != nil {
-		return nil, fmt.Errorf("append event to run %s: %w", runID, op.err)
-	}
-	out.RunId, out.Sequence, out.Time = runID, op.seq, timestamppb.New(op.at)
-	return out, nil
+	return out[0], nil
 }
 
-// AppendEvents appends evs to the run as consecutive events in one
-// statement, in order, and returns them with their sequences and time. Like
-// AppendEvent, a run that has ended takes no events but RunFinished
-// (runs.ErrEnded) and an unknown run is runs.ErrNotFound.
+// AppendEvents appends evs to the run as consecutive events, in order and
+// all or none, and returns copies with their sequences and time set. Its
+// error contract is AppendEvent's: once the run has ended, it takes evs only
+// if every one is a RunFinished (else runs.ErrEnded); an unknown run is
+// runs.ErrNotFound.
 func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error) {
-	if len(evs) == 1 {
-		ev, err := s.AppendEvent(ctx, runID, evs[0])
-		return []*fanoutv1.RunEvent{ev}, err
+	if len(evs) == 0 {
+		return nil, nil
 	}
+	op := &eventOp{runID: runID, bodies: make([][]byte, len(evs)), final: true}
 	outs := make([]*fanoutv1.RunEvent, len(evs))
-	bodies := make([][]byte, len(evs))
 	for i, ev := range evs {
-		if ev.GetRunFinished() != nil {
-			return nil, fmt.Errorf("append events to run %s: RunFinished goes alone, through AppendEvent", runID)
-		}
 		out := proto.CloneOf(ev)
-		out.RunId, out.Sequence, out.Time = "", 0, nil
-		body, err := protoMarshal.Marshal(out)
+		out.RunId, out.Sequence, out.Time = "", 0, nil // the columns hold them
+		body, err := toJSONB(out)
 		if err != nil {
 			return nil, fmt.Errorf("append events to run %s: encode: %w", runID, err)
 		}
-		outs[i], bodies[i] = out, body
+		outs[i], op.bodies[i] = out, body
+		op.final = op.final && ev.GetRunFinished() != nil
 	}
-	var first *int64
-	var at *time.Time
-	err := s.pool.QueryRow(ctx, `
-		WITH seq AS (
-			UPDATE run SET last_sequence = last_sequence + cardinality($2::bytea[])
-			WHERE run_id = $1 AND state = 'RUNNING'
-			RETURNING tenant_id, last_sequence),
-		ins AS (
-			INSERT INTO run_event (run_id, sequence, tenant_id, event)
-			SELECT $1, seq.last_sequence - cardinality($2::bytea[]) + t.ord, seq.tenant_id, t.body
-			  FROM seq, unnest($2::bytea[]) WITH ORDINALITY AS t(body, ord)
-			RETURNING sequence, created_at)
-		SELECT min(sequence), min(created_at) FROM ins`, runID, bodies).Scan(&first, &at)
-	if err == nil && first == nil {
-		err = runs.ErrNotFound
-		var state string
-		if e := s.pool.QueryRow(ctx, `SELECT state FROM run WHERE run_id = $1`, runID).Scan(&state); e == nil {
-			err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
-		}
+	if _, err := s.events.do(ctx, op); err != nil {
+		return nil, fmt.Errorf("append events to run %s: %w", runID, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("append %d events to run %s: %w", len(evs), runID, err)
+	if op.err != nil {
+		return nil, fmt.Errorf("append events to run %s: %w", runID, op.err)
 	}
 	for i, out := range outs {
-		out.RunId, out.Sequence, out.Time = runID, *first+int64(i), timestamppb.New(*at)
+		out.RunId, out.Sequence, out.Time = runID, op.first+int64(i), timestamppb.New(op.at)
 	}
 	return outs, nil
 }
 
-// appendOne appends one event in its own transaction.
-func (s *Runs) appendOne(ctx context.Context, op *eventOp) {
-	op.err = s.pool.QueryRow(ctx, `
-		WITH seq AS (
-			UPDATE run SET last_sequence = last_sequence + 1 WHERE run_id = $1 AND (state = 'RUNNING' OR $3)
-			RETURNING tenant_id, last_sequence)
-		INSERT INTO run_event (run_id, sequence, tenant_id, event)
-		SELECT $1, last_sequence, tenant_id, $2 FROM seq
-		RETURNING sequence, created_at`, op.runID, op.body, op.final).Scan(&op.seq, &op.at)
-}
-
-// eventOp is one event waiting for its batch.
+// eventOp is one AppendEvents call waiting for its batch.
 type eventOp struct {
-	runID string
-	body  []byte
-	final bool // a RunFinished, the one event a run that ended still takes
-	seq   int64
-	at    time.Time
-	err   error
+	runID  string
+	bodies [][]byte // protojson, in order
+	final  bool     // every event is a RunFinished, which a run that ended still takes
+	first  int64    // the sequence of bodies[0], once appended
+	at     time.Time
+	err    error
 }
 
-// appendBatch appends a batch of events in one transaction: per run, one
-// UPDATE takes as many sequence numbers as the run has events in the batch
-// (in arrival order) and one INSERT stores them. Runs are visited in id
-// order, so concurrent batches lock rows in one order and cannot deadlock.
-func (s *Runs) appendBatch(batch []*pending[*eventOp]) {
+// appendSQL appends one run's events of a batch in one statement: one
+// UPDATE of the run row takes as many sequence numbers as it accepts events
+// (all while the run is RUNNING, only RunFinished ones after it ended) and
+// one INSERT stores them, numbered in array order. The row lock makes the
+// sequences gapless; no row back means no such run.
+const appendSQL = `
+	WITH seq AS (
+		UPDATE run SET last_sequence = last_sequence +
+			(SELECT count(*) FROM unnest($3::bool[]) AS f(fin) WHERE state = 'RUNNING' OR f.fin)
+		WHERE run_id = $1
+		RETURNING tenant_id, last_sequence, state),
+	kept AS (
+		SELECT t.body, row_number() OVER (ORDER BY t.ord) AS k, count(*) OVER () AS n
+		  FROM seq, unnest($2::jsonb[], $3::bool[]) WITH ORDINALITY AS t(body, fin, ord)
+		 WHERE seq.state = 'RUNNING' OR t.fin),
+	ins AS (
+		INSERT INTO run_event (run_id, sequence, tenant_id, event)
+		SELECT $1, seq.last_sequence - kept.n + kept.k, seq.tenant_id, kept.body FROM seq, kept)
+	SELECT state, last_sequence, now() FROM seq`
+
+// appendBatch appends a batch of AppendEvents calls in one round trip and
+// one transaction: one appendSQL per run, runs in id order (so concurrent
+// batches lock run rows in one order and cannot deadlock), each run's calls
+// in arrival order. If the transaction fails as a whole, each call is
+// retried on its own, so that one bad call fails alone.
+func (s *Runs) appendBatch(ctx context.Context, batch []*pending[*eventOp]) {
+	defer func() {
+		for _, p := range batch {
+			close(p.done)
+		}
+	}()
 	slices.SortStableFunc(batch, func(a, b *pending[*eventOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
-	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	defer cancel()
-	if len(batch) == 1 {
-		// Alone: one autocommit statement beats a transaction.
-		s.appendOne(ctx, batch[0].item)
-		close(batch[0].done)
+	var groups [][]*eventOp
+	for i, p := range batch {
+		if i == 0 || p.item.runID != batch[i-1].item.runID {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], p.item)
+	}
+	err := s.appendGroups(ctx, groups)
+	if err == nil {
 		return
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for i := 0; i < len(batch); {
-			j := i
-			for j < len(batch) && batch[j].item.runID == batch[i].item.runID {
-				j++
-			}
-			group := batch[i:j]
-			i = j
-			finals := 0
-			for _, p := range group {
-				if p.item.final {
-					finals++
-				}
-			}
-			// A run that has ended takes only RunFinished events.
-			var tenant, state string
-			var last int64
-			var at time.Time
-			err := tx.QueryRow(ctx, `UPDATE run
-				SET last_sequence = last_sequence + CASE WHEN state = 'RUNNING' THEN $2 ELSE $3 END
-				WHERE run_id = $1
-				RETURNING tenant_id, last_sequence, now(), state`,
-				group[0].item.runID, len(group), finals).Scan(&tenant, &last, &at, &state)
-			if errors.Is(err, pgx.ErrNoRows) {
-				for _, p := range group {
-					p.item.err = runs.ErrNotFound
-				}
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if state != "RUNNING" {
-				kept := group[:0:0]
-				for _, p := range group {
-					if p.item.final {
-						kept = append(kept, p)
-					} else {
-						p.item.err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
-					}
-				}
-				group = kept
-				if len(group) == 0 {
-					continue
-				}
-			}
-			seqs := make([]int64, len(group))
-			bodies := make([][]byte, len(group))
-			for k, p := range group {
-				seqs[k] = last - int64(len(group)-1-k)
-				bodies[k] = p.item.body
-				p.item.seq, p.item.at, p.item.err = seqs[k], at, nil
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO run_event (run_id, sequence, tenant_id, event)
-				SELECT $1, t.seq, $2, t.body FROM unnest($3::bigint[], $4::bytea[]) AS t(seq, body)`,
-				group[0].item.runID, tenant, seqs, bodies); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		// Nothing of the batch committed: append each on its own.
-		for _, p := range batch {
-			s.appendOne(ctx, p.item)
-		}
+	if len(batch) == 1 {
+		batch[0].item.err = err
+		return
 	}
 	for _, p := range batch {
-		close(p.done)
+		if err := s.appendGroups(ctx, [][]*eventOp{{p.item}}); err != nil {
+			p.item.err = err
+		}
 	}
+}
+
+// appendGroups runs appendSQL for each group (one run's calls) in one
+// pgx batch, which PostgreSQL runs as one implicit transaction. It sets
+// each call's outcome and returns an error only if the batch failed.
+func (s *Runs) appendGroups(ctx context.Context, groups [][]*eventOp) error {
+	q := &pgx.Batch{}
+	for _, g := range groups {
+		var bodies [][]byte
+		var finals []bool
+		for _, op := range g {
+			for _, b := range op.bodies {
+				bodies, finals = append(bodies, b), append(finals, op.final)
+			}
+		}
+		q.Queue(appendSQL, g[0].runID, bodies, finals)
+	}
+	br := s.pool.SendBatch(ctx, q)
+	for _, g := range groups {
+		var state string
+		var last int64
+		var at time.Time
+		err := br.QueryRow().Scan(&state, &last, &at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			for _, op := range g {
+				op.err = runs.ErrNotFound
+			}
+			continue
+		}
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		// Number the calls as appendSQL numbered their events.
+		kept := int64(0)
+		for _, op := range g {
+			if state == "RUNNING" || op.final {
+				kept += int64(len(op.bodies))
+			}
+		}
+		next := last - kept + 1
+		for _, op := range g {
+			if state != "RUNNING" && !op.final {
+				op.err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
+				continue
+			}
+			op.first, op.at, op.err = next, at, nil
+			next += int64(len(op.bodies))
+		}
+	}
+	return br.Close()
 }
 
 // Events returns up to limit events of the run with sequence > after, in
@@ -688,7 +655,7 @@ func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, 
 	var at time.Time
 	_, err = pgx.ForEachRow(rows, []any{&seq, &body, &at}, func() error {
 		ev := &fanoutv1.RunEvent{}
-		if err := proto.Unmarshal(body, ev); err != nil {
+		if err := fromJSONB(body, ev); err != nil {
 			return fmt.Errorf("decode event %d: %w", seq, err)
 		}
 		ev.RunId, ev.Sequence, ev.Time = runID, seq, timestamppb.New(at)

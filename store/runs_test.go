@@ -353,8 +353,15 @@ func TestRunsLeases(t *testing.T) {
 // TestRunsAppendEvents: several events in one write get consecutive
 // sequences in order, and an ended run takes none.
 func TestRunsAppendEvents(t *testing.T) {
+	for _, coalesce := range []bool{false, true} {
+		t.Run(fmt.Sprint("coalesce=", coalesce), func(t *testing.T) { testAppendEvents(t, coalesce) })
+	}
+}
+
+func testAppendEvents(t *testing.T, coalesce bool) {
 	b := setup(t)
-	rs := store.NewRuns(b.pool)
+	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	defer rs.Close()
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
 		t.Fatal(err)
 	}
@@ -383,5 +390,108 @@ func TestRunsAppendEvents(t *testing.T) {
 	}
 	if _, err := rs.AppendEvents(b.ctx, "nope", evs); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("append to an unknown run: %v", err)
+	}
+}
+
+// TestRunsAppendEventsConcurrently: AppendEvent and AppendEvents go one way;
+// with writers on two runs at once (sharing batches when coalescing), every
+// call's events are consecutive and in order, as returned and as stored, and
+// each run's history has no gaps. Once the run has ended, a call is taken
+// only if all its events are RunFinished, all or none.
+func TestRunsAppendEventsConcurrently(t *testing.T) {
+	for _, coalesce := range []bool{false, true} {
+		t.Run(fmt.Sprint("coalesce=", coalesce), func(t *testing.T) { testAppendEventsConcurrently(t, coalesce) })
+	}
+}
+
+func testAppendEventsConcurrently(t *testing.T, coalesce bool) {
+	b := setup(t)
+	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	defer rs.Close()
+	for _, id := range []string{"r1", "r2"} {
+		if _, _, err := rs.CreateRun(b.ctx, draftRun(id, "ten", "k"+id, "a"), "n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queued := func(id string) *fanoutv1.RunEvent {
+		return &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: id}}}
+	}
+	const writers, calls, width = 6, 10, 3
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	returned := map[string]map[int64]string{"r1": {}, "r2": {}} // run -> sequence -> task id
+	for w := range writers {
+		wg.Go(func() {
+			for c := range calls {
+				run := []string{"r1", "r2"}[(w+c)%2]
+				var evs []*fanoutv1.RunEvent
+				for k := range width {
+					evs = append(evs, queued(fmt.Sprintf("w%d-c%d-%d", w, c, k)))
+				}
+				out, err := rs.AppendEvents(b.ctx, run, evs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				one, err := rs.AppendEvent(b.ctx, run, queued(fmt.Sprintf("w%d-c%d-single", w, c)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				out = append(out, one)
+				mu.Lock()
+				for k, ev := range out[:width] {
+					if ev.GetSequence() != out[0].GetSequence()+int64(k) || ev.GetRunId() != run || ev.GetTime() == nil {
+						t.Errorf("call w%d-c%d on %s: event %d is %v, want sequence %d", w, c, run, k, ev, out[0].GetSequence()+int64(k))
+					}
+				}
+				for _, ev := range out {
+					returned[run][ev.GetSequence()] = ev.GetTaskQueued().GetTaskId()
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, run := range []string{"r1", "r2"} {
+		stored, err := rs.Events(b.ctx, "ten", run, 0, 10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(stored)
+		if len(stored) != len(returned[run]) {
+			t.Errorf("%s: %d events stored, %d returned", run, len(stored), len(returned[run]))
+		}
+		for i, ev := range stored {
+			if ev.GetSequence() != int64(i+1) || returned[run][ev.GetSequence()] != ev.GetTaskQueued().GetTaskId() {
+				t.Fatalf("%s: stored event %d is %v, returned as %q", run, i, ev, returned[run][ev.GetSequence()])
+			}
+		}
+	}
+	if want := writers * calls * (width + 1); total != want {
+		t.Errorf("%d events stored, want %d", total, want)
+	}
+
+	if _, ended, err := rs.FinishRun(b.ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil || !ended {
+		t.Fatalf("finish run: ended %v, %v", ended, err)
+	}
+	finished := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}}
+	before, err := rs.Events(b.ctx, "", "r1", 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.AppendEvents(b.ctx, "r1", []*fanoutv1.RunEvent{queued("late"), finished}); !errors.Is(err, runs.ErrEnded) {
+		t.Errorf("a late event with a RunFinished after the run ended: %v, want ErrEnded", err)
+	}
+	if _, err := rs.AppendEvents(b.ctx, "r1", []*fanoutv1.RunEvent{queued("late"), queued("later")}); !errors.Is(err, runs.ErrEnded) {
+		t.Errorf("late events after the run ended: %v, want ErrEnded", err)
+	}
+	fin, err := rs.AppendEvents(b.ctx, "r1", []*fanoutv1.RunEvent{finished})
+	if err != nil || len(fin) != 1 || fin[0].GetSequence() != int64(len(before)+1) {
+		t.Errorf("RunFinished after the run ended: %v, %v; want sequence %d", fin, err, len(before)+1)
+	}
+	if _, err := rs.AppendEvents(b.ctx, "nope", []*fanoutv1.RunEvent{queued("x")}); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("append to an unknown run: %v, want ErrNotFound", err)
 	}
 }

@@ -1,0 +1,193 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fanout/fanout/budget"
+)
+
+// ledgerCall is one call of a ledger function that returns a ledger_result.
+type ledgerCall struct {
+	fn   string // e.g. "ledger_settle($1, $2, $3, $4)"
+	args []any
+	// What the call acts on, for an executor that orders calls by the
+	// accounts they lock: the account a reserve draws on, or the
+	// reservation a settle or void resolves. Neither for the other calls.
+	account     budget.AccountID
+	reservation budget.ReservationID
+}
+
+// ledgerExec runs ledger calls. A Ledger holds one, chosen at construction:
+// directExec (one statement per call) or batchExec (group commit).
+type ledgerExec interface {
+	call(ctx context.Context, c ledgerCall) (ledgerResult, error)
+	close()
+}
+
+// directExec runs each call as one statement in its own transaction.
+type directExec struct{ pool *pgxpool.Pool }
+
+func (d directExec) call(ctx context.Context, c ledgerCall) (ledgerResult, error) {
+	var r ledgerResult
+	err := r.scan(d.pool.QueryRow(ctx, "SELECT "+resultCols+" FROM "+c.fn, c.args...))
+	if err != nil && isCheckViolation(err) {
+		// The CHECK is the last line of defence; reaching it is a bug to surface loudly.
+		err = fmt.Errorf("ledger invariant refused by database (bug): %w", err)
+	}
+	return r, err
+}
+
+func (directExec) close() {}
+
+// batchExec makes the reserves, settles and voids that arrive together on
+// this node share one transaction (group commit), ordered by the account
+// chains they lock. A call whose chain it does not know (a reservation made
+// by another node, an account that does not exist) and every other call
+// run directly.
+type batchExec struct {
+	direct directExec
+	g      *groupCommit[*batchedCall]
+
+	mu       sync.Mutex
+	chains   map[budget.AccountID][]int64     // account -> chain (immutable once created)
+	resChain map[budget.ReservationID][]int64 // reservations this node holds -> chain
+}
+
+// batchedCall is one call waiting for its batch.
+type batchedCall struct {
+	ledgerCall
+	chain []int64 // the accounts it locks, root first: the batch sort key
+	res   ledgerResult
+	err   error
+}
+
+// maxRememberedReservations bounds resChain; past it the map starts afresh
+// (unknown reservations simply run directly).
+const maxRememberedReservations = 1 << 16
+
+// maxRememberedChains bounds the account chain cache the same way.
+const maxRememberedChains = 1 << 16
+
+func newBatchExec(pool *pgxpool.Pool, committers, maxBatch int) *batchExec {
+	b := &batchExec{
+		direct:   directExec{pool: pool},
+		chains:   map[budget.AccountID][]int64{},
+		resChain: map[budget.ReservationID][]int64{},
+	}
+	b.g = newGroupCommit(committers, maxBatch, b.run)
+	return b
+}
+
+func (b *batchExec) call(ctx context.Context, c ledgerCall) (ledgerResult, error) {
+	chain, err := b.chainOf(ctx, c)
+	if err != nil {
+		return ledgerResult{}, err
+	}
+	if chain == nil {
+		return b.direct.call(ctx, c)
+	}
+	o, err := b.g.do(ctx, &batchedCall{ledgerCall: c, chain: chain})
+	if err != nil {
+		return ledgerResult{}, err
+	}
+	if o.err == nil && o.res.Outcome == "ok" {
+		b.mu.Lock()
+		switch {
+		case c.account != 0: // a new reservation on chain
+			if len(b.resChain) >= maxRememberedReservations {
+				b.resChain = map[budget.ReservationID][]int64{}
+			}
+			b.resChain[budget.ReservationID(val(o.res.ReservationID))] = chain
+		case c.reservation != 0: // resolved: it takes no more calls
+			delete(b.resChain, c.reservation)
+		}
+		b.mu.Unlock()
+	}
+	return o.res, o.err
+}
+
+// chainOf returns the chain c locks, or nil when it is not known.
+func (b *batchExec) chainOf(ctx context.Context, c ledgerCall) ([]int64, error) {
+	switch {
+	case c.reservation != 0:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.resChain[c.reservation], nil
+	case c.account != 0:
+		return b.accountChain(ctx, c.account)
+	}
+	return nil, nil
+}
+
+func (b *batchExec) accountChain(ctx context.Context, account budget.AccountID) ([]int64, error) {
+	b.mu.Lock()
+	ch, ok := b.chains[account]
+	b.mu.Unlock()
+	if ok {
+		return ch, nil
+	}
+	err := b.direct.pool.QueryRow(ctx, "SELECT chain FROM account WHERE account_id = $1", int64(account)).Scan(&ch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // the function reports not_found
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.chains) >= maxRememberedChains {
+		// Chains never change, but accounts of ended runs are asked for no
+		// more: start afresh rather than grow without bound.
+		b.chains = map[budget.AccountID][]int64{}
+	}
+	b.chains[account] = ch
+	return ch, nil
+}
+
+// run executes batch in one transaction. The calls are ordered by their
+// account chains (a stable sort, so arrival order holds within a chain):
+// every transaction then takes row locks in one global order, tree preorder,
+// and batches on different nodes cannot deadlock. If the transaction fails
+// as a whole, each call is retried on its own.
+func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
+	defer func() {
+		for _, p := range batch {
+			close(p.done)
+		}
+	}()
+	if len(batch) == 1 {
+		// Alone: one autocommit round trip beats BEGIN, the call and COMMIT.
+		o := batch[0].item
+		o.res, o.err = b.direct.call(ctx, o.ledgerCall)
+		return
+	}
+	slices.SortStableFunc(batch, func(x, y *pending[*batchedCall]) int { return slices.Compare(x.item.chain, y.item.chain) })
+	err := pgx.BeginFunc(ctx, b.direct.pool, func(tx pgx.Tx) error {
+		q := &pgx.Batch{}
+		for _, p := range batch {
+			q.Queue("SELECT "+resultCols+" FROM "+p.item.fn, p.item.args...)
+		}
+		br := tx.SendBatch(ctx, q)
+		for _, p := range batch {
+			if err := p.item.res.scan(br.QueryRow()); err != nil {
+				_ = br.Close()
+				return err
+			}
+		}
+		return br.Close()
+	})
+	if err != nil {
+		for _, p := range batch {
+			p.item.res, p.item.err = b.direct.call(ctx, p.item.ledgerCall)
+		}
+	}
+}
+
+func (b *batchExec) close() { b.g.close() }
