@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -217,4 +218,72 @@ func TestCloseNeverRefundsHeldSpend(t *testing.T) {
 		t.Errorf("voids in the run's journal = %d, %v; want 0", voids, err)
 	}
 	b.checkConserved(t)
+}
+
+// TestBeginAttemptWaitsOnlyForItsAccount: beginning an attempt takes the row
+// lock of the one account it bumps, not the run's: while another
+// transaction holds the run account (as every reserve of the run does, from
+// its start to its commit), a dispatch of another task still begins at
+// once; only a transaction on the task's own account holds it back. (Issue
+// 11: `make bench-compare` found a 1,000-task run's dispatches queued on
+// the run account's lock, one commit apart.) The fence holds: the attempt
+// it returns is the only one that can reserve.
+func TestBeginAttemptWaitsOnlyForItsAccount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "busy", 10_000, 1, 1000, 1000)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, "SELECT 1 FROM fanout.account WHERE account_id = $1 FOR UPDATE", int64(ra.Run.ID)); err != nil {
+		t.Fatalf("lock the run account: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	n, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t0"], "busy", "tenant-a")
+	if err != nil || n != 2 {
+		t.Fatalf("begin attempt on t0 while the run account is locked: attempt %d, %v; want 2 at once", n, err)
+	}
+	// A transaction on t1 itself (a reserve under way on it) holds t1's
+	// attempt back until it ends.
+	if _, err := tx.Exec(b.ctx, "SELECT 1 FROM fanout.account WHERE account_id = $1 FOR UPDATE", int64(ra.Tasks["t1"])); err != nil {
+		t.Fatalf("lock t1: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(b.ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if n, err := b.ledger.BeginAttempt(short, ra.Tasks["t1"], "busy", "tenant-a"); err == nil {
+		t.Fatalf("begin attempt on t1 while t1 is locked returned attempt %d; want it to wait", n)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// (The timed-out call's statement may still have bumped t1 when the lock
+	// went: a deadline does not roll back what the server goes on to commit.
+	// The attempt that returns is the current one either way.)
+	n1, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t1"], "busy", "tenant-a")
+	if err != nil || n1 < 2 {
+		t.Fatalf("begin attempt on t1 after the lock: attempt %d, %v; want 2 or more", n1, err)
+	}
+	// The fence: attempt 1 of t0 is refused, attempt 2 granted.
+	p := grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 10, Min: 1, Holder: "n", TTL: ttl})
+	if _, err := b.ledger.Reserve(b.ctx, p); !errors.Is(err, budget.ErrDenied) {
+		t.Errorf("reserve by the superseded attempt 1: %v, want ErrDenied", err)
+	}
+	p.Attempt = 2
+	if _, err := b.ledger.Reserve(b.ctx, p); err != nil {
+		t.Errorf("reserve by the current attempt 2: %v", err)
+	}
+	// A run that ended begins no attempt, and bumps nothing.
+	if _, err := b.ledger.CancelRun(b.ctx, "busy", "done"); err != nil {
+		t.Fatal(err)
+	}
+	var ex *budget.ExhaustedError
+	if _, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t1"], "busy", "tenant-a"); !errors.As(err, &ex) || ex.State != budget.StateCancelled {
+		t.Errorf("begin attempt on a cancelled run: %v, want an *ExhaustedError in state cancelled", err)
+	}
+	if a, err := b.ledger.Account(b.ctx, ra.Tasks["t1"]); err != nil || a.Attempt != n1 {
+		t.Errorf("t1's attempt after a refused begin = %d, %v; want %d", a.Attempt, err, n1)
+	}
 }
