@@ -169,8 +169,9 @@ func scrapeMetrics(t *testing.T, logs string) string {
 }
 
 // dumpTables returns every row of every table of the database as text,
-// and the raw bytes of every bytea column (runs, tasks and events are kept
-// proto-encoded: their text form is hex, which no grep would match).
+// and the raw bytes of every bytea column (a bytea's text form is hex,
+// which no grep would match; runs, tasks and events are jsonb since schema
+// 7, searched as their text).
 func dumpTables(t *testing.T, pool *store.Pool) string {
 	t.Helper()
 	ctx := context.Background()
