@@ -46,10 +46,17 @@ BEGIN
          WHERE account_id = p_account AND state = 'open'
         RETURNING * INTO a;
         IF FOUND THEN
-            RETURN QUERY SELECT 'ok', a.attempt, a.kind, 'open'::text;
-            RETURN;
+            -- Read the run again: a cancel that committed while this
+            -- statement waited changed only the run's row. (An attempt begun
+            -- and refused here fences nothing that was not fenced already.)
+            SELECT * INTO run FROM account WHERE run_id = p_run AND kind = 'run';
+            IF run.state = 'open' THEN
+                RETURN QUERY SELECT 'ok', a.attempt, a.kind, 'open'::text;
+                RETURN;
+            END IF;
+        ELSE
+            SELECT * INTO a FROM account WHERE account_id = p_account;
         END IF;
-        SELECT * INTO a FROM account WHERE account_id = p_account;
     END IF;
     RETURN QUERY SELECT 'exhausted', 0::bigint, CASE WHEN run.state <> 'open' THEN 'run' ELSE a.kind END,
                         CASE WHEN run.state <> 'open' THEN run.state ELSE a.state END;

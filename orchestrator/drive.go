@@ -158,9 +158,8 @@ func (d *driver) queue(runCtx context.Context, ready []int) {
 	}
 	ctx, cancel := cleanup(runCtx)
 	defer cancel()
-	if _, err := d.e.store.AppendEvents(ctx, d.runID, evs); err != nil {
-		d.e.cfg.Logger.ErrorContext(ctx, "append run events", "run_id", d.runID, "err", err)
-	}
+	_, err := d.e.store.AppendEvents(ctx, d.runID, evs)
+	d.e.logAppend(ctx, d.runID, err)
 	d.e.wake(d.runID)
 }
 
@@ -282,11 +281,17 @@ func (d *driver) isExhausted() bool {
 // not stop the run.
 func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
 	_, err := d.e.appendEvent(ctx, d.runID, ev)
+	d.e.logAppend(ctx, d.runID, err)
+}
+
+// logAppend logs a failed event append. A run that another replica adopted
+// and ended takes no more events: that is expected, not an error.
+func (e *Engine) logAppend(ctx context.Context, runID string, err error) {
 	switch {
-	case errors.Is(err, runs.ErrEnded): // the run ended on the replica that adopted it
-		d.e.cfg.Logger.InfoContext(ctx, "run ended elsewhere; event dropped", "run_id", d.runID, "err", err)
+	case errors.Is(err, runs.ErrEnded):
+		e.cfg.Logger.InfoContext(ctx, "run ended elsewhere; event dropped", "run_id", runID, "err", err)
 	case err != nil:
-		d.e.cfg.Logger.ErrorContext(ctx, "append run event", "run_id", d.runID, "err", err)
+		e.cfg.Logger.ErrorContext(ctx, "append run event", "run_id", runID, "err", err)
 	}
 }
 

@@ -60,10 +60,9 @@ func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (close
 		// followers' budget views end with it.
 		closed = &acct
 		result.TotalTokens = acct.Spent
-		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{
-			BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}}); err != nil {
-			e.cfg.Logger.ErrorContext(ctx, "append BudgetUpdate", "run_id", runID, "err", err)
-		}
+		_, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{
+			BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}})
+		e.logAppend(ctx, runID, err)
 	case !errors.Is(err, budget.ErrNotFound):
 		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", runID, "err", err)
 	}

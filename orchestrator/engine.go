@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/peer"
@@ -100,6 +101,7 @@ func (e *Engine) Config() Config { return e.cfg }
 // when the key was used with a different spec, ErrShuttingDown after
 // Shutdown began.
 func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanoutv1.Run, created bool, err error) {
+	spec = known(spec)
 	p, err := e.cfg.plan(spec)
 	if err != nil {
 		return nil, false, err
@@ -134,6 +136,40 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		return nil, false, err
 	}
 	return run, true, nil
+}
+
+// known returns a copy of spec without the fields this server does not
+// know (a caller built against a newer fanout.proto may send some). The
+// store keeps specs as protojson, which has no place for them, so the spec
+// that is planned, stored, compared with an idempotent retry and executed
+// is this one.
+func known(spec *fanoutv1.RunSpec) *fanoutv1.RunSpec {
+	if spec == nil {
+		return nil
+	}
+	spec = proto.CloneOf(spec)
+	dropUnknown(spec.ProtoReflect())
+	return spec
+}
+
+func dropUnknown(m protoreflect.Message) {
+	m.SetUnknown(nil)
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			for i, l := 0, v.List(); i < l.Len(); i++ {
+				dropUnknown(l.Get(i).Message())
+			}
+		case fd.IsMap() && fd.MapValue().Message() != nil:
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				dropUnknown(mv.Message())
+				return true
+			})
+		case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+			dropUnknown(v.Message())
+		}
+		return true
+	})
 }
 
 // draftRun is a new run of plan p, RUNNING, every task PENDING.
