@@ -139,6 +139,23 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey) //nolint:errcheck // the session ends right after
 
+	applied, err := appliedVersions(ctx, conn, all)
+	if err != nil {
+		return nil, err
+	}
+	done, err := migrateUp(ctx, conn, all, target, applied)
+	if err != nil {
+		return done, err
+	}
+	down, err := migrateDown(ctx, conn, all, target, applied)
+	return append(done, down...), err
+}
+
+// appliedVersions reads which versions the database has (creating the
+// bookkeeping table the first time) and refuses if an applied migration's
+// text changed since: the database would silently differ from what the
+// code expects.
+func appliedVersions(ctx context.Context, conn *pgx.Conn, all []Migration) (map[int]bool, error) {
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.schema_migration (
 		version    int PRIMARY KEY,
 		name       text NOT NULL,
@@ -164,8 +181,6 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	}); err != nil {
 		return nil, fmt.Errorf("migrate: read applied versions: %w", err)
 	}
-	// An applied migration must never change: the database would silently
-	// differ from what the code expects.
 	for _, m := range all {
 		if applied[m.Version] && sums[m.Version] != "" && sums[m.Version] != m.checksum() {
 			return nil, fmt.Errorf("migrate: %04d_%s changed after it was applied to this database "+
@@ -173,7 +188,15 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 				"(a dev database can simply be deleted)", m.Version, m.Name, sums[m.Version], m.checksum())
 		}
 	}
+	return applied, nil
+}
 
+// migrateUp applies, in order and each in its own transaction, every
+// migration up to target that is not applied yet, and runs each version's
+// data step (a Go backfill) right after its SQL — and on every later
+// migrate while it is the newest version applied, so that a conversion cut
+// off midway resumes. It returns the versions applied.
+func migrateUp(ctx context.Context, conn *pgx.Conn, all []Migration, target int, applied map[int]bool) ([]int, error) {
 	newest := 0 // the newest version applied
 	for v := range applied {
 		newest = max(newest, v)
@@ -198,14 +221,20 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 			applied[m.Version], newest = true, max(newest, m.Version)
 			done = append(done, m.Version)
 		}
-		// Right after its SQL, and on every later migrate until a newer
-		// version is applied: a conversion cut off midway resumes.
 		if step := dataSteps[m.Version]; step.up != nil && newest == m.Version {
 			if err := step.up(ctx, conn); err != nil {
 				return done, fmt.Errorf("migrate up %04d_%s: %w", m.Version, m.Name, err)
 			}
 		}
 	}
+	return done, nil
+}
+
+// migrateDown reverts, newest first, every applied migration above target:
+// its data step first (refilling what the older schema reads), then its
+// SQL. It returns the versions reverted, negated.
+func migrateDown(ctx context.Context, conn *pgx.Conn, all []Migration, target int, applied map[int]bool) ([]int, error) {
+	var done []int
 	for i := len(all) - 1; i >= 0; i-- {
 		m := all[i]
 		if m.Version <= target || !applied[m.Version] {
