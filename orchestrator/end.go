@@ -105,8 +105,9 @@ func (e *Engine) awaitHeld(parent context.Context, runID string) {
 	}
 }
 
-// finishRun ends the run if this engine owns it and it is RUNNING, then
-// appends its RunFinished, and reports whether it ended the run. A run that
+// finishRun ends the run if this engine owns it and it is RUNNING — its
+// state, result and RunFinished in one write — and reports whether it
+// ended the run. A run that
 // another replica adopted (or that ended otherwise) is left as it is: its
 // RunFinished is the other's to append. If the write fails the run stays
 // RUNNING; once this engine stops heartbeating it, it is adopted and ended.
@@ -122,11 +123,7 @@ func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.Run
 			"state", runs.Text(stored.GetState()), "cause", stored.GetCancelCause())
 		return false
 	}
-	if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{
-		RunFinished: &fanoutv1.RunFinished{State: state, CancelCause: cause, Result: result},
-	}}); err != nil {
-		e.cfg.Logger.ErrorContext(ctx, "append RunFinished", "run_id", runID, "err", err)
-	}
+	e.wake(runID) // the RunFinished is stored with the end
 	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1,
 		metric.WithAttributes(attrRunState.String(runs.Text(state))))
 	return true

@@ -54,6 +54,12 @@ type Engine struct {
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
 
+	// followers is the one poller of the runs streamed from this node
+	// (watch.go); stopPoll stops it, which closes pollDone.
+	followers *followers
+	stopPoll  context.CancelFunc
+	pollDone  chan struct{}
+
 	mu       sync.Mutex
 	closing  bool
 	active   map[string]*activeRun // driven, or adopted and being ended
@@ -62,8 +68,7 @@ type Engine struct {
 
 // activeRun is a run this engine drives (or ends, having adopted it).
 type activeRun struct {
-	cancel  context.CancelCauseFunc
-	changed chan struct{} // closed and replaced on every new event
+	cancel context.CancelCauseFunc
 }
 
 // NewEngine returns an engine. Call Shutdown to stop it.
@@ -87,6 +92,15 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		active:     map[string]*activeRun{},
 	}
 	go e.heartbeat(beatCtx)
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	e.followers = newFollowers(p.Store, e.cfg.WatchPollInterval, func(err error) {
+		e.cfg.Logger.Warn("read the heads of followed runs", "err", err)
+	})
+	e.stopPoll, e.pollDone = stopPoll, make(chan struct{})
+	go func() {
+		defer close(e.pollDone)
+		e.followers.poll(pollCtx)
+	}()
 	return e, nil
 }
 
@@ -218,7 +232,7 @@ func (e *Engine) openAccounts(ctx context.Context, run *fanoutv1.Run, p *plan) (
 // Shutdown began (then the run ends CANCELLED).
 func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts budget.RunAccounts, span trace.Span) error {
 	runID := run.GetRunId()
-	ar := &activeRun{changed: make(chan struct{})}
+	ar := &activeRun{}
 	runCtx, cancelRun := context.WithCancelCause(trace.ContextWithSpan(e.base, span))
 	ar.cancel = cancelRun
 	e.mu.Lock()
@@ -293,26 +307,8 @@ func (e *Engine) appendEvent(ctx context.Context, runID string, ev *fanoutv1.Run
 	return out, nil
 }
 
-// wake tells this node's watchers of the run that it has new events.
-func (e *Engine) wake(runID string) {
-	e.mu.Lock()
-	if ar := e.active[runID]; ar != nil {
-		close(ar.changed)
-		ar.changed = make(chan struct{})
-	}
-	e.mu.Unlock()
-}
-
-// changed returns a channel closed on the run's next event, or nil (never
-// ready) when this node does not drive the run.
-func (e *Engine) changed(runID string) <-chan struct{} {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ar := e.active[runID]; ar != nil {
-		return ar.changed
-	}
-	return nil
-}
+// wake tells this node's followers of the run that it has new events.
+func (e *Engine) wake(runID string) { e.followers.wake(runID) }
 
 // Get returns a run with its budget as the ledger has it now. An empty
 // tenantID matches any tenant. Returns runs.ErrNotFound for an unknown run.
@@ -380,45 +376,6 @@ func (e *Engine) List(ctx context.Context, p ListParams) ([]*fanoutv1.Run, error
 	return runs, nil
 }
 
-// Watch sends the run's events with sequence > after in order — stored
-// history, then new events as they are stored, by this node or any other —
-// until it has sent RunFinished (then it returns nil), send fails, or ctx
-// ends. Returns runs.ErrNotFound for an unknown run.
-func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
-	send func(*fanoutv1.RunEvent) error) error {
-	if _, err := e.store.GetRun(ctx, tenantID, runID); err != nil {
-		return err
-	}
-	const page = 256
-	tick := time.NewTicker(e.cfg.WatchPollInterval)
-	defer tick.Stop()
-	for {
-		changed := e.changed(runID) // before reading, so no event is missed
-		evs, err := e.store.Events(ctx, tenantID, runID, after, page)
-		if err != nil {
-			return err
-		}
-		for _, ev := range evs {
-			if err := send(ev); err != nil {
-				return err
-			}
-			after = ev.GetSequence()
-			if ev.GetRunFinished() != nil {
-				return nil
-			}
-		}
-		if len(evs) == page {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-changed:
-		case <-tick.C:
-		}
-	}
-}
-
 // Shutdown stops accepting runs and adopting orphaned ones, waits for the
 // runs this engine drives (or ends, having adopted them) to end, and stops
 // the heartbeat. When ctx ends first, it cancels them (cause: the orchestrator shut
@@ -435,6 +392,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}()
 	// The heartbeat keeps the runs' leases until they have ended.
 	defer e.stopHeartbeat()
+	defer e.stopFollowers()
 	select {
 	case <-done:
 		e.cancelBase(errShutdown)
@@ -444,4 +402,10 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		<-done
 		return ctx.Err()
 	}
+}
+
+// stopFollowers stops the followers' poller and waits for it. Idempotent.
+func (e *Engine) stopFollowers() {
+	e.stopPoll()
+	<-e.pollDone
 }

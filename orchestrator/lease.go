@@ -115,7 +115,7 @@ func (e *Engine) adoptOrphans(ctx context.Context) {
 		}
 		// Registered as active: heartbeats keep the lease while it ends, and
 		// local watchers wake on its events.
-		e.active[runID] = &activeRun{cancel: func(error) {}, changed: make(chan struct{})}
+		e.active[runID] = &activeRun{cancel: func(error) {}}
 		e.mu.Unlock()
 		go func() {
 			defer release()

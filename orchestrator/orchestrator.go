@@ -12,6 +12,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // RunStore persists runs, their tasks and their event history, so that any
@@ -40,9 +41,10 @@ type RunStore interface {
 	// runs.ErrEnded if the task has already ended (ended by the replica
 	// that adopted the run).
 	FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
-	// FinishRun ends the run if it is RUNNING and owner drives it, and
-	// reports ended true; otherwise (it has ended, or another replica adopted
-	// it) it writes nothing and returns the run unchanged, ended false.
+	// FinishRun ends the run if it is RUNNING and owner drives it — its
+	// final state, result and RunFinished event in one write — and reports
+	// ended true; otherwise (it has ended, or another replica adopted it) it
+	// writes nothing and returns the run unchanged, ended false.
 	FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 		result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error)
 	// Heartbeat refreshes, in database time and one statement, the lease of
@@ -66,6 +68,9 @@ type RunStore interface {
 	// AppendEvents appends several events (no RunFinished) as consecutive
 	// sequences in one write, with AppendEvent's error contract.
 	AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error)
+	// Heads returns where the event log of each of runIDs that exists
+	// ends, and the run's state, in one read.
+	Heads(ctx context.Context, runIDs []string) (map[string]runs.Head, error)
 	// Events returns up to limit events with sequence > after, in order.
 	Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error)
 }

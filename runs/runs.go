@@ -26,6 +26,18 @@ var (
 	ErrEnded = errors.New("already ended")
 )
 
+// Head is where a run's event log ends: its newest event's sequence and
+// the run's state.
+type Head struct {
+	Sequence int64
+	State    fanoutv1.RunState
+}
+
+// Final reports whether the run has ended.
+func (h Head) Final() bool {
+	return h.State != fanoutv1.RunState_RUN_STATE_RUNNING && h.State != fanoutv1.RunState_RUN_STATE_UNSPECIFIED
+}
+
 // Text is an enum value's stored text: its name without the enum's prefix,
 // "SUCCEEDED" for RUN_STATE_SUCCEEDED. Columns, metric attributes, logs and
 // the CLI all use it.

@@ -251,20 +251,39 @@ func TestBeginAttemptWaitsOnlyForItsAccount(t *testing.T) {
 	if _, err := tx.Exec(b.ctx, "SELECT 1 FROM fanout.account WHERE account_id = $1 FOR UPDATE", int64(ra.Tasks["t1"])); err != nil {
 		t.Fatalf("lock t1: %v", err)
 	}
-	short, cancelShort := context.WithTimeout(b.ctx, 300*time.Millisecond)
-	defer cancelShort()
-	if n, err := b.ledger.BeginAttempt(short, ra.Tasks["t1"], "busy", "tenant-a"); err == nil {
-		t.Fatalf("begin attempt on t1 while t1 is locked returned attempt %d; want it to wait", n)
+	type begun struct {
+		n   int64
+		err error
+	}
+	done := make(chan begun, 1)
+	go func() {
+		n, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t1"], "busy", "tenant-a")
+		done <- begun{n, err}
+	}()
+	// It waits on a lock (seen in pg_stat_activity), and has not returned.
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := false; !waiting; {
+		if err := b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%ledger_begin_attempt%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("begin attempt on t1 while t1 is locked returned attempt %d, %v; want it to wait", r.n, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("begin attempt on t1 never waited on t1's lock")
+		}
+		time.Sleep(10 * time.Millisecond) // polling pg_stat_activity, bounded by deadline
 	}
 	if err := tx.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	// (The timed-out call's statement may still have bumped t1 when the lock
-	// went: a deadline does not roll back what the server goes on to commit.
-	// The attempt that returns is the current one either way.)
-	n1, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t1"], "busy", "tenant-a")
-	if err != nil || n1 < 2 {
-		t.Fatalf("begin attempt on t1 after the lock: attempt %d, %v; want 2 or more", n1, err)
+	r := <-done
+	n1 := r.n
+	if r.err != nil || n1 != 2 {
+		t.Fatalf("begin attempt on t1 once the lock went: attempt %d, %v; want 2", n1, r.err)
 	}
 	// The fence: attempt 1 of t0 is refused, attempt 2 granted.
 	p := grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 10, Min: 1, Holder: "n", TTL: ttl})

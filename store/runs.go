@@ -370,15 +370,53 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 	if result == nil {
 		body = nil
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE run
-		SET state = $3, cancel_cause = $4, result = $5, finished_at = now()
-		WHERE run_id = $1 AND owner = $2 AND state = 'RUNNING'`,
-		runID, owner, runs.Text(state), cause, body)
+	event, err := toJSONB(&fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{
+		RunFinished: &fanoutv1.RunFinished{State: state, CancelCause: cause, Result: result}}})
+	if err != nil {
+		return nil, false, fmt.Errorf("finish run %s: encode RunFinished: %w", runID, err)
+	}
+	// One statement: the final state, the result and the RunFinished event
+	// commit together, so that no follower sees an ended run without its end.
+	tag, err := s.pool.Exec(ctx, `WITH fin AS (
+			UPDATE run
+			SET state = $3, cancel_cause = $4, result = $5, finished_at = now(), last_sequence = last_sequence + 1
+			WHERE run_id = $1 AND owner = $2 AND state = 'RUNNING'
+			RETURNING tenant_id, last_sequence)
+		INSERT INTO run_event (run_id, sequence, tenant_id, event)
+		SELECT $1, fin.last_sequence, fin.tenant_id, $6 FROM fin`,
+		runID, owner, runs.Text(state), cause, body, event)
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: %w", runID, err)
 	}
 	run, err = s.GetRun(ctx, "", runID)
 	return run, err == nil && tag.RowsAffected() == 1, err
+}
+
+// Heads returns, for each of runIDs that exists, its newest event's
+// sequence and its state, in one statement: what a node's watch poller
+// needs to know whether any follower of those runs has something to read.
+func (s *Runs) Heads(ctx context.Context, runIDs []string) (map[string]runs.Head, error) {
+	if len(runIDs) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT run_id, last_sequence, state FROM run WHERE run_id = ANY($1)`, runIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read run heads: %w", err)
+	}
+	heads := make(map[string]runs.Head, len(runIDs))
+	var id, state string
+	var seq int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &seq, &state}, func() error {
+		st, err := runs.ParseState(state)
+		if err != nil {
+			return fmt.Errorf("run %s: stored state: %w", id, err)
+		}
+		heads[id] = runs.Head{Sequence: seq, State: st}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read run heads: %w", err)
+	}
+	return heads, nil
 }
 
 // Heartbeat refreshes, to database time, the lease (owner_heartbeat) of
@@ -493,14 +531,14 @@ func (s *Runs) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEv
 
 // AppendEvents appends evs to the run as consecutive events, in order and
 // all or none, and returns copies with their sequences and time set. Its
-// error contract is AppendEvent's: once the run has ended, it takes evs only
-// if every one is a RunFinished (else runs.ErrEnded); an unknown run is
-// runs.ErrNotFound.
+// error contract is AppendEvent's: once the run has ended it takes nothing
+// (runs.ErrEnded; the end wrote the RunFinished, FinishRun); an unknown run
+// is runs.ErrNotFound.
 func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error) {
 	if len(evs) == 0 {
 		return nil, nil
 	}
-	op := &eventOp{runID: runID, bodies: make([][]byte, len(evs)), final: true}
+	op := &eventOp{runID: runID, bodies: make([][]byte, len(evs))}
 	outs := make([]*fanoutv1.RunEvent, len(evs))
 	for i, ev := range evs {
 		out := proto.CloneOf(ev)
@@ -510,7 +548,6 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 			return nil, fmt.Errorf("append events to run %s: encode: %w", runID, err)
 		}
 		outs[i], op.bodies[i] = out, body
-		op.final = op.final && ev.GetRunFinished() != nil
 	}
 	if _, err := s.events.do(ctx, op); err != nil {
 		return nil, fmt.Errorf("append events to run %s: %w", runID, err)
@@ -528,7 +565,6 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 type eventOp struct {
 	runID  string
 	bodies [][]byte // protojson, in order
-	final  bool     // every event is a RunFinished, which a run that ended still takes
 	first  int64    // the sequence of bodies[0], once appended
 	at     time.Time
 	err    error
@@ -536,19 +572,19 @@ type eventOp struct {
 
 // appendSQL appends one run's events of a batch in one statement: one
 // UPDATE of the run row takes as many sequence numbers as it accepts events
-// (all while the run is RUNNING, only RunFinished ones after it ended) and
+// (all while the run is RUNNING, none once it ended: FinishRun wrote the
+// run's last event, its RunFinished) and
 // one INSERT stores them, numbered in array order. The row lock makes the
 // sequences gapless; no row back means no such run.
 const appendSQL = `
 	WITH seq AS (
-		UPDATE run SET last_sequence = last_sequence +
-			(SELECT count(*) FROM unnest($3::bool[]) AS f(fin) WHERE state = 'RUNNING' OR f.fin)
+		UPDATE run SET last_sequence = last_sequence + CASE WHEN state = 'RUNNING' THEN cardinality($2::jsonb[]) ELSE 0 END
 		WHERE run_id = $1
 		RETURNING tenant_id, last_sequence, state),
 	kept AS (
 		SELECT t.body, row_number() OVER (ORDER BY t.ord) AS k, count(*) OVER () AS n
-		  FROM seq, unnest($2::jsonb[], $3::bool[]) WITH ORDINALITY AS t(body, fin, ord)
-		 WHERE seq.state = 'RUNNING' OR t.fin),
+		  FROM seq, unnest($2::jsonb[]) WITH ORDINALITY AS t(body, ord)
+		 WHERE seq.state = 'RUNNING'),
 	ins AS (
 		INSERT INTO run_event (run_id, sequence, tenant_id, event)
 		SELECT $1, seq.last_sequence - kept.n + kept.k, seq.tenant_id, kept.body FROM seq, kept)
@@ -595,13 +631,10 @@ func (s *Runs) appendGroups(ctx context.Context, groups [][]*eventOp) error {
 	q := &pgx.Batch{}
 	for _, g := range groups {
 		var bodies [][]byte
-		var finals []bool
 		for _, op := range g {
-			for _, b := range op.bodies {
-				bodies, finals = append(bodies, b), append(finals, op.final)
-			}
+			bodies = append(bodies, op.bodies...)
 		}
-		q.Queue(appendSQL, g[0].runID, bodies, finals)
+		q.Queue(appendSQL, g[0].runID, bodies)
 	}
 	br := s.pool.SendBatch(ctx, q)
 	for _, g := range groups {
@@ -620,20 +653,19 @@ func (s *Runs) appendGroups(ctx context.Context, groups [][]*eventOp) error {
 			return err
 		}
 		// Number the calls as appendSQL numbered their events.
-		kept := int64(0)
+		next := last + 1
 		for _, op := range g {
-			if state == "RUNNING" || op.final {
-				kept += int64(len(op.bodies))
-			}
-		}
-		next := last - kept + 1
-		for _, op := range g {
-			if state != "RUNNING" && !op.final {
+			if state != "RUNNING" {
 				op.err = fmt.Errorf("the run has ended %s: %w", state, runs.ErrEnded)
 				continue
 			}
-			op.first, op.at, op.err = next, at, nil
-			next += int64(len(op.bodies))
+			next -= int64(len(op.bodies))
+		}
+		for _, op := range g {
+			if state == "RUNNING" {
+				op.first, op.at, op.err = next, at, nil
+				next += int64(len(op.bodies))
+			}
 		}
 	}
 	return br.Close()

@@ -266,9 +266,15 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, err := rs.AppendEvent(b.ctx, "r1", queued); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("event after the run ended: %v, want ErrConflict", err)
 	}
-	fin, err := rs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}})
-	if err != nil || fin.GetSequence() != 2 {
-		t.Errorf("RunFinished after the run ended: %v, %v; want sequence 2", fin, err)
+	// The end is one write: FinishRun stored the RunFinished, the last event;
+	// a second one is refused like any other event after the end.
+	evs, err := rs.Events(b.ctx, "", "r1", 0, 10)
+	if err != nil || len(evs) != 2 || evs[1].GetRunFinished().GetState() != fanoutv1.RunState_RUN_STATE_FAILED ||
+		evs[1].GetRunFinished().GetCancelCause() != "lost" || evs[1].GetSequence() != 2 {
+		t.Errorf("events after FinishRun: %v, %v; want TaskQueued then RunFinished FAILED \"lost\" at sequence 2", evs, err)
+	}
+	if _, err := rs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}}); !errors.Is(err, runs.ErrEnded) {
+		t.Errorf("a second RunFinished after the run ended: %v, want ErrEnded", err)
 	}
 }
 
@@ -487,9 +493,12 @@ func testAppendEventsConcurrently(t *testing.T, coalesce bool) {
 	if _, err := rs.AppendEvents(b.ctx, "r1", []*fanoutv1.RunEvent{queued("late"), queued("later")}); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("late events after the run ended: %v, want ErrEnded", err)
 	}
-	fin, err := rs.AppendEvents(b.ctx, "r1", []*fanoutv1.RunEvent{finished})
-	if err != nil || len(fin) != 1 || fin[0].GetSequence() != int64(len(before)+1) {
-		t.Errorf("RunFinished after the run ended: %v, %v; want sequence %d", fin, err, len(before)+1)
+	// FinishRun wrote the RunFinished, the last event: another is refused.
+	if last := before[len(before)-1]; last.GetRunFinished() == nil {
+		t.Errorf("the last event after FinishRun is %v, want its RunFinished", last)
+	}
+	if _, err := rs.AppendEvents(b.ctx, "r1", []*fanoutv1.RunEvent{finished}); !errors.Is(err, runs.ErrEnded) {
+		t.Errorf("a second RunFinished after the run ended: %v, want ErrEnded", err)
 	}
 	if _, err := rs.AppendEvents(b.ctx, "nope", []*fanoutv1.RunEvent{queued("x")}); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("append to an unknown run: %v, want ErrNotFound", err)
