@@ -20,6 +20,12 @@ import (
 // estimated spend when its config sets no interval.
 const DefaultSweepInterval = 2 * time.Second
 
+// Pool sizes when BackendConfig sets none.
+const (
+	DefaultLedgerPool = 16
+	DefaultAPIPool    = 8
+)
+
 // BackendConfig configures a Backend. Zero values take the documented defaults.
 type BackendConfig struct {
 	// DatabaseURL is the PostgreSQL URL the nodes log in with: a member of
@@ -36,14 +42,30 @@ type BackendConfig struct {
 	// together into one transaction (store.LedgerConfig.Coalesce). Off
 	// when false; cmd/fanout turns it on by default.
 	GroupCommit bool
+	// LedgerPool is the size of the ledger's connection pool: reservations,
+	// settlements, lease renewals, the exhaustion watcher, the sweeper and
+	// provider rate limits. Nothing an API caller asks for waits on it.
+	// Default DefaultLedgerPool. It wins over the URL's pool_max_conns.
+	LedgerPool int32
+	// APIPool is the size of the run store's pool: runs, tasks and events,
+	// and the reads of GetRun, ListRuns and WatchRun. Callers that exhaust it
+	// slow those, never the ledger. Default DefaultAPIPool.
+	APIPool int32
+	// MaxStreams is the most calls (unary or streaming, health checks aside)
+	// the process's servers serve at once, across all connections; more are
+	// refused RESOURCE_EXHAUSTED. Default DefaultMaxStreams.
+	MaxStreams int
 	// Logger receives the backend's and its nodes' logs. Default slog.Default().
 	Logger *slog.Logger
 }
 
-// Backend is what every node of one process shares: the pool, the ledger,
-// the run store, the exhaustion watcher and the lease sweeper.
+// Backend is what every node of one process shares: the two pools (the
+// ledger's, the API's), the ledger, the run store, the exhaustion watcher,
+// the lease sweeper and the cap on calls in flight.
 type Backend struct {
-	pool    *store.Pool
+	pool    *store.Pool // the ledger's
+	apiPool *store.Pool // the run store's
+	streams *streamLimit
 	ledger  *store.Ledger
 	runs    *store.Runs
 	watcher *budget.Watcher
@@ -65,8 +87,22 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	pool, err := store.Open(ctx, cfg.DatabaseURL)
+	if cfg.LedgerPool <= 0 {
+		cfg.LedgerPool = DefaultLedgerPool
+	}
+	if cfg.APIPool <= 0 {
+		cfg.APIPool = DefaultAPIPool
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: cfg.LedgerPool, Name: "fanout-ledger"})
 	if err != nil {
+		return nil, err
+	}
+	apiPool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: cfg.APIPool, Name: "fanout-api"})
+	if err != nil {
+		pool.Close()
 		return nil, err
 	}
 	if owner, err := store.OwnsSchema(ctx, pool); err != nil {
@@ -76,9 +112,11 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 			"outside its functions. Give nodes a login role that is only a member of fanout_app (docs/operations.md)")
 	}
 	b := &Backend{
-		pool:   pool,
-		ledger: store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit}),
-		runs:   store.NewRunsWithConfig(pool, store.RunsConfig{Coalesce: cfg.GroupCommit}),
+		pool:    pool,
+		apiPool: apiPool,
+		streams: newStreamLimit(cfg.MaxStreams),
+		ledger:  store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit}),
+		runs:    store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit}),
 		watcher: budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,
@@ -94,8 +132,12 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	return b, nil
 }
 
-// Pool is the backend's connection pool.
+// Pool is the ledger's connection pool (the watcher, the sweeper and the
+// providers' rate limits use it too).
 func (b *Backend) Pool() *store.Pool { return b.pool }
+
+// APIPool is the run store's connection pool, which API reads use.
+func (b *Backend) APIPool() *store.Pool { return b.apiPool }
 
 // Ledger is the backend's ledger, shared by its nodes.
 func (b *Backend) Ledger() *store.Ledger { return b.ledger }
@@ -110,11 +152,12 @@ func (b *Backend) Watcher() *budget.Watcher { return b.watcher }
 func (b *Backend) Logger() *slog.Logger { return b.log }
 
 // Close stops the watcher and the sweeper, flushes the ledger's and the run
-// store's pending batches and closes the pool. Stop the backend's nodes first.
+// store's pending batches and closes the pools. Stop the backend's nodes first.
 func (b *Backend) Close() {
 	b.cancel()
 	b.wg.Wait()
 	b.ledger.Close()
 	b.runs.Close()
+	b.apiPool.Close()
 	b.pool.Close()
 }

@@ -87,7 +87,7 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		o.closeWorkers()
 		return nil, err
 	}
-	if o.srv, err = listen("orchestrator", cfg.Listen, exited, orchestrator.ServerOptions(o.engine)...); err != nil {
+	if o.srv, err = listen("orchestrator", cfg.Listen, b.streams, exited, orchestrator.ServerOptions(o.engine)...); err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()
 		return nil, err

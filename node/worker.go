@@ -53,7 +53,11 @@ func openWorker(_ context.Context, b *Backend, cfg WorkerConfig, exited chan<- e
 	if cfg.Trust.TLS == nil || cfg.Trust.Keys == nil {
 		return nil, errors.New("worker: peer TLS and the orchestrators' signing keys are required")
 	}
-	srv, err := listen("worker", cfg.Listen, exited, grpc.Creds(credentials.NewTLS(cfg.Trust.TLS)))
+	// One orchestrator holds one connection to a worker: let it fill the
+	// worker's capacity on it.
+	perConn := uint32(max(StreamsPerConn, cfg.Server.Capacity)) //nolint:gosec // a capacity is far below 2^32
+	srv, err := listen("worker", cfg.Listen, b.streams, exited, grpc.Creds(credentials.NewTLS(cfg.Trust.TLS)),
+		grpc.MaxConcurrentStreams(perConn))
 	if err != nil {
 		return nil, err
 	}

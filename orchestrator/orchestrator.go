@@ -28,9 +28,11 @@ type RunStore interface {
 	CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (stored *fanoutv1.Run, created bool, err error)
 	// GetRun returns a run and its tasks' outcomes in dispatch order.
 	GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error)
-	// ListRuns returns up to limit runs of a tenant in state (any state if
-	// unspecified), newest first, older than (beforeCreated, beforeID) when
-	// beforeCreated is not zero.
+	// ListRuns returns summaries of up to limit runs of a tenant in state
+	// (any state if unspecified), newest first, older than (beforeCreated,
+	// beforeID) when beforeCreated is not zero. A summary has its budget and
+	// its tasks' statuses but no spec, result or task summaries, and reading
+	// it must not cost their size.
 	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
 	// StartTask marks a task RUNNING on worker, stamping started_at. Returns

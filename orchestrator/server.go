@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/fanout/fanout/budget"
@@ -26,9 +27,15 @@ import (
 const TenantMetadataKey = "fanout-tenant-id"
 
 const (
+	// defaultPageSize and maxPageSize bound a ListRuns page (a page_size
+	// above maxPageSize is lowered to it, as the API doc says).
 	defaultPageSize = 50
-	maxPageSize     = 500
-	errorDomain     = "fanout.v1"
+	maxPageSize     = 100
+	// maxListBytes bounds a ListRuns response, encoded: the page ends early
+	// (with a next_page_token) rather than pass it. It stays well under
+	// gRPC's default 4 MiB receive limit of the callers.
+	maxListBytes = 2 << 20
+	errorDomain  = "fanout.v1"
 )
 
 // Server is the gRPC adapter of an Engine: fanout.v1.OrchestratorService.
@@ -195,23 +202,41 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	runs, err := s.e.List(ctx, ListParams{TenantID: tenant, State: req.GetState(), Limit: size + 1,
-		BeforeCreated: tok.Created, BeforeID: tok.RunID})
+	// Summaries, budgets included, come from one store query on the API's
+	// pool: no per-run ledger read (Engine.List's) on the ledger's pool.
+	found, err := s.e.store.ListRuns(ctx, tenant, req.GetState(), tok.Created, tok.RunID, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	resp := &fanoutv1.ListRunsResponse{Runs: runs}
-	if len(runs) > size {
-		resp.Runs = runs[:size]
-		last := resp.Runs[size-1]
-		raw, err := json.Marshal(pageToken{Tenant: tenant, State: int32(req.GetState()),
-			Created: last.GetCreatedAt().AsTime(), RunID: last.GetRunId()})
-		if err != nil {
-			return nil, s.toStatus(ctx, err)
+	resp := &fanoutv1.ListRunsResponse{}
+	bytes := 0
+	for i, r := range found {
+		summarize(r)
+		n := proto.Size(r)
+		if i == size || (i > 0 && bytes+n > maxListBytes) {
+			last := resp.Runs[len(resp.Runs)-1]
+			raw, err := json.Marshal(pageToken{Tenant: tenant, State: int32(req.GetState()),
+				Created: last.GetCreatedAt().AsTime(), RunID: last.GetRunId()})
+			if err != nil {
+				return nil, s.toStatus(ctx, err)
+			}
+			resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
+			break
 		}
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
+		bytes += n
+		resp.Runs = append(resp.Runs, r)
 	}
 	return resp, nil
+}
+
+// summarize clears what a ListRuns summary leaves out: the spec, the joined
+// result and the tasks' summaries (GetRun has them). The store does not read
+// them for a list; this keeps the response's contract whatever the store.
+func summarize(r *fanoutv1.Run) {
+	r.Spec, r.Result = nil, nil
+	for _, t := range r.GetTasks() {
+		t.Summary = nil
+	}
 }
 
 func requireRunID(v *validator, id string) {

@@ -234,10 +234,13 @@ func (s *Runs) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Ru
 	return found[0], nil
 }
 
-// ListRuns returns up to limit runs of tenantID, newest first, in state
-// (any state if RUN_STATE_UNSPECIFIED), that are older than the run
-// (beforeCreated, beforeID) in that order; a zero beforeCreated starts with
-// the newest.
+// ListRuns returns summaries of up to limit runs of tenantID, newest first,
+// in state (any state if RUN_STATE_UNSPECIFIED), that are older than the
+// run (beforeCreated, beforeID) in that order; a zero beforeCreated starts
+// with the newest. A summary has no spec, no result and no task summaries
+// (GetRun has them): the query does not read those jsonb columns, so a page
+// costs memory by its runs' tasks, not by their specs. Its budget is the run
+// account's, read in the same query.
 func (s *Runs) ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 	beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error) {
 	stateName := ""
@@ -248,15 +251,97 @@ func (s *Runs) ListRuns(ctx context.Context, tenantID string, state fanoutv1.Run
 	if !beforeCreated.IsZero() {
 		before = &beforeCreated
 	}
-	found, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
-		WHERE tenant_id = $1 AND ($2 = '' OR state = $2)
-		  AND ($3::timestamptz IS NULL OR (created_at, run_id) < ($3, $4))
-		ORDER BY created_at DESC, run_id DESC
+	found, err := s.runSummaries(ctx, `SELECT `+runSummaryColumns+` FROM run r
+		LEFT JOIN account a ON a.run_id = r.run_id AND a.kind = 'run'
+		WHERE r.tenant_id = $1 AND ($2 = '' OR r.state = $2)
+		  AND ($3::timestamptz IS NULL OR (r.created_at, r.run_id) < ($3, $4))
+		ORDER BY r.created_at DESC, r.run_id DESC
 		LIMIT $5`, tenantID, stateName, before, beforeID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list runs of tenant %s: %w", tenantID, err)
 	}
 	return found, nil
+}
+
+// summaryRow is a run without its jsonb documents, with its run account.
+type summaryRow struct {
+	RunID          string     `db:"run_id"`
+	TenantID       string     `db:"tenant_id"`
+	IdempotencyKey string     `db:"idempotency_key"`
+	State          string     `db:"state"`
+	CancelCause    string     `db:"cancel_cause"`
+	Labels         []byte     `db:"labels"`
+	CreatedAt      time.Time  `db:"created_at"`
+	FinishedAt     *time.Time `db:"finished_at"`
+	Limit          *int64     `db:"limit_tokens"` // nil: no account (yet)
+	Reserved       int64      `db:"reserved"`
+	Spent          int64      `db:"spent"`
+	Exhausted      bool       `db:"exhausted"`
+}
+
+const runSummaryColumns = `r.run_id, r.tenant_id, r.idempotency_key, r.state, r.cancel_cause, r.labels,
+	r.created_at, r.finished_at, a.limit_tokens, coalesce(a.reserved, 0) AS reserved,
+	coalesce(a.spent, 0) AS spent, coalesce(a.state = 'exhausted', false) AS exhausted`
+
+// taskSummaryColumns are taskColumns without the outcome document.
+const taskSummaryColumns = `run_id, task_id, dispatch_index, status, NULL::jsonb AS outcome, tokens_spent, worker,
+	started_at, finished_at`
+
+// runSummaries reads run summaries (runSummaryColumns) and, in a second
+// query, their tasks without outcomes.
+func (s *Runs) runSummaries(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	sums, err := pgx.CollectRows(rows, pgx.RowToStructByName[summaryRow])
+	if err != nil || len(sums) == 0 {
+		return nil, err
+	}
+	ids := make([]string, len(sums))
+	for i, r := range sums {
+		ids[i] = r.RunID
+	}
+	rows, err = s.pool.Query(ctx, `SELECT `+taskSummaryColumns+` FROM task
+		WHERE run_id = ANY($1) ORDER BY run_id, dispatch_index`, ids)
+	if err != nil {
+		return nil, err
+	}
+	taskRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
+	if err != nil {
+		return nil, err
+	}
+	byRun := map[string][]*fanoutv1.TaskOutcome{}
+	for _, t := range taskRows {
+		o, err := t.outcome()
+		if err != nil {
+			return nil, err
+		}
+		byRun[t.RunID] = append(byRun[t.RunID], o)
+	}
+	out := make([]*fanoutv1.Run, len(sums))
+	for i, r := range sums {
+		st, err := runs.ParseState(r.State)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: stored state: %w", r.RunID, err)
+		}
+		run := &fanoutv1.Run{RunId: r.RunID, TenantId: r.TenantID, IdempotencyKey: r.IdempotencyKey,
+			State: st, CancelCause: r.CancelCause, Tasks: byRun[r.RunID],
+			CreatedAt: timestamppb.New(r.CreatedAt), FinishedAt: timestamp(r.FinishedAt)}
+		if err := json.Unmarshal(r.Labels, &run.Labels); err != nil {
+			return nil, fmt.Errorf("decode labels of run %s: %w", r.RunID, err)
+		}
+		if len(run.Labels) == 0 {
+			run.Labels = nil
+		}
+		if r.Limit != nil {
+			run.Budget = &fanoutv1.BudgetSnapshot{LimitTokens: *r.Limit,
+				AvailableTokens: *r.Limit - r.Reserved - r.Spent, ReservedTokens: r.Reserved,
+				SpentTokens: r.Spent, Exhausted: r.Exhausted}
+		}
+		out[i] = run
+	}
+	return out, nil
 }
 
 // queryRuns reads runs and, in a second query, their tasks.

@@ -13,20 +13,46 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// defaultMaxConns is the pool size when the database URL sets none.
+// defaultMaxConns is the pool size when neither PoolConfig nor the database
+// URL sets one.
 const defaultMaxConns = 16
 
-// Open builds a connection pool for databaseURL and checks that it answers.
-// Queries use the extended protocol (pgx's default), never the simple one.
+// PoolConfig tunes a pool OpenPool builds. Zero values take the documented
+// defaults.
+type PoolConfig struct {
+	// MaxConns is the most connections the pool opens. It wins over the
+	// URL's pool_max_conns; zero means the URL's, or 16 if it sets none.
+	MaxConns int32
+	// Name is the pool's application_name, so that pg_stat_activity tells a
+	// process's pools apart, unless the URL sets application_name. Default
+	// none.
+	Name string
+}
+
+// Open builds a connection pool for databaseURL and checks that it answers:
+// OpenPool with the zero PoolConfig.
 func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	return OpenPool(ctx, databaseURL, PoolConfig{})
+}
+
+// OpenPool builds a connection pool for databaseURL tuned by pc and checks
+// that it answers. Queries use the extended protocol (pgx's default), never
+// the simple one.
+func OpenPool(ctx context.Context, databaseURL string, pc PoolConfig) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", redactURLError(err))
 	}
-	if !strings.Contains(databaseURL, "pool_max_conns") {
+	switch {
+	case pc.MaxConns > 0:
+		cfg.MaxConns = pc.MaxConns
+	case !strings.Contains(databaseURL, "pool_max_conns"):
 		// pgx's default, max(4, CPUs), starves a server with hundreds of
-		// streams in flight; the URL's pool_max_conns still wins.
+		// streams in flight.
 		cfg.MaxConns = defaultMaxConns
+	}
+	if pc.Name != "" && cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = pc.Name
 	}
 	setSearchPath(cfg.ConnConfig, Schema)
 	cfg.ConnConfig.Tracer = queryTracer{}

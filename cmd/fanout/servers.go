@@ -26,6 +26,9 @@ type serverFlags struct {
 	pollInterval  time.Duration
 	groupCommit   bool
 	metricsListen string
+	ledgerPool    int
+	apiPool       int
+	maxStreams    int
 }
 
 func (s *serverFlags) register(f *flags, listen, metrics string) {
@@ -38,6 +41,9 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.DurationVar(&s.sweepInterval, "sweep-interval", node.DefaultSweepInterval, "how often this node posts expired leases as estimated spend")
 	f.DurationVar(&s.pollInterval, "poll-interval", budget.DefaultPollInterval, "how often watched runs are polled in case a NOTIFY was missed")
 	f.BoolVar(&s.groupCommit, "group-commit", true, "coalesce ledger calls that arrive together into one transaction")
+	f.IntVar(&s.ledgerPool, "db-pool-ledger", node.DefaultLedgerPool, "connections of the ledger's pool (reserve, settle, leases, watcher, sweeper); API readers never use it")
+	f.IntVar(&s.apiPool, "db-pool-api", node.DefaultAPIPool, "connections of the run store's pool (runs, events, GetRun/ListRuns/WatchRun reads)")
+	f.IntVar(&s.maxStreams, "max-streams", node.DefaultMaxStreams, "most gRPC calls this process serves at once, all connections together (health checks aside); more are RESOURCE_EXHAUSTED")
 }
 
 func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
@@ -46,6 +52,9 @@ func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
 		SweepInterval: s.sweepInterval,
 		PollInterval:  s.pollInterval,
 		GroupCommit:   s.groupCommit,
+		LedgerPool:    int32(min(max(s.ledgerPool, 0), 1<<20)), //nolint:gosec // clamped
+		APIPool:       int32(min(max(s.apiPool, 0), 1<<20)),    //nolint:gosec // clamped
+		MaxStreams:    s.maxStreams,
 		Logger:        log,
 	}
 }

@@ -511,7 +511,9 @@ type ListRunsRequest struct {
 	// Tenant whose runs to list. Empty means "default".
 	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// The most runs to return. 0 means the server default (50); values above
-	// the server maximum (500) are lowered to it. Must be >= 0.
+	// the server maximum (100) are lowered to it. Must be >= 0. A page may
+	// hold fewer runs than asked, when its encoded size would pass the
+	// server's cap (2 MiB); follow next_page_token for the rest.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous ListRunsResponse.next_page_token to continue that
 	// listing; empty for the first page. All other fields must match the call
@@ -585,8 +587,9 @@ func (x *ListRunsRequest) GetState() RunState {
 // ListRunsResponse is the response of OrchestratorService.ListRuns.
 type ListRunsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The runs of this page, newest first. Runs are returned in full (spec,
-	// tasks and result included).
+	// The runs of this page, newest first, as summaries: state, cause, budget,
+	// labels, times and each task's status, spend and worker, but no spec, no
+	// result and no task summaries. GetRun returns a run in full.
 	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	// Token for the next page; empty when there are no more runs.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
