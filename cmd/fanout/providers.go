@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -21,10 +22,15 @@ type providerFlags struct {
 	openaiModel   string
 	openaiStream  bool
 	anthropicMdl  string
-	rpm, tpm      int64
+	openaiLimit   llm.RateLimit
+	anthropicLim  llm.RateLimit
+	headroom      float64
+	rpm, tpm      int64 // deprecated: both providers' limits
 	modelCalls    int64
 	callTimeout   time.Duration
 	retryAttempts int
+	// limiter, if set, replaces the fleet's store.RateLimiter (tests).
+	limiter llm.Limiter
 }
 
 func (p *providerFlags) register(f *flags) {
@@ -32,8 +38,13 @@ func (p *providerFlags) register(f *flags) {
 	f.StringVar(&p.openaiModel, "openai-model", "gpt-4o-mini", "OpenAI-compatible model when a run names none")
 	f.BoolVar(&p.openaiStream, "openai-stream", true, "stream OpenAI-compatible replies (usage from the final chunk)")
 	f.StringVar(&p.anthropicMdl, "anthropic-model", "claude-3-5-haiku-latest", "Anthropic model when a run names none")
-	f.Int64Var(&p.rpm, "rpm", 0, "requests per minute allowed per provider key, shared by every worker (0: no limit)")
-	f.Int64Var(&p.tpm, "tpm", 0, "tokens per minute allowed per provider key, shared by every worker (0: no limit)")
+	f.Int64Var(&p.openaiLimit.RPM, "openai-rpm", 0, "the OpenAI key's requests per minute, as the provider states it, shared by every worker (0: no limit)")
+	f.Int64Var(&p.openaiLimit.TPM, "openai-tpm", 0, "the OpenAI key's tokens per minute, as the provider states it, shared by every worker (0: no limit)")
+	f.Int64Var(&p.anthropicLim.RPM, "anthropic-rpm", 0, "the Anthropic key's requests per minute, as the provider states it, shared by every worker (0: no limit)")
+	f.Int64Var(&p.anthropicLim.TPM, "anthropic-tpm", 0, "the Anthropic key's tokens per minute, as the provider states it, shared by every worker (0: no limit)")
+	f.Float64Var(&p.headroom, "rate-headroom", llm.DefaultHeadroom, "the fraction of each stated RPM/TPM the fleet uses, in (0, 1]")
+	f.Int64Var(&p.rpm, "rpm", 0, "deprecated: --openai-rpm and --anthropic-rpm both (each wins where set)")
+	f.Int64Var(&p.tpm, "tpm", 0, "deprecated: --openai-tpm and --anthropic-tpm both (each wins where set)")
 	f.Int64Var(&p.modelCalls, "max-model-calls", 32, "model calls in flight on this worker, across providers")
 	f.DurationVar(&p.callTimeout, "call-timeout", llm.DefaultCallTimeout, "one attempt of one model call")
 	f.IntVar(&p.retryAttempts, "retry-attempts", llm.DefaultRetryAttempts, "attempts per call for 408, 429 and 5xx replies")
@@ -47,36 +58,82 @@ func (p *providerFlags) modelsFunc(env *Env) func(*node.Backend, llm.Model) (sub
 	}
 }
 
+// limits returns each provider's stated limits with the headroom, the
+// deprecated --rpm/--tpm filling a provider's that is unset. Its errors
+// name the flag and the bound it breaks.
+func (p *providerFlags) limits() (openai, anthropic llm.RateLimit, err error) {
+	if !(p.headroom > 0 && p.headroom <= 1) {
+		return openai, anthropic, fmt.Errorf("--rate-headroom %v: must be in (0, 1], the fraction of each provider's stated RPM/TPM to use", p.headroom)
+	}
+	build := func(name string, l llm.RateLimit) (llm.RateLimit, error) {
+		rpmFlag, tpmFlag := "--"+name+"-rpm", "--"+name+"-tpm"
+		if l.RPM == 0 && p.rpm != 0 {
+			l.RPM, rpmFlag = p.rpm, "--rpm"
+		}
+		if l.TPM == 0 && p.tpm != 0 {
+			l.TPM, tpmFlag = p.tpm, "--tpm"
+		}
+		l.Headroom = p.headroom
+		for _, d := range []struct {
+			flag string
+			v    int64
+		}{{rpmFlag, l.RPM}, {tpmFlag, l.TPM}} {
+			if d.v < 0 {
+				return l, fmt.Errorf("%s %d: must be >= 0 (0: no limit)", d.flag, d.v)
+			}
+			if _, err := (llm.RateLimit{RPM: d.v, Headroom: p.headroom}).Effective(); err != nil {
+				return l, fmt.Errorf("%s %d with --rate-headroom %v allows 0 per minute: the limit must be at least %d",
+					d.flag, d.v, p.headroom, int64(math.Ceil(1/p.headroom)))
+			}
+		}
+		return l, nil
+	}
+	if openai, err = build("openai", p.openaiLimit); err != nil {
+		return openai, anthropic, err
+	}
+	anthropic, err = build("anthropic", p.anthropicLim)
+	return openai, anthropic, err
+}
+
 // models builds the worker's ModelFunc: sim always, openai and anthropic
 // when their key is set. It names a provider that was asked for by default
-// but has no key.
+// but has no key, and a limit flag out of its bounds.
 func (p *providerFlags) models(env *Env, pool *store.Pool, sim llm.Model, log *slog.Logger) (subagent.ModelFunc, error) {
 	byName := map[string]llm.Model{"sim": sim}
-	var limiter llm.Limiter
-	if p.rpm > 0 || p.tpm > 0 {
+	openaiLimit, anthropicLimit, err := p.limits()
+	if err != nil {
+		return nil, err
+	}
+	if (p.rpm > 0 || p.tpm > 0) && log != nil {
+		log.Warn("--rpm and --tpm are deprecated: use --openai-rpm, --openai-tpm, --anthropic-rpm, --anthropic-tpm",
+			"rpm", p.rpm, "tpm", p.tpm)
+	}
+	limiter := p.limiter
+	limited := func(l llm.RateLimit) bool { return l.RPM > 0 || l.TPM > 0 }
+	if limiter == nil && (limited(openaiLimit) || limited(anthropicLimit)) {
 		limiter = store.NewRateLimiter(pool)
 	}
 	slots := semaphore.NewWeighted(max(p.modelCalls, 1))
-	base := func(key, baseURL, model string) llm.ProviderConfig {
+	base := func(key, baseURL, model string, limits llm.RateLimit) llm.ProviderConfig {
 		return llm.ProviderConfig{
 			APIKey: key, BaseURL: baseURL, Model: model,
 			CallTimeout: p.callTimeout,
 			Retry:       llm.RetryPolicy{MaxAttempts: p.retryAttempts},
-			Limits:      llm.RateLimit{RPM: p.rpm, TPM: p.tpm},
+			Limits:      limits,
 			Limiter:     limiter,
 			Slots:       slots,
 			Logger:      log,
 		}
 	}
 	if key := env.Getenv("OPENAI_API_KEY"); key != "" {
-		m, err := llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: base(key, env.Getenv("OPENAI_BASE_URL"), p.openaiModel), Stream: p.openaiStream})
+		m, err := llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: base(key, env.Getenv("OPENAI_BASE_URL"), p.openaiModel, openaiLimit), Stream: p.openaiStream})
 		if err != nil {
 			return nil, err
 		}
 		byName["openai"] = m
 	}
 	if key := env.Getenv("ANTHROPIC_API_KEY"); key != "" {
-		m, err := llm.NewAnthropic(llm.AnthropicConfig{ProviderConfig: base(key, env.Getenv("ANTHROPIC_BASE_URL"), p.anthropicMdl)})
+		m, err := llm.NewAnthropic(llm.AnthropicConfig{ProviderConfig: base(key, env.Getenv("ANTHROPIC_BASE_URL"), p.anthropicMdl, anthropicLimit)})
 		if err != nil {
 			return nil, err
 		}

@@ -60,6 +60,7 @@ func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
 // Meta ties a call to the ledger: which run, task and iteration made it and
 // which reservation pays for it. Providers may log it; they never send it.
 type Meta struct {
+	TenantID      string // the run's tenant, for the 429 counter; may be empty
 	RunID         string
 	TaskID        string
 	Iteration     int

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -98,7 +99,8 @@ func (e *StatusError) Retryable() bool {
 	return e.StatusCode == http.StatusRequestTimeout || e.StatusCode == http.StatusTooManyRequests || e.StatusCode >= 500
 }
 
-// RateLimit is a provider key's limits. Zero fields are unlimited.
+// RateLimit is a provider key's limits, as the provider states them. Zero
+// RPM or TPM is unlimited.
 type RateLimit struct {
 	RPM int64 // requests per minute
 	TPM int64 // tokens (input + output) per minute
@@ -106,6 +108,52 @@ type RateLimit struct {
 	// rate x Burst / 1m (at least one request). Default 1s, which is how
 	// providers enforce per-minute limits over short windows.
 	Burst time.Duration
+	// Headroom is the fraction of RPM and TPM the fleet may use, in (0, 1];
+	// default DefaultHeadroom. A provider's own accounting runs ahead of
+	// ours (it counts tokens with its tokenizer, other clients may share
+	// the key, its windows are not our bucket's), so using all of a stated
+	// limit means living on 429s. Applied once, by Effective.
+	Headroom float64
+}
+
+// DefaultHeadroom is RateLimit.Headroom when unset: use at most 70% of a
+// provider's stated limits.
+const DefaultHeadroom = 0.7
+
+// Effective returns the limits the Limiter enforces: RPM and TPM scaled
+// by Headroom (DefaultHeadroom if 0) and rounded down, with Headroom set
+// to 1 so that applying Effective again changes nothing. It fails for a
+// Headroom outside (0, 1] and for a limit that the headroom would round
+// down to 0, which would mean unlimited.
+func (l RateLimit) Effective() (RateLimit, error) {
+	h := l.Headroom
+	if h == 0 {
+		h = DefaultHeadroom
+	}
+	if !(h > 0 && h <= 1) { // NaN fails too
+		return l, fmt.Errorf("rate limit headroom %v: must be in (0, 1]", l.Headroom)
+	}
+	if l.RPM < 0 || l.TPM < 0 {
+		return l, fmt.Errorf("rate limits rpm %d, tpm %d: must be >= 0", l.RPM, l.TPM)
+	}
+	out := l
+	out.Headroom = 1
+	for _, d := range []struct {
+		name string
+		v    *int64
+	}{{"rpm", &out.RPM}, {"tpm", &out.TPM}} {
+		if *d.v == 0 {
+			continue
+		}
+		// The epsilon keeps a product that is whole in decimal (100 x
+		// 0.29) from rounding down through its binary representation.
+		eff := int64(math.Floor(float64(*d.v)*h + 1e-6))
+		if eff < 1 {
+			return l, fmt.Errorf("rate limit %s %d with headroom %v allows 0 per minute: raise the limit or the headroom", d.name, *d.v, h)
+		}
+		*d.v = eff
+	}
+	return out, nil
 }
 
 // ProviderConfig configures a provider model. Zero values take the
@@ -127,7 +175,8 @@ type ProviderConfig struct {
 	CallTimeout time.Duration
 	Retry       RetryPolicy
 	// Limits are the key's provider limits, enforced by Limiter before each
-	// attempt. Ignored without a Limiter.
+	// attempt at Limits.Effective(): Headroom below what the provider
+	// states. Ignored without a Limiter.
 	Limits  RateLimit
 	Limiter Limiter
 	// Slots caps the model calls in flight on this worker; share one across
@@ -157,6 +206,9 @@ func (c ProviderConfig) withDefaults(provider string) (ProviderConfig, error) {
 	c.Retry = c.Retry.withDefaults()
 	if c.Limits.Burst <= 0 {
 		c.Limits.Burst = time.Second
+	}
+	if _, err := c.Limits.Effective(); err != nil {
+		return c, fmt.Errorf("new %s model: %w", provider, err)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -673,12 +673,27 @@ func TestBackoffFullJitterCappedWithFloor(t *testing.T) {
 			t.Errorf("Backoff(%d) = %s, want %s", n, got, want)
 		}
 	}
-	if got := p.Backoff(1, 5*time.Second); got != 5*time.Second {
-		t.Errorf("Backoff with Retry-After 5s = %s: the floor was undercut", got)
+	// Above a Retry-After the jitter spans max(RA/2, the backoff ceiling),
+	// at most MaxDelay.
+	for _, tc := range []struct {
+		n      int
+		ra     time.Duration
+		spread time.Duration
+	}{{1, 5 * time.Second, time.Second}, {1, time.Second, 500 * time.Millisecond}, {4, time.Second, 800 * time.Millisecond}, {1, 100 * time.Millisecond, 100 * time.Millisecond}} {
+		if got := p.Backoff(tc.n, tc.ra); got != tc.ra+tc.spread {
+			t.Errorf("Backoff(%d) with Retry-After %s at the jitter's top = %s, want %s", tc.n, tc.ra, got, tc.ra+tc.spread)
+		}
 	}
 	p.JitterFunc = func(time.Duration) time.Duration { return 0 }
 	if got := p.Backoff(3, 0); got != 0 {
 		t.Errorf("full jitter may sleep 0, got %s", got)
+	}
+	if got := p.Backoff(1, 5*time.Second); got != 5*time.Second {
+		t.Errorf("Backoff with Retry-After 5s at the jitter's bottom = %s: want the floor, 5s", got)
+	}
+	p.JitterFunc = func(d time.Duration) time.Duration { return -d } // a bad source cannot undercut the floor
+	if got := p.Backoff(1, 5*time.Second); got != 5*time.Second {
+		t.Errorf("Backoff with Retry-After 5s = %s: the floor was undercut", got)
 	}
 }
 

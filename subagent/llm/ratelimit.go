@@ -68,10 +68,16 @@ func (c *caller) define(ctx context.Context) error {
 	if c.defined {
 		return nil
 	}
-	lim := c.cfg.Limits
+	// The headroom is applied here and only here: the Limiter enforces
+	// what it is given.
+	lim, err := c.cfg.Limits.Effective()
+	if err != nil {
+		return err
+	}
 	if err := c.cfg.Limiter.Define(ctx, c.bucket, lim.RPM, lim.TPM, lim.Burst); err != nil {
 		return err
 	}
+	c.recordLimits(ctx, c.cfg.Limits, lim)
 	c.defined = true
 	return nil
 }

@@ -31,7 +31,14 @@ import (
 // Sleeps use full-jitter exponential backoff: attempt n sleeps a uniform
 // random time in [0, min(MaxDelay, BaseDelay x 2^(n-1))]. A Retry-After
 // (seconds or HTTP-date) or retry-after-ms header is a floor, never
-// undercut. The number of attempts, the total sleep and the call's context
+// undercut, with jitter above it: the sleep is uniform in [RA, RA +
+// min(MaxDelay, max(RA/2, the backoff ceiling))]. A provider that limits
+// many callers at once tells them all the same Retry-After; without the
+// spread they would all come back in the same millisecond and be refused
+// together again. Spreading over half of RA keeps the expected extra wait
+// at a quarter of what the provider asked for while it divides the
+// returning callers' peak rate by RA/2 per caller; the backoff ceiling
+// widens it for a caller refused again; MaxDelay caps it for a long RA. The number of attempts, the total sleep and the call's context
 // deadline bound the retries: a retry whose sleep would end past the
 // deadline is not made, and the call fails at once with ErrRetriesExhausted
 // rather than sleeping into a timeout.
@@ -73,14 +80,19 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 }
 
 // Backoff returns the sleep before attempt n+1 after attempt n (n >= 1)
-// failed with a Retry-After of retryAfter (0 if none).
+// failed with a Retry-After of retryAfter (0 if none): never less than
+// retryAfter, and spread above it (see RetryPolicy).
 func (p RetryPolicy) Backoff(n int, retryAfter time.Duration) time.Duration {
 	p = p.withDefaults()
 	ceiling := p.MaxDelay
 	if n-1 < 30 {
 		ceiling = min(p.MaxDelay, p.BaseDelay<<(n-1))
 	}
-	return max(p.JitterFunc(ceiling), retryAfter)
+	if retryAfter <= 0 {
+		return p.JitterFunc(ceiling)
+	}
+	spread := min(p.MaxDelay, max(retryAfter/2, ceiling))
+	return retryAfter + min(max(0, p.JitterFunc(spread)), spread)
 }
 
 // ParseRetryAfter reads a reply's retry delay: retry-after-ms (OpenAI), or
@@ -167,8 +179,15 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		cancel()
 		c.recordAttempt(ctx, err, timedOut)
 		if err == nil {
+			c.recordUse(ctx, resp.Usage.Total())
 			c.refund(ctx, cost-resp.Usage.Total())
 			return resp, nil
+		}
+		var se *StatusError
+		if !errors.As(err, &se) || se.MaybeBilled() || ctx.Err() != nil || timedOut {
+			c.recordUse(ctx, cost) // usage unknown: its cost stays taken
+		} else {
+			c.recordUse(ctx, 0)
 		}
 		if ctx.Err() != nil {
 			return Response{}, context.Cause(ctx)
@@ -177,11 +196,13 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 			return Response{}, fmt.Errorf("%s: run %s: no complete reply within %s: %w",
 				c.provider, req.Meta.RunID, c.cfg.CallTimeout, ErrCallTimeout)
 		}
-		var se *StatusError
-		if !errors.As(err, &se) || se.MaybeBilled() {
+		if se == nil || se.MaybeBilled() {
 			return Response{}, err // usage unknown: never retried, and its cost stays taken
 		}
 		c.refund(ctx, cost) // an error reply in the provider's shape consumed no tokens
+		if se.StatusCode == http.StatusTooManyRequests {
+			c.recordRateLimited(ctx, req.Meta)
+		}
 		if !se.Retryable() {
 			return Response{}, err
 		}

@@ -18,6 +18,17 @@ const (
 	attrStatusCode = attribute.Key("http.response.status_code")
 	attrErrorType  = attribute.Key("error.type")
 	attrWaitSource = attribute.Key("fanout.ratelimit.source")
+	attrDimension  = attribute.Key("fanout.ratelimit.dimension")
+	attrCeiling    = attribute.Key("fanout.ratelimit.ceiling")
+	attrTenant     = attribute.Key("fanout.tenant.id")
+)
+
+// The values of fanout.ratelimit.dimension and fanout.ratelimit.ceiling.
+const (
+	dimRPM           = "rpm"
+	dimTPM           = "tpm"
+	ceilingStated    = "stated"    // the provider's limit, as configured
+	ceilingEffective = "effective" // what the Limiter enforces: stated x headroom
 )
 
 // The sources of a rate-limit wait.
@@ -29,8 +40,12 @@ const (
 // instruments are the providers' metrics, made once from the global meter
 // provider (cmd sets it; until then they are no-ops).
 type instruments struct {
-	wait      metric.Float64Histogram
-	responses metric.Int64Counter
+	wait        metric.Float64Histogram
+	responses   metric.Int64Counter
+	rateLimited metric.Int64Counter
+	limit       metric.Int64Gauge
+	requests    metric.Int64Counter
+	tokens      metric.Int64Counter
 }
 
 var (
@@ -46,6 +61,14 @@ func metrics() *instruments {
 			metric.WithExplicitBucketBoundaries(0, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
 		inst.responses, _ = m.Int64Counter("fanout.provider.responses", metric.WithUnit("{response}"),
 			metric.WithDescription("Model provider attempts by HTTP status (429 = rate limited); error.type when no status came back."))
+		inst.rateLimited, _ = m.Int64Counter("fanout.provider.rate_limited", metric.WithUnit("{response}"),
+			metric.WithDescription("429 replies of model providers, by provider and, when the call names it, tenant (by run: the \"model call retried\" log lines carry run_id)."))
+		inst.limit, _ = m.Int64Gauge("fanout.ratelimit.limit", metric.WithUnit("1/min"),
+			metric.WithDescription("A provider key's per-minute ceiling: dimension rpm or tpm; ceiling stated (configured) or effective (stated x headroom, what the fleet's limiter enforces)."))
+		inst.requests, _ = m.Int64Counter("fanout.ratelimit.requests", metric.WithUnit("{request}"),
+			metric.WithDescription("Attempts sent to a provider by this process, each one request taken from the key's RPM; rate x 60 over the effective rpm ceiling is the share used."))
+		inst.tokens, _ = m.Int64Counter("fanout.ratelimit.tokens", metric.WithUnit("{token}"),
+			metric.WithDescription("Tokens this process's attempts hold of the key's TPM once each attempt ends: real usage, the whole bound when usage is unknown, 0 for an error reply; rate x 60 over the effective tpm ceiling is the share used."))
 	})
 	return &inst
 }
@@ -75,4 +98,43 @@ func (c *caller) recordAttempt(ctx context.Context, err error, timedOut bool) {
 		attrs = append(attrs, attrErrorType.String("transport"))
 	}
 	metrics().responses.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrs...))
+}
+
+// recordLimits sets the key's ceilings, stated and effective, when the
+// bucket is defined.
+func (c *caller) recordLimits(ctx context.Context, stated, effective RateLimit) {
+	ctx = context.WithoutCancel(ctx)
+	for _, p := range []struct {
+		dim, ceiling string
+		v            int64
+	}{
+		{dimRPM, ceilingStated, stated.RPM}, {dimRPM, ceilingEffective, effective.RPM},
+		{dimTPM, ceilingStated, stated.TPM}, {dimTPM, ceilingEffective, effective.TPM},
+	} {
+		if p.v > 0 {
+			metrics().limit.Record(ctx, p.v, metric.WithAttributes(attrProvider.String(c.provider),
+				attrDimension.String(p.dim), attrCeiling.String(p.ceiling)))
+		}
+	}
+}
+
+// recordUse counts one attempt's share of the key's limits.
+func (c *caller) recordUse(ctx context.Context, tokens int64) {
+	ctx = context.WithoutCancel(ctx)
+	attrs := metric.WithAttributes(attrProvider.String(c.provider))
+	metrics().requests.Add(ctx, 1, attrs)
+	if tokens > 0 {
+		metrics().tokens.Add(ctx, tokens, attrs)
+	}
+}
+
+// recordRateLimited counts a 429, by provider and, if known, tenant. Not
+// by run: a label per run would make a new series for every run, kept
+// until the process exits.
+func (c *caller) recordRateLimited(ctx context.Context, meta Meta) {
+	attrs := []attribute.KeyValue{attrProvider.String(c.provider)}
+	if meta.TenantID != "" {
+		attrs = append(attrs, attrTenant.String(meta.TenantID))
+	}
+	metrics().rateLimited.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrs...))
 }

@@ -28,7 +28,11 @@ var (
 type providerMetrics struct {
 	responses map[int64]int64 // by status code
 	waits     map[string]metricdata.HistogramDataPoint[float64]
-	text      string // every metric and attribute (metricsText), grepped for the key
+	limited   map[string]int64 // fanout.provider.rate_limited by tenant
+	limits    map[string]int64 // fanout.ratelimit.limit by "dimension/ceiling"
+	requests  int64            // fanout.ratelimit.requests
+	tokens    int64            // fanout.ratelimit.tokens
+	text      string           // every metric and attribute (metricsText), grepped for the key
 }
 
 func readProviderMetrics(t *testing.T) providerMetrics {
@@ -42,20 +46,50 @@ func readProviderMetrics(t *testing.T) providerMetrics {
 		t.Errorf("the API key (%q) is in the metrics (names, descriptions, units or attributes):\n%s", p, llmtest.LinesHolding(text, p))
 	}
 	out := providerMetrics{responses: map[int64]int64{}, waits: map[string]metricdata.HistogramDataPoint[float64]{},
-		text: text}
+		limited: map[string]int64{}, limits: map[string]int64{}, text: text}
+	str := func(s attribute.Set, k string) string {
+		v, _ := s.Value(attribute.Key(k))
+		return v.AsString()
+	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				if m.Name != "fanout.provider.responses" {
+			case metricdata.Gauge[int64]:
+				if m.Name != "fanout.ratelimit.limit" {
 					continue
 				}
 				for _, p := range d.DataPoints {
-					if v, ok := p.Attributes.Value("http.response.status_code"); ok {
-						out.responses[v.AsInt64()] += p.Value
+					if str(p.Attributes, "gen_ai.provider.name") == "openai" {
+						out.limits[str(p.Attributes, "fanout.ratelimit.dimension")+"/"+str(p.Attributes, "fanout.ratelimit.ceiling")] = p.Value
 					}
-					if v, _ := p.Attributes.Value("gen_ai.provider.name"); v.AsString() != "openai" {
-						t.Errorf("fanout.provider.responses point with provider %q", v.AsString())
+				}
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if str(p.Attributes, "gen_ai.provider.name") != "openai" {
+						continue
+					}
+					switch m.Name {
+					case "fanout.provider.rate_limited":
+						out.limited[str(p.Attributes, "fanout.tenant.id")] += p.Value
+					case "fanout.ratelimit.requests":
+						out.requests += p.Value
+					case "fanout.ratelimit.tokens":
+						out.tokens += p.Value
+					}
+				}
+				if m.Name != "fanout.provider.responses" {
+					continue
+				}
+				// Only openai's: with -count > 1 the reader holds the other
+				// tests' points of earlier rounds too.
+				for _, p := range d.DataPoints {
+					switch str(p.Attributes, "gen_ai.provider.name") {
+					case "":
+						t.Errorf("fanout.provider.responses point without a provider: %v", p.Attributes.ToSlice())
+					case "openai":
+						if v, ok := p.Attributes.Value("http.response.status_code"); ok {
+							out.responses[v.AsInt64()] += p.Value
+						}
 					}
 				}
 			case metricdata.Histogram[float64]:
@@ -63,8 +97,9 @@ func readProviderMetrics(t *testing.T) providerMetrics {
 					continue
 				}
 				for _, p := range d.DataPoints {
-					v, _ := p.Attributes.Value(attribute.Key("fanout.ratelimit.source"))
-					out.waits[v.AsString()] = p
+					if str(p.Attributes, "gen_ai.provider.name") == "openai" {
+						out.waits[str(p.Attributes, "fanout.ratelimit.source")] = p
+					}
 				}
 			}
 		}
@@ -90,9 +125,11 @@ func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter p
 		return llmtest.Reply{Text: "ok", Usage: llm.Usage{InputTokens: 10, OutputTokens: 2}}
 	}, func(c *llm.ProviderConfig) {
 		c.Limiter = llm.NewMemoryLimiter() // starts empty: the first attempt waits ~10ms
-		c.Limits = llm.RateLimit{RPM: 6000, Burst: time.Second}
+		c.Limits = llm.RateLimit{RPM: 6000, TPM: 1_000_000, Burst: time.Second}
 	})
-	if _, err := f.call(t.Context(), providerRequest()); err != nil {
+	req := providerRequest()
+	req.Meta.TenantID = "tenant-metrics"
+	if _, err := f.call(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
 
@@ -113,6 +150,21 @@ func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter p
 	}
 	if p := waits["provider_429"]; p.Count != 2 {
 		t.Errorf("fanout.ratelimit.wait{source=provider_429} has %d observations, want 2", p.Count)
+	}
+	if n := after.limited["tenant-metrics"] - before.limited["tenant-metrics"]; n != 2 {
+		t.Errorf("fanout.provider.rate_limited{fanout.tenant.id=tenant-metrics} grew by %d, want 2", n)
+	}
+	want := map[string]int64{"rpm/stated": 6000, "rpm/effective": 4200, "tpm/stated": 1_000_000, "tpm/effective": 700_000}
+	for k, v := range want {
+		if after.limits[k] != v {
+			t.Errorf("fanout.ratelimit.limit{%s} = %d, want %d (all: %v)", k, after.limits[k], v, after.limits)
+		}
+	}
+	if n := after.requests - before.requests; n != 3 {
+		t.Errorf("fanout.ratelimit.requests grew by %d, want 3 (two 429s and the answer)", n)
+	}
+	if n := after.tokens - before.tokens; n != 12 {
+		t.Errorf("fanout.ratelimit.tokens grew by %d, want 12: the answer's usage, nothing for the 429s", n)
 	}
 	if p := waits["limiter"]; p.Count != 3 || p.Sum <= 0 {
 		t.Errorf("fanout.ratelimit.wait{source=limiter}: %d observations summing to %vs, want 3 and > 0", p.Count, p.Sum)
