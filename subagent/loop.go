@@ -503,7 +503,7 @@ func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation
 		InputBound:  c.input,
 		Temperature: r.task.Temperature,
 		Seed:        r.task.Seed,
-		Meta: llm.Meta{RunID: r.task.RunID, TaskID: r.task.TaskID, Iteration: c.iteration,
+		Meta: llm.Meta{RunID: r.task.RunID, TenantID: r.task.TenantID, TaskID: r.task.TaskID, Iteration: c.iteration,
 			ReservationID: int64(res.ID)},
 	}
 	shown := req
