@@ -145,7 +145,10 @@ func fleetChild() bool {
 	defer pool.Close()
 	model, err := llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: llm.ProviderConfig{
 		APIKey: fleetKey, BaseURL: os.Getenv(envFleetURL), Model: "bench",
-		Limits:  llm.RateLimit{RPM: fleetRPM, TPM: fleetTPM},
+		// Headroom 1: this measures how close the fleet's limiter comes to
+		// the limit it is given; the 0.7 headroom operators get by default is
+		// policy on top (subagent/llm TestProviderHeadroomCapsAMinute).
+		Limits:  llm.RateLimit{RPM: fleetRPM, TPM: fleetTPM, Headroom: 1},
 		Limiter: store.NewRateLimiter(pool),
 		Slots:   semaphore.NewWeighted(16),
 		Logger:  slog.New(slog.DiscardHandler),
