@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/fanout/fanout/orchestrator"
@@ -97,6 +99,12 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	return o, nil
 }
 
+// workerBackoff is the reconnect backoff of the worker channels: capped at
+// 2s (plus its jitter), below the dispatcher's per-try connect wait, so that
+// every wait sees the channel try again.
+var workerBackoff = backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2,
+	MaxDelay: 2 * time.Second}
+
 // dialWorkers makes one client per address of a static list, or one
 // round-robin client for a dns:/// target.
 func (o *Orchestrator) dialWorkers(target string, tlsCfg *tls.Config) ([]orchestrator.Worker, error) {
@@ -104,6 +112,13 @@ func (o *Orchestrator) dialWorkers(target string, tlsCfg *tls.Config) ([]orchest
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin":{}}]}`),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()), // carries the run's trace to the worker
+		// Dispatch waits for a worker (wait-for-ready) while a worker
+		// restarts or has not come up yet: the channel must find it soon
+		// after it listens. gRPC's default backoff grows to 2 minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: workerBackoff, MinConnectTimeout: 5 * time.Second}),
+		// A channel stays connected: an idle one would count as not
+		// connected, and dispatch would pass it over (WorkerPool.Connected).
+		grpc.WithIdleTimeout(0),
 	}
 	var addrs []string
 	if strings.Contains(target, ":///") {
@@ -127,7 +142,7 @@ func (o *Orchestrator) dialWorkers(target string, tlsCfg *tls.Config) ([]orchest
 		}
 		conn.Connect() // dial now, not on the first task
 		o.workers = append(o.workers, conn)
-		ws = append(ws, orchestrator.Worker{Addr: a, Client: fanoutv1.NewSubagentServiceClient(conn)})
+		ws = append(ws, orchestrator.Worker{Addr: a, Client: fanoutv1.NewSubagentServiceClient(conn), Conn: conn})
 	}
 	return ws, nil
 }

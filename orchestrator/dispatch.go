@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -21,9 +23,49 @@ import (
 // worker and follows it to its outcome. Tasks and synthesis share it: the
 // same attempt fencing in the ledger, the same retry of a refusal on
 // another worker, the same CancelGrace before a call is cut.
+//
+// A call waits for a worker until its deadline: workers that are briefly
+// away (a rolling restart, an orchestrator that came up first) make it
+// wait, never fail. How it waits, and why so:
+//
+//   - Each try goes to a worker whose channel is connected (READY),
+//     looking from the one in turn on (WorkerPool.Connected): with a
+//     static list every worker is its own channel, and a dead one would
+//     otherwise hold every call sent to it while the others are idle.
+//   - When none is connected, the call waits for the one in turn to
+//     connect (gRPC wait-for-ready), but at most connectWait. Waiting for
+//     ever on one channel would starve the call while another worker comes
+//     back first; a bound longer than the channels' reconnect backoff (capped
+//     at a few seconds where node dials them) lets every wait see at least
+//     one reconnect. The bound cuts the stream's context, which it shares
+//     with the call: the cut can race a connection made at that very
+//     moment, but no Started has arrived then, so the call had not started
+//     by our one rule (callFailed), and the next try's new attempt fences
+//     whatever the worker got.
+//   - A refusal before the worker started (UNAVAILABLE: draining or
+//     unreachable; RESOURCE_EXHAUSTED: full) sends the call on to the next
+//     worker at once; after every worker of the pool refused it in turn, the
+//     next round waits a jittered backoff (full jitter: uniform in
+//     [0, RetryBackoff·2^n], capped at maxRetryBackoff), so that tasks told
+//     no at the same moment do not come back together.
+//   - A call a worker had started (it sent Started) is never sent again:
+//     it may have spent.
+//
+// The call fails for want of a worker only when its deadline passes, and
+// says so: "no worker took the task before its deadline (N attempts): last
+// error: …".
 
-// maxRetryBackoff caps the wait between two attempts to dispatch a call.
+// maxRetryBackoff caps the wait between two rounds of attempts to dispatch
+// a call.
 const maxRetryBackoff = 2 * time.Second
+
+// connectWait bounds how long one try waits for its worker's channel to
+// connect before the call goes to the next worker.
+const connectWait = 3 * time.Second
+
+// errNotConnected is the error of a try whose worker's channel did not
+// connect within connectWait.
+var errNotConnected = errors.New("the worker's channel did not connect")
 
 // progress hears how a dispatched call goes. A task records its start and
 // iterations in the store and as run events; synthesis records nothing.
@@ -32,30 +74,31 @@ type progress interface {
 	iteration(ctx context.Context, it *fanoutv1.SubagentIteration)
 }
 
-// dispatch sends req to first and, while workers refuse it
-// (RESOURCE_EXHAUSTED) or cannot be reached (UNAVAILABLE) before they
-// start it, to the next ones (every worker gets two chances, at least
-// MaxAttempts in all, with backoff). Each try is a new attempt in the
-// ledger on req's account, so only the latest can reserve. ctx is the
-// call's deadline; the outcome has no summary when no worker ran it.
+// dispatch sends req to a worker, first (or the first connected worker
+// after it) and, while workers refuse it or cannot be reached before they
+// start it, to the next ones, until one takes it or ctx — the call's
+// deadline — ends. Each try is a new attempt in the ledger on req's
+// account, so only the latest can reserve. The outcome has no summary when
+// the call ended before a worker took it, except a failure for want of a
+// worker.
 func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispatch, p progress) *fanoutv1.TaskOutcome {
 	cfg := d.e.cfg
+	pool := d.e.workers
 	backoff := cfg.RetryBackoff
-	// With most of the pool full or gone, a fixed small bound fails calls
-	// that one live worker would take.
-	attempts := max(cfg.MaxAttempts, 2*d.e.workers.Len())
-	w := first
+	next := first
 	var lastErr error
+	refused := 0 // refusals since the last backoff
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
-			return d.notStarted(ctx, req.GetTask().GetId(), lastErr)
+			return d.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
 		}
-		if attempt > 1 {
-			w = d.e.workers.After(w)
-		}
+		w, _ := pool.Connected(next)
 		r := proto.CloneOf(req)
 		n, err := d.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
 		if err != nil {
+			if ctx.Err() != nil {
+				return d.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
+			}
 			return d.attemptRefused(ctx, req.GetTask().GetId(), err)
 		}
 		r.Attempt = n
@@ -64,16 +107,44 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 			return o
 		}
 		lastErr = err
-		if attempt >= attempts {
-			return failedOutcome(fmt.Sprintf("no worker took the task in %d attempts: %v", attempt, err))
-		}
-		cfg.Logger.InfoContext(ctx, "worker refused the call; sending it elsewhere", "run_id", d.runID,
-			"task_id", req.GetTask().GetId(), "worker", w.Addr, "attempt", attempt, "err", err)
-		if !sleep(ctx, backoff) {
+		next = pool.After(w)
+		if ctx.Err() != nil {
 			continue // the loop's top ends it
 		}
+		cfg.Logger.InfoContext(ctx, "worker did not take the call; sending it elsewhere", "run_id", d.runID,
+			"task_id", req.GetTask().GetId(), "worker", w.Addr, "attempt", attempt, "err", err)
+		if errors.Is(err, errNotConnected) {
+			refused = 0 // it has waited connectWait already
+			continue
+		}
+		if refused++; refused < pool.Len() {
+			continue // the next worker may take it at once
+		}
+		refused = 0
+		sleep(ctx, rand.N(backoff)+time.Millisecond)
 		backoff = min(2*backoff, maxRetryBackoff)
 	}
+}
+
+// noWorker is the outcome of a call whose context ended before a worker
+// took it, after attempts tries, the last of which failed with lastErr.
+// When its deadline passed (the task's or the run's) while workers refused
+// it or could not be reached, it failed for want of a worker, and says so;
+// otherwise (a cancel, the budget, or no try yet) its cause stopped it.
+func (d *driver) noWorker(ctx context.Context, taskID string, attempts int, lastErr error) *fanoutv1.TaskOutcome {
+	cause := context.Cause(ctx)
+	deadline := errors.Is(cause, errTaskTimeout) || errors.Is(cause, errRunTimeout)
+	if lastErr == nil || !deadline {
+		return d.notStarted(ctx, taskID, lastErr)
+	}
+	d.e.cfg.Logger.WarnContext(ctx, "no worker took the task before its deadline", "run_id", d.runID,
+		"task_id", taskID, "attempts", attempts, "cause", cause, "last_worker_error", lastErr)
+	tries := "attempts"
+	if attempts == 1 {
+		tries = "attempt"
+	}
+	return failedOutcome(fmt.Sprintf("no worker took the task before its deadline (%d %s): last error: %v",
+		attempts, tries, lastErr))
 }
 
 // sleep waits d or until ctx ends, and reports whether d passed.
@@ -154,8 +225,9 @@ func (d *driver) notStarted(ctx context.Context, taskID string, lastErr error) *
 	return &fanoutv1.TaskOutcome{Status: stoppedStatus(context.Cause(ctx), false)} // it never ran: no summary
 }
 
-// execute runs req on worker w. retry reports that the worker refused or
-// could not be reached before it started the call.
+// execute runs req on worker w. retry reports that the call did not
+// start: the worker refused it or could not be reached (within
+// connectWait), or ctx ended first.
 func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, p progress) (o *fanoutv1.TaskOutcome, retry bool, err error) {
 	callCtx, release := d.callContext(ctx)
 	defer release()
@@ -163,7 +235,19 @@ func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, 
 	if err != nil {
 		return d.callFailed(ctx, callCtx, w, false, err)
 	}
-	stream, err := w.Client.Execute(callCtx, env)
+	// The stream's context: callCtx, cut by the connect bound too.
+	streamCtx, cutStream := context.WithCancelCause(callCtx)
+	defer cutStream(nil)
+	connecting := time.AfterFunc(connectWait, func() { cutStream(errNotConnected) })
+	stream, err := w.Client.Execute(streamCtx, env, grpc.WaitForReady(true))
+	if !connecting.Stop() && callCtx.Err() == nil {
+		// Cut while it waited for the channel (or at the moment it was
+		// sent: see the comment at the top of the file).
+		if err == nil {
+			return nil, true, fmt.Errorf("%w within %v", errNotConnected, connectWait)
+		}
+		return nil, true, fmt.Errorf("%w within %v: %w", errNotConnected, connectWait, err)
+	}
 	if err != nil {
 		return d.callFailed(ctx, callCtx, w, false, err)
 	}
@@ -235,7 +319,7 @@ func (d *driver) callFailed(ctx, callCtx context.Context, w Worker, started bool
 	if callCtx.Err() != nil {
 		// We cut the call: its context ended.
 		if !started {
-			return d.notStarted(ctx, "", nil), false, err
+			return nil, true, err // dispatch ends it (noWorker)
 		}
 		return &fanoutv1.TaskOutcome{Status: stoppedStatus(context.Cause(callCtx), true)}, false, err
 	}

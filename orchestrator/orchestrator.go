@@ -128,12 +128,11 @@ type Config struct {
 	// KnownTools are the tool names TaskSpec.allowed_tools may use (the
 	// workers' built-in tools). Any other name is INVALID_ARGUMENT.
 	KnownTools []string
-	// MaxAttempts bounds how often one task is sent to a worker that refuses
-	// it (RESOURCE_EXHAUSTED) or cannot be reached (UNAVAILABLE) before it
-	// started; it is raised to twice the number of workers, so that every
-	// worker gets two chances. Default 3.
-	MaxAttempts int
-	// RetryBackoff is the first delay between attempts; it doubles. Default 50ms.
+	// RetryBackoff is the first bound of the jittered wait before a call
+	// that every worker refused (RESOURCE_EXHAUSTED, UNAVAILABLE) before it
+	// started is tried again; it doubles up to 2s. Such a call is tried
+	// until its deadline, not a number of times: it fails for want of a
+	// worker only when its task's (or run's) deadline passes. Default 50ms.
 	RetryBackoff time.Duration
 	// HeldWait is how long a run whose tasks have all ended waits for its
 	// reservations still held (by a worker that died or was cut off) to be
@@ -203,7 +202,6 @@ func (c Config) withDefaults() Config {
 	defDur(&c.DefaultRunTimeout, min(30*time.Minute, c.MaxRunTimeout))
 	def(&c.MaxSpecBytes, 4<<20)
 	def(&c.MaxOutputTokens, 1<<16)
-	def(&c.MaxAttempts, 3)
 	defDur(&c.RetryBackoff, 50*time.Millisecond)
 	defDur(&c.HeldWait, 90*time.Second)
 	if c.CancelGrace < 0 {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"google.golang.org/grpc/connectivity"
+
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -13,6 +15,23 @@ import (
 type Worker struct {
 	Addr   string // what to report until the worker names itself
 	Client fanoutv1.SubagentServiceClient
+	// Conn, when set, reports the state of the channel Client calls on, so
+	// that dispatch prefers a worker it is connected to over one it would
+	// have to wait for (for a dns:/// target the channel is READY while
+	// any of its addresses is). A *grpc.ClientConn is one. Unset: the
+	// worker counts as connected.
+	Conn ConnState
+}
+
+// ConnState reports the connectivity state of a gRPC channel.
+type ConnState interface {
+	GetState() connectivity.State
+}
+
+// connected reports whether a call to w would be sent at once, without
+// waiting for its channel to (re)connect.
+func (w Worker) connected() bool {
+	return w.Conn == nil || w.Conn.GetState() == connectivity.Ready
 }
 
 // WorkerPool hands out workers round-robin. It is safe for concurrent use.
@@ -51,6 +70,28 @@ func (p *WorkerPool) After(w Worker) Worker {
 		}
 	}
 	return p.Next()
+}
+
+// Connected returns the first worker whose channel is connected, looking
+// from w on in pool order (w itself first), and reports whether there was
+// one; when there is none it returns w.
+func (p *WorkerPool) Connected(w Worker) (Worker, bool) {
+	from := 0
+	for i := range p.workers {
+		if p.workers[i].Addr == w.Addr {
+			from = i
+			break
+		}
+	}
+	if w.connected() {
+		return w, true
+	}
+	for i := 1; i <= len(p.workers); i++ {
+		if c := p.workers[(from+i)%len(p.workers)]; c.connected() {
+			return c, true
+		}
+	}
+	return w, false
 }
 
 // Len reports how many workers the pool has.

@@ -189,8 +189,9 @@ func (s *Server) Running() int {
 // by a key not in Keys, PERMISSION_DENIED for a signature that does not
 // verify, INVALID_ARGUMENT (with BadRequest field violations) for a
 // malformed dispatch, ALREADY_EXISTS for a dispatch (run, task, attempt)
-// already running here, UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED
-// (ErrorInfo reason WORKER_FULL) at capacity. Otherwise the subagent's
+// already running here, UNAVAILABLE (ErrorInfo reason WORKER_DRAINING)
+// while shutting down, RESOURCE_EXHAUSTED (ErrorInfo reason WORKER_FULL) at
+// capacity. Otherwise the subagent's
 // outcome is in the final summary and the stream ends OK.
 func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) error {
 	req, err := s.open(env)
@@ -316,7 +317,10 @@ func (s *Server) acquire(req *fanoutv1.Dispatch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return status.Error(codes.Unavailable, "worker is shutting down")
+		// Draining: the orchestrator sends the task to another worker at
+		// once (or, with none, waits for one); nothing was reserved.
+		return refusal(codes.Unavailable, "WORKER_DRAINING", s.cfg.Name,
+			fmt.Sprintf("worker %s is draining (shutting down); send the task elsewhere", s.cfg.Name))
 	}
 	if s.inFlight[dispatchKey(req)] {
 		// A replayed envelope: the same attempt's reserve keys would hand
@@ -325,20 +329,25 @@ func (s *Server) acquire(req *fanoutv1.Dispatch) error {
 			req.GetAttempt(), req.GetTask().GetId(), req.GetRunId())
 	}
 	if s.running >= s.cfg.Capacity {
-		st, err := status.New(codes.ResourceExhausted,
-			fmt.Sprintf("worker %s is full (%d subagents running)", s.cfg.Name, s.running)).
-			WithDetails(&errdetails.ErrorInfo{Reason: "WORKER_FULL", Domain: "fanout",
-				Metadata: map[string]string{"worker": s.cfg.Name}})
-		if err != nil {
-			return status.Error(codes.ResourceExhausted, "worker is full")
-		}
-		return st.Err()
+		return refusal(codes.ResourceExhausted, "WORKER_FULL", s.cfg.Name,
+			fmt.Sprintf("worker %s is full (%d subagents running)", s.cfg.Name, s.running))
 	}
 	s.running++
 	s.inFlight[dispatchKey(req)] = true
 	s.wg.Add(1)
 	metrics().capacityUsed.Add(context.Background(), 1)
 	return nil
+}
+
+// refusal is the status of a call the worker refuses before it reserved
+// anything, with an ErrorInfo (domain fanout) naming reason and worker.
+func refusal(code codes.Code, reason, worker, msg string) error {
+	st, err := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "fanout",
+		Metadata: map[string]string{"worker": worker}})
+	if err != nil {
+		return status.Error(code, msg)
+	}
+	return st.Err()
 }
 
 func (s *Server) release(req *fanoutv1.Dispatch) {
