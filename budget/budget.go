@@ -213,8 +213,10 @@ type Ledger interface {
 	// many it resolved. Safe to run on every node at once.
 	ExpireLeases(ctx context.Context) (int, error)
 
-	// CancelRun ends the run's account with StateCancelled (unless it had
-	// already ended) so nothing more is granted, and notifies watchers.
+	// CancelRun ends the run's account with StateCancelled so nothing more
+	// is granted, and notifies watchers: an open run, and an exhausted one
+	// too (under DRAIN its calls run on until they hear the cancel). A
+	// cancelled or closed run is unchanged.
 	CancelRun(ctx context.Context, runID, cause string) (Account, error)
 
 	// CloseRun closes the run's accounts. It never voids a held

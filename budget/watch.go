@@ -51,16 +51,49 @@ type WatcherConfig struct {
 	Logger       *slog.Logger  // default slog.Default()
 }
 
-// Watcher tells subscribers, once, that a run's budget ended — whichever of
-// the notice and the poll sees it first. A notice sent while the listener was
-// disconnected is lost for good; the poll of watched runs covers that gap.
+// Watcher tells subscribers what ended a run's budget — whichever of the
+// notice and the poll sees it first. A run's state only moves forward:
+// open, then exhausted, then cancelled or closed. A subscriber hears the
+// first end once (Subscription.Done), and, if that was exhaustion, hears
+// once more when the run is then cancelled or closed
+// (Subscription.Cancelled): under DRAIN an exhausted run's calls run on,
+// and only that second signal stops them. Other later news (exhaustion
+// again, a second cancel) changes nothing. A notice sent while the
+// listener was disconnected is lost for good; the poll of watched runs
+// covers that gap, until a run has been heard cancelled or closed.
 type Watcher struct {
 	src WatchSource
 	cfg WatcherConfig
 
-	mu    sync.Mutex
-	subs  map[string]map[*Subscription]struct{}
-	ended map[string]RunSignal // runs already signalled, kept while watched
+	mu   sync.Mutex
+	subs map[string]map[*Subscription]struct{}
+	news map[string]runNews // what was heard of each watched run, kept while it is watched
+}
+
+// runNews is what a Watcher heard of one run: its first end and, when that
+// was exhaustion, the cancel or close after it.
+type runNews struct {
+	first RunSignal // zero until the run ended
+	stop  RunSignal // the run cancelled or closed (also when that was first); zero until then
+}
+
+// stops reports whether a run in state s stops all its work, whatever its
+// exhaustion policy.
+func stops(s AccountState) bool { return s == StateCancelled || s == StateClosed }
+
+// hear adds sig to what n knew, and reports whether it was news.
+func (n *runNews) hear(sig RunSignal) bool {
+	switch {
+	case n.first.State == "":
+		n.first = sig
+	case n.stop.State == "" && stops(sig.State):
+	default:
+		return false // exhausted again, or a run that already stopped
+	}
+	if stops(sig.State) {
+		n.stop = sig
+	}
+	return true
 }
 
 // NewWatcher returns a watcher on src. Call Run to start it.
@@ -78,30 +111,55 @@ func NewWatcher(src WatchSource, cfg WatcherConfig) *Watcher {
 		cfg.Logger = slog.Default()
 	}
 	return &Watcher{
-		src:   src,
-		cfg:   cfg,
-		subs:  map[string]map[*Subscription]struct{}{},
-		ended: map[string]RunSignal{},
+		src:  src,
+		cfg:  cfg,
+		subs: map[string]map[*Subscription]struct{}{},
+		news: map[string]runNews{},
 	}
 }
 
 // Subscription is one subscriber's interest in one run.
 type Subscription struct {
-	w     *Watcher
-	runID string
-	once  sync.Once
-	done  chan struct{}
-	sig   RunSignal
+	w      *Watcher
+	runID  string
+	first  latch // the run's budget ended
+	cancel latch // the run was cancelled or closed
 }
 
-// Done is closed when the run's budget has ended.
-func (s *Subscription) Done() <-chan struct{} { return s.done }
-
-// Signal returns what ended the run; valid once Done is closed.
-func (s *Subscription) Signal() RunSignal {
-	<-s.done
-	return s.sig
+// latch holds a signal that is set once; ch is closed when it is.
+type latch struct {
+	once sync.Once
+	ch   chan struct{}
+	sig  RunSignal
 }
+
+func (l *latch) set(sig RunSignal) {
+	l.once.Do(func() {
+		l.sig = sig
+		close(l.ch)
+	})
+}
+
+func (l *latch) get() RunSignal {
+	<-l.ch
+	return l.sig
+}
+
+// Done is closed when the run's budget has ended: exhausted, cancelled or
+// closed, whichever came first.
+func (s *Subscription) Done() <-chan struct{} { return s.first.ch }
+
+// Signal returns what first ended the run; valid once Done is closed.
+func (s *Subscription) Signal() RunSignal { return s.first.get() }
+
+// Cancelled is closed when the run is cancelled or closed: with Done if
+// that ended it, or later if it was exhausted first. Work that an exhausted
+// run lets finish (DRAIN) stops when it is closed.
+func (s *Subscription) Cancelled() <-chan struct{} { return s.cancel.ch }
+
+// CancelSignal returns the run's cancel or close; valid once Cancelled is
+// closed.
+func (s *Subscription) CancelSignal() RunSignal { return s.cancel.get() }
 
 // Close removes the subscription. Safe to call more than once.
 func (s *Subscription) Close() {
@@ -112,22 +170,26 @@ func (s *Subscription) Close() {
 		delete(set, s)
 		if len(set) == 0 {
 			delete(w.subs, s.runID)
-			delete(w.ended, s.runID)
+			delete(w.news, s.runID)
 		}
 	}
 }
 
-func (s *Subscription) fire(sig RunSignal) {
-	s.once.Do(func() {
-		s.sig = sig
-		close(s.done)
-	})
+// tell fires what s has not yet been told of n.
+func (s *Subscription) tell(n runNews) {
+	if n.first.State != "" {
+		s.first.set(n.first)
+	}
+	if n.stop.State != "" {
+		s.cancel.set(n.stop)
+	}
 }
 
-// Subscribe starts watching runID. If the run is already known to have
-// ended, Done is closed at once.
+// Subscribe starts watching runID. What is already known of the run is
+// told at once: Done (and Cancelled) are closed before it returns.
 func (w *Watcher) Subscribe(runID string) *Subscription {
-	s := &Subscription{w: w, runID: runID, done: make(chan struct{})}
+	s := &Subscription{w: w, runID: runID,
+		first: latch{ch: make(chan struct{})}, cancel: latch{ch: make(chan struct{})}}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	set := w.subs[runID]
@@ -136,13 +198,11 @@ func (w *Watcher) Subscribe(runID string) *Subscription {
 		w.subs[runID] = set
 	}
 	set[s] = struct{}{}
-	if sig, ok := w.ended[runID]; ok {
-		s.fire(sig)
-	}
+	s.tell(w.news[runID])
 	return s
 }
 
-// deliver fires every subscriber of sig's run once.
+// deliver tells every subscriber of sig's run what is news in it.
 func (w *Watcher) deliver(sig RunSignal) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -150,21 +210,24 @@ func (w *Watcher) deliver(sig RunSignal) {
 	if set == nil {
 		return // nobody here cares about that run
 	}
-	if _, seen := w.ended[sig.RunID]; !seen {
-		w.ended[sig.RunID] = sig
+	n := w.news[sig.RunID]
+	if !n.hear(sig) {
+		return
 	}
-	first := w.ended[sig.RunID]
+	w.news[sig.RunID] = n
 	for s := range set {
-		s.fire(first)
+		s.tell(n)
 	}
 }
 
+// watched returns the runs to poll: every watched run not yet heard
+// cancelled or closed (an exhausted run may still be cancelled).
 func (w *Watcher) watched() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ids := make([]string, 0, len(w.subs))
 	for id := range w.subs {
-		if _, done := w.ended[id]; !done {
+		if w.news[id].stop.State == "" {
 			ids = append(ids, id)
 		}
 	}

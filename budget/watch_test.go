@@ -129,7 +129,7 @@ func TestNoticeReachesEverySubscriberOnce(t *testing.T) {
 	defer b.Close()
 	defer other.Close()
 	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted}
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateClosed} // a subscriber is told once
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateClosed} // the first news stays the first
 	awaitDelivered(t, src, 2)
 	if sig := waitDone(t, a); sig.State != budget.StateExhausted || !errors.Is(sig.Err(), budget.ErrExhausted) {
 		t.Errorf("a got %+v", sig)
@@ -146,10 +146,11 @@ func TestNoticeReachesEverySubscriberOnce(t *testing.T) {
 
 // TestLaterNewsDoesNotReplaceTheFirst: once the watcher has heard that a
 // run ended, later news of it (another notice, a poll that finds it in
-// another state) changes nothing. Every subscriber is told the first news,
-// at once, also one that subscribes after all of it: a subscriber that came
-// first cannot show this, since it is fired only once whatever the watcher
-// keeps.
+// another state) does not replace that: Signal stays the first news, and a
+// cancel after exhaustion is told apart, on Cancelled. Every subscriber is
+// told the first news, at once, also one that subscribes after all of it:
+// a subscriber that came first cannot show this, since it is fired only
+// once whatever the watcher keeps.
 func TestLaterNewsDoesNotReplaceTheFirst(t *testing.T) {
 	src := newSource()
 	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
@@ -175,6 +176,7 @@ func TestLaterNewsDoesNotReplaceTheFirst(t *testing.T) {
 	late := w.Subscribe("r1")
 	defer late.Close()
 	toldFirst("a subscriber after both notices", late)
+	toldCancel(t, "a subscriber after both notices", late, "caller cancelled")
 
 	// A poll that finds the run in yet another state changes nothing either.
 	src.end(budget.RunSignal{RunID: "r1", State: budget.StateClosed, Cause: "closed"})
@@ -185,6 +187,91 @@ func TestLaterNewsDoesNotReplaceTheFirst(t *testing.T) {
 	defer later.Close()
 	toldFirst("a subscriber after a poll found the run closed", later)
 	toldFirst("the subscriber from before the notices, after it all", early)
+	toldCancel(t, "a subscriber after a poll found the run closed", later, "caller cancelled")
+	toldCancel(t, "the subscriber from before the notices, after it all", early, "caller cancelled")
+}
+
+// toldCancel checks that s was told, at once, that its run was cancelled
+// with cause.
+func toldCancel(t *testing.T, who string, s *budget.Subscription, cause string) {
+	t.Helper()
+	select {
+	case <-s.Cancelled():
+	default:
+		t.Fatalf("%s: Cancelled is not closed, though the watcher has heard that the run was cancelled", who)
+	}
+	if sig := s.CancelSignal(); sig.State != budget.StateCancelled || sig.Cause != cause || !errors.Is(sig.Err(), budget.ErrRunCancelled) {
+		t.Errorf("%s was told of the cancel %+v; want cancelled (%q)", who, sig, cause)
+	}
+}
+
+// notCancelled checks that s has not been told of a cancel.
+func notCancelled(t *testing.T, who string, s *budget.Subscription) {
+	t.Helper()
+	select {
+	case <-s.Cancelled():
+		t.Errorf("%s: told the run was cancelled (%+v) though it is only exhausted", who, s.CancelSignal())
+	default:
+	}
+}
+
+// TestCancelAfterExhaustionIsHeard: an exhausted run (whose calls DRAIN
+// lets finish) that is then cancelled is news: every subscriber hears the
+// exhaustion on Done and, later, the cancel with its cause on Cancelled.
+// Exhaustion heard again is not news, and neither is a second cancel.
+func TestCancelAfterExhaustionIsHeard(t *testing.T) {
+	src := newSource()
+	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
+	s := w.Subscribe("r1")
+	defer s.Close()
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"}
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "exhausted again"}
+	awaitDelivered(t, src, 2)
+	if sig := waitDone(t, s); sig.State != budget.StateExhausted || sig.Cause != "budget exhausted" {
+		t.Fatalf("first signal %+v, want the first exhaustion", sig)
+	}
+	notCancelled(t, "the subscriber", s)
+	exhausted := w.Subscribe("r1")
+	defer exhausted.Close()
+	notCancelled(t, "a subscriber after the exhaustion", exhausted)
+
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "cancelled by caller: stop"}
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "again"}
+	awaitDelivered(t, src, 2)
+	for who, sub := range map[string]*budget.Subscription{"the subscriber": s, "a subscriber after the exhaustion": exhausted} {
+		toldCancel(t, who, sub, "cancelled by caller: stop")
+		if sig := sub.Signal(); sig.State != budget.StateExhausted {
+			t.Errorf("%s: the first signal became %+v", who, sig)
+		}
+	}
+	late := w.Subscribe("r1")
+	defer late.Close()
+	if sig := waitDone(t, late); sig.State != budget.StateExhausted {
+		t.Errorf("a subscriber after the cancel: first signal %+v, want exhausted", sig)
+	}
+	toldCancel(t, "a subscriber after the cancel", late, "cancelled by caller: stop")
+}
+
+// TestPollHearsCancelAfterExhaustion: the poll keeps looking at a run it
+// found exhausted, and finds the cancel that followed (whose notice was
+// lost), with its cause.
+func TestPollHearsCancelAfterExhaustion(t *testing.T) {
+	src := newSource()
+	w := start(t, src, budget.WatcherConfig{PollInterval: 20 * time.Millisecond})
+	s := w.Subscribe("r1")
+	defer s.Close()
+	src.end(budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"}) // no notice sent
+	if sig := waitDone(t, s); sig.State != budget.StateExhausted {
+		t.Fatalf("first signal %+v, want exhausted", sig)
+	}
+	notCancelled(t, "the subscriber", s)
+	src.end(budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "cancelled by caller: stop"})
+	select {
+	case <-s.Cancelled():
+	case <-time.After(patience):
+		t.Fatalf("the poll did not find the cancel after the exhaustion within %v", patience)
+	}
+	toldCancel(t, "the subscriber", s, "cancelled by caller: stop")
 }
 
 func TestPollCoversALostNotice(t *testing.T) {

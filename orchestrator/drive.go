@@ -197,7 +197,8 @@ func (d *driver) stopCause(runCtx context.Context) error {
 }
 
 // listen hears the run's end from any node — exhaustion, or CancelRun
-// elsewhere — until the returned stop is called.
+// elsewhere, also after an exhaustion (DRAIN lets calls run on, and a
+// cancel must still stop them) — until the returned stop is called.
 func (d *driver) listen(runCtx context.Context, cancelRun context.CancelCauseFunc) (stop func()) {
 	sub := d.e.watcher.Subscribe(d.runID)
 	done := make(chan struct{})
@@ -207,8 +208,17 @@ func (d *driver) listen(runCtx context.Context, cancelRun context.CancelCauseFun
 		defer wg.Done()
 		select {
 		case <-done:
+			return
 		case <-sub.Done():
 			d.heard(runCtx, sub.Signal(), cancelRun)
+		}
+		if sub.Signal().State != budget.StateExhausted {
+			return
+		}
+		select {
+		case <-done:
+		case <-sub.Cancelled():
+			d.heard(runCtx, sub.CancelSignal(), cancelRun)
 		}
 	}()
 	return func() {

@@ -735,3 +735,117 @@ func TestConservationCheckReportsTampering(t *testing.T) {
 		t.Errorf("after a forged entry on task t1: not conserved = %v, want exactly account %d", got, ra.Tasks["t1"])
 	}
 }
+
+// TestCancelAfterExhaustion: a run exhausted under DRAIN still has calls in
+// flight, so a CancelRun must still reach it: the ledger moves the exhausted
+// run to cancelled with the caller's cause, posts one cancel entry and
+// notifies, and a watcher hears the cancel after the exhaustion, through
+// the notice and through the poll. A closed run stays closed.
+func TestCancelAfterExhaustion(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "drained", 1000, 100, 1000)
+	src := store.NewWatchSource(b.pool, b.url)
+	heard := budget.NewWatcher(src, budget.WatcherConfig{PollInterval: time.Hour}) // notices only
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); heard.Run(ctx) }() //nolint:errcheck // returns ctx.Err() when the test ends it
+	defer func() { cancel(); wg.Wait() }()
+	polled := budget.NewWatcher(src, budget.WatcherConfig{}) // never Run: it learns only when polled
+	bySub, byPoll := heard.Subscribe("drained"), polled.Subscribe("drained")
+	defer bySub.Close()
+	defer byPoll.Close()
+	awaitListener(t, b)
+
+	res, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 950, Min: 950, Holder: "n", TTL: ttl}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := polled.Poll(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for who, s := range map[string]*budget.Subscription{"notice": bySub, "poll": byPoll} {
+		select {
+		case <-s.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no exhaustion signal", who)
+		}
+		if sig := s.Signal(); sig.State != budget.StateExhausted {
+			t.Fatalf("%s: first signal %+v, want exhausted", who, sig)
+		}
+		select {
+		case <-s.Cancelled():
+			t.Fatalf("%s: cancelled before anyone cancelled the run: %+v", who, s.CancelSignal())
+		default:
+		}
+	}
+
+	a, err := b.ledger.CancelRun(b.ctx, "drained", "cancelled by caller: stop")
+	if err != nil || a.State != budget.StateCancelled || a.Cause != "cancelled by caller: stop" {
+		t.Fatalf("cancel of the exhausted run = %+v, %v; want cancelled with the caller's cause", a, err)
+	}
+	if err := polled.Poll(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for who, s := range map[string]*budget.Subscription{"notice": bySub, "poll": byPoll} {
+		select {
+		case <-s.Cancelled():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the cancel after exhaustion was not heard", who)
+		}
+		if sig := s.CancelSignal(); sig.State != budget.StateCancelled || !errors.Is(sig.Err(), budget.ErrRunCancelled) {
+			t.Errorf("%s: cancel signal %+v, want cancelled", who, sig)
+		}
+		if sig := s.Signal(); sig.State != budget.StateExhausted {
+			t.Errorf("%s: the first signal became %+v; it stays the exhaustion", who, sig)
+		}
+	}
+	if sig := byPoll.CancelSignal(); sig.Cause != "cancelled by caller: stop" {
+		t.Errorf("the poll's cancel signal has cause %q, want the caller's", sig.Cause)
+	}
+
+	// Once cancelled, a cancel changes nothing; the held call settles.
+	if a, err := b.ledger.CancelRun(b.ctx, "drained", "again"); err != nil || a.Cause != "cancelled by caller: stop" {
+		t.Errorf("second cancel = %+v, %v", a, err)
+	}
+	if _, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: res.ID, Generation: res.Lease.Generation, Actual: 900}); err != nil {
+		t.Fatalf("settle the call in flight after the cancel: %v", err)
+	}
+	if a, err := b.ledger.CloseRun(b.ctx, "drained"); err != nil || a.State != budget.StateClosed {
+		t.Fatalf("close = %+v, %v", a, err)
+	}
+	if a, err := b.ledger.CancelRun(b.ctx, "drained", "too late"); err != nil || a.State != budget.StateClosed {
+		t.Errorf("cancel of a closed run = %+v, %v; want it closed", a, err)
+	}
+	var cancels []string
+	if err := b.pool.QueryRow(b.ctx, `SELECT coalesce(array_agg(note ORDER BY entry_id), '{}') FROM ledger_entry
+		WHERE run_id = 'drained' AND kind = 'cancel'`).Scan(&cancels); err != nil {
+		t.Fatal(err)
+	}
+	if len(cancels) != 1 || cancels[0] != "cancelled by caller: stop" {
+		t.Errorf("cancel entries %q, want one with the caller's cause", cancels)
+	}
+	b.checkConserved(t)
+}
+
+// awaitListener waits until a watcher's LISTEN connection is idle on the
+// test's database: a notice sent before it listens is lost, by design.
+func awaitListener(t *testing.T, b *testBundle) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var listening bool
+		if err := b.pool.QueryRow(b.ctx, `SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = $1
+			AND datname = current_database() AND state = 'idle'`, store.ListenerApplicationName).Scan(&listening); err != nil {
+			t.Fatal(err)
+		}
+		if listening {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher's listener never appeared in pg_stat_activity")
+		}
+		time.Sleep(10 * time.Millisecond) // polling pg_stat_activity
+	}
+}

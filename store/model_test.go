@@ -141,8 +141,9 @@ func (m *model) expire(id budget.ReservationID) {
 	m.resolved()
 }
 
-// endRun never voids: a close with reservations held cancels the run and
-// leaves it closing until the last one resolves (see resolved).
+// endRun never voids: a close with reservations held cancels an open run
+// and leaves it closing until the last one resolves (see resolved). A cancel
+// also reaches an exhausted run (0010).
 func (m *model) endRun(state budget.AccountState) {
 	run := m.accounts[m.run]
 	if run.state == budget.StateClosed {
@@ -152,7 +153,7 @@ func (m *model) endRun(state budget.AccountState) {
 		m.close()
 		return
 	}
-	if run.state == budget.StateOpen {
+	if run.state == budget.StateOpen || run.state == budget.StateExhausted && state == budget.StateCancelled {
 		run.state = budget.StateCancelled
 	}
 	if state == budget.StateClosed {

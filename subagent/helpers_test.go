@@ -262,19 +262,29 @@ func waitStarted(t *testing.T, g *gatedModel) llm.Meta {
 
 // chanWatch is a RunWatch the test fires by hand, standing in for the
 // watcher's LISTEN/NOTIFY delivery so the test controls when it arrives.
+// Like budget.Subscription, the first signal is kept, and a cancelled or
+// closed run (first, or after exhaustion) also closes Cancelled.
 type chanWatch struct {
-	once sync.Once
-	done chan struct{}
-	sig  budget.RunSignal
+	once, cancelOnce sync.Once
+	done, cancelled  chan struct{}
+	sig, cancelSig   budget.RunSignal
 }
 
-func newWatch() *chanWatch { return &chanWatch{done: make(chan struct{})} }
+func newWatch() *chanWatch {
+	return &chanWatch{done: make(chan struct{}), cancelled: make(chan struct{})}
+}
 
 func (w *chanWatch) fire(sig budget.RunSignal) {
 	w.once.Do(func() {
 		w.sig = sig
 		close(w.done)
 	})
+	if sig.State == budget.StateCancelled || sig.State == budget.StateClosed {
+		w.cancelOnce.Do(func() {
+			w.cancelSig = sig
+			close(w.cancelled)
+		})
+	}
 }
 
 func (w *chanWatch) Done() <-chan struct{} { return w.done }
@@ -282,6 +292,13 @@ func (w *chanWatch) Done() <-chan struct{} { return w.done }
 func (w *chanWatch) Signal() budget.RunSignal {
 	<-w.done
 	return w.sig
+}
+
+func (w *chanWatch) Cancelled() <-chan struct{} { return w.cancelled }
+
+func (w *chanWatch) CancelSignal() budget.RunSignal {
+	<-w.cancelled
+	return w.cancelSig
 }
 
 // poll calls cond until it holds or patience runs out.

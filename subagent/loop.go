@@ -43,11 +43,15 @@ const (
 	PolicyDrain
 )
 
-// RunWatch tells the loop that its run's budget ended. *budget.Subscription
-// implements it.
+// RunWatch tells the loop that its run's budget ended, and when an
+// exhausted run is then cancelled. *budget.Subscription implements it.
 type RunWatch interface {
-	Done() <-chan struct{}
-	Signal() budget.RunSignal
+	Done() <-chan struct{}    // closed when the run's budget ended
+	Signal() budget.RunSignal // what ended it first
+	// Cancelled is closed when the run is cancelled or closed, also after
+	// it was exhausted.
+	Cancelled() <-chan struct{}
+	CancelSignal() budget.RunSignal
 }
 
 // Fact is one thing a subagent found.
@@ -72,7 +76,8 @@ type Task struct {
 	OnExhaustion   Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
-	// cancels it under either policy. Either way no new call starts.
+	// cancels it under either policy, also when it was exhausted first.
+	// Either way no new call starts.
 	Watch RunWatch
 	// Model settings passed through to the provider.
 	ModelName   string
@@ -252,9 +257,15 @@ func (r *run) watched(ctx context.Context, h *hearing) (Summary, error) {
 			case <-w.Done():
 				h.hear()
 				sig := w.Signal()
-				if sig.State != budget.StateExhausted || r.task.OnExhaustion == PolicyCancel {
-					cancel(sig.Err())
+				if sig.State == budget.StateExhausted && r.task.OnExhaustion == PolicyDrain {
+					select { // the call runs on, unless the run is then cancelled
+					case <-stop:
+						return
+					case <-w.Cancelled():
+						sig = w.CancelSignal()
+					}
 				}
+				cancel(sig.Err())
 			}
 		}()
 		defer wg.Wait()
