@@ -350,32 +350,6 @@ func (e *Engine) Cancel(ctx context.Context, tenantID, runID, cause string) (*fa
 	return e.Get(ctx, tenantID, runID)
 }
 
-// ListParams select a page of runs.
-type ListParams struct {
-	TenantID      string // "" means "default"
-	State         fanoutv1.RunState
-	Limit         int       // 1..500
-	BeforeCreated time.Time // zero for the first page
-	BeforeID      string
-}
-
-// List returns a page of a tenant's runs, newest first.
-func (e *Engine) List(ctx context.Context, p ListParams) ([]*fanoutv1.Run, error) {
-	if p.TenantID == "" {
-		p.TenantID = "default"
-	}
-	runs, err := e.store.ListRuns(ctx, p.TenantID, p.State, p.BeforeCreated, p.BeforeID, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range runs {
-		if acct, err := e.ledger.RunAccount(ctx, r.GetRunId()); err == nil {
-			r.Budget = snapshot(acct)
-		}
-	}
-	return runs, nil
-}
-
 // Shutdown stops accepting runs and adopting orphaned ones, waits for the
 // runs this engine drives (or ends, having adopted them) to end, and stops
 // the heartbeat. When ctx ends first, it cancels them (cause: the orchestrator shut
