@@ -317,14 +317,20 @@ func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanou
 		d.e.cfg.Logger.ErrorContext(ctx, "finish task", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
 		stored = o
 	}
-	countTask(ctx, o.GetStatus())
+	countTask(ctx, stored)
 	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: stored}}})
 	return stored
 }
 
-// countTask counts a task that ended.
-func countTask(ctx context.Context, st fanoutv1.TaskStatus) {
-	metrics().tasksFinished.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrTaskStatus.String(runs.Text(st))))
+// countTask counts a task that ended, and how long it ran if a worker
+// started it.
+func countTask(ctx context.Context, o *fanoutv1.TaskOutcome) {
+	ctx = context.WithoutCancel(ctx)
+	status := metric.WithAttributes(attrTaskStatus.String(runs.Text(o.GetStatus())))
+	metrics().tasksFinished.Add(ctx, 1, status)
+	if o.GetStartedAt() != nil && o.GetFinishedAt() != nil {
+		metrics().taskDuration.Record(ctx, o.GetFinishedAt().AsTime().Sub(o.GetStartedAt().AsTime()).Seconds(), status)
+	}
 }
 
 // request builds the dispatch of task i; its dependencies' facts (all

@@ -124,8 +124,12 @@ func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.Run
 		return false
 	}
 	e.wake(runID) // the RunFinished is stored with the end
-	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1,
-		metric.WithAttributes(attrRunState.String(runs.Text(state))))
+	byState := metric.WithAttributes(attrRunState.String(runs.Text(state)))
+	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1, byState)
+	if stored.GetCreatedAt() != nil && stored.GetFinishedAt() != nil {
+		metrics().runDuration.Record(context.WithoutCancel(ctx),
+			stored.GetFinishedAt().AsTime().Sub(stored.GetCreatedAt().AsTime()).Seconds(), byState)
+	}
 	return true
 }
 
@@ -135,6 +139,7 @@ func (d *driver) end(runCtx context.Context) {
 	d.recordStopLatency(runCtx)
 	runCause := d.finalCause(runCtx)
 	state, cause := runState(d.p, runCause, d.isExhausted(), d.outcomes)
+	d.countDiscarded(runCtx, runCause)
 	result := join(d.outcomes)
 	if d.p.spec.GetSynthesize() {
 		result.Synthesis, result.SynthesisSkippedReason = d.synthesize(runCtx, runCause, result)
@@ -190,4 +195,21 @@ func (d *driver) recordStopLatency(runCtx context.Context) {
 	}
 	metrics().cancelLatency.Record(context.WithoutCancel(runCtx), took.Seconds(),
 		metric.WithAttributes(attrCancelScope.String("run"), attrCancelReason.String(reason)))
+}
+
+// countDiscarded adds to the speculation bill what the tasks a join policy
+// cancelled had spent: the price of running them in parallel.
+func (d *driver) countDiscarded(runCtx context.Context, runCause error) {
+	var ff *failFastError
+	if !errors.Is(runCause, errFirstSuccess) && !errors.As(runCause, &ff) {
+		return
+	}
+	var tokens int64
+	for _, o := range d.outcomes {
+		if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_CANCELLED {
+			tokens += o.GetTokensSpent()
+		}
+	}
+	metrics().tokensDiscarded.Add(context.WithoutCancel(runCtx), tokens,
+		metric.WithAttributes(attrJoinPolicy.String(runs.Text(d.p.spec.GetJoinPolicy()))))
 }

@@ -161,7 +161,7 @@ func (e *Engine) failLost(ctx context.Context, runID string) ([]*fanoutv1.TaskOu
 		return nil, nil, fmt.Errorf("fail unfinished tasks: %w", err)
 	}
 	for _, o := range failed {
-		countTask(ctx, o.GetStatus())
+		countTask(ctx, o)
 		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
 			TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}); err != nil {
 			e.cfg.Logger.ErrorContext(ctx, "append TaskFinished", "run_id", runID, "task_id", o.GetTaskId(), "err", err)

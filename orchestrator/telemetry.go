@@ -43,11 +43,18 @@ const (
 func tracer() trace.Tracer { return otel.Tracer(scope) }
 
 type instruments struct {
-	tasksFinished metric.Int64Counter
-	runsFinished  metric.Int64Counter
-	runsActive    metric.Int64UpDownCounter
-	cancelLatency metric.Float64Histogram
+	tasksFinished   metric.Int64Counter
+	runsFinished    metric.Int64Counter
+	runsActive      metric.Int64UpDownCounter
+	cancelLatency   metric.Float64Histogram
+	runDuration     metric.Float64Histogram
+	taskDuration    metric.Float64Histogram
+	tokensDiscarded metric.Int64Counter
 }
+
+// durationBuckets are the boundaries (seconds) of the run and task duration
+// histograms: a sim call is tenths of a second, a real run minutes.
+var durationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
 var (
 	instOnce sync.Once
@@ -68,6 +75,15 @@ func metrics() *instruments {
 		inst.cancelLatency, _ = m.Float64Histogram("fanout.cancel.latency", metric.WithUnit("s"),
 			metric.WithDescription(cancelLatencyDescription),
 			metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+		inst.runDuration, _ = m.Float64Histogram("fanout.run.duration", metric.WithUnit("s"),
+			metric.WithDescription("Runs from creation to their end (database time), by state."),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		inst.taskDuration, _ = m.Float64Histogram("fanout.task.duration", metric.WithUnit("s"),
+			metric.WithDescription("Dispatched tasks from their start on a worker to their end (database time), by status."),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		inst.tokensDiscarded, _ = m.Int64Counter("fanout.tokens.discarded", metric.WithUnit("{token}"),
+			metric.WithDescription("The speculation bill: tokens spent by tasks that a join policy cancelled "+
+				"(FIRST_SUCCESS after a success, FAIL_FAST after a failure), by policy."))
 	})
 	return &inst
 }

@@ -366,6 +366,16 @@ func TestTelemetryOfARun(t *testing.T) { //nolint:paralleltest // global provide
 	if got := sum(after, "fanout.tasks.finished", ok) - sum(before, "fanout.tasks.finished", ok); got != 3 {
 		t.Errorf("fanout.tasks.finished{SUCCEEDED} grew by %v, want 3", got)
 	}
+	if got := count(after, "fanout.task.duration", ok) - count(before, "fanout.task.duration", ok); got != 3 {
+		t.Errorf("fanout.task.duration{SUCCEEDED} has %d more observations, want 3", got)
+	}
+	succeeded := attribute.String("fanout.run.state", "SUCCEEDED")
+	if got := count(after, "fanout.run.duration", succeeded) - count(before, "fanout.run.duration", succeeded); got != 1 {
+		t.Errorf("fanout.run.duration{SUCCEEDED} has %d more observations, want 1", got)
+	}
+	if took := sum(after, "fanout.run.duration", succeeded) - sum(before, "fanout.run.duration", succeeded); took <= 0 {
+		t.Errorf("fanout.run.duration{SUCCEEDED} grew by %vs, want the run's duration", took)
+	}
 	if got := count(after, "gen_ai.client.operation.duration") - count(before, "gen_ai.client.operation.duration"); got != 6 {
 		t.Errorf("gen_ai.client.operation.duration has %d more observations, want 6", got)
 	}
@@ -447,5 +457,33 @@ func TestTelemetryOfACancelledRun(t *testing.T) { //nolint:paralleltest // globa
 	cancelled := attribute.String("fanout.task.status", "CANCELLED")
 	if got := sum(after, "fanout.tasks.finished", cancelled) - sum(before, "fanout.tasks.finished", cancelled); got != 3 {
 		t.Errorf("fanout.tasks.finished{CANCELLED} grew by %v, want 3", got)
+	}
+}
+
+// TestTelemetryOfTheSpeculationBill: what the tasks a FIRST_SUCCESS run
+// cancelled had spent is counted as fanout.tokens.discarded, exactly.
+func TestTelemetryOfTheSpeculationBill(t *testing.T) { //nolint:paralleltest // global providers: see installTelemetry
+	installTelemetry(t)
+	b := setup(t)
+	fast, _ := b.worker(t, "fast", llm.SimConfig{}, 8)
+	slow, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, fast, slow)
+	before := collect(t)
+	s := spec("speculation", 4, 100_000) // round-robin: t00, t02 fast; t01, t03 slow
+	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS
+	fin := checkEvents(t, runStream(t, n.client, s))
+	var cancelled int64
+	for _, o := range fin.GetResult().GetTasks() {
+		if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_CANCELLED {
+			cancelled += o.GetTokensSpent()
+		}
+	}
+	if cancelled == 0 {
+		t.Fatalf("the cancelled tasks spent nothing: %v", fin.GetResult().GetTasks())
+	}
+	policy := attribute.String("fanout.run.join_policy", "FIRST_SUCCESS")
+	after := collect(t)
+	if got := sum(after, "fanout.tokens.discarded", policy) - sum(before, "fanout.tokens.discarded", policy); got != float64(cancelled) {
+		t.Errorf("fanout.tokens.discarded{FIRST_SUCCESS} grew by %v, want %d (the cancelled tasks' spend)", got, cancelled)
 	}
 }
