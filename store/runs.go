@@ -302,22 +302,9 @@ func (s *Runs) runSummaries(ctx context.Context, sql string, args ...any) ([]*fa
 	for i, r := range sums {
 		ids[i] = r.RunID
 	}
-	rows, err = s.pool.Query(ctx, `SELECT `+taskSummaryColumns+` FROM task
-		WHERE run_id = ANY($1) ORDER BY run_id, dispatch_index`, ids)
+	tasks, err := s.tasksOf(ctx, taskSummaryColumns, ids)
 	if err != nil {
 		return nil, err
-	}
-	taskRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
-	if err != nil {
-		return nil, err
-	}
-	byRun := map[string][]*fanoutv1.TaskOutcome{}
-	for _, t := range taskRows {
-		o, err := t.outcome()
-		if err != nil {
-			return nil, err
-		}
-		byRun[t.RunID] = append(byRun[t.RunID], o)
 	}
 	out := make([]*fanoutv1.Run, len(sums))
 	for i, r := range sums {
@@ -326,13 +313,20 @@ func (s *Runs) runSummaries(ctx context.Context, sql string, args ...any) ([]*fa
 			return nil, fmt.Errorf("run %s: stored state: %w", r.RunID, err)
 		}
 		run := &fanoutv1.Run{RunId: r.RunID, TenantId: r.TenantID, IdempotencyKey: r.IdempotencyKey,
-			State: st, CancelCause: r.CancelCause, Tasks: byRun[r.RunID],
+			State: st, CancelCause: r.CancelCause,
 			CreatedAt: timestamppb.New(r.CreatedAt), FinishedAt: timestamp(r.FinishedAt)}
 		if err := json.Unmarshal(r.Labels, &run.Labels); err != nil {
 			return nil, fmt.Errorf("decode labels of run %s: %w", r.RunID, err)
 		}
 		if len(run.Labels) == 0 {
 			run.Labels = nil
+		}
+		for _, t := range tasks[r.RunID] {
+			o, err := t.outcome()
+			if err != nil {
+				return nil, err
+			}
+			run.Tasks = append(run.Tasks, o)
 		}
 		if r.Limit != nil {
 			run.Budget = &fanoutv1.BudgetSnapshot{LimitTokens: *r.Limit,
@@ -361,8 +355,25 @@ func (s *Runs) queryRuns(ctx context.Context, sql string, args ...any) ([]*fanou
 	for i, r := range runRows {
 		ids[i] = r.RunID
 	}
-	rows, err = s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
-		WHERE run_id = ANY($1) ORDER BY run_id, dispatch_index`, ids)
+	tasks, err := s.tasksOf(ctx, taskColumns, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*fanoutv1.Run, len(runRows))
+	for i, r := range runRows {
+		if out[i], err = r.run(tasks[r.RunID]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// tasksOf reads the tasks of runIDs (columns: taskColumns, or
+// taskSummaryColumns without outcomes) in one query, by run, in dispatch
+// order.
+func (s *Runs) tasksOf(ctx context.Context, columns string, runIDs []string) (map[string][]taskRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM task
+		WHERE run_id = ANY($1) ORDER BY run_id, dispatch_index`, runIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -370,17 +381,11 @@ func (s *Runs) queryRuns(ctx context.Context, sql string, args ...any) ([]*fanou
 	if err != nil {
 		return nil, err
 	}
-	byRun := map[string][]taskRow{}
+	byRun := make(map[string][]taskRow, len(runIDs))
 	for _, t := range taskRows {
 		byRun[t.RunID] = append(byRun[t.RunID], t)
 	}
-	out := make([]*fanoutv1.Run, len(runRows))
-	for i, r := range runRows {
-		if out[i], err = r.run(byRun[r.RunID]); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return byRun, nil
 }
 
 // StartTask marks a task RUNNING on worker and stamps started_at (database
