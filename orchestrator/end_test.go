@@ -3,9 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"errors"
-	"io"
 	"testing"
-	"time"
 
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -32,29 +30,6 @@ func (s noFinishEvents) AppendEvents(ctx context.Context, runID string, evs []*f
 	return s.RunStore.AppendEvents(ctx, runID, evs)
 }
 
-// watchUntil streams a run's events from after until RunFinished or the
-// stream's end, failing the test if that takes longer than d.
-func watchUntil(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string, after int64, d time.Duration) []*fanoutv1.RunEvent {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	defer cancel()
-	stream, err := c.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID, AfterSequence: after})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []*fanoutv1.RunEvent
-	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return evs
-		}
-		if err != nil {
-			t.Fatalf("WatchRun after %d events: %v (a follower must end when the run does)", len(evs), err)
-		}
-		evs = append(evs, msg.GetEvent())
-	}
-}
-
 // TestTheEndIsOneWrite: a run's final state, result and RunFinished are
 // one write. Here every separate append of a RunFinished fails (issue 12:
 // when the second of two writes failed once, the run was SUCCEEDED in the
@@ -70,7 +45,7 @@ func TestTheEndIsOneWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := watchUntil(t, n.client, r.GetRunId(), 0, 20*time.Second)
+	evs := watchAllAfter(t, n.client, r.GetRunId(), 0)
 	fin := checkEvents(t, evs)
 	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || len(fin.GetResult().GetTasks()) != 2 {
 		t.Fatalf("RunFinished %s with %d tasks, want SUCCEEDED with 2", fin.GetState(), len(fin.GetResult().GetTasks()))
@@ -100,7 +75,7 @@ func TestWatchEndsWhenTheRunHasEnded(t *testing.T) {
 		t.Fatalf("delete the RunFinished: %v", err)
 	}
 	for _, after := range []int64{0, last} {
-		evs := watchUntil(t, n.client, runID, after, 10*time.Second)
+		evs := watchAllAfter(t, n.client, runID, after)
 		if len(evs) == 0 || evs[len(evs)-1].GetRunFinished() == nil {
 			t.Fatalf("after %d: the stream ended without a RunFinished (%d events)", after, len(evs))
 		}

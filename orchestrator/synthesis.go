@@ -30,7 +30,11 @@ const synthesisInstruction = "Synthesize the facts given above into one answer t
 func (d *driver) synthesize(runCtx context.Context, runCause error, result *fanoutv1.JoinedResult) (text, skipped string) {
 	ctx, cancel := context.WithTimeoutCause(context.WithoutCancel(runCtx), d.e.cfg.DefaultTaskTimeout, errTaskTimeout)
 	defer cancel()
-	if reason := d.synthesisUnaffordable(ctx); reason != "" {
+	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+	if err != nil {
+		return "", "the run's budget could not be read"
+	}
+	if reason := d.synthesisUnaffordable(acct); reason != "" {
 		return "", reason
 	}
 	if runCause != nil {
@@ -38,10 +42,6 @@ func (d *driver) synthesize(runCtx context.Context, runCause error, result *fano
 	}
 	if len(result.GetFacts()) == 0 {
 		return "", "no facts to synthesize"
-	}
-	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
-	if err != nil {
-		return "", "the run's budget could not be read"
 	}
 	o := d.dispatch(ctx, d.e.workers.Next(), d.synthesisRequest(acct, result), noProgress{})
 	sum := o.GetSummary()
@@ -90,13 +90,10 @@ func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedRe
 	}
 }
 
-// synthesisUnaffordable says why the run's budget cannot pay for synthesis,
-// or "" when it can.
-func (d *driver) synthesisUnaffordable(ctx context.Context) string {
-	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+// synthesisUnaffordable says why the run account acct cannot pay for
+// synthesis, or "" when it can.
+func (d *driver) synthesisUnaffordable(acct budget.Account) string {
 	switch {
-	case err != nil:
-		return "the run's budget could not be read"
 	case acct.State == budget.StateExhausted:
 		return "the run's budget was exhausted: the ledger grants it nothing more"
 	case acct.State != budget.StateOpen:
