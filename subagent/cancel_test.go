@@ -1,13 +1,11 @@
 package subagent_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -19,17 +17,7 @@ import (
 func TestServerCancelAfterExhaustionUnderDrain(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: 50 * time.Millisecond})
-	wctx, stopWatcher := context.WithCancel(context.Background())
-	watcherDone := make(chan struct{})
-	go func() {
-		defer close(watcherDone)
-		_ = w.Run(wctx)
-	}()
-	defer func() {
-		stopWatcher()
-		await(t, watcherDone, "the watcher stopping")
-	}()
+	w := runWatcher(t, b)
 	model := newGated(newSim(t, llm.SimConfig{}))
 	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Watcher = w }))
 	heard := w.Subscribe(b.runID) // the worker's subscription hears what this one hears

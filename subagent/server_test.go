@@ -255,17 +255,7 @@ func TestServerClientCancel(t *testing.T) {
 func TestServerRunCancelledByWatcher(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: 50 * time.Millisecond})
-	wctx, stopWatcher := context.WithCancel(context.Background())
-	watcherDone := make(chan struct{})
-	go func() {
-		defer close(watcherDone)
-		_ = w.Run(wctx)
-	}()
-	defer func() {
-		stopWatcher()
-		await(t, watcherDone, "the watcher stopping")
-	}()
+	w := runWatcher(t, b)
 	model := newGated(newSim(t, llm.SimConfig{}))
 	client := serve(t, newServer(t, b, model, func(c *subagent.ServerConfig) { c.Watcher = w }))
 
@@ -339,4 +329,22 @@ func TestServerShutdown(t *testing.T) {
 		t.Errorf("reservations %+v: want the in-flight one settled estimated", res)
 	}
 	b.checkLedger(t)
+}
+
+// runWatcher runs a watcher of b's database (polling every 50 ms) until the
+// test ends.
+func runWatcher(t *testing.T, b *bundle) *budget.Watcher {
+	t.Helper()
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: 50 * time.Millisecond})
+	wctx, stopWatcher := context.WithCancel(context.Background())
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		_ = w.Run(wctx)
+	}()
+	t.Cleanup(func() {
+		stopWatcher()
+		await(t, watcherDone, "the watcher stopping")
+	})
+	return w
 }
