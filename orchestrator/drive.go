@@ -36,9 +36,9 @@ type driver struct {
 	resumed []bool
 	// pendingSkips: tasks a resumed run must end SKIPPED first (restore).
 	pendingSkips []int
-	running  int
-	results  chan taskResult
-	tasks    sync.WaitGroup
+	running      int
+	results      chan taskResult
+	tasks        sync.WaitGroup
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
