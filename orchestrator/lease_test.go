@@ -495,8 +495,12 @@ func (s beatlessStore) Heartbeat(ctx context.Context, owner string, runIDs []str
 func TestRunAdoptedTooOftenEnds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, _ := b.worker(t, "w", llm.SimConfig{Latency: 30 * time.Second}, 8)
-	a := b.orchestrator(t, "a", leaseConfig(), w)
+	w, _ := b.worker(t, "w", resumeSim, 8)
+	var killed atomic.Bool
+	a := b.orchestratorWith(t, "a", leaseConfig(), func(p *orchestrator.EngineParams) {
+		p.Store = cutStore{RunStore: p.Store, cut: &killed}
+		p.Ledger = cutLedger{Ledger: p.Ledger, cut: &killed}
+	}, w)
 	s := spec("poison", 2, 100_000)
 	start, err := a.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
 	if err != nil {
@@ -504,10 +508,13 @@ func TestRunAdoptedTooOftenEnds(t *testing.T) {
 	}
 	runID := start.GetRunId()
 	awaitTasksIn(t, a.client, runID, fanoutv1.TaskStatus_TASK_STATUS_RUNNING, 2)
-	a.engine.StopHeartbeat()
 	if _, err := b.pool.Exec(t.Context(), `UPDATE run SET adoptions = 3 WHERE run_id = $1`, runID); err != nil {
 		t.Fatal(err)
 	}
+	killed.Store(true)
+	dead, kill := context.WithCancel(t.Context())
+	kill()
+	_ = a.engine.Shutdown(dead)
 	other := b.orchestrator(t, "b", leaseConfig(), w)
 	run := checkAdopted(t, b, other.client, s, runID,
 		"run adopted 4 times (its orchestrators kept being lost, the last was a); the limit is 3")
