@@ -166,4 +166,3 @@ func checkAttemptsApart(t testing.TB, pool *store.Pool, runID string) {
 		t.Errorf("%d pairs of attempts of one account held reservations at the same time, e.g. %s", overlaps, example)
 	}
 }
-
