@@ -17,9 +17,10 @@ import (
 	"github.com/fanout/fanout/store/storetest"
 )
 
-// partitionLeaseTTL is the cut-off worker's --lease-ttl: renewed every
-// second, its calls stop 300 ms (a tenth) before a lease could end.
-const partitionLeaseTTL = 3 * time.Second
+// partitionLeaseTTL is the cut-off worker's --lease-ttl: short, so that the
+// leases end soon after the cut, yet long enough that a renewal (given
+// TTL/3, 2s) does not time out on a busy machine before the cut.
+const partitionLeaseTTL = 6 * time.Second
 
 // partitionTasks is how many tasks the run has, each with one call in
 // flight at the cut.
