@@ -104,4 +104,3 @@ func TestTaskWaitsForAWorkerThatComesUp(t *testing.T) {
 	}
 	b.checkLedger(t)
 }
-

@@ -125,4 +125,3 @@ func tasksIn(t testing.TB, pool *store.Pool, runID, st string) int {
 	}
 	return n
 }
-
