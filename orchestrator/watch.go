@@ -18,9 +18,17 @@ import (
 // WatchPollInterval, instead of one query per stream per interval (8,000
 // streams polling alone drove Postgres to ~37k transactions/s, issue 12).
 // An append made on this node wakes its followers at once (Engine.wake);
-// the poller finds what other nodes appended. Each stream then reads the
-// events past its own cursor. With nothing followed, the poller reads
-// nothing: an idle node commits no transaction for it.
+// the poller finds what other nodes appended. Each stream reads from its
+// own cursor: the run's latest events (its tail, up to tailEvents) are read
+// from the store once for every stream of the run on this node, and only a
+// stream further behind than the tail reads the store itself (5,000
+// streams each reading on every move of the head kept a concurrent run
+// waiting for the pool over 90s, issue 12). With nothing followed, the
+// poller reads nothing: an idle node commits no transaction for it.
+
+// tailEvents is how many of a followed run's latest events a node keeps
+// for its streams.
+const tailEvents = 2048
 
 // followers is the node's poller and the runs it follows.
 type followers struct {
@@ -37,6 +45,23 @@ type followed struct {
 	streams int
 	head    runs.Head     // as last read
 	changed chan struct{} // closed and replaced when the head moves
+
+	moves int64 // how many times changed was closed
+
+	// What the streams' shared reads found: tail is the run's latest
+	// events, consecutive, ending at readTo (readTo -1: none read yet);
+	// readAt is moves when the last complete read began (-1: read again).
+	tail     []*fanoutv1.RunEvent
+	readTo   int64
+	readAt   int64
+	fetching chan struct{} // while a stream reads for all: closed when it is done
+}
+
+// move tells r's streams that its head moved. The caller holds f.mu.
+func (r *followed) move() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.moves++
 }
 
 func newFollowers(store RunStore, interval time.Duration, onError func(error)) *followers {
@@ -49,7 +74,7 @@ func (f *followers) follow(runID string) {
 	defer f.mu.Unlock()
 	r := f.runs[runID]
 	if r == nil {
-		r = &followed{changed: make(chan struct{})}
+		r = &followed{changed: make(chan struct{}), readTo: -1, readAt: -1}
 		f.runs[runID] = r
 	}
 	r.streams++
@@ -77,13 +102,79 @@ func (f *followers) state(runID string) (runs.Head, <-chan struct{}) {
 	return r.head, r.changed
 }
 
+// events returns up to limit of runID's events with sequence > after. The
+// run's streams on this node share their reads of its latest events: from
+// the tail when after is in it; through one read of the store (own) for
+// every stream waiting at the end of what has been read, and none at all
+// when nothing moved the head since the last such read and known (the
+// latest sequence the stream knows of) has been read; through the stream's
+// own read when after is before the tail. runID must be followed.
+func (f *followers) events(ctx context.Context, runID string, after, known int64, limit int,
+	own func(after int64) ([]*fanoutv1.RunEvent, error)) ([]*fanoutv1.RunEvent, error) {
+	for {
+		f.mu.Lock()
+		r := f.runs[runID]
+		first := r.readTo - int64(len(r.tail)) + 1 // of the tail
+		switch {
+		case len(r.tail) > 0 && after >= first-1 && after < r.readTo:
+			from := after - first + 1
+			evs := slices.Clone(r.tail[from:min(from+int64(limit), int64(len(r.tail)))])
+			f.mu.Unlock()
+			return evs, nil
+		case after < r.readTo:
+			f.mu.Unlock()
+			return own(after)
+		case r.fetching != nil:
+			wait := r.fetching
+			f.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			continue
+		case after == r.readTo && r.readAt == r.moves && known <= r.readTo:
+			f.mu.Unlock()
+			return nil, nil // the last read started after the last move and found nothing more
+		}
+		// Read what follows after for every stream of the run.
+		done := make(chan struct{})
+		r.fetching, r.readAt = done, r.moves
+		f.mu.Unlock()
+		evs, err := own(after)
+		f.mu.Lock()
+		switch {
+		case err != nil:
+			r.readAt = -1
+		case after != r.readTo: // ahead of the tail: start a new one
+			r.tail, r.readTo = evs, after
+		default:
+			r.tail = append(r.tail, evs...)
+		}
+		if err == nil && len(evs) > 0 {
+			r.readTo = evs[len(evs)-1].GetSequence()
+			if n := len(r.tail) - tailEvents; n > 0 {
+				r.tail = slices.Delete(r.tail, 0, n)
+			}
+		}
+		if len(evs) == limit {
+			r.readAt = -1 // there may be more: the next stream at the end reads again
+		}
+		r.fetching = nil
+		close(done)
+		f.mu.Unlock()
+		if err != nil || len(evs) == 0 {
+			return nil, err
+		}
+	}
+}
+
 // wake tells runID's streams that something may have been appended.
 func (f *followers) wake(runID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r := f.runs[runID]; r != nil {
-		close(r.changed)
-		r.changed = make(chan struct{})
+		r.move()
 	}
 }
 
@@ -116,8 +207,7 @@ func (f *followers) poll(ctx context.Context) {
 		for id, h := range heads {
 			if r := f.runs[id]; r != nil && h != r.head {
 				r.head = h
-				close(r.changed)
-				r.changed = make(chan struct{})
+				r.move()
 			}
 		}
 		f.mu.Unlock()
@@ -319,10 +409,13 @@ func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 	defer sender.close()
 	lag := lagRule{max: e.cfg.WatchMaxLag, after: e.cfg.WatchSlowAfter}
 	defer lag.stop()
+	own := func(after int64) ([]*fanoutv1.RunEvent, error) {
+		return e.store.Events(ctx, tenantID, runID, after, watchPage)
+	}
 	for {
 		polled, changed := e.followers.state(runID)
 		head = newer(head, polled)
-		evs, err := e.store.Events(ctx, tenantID, runID, after, watchPage)
+		evs, err := e.followers.events(ctx, runID, after, head.Sequence, watchPage, own)
 		if err != nil {
 			return err
 		}
@@ -341,8 +434,8 @@ func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 		if slow {
 			return &SlowReaderError{After: sender.stop(), MaxLag: lag.max, For: lag.after}
 		}
-		if len(evs) == watchPage {
-			continue
+		if len(evs) > 0 {
+			continue // a page from the tail may end before the log does
 		}
 		if head.Final() {
 			// The end is one write (FinishRun): read after a final head, the

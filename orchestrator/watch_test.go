@@ -253,3 +253,78 @@ func TestWatchReadsNoWholeRun(t *testing.T) {
 		t.Fatalf("3 streams read the whole run %d times, want 0", got)
 	}
 }
+
+// eventReads counts Events calls.
+type eventReads struct {
+	orchestrator.RunStore
+	n *atomic.Int64
+}
+
+func (s eventReads) Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error) {
+	s.n.Add(1)
+	return s.RunStore.Events(ctx, tenantID, runID, after, limit)
+}
+
+// TestStreamsShareReads: the streams of one run on a node read its new
+// events from the store once for all of them, not once each (issue 12:
+// 5,000 streams each reading on every move of the head kept a concurrent
+// run waiting over 90s). Here 100 streams follow a run while 20 events are
+// appended one at a time.
+func TestStreamsShareReads(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var reads atomic.Int64
+	n := b.orchestratorWith(t, "o1", orchestrator.Config{OrphanAfter: time.Hour}, func(p *orchestrator.EngineParams) {
+		p.Store = eventReads{p.Store, &reads}
+	})
+	runID := b.storedRun(t, "shared-reads")
+	const streams, appends = 100, 20
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	got := make([]chan int64, streams)
+	for i := range got {
+		stream, err := n.client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = make(chan int64, appends+2)
+		go func() {
+			defer close(got[i])
+			for {
+				msg, err := stream.Recv()
+				if err != nil {
+					return
+				}
+				got[i] <- msg.GetEvent().GetSequence()
+			}
+		}()
+	}
+	next := func(what string, want int64) {
+		t.Helper()
+		for i, ch := range got {
+			timer := time.NewTimer(patience)
+			select {
+			case seq := <-ch:
+				if seq != want {
+					t.Fatalf("stream %d: got sequence %d, want %d", i, seq, want)
+				}
+			case <-timer.C:
+				t.Fatalf("stream %d: no %s within %v", i, what, patience)
+			}
+			timer.Stop()
+		}
+	}
+	next("RunStarted", 1)
+	before := reads.Load()
+	for i := range appends {
+		b.queueTasks(t, runID, 1, 10)
+		next("new event", int64(i+2))
+	}
+	last := b.finishStored(t, runID)
+	next("RunFinished", last)
+	// Each append is read at most a few times (once by the first stream to
+	// wake, again if the poll and a read cross), never once per stream.
+	if r := reads.Load() - before; r > 3*(appends+1) {
+		t.Fatalf("%d streams read the store %d times for %d appends, want at most %d", streams, r, appends+1, 3*(appends+1))
+	}
+}
