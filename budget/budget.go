@@ -226,6 +226,14 @@ type Ledger interface {
 	// Idempotent.
 	CloseRun(ctx context.Context, runID string) (Account, error)
 
+	// EndRunFenced is CancelRun (state StateCancelled) or CloseRun
+	// (StateClosed) by the orchestrator that drives the run, fenced by its
+	// owner epoch: the number of times the run had changed hands (another
+	// replica adopted it) when this owner took it, 0 for the replica that
+	// created it. If the run changed hands since, nothing changes and it
+	// returns a *DeniedError.
+	EndRunFenced(ctx context.Context, runID string, state AccountState, cause string, epoch int64) (Account, error)
+
 	// Account returns one account. ErrNotFound if it does not exist.
 	Account(ctx context.Context, id AccountID) (Account, error)
 

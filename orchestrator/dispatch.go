@@ -137,9 +137,12 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 // it stopped waiting (nil: the lease holds).
 func (d *driver) awaitLease(ctx context.Context) error {
 	cfg := d.e.cfg
-	for !d.e.leaseHeld() {
+	for {
 		if d.ar.lost.Load() {
 			return errRunLost
+		}
+		if d.e.leaseHeld() {
+			return nil
 		}
 		sent := time.Now()
 		lost, err := d.e.store.Heartbeat(ctx, cfg.Node, []string{d.runID})
@@ -154,7 +157,6 @@ func (d *driver) awaitLease(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 	}
-	return nil
 }
 
 // noWorker is the outcome of a call whose context ended before a worker

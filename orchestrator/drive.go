@@ -36,6 +36,12 @@ type driver struct {
 	resumed []bool
 	// pendingSkips: tasks a resumed run must end SKIPPED first (restore).
 	pendingSkips []int
+	// timeLeft, if set, is a resumed run's time left (resume.go).
+	timeLeft time.Duration
+	// epoch is the number of times the run had changed hands when this
+	// driver took it (0 for a run it created): its fence when it ends the
+	// ledger run (endRun), which another replica's adoption makes stale.
+	epoch int64
 	running      int
 	results      chan taskResult
 	tasks        sync.WaitGroup
@@ -64,7 +70,11 @@ type taskResult struct {
 // its cancel (with the cause that stopped it).
 func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc) {
 	defer d.e.forget(d.runID)
-	runCtx, cancelTimeout := context.WithTimeoutCause(parent, d.p.runTimeout, errRunTimeout)
+	timeout := d.p.runTimeout
+	if d.timeLeft > 0 {
+		timeout = d.timeLeft
+	}
+	runCtx, cancelTimeout := context.WithTimeoutCause(parent, timeout, errRunTimeout)
 	defer cancelTimeout()
 	defer cancelRun(nil)
 	active := metrics().runsActive
@@ -82,6 +92,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 // concurrency, until every task has ended.
 func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseFunc) {
 	d.skip(runCtx, d.pendingSkips)
+	d.replayPolicy(cancelRun)
 	d.queue(runCtx, d.sched.Ready()) // the first wave in one write
 	runDone, drain := runCtx.Done(), (<-chan struct{})(d.drain)
 	for d.startReady(runCtx); !d.sched.Done(); d.startReady(runCtx) {
@@ -131,11 +142,16 @@ func (d *driver) taskEnded(runCtx context.Context, r taskResult, cancelRun conte
 	} else {
 		d.skip(runCtx, d.sched.Failed(r.index))
 	}
+	d.joinPolicy(r.outcome, cancelRun)
+}
+
+// joinPolicy stops the run if the join policy says o's end stops it.
+func (d *driver) joinPolicy(o *fanoutv1.TaskOutcome, cancelRun context.CancelCauseFunc) {
+	st := o.GetStatus()
 	switch d.p.spec.GetJoinPolicy() {
 	case fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST:
 		if st != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
-			cancelRun(&failFastError{taskID: r.outcome.GetTaskId(), status: st,
-				reason: r.outcome.GetSummary().GetError()})
+			cancelRun(&failFastError{taskID: o.GetTaskId(), status: st, reason: o.GetSummary().GetError()})
 		}
 	case fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS:
 		if st == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
@@ -162,6 +178,9 @@ func (d *driver) queue(runCtx context.Context, ready []int) {
 			TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i),
 		}}}
 	}
+	if d.ar.lost.Load() {
+		return // another replica drives the run and tells its story
+	}
 	ctx, cancel := cleanup(runCtx)
 	defer cancel()
 	_, err := d.e.store.AppendEvents(ctx, d.runID, evs)
@@ -174,9 +193,11 @@ func (d *driver) queue(runCtx context.Context, ready []int) {
 func (d *driver) endUndispatched(runCtx context.Context, i int, status fanoutv1.TaskStatus) {
 	ctx, cancel := cleanup(runCtx)
 	defer cancel()
-	d.outcomes[i] = d.finishTask(ctx, &fanoutv1.TaskOutcome{
-		TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i), Status: status,
-	})
+	o := &fanoutv1.TaskOutcome{TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i), Status: status}
+	if d.resumed != nil && d.resumed[i] { // the lost orchestrator's attempt may have spent
+		o.TokensSpent = d.settledSpend(ctx, d.accounts.Tasks[o.GetTaskId()])
+	}
+	d.outcomes[i] = d.finishTask(ctx, o)
 }
 
 // stopping reports whether the run was told to stop: its context ended or

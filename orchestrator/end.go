@@ -27,6 +27,40 @@ type runEnd struct {
 	// passed) and returns the joined result; an error leaves the run
 	// RUNNING, to be adopted and ended again.
 	result func(ctx context.Context) (*fanoutv1.JoinedResult, error)
+	// fence, if set, is the owner epoch of the driver ending the run
+	// (driver.epoch): the ledger run is cancelled and closed only while the
+	// run has not changed hands since, so an owner that lost the run ends
+	// nothing of it.
+	fence *int64
+}
+
+// endLedgerRun cancels or closes the run's ledger accounts, fenced by
+// end.fence if set.
+func (e *Engine) endLedgerRun(ctx context.Context, runID string, end runEnd, state budget.AccountState,
+	cause string) (budget.Account, error) {
+	if end.fence != nil {
+		return e.ledger.EndRunFenced(ctx, runID, state, cause, *end.fence)
+	}
+	if state == budget.StateCancelled {
+		return e.ledger.CancelRun(ctx, runID, cause)
+	}
+	return e.ledger.CloseRun(ctx, runID)
+}
+
+// fencedOut reports, after a fenced ledger write was denied, that another
+// replica took the run over: this engine abandons it.
+func (e *Engine) fencedOut(ctx context.Context, runID string, end runEnd, err error) bool {
+	if end.fence == nil || !errors.Is(err, budget.ErrDenied) {
+		return false
+	}
+	e.cfg.Logger.ErrorContext(ctx, "another orchestrator took over a run this one was ending; abandoning it",
+		"run_id", runID, "err", err)
+	e.mu.Lock()
+	if ar := e.active[runID]; ar != nil {
+		ar.lose()
+	}
+	e.mu.Unlock()
+	return true
 }
 
 // endRun ends the run as end says, from a context detached from parent's
@@ -36,8 +70,12 @@ type runEnd struct {
 func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (closed *budget.Account, result *fanoutv1.JoinedResult, ended bool) {
 	if end.ledgerCause != "" {
 		ctx, cancel := cleanup(parent)
-		if _, err := e.ledger.CancelRun(ctx, runID, end.ledgerCause); err != nil &&
-			!errors.Is(err, budget.ErrNotFound) { // it died before opening the accounts
+		_, err := e.endLedgerRun(ctx, runID, end, budget.StateCancelled, end.ledgerCause)
+		if e.fencedOut(ctx, runID, end, err) {
+			cancel()
+			return nil, nil, false
+		}
+		if err != nil && !errors.Is(err, budget.ErrNotFound) { // it died before opening the accounts
 			e.cfg.Logger.ErrorContext(ctx, "cancel ledger run", "run_id", runID, "err", err)
 		}
 		cancel()
@@ -52,8 +90,10 @@ func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (close
 		e.cfg.Logger.ErrorContext(ctx, "join run", "run_id", runID, "err", err)
 		return nil, nil, false
 	}
-	acct, err := e.ledger.CloseRun(ctx, runID)
+	acct, err := e.endLedgerRun(ctx, runID, end, budget.StateClosed, "run closed")
 	switch {
+	case e.fencedOut(ctx, runID, end, err):
+		return nil, nil, false
 	case err == nil:
 		// The ledger is the truth: it also counts calls cut off before their
 		// worker could report (settled at their full reservation), and
@@ -150,7 +190,7 @@ func (d *driver) end(runCtx context.Context) {
 	if d.p.spec.GetSynthesize() {
 		result.Synthesis, result.SynthesisSkippedReason = d.synthesize(runCtx, runCause, result)
 	}
-	end := runEnd{state: state, cause: cause,
+	end := runEnd{state: state, cause: cause, fence: &d.epoch,
 		result: func(context.Context) (*fanoutv1.JoinedResult, error) { return result, nil }}
 	if errors.Is(context.Cause(runCtx), errShutdown) {
 		end.ledgerCause = cause

@@ -69,20 +69,29 @@ type Engine struct {
 	mu       sync.Mutex
 	closing  bool
 	active   map[string]*activeRun // driven, or adopted and being ended
-	adopting int                   // adopted runs being ended
+	adopting int                   // adopted runs being taken over (resumed or ended)
 }
 
 // activeRun is a run this engine drives (or ends, having adopted it).
 type activeRun struct {
 	cancel context.CancelCauseFunc
 	// lost is set once another replica owns the run: this one abandons it
-	// and writes nothing more for it.
-	lost atomic.Bool
+	// and writes nothing more for it; lostCh is closed then.
+	lost     atomic.Bool
+	lostOnce sync.Once
+	lostCh   chan struct{}
+}
+
+func newActiveRun(cancel context.CancelCauseFunc) *activeRun {
+	return &activeRun{cancel: cancel, lostCh: make(chan struct{})}
 }
 
 // lose abandons the run: another replica adopted it.
 func (ar *activeRun) lose() {
-	ar.lost.Store(true)
+	ar.lostOnce.Do(func() {
+		ar.lost.Store(true)
+		close(ar.lostCh)
+	})
 	ar.cancel(errRunLost)
 }
 
@@ -252,9 +261,8 @@ func openRunParams(runID string, p *plan) budget.OpenRunParams {
 // Shutdown began (then the run ends CANCELLED).
 func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts budget.RunAccounts, span trace.Span) error {
 	runID := run.GetRunId()
-	ar := &activeRun{}
 	runCtx, cancelRun := context.WithCancelCause(trace.ContextWithSpan(e.base, span))
-	ar.cancel = cancelRun
+	ar := newActiveRun(cancelRun)
 	e.mu.Lock()
 	if e.closing {
 		e.mu.Unlock()

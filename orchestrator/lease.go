@@ -136,7 +136,7 @@ func (e *Engine) adoptOrphans(ctx context.Context) {
 		}
 		// Registered as active: heartbeats keep the lease while it is taken
 		// over, and local watchers wake on its events.
-		e.active[a.RunID] = &activeRun{cancel: func(error) {}}
+		e.active[a.RunID] = newActiveRun(func(error) {})
 		e.mu.Unlock()
 		go func() {
 			defer release()

@@ -50,10 +50,11 @@ func (e *Engine) takeOver(a runs.Adoption) {
 	}
 	var unresumable *resumeError
 	if !errors.As(err, &unresumable) {
-		// The database could not be read or written: leave the run as it
-		// is; once this engine forgets it, its lease lapses and it is
-		// adopted again (counted).
-		log.Error("resume adopted run", "err", err)
+		// The database could not be read or written, or this engine is
+		// shutting down: leave the run as it is and forget it, so that its
+		// lease lapses and a replica adopts it again (counted).
+		log.Error("resume adopted run; leaving it to be adopted again", "err", err)
+		e.forget(a.RunID)
 		return
 	}
 	log.Error("adopted run cannot be resumed: ending it", "err", err)
@@ -72,6 +73,7 @@ func (e *resumeError) Unwrap() error { return e.err }
 // tasks' earlier attempts, records the change of hands, and starts driving
 // it here.
 func (e *Engine) resume(a runs.Adoption) error {
+	adopted := time.Now() // a.At on this node's clock
 	ctx, cancel := cleanup(e.base)
 	defer cancel()
 	run, err := e.store.GetRun(ctx, "", a.RunID)
@@ -89,13 +91,16 @@ func (e *Engine) resume(a runs.Adoption) error {
 	unfinished := e.fence(ctx, a.RunID, p, accounts, run.GetTasks())
 	e.awaitHeld(e.base, a.RunID) // the fenced attempts' reservations end
 
-	left := deadlinesLeft(p, run, a.At)
+	left := deadlinesLeft(p, run, a.At.Add(time.Since(adopted)))
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return errors.New("this orchestrator is shutting down")
+	}
 	span := e.startRunSpan(ctx, time.Now(), a.RunID, p)
 	span.AddEvent("adopted", trace.WithAttributes(attrNode.String(e.cfg.Node)))
-	ar := &activeRun{}
 	runCtx, cancelRun := context.WithCancelCause(trace.ContextWithSpan(e.base, span))
-	ar.cancel = cancelRun
-	e.mu.Lock()
+	ar := newActiveRun(cancelRun)
 	e.active[a.RunID] = ar // replaces the adoption's placeholder
 	e.wg.Add(1)
 	e.mu.Unlock()
@@ -112,6 +117,7 @@ func (e *Engine) resume(a runs.Adoption) error {
 	e.cfg.Logger.InfoContext(ctx, "adopted run resumed", "run_id", a.RunID, "prev_owner", a.PrevOwner,
 		"tasks", len(p.spec.GetTasks()), "resumed_tasks", len(ids), "run_time_left", left)
 	d := newDriver(e, p, a.RunID, accounts, ar, span)
+	d.timeLeft, d.epoch = left, int64(a.Adoptions)
 	d.restore(run.GetTasks(), unfinished)
 	go func() {
 		defer e.wg.Done()
@@ -146,19 +152,22 @@ func (e *Engine) fence(ctx context.Context, runID string, p *plan, accounts budg
 	return unfinished
 }
 
-// deadlinesLeft shortens p's run and task timeouts by the time already
-// spent, counted in database time from the run's creation and each started
-// task's first start to at, and returns the run's time left.
-func deadlinesLeft(p *plan, run *fanoutv1.Run, at time.Time) time.Duration {
+// deadlinesLeft shortens p's task timeouts by the time already spent,
+// counted in database time from each started task's first start to now,
+// and returns the run's time left, counted from its creation. (The run's
+// timeout itself stays as planned: it is what a timed-out run's cause
+// names.)
+func deadlinesLeft(p *plan, run *fanoutv1.Run, now time.Time) time.Duration {
+	left := p.runTimeout
 	if c := run.GetCreatedAt(); c != nil {
-		p.runTimeout = max(time.Nanosecond, p.runTimeout-at.Sub(c.AsTime()))
+		left = max(time.Nanosecond, left-now.Sub(c.AsTime()))
 	}
 	for i, o := range run.GetTasks() {
 		if s := o.GetStartedAt(); s != nil && !hasEnded(o.GetStatus()) {
-			p.taskTimeouts[i] = max(time.Millisecond, p.taskTimeouts[i]-at.Sub(s.AsTime()))
+			p.taskTimeouts[i] = max(time.Millisecond, p.taskTimeouts[i]-now.Sub(s.AsTime()))
 		}
 	}
-	return p.runTimeout
+	return left
 }
 
 // restore gives a resumed run's driver what the lost orchestrator left:
@@ -198,6 +207,19 @@ func (d *driver) restore(stored []*fanoutv1.TaskOutcome, unfinished []int) {
 		}
 		return false
 	})
+}
+
+// replayPolicy applies the run's join policy to the outcomes a resumed run
+// kept, in dispatch order, as the lost driver did (or would have) when
+// they ended: a FAIL_FAST run with a task that did not succeed, or a
+// FIRST_SUCCESS run with one that did, stops before anything is
+// dispatched again.
+func (d *driver) replayPolicy(cancelRun context.CancelCauseFunc) {
+	for _, o := range d.outcomes {
+		if o != nil && o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SKIPPED {
+			d.joinPolicy(o, cancelRun)
+		}
+	}
 }
 
 // hasEnded reports whether a task status is final (SKIPPED too).

@@ -30,6 +30,15 @@ const synthesisInstruction = "Synthesize the facts given above into one answer t
 func (d *driver) synthesize(runCtx context.Context, runCause error, result *fanoutv1.JoinedResult) (text, skipped string) {
 	ctx, cancel := context.WithTimeoutCause(context.WithoutCancel(runCtx), d.e.cfg.DefaultTaskTimeout, errTaskTimeout)
 	defer cancel()
+	ctx, abandon := context.WithCancelCause(ctx)
+	defer abandon(nil)
+	go func() { // another replica adopted the run: its synthesis is theirs
+		select {
+		case <-d.ar.lostCh:
+			abandon(errRunLost)
+		case <-ctx.Done():
+		}
+	}()
 	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
 	if err != nil {
 		return "", "the run's budget could not be read"

@@ -356,6 +356,21 @@ func (l *Ledger) endRun(ctx context.Context, runID string, state budget.AccountS
 	return a, nil
 }
 
+// EndRunFenced implements budget.Ledger: ledger_end_run_fenced, which
+// raises FA001 when epoch is not the run's adoption count (run.adoptions).
+func (l *Ledger) EndRunFenced(ctx context.Context, runID string, state budget.AccountState, cause string,
+	epoch int64) (budget.Account, error) {
+	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run_fenced($1, $2, $3, $4)",
+		runID, string(state), cause, epoch))
+	switch {
+	case isCode(err, "FA001"):
+		return a, fmt.Errorf("end run %s (%s): %w", runID, state, &budget.DeniedError{Reason: pgMessage(err)})
+	case err != nil:
+		return a, fmt.Errorf("end run %s (%s): %w", runID, state, err)
+	}
+	return a, nil
+}
+
 // OpenTenant implements budget.Ledger.
 func (l *Ledger) OpenTenant(ctx context.Context, tenantID string, limit int64) (budget.Account, error) {
 	switch {

@@ -555,8 +555,8 @@ func (s *Runs) Heartbeat(ctx context.Context, owner string, runIDs []string) (lo
 
 // AdoptOrphan makes node the owner of one RUNNING run whose heartbeat is
 // older than orphanAfter (database time), the stalest first, refreshing its
-// heartbeat and counting the adoption, and returns it (RunID empty when no
-// run is orphaned). The row is locked and its staleness re-checked by the
+// heartbeat and counting the adoption (unless node owned it already: its
+// own lease lapsed), and returns it (RunID empty when no run is orphaned). The row is locked and its staleness re-checked by the
 // UPDATE itself, so of several replicas adopting at once exactly one gets
 // each run (the others skip it or find it fresh).
 func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error) {
@@ -568,7 +568,8 @@ func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Du
 			ORDER BY owner_heartbeat
 			LIMIT 1
 			FOR UPDATE SKIP LOCKED)
-		UPDATE run SET owner = $1, owner_heartbeat = now(), adoptions = run.adoptions + 1
+		UPDATE run SET owner = $1, owner_heartbeat = now(),
+			adoptions = run.adoptions + (orphan.owner <> $1)::int
 		FROM orphan WHERE run.run_id = orphan.run_id
 		RETURNING run.run_id, orphan.owner, run.adoptions, now()`,
 		node, orphanAfter.Microseconds()).Scan(&a.RunID, &a.PrevOwner, &a.Adoptions, &a.At)

@@ -1611,7 +1611,9 @@ type RunAdopted struct {
 	// How many times the run has changed hands, this time included. A run
 	// adopted more than 3 times ends FAILED instead of being resumed again.
 	Adoptions int32 `protobuf:"varint,3,opt,name=adoptions,proto3" json:"adoptions,omitempty"`
-	// The tasks that had not ended, dispatched again, in dispatch order.
+	// The tasks that had not ended, in dispatch order: each is dispatched
+	// again (or for the first time, if it had not started) when it is ready,
+	// unless the run stops first or a dependency failed (then it is SKIPPED).
 	ResumedTaskIds []string `protobuf:"bytes,4,rep,name=resumed_task_ids,json=resumedTaskIds,proto3" json:"resumed_task_ids,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
