@@ -93,11 +93,20 @@ func classify(err error) (errClass, string) {
 		}
 		return permanent, pgErr.Code // a refusal (auth, a constraint, ...) while connecting or running
 	}
-	if connecting || pgconn.SafeToRetry(err) {
+	if connecting {
 		return notRun, "connection" // refused, reset or unreachable before anything was sent
 	}
+	if errors.Is(err, pgconn.ErrConnClosed) {
+		// pgx reports "conn closed" as safe to retry, but it also reports
+		// it for a statement whose reply was lost (a read of the reply
+		// failed and closed the connection; seen at COMMIT): ambiguous.
+		return ambiguous, "connection"
+	}
+	if pgconn.SafeToRetry(err) {
+		return notRun, "connection" // nothing was sent
+	}
 	var netErr net.Error
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.As(err, &netErr) {
 		return ambiguous, "connection"

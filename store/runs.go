@@ -519,6 +519,24 @@ func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, 
 // run and reports it. Returns runs.ErrNotFound for an unknown run.
 func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
+	// Only the owner ends a run, and once: a try after an ambiguous commit
+	// that finds the run ended as this call would end it, still owned by
+	// owner, was that try (finishRun).
+	err = retried(ctx, s.log, "runs.finish_run", idempotent, func(ctx context.Context, t try) error {
+		_, ended, err = s.finishRun(ctx, runID, owner, state, cause, result, t)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	run, err = s.GetRun(ctx, "", runID)
+	return run, err == nil && ended, err
+}
+
+// finishRun is one try of FinishRun's write: it reports whether this call
+// ended the run, and returns no run.
+func (s *Runs) finishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
+	result *fanoutv1.JoinedResult, t try) (run *fanoutv1.Run, ended bool, err error) {
 	body, err := toJSONB(result)
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: encode result: %w", runID, err)
@@ -533,35 +551,28 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 	}
 	// One statement: the final state, the result and the RunFinished event
 	// commit together, so that no follower sees an ended run without its end.
-	// Only the owner ends a run, once: a try after an ambiguous commit that
-	// finds the run ended as this call would end it, still owned by owner,
-	// was that try.
-	ended, err = retry(ctx, s.log, "runs.finish_run", idempotent, func(ctx context.Context, t try) (bool, error) {
-		tag, err := s.pool.Exec(ctx, finishRunSQL, runID, owner, runs.Text(state), cause, body, event)
-		if err != nil || tag.RowsAffected() == 1 || !t.ambiguous {
-			return err == nil && tag.RowsAffected() == 1, err
-		}
-		var mine bool
-		err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM run
-			WHERE run_id = $1 AND owner = $2 AND state = $3 AND cancel_cause = $4)`,
-			runID, owner, runs.Text(state), cause).Scan(&mine)
-		return mine, err
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("finish run %s: %w", runID, err)
-	}
-	run, err = s.GetRun(ctx, "", runID)
-	return run, err == nil && ended, err
-}
-
-// finishRunSQL ends a RUNNING run that $2 owns with its RunFinished event.
-const finishRunSQL = `WITH fin AS (
+	tag, err := s.pool.Exec(ctx, `WITH fin AS (
 			UPDATE run
 			SET state = $3, cancel_cause = $4, result = $5, finished_at = now(), last_sequence = last_sequence + 1
 			WHERE run_id = $1 AND owner = $2 AND state = 'RUNNING'
 			RETURNING tenant_id, last_sequence)
 		INSERT INTO run_event (run_id, sequence, tenant_id, event)
-		SELECT $1, fin.last_sequence, fin.tenant_id, $6 FROM fin`
+		SELECT $1, fin.last_sequence, fin.tenant_id, $6 FROM fin`,
+		runID, owner, runs.Text(state), cause, body, event)
+	if err != nil {
+		return nil, false, fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	ended = tag.RowsAffected() == 1
+	if !ended && t.ambiguous {
+		err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM run
+			WHERE run_id = $1 AND owner = $2 AND state = $3 AND cancel_cause = $4)`,
+			runID, owner, runs.Text(state), cause).Scan(&ended)
+		if err != nil {
+			return nil, false, fmt.Errorf("finish run %s: re-read after a lost reply: %w", runID, err)
+		}
+	}
+	return nil, ended, nil
+}
 
 // Heads returns, for each of runIDs that exists, its newest event's
 // sequence and its state, in one statement: what a node's watch poller
