@@ -42,8 +42,9 @@ const (
 	unsentOnly safety = iota
 	// idempotent: a second run of the call after a first that committed
 	// does nothing more (a key, a state the call moves from, or a read),
-	// so it is retried after any transient error, even one that leaves
-	// unknown whether the first try committed. A call that must tell its
+	// or nothing harmful (said where a call claims it), so it is retried
+	// after any transient error, even one that leaves unknown whether the
+	// first try committed. A call that must tell its
 	// own committed first try from someone else's work reads try.ambiguous
 	// and settles it by re-reading by its key.
 	idempotent
