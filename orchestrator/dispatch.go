@@ -92,6 +92,9 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 		if ctx.Err() != nil {
 			return d.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
 		}
+		if err := d.awaitLease(ctx); err != nil {
+			return &fanoutv1.TaskOutcome{Status: stoppedStatus(err, false)} // it never ran: no summary
+		}
 		w, _ := pool.Connected(next)
 		r := proto.CloneOf(req)
 		n, err := d.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
@@ -124,6 +127,34 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 		sleep(ctx, rand.N(backoff)+time.Millisecond)
 		backoff = min(2*backoff, maxRetryBackoff)
 	}
+}
+
+// awaitLease makes sure this engine still holds the run's lease before an
+// attempt begins: at once when the engine's heartbeats hold it
+// (leaseHeld), else by renewing this run's lease itself, every
+// HeartbeatInterval until that succeeds in time, ctx ends or the run turns
+// out to be another replica's (then the run is abandoned). It returns why
+// it stopped waiting (nil: the lease holds).
+func (d *driver) awaitLease(ctx context.Context) error {
+	cfg := d.e.cfg
+	for !d.e.leaseHeld() {
+		if d.ar.lost.Load() {
+			return errRunLost
+		}
+		sent := time.Now()
+		lost, err := d.e.store.Heartbeat(ctx, cfg.Node, []string{d.runID})
+		switch {
+		case err == nil && len(lost) > 0:
+			d.lose(ctx, errRunLost)
+			return errRunLost
+		case err == nil && time.Since(sent) < cfg.OrphanAfter/2:
+			return nil
+		}
+		if !sleep(ctx, cfg.HeartbeatInterval) {
+			return context.Cause(ctx)
+		}
+	}
+	return nil
 }
 
 // noWorker is the outcome of a call whose context ended before a worker
@@ -351,8 +382,11 @@ func (p taskProgress) started(ctx context.Context, worker string) {
 	d := p.d
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, err := d.e.store.StartTask(ctx, d.runID, p.taskID, worker)
+	_, err := d.e.store.StartTask(ctx, d.runID, p.taskID, worker, d.e.cfg.Node)
 	switch {
+	case errors.Is(err, runs.ErrNotOwner):
+		d.lose(ctx, err)
+		return
 	case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
 		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
 		return

@@ -31,9 +31,14 @@ type driver struct {
 
 	sched    *scheduler
 	outcomes []*fanoutv1.TaskOutcome // by dispatch index
-	running  int
-	results  chan taskResult
-	tasks    sync.WaitGroup
+	// resumed[i]: task i had not ended when this driver took the run over
+	// from a lost orchestrator (nil for a run driven from its start).
+	resumed []bool
+	// pendingSkips: tasks a resumed run must end SKIPPED first (restore).
+	pendingSkips []int
+	running      int
+	results      chan taskResult
+	tasks        sync.WaitGroup
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
@@ -76,6 +81,7 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 // schedule dispatches tasks as they become ready, up to the run's
 // concurrency, until every task has ended.
 func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseFunc) {
+	d.skip(runCtx, d.pendingSkips)
 	d.queue(runCtx, d.sched.Ready()) // the first wave in one write
 	runDone, drain := runCtx.Done(), (<-chan struct{})(d.drain)
 	for d.startReady(runCtx); !d.sched.Done(); d.startReady(runCtx) {
@@ -290,8 +296,21 @@ func (d *driver) isExhausted() bool {
 // event appends an event, logging a failure: losing one progress event must
 // not stop the run.
 func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
+	if d.ar.lost.Load() {
+		return // another replica drives the run and tells its story
+	}
 	_, err := d.e.appendEvent(ctx, d.runID, ev)
 	d.e.logAppend(ctx, d.runID, err)
+}
+
+// lose abandons the run when a task write found that another replica
+// drives it now (it adopted the run while this one's heartbeat lapsed).
+func (d *driver) lose(ctx context.Context, err error) {
+	if !d.ar.lost.Load() {
+		d.e.cfg.Logger.ErrorContext(ctx, "another orchestrator adopted a run this one drives; abandoning it",
+			"run_id", d.runID, "err", err)
+	}
+	d.ar.lose()
 }
 
 // logAppend logs a failed event append. A run that another replica adopted
@@ -307,7 +326,11 @@ func (e *Engine) logAppend(ctx context.Context, runID string, err error) {
 
 // finishTask persists a task's terminal outcome and reports it.
 func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanoutv1.TaskOutcome {
-	stored, err := d.e.store.FinishTask(ctx, d.runID, o)
+	stored, err := d.e.store.FinishTask(ctx, d.runID, d.e.cfg.Node, o)
+	if errors.Is(err, runs.ErrNotOwner) {
+		d.lose(ctx, err)
+		return o
+	}
 	if errors.Is(err, runs.ErrEnded) {
 		// The replica that adopted the run ended the task; its outcome stands.
 		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
@@ -373,10 +396,12 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 
 	ctx, cancelCleanup := cleanup(runCtx)
 	defer cancelCleanup()
-	if o.GetSummary() == nil && o.GetWorker() != "" {
-		// The stream was cut: what the task spent is in the ledger, once the
-		// worker has settled what it held (briefly; a dead worker's leases
-		// are left to the sweeper and counted at the run's end).
+	if o.GetSummary() == nil && o.GetWorker() != "" || d.resumed != nil && d.resumed[i] {
+		// The stream was cut, or the task had an attempt under the lost
+		// orchestrator whose spend stands: what the task spent is in the
+		// ledger, once the worker has settled what it held (briefly; a dead
+		// worker's leases are left to the sweeper and counted at the run's
+		// end).
 		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
 	}
 	stored := d.finishTask(ctx, o)

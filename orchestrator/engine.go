@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -53,6 +54,11 @@ type Engine struct {
 	// stopBeat stops the heartbeat loop (lease.go), which closes beatDone.
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
+	// born and leaseFrom time the leases this engine holds (leaseHeld):
+	// leaseFrom is when the last heartbeat that succeeded was sent, in
+	// nanoseconds of the monotonic clock since born.
+	born      time.Time
+	leaseFrom atomic.Int64
 
 	// followers is the one poller of the runs streamed from this node
 	// (watch.go); stopPoll stops it, which closes pollDone.
@@ -69,6 +75,15 @@ type Engine struct {
 // activeRun is a run this engine drives (or ends, having adopted it).
 type activeRun struct {
 	cancel context.CancelCauseFunc
+	// lost is set once another replica owns the run: this one abandons it
+	// and writes nothing more for it.
+	lost atomic.Bool
+}
+
+// lose abandons the run: another replica adopted it.
+func (ar *activeRun) lose() {
+	ar.lost.Store(true)
+	ar.cancel(errRunLost)
 }
 
 // NewEngine returns an engine. Call Shutdown to stop it.
@@ -90,6 +105,7 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		stopBeat:   stopBeat,
 		beatDone:   make(chan struct{}),
 		active:     map[string]*activeRun{},
+		born:       time.Now(),
 	}
 	go e.heartbeat(beatCtx)
 	pollCtx, stopPoll := context.WithCancel(context.Background())
@@ -208,24 +224,28 @@ func draftRun(runID string, p *plan) *fanoutv1.Run {
 // openAccounts opens the run's ledger accounts; if the ledger refuses, the
 // run ends FAILED.
 func (e *Engine) openAccounts(ctx context.Context, run *fanoutv1.Run, p *plan) (budget.RunAccounts, error) {
-	spec := p.spec
-	tasks := make([]budget.TaskBudget, len(spec.GetTasks()))
-	for i, t := range spec.GetTasks() {
-		tasks[i] = budget.TaskBudget{TaskID: t.GetId(), Limit: t.GetTokenBudget()}
-	}
-	accounts, err := e.ledger.OpenRun(ctx, budget.OpenRunParams{
-		RunID:          run.GetRunId(),
-		TenantID:       p.tenantID,
-		Limit:          spec.GetBudget().GetLimitTokens(),
-		MinReservation: p.minReservation,
-		Tasks:          tasks,
-	})
+	accounts, err := e.ledger.OpenRun(ctx, openRunParams(run.GetRunId(), p))
 	if err != nil {
 		e.finishRun(ctx, run.GetRunId(), fanoutv1.RunState_RUN_STATE_FAILED,
 			fmt.Sprintf("open ledger accounts: %v", err), join(run.GetTasks()))
 		return budget.RunAccounts{}, fmt.Errorf("open ledger accounts of run %s: %w", run.GetRunId(), err)
 	}
 	return accounts, nil
+}
+
+// openRunParams are the ledger accounts of run runID planned as p.
+func openRunParams(runID string, p *plan) budget.OpenRunParams {
+	tasks := make([]budget.TaskBudget, len(p.spec.GetTasks()))
+	for i, t := range p.spec.GetTasks() {
+		tasks[i] = budget.TaskBudget{TaskID: t.GetId(), Limit: t.GetTokenBudget()}
+	}
+	return budget.OpenRunParams{
+		RunID:          runID,
+		TenantID:       p.tenantID,
+		Limit:          p.spec.GetBudget().GetLimitTokens(),
+		MinReservation: p.minReservation,
+		Tasks:          tasks,
+	}
 }
 
 // start registers the run as driven here and starts its driver, unless

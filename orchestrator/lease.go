@@ -13,20 +13,24 @@ import (
 // Runs are leased: the engine driving a run refreshes run.owner_heartbeat
 // every Config.HeartbeatInterval, and a run whose heartbeat is older than
 // Config.OrphanAfter (database time) is adopted by whichever live replica
-// takes it first. Adopting a run ends it honestly instead of driving it
-// on: the ledger run is cancelled (every worker's watcher stops the run's
-// subagents), unfinished tasks fail with "orchestrator lost", what exists is
-// joined and the run ends FAILED. Re-driving an adopted run (re-planning its
-// unfinished tasks on the adopter) is future work: it needs the plan and the
-// task accounts rebuilt from the stored spec, and workers that accept a
-// second attempt of a task whose first attempt's spend stands.
+// takes it first, which resumes it (resume.go): the run changes hands and
+// goes on. A run adopted more than maxAdoptions times, or whose spec does
+// not plan on the adopter, is ended instead (endOrphan): the ledger run is
+// cancelled (every worker's watcher stops the run's subagents), unfinished
+// tasks fail with "orchestrator lost", what exists is joined and the run
+// ends FAILED.
 //
 // A replica whose heartbeat lapsed (a long pause, a partition) but that
-// still runs is fenced by the store: a terminal task outcome is final, only
-// the owner can end a run, and a run that ended takes no more events.
+// still runs is fenced by the store and the ledger: only the run's owner
+// starts and ends its tasks and ends the run, a run that ended takes no
+// more events, and the adopter's new attempts fence the old owner's
+// reserves. When its heartbeat finds the run taken, or a task write is
+// refused as not the owner's, the old driver abandons the run: it stops
+// its calls and writes nothing more.
 
-// maxAdopting bounds the orphaned runs one engine ends at once; the others
-// stay orphaned until a later tick here or on another replica.
+// maxAdopting bounds the orphaned runs one engine takes over at once (until
+// each is driven again or ended); the others stay orphaned until a later
+// tick here or on another replica.
 const maxAdopting = 16
 
 // lostTaskReason is the error of a task that had not ended when the run's
@@ -59,7 +63,11 @@ func (e *Engine) beat(ctx context.Context) {
 	e.mu.Lock()
 	ids := slices.Sorted(maps.Keys(e.active))
 	e.mu.Unlock()
+	sent := time.Since(e.born)
 	lost, err := e.store.Heartbeat(ctx, e.cfg.Node, ids)
+	if err == nil {
+		e.leaseFrom.Store(int64(sent))
+	}
 	if err != nil {
 		// Adopting needs the same database; try both again next tick.
 		e.cfg.Logger.WarnContext(ctx, "heartbeat", "runs", len(ids), "err", err)
@@ -69,15 +77,28 @@ func (e *Engine) beat(ctx context.Context) {
 		e.cfg.Logger.ErrorContext(ctx, "another orchestrator adopted a run this one drives", "run_id", id)
 		e.mu.Lock()
 		if ar := e.active[id]; ar != nil {
-			ar.cancel(errRunLost)
+			ar.lose()
 		}
 		e.mu.Unlock()
 	}
 	e.adoptOrphans(ctx)
 }
 
+// leaseHeld reports whether this engine's leases surely still hold by its
+// own clock: its last heartbeat that succeeded was sent less than half of
+// OrphanAfter ago. A replica adopts a run only once its heartbeat is older
+// than OrphanAfter in database time, so the other half is the margin for
+// the database's clock, the network and the heartbeat's own commit. An
+// engine whose heartbeats fail (the database is away, the process was
+// paused) dispatches nothing until one succeeds again, and so never
+// begins an attempt after another replica may have adopted the run: the
+// adopter's attempts are never fenced by the lost owner's.
+func (e *Engine) leaseHeld() bool {
+	return time.Since(e.born)-time.Duration(e.leaseFrom.Load()) < e.cfg.OrphanAfter/2
+}
+
 // adoptOrphans takes ownership of orphaned runs, one conditional UPDATE
-// each, and ends each in the background.
+// each, and takes each over in the background.
 func (e *Engine) adoptOrphans(ctx context.Context) {
 	release := func() {
 		e.mu.Lock()
@@ -97,8 +118,8 @@ func (e *Engine) adoptOrphans(ctx context.Context) {
 		e.wg.Add(1)
 		e.mu.Unlock()
 
-		runID, prev, err := e.store.AdoptOrphan(ctx, e.cfg.Node, e.cfg.OrphanAfter)
-		if err != nil || runID == "" {
+		a, err := e.store.AdoptOrphan(ctx, e.cfg.Node, e.cfg.OrphanAfter)
+		if err != nil || a.RunID == "" {
 			release()
 			if err != nil && ctx.Err() == nil {
 				e.cfg.Logger.WarnContext(ctx, "adopt orphaned runs", "err", err)
@@ -106,35 +127,33 @@ func (e *Engine) adoptOrphans(ctx context.Context) {
 			return
 		}
 		e.mu.Lock()
-		if e.active[runID] != nil {
+		if e.active[a.RunID] != nil {
 			// This engine drives it (its own lease lapsed, e.g. the database
 			// was unreachable): the UPDATE renewed the lease; drive on.
 			e.mu.Unlock()
 			release()
 			continue
 		}
-		// Registered as active: heartbeats keep the lease while it ends, and
-		// local watchers wake on its events.
-		e.active[runID] = &activeRun{cancel: func(error) {}}
+		// Registered as active: heartbeats keep the lease while it is taken
+		// over, and local watchers wake on its events.
+		e.active[a.RunID] = &activeRun{cancel: func(error) {}}
 		e.mu.Unlock()
 		go func() {
 			defer release()
-			defer e.forget(runID)
-			e.endOrphan(runID, prev)
+			e.takeOver(a)
 		}()
 	}
 }
 
-// endOrphan ends a run adopted from prevOwner the way every run ends
+// endOrphan ends a run adopted from prevOwner, FAILED with cause, the way every run ends
 // (endRun): the ledger run is cancelled (every worker stops the run's
 // subagents), reservations still held are waited for (up to HeldWait),
 // the tasks that had not ended fail, what exists is joined, the ledger run
 // is closed and the end recorded, so that watchers on every replica see it.
-func (e *Engine) endOrphan(runID, prevOwner string) {
+func (e *Engine) endOrphan(runID, prevOwner, cause string) {
+	defer e.forget(runID)
 	log := e.cfg.Logger.With("run_id", runID, "prev_owner", prevOwner)
-	log.Warn("adopting the run of a lost orchestrator: ending it")
 	var failed []*fanoutv1.TaskOutcome
-	cause := fmt.Sprintf("orchestrator %s lost before the run ended", prevOwner)
 	_, result, ended := e.endRun(e.base, runID, runEnd{
 		state:       fanoutv1.RunState_RUN_STATE_FAILED,
 		cause:       cause,

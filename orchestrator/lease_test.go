@@ -3,7 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"errors"
-	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +11,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -53,18 +54,18 @@ func (s cutStore) ListRuns(ctx context.Context, tenantID string, state fanoutv1.
 	return s.RunStore.ListRuns(ctx, tenantID, state, beforeCreated, beforeID, limit)
 }
 
-func (s cutStore) StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error) {
+func (s cutStore) StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.RunStore.StartTask(ctx, runID, taskID, worker)
+	return s.RunStore.StartTask(ctx, runID, taskID, worker, owner)
 }
 
-func (s cutStore) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+func (s cutStore) FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.RunStore.FinishTask(ctx, runID, o)
+	return s.RunStore.FinishTask(ctx, runID, owner, o)
 }
 
 func (s cutStore) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
@@ -82,9 +83,9 @@ func (s cutStore) Heartbeat(ctx context.Context, owner string, runIDs []string) 
 	return s.RunStore.Heartbeat(ctx, owner, runIDs)
 }
 
-func (s cutStore) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (string, string, error) {
+func (s cutStore) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error) {
 	if err := s.check(); err != nil {
-		return "", "", err
+		return runs.Adoption{}, err
 	}
 	return s.RunStore.AdoptOrphan(ctx, node, orphanAfter)
 }
@@ -165,12 +166,12 @@ type lookingStore struct {
 	looks *atomic.Int64
 }
 
-func (s lookingStore) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (string, string, error) {
-	runID, prev, err := s.RunStore.AdoptOrphan(ctx, node, orphanAfter)
+func (s lookingStore) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error) {
+	a, err := s.RunStore.AdoptOrphan(ctx, node, orphanAfter)
 	if err == nil {
 		s.looks.Add(1)
 	}
-	return runID, prev, err
+	return a, err
 }
 
 // countLooks makes a replica count its orphan searches in looks.
@@ -209,8 +210,8 @@ func leaseConfig() orchestrator.Config {
 		WatchPollInterval: 50 * time.Millisecond}
 }
 
-// awaitTasks polls the run until n of its tasks are RUNNING.
-func awaitTasks(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string, n int) {
+// awaitTasksIn polls the run until n of its tasks are in status st.
+func awaitTasksIn(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string, st fanoutv1.TaskStatus, n int) {
 	t.Helper()
 	deadline := time.Now().Add(patience)
 	for {
@@ -218,17 +219,17 @@ func awaitTasks(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string
 		if err != nil {
 			t.Fatal(err)
 		}
-		running := 0
+		in := 0
 		for _, o := range got.GetRun().GetTasks() {
-			if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_RUNNING {
-				running++
+			if o.GetStatus() == st {
+				in++
 			}
 		}
-		if running >= n {
+		if in >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d tasks running after %v, want %d", running, patience, n)
+			t.Fatalf("%d tasks %s after %v, want %d", in, st, patience, n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -257,26 +258,37 @@ func countFinished(evs []*fanoutv1.RunEvent) (runs int, tasks map[string]int) {
 }
 
 // checkAdopted checks a run that ended through adoption after its owner
-// was lost: FAILED with the cause, every task terminal (the unfinished ones
-// failed with "orchestrator lost"), one RunFinished last, every task's
-// TaskFinished once, the ledger run closed and conserved.
+// was lost and was not resumed: FAILED with wantCause, every task terminal,
+// one RunFinished last, every task's TaskFinished once, the ledger run
+// closed and conserved.
 func checkAdopted(t *testing.T, b *testBundle, c fanoutv1.OrchestratorServiceClient, s *fanoutv1.RunSpec,
-	runID, lostOwner string) *fanoutv1.Run {
+	runID, wantCause string) *fanoutv1.Run {
 	t.Helper()
 	evs := watchAll(t, c, runID)
 	fin := checkEvents(t, evs)
-	wantCause := fmt.Sprintf("orchestrator %s lost before the run ended", lostOwner)
 	if fin.GetState() != fanoutv1.RunState_RUN_STATE_FAILED || fin.GetCancelCause() != wantCause {
 		t.Errorf("run ended %s (%q), want FAILED (%q)", fin.GetState(), fin.GetCancelCause(), wantCause)
 	}
+	run := checkEndedOnce(t, b, c, s, runID, evs)
+	if run.GetState() != fanoutv1.RunState_RUN_STATE_FAILED || run.GetCancelCause() != wantCause || run.GetResult() == nil {
+		t.Errorf("stored run: %s (%q), result %v", run.GetState(), run.GetCancelCause(), run.GetResult())
+	}
+	return run
+}
+
+// checkEndedOnce checks what every run that changed hands must show: one
+// RunFinished, last; every task's TaskFinished exactly once; the joined
+// result lists every task; no two attempts of a task held reservations at
+// the same time; the ledger run closed and conserved.
+func checkEndedOnce(t *testing.T, b *testBundle, c fanoutv1.OrchestratorServiceClient, s *fanoutv1.RunSpec,
+	runID string, evs []*fanoutv1.RunEvent) *fanoutv1.Run {
+	t.Helper()
+	fin := evs[len(evs)-1].GetRunFinished()
 	got, err := c.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: runID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := got.GetRun()
-	if run.GetState() != fanoutv1.RunState_RUN_STATE_FAILED || run.GetCancelCause() != wantCause || run.GetResult() == nil {
-		t.Errorf("stored run: %s (%q), result %v", run.GetState(), run.GetCancelCause(), run.GetResult())
-	}
 	checkDispatchOrder(t, s, run.GetTasks())
 	if len(fin.GetResult().GetTasks()) != len(s.GetTasks()) {
 		t.Errorf("joined result lists %d tasks, want %d", len(fin.GetResult().GetTasks()), len(s.GetTasks()))
@@ -295,19 +307,84 @@ func checkAdopted(t *testing.T, b *testBundle, c fanoutv1.OrchestratorServiceCli
 		t.Errorf("ledger run: %v (%v), want closed", acct.State, err)
 	}
 	b.checkLedger(t)
+	checkAttemptsApart(t, b, runID)
 	return run
 }
 
-// TestLostOrchestratorRunIsAdopted: replica a drives a long run and is
-// killed: from then on every call it makes to the database fails (its
-// store and ledger are cut), so its heartbeat stops and none of its
-// end-of-run code reaches the database, which is all the rest of the fleet
-// can see of a crashed node. Replica b adopts the run and ends it; a
-// WatchRun on b sees it end.
-func TestLostOrchestratorRunIsAdopted(t *testing.T) {
+// checkResumed checks a run that changed hands once, from lostOwner to
+// adopter, and was driven on: it SUCCEEDED with every task, the history
+// says who adopted it and which tasks it dispatched again, and the
+// checks of checkEndedOnce hold.
+func checkResumed(t *testing.T, b *testBundle, c fanoutv1.OrchestratorServiceClient, s *fanoutv1.RunSpec,
+	runID, lostOwner, adopter string) *fanoutv1.RunAdopted {
+	t.Helper()
+	evs := watchAll(t, c, runID)
+	fin := checkEvents(t, evs)
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Errorf("run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	var adopted []*fanoutv1.RunAdopted
+	for _, ev := range evs {
+		if a := ev.GetRunAdopted(); a != nil {
+			adopted = append(adopted, a)
+		}
+	}
+	if len(adopted) != 1 {
+		t.Fatalf("%d RunAdopted events, want 1", len(adopted))
+	}
+	a := adopted[0]
+	if a.GetPreviousOwner() != lostOwner || a.GetOwner() != adopter || a.GetAdoptions() != 1 || len(a.GetResumedTaskIds()) == 0 {
+		t.Errorf("RunAdopted %v, want from %s to %s, the first adoption, with the unfinished tasks", a, lostOwner, adopter)
+	}
+	run := checkEndedOnce(t, b, c, s, runID, evs)
+	for _, o := range run.GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			t.Errorf("task %s ended %s (%q), want SUCCEEDED", o.GetTaskId(), o.GetStatus(), o.GetSummary().GetError())
+		}
+	}
+	if o := owner(t, b, runID); o != adopter {
+		t.Errorf("run owned by %q after adoption, want %s", o, adopter)
+	}
+	return a
+}
+
+// checkAttemptsApart fails if two reservations of different attempts on
+// one account of the run were held at the same time (by their database
+// times: from the reserve's to the resolution's).
+func checkAttemptsApart(t *testing.T, b *testBundle, runID string) {
+	t.Helper()
+	var overlaps int
+	var example string
+	if err := b.pool.QueryRow(t.Context(), `SELECT count(*), coalesce(min(format('account %s: attempt %s %s..%s and attempt %s %s..%s',
+			r1.account_id, r1.attempt, r1.created_at, r1.resolved_at, r2.attempt, r2.created_at, r2.resolved_at)), '')
+		FROM reservation r1 JOIN reservation r2
+		  ON r1.account_id = r2.account_id AND r1.attempt < r2.attempt
+		 AND tstzrange(r1.created_at, coalesce(r1.resolved_at, 'infinity')) &&
+		     tstzrange(r2.created_at, coalesce(r2.resolved_at, 'infinity'))
+		WHERE r1.run_id = $1`, runID).Scan(&overlaps, &example); err != nil {
+		t.Fatal(err)
+	}
+	if overlaps > 0 {
+		t.Errorf("%d pairs of attempts held reservations at the same time, e.g. %s", overlaps, example)
+	}
+}
+
+// resumeSim is a worker whose tasks take a few calls of 300 ms: long enough
+// that a run is mid-way when its orchestrator is lost, short enough that
+// the calls cut off settle at once.
+var resumeSim = llm.SimConfig{Latency: 300 * time.Millisecond, ToolCallsPerIteration: 1, FinishAfter: 2}
+
+// TestLostOrchestratorRunIsResumed: replica a drives a run and is killed:
+// from then on every call it makes to the database fails (its store and
+// ledger are cut), so its heartbeat stops and none of its end-of-run code
+// reaches the database, which is all the rest of the fleet can see of a
+// crashed node. Replica b adopts the run and drives it on: the tasks that
+// had ended keep their outcomes, the others run again as new attempts,
+// and the run succeeds; a WatchRun on b sees all of it.
+func TestLostOrchestratorRunIsResumed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	w, _ := b.worker(t, "w", resumeSim, 8)
 	var killed atomic.Bool
 	a := b.orchestratorWith(t, "a", leaseConfig(), func(p *orchestrator.EngineParams) {
 		p.Store = cutStore{RunStore: p.Store, cut: &killed}
@@ -316,14 +393,14 @@ func TestLostOrchestratorRunIsAdopted(t *testing.T) {
 	var looks atomic.Int64
 	other := b.orchestratorWith(t, "b", leaseConfig(), countLooks(&looks), w)
 
-	s := spec("lost", 4, 100_000)
-	s.Limits = &fanoutv1.Limits{MaxConcurrency: 2} // two run, two stay queued
+	s := spec("lost", 16, 1_000_000)
+	s.Limits = &fanoutv1.Limits{MaxConcurrency: 2} // two run, the rest stay queued
 	start, err := a.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runID := start.GetRunId()
-	awaitTasks(t, other.client, runID, 2)
+	awaitTasksIn(t, other.client, runID, fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, 1)
 	// While a heartbeats, nobody adopts its run: let twice the orphan window
 	// pass in database time, then let b search for orphans after that.
 	window := dbNow(t, b).Add(2 * leaseConfig().OrphanAfter)
@@ -337,56 +414,113 @@ func TestLostOrchestratorRunIsAdopted(t *testing.T) {
 		t.Fatalf("a live replica's run is owned by %q", o)
 	}
 
+	// The kill: nothing a does reaches the database from now on, and its
+	// calls to the worker are cut (its streams end as a dead process's do).
 	killed.Store(true)
-	began := time.Now()
-	run := checkAdopted(t, b, other.client, s, runID, "a")
-	if d := time.Since(began); d > 15*time.Second {
-		t.Errorf("adoption took %s", d)
-	}
-	for _, o := range run.GetTasks() {
-		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED || o.GetSummary().GetError() != "orchestrator lost" {
-			t.Errorf("task %s ended %s (%q), want FAILED (orchestrator lost)", o.GetTaskId(), o.GetStatus(), o.GetSummary().GetError())
-		}
-	}
-	if o := owner(t, b, runID); o != "b" {
-		t.Errorf("run owned by %q after adoption, want b", o)
+	dead, kill := context.WithCancel(t.Context())
+	kill()
+	_ = a.engine.Shutdown(dead)
+	adopted := checkResumed(t, b, other.client, s, runID, "a", "b")
+	if n := len(adopted.GetResumedTaskIds()); n == len(s.GetTasks()) {
+		t.Errorf("every task was resumed: the kill came before any task ended")
 	}
 }
 
-// TestStaleOwnerIsFenced: replica a stops heartbeating but goes on running
-// (a long pause, a partition from its peers). Replica b adopts the run; a,
-// hearing the ledger's cancel, ends its tasks and tries to end the run, but
-// only the owner can end a run, so the history still ends with exactly one
-// RunFinished, b's.
+// TestStaleOwnerIsFenced: replica a's heartbeats stop reaching the
+// database for a while but it goes on running (a long pause of its
+// heartbeat, a partition on the path they take). It stops dispatching once
+// its own clock says its lease may have lapsed; replica b adopts the run
+// and resumes it, fencing a's attempts; then a's heartbeats get through
+// again and find the run taken. a's task writes are refused (only the owner starts and
+// ends tasks), so a abandons the run and writes nothing more: the history
+// ends with exactly one RunFinished, b's, and every task ended once.
 func TestStaleOwnerIsFenced(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
-	a := b.orchestrator(t, "a", leaseConfig(), w)
+	w, _ := b.worker(t, "w", resumeSim, 8)
+	var paused atomic.Bool
+	a := b.orchestratorWith(t, "a", leaseConfig(), func(p *orchestrator.EngineParams) {
+		p.Store = beatlessStore{RunStore: p.Store, off: &paused}
+	}, w)
 	other := b.orchestrator(t, "b", leaseConfig(), w)
 
-	s := spec("stale", 4, 100_000)
+	s := spec("stale", 16, 1_000_000)
 	s.Limits = &fanoutv1.Limits{MaxConcurrency: 2}
 	start, err := a.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runID := start.GetRunId()
-	awaitTasks(t, other.client, runID, 2)
-	a.engine.StopHeartbeat()
+	awaitTasksIn(t, other.client, runID, fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, 1)
+	paused.Store(true)
+	waitOwner(t, b, runID, "b")
+	paused.Store(false) // the pause ends: a's heartbeat finds the run taken
 
-	checkAdopted(t, b, other.client, s, runID, "a")
-	// a's driver ends too (its run context was cancelled through the
-	// ledger); what it writes after that changes nothing.
+	checkResumed(t, b, other.client, s, runID, "a", "b")
+	// a's driver ends too (its calls were fenced, its writes refused);
+	// nothing it did after the adoption shows.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	if err := a.engine.Shutdown(ctx); err != nil {
 		t.Fatalf("a did not end its driver: %v", err)
 	}
-	run := checkAdopted(t, b, a.client, s, runID, "a")
+	checkResumed(t, b, a.client, s, runID, "a", "b")
+}
+
+// waitOwner polls until want owns the run.
+func waitOwner(t *testing.T, b *testBundle, runID, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(patience); owner(t, b, runID) != want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("run owned by %q after %v, want %s", owner(t, b, runID), patience, want)
+		}
+	}
+}
+
+// beatlessStore is a RunStore whose heartbeats fail once off is set.
+type beatlessStore struct {
+	orchestrator.RunStore
+	off *atomic.Bool
+}
+
+func (s beatlessStore) Heartbeat(ctx context.Context, owner string, runIDs []string) ([]string, error) {
+	if s.off.Load() {
+		return nil, errKilled
+	}
+	return s.RunStore.Heartbeat(ctx, owner, runIDs)
+}
+
+// TestRunAdoptedTooOftenEnds: a run that changed hands maxAdoptions times
+// already is ended FAILED by the next adopter, not resumed.
+func TestRunAdoptedTooOftenEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w", resumeSim, 8)
+	var killed atomic.Bool
+	a := b.orchestratorWith(t, "a", leaseConfig(), func(p *orchestrator.EngineParams) {
+		p.Store = cutStore{RunStore: p.Store, cut: &killed}
+		p.Ledger = cutLedger{Ledger: p.Ledger, cut: &killed}
+	}, w)
+	s := spec("poison", 2, 100_000)
+	start, err := a.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := start.GetRunId()
+	awaitTasksIn(t, a.client, runID, fanoutv1.TaskStatus_TASK_STATUS_RUNNING, 2)
+	if _, err := b.pool.Exec(t.Context(), `UPDATE run SET adoptions = 3 WHERE run_id = $1`, runID); err != nil {
+		t.Fatal(err)
+	}
+	killed.Store(true)
+	dead, kill := context.WithCancel(t.Context())
+	kill()
+	_ = a.engine.Shutdown(dead)
+	other := b.orchestrator(t, "b", leaseConfig(), w)
+	run := checkAdopted(t, b, other.client, s, runID,
+		"run adopted 4 times (its orchestrators kept being lost, the last was a); the limit is 3")
 	for _, o := range run.GetTasks() {
-		if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
-			t.Errorf("task %s SUCCEEDED in a run cancelled mid-way", o.GetTaskId())
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED || o.GetSummary().GetError() != "orchestrator lost" {
+			t.Errorf("task %s ended %s (%q), want FAILED (orchestrator lost)", o.GetTaskId(), o.GetStatus(), o.GetSummary().GetError())
 		}
 	}
 }
@@ -420,7 +554,7 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	}
 	done := &fanoutv1.TaskOutcome{TaskId: "t00", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: 0,
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, Facts: []*fanoutv1.Fact{{Text: "a fact"}}}}
-	stored, err := runs.FinishTask(ctx, "ghost-run", done)
+	stored, err := runs.FinishTask(ctx, "ghost-run", "ghost", done)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +562,7 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 		TaskFinished: &fanoutv1.TaskFinished{Outcome: stored}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runs.StartTask(ctx, "ghost-run", "t01", "dead-worker"); err != nil {
+	if _, err := runs.StartTask(ctx, "ghost-run", "t01", "dead-worker", "ghost"); err != nil {
 		t.Fatal(err)
 	}
 	// The dead worker's reservation is never settled: its lease runs out and
@@ -454,25 +588,32 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	cfg := leaseConfig()
 	cfg.HeartbeatInterval = 10 * time.Millisecond // both look at once, often
 	cfg.HeldWait = 20 * time.Second               // the lease runs out long before
+	w, _ := b.worker(t, "w", resumeSim, 8)
 	var looks1, looks2 atomic.Int64
-	r1 := b.orchestratorWith(t, "r1", cfg, countLooks(&looks1))
-	r2 := b.orchestratorWith(t, "r2", cfg, countLooks(&looks2))
+	r1 := b.orchestratorWith(t, "r1", cfg, countLooks(&looks1), w)
+	r2 := b.orchestratorWith(t, "r2", cfg, countLooks(&looks2), w)
 
-	run := checkAdopted(t, b, r2.client, s, "ghost-run", "ghost")
-	if o := owner(t, b, "ghost-run"); o != "r1" && o != "r2" {
-		t.Errorf("owner %q, want r1 or r2", o)
+	awaitLooks(t, &looks1, 2, "r1")
+	adopter := owner(t, b, "ghost-run")
+	if adopter != "r1" && adopter != "r2" {
+		t.Fatalf("owner %q, want r1 or r2", adopter)
 	}
-	tasks := run.GetTasks()
-	if tasks[0].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || len(run.GetResult().GetFacts()) != 1 {
-		t.Errorf("the finished task's outcome was not kept: %v, facts %v", tasks[0], run.GetResult().GetFacts())
+	adopted := checkResumed(t, b, r2.client, s, "ghost-run", "ghost", adopter)
+	if got := adopted.GetResumedTaskIds(); !slices.Equal(got, []string{"t01", "t02"}) {
+		t.Errorf("resumed tasks %v, want the unfinished t01 and t02", got)
 	}
-	for _, o := range tasks[1:] {
-		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED || o.GetSummary().GetError() != "orchestrator lost" {
-			t.Errorf("task %s ended %s (%q), want FAILED (orchestrator lost)", o.GetTaskId(), o.GetStatus(), o.GetSummary().GetError())
-		}
+	got, err := r1.client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: "ghost-run"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if tasks[1].GetWorker() != "dead-worker" {
-		t.Errorf("running task lost its worker: %q", tasks[1].GetWorker())
+	tasks := got.GetRun().GetTasks()
+	if len(tasks[0].GetSummary().GetFacts()) != 1 || tasks[0].GetSummary().GetFacts()[0].GetText() != "a fact" {
+		t.Errorf("the finished task's outcome was not kept: %v", tasks[0])
+	}
+	// The dead worker's reservation counts in t01's spend, with the new
+	// attempt's (the sweeper posted it at its full 100 tokens).
+	if tasks[1].GetTokensSpent() < 100 {
+		t.Errorf("t01 spent %d tokens, want the dead attempt's 100 and more", tasks[1].GetTokensSpent())
 	}
 	// Both replicas keep looking; the ended run stays ended once.
 	awaitLooks(t, &looks1, 3, "r1, after the run ended,")

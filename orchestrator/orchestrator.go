@@ -35,14 +35,15 @@ type RunStore interface {
 	// it must not cost their size.
 	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
-	// StartTask marks a task RUNNING on worker, stamping started_at. Returns
-	// runs.ErrEnded if the task has already ended.
-	StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error)
-	// FinishTask stores a task's terminal outcome, stamping finished_at, and
-	// returns it as stored. A terminal outcome is final: returns
-	// runs.ErrEnded if the task has already ended (ended by the replica
-	// that adopted the run).
-	FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
+	// StartTask marks a task RUNNING on worker, stamping started_at, if
+	// owner drives the run. Returns runs.ErrEnded if the task has already
+	// ended, runs.ErrNotOwner if another orchestrator drives the run now.
+	StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error)
+	// FinishTask stores a task's terminal outcome, stamping finished_at, if
+	// owner drives the run, and returns it as stored. A terminal outcome is
+	// final: returns runs.ErrEnded if the task has already ended, and
+	// runs.ErrNotOwner if another orchestrator adopted the run.
+	FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
 	// FinishRun ends the run if it is RUNNING and owner drives it — its
 	// final state, result and RunFinished event in one write — and reports
 	// ended true; otherwise (it has ended, or another replica adopted it) it
@@ -55,10 +56,11 @@ type RunStore interface {
 	// owner's heartbeat lapsed).
 	Heartbeat(ctx context.Context, owner string, runIDs []string) (lost []string, err error)
 	// AdoptOrphan makes node the owner of one RUNNING run whose heartbeat is
-	// older than orphanAfter (database time) and returns it with its previous
-	// owner; runID is empty when there is none. Of replicas adopting at once,
-	// exactly one gets each run.
-	AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runID, prevOwner string, err error)
+	// older than orphanAfter (database time), counting the adoption, and
+	// returns it; RunID is empty when there is none. Of replicas adopting at
+	// once, exactly one gets each run; once it returns, the previous owner
+	// can write none of the run's tasks.
+	AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error)
 	// FailTasks ends every PENDING or RUNNING task of the run as FAILED with
 	// reason as its error and its ledger spend as its tokens, keeps terminal
 	// outcomes, and returns the tasks it ended in dispatch order.

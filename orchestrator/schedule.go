@@ -1,5 +1,7 @@
 package orchestrator
 
+import "slices"
+
 // scheduler is a run's dependency graph as the drive loop sees it: which
 // tasks may start, in dispatch order, and which can no longer start because
 // something they wait on did not succeed. It does no I/O and knows nothing
@@ -47,6 +49,14 @@ func (s *scheduler) Next() (i int, ok bool) {
 	}
 	i, s.ready = s.ready[0], s.ready[1:]
 	return i, true
+}
+
+// take takes ready task i out of the ready set (a resumed run's task that
+// had ended already).
+func (s *scheduler) take(i int) {
+	if k := slices.Index(s.ready, i); k >= 0 {
+		s.ready = slices.Delete(s.ready, k, k+1)
+	}
 }
 
 // Done reports whether every task has ended.

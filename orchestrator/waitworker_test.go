@@ -2,7 +2,6 @@ package orchestrator_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	fanoutnode "github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store/storetest"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -53,7 +53,7 @@ func TestTaskWithoutWorkerFailsAtItsDeadline(t *testing.T) {
 func TestTaskWaitsForAWorkerThatComesUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	addr := freeAddr(t)
+	addr := storetest.FreeAddr(t)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, addr)
 
 	s := spec("worker-comes-up", 4, 1_000_000)
@@ -103,19 +103,4 @@ func TestTaskWaitsForAWorkerThatComesUp(t *testing.T) {
 		}
 	}
 	b.checkLedger(t)
-}
-
-// freeAddr returns a loopback address nothing listens on (a port the
-// kernel just handed out and that was closed again).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -24,7 +25,22 @@ var (
 	// ErrEnded: the run or task has already ended, for instance ended by
 	// the replica that adopted the run; a terminal outcome is final.
 	ErrEnded = errors.New("already ended")
+	// ErrNotOwner: another orchestrator drives the run now (it adopted the
+	// run while this one's heartbeat lapsed); only the owner writes a run's
+	// tasks and its end.
+	ErrNotOwner = errors.New("another orchestrator drives the run")
 )
+
+// Adoption is a run that an orchestrator took over from a lost one.
+type Adoption struct {
+	RunID     string
+	PrevOwner string
+	// Adoptions counts the times the run changed hands, this one included.
+	Adoptions int
+	// At is when it was adopted, in database time: the clock a run's and
+	// its tasks' deadlines count in.
+	At time.Time
+}
 
 // Head is where a run's event log ends: its newest event's sequence and
 // the run's state.

@@ -348,7 +348,7 @@ func TestBackfillConvertsOldRows(t *testing.T) {
 	}
 	newOutcome := &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT, TokensSpent: 5, Worker: "w9",
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT, Error: "deadline"}}
-	if _, err := rs.FinishTask(ctx, "new", newOutcome); err != nil {
+	if _, err := rs.FinishTask(ctx, "new", "n", newOutcome); err != nil {
 		t.Fatal(err)
 	}
 	newEvent := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{TaskId: "a", Worker: "w9"}}}

@@ -277,7 +277,7 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 		return err
 	})
 	step("finish task", bind, func() error {
-		o, err := rs.FinishTask(ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
+		o, err := rs.FinishTask(ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
 			TokensSpent: 7, Worker: "w1"})
 		if err == nil && (o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetTokensSpent() != 7) {
 			err = fmt.Errorf("returned %v", o)

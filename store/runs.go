@@ -433,75 +433,119 @@ func (s *Runs) tasksOf(ctx context.Context, columns string, runIDs []string) (ma
 }
 
 // StartTask marks a task RUNNING on worker and stamps started_at (database
-// time) the first time. Returns runs.ErrNotFound for an unknown task and
-// runs.ErrEnded for a task that has already ended (for instance, ended
-// by the replica that adopted the run).
-func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker string) (*fanoutv1.TaskOutcome, error) {
+// time) the first time, if owner drives the run. Returns runs.ErrNotFound
+// for an unknown task, runs.ErrEnded for a task that has already ended and
+// runs.ErrNotOwner when another orchestrator drives the run now.
+func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
 	// Idempotent: a task already RUNNING stays so, its started_at kept.
 	return retry(ctx, s.log, "runs.start_task", idempotent, func(ctx context.Context, _ try) (*fanoutv1.TaskOutcome, error) {
-		rows, err := s.pool.Query(ctx, `UPDATE task
-			SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
-			WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING')
-			RETURNING `+taskColumns, runID, taskID, worker)
-		return s.taskResult(ctx, rows, err, runID, taskID, "start")
+		return s.startTask(ctx, runID, taskID, worker, owner)
 	})
 }
 
+// startTask is one try of StartTask.
+func (s *Runs) startTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
+	rows, err := s.pool.Query(ctx, `WITH owned AS (`+ownedRun("$4")+`)
+		UPDATE task
+		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
+		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
+		RETURNING `+taskColumns, runID, taskID, worker, owner)
+	return s.taskResult(ctx, rows, err, runID, taskID, owner, "start")
+}
+
 // FinishTask stores a task's terminal outcome (status, summary, tokens,
-// worker) and stamps finished_at (database time). It returns the stored
-// outcome with its timestamps. A terminal outcome is final: returns
-// runs.ErrEnded for a task that has already ended (a replica that
-// adopted the run ended it), runs.ErrNotFound for an unknown task.
-func (s *Runs) FinishTask(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
-	stored := proto.CloneOf(o)
-	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
-	body, err := toJSONB(stored)
-	if err != nil {
-		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
-	}
-	args := []any{runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker()}
+// worker) and stamps finished_at (database time), if owner drives the run.
+// It returns the stored outcome with its timestamps. A terminal outcome is
+// final: returns runs.ErrEnded for a task that has already ended,
+// runs.ErrNotOwner when another orchestrator drives the run now,
+// runs.ErrNotFound for an unknown task.
+func (s *Runs) FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	// A task ends once, so a try after an ambiguous commit that finds it
 	// ended re-reads it: ended with this very outcome, it was that try.
 	return retry(ctx, s.log, "runs.finish_task", idempotent, func(ctx context.Context, t try) (*fanoutv1.TaskOutcome, error) {
-		rows, err := s.pool.Query(ctx, `UPDATE task
-			SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
-			WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING')
-			RETURNING `+taskColumns, args...)
-		out, err := s.taskResult(ctx, rows, err, runID, o.GetTaskId(), "finish")
+		out, err := s.finishTask(ctx, runID, owner, o)
 		if t.ambiguous && errors.Is(err, runs.ErrEnded) {
-			rows, rerr := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
-				WHERE run_id = $1 AND task_id = $2 AND status = $3 AND outcome = $4 AND tokens_spent = $5 AND worker = $6`, args...)
-			if rerr != nil {
-				return nil, fmt.Errorf("finish task %s of run %s: re-read after a lost reply: %w", o.GetTaskId(), runID, rerr)
-			}
-			row, rerr := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
-			if rerr == nil {
-				return row.outcome()
-			}
-			if !errors.Is(rerr, pgx.ErrNoRows) {
-				return nil, fmt.Errorf("finish task %s of run %s: re-read after a lost reply: %w", o.GetTaskId(), runID, rerr)
+			if mine, rerr := s.finishedAs(ctx, runID, o); mine != nil || rerr != nil {
+				return mine, rerr
 			}
 		}
 		return out, err
 	})
 }
 
-// taskResult reads the task an UPDATE of one live task returned. No row
-// means an unknown task (runs.ErrNotFound) or one that has already ended
-// (runs.ErrEnded).
-func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, taskID, verb string) (*fanoutv1.TaskOutcome, error) {
+// finishedAs returns the task of o as stored if it ended with o's
+// status, outcome, tokens and worker, or nil.
+func (s *Runs) finishedAs(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+	stored := proto.CloneOf(o)
+	stored.StartedAt, stored.FinishedAt = nil, nil
+	body, err := toJSONB(stored)
+	if err != nil {
+		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
+		WHERE run_id = $1 AND task_id = $2 AND status = $3 AND outcome = $4 AND tokens_spent = $5 AND worker = $6`,
+		runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker())
+	var row taskRow
+	if err == nil {
+		row, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("finish task %s of run %s: re-read after a lost reply: %w", o.GetTaskId(), runID, err)
+	}
+	return row.outcome()
+}
+
+// finishTask is one try of FinishTask.
+func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+	stored := proto.CloneOf(o)
+	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
+	body, err := toJSONB(stored)
+	if err != nil {
+		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
+	}
+	rows, err := s.pool.Query(ctx, `WITH owned AS (`+ownedRun("$7")+`)
+		UPDATE task
+		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
+		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
+		RETURNING `+taskColumns,
+		runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker(), owner)
+	return s.taskResult(ctx, rows, err, runID, o.GetTaskId(), owner, "finish")
+}
+
+// ownedRun selects the run $1 if the node in the parameter owner (say
+// "$4") drives it, and holds the run's row (FOR SHARE) until the
+// statement's transaction ends: an adoption (which updates the row's owner)
+// waits for a task write of the old owner under way, and a task write that
+// waited on an adoption sees the new owner. So once AdoptOrphan has
+// returned, the old owner writes none of the run's tasks, and the adopter
+// reads every task the old owner wrote.
+func ownedRun(owner string) string {
+	return `SELECT FROM run WHERE run_id = $1 AND owner = ` + owner + ` FOR SHARE`
+}
+
+// taskResult reads the task an UPDATE of one live task of a run that owner
+// drives returned. No row means an unknown task (runs.ErrNotFound), one
+// that has already ended (runs.ErrEnded) or a run that another owner
+// drives now (runs.ErrNotOwner).
+func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, taskID, owner, verb string) (*fanoutv1.TaskOutcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
 	}
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
 	if errors.Is(err, pgx.ErrNoRows) {
-		var status string
-		err := s.pool.QueryRow(ctx, `SELECT status FROM task WHERE run_id = $1 AND task_id = $2`, runID, taskID).Scan(&status)
+		var status, runOwner string
+		err := s.pool.QueryRow(ctx, `SELECT t.status, r.owner FROM task t JOIN run r USING (run_id)
+			WHERE t.run_id = $1 AND t.task_id = $2`, runID, taskID).Scan(&status, &runOwner)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, runs.ErrNotFound)
 		case err != nil:
 			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
+		case runOwner != owner:
+			return nil, fmt.Errorf("%s task %s of run %s: %s drives it now: %w", verb, taskID, runID, runOwner, runs.ErrNotOwner)
 		}
 		return nil, fmt.Errorf("%s task %s of run %s: it already ended %s: %w", verb, taskID, runID, status, runs.ErrEnded)
 	}
@@ -633,29 +677,30 @@ func (s *Runs) Heartbeat(ctx context.Context, owner string, runIDs []string) (lo
 
 // AdoptOrphan makes node the owner of one RUNNING run whose heartbeat is
 // older than orphanAfter (database time), the stalest first, refreshing its
-// heartbeat, and returns its id and previous owner; runID is empty when no
-// run is orphaned. The row is locked and its staleness re-checked by the
+// heartbeat and counting the adoption, and returns it (RunID empty when no
+// run is orphaned). The row is locked and its staleness re-checked by the
 // UPDATE itself, so of several replicas adopting at once exactly one gets
 // each run (the others skip it or find it fresh).
-func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runID, prevOwner string, err error) {
-	err = s.pool.QueryRow(ctx, `
+func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error) {
+	var a runs.Adoption
+	err := s.pool.QueryRow(ctx, `
 		WITH orphan AS (
 			SELECT run_id, owner FROM run
 			WHERE state = 'RUNNING' AND owner_heartbeat < now() - $2 * interval '1 microsecond'
 			ORDER BY owner_heartbeat
 			LIMIT 1
 			FOR UPDATE SKIP LOCKED)
-		UPDATE run SET owner = $1, owner_heartbeat = now()
+		UPDATE run SET owner = $1, owner_heartbeat = now(), adoptions = run.adoptions + 1
 		FROM orphan WHERE run.run_id = orphan.run_id
-		RETURNING run.run_id, orphan.owner`,
-		node, orphanAfter.Microseconds()).Scan(&runID, &prevOwner)
+		RETURNING run.run_id, orphan.owner, run.adoptions, now()`,
+		node, orphanAfter.Microseconds()).Scan(&a.RunID, &a.PrevOwner, &a.Adoptions, &a.At)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", nil
+		return runs.Adoption{}, nil
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("adopt an orphaned run for %s: %w", node, err)
+		return runs.Adoption{}, fmt.Errorf("adopt an orphaned run for %s: %w", node, err)
 	}
-	return runID, prevOwner, nil
+	return a, nil
 }
 
 // FailTasks ends every PENDING or RUNNING task of the run as FAILED, with

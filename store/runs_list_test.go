@@ -19,7 +19,7 @@ func TestRunsListSummaries(t *testing.T) {
 	if _, _, err := rs.CreateRun(b.ctx, r, "n"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
+	if _, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED}, TokensSpent: 7}); err != nil {
 		t.Fatal(err)
 	}

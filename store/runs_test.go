@@ -131,16 +131,16 @@ func TestRunsTasksAndFinish(t *testing.T) {
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "n"); err != nil {
 		t.Fatal(err)
 	}
-	started, err := rs.StartTask(b.ctx, "r1", "a", "w1")
+	started, err := rs.StartTask(b.ctx, "r1", "a", "w1", "n")
 	if err != nil || started.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_RUNNING || started.GetStartedAt() == nil {
 		t.Fatalf("start: %v, %v", started, err)
 	}
-	done, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
+	done, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
 		TokensSpent: 42, Worker: "w1", Summary: &fanoutv1.FactSummary{Facts: []*fanoutv1.Fact{{Text: "f"}}}})
 	if err != nil || done.GetFinishedAt() == nil || done.GetTokensSpent() != 42 || len(done.GetSummary().GetFacts()) != 1 {
 		t.Fatalf("finish: %v, %v", done, err)
 	}
-	if _, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "zz", Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED}); !errors.Is(err, runs.ErrNotFound) {
+	if _, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "zz", Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED}); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("finish unknown task: %v", err)
 	}
 	res := &fanoutv1.JoinedResult{TotalTokens: 42}
@@ -217,10 +217,10 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b", "c"), "n"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: 7}); err != nil {
+	if _, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r1", "b", "w1"); err != nil {
+	if _, err := rs.StartTask(b.ctx, "r1", "b", "w1", "n"); err != nil {
 		t.Fatal(err)
 	}
 	failed, err := rs.FailTasks(b.ctx, "r1", "orchestrator lost")
@@ -238,13 +238,13 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if failed[0].GetWorker() != "w1" || failed[0].GetStartedAt() == nil {
 		t.Errorf("the running task lost its worker or start: %v", failed[0])
 	}
-	if _, err := rs.FinishTask(b.ctx, "r1", &fanoutv1.TaskOutcome{TaskId: "b", Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, runs.ErrEnded) {
+	if _, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "b", Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("finish an ended task: %v, want ErrConflict", err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r1", "c", "w2"); !errors.Is(err, runs.ErrEnded) {
+	if _, err := rs.StartTask(b.ctx, "r1", "c", "w2", "n"); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("start an ended task: %v, want ErrConflict", err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r1", "zz", "w2"); !errors.Is(err, runs.ErrNotFound) {
+	if _, err := rs.StartTask(b.ctx, "r1", "zz", "w2", "n"); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("start an unknown task: %v, want ErrNotFound", err)
 	}
 	r, err := rs.GetRun(b.ctx, "", "r1")
@@ -296,8 +296,8 @@ func TestRunsLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Fresh runs are nobody's orphans.
-	if id, _, err := rs.AdoptOrphan(b.ctx, "x", time.Minute); err != nil || id != "" {
-		t.Fatalf("adopted %q (%v) while every heartbeat is fresh", id, err)
+	if a, err := rs.AdoptOrphan(b.ctx, "x", time.Minute); err != nil || a.RunID != "" {
+		t.Fatalf("adopted %q (%v) while every heartbeat is fresh", a.RunID, err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `UPDATE run SET owner_heartbeat = now() - interval '1 hour'`); err != nil {
 		t.Fatal(err)
@@ -315,16 +315,18 @@ func TestRunsLeases(t *testing.T) {
 		wg.Go(func() {
 			node := fmt.Sprint("n", i)
 			for {
-				id, prev, err := rs.AdoptOrphan(b.ctx, node, time.Minute)
+				a, err := rs.AdoptOrphan(b.ctx, node, time.Minute)
 				if err != nil {
 					t.Error(err)
 					return
 				}
+				id := a.RunID
 				if id == "" {
 					return
 				}
-				if prev != "dead" {
-					t.Errorf("run %s adopted from %q, want dead", id, prev)
+				if a.PrevOwner != "dead" || a.Adoptions != 1 || a.At.IsZero() {
+					t.Errorf("run %s adopted from %q (adoption %d at %v), want from dead, the first, at a time",
+						id, a.PrevOwner, a.Adoptions, a.At)
 				}
 				mu.Lock()
 				if _, ok := adopted[id]; ok {
@@ -347,12 +349,30 @@ func TestRunsLeases(t *testing.T) {
 			t.Errorf("run %s: owner %q (adopter %s), fresh %v, %v", id, owner, node, fresh, err)
 		}
 	}
-	// The old owner's writes are fenced: it cannot end the run.
+	// The old owner's writes are fenced: it cannot end the run, nor start
+	// or end its tasks; the new owner can.
 	if _, ended, err := rs.FinishRun(b.ctx, "r0", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil || ended {
 		t.Errorf("the old owner ended an adopted run: %v, %v", ended, err)
 	}
+	if _, err := rs.StartTask(b.ctx, "r0", "a", "w1", "dead"); !errors.Is(err, runs.ErrNotOwner) {
+		t.Errorf("the old owner started a task of an adopted run: %v, want ErrNotOwner", err)
+	}
+	if _, err := rs.FinishTask(b.ctx, "r0", "dead", &fanoutv1.TaskOutcome{TaskId: "a",
+		Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, runs.ErrNotOwner) {
+		t.Errorf("the old owner ended a task of an adopted run: %v, want ErrNotOwner", err)
+	}
+	if _, err := rs.StartTask(b.ctx, "r0", "a", "w1", adopted["r0"]); err != nil {
+		t.Errorf("the new owner could not start a task: %v", err)
+	}
 	if lost, err := rs.Heartbeat(b.ctx, "dead", []string{"r0", "r1", "r3"}); err != nil || len(lost) != 2 {
 		t.Errorf("old owner's heartbeat: lost %v, %v; want r0 and r1", lost, err)
+	}
+	// Each change of hands is counted.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE run SET owner_heartbeat = now() - interval '1 hour' WHERE run_id = 'r0'`); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := rs.AdoptOrphan(b.ctx, "n9", time.Minute); err != nil || a.RunID != "r0" || a.Adoptions != 2 || a.PrevOwner != adopted["r0"] {
+		t.Errorf("second adoption: %+v, %v; want r0 from %s, adoption 2", a, err, adopted["r0"])
 	}
 }
 

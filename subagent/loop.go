@@ -443,11 +443,12 @@ func (r *run) paid(ctx context.Context, c paidCall) (resp llm.Response, started 
 	key := c.key
 	var slept time.Duration
 	for n := 1; ; n++ {
+		asked := time.Now() // the grant's lease starts no earlier (see renewLease)
 		res, err := r.grant(ctx, c, key)
 		if err != nil {
 			return llm.Response{}, n > 1, err
 		}
-		resp, billed, err := r.callAndPay(ctx, c, res)
+		resp, billed, err := r.callAndPay(ctx, c, res, asked)
 		if billed == nil {
 			return resp, true, err
 		}
@@ -502,10 +503,11 @@ func (r *run) grant(ctx context.Context, c paidCall, key string) (budget.Reserva
 	return res, nil
 }
 
-// callAndPay makes c's call under res and settles res (see pay). If the
-// call failed after it may have been billed and ctx has not ended, it
-// returns the call's error as billed too, for paid to retry.
-func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation) (llm.Response, *llm.StatusError, error) {
+// callAndPay makes c's call under res, which was asked for at asked, and
+// settles res (see pay). If the call failed after it may have been billed
+// and ctx has not ended, it returns the call's error as billed too, for
+// paid to retry.
+func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation, asked time.Time) (llm.Response, *llm.StatusError, error) {
 	req := llm.Request{
 		Model:       r.task.ModelName,
 		Messages:    r.msgs,
@@ -521,7 +523,7 @@ func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation
 	if c.shown != nil {
 		shown = c.shown(req)
 	}
-	resp, callErr := r.call(ctx, res, shown, c.outputType, func(ctx context.Context) (llm.Response, error) {
+	resp, callErr := r.call(ctx, res, asked, shown, c.outputType, func(ctx context.Context) (llm.Response, error) {
 		return c.do(ctx, req)
 	})
 	if err := r.pay(ctx, res, resp, callErr); err != nil {
@@ -584,10 +586,10 @@ func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response
 }
 
 // call runs do, one model call for req, in a chat span while renewing the
-// reservation's lease (renewLease). If a renewal fails the call is
-// cancelled, so it stops before the lease ends. outputType is the span's
-// gen_ai.output.type, if the call asks for one.
-func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request, outputType string,
+// lease of res, asked for at asked (renewLease). If a renewal fails the
+// call is cancelled, so it stops before the lease ends. outputType is the
+// span's gen_ai.output.type, if the call asks for one.
+func (r *run) call(ctx context.Context, res budget.Reservation, asked time.Time, req llm.Request, outputType string,
 	do func(context.Context) (llm.Response, error)) (resp llm.Response, err error) {
 	start := time.Now()
 	spanCtx, span, common := r.startChatSpan(ctx, res, req, outputType)
@@ -598,7 +600,7 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r.renewLease(callCtx, cancel, res, start)
+		r.renewLease(callCtx, cancel, res, asked)
 	}()
 	resp, err = do(callCtx)
 	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
@@ -611,19 +613,21 @@ func (r *run) call(ctx context.Context, res budget.Reservation, req llm.Request,
 
 // renewLease renews res's lease every LeaseTTL/3 until callCtx ends, and
 // cancels the call (with the reason as cause) if a renewal fails or would
-// come too late. start is when the call started.
-func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, start time.Time) {
-	// The lease ends TTL after the database granted it, which was before
-	// this call started; renewals move it on from when they were sent.
-	// Only this node's monotonic clock is used (never compared with the
-	// database's), and the call stops a margin before the lease could end,
-	// even if a renewal hangs.
+// come too late. asked is when the reserve that granted res was sent.
+func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, asked time.Time) {
+	// The database started the lease when it granted it: after the reserve
+	// was sent, but possibly well before the grant arrived (a slow reply, a
+	// batch that waited on locks), so the lease is timed from asked, and
+	// each renewal from when it was sent. Only this node's monotonic clock
+	// is used (never compared with the database's). The call stops a
+	// margin before the lease could end: a renewal is given TTL/3 to
+	// answer, and never past that point.
 	margin := r.LeaseTTL / 10
-	leaseEnd := start.Add(r.LeaseTTL)
+	leaseEnd := asked.Add(r.LeaseTTL)
 	expire := time.NewTimer(time.Until(leaseEnd) - margin)
 	defer expire.Stop()
-	tick := time.NewTicker(r.LeaseTTL / 3)
-	defer tick.Stop()
+	renew := time.NewTimer(time.Until(asked.Add(r.LeaseTTL / 3)))
+	defer renew.Stop()
 	for {
 		select {
 		case <-callCtx.Done():
@@ -631,9 +635,13 @@ func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc
 		case <-expire.C:
 			cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
 			return
-		case <-tick.C:
+		case <-renew.C:
 			sent := time.Now()
-			rctx, rcancel := context.WithTimeout(callCtx, r.LeaseTTL/3)
+			deadline := sent.Add(r.LeaseTTL / 3)
+			if stop := leaseEnd.Add(-margin); stop.Before(deadline) {
+				deadline = stop
+			}
+			rctx, rcancel := context.WithDeadline(callCtx, deadline)
 			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL)
 			rcancel()
 			if err != nil {
@@ -644,6 +652,7 @@ func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc
 			}
 			leaseEnd = sent.Add(r.LeaseTTL)
 			expire.Reset(time.Until(leaseEnd) - margin)
+			renew.Reset(time.Until(sent.Add(r.LeaseTTL / 3)))
 		}
 	}
 }

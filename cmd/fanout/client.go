@@ -396,11 +396,14 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 	var state string
 	var limit int
 	f.StringVar(&state, "state", "", "only runs in this state (RUNNING, SUCCEEDED, FAILED, CANCELLED, BUDGET_EXHAUSTED, TIMED_OUT)")
-	f.IntVar(&limit, "limit", 20, "how many runs")
+	f.IntVar(&limit, "limit", 20, fmt.Sprintf("the most runs to list, newest first (1 to %d); pages are followed to reach it", maxListLimit))
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
-	req := &fanoutv1.ListRunsRequest{PageSize: int32(min(limit, 500)), TenantId: cf.tenant}
+	if limit < 1 || limit > maxListLimit {
+		return fmt.Errorf("--limit: must be between 1 and %d, got %d", maxListLimit, limit)
+	}
+	req := &fanoutv1.ListRunsRequest{TenantId: cf.tenant}
 	if state != "" {
 		v, err := runs.ParseState(state)
 		if err != nil {
@@ -413,7 +416,7 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer closeConn()
-	resp, err := client.ListRuns(ctx, req)
+	resp, err := listRuns(ctx, client, req, limit)
 	if err != nil {
 		return err
 	}
@@ -428,6 +431,40 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 			r.GetCreatedAt().AsTime().Local().Format(time.DateTime))
 	}
 	return nil
+}
+
+// maxListLimit bounds `fanout runs --limit`: run summaries are small, but
+// a listing is held in memory before it is printed.
+const maxListLimit = 10_000
+
+// listPageSize is the page size `fanout runs` asks for: the server's
+// maximum (ListRunsRequest.page_size).
+const listPageSize = 100
+
+// listRuns lists up to limit runs matching req, newest first, following
+// next_page_token from page to page. Each page asks for no more than the
+// runs still wanted, so the response's next_page_token, if any, continues
+// exactly after the last run returned.
+func listRuns(ctx context.Context, client fanoutv1.OrchestratorServiceClient, req *fanoutv1.ListRunsRequest, limit int) (*fanoutv1.ListRunsResponse, error) {
+	req = proto.CloneOf(req)
+	out := &fanoutv1.ListRunsResponse{}
+	for len(out.Runs) < limit {
+		req.PageSize = int32(min(limit-len(out.Runs), listPageSize)) //nolint:gosec // at most listPageSize
+		page, err := client.ListRuns(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out.Runs = append(out.Runs, page.GetRuns()...)
+		out.NextPageToken = page.GetNextPageToken()
+		if out.NextPageToken == "" {
+			break
+		}
+		if len(page.GetRuns()) == 0 {
+			return nil, fmt.Errorf("list runs: the server returned an empty page with a next page token")
+		}
+		req.PageToken = out.NextPageToken
+	}
+	return out, nil
 }
 
 // printRun prints a run's outcome for a person.

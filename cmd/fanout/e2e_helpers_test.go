@@ -179,20 +179,29 @@ func startWorkerProc(t testing.TB, databaseURL, name string, extra ...string) *w
 // process's environment, over this process's own.
 func startWorkerProcEnv(t testing.TB, databaseURL, name string, env []string, extra ...string) *workerProc {
 	t.Helper()
-	w := &workerProc{name: name, simLog: filepath.Join(t.TempDir(), name+".jsonl"), logs: &logTail{},
-		stdout: &lockedBuffer{}, exited: make(chan struct{})}
+	simLog := filepath.Join(t.TempDir(), name+".jsonl")
 	f := testPeer(t)
 	args := append([]string{"worker", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
-		"--name", name, "--sim-log", w.simLog, "--log-level", "info", "--shutdown-grace", "10s",
+		"--name", name, "--sim-log", simLog, "--log-level", "info", "--shutdown-grace", "10s",
 		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Worker.Cert, "--peer-tls-key", f.Worker.Key,
 		"--peer-verify-keys", f.VerifyKey}, extra...)
+	w := startChild(t, name, "worker serving", env, args)
+	w.simLog = simLog
+	return w
+}
+
+// startChild runs this test binary again as `fanout ARGS...` (childMain), a
+// process of its own, and waits until its log says serving.
+func startChild(t testing.TB, name, serving string, env, args []string) *workerProc {
+	t.Helper()
+	w := &workerProc{name: name, logs: &logTail{}, stdout: &lockedBuffer{}, exited: make(chan struct{})}
 	raw, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	w.cmd.Env = append(append(os.Environ(), env...), envE2EArgs+"="+string(raw))
-	// A worker must not outlive the test binary, whatever happens to it.
+	// A child must not outlive the test binary, whatever happens to it.
 	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := w.cmd.StderrPipe()
 	if err != nil {
@@ -200,26 +209,26 @@ func startWorkerProcEnv(t testing.TB, databaseURL, name string, env []string, ex
 	}
 	w.cmd.Stdout = w.stdout
 	if err := w.cmd.Start(); err != nil {
-		t.Fatalf("start worker %s: %v", name, err)
+		t.Fatalf("start %s: %v", name, err)
 	}
 	addr := make(chan string, 1)
 	go func() {
 		defer close(w.exited)
-		scanLog(stderr, w.logs, "worker serving", addr)
+		scanLog(stderr, w.logs, serving, addr)
 		_ = w.cmd.Wait() // after every read of the pipe, as exec requires
 	}()
 	t.Cleanup(func() { w.stop(t) })
 	select {
 	case w.addr = <-addr:
 	case <-w.exited:
-		t.Fatalf("worker %s exited before serving:\n%s", name, w.logs)
+		t.Fatalf("%s exited before serving:\n%s", name, w.logs)
 	case <-time.After(60 * time.Second):
-		t.Fatalf("worker %s did not serve within 60s:\n%s", name, w.logs)
+		t.Fatalf("%s did not serve within 60s:\n%s", name, w.logs)
 	}
 	return w
 }
 
-// stop asks the worker to shut down (SIGTERM) and kills it if it takes too long.
+// stop asks the process to shut down (SIGTERM) and kills it if it takes too long.
 func (w *workerProc) stop(t testing.TB) {
 	select {
 	case <-w.exited:
@@ -228,13 +237,13 @@ func (w *workerProc) stop(t testing.TB) {
 		select {
 		case <-w.exited:
 		case <-time.After(20 * time.Second):
-			t.Errorf("worker %s ignored SIGTERM for 20s; killing it", w.name)
+			t.Errorf("%s ignored SIGTERM for 20s; killing it", w.name)
 			_ = w.cmd.Process.Kill()
 			<-w.exited
 		}
 	}
 	if t.Failed() {
-		t.Logf("worker %s log (tail):\n%s", w.name, w.logs)
+		t.Logf("%s log (tail):\n%s", w.name, w.logs)
 	}
 }
 

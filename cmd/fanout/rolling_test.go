@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"syscall"
 	"testing"
@@ -31,7 +30,7 @@ func TestRollingRestartOfTheOnlyWorker(t *testing.T) {
 	t.Parallel()
 	url := storetest.NewDB(t)
 	pool := openPool(t, url)
-	addr := freeAddr(t)
+	addr := storetest.FreeAddr(t)
 	old := startWorkerProc(t, url, "w-old", append([]string{"--listen", addr}, rollingSim...)...)
 	orch := startOrchestratorMain(t, url, []*workerProc{old}, "--poll-interval", e2ePoll, "--sweep-interval", e2eSweep)
 
@@ -94,7 +93,7 @@ func TestOrchestratorStartedBeforeItsWorker(t *testing.T) {
 	t.Parallel()
 	url := storetest.NewDB(t)
 	pool := openPool(t, url)
-	addr := freeAddr(t)
+	addr := storetest.FreeAddr(t)
 	orch := startOrchestratorMain(t, url, []*workerProc{{addr: addr}}, "--poll-interval", e2ePoll, "--sweep-interval", e2eSweep)
 	time.Sleep(time.Second) // the scenario: the worker comes up after the orchestrator
 	startWorkerProc(t, url, "w1", append([]string{"--listen", addr}, rollingSim...)...)
@@ -125,20 +124,4 @@ func tasksIn(t testing.TB, pool *store.Pool, runID, st string) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// freeAddr returns a loopback address nothing listens on (a port the
-// kernel just handed out and that was closed again), for a process that
-// must come up, or come back, at a known address.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }

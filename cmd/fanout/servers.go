@@ -122,7 +122,7 @@ func registerEngineFlags(f *flags, c *orchestrator.Config) func() {
 	f.DurationVar(&c.DefaultTaskTimeout, "task-timeout", def.DefaultTaskTimeout, "a task's timeout when it sets none")
 	f.DurationVar(&c.DefaultRunTimeout, "run-timeout", def.DefaultRunTimeout, "a run's timeout when it sets none")
 	f.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", def.HeartbeatInterval, "how often this replica renews the lease of the runs it drives")
-	f.DurationVar(&c.OrphanAfter, "orphan-after", def.OrphanAfter, "a run whose lease is this stale (database time) is adopted and ended by a live replica; same on every replica")
+	f.DurationVar(&c.OrphanAfter, "orphan-after", def.OrphanAfter, "a run whose lease is this stale (database time) is adopted and resumed by a live replica; same on every replica")
 	return func() {
 		c.DefaultConcurrency, c.MaxConcurrency = int32(*concurrency), int32(*maxConcurrency)
 	}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -304,3 +305,19 @@ func dbName(testName string) string {
 }
 
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// FreeAddr returns a loopback address nothing listens on (a port the
+// kernel just handed out and that was closed again), for a process that
+// must come up, or come back, at a known address.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}

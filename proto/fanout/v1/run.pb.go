@@ -1380,6 +1380,7 @@ type RunEvent struct {
 	//	*RunEvent_BudgetUpdate
 	//	*RunEvent_BudgetExhausted
 	//	*RunEvent_RunFinished
+	//	*RunEvent_RunAdopted
 	Event         isRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1515,6 +1516,15 @@ func (x *RunEvent) GetRunFinished() *RunFinished {
 	return nil
 }
 
+func (x *RunEvent) GetRunAdopted() *RunAdopted {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_RunAdopted); ok {
+			return x.RunAdopted
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -1560,6 +1570,12 @@ type RunEvent_RunFinished struct {
 	RunFinished *RunFinished `protobuf:"bytes,17,opt,name=run_finished,json=runFinished,proto3,oneof"`
 }
 
+type RunEvent_RunAdopted struct {
+	// The run changed hands: its orchestrator was lost and another one
+	// adopted the run and drives it on.
+	RunAdopted *RunAdopted `protobuf:"bytes,18,opt,name=run_adopted,json=runAdopted,proto3,oneof"`
+}
+
 func (*RunEvent_RunStarted) isRunEvent_Event() {}
 
 func (*RunEvent_TaskQueued) isRunEvent_Event() {}
@@ -1576,6 +1592,89 @@ func (*RunEvent_BudgetExhausted) isRunEvent_Event() {}
 
 func (*RunEvent_RunFinished) isRunEvent_Event() {}
 
+func (*RunEvent_RunAdopted) isRunEvent_Event() {}
+
+// RunAdopted reports that the orchestrator driving the run was lost (its
+// lease in the database lapsed: a crash, a kill, a long pause) and another
+// one adopted the run and drives it on from what the database holds. Tasks
+// that had ended keep their outcomes and spend; those that had not are
+// dispatched again as new attempts (an earlier attempt can no longer
+// reserve tokens, and the new one starts once the earlier one holds none)
+// and reported queued again. Deadlines still count from the run's and the
+// task's first start.
+type RunAdopted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The orchestrator that was driving the run.
+	PreviousOwner string `protobuf:"bytes,1,opt,name=previous_owner,json=previousOwner,proto3" json:"previous_owner,omitempty"`
+	// The orchestrator that drives it now.
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// How many times the run has changed hands, this time included. A run
+	// adopted more than 3 times ends FAILED instead of being resumed again.
+	Adoptions int32 `protobuf:"varint,3,opt,name=adoptions,proto3" json:"adoptions,omitempty"`
+	// The tasks that had not ended, dispatched again, in dispatch order.
+	ResumedTaskIds []string `protobuf:"bytes,4,rep,name=resumed_task_ids,json=resumedTaskIds,proto3" json:"resumed_task_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RunAdopted) Reset() {
+	*x = RunAdopted{}
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunAdopted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunAdopted) ProtoMessage() {}
+
+func (x *RunAdopted) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunAdopted.ProtoReflect.Descriptor instead.
+func (*RunAdopted) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RunAdopted) GetPreviousOwner() string {
+	if x != nil {
+		return x.PreviousOwner
+	}
+	return ""
+}
+
+func (x *RunAdopted) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *RunAdopted) GetAdoptions() int32 {
+	if x != nil {
+		return x.Adoptions
+	}
+	return 0
+}
+
+func (x *RunAdopted) GetResumedTaskIds() []string {
+	if x != nil {
+		return x.ResumedTaskIds
+	}
+	return nil
+}
+
 // RunStarted reports that a run was accepted.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1587,7 +1686,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1698,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1711,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -1636,7 +1735,7 @@ type TaskQueued struct {
 
 func (x *TaskQueued) Reset() {
 	*x = TaskQueued{}
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1747,7 @@ func (x *TaskQueued) String() string {
 func (*TaskQueued) ProtoMessage() {}
 
 func (x *TaskQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1760,7 @@ func (x *TaskQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskQueued.ProtoReflect.Descriptor instead.
 func (*TaskQueued) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskQueued) GetTaskId() string {
@@ -1691,7 +1790,7 @@ type TaskStarted struct {
 
 func (x *TaskStarted) Reset() {
 	*x = TaskStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1802,7 @@ func (x *TaskStarted) String() string {
 func (*TaskStarted) ProtoMessage() {}
 
 func (x *TaskStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1815,7 @@ func (x *TaskStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStarted.ProtoReflect.Descriptor instead.
 func (*TaskStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskStarted) GetTaskId() string {
@@ -1750,7 +1849,7 @@ type TaskIteration struct {
 
 func (x *TaskIteration) Reset() {
 	*x = TaskIteration{}
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1861,7 @@ func (x *TaskIteration) String() string {
 func (*TaskIteration) ProtoMessage() {}
 
 func (x *TaskIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1874,7 @@ func (x *TaskIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskIteration.ProtoReflect.Descriptor instead.
 func (*TaskIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskIteration) GetTaskId() string {
@@ -1817,7 +1916,7 @@ type TaskFinished struct {
 
 func (x *TaskFinished) Reset() {
 	*x = TaskFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1928,7 @@ func (x *TaskFinished) String() string {
 func (*TaskFinished) ProtoMessage() {}
 
 func (x *TaskFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1941,7 @@ func (x *TaskFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinished.ProtoReflect.Descriptor instead.
 func (*TaskFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskFinished) GetOutcome() *TaskOutcome {
@@ -1863,7 +1962,7 @@ type BudgetUpdate struct {
 
 func (x *BudgetUpdate) Reset() {
 	*x = BudgetUpdate{}
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1875,7 +1974,7 @@ func (x *BudgetUpdate) String() string {
 func (*BudgetUpdate) ProtoMessage() {}
 
 func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1888,7 +1987,7 @@ func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetUpdate.ProtoReflect.Descriptor instead.
 func (*BudgetUpdate) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
@@ -1910,7 +2009,7 @@ type BudgetExhausted struct {
 
 func (x *BudgetExhausted) Reset() {
 	*x = BudgetExhausted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2021,7 @@ func (x *BudgetExhausted) String() string {
 func (*BudgetExhausted) ProtoMessage() {}
 
 func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2034,7 @@ func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExhausted.ProtoReflect.Descriptor instead.
 func (*BudgetExhausted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BudgetExhausted) GetBudget() *BudgetSnapshot {
@@ -1960,7 +2059,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2071,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2084,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunFinished) GetState() RunState {
@@ -2110,7 +2209,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06labels\x18\x1e \x03(\v2\x1a.fanout.v1.Run.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf0\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x05\n" +
 	"\bRunEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12.\n" +
@@ -2125,8 +2224,16 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\rtask_finished\x18\x0e \x01(\v2\x17.fanout.v1.TaskFinishedH\x00R\ftaskFinished\x12>\n" +
 	"\rbudget_update\x18\x0f \x01(\v2\x17.fanout.v1.BudgetUpdateH\x00R\fbudgetUpdate\x12G\n" +
 	"\x10budget_exhausted\x18\x10 \x01(\v2\x1a.fanout.v1.BudgetExhaustedH\x00R\x0fbudgetExhausted\x12;\n" +
-	"\frun_finished\x18\x11 \x01(\v2\x16.fanout.v1.RunFinishedH\x00R\vrunFinishedB\a\n" +
-	"\x05event\".\n" +
+	"\frun_finished\x18\x11 \x01(\v2\x16.fanout.v1.RunFinishedH\x00R\vrunFinished\x128\n" +
+	"\vrun_adopted\x18\x12 \x01(\v2\x15.fanout.v1.RunAdoptedH\x00R\n" +
+	"runAdoptedB\a\n" +
+	"\x05event\"\x91\x01\n" +
+	"\n" +
+	"RunAdopted\x12%\n" +
+	"\x0eprevious_owner\x18\x01 \x01(\tR\rpreviousOwner\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
+	"\tadoptions\x18\x03 \x01(\x05R\tadoptions\x12(\n" +
+	"\x10resumed_task_ids\x18\x04 \x03(\tR\x0eresumedTaskIds\".\n" +
 	"\n" +
 	"RunStarted\x12 \n" +
 	"\x03run\x18\x01 \x01(\v2\x0e.fanout.v1.RunR\x03run\"L\n" +
@@ -2197,7 +2304,7 @@ func file_fanout_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_fanout_v1_run_proto_goTypes = []any{
 	(ExhaustionPolicy)(0),         // 0: fanout.v1.ExhaustionPolicy
 	(JoinPolicy)(0),               // 1: fanout.v1.JoinPolicy
@@ -2215,18 +2322,19 @@ var file_fanout_v1_run_proto_goTypes = []any{
 	(*JoinedResult)(nil),          // 13: fanout.v1.JoinedResult
 	(*Run)(nil),                   // 14: fanout.v1.Run
 	(*RunEvent)(nil),              // 15: fanout.v1.RunEvent
-	(*RunStarted)(nil),            // 16: fanout.v1.RunStarted
-	(*TaskQueued)(nil),            // 17: fanout.v1.TaskQueued
-	(*TaskStarted)(nil),           // 18: fanout.v1.TaskStarted
-	(*TaskIteration)(nil),         // 19: fanout.v1.TaskIteration
-	(*TaskFinished)(nil),          // 20: fanout.v1.TaskFinished
-	(*BudgetUpdate)(nil),          // 21: fanout.v1.BudgetUpdate
-	(*BudgetExhausted)(nil),       // 22: fanout.v1.BudgetExhausted
-	(*RunFinished)(nil),           // 23: fanout.v1.RunFinished
-	nil,                           // 24: fanout.v1.RunSpec.LabelsEntry
-	nil,                           // 25: fanout.v1.Run.LabelsEntry
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*RunAdopted)(nil),            // 16: fanout.v1.RunAdopted
+	(*RunStarted)(nil),            // 17: fanout.v1.RunStarted
+	(*TaskQueued)(nil),            // 18: fanout.v1.TaskQueued
+	(*TaskStarted)(nil),           // 19: fanout.v1.TaskStarted
+	(*TaskIteration)(nil),         // 20: fanout.v1.TaskIteration
+	(*TaskFinished)(nil),          // 21: fanout.v1.TaskFinished
+	(*BudgetUpdate)(nil),          // 22: fanout.v1.BudgetUpdate
+	(*BudgetExhausted)(nil),       // 23: fanout.v1.BudgetExhausted
+	(*RunFinished)(nil),           // 24: fanout.v1.RunFinished
+	nil,                           // 25: fanout.v1.RunSpec.LabelsEntry
+	nil,                           // 26: fanout.v1.Run.LabelsEntry
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_fanout_v1_run_proto_depIdxs = []int32{
 	5,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
@@ -2235,15 +2343,15 @@ var file_fanout_v1_run_proto_depIdxs = []int32{
 	0,  // 3: fanout.v1.RunSpec.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
 	1,  // 4: fanout.v1.RunSpec.join_policy:type_name -> fanout.v1.JoinPolicy
 	8,  // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
-	24, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
-	26, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
-	26, // 8: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
+	25, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
+	27, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	27, // 8: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
 	9,  // 9: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
 	2,  // 10: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
 	2,  // 11: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
 	10, // 12: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
-	27, // 13: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
-	27, // 14: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
+	28, // 13: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
+	28, // 14: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
 	9,  // 15: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
 	11, // 16: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
 	3,  // 17: fanout.v1.Run.state:type_name -> fanout.v1.RunState
@@ -2251,29 +2359,30 @@ var file_fanout_v1_run_proto_depIdxs = []int32{
 	12, // 19: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
 	11, // 20: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
 	13, // 21: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
-	27, // 22: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	27, // 23: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	25, // 24: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	27, // 25: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	16, // 26: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	17, // 27: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	18, // 28: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	19, // 29: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	20, // 30: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	21, // 31: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	22, // 32: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	23, // 33: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
-	14, // 34: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	11, // 35: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	12, // 36: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	12, // 37: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	3,  // 38: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	13, // 39: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	28, // 22: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	28, // 23: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	26, // 24: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	28, // 25: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 26: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	18, // 27: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	19, // 28: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	20, // 29: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	21, // 30: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	22, // 31: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	23, // 32: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	24, // 33: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	16, // 34: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
+	14, // 35: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	11, // 36: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	12, // 37: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	12, // 38: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	3,  // 39: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	13, // 40: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }
@@ -2290,6 +2399,7 @@ func file_fanout_v1_run_proto_init() {
 		(*RunEvent_BudgetUpdate)(nil),
 		(*RunEvent_BudgetExhausted)(nil),
 		(*RunEvent_RunFinished)(nil),
+		(*RunEvent_RunAdopted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2297,7 +2407,7 @@ func file_fanout_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_run_proto_rawDesc), len(file_fanout_v1_run_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
