@@ -55,6 +55,11 @@ type BackendConfig struct {
 	// the process's servers serve at once, across all connections; more are
 	// refused RESOURCE_EXHAUSTED. Default DefaultMaxStreams.
 	MaxStreams int
+	// HealthInterval is how often this process checks the database's health
+	// (store.MonitorHealth: conservation, overdue leases, stale runs) for the
+	// alerts of deploy/prometheus. Default store.HealthConfig's (1m);
+	// negative: off.
+	HealthInterval time.Duration
 	// Logger receives the backend's and its nodes' logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -128,7 +133,16 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	b.cancel = cancel
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }() //nolint:errcheck // returns ctx.Err()
-	go func() { defer b.wg.Done(); budget.Sweep(bctx, b.ledger, cfg.SweepInterval, cfg.Logger) }()
+	go func() {
+		defer b.wg.Done()
+		budget.SweepWithConfig(bctx, b.ledger, budget.SweepConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger,
+			ExpiredFunc: store.CountExpiredLeases})
+	}()
+	if cfg.HealthInterval >= 0 {
+		b.wg.Go(func() {
+			store.MonitorHealth(bctx, pool, store.HealthConfig{Interval: cfg.HealthInterval, Logger: cfg.Logger})
+		})
+	}
 	return b, nil
 }
 

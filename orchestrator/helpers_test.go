@@ -142,6 +142,7 @@ func (b *testBundle) worker(t *testing.T, name string, sim llm.SimConfig, capaci
 type node struct {
 	engine *orchestrator.Engine
 	client fanoutv1.OrchestratorServiceClient
+	addr   string
 }
 
 // orchestrator starts an orchestrator replica on the test's database that
@@ -173,7 +174,7 @@ func (b *testBundle) orchestratorWith(t *testing.T, name string, cfg orchestrato
 			t.Errorf("shutdown %s: %v", name, err)
 		}
 	})
-	return &node{engine: o.Engine(), client: fanoutv1.NewOrchestratorServiceClient(dial(t, o.Addr()))}
+	return &node{engine: o.Engine(), client: fanoutv1.NewOrchestratorServiceClient(dial(t, o.Addr())), addr: o.Addr()}
 }
 
 // spec returns a valid spec of n independent tasks.

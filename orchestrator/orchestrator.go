@@ -75,6 +75,9 @@ type RunStore interface {
 	// Heads returns where the event log of each of runIDs that exists
 	// ends, and the run's state, in one read.
 	Heads(ctx context.Context, runIDs []string) (map[string]runs.Head, error)
+	// Head returns where the run's event log ends and its state, without
+	// reading its spec, tasks or result.
+	Head(ctx context.Context, tenantID, runID string) (runs.Head, error)
 	// Events returns up to limit events with sequence > after, in order.
 	Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error)
 }
@@ -148,6 +151,13 @@ type Config struct {
 	// WatchPollInterval is how often WatchRun polls for events of a run
 	// driven by another replica. Default 150ms.
 	WatchPollInterval time.Duration
+	// WatchMaxLag and WatchSlowAfter end a slow reader: a WatchRun or Run
+	// stream that stays more than WatchMaxLag events behind its run's head
+	// for WatchSlowAfter without a break ends RESOURCE_EXHAUSTED naming the
+	// after_sequence to resume from (watch.go says why the rule is timed).
+	// Defaults 1,000 events and 10s.
+	WatchMaxLag    int64
+	WatchSlowAfter time.Duration
 	// HeartbeatInterval is how often the engine refreshes the lease
 	// (run.owner_heartbeat, database time) of every run it drives, in one
 	// statement, and looks for orphaned runs to adopt. Default 5s.
@@ -212,6 +222,10 @@ func (c Config) withDefaults() Config {
 		c.CancelGrace = 2 * time.Second
 	}
 	defDur(&c.WatchPollInterval, 150*time.Millisecond)
+	if c.WatchMaxLag <= 0 {
+		c.WatchMaxLag = 1000
+	}
+	defDur(&c.WatchSlowAfter, 10*time.Second)
 	defDur(&c.HeartbeatInterval, 5*time.Second)
 	defDur(&c.OrphanAfter, 30*time.Second)
 	c.OrphanAfter = max(c.OrphanAfter, 2*c.HeartbeatInterval)

@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -265,7 +267,17 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return nil
 	}
 	var ve *ValidationError
+	var slow *SlowReaderError
 	switch {
+	case errors.As(err, &slow):
+		after := strconv.FormatInt(slow.After, 10)
+		return withDetails(codes.ResourceExhausted, slow.Error(),
+			&errdetails.ErrorInfo{Reason: "WATCH_READER_BEHIND", Domain: errorDomain, Metadata: map[string]string{
+				"after_sequence": after, "max_lag_events": strconv.FormatInt(slow.MaxLag, 10),
+				"slow_after": slow.For.String()}},
+			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: "watch-lag",
+				Description: fmt.Sprintf("a stream may stay more than %d events behind its run for less than %v; resume with after_sequence %s",
+					slow.MaxLag, slow.For, after)}}})
 	case errors.As(err, &ve):
 		br := &errdetails.BadRequest{}
 		for _, fv := range ve.Violations {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ type serverFlags struct {
 	ledgerPool    int
 	apiPool       int
 	maxStreams    int
+	health        time.Duration
 }
 
 func (s *serverFlags) register(f *flags, listen, metrics string) {
@@ -43,6 +45,7 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.BoolVar(&s.groupCommit, "group-commit", true, "coalesce ledger calls that arrive together into one transaction")
 	f.IntVar(&s.ledgerPool, "db-pool-ledger", node.DefaultLedgerPool, "connections of the ledger's pool (reserve, settle, leases, watcher, sweeper); API readers never use it")
 	f.IntVar(&s.apiPool, "db-pool-api", node.DefaultAPIPool, "connections of the run store's pool (runs, events, GetRun/ListRuns/WatchRun reads)")
+	f.DurationVar(&s.health, "health-interval", time.Minute, "how often this node checks the database for the alerts (conservation, overdue leases, stale runs; reads the whole journal); 0: off")
 	f.IntVar(&s.maxStreams, "max-streams", node.DefaultMaxStreams, "most gRPC calls this process serves at once, all connections together (health checks aside); more are RESOURCE_EXHAUSTED")
 }
 
@@ -55,7 +58,9 @@ func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
 		LedgerPool:    int32(min(max(s.ledgerPool, 0), 1<<20)), //nolint:gosec // clamped
 		APIPool:       int32(min(max(s.apiPool, 0), 1<<20)),    //nolint:gosec // clamped
 		MaxStreams:    s.maxStreams,
-		Logger:        log,
+		// 0 turns the check off here; BackendConfig's 0 is its default.
+		HealthInterval: cmp.Or(s.health, -1),
+		Logger:         log,
 	}
 }
 

@@ -50,7 +50,7 @@ func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string
 	t.tp = sdktrace.NewTracerProvider(topts...)
 
 	reg := prometheus.NewRegistry()
-	prom, err := promexporter.New(promexporter.WithRegisterer(reg))
+	prom, err := prometheusReader(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +83,13 @@ func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string
 		}
 	}
 	return t, nil
+}
+
+// prometheusReader is the reader behind /metrics, registered on reg. It
+// decides how otel names render in Prometheus (TestPrometheusRules renders
+// the code's instruments through it).
+func prometheusReader(reg prometheus.Registerer) (*promexporter.Exporter, error) {
+	return promexporter.New(promexporter.WithRegisterer(reg))
 }
 
 // wantsOTLP reports whether the standard variables ask for an exporter of signal.

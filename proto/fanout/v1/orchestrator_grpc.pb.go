@@ -58,7 +58,10 @@ type OrchestratorServiceClient interface {
 	// after_sequence (stored history first, then live events, with no gap and
 	// no duplicate) and closes with OK after RunFinished. Watching an ended
 	// run replays its remaining history and closes. Cancelling this call does
-	// not affect the run.
+	// not affect the run. A reader that stays more than 1,000 events behind
+	// the run for 10 s is ended RESOURCE_EXHAUSTED, with an ErrorInfo (reason
+	// WATCH_READER_BEHIND) whose metadata after_sequence is the last event
+	// sent: watch again with that after_sequence.
 	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunResponse], error)
 	// GetRun returns a run's current state.
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
@@ -188,7 +191,10 @@ type OrchestratorServiceServer interface {
 	// after_sequence (stored history first, then live events, with no gap and
 	// no duplicate) and closes with OK after RunFinished. Watching an ended
 	// run replays its remaining history and closes. Cancelling this call does
-	// not affect the run.
+	// not affect the run. A reader that stays more than 1,000 events behind
+	// the run for 10 s is ended RESOURCE_EXHAUSTED, with an ErrorInfo (reason
+	// WATCH_READER_BEHIND) whose metadata after_sequence is the last event
+	// sent: watch again with that after_sequence.
 	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error
 	// GetRun returns a run's current state.
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)

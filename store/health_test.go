@@ -1,0 +1,116 @@
+package store_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+)
+
+// TestHealthReportsWhatIsWrong is the health check's positive control: on
+// an honest ledger it reports accounts and nothing wrong; then exactly one
+// tampered account, one reservation held past its lease and one RUNNING run
+// whose heartbeat is stale, each as it is made (the owner can), through
+// CheckHealth and through MonitorHealth's gauges.
+func TestHealthReportsWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "health", 1000, 1, 500, 500)
+	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 1, Holder: "n", TTL: ttl}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := store.NewRuns(b.pool)
+	if _, _, err := runs.CreateRun(b.ctx, &fanoutv1.Run{RunId: "health", TenantId: "tenant-a", IdempotencyKey: "health",
+		State: fanoutv1.RunState_RUN_STATE_RUNNING, Spec: &fanoutv1.RunSpec{}}, "o1"); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, want store.Health) {
+		t.Helper()
+		got, err := store.CheckHealth(b.ctx, b.pool, 30*time.Second, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Accounts == 0 {
+			t.Fatalf("%s: the check looked at no account", what)
+		}
+		if got.Unconserved != want.Unconserved || got.OverdueReservations != want.OverdueReservations || got.StaleRuns != want.StaleRuns {
+			t.Errorf("%s: unconserved %d, overdue %d, stale %d; want %d, %d, %d", what, got.Unconserved,
+				got.OverdueReservations, got.StaleRuns, want.Unconserved, want.OverdueReservations, want.StaleRuns)
+		}
+		if got.OldestHeartbeat < want.OldestHeartbeat {
+			t.Errorf("%s: oldest heartbeat %v, want at least %v", what, got.OldestHeartbeat, want.OldestHeartbeat)
+		}
+	}
+	check("an honest ledger", store.Health{})
+
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := b.pool.Exec(b.ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec("UPDATE account SET spent = spent + 7 WHERE account_id = $1", int64(ra.Tasks["t1"]))
+	check("a balance rewritten without an entry", store.Health{Unconserved: 1})
+	exec("UPDATE reservation SET lease_expires_at = now() - interval '1 minute' WHERE reservation_id = $1", int64(r.ID))
+	check("a lease a minute past", store.Health{Unconserved: 1, OverdueReservations: 1})
+	exec("UPDATE run SET owner_heartbeat = now() - interval '1 hour' WHERE run_id = 'health'")
+	want := store.Health{Unconserved: 1, OverdueReservations: 1, StaleRuns: 1, OldestHeartbeat: time.Hour}
+	check("a heartbeat an hour old", want)
+
+	// The gauges say the same.
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		store.MonitorHealth(ctx, b.pool, store.HealthConfig{Interval: 50 * time.Millisecond, Meter: mp.Meter("test"), Logger: slog.New(slog.DiscardHandler)})
+	})
+	defer func() { cancel(); wg.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		gauges := collectGauges(t, reader)
+		if gauges["fanout.ledger.accounts.unconserved"] == 1 && gauges["fanout.ledger.reservations.overdue"] == 1 &&
+			gauges["fanout.runs.stale"] == 1 && gauges["fanout.runs.heartbeat.age"] >= 3600 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gauges %v, want 1 unconserved account, 1 overdue reservation, 1 stale run, a heartbeat >= 3600s old", gauges)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// collectGauges returns the last value of every gauge reader has.
+func collectGauges(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[m.Name] = p.Value
+				}
+			}
+		}
+	}
+	return out
+}
