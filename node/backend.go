@@ -120,8 +120,8 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		pool:    pool,
 		apiPool: apiPool,
 		streams: newStreamLimit(cfg.MaxStreams),
-		ledger:  store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit}),
-		runs:    store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit}),
+		ledger:  store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
+		runs:    store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		watcher: budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,9 +20,14 @@ import (
 // outcome column rather than raising, so several calls can share one
 // transaction (group commit, LedgerConfig.Coalesce) without changing this
 // type's API.
+//
+// Every call is retried after a transient database error (retry.go): each
+// is idempotent, by the reservation it names, by the key of a reserve, or
+// by the state it moves a run from.
 type Ledger struct {
 	pool *pgxpool.Pool
 	exec ledgerExec // chosen once, by NewLedgerWithConfig
+	log  *slog.Logger
 }
 
 var _ budget.Ledger = (*Ledger)(nil)
@@ -42,6 +49,9 @@ type LedgerConfig struct {
 	// reserve waiting with 4 committers, 3.4 ms with 1), while one committer
 	// lets everything that arrives during a batch join the next one.
 	Committers int
+	// Logger receives a warning for every retried database error. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // NewLedger returns a ledger on pool that runs each call in its own
@@ -50,8 +60,11 @@ func NewLedger(pool *pgxpool.Pool) *Ledger { return NewLedgerWithConfig(pool, Le
 
 // NewLedgerWithConfig returns a ledger on pool tuned by cfg.
 func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	if !cfg.Coalesce {
-		return &Ledger{pool: pool, exec: directExec{pool: pool}}
+		return &Ledger{pool: pool, exec: directExec{pool: pool}, log: cfg.Logger}
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 64
@@ -59,8 +72,28 @@ func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
 	if cfg.Committers <= 0 {
 		cfg.Committers = 1
 	}
-	return &Ledger{pool: pool, exec: newBatchExec(pool, cfg.Committers, cfg.MaxBatch)}
+	return &Ledger{pool: pool, exec: newBatchExec(pool, cfg.Committers, cfg.MaxBatch), log: cfg.Logger}
 }
+
+// call runs c on the ledger's executor, retried after a transient error:
+// every ledger_result call is idempotent (a reserve carries a key; settle,
+// void, renew and expire name a reservation and its generation and answer
+// "replay" when it is already where they would move it). A replay after a
+// try whose commit was ambiguous is that try's work, so it is reported as
+// "ok", as the lost reply would have been.
+func (l *Ledger) call(ctx context.Context, op string, c ledgerCall) (ledgerResult, error) {
+	return retry(ctx, l.log, "ledger."+op, idempotent, func(ctx context.Context, t try) (ledgerResult, error) {
+		r, err := l.exec.call(ctx, c)
+		if err == nil && t.ambiguous && r.Outcome == "replay" {
+			r.Outcome = "ok"
+		}
+		return r, err
+	})
+}
+
+// newReserveKey is the key of a reserve whose caller gave none, so that
+// the reserve, too, can be retried after an ambiguous commit.
+func newReserveKey() string { return "store/" + rand.Text() }
 
 // Close stops the committers of a coalescing ledger; calls after Close fail.
 // It is a no-op on a ledger without Coalesce.
@@ -167,11 +200,11 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 	ctx, done := observe(ctx, "reserve", AttrAccount.Int64(int64(p.Account)), AttrRequested.Int64(p.Want))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
-	var key *string
-	if p.Key != "" {
-		key = &p.Key
+	key := p.Key
+	if key == "" {
+		key = newReserveKey()
 	}
-	r, err = l.exec.call(ctx, ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+	r, err = l.call(ctx, "reserve", ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key},
 		account: p.Account})
 	if err == nil {
@@ -197,8 +230,15 @@ func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, run
 	var outcome string
 	var attempt int64
 	var kind, state *string
-	err := l.pool.QueryRow(ctx, "SELECT outcome, attempt, info_kind, info_state FROM ledger_begin_attempt($1, $2, $3)",
-		int64(account), runID, tenantID).Scan(&outcome, &attempt, &kind, &state)
+	// Not idempotent, but safe to retry even when a try's commit was
+	// ambiguous: a lost try bumped the attempt once more, to a number no one
+	// was told, so no reserve can name it. It fences the earlier attempts,
+	// as this call does anyway; the attempt the caller gets is still the
+	// account's current one.
+	err := retried(ctx, l.log, "ledger.begin_attempt", idempotent, func(ctx context.Context, _ try) error {
+		return l.pool.QueryRow(ctx, "SELECT outcome, attempt, info_kind, info_state FROM ledger_begin_attempt($1, $2, $3)",
+			int64(account), runID, tenantID).Scan(&outcome, &attempt, &kind, &state)
+	})
 	if err == nil {
 		switch outcome {
 		case "ok":
@@ -225,7 +265,7 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.
 		AttrActual.Int64(p.Actual), AttrEstimated.Bool(p.Estimated))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
-	r, err = l.exec.call(ctx, ledgerCall{fn: "ledger_settle($1, $2, $3, $4)",
+	r, err = l.call(ctx, "settle", ledgerCall{fn: "ledger_settle($1, $2, $3, $4)",
 		args: []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated}, reservation: p.Reservation})
 	if err == nil && r.Outcome == "ok" {
 		countSpent(ctx, val(r.Spent), p.Estimated)
@@ -248,7 +288,7 @@ func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation i
 	ctx, done := observe(ctx, "void", AttrReservationID.Int64(int64(id)))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrRunID.String(res.RunID)) }()
-	r, err = l.exec.call(ctx, ledgerCall{fn: "ledger_void($1, $2, '')", args: []any{int64(id), generation}, reservation: id})
+	r, err = l.call(ctx, "void", ledgerCall{fn: "ledger_void($1, $2, '')", args: []any{int64(id), generation}, reservation: id})
 	if err == nil {
 		err = r.err(id, 0)
 	}
@@ -265,7 +305,7 @@ func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation 
 		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be in (0, %s], got %s", budget.MaxLeaseTTL, ttl)}
 	}
 	ctx, done := observe(ctx, "renew", AttrReservationID.Int64(int64(id)))
-	r, err := l.exec.call(ctx, ledgerCall{fn: "ledger_renew($1, $2, $3)", args: []any{int64(id), generation, ttl}})
+	r, err := l.call(ctx, "renew", ledgerCall{fn: "ledger_renew($1, $2, $3)", args: []any{int64(id), generation, ttl}})
 	defer func() { done(&r, err) }()
 	if err == nil {
 		err = r.err(id, 0)
@@ -282,19 +322,21 @@ const expireBatch = 500
 // ExpireLeases implements budget.Ledger. Each expiry is its own transaction,
 // so sweepers on several nodes never hold one another's chains.
 func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
-	rows, err := l.pool.Query(ctx, `SELECT reservation_id FROM reservation
-		WHERE state = 'held' AND lease_expires_at <= now() ORDER BY reservation_id LIMIT $1`, expireBatch)
-	if err != nil {
-		return 0, fmt.Errorf("find expired leases: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	ids, err := retry(ctx, l.log, "ledger.find_expired", idempotent, func(ctx context.Context, _ try) ([]int64, error) {
+		rows, err := l.pool.Query(ctx, `SELECT reservation_id FROM reservation
+			WHERE state = 'held' AND lease_expires_at <= now() ORDER BY reservation_id LIMIT $1`, expireBatch)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[int64])
+	})
 	if err != nil {
 		return 0, fmt.Errorf("find expired leases: %w", err)
 	}
 	n := 0
 	for _, id := range ids {
 		ectx, done := observe(ctx, "expire", AttrReservationID.Int64(id))
-		r, err := l.exec.call(ectx, ledgerCall{fn: "ledger_expire($1)", args: []any{id}})
+		r, err := l.call(ectx, "expire", ledgerCall{fn: "ledger_expire($1)", args: []any{id}})
 		done(&r, err, AttrEstimated.Bool(true))
 		if err != nil {
 			return n, fmt.Errorf("expire reservation %d: %w", id, err)
@@ -322,7 +364,9 @@ func scanAccount(row pgx.Row) (budget.Account, error) {
 
 // Account implements budget.Ledger.
 func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Account, error) {
-	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE account_id = $1", int64(id)))
+	a, err := retry(ctx, l.log, "ledger.account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
+		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE account_id = $1", int64(id)))
+	})
 	if err != nil {
 		return a, fmt.Errorf("read account %d: %w", id, err)
 	}
@@ -331,7 +375,9 @@ func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Accou
 
 // RunAccount implements budget.Ledger.
 func (l *Ledger) RunAccount(ctx context.Context, runID string) (budget.Account, error) {
-	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE run_id = $1 AND kind = 'run'", runID))
+	a, err := retry(ctx, l.log, "ledger.run_account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
+		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE run_id = $1 AND kind = 'run'", runID))
+	})
 	if err != nil {
 		return a, fmt.Errorf("read run %s account: %w", runID, err)
 	}
@@ -349,7 +395,11 @@ func (l *Ledger) CloseRun(ctx context.Context, runID string) (budget.Account, er
 }
 
 func (l *Ledger) endRun(ctx context.Context, runID string, state budget.AccountState, cause string) (budget.Account, error) {
-	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run($1, $2, $3)", runID, string(state), cause))
+	// Idempotent: a run already where the call would move it is returned
+	// as it is.
+	a, err := retry(ctx, l.log, "ledger.end_run", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
+		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run($1, $2, $3)", runID, string(state), cause))
+	})
 	if err != nil {
 		return a, fmt.Errorf("end run %s (%s): %w", runID, state, err)
 	}
@@ -379,7 +429,10 @@ func (l *Ledger) OpenTenant(ctx context.Context, tenantID string, limit int64) (
 	case limit <= 0:
 		return budget.Account{}, &budget.ValidationError{Field: "limit", Reason: fmt.Sprintf("must be > 0, got %d", limit)}
 	}
-	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_open_tenant($1, $2)", tenantID, limit))
+	// Idempotent: an existing tenant account is returned as it is.
+	a, err := retry(ctx, l.log, "ledger.open_tenant", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
+		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_open_tenant($1, $2)", tenantID, limit))
+	})
 	if err != nil {
 		return a, fmt.Errorf("open tenant %s: %w", tenantID, err)
 	}
@@ -392,11 +445,16 @@ func (l *Ledger) OpenRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 	if err := p.Validate(); err != nil {
 		return budget.RunAccounts{}, err
 	}
-	out, err := l.openRun(ctx, p)
-	if isUniqueViolation(err) {
-		// Another node opened the same run at the same moment: read what it wrote.
-		out, err = l.runAccounts(ctx, p.RunID)
-	}
+	// Idempotent by the run id: an existing run's accounts are returned as
+	// they are.
+	out, err := retry(ctx, l.log, "ledger.open_run", idempotent, func(ctx context.Context, _ try) (budget.RunAccounts, error) {
+		out, err := l.openRun(ctx, p)
+		if isUniqueViolation(err) {
+			// Another node opened the same run at the same moment: read what it wrote.
+			out, err = l.runAccounts(ctx, p.RunID)
+		}
+		return out, err
+	})
 	switch {
 	case isCode(err, "23503"): // foreign_key_violation: the tenant account
 		err = fmt.Errorf("tenant account %d: %w", p.TenantAccount, budget.ErrNotFound)

@@ -155,7 +155,10 @@ func (b *batchExec) accountChain(ctx context.Context, account budget.AccountID) 
 // account chains (a stable sort, so arrival order holds within a chain):
 // every transaction then takes row locks in one global order, tree preorder,
 // and batches on different nodes cannot deadlock. If the transaction fails
-// as a whole, each call is retried on its own.
+// as a whole because of one call (a server error rolled it back), each call
+// is tried again on its own, so that it fails alone; a transient error
+// (retry.go) fails every call of the batch instead, for Ledger.call to
+// retry under its caller's deadline.
 func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 	defer func() {
 		for _, p := range batch {
@@ -183,6 +186,12 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 		}
 		return br.Close()
 	})
+	if class, _ := classify(err); class != permanent {
+		for _, p := range batch {
+			p.item.err = err
+		}
+		return
+	}
 	if err != nil {
 		for _, p := range batch {
 			p.item.res, p.item.err = b.direct.call(ctx, p.item.ledgerCall)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -17,12 +19,34 @@ var ErrBucketNotDefined = errors.New("rate limit bucket not defined")
 // provider key (migrations/0003), refilled by database time, debited by every
 // worker before each model call. It implements llm.Limiter (whose methods use
 // only standard types, so neither package imports the other).
+//
+// Define and Take are retried after a transient database error (retry.go);
+// Refund only when the error proves it did not happen.
 type RateLimiter struct {
 	pool *pgxpool.Pool
+	log  *slog.Logger
 }
 
-// NewRateLimiter returns a rate limiter on pool.
-func NewRateLimiter(pool *pgxpool.Pool) *RateLimiter { return &RateLimiter{pool: pool} }
+// RateLimiterConfig tunes a RateLimiter.
+type RateLimiterConfig struct {
+	// Logger receives a warning for every retried database error. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// NewRateLimiter returns a rate limiter on pool: NewRateLimiterWithConfig
+// with the zero RateLimiterConfig.
+func NewRateLimiter(pool *pgxpool.Pool) *RateLimiter {
+	return NewRateLimiterWithConfig(pool, RateLimiterConfig{})
+}
+
+// NewRateLimiterWithConfig returns a rate limiter on pool tuned by cfg.
+func NewRateLimiterWithConfig(pool *pgxpool.Pool, cfg RateLimiterConfig) *RateLimiter {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &RateLimiter{pool: pool, log: cfg.Logger}
+}
 
 // Define creates bucket, empty, or changes its limits (balances are refilled
 // at the old limits up to now, then capped at the new capacity). rpm or tpm
@@ -31,7 +55,19 @@ func (r *RateLimiter) Define(ctx context.Context, bucket string, rpm, tpm int64,
 	if rpm < 0 || tpm < 0 || burst <= 0 {
 		return fmt.Errorf("define rate bucket %s: rpm %d, tpm %d, burst %s: limits must be >= 0 and burst > 0", bucket, rpm, tpm, burst)
 	}
-	_, err := r.pool.Exec(ctx, `
+	// Idempotent: a second run finds the limits set and changes nothing.
+	err := retried(ctx, r.log, "ratelimit.define", idempotent, func(ctx context.Context, _ try) error {
+		_, err := r.pool.Exec(ctx, defineSQL, bucket, rpm, tpm, burst)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("define rate bucket %s: %w", bucket, err)
+	}
+	return nil
+}
+
+// defineSQL creates or changes a bucket (Define).
+const defineSQL = `
 		INSERT INTO rate_bucket AS b (bucket, rpm, tpm, burst) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (bucket) DO UPDATE SET
 			rpm = EXCLUDED.rpm, tpm = EXCLUDED.tpm, burst = EXCLUDED.burst,
@@ -40,13 +76,7 @@ func (r *RateLimiter) Define(ctx context.Context, bucket string, rpm, tpm int64,
 			tokens = least(rate_capacity(EXCLUDED.tpm, EXCLUDED.burst),
 			               rate_refill(b.tokens, b.tpm, b.burst, b.refilled_at, now())),
 			refilled_at = greatest(b.refilled_at, now())
-		WHERE (b.rpm, b.tpm, b.burst) IS DISTINCT FROM (EXCLUDED.rpm, EXCLUDED.tpm, EXCLUDED.burst)`,
-		bucket, rpm, tpm, burst)
-	if err != nil {
-		return fmt.Errorf("define rate bucket %s: %w", bucket, err)
-	}
-	return nil
-}
+		WHERE (b.rpm, b.tpm, b.burst) IS DISTINCT FROM (EXCLUDED.rpm, EXCLUDED.tpm, EXCLUDED.burst)`
 
 // takeSQL debits a bucket in one UPDATE whose WHERE checks the balances
 // refilled to now(). Under READ COMMITTED a concurrent taker blocks on the
@@ -85,7 +115,14 @@ const minWait = 5 * time.Millisecond
 func (r *RateLimiter) Take(ctx context.Context, bucket string, requests, tokens int64) (time.Duration, error) {
 	var granted bool
 	var wait *float64
-	if err := r.pool.QueryRow(ctx, takeSQL, bucket, requests, tokens).Scan(&granted, &wait); err != nil {
+	// Not idempotent, but safe to retry even when a try's commit was
+	// ambiguous: a lost try that committed debited the bucket once more,
+	// which only makes the limiter stricter for a moment (by one call's
+	// worth), never lets more through than the provider's limits.
+	err := retried(ctx, r.log, "ratelimit.take", idempotent, func(ctx context.Context, _ try) error {
+		return r.pool.QueryRow(ctx, takeSQL, bucket, requests, tokens).Scan(&granted, &wait)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("take %d requests and %d tokens from rate bucket %s: %w", requests, tokens, bucket, err)
 	}
 	switch {
@@ -100,13 +137,17 @@ func (r *RateLimiter) Take(ctx context.Context, bucket string, requests, tokens 
 // Refund credits tokens back to bucket, up to its capacity (a negative
 // refund debits more). It returns ErrBucketNotDefined for an unknown bucket.
 func (r *RateLimiter) Refund(ctx context.Context, bucket string, tokens int64) error {
-	tag, err := r.pool.Exec(ctx, `
-		UPDATE rate_bucket SET
-			requests = CASE WHEN rpm > 0 THEN rate_refill(requests, rpm, burst, refilled_at, now()) ELSE 0 END,
-			tokens = CASE WHEN tpm > 0 THEN least(rate_capacity(tpm, burst),
-				rate_refill(tokens, tpm, burst, refilled_at, now()) + $2::bigint) ELSE 0 END,
-			refilled_at = greatest(refilled_at, now())
-		WHERE bucket = $1`, bucket, tokens)
+	// A second credit after a lost try that committed would let more
+	// through than the limits: retried only when nothing happened.
+	tag, err := retry(ctx, r.log, "ratelimit.refund", unsentOnly, func(ctx context.Context, _ try) (pgconn.CommandTag, error) {
+		return r.pool.Exec(ctx, `
+			UPDATE rate_bucket SET
+				requests = CASE WHEN rpm > 0 THEN rate_refill(requests, rpm, burst, refilled_at, now()) ELSE 0 END,
+				tokens = CASE WHEN tpm > 0 THEN least(rate_capacity(tpm, burst),
+					rate_refill(tokens, tpm, burst, refilled_at, now()) + $2::bigint) ELSE 0 END,
+				refilled_at = greatest(refilled_at, now())
+			WHERE bucket = $1`, bucket, tokens)
+	})
 	if err != nil {
 		return fmt.Errorf("refund %d tokens to rate bucket %s: %w", tokens, bucket, err)
 	}

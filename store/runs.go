@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -27,8 +30,15 @@ import (
 // columns (see toJSONB), so that SQL can read them; amounts stay typed columns.
 //
 // Unknown runs are reported as runs.ErrNotFound.
+//
+// Calls are retried after a transient database error (retry.go) where that
+// cannot do their work twice: reads; updates that move a task or a run
+// from a state they then leave, which settle an ambiguous commit by
+// re-reading the row; and event appends, by the key of each event
+// (run_event.event_key).
 type Runs struct {
 	pool *pgxpool.Pool
+	log  *slog.Logger
 	// events runs appendBatch, the one way events are written: inline (a
 	// batch of one per call) or, with RunsConfig.Coalesce, group commit.
 	events committer[*eventOp]
@@ -45,11 +55,17 @@ type RunsConfig struct {
 	// a wide fan-out otherwise queues thousands of transactions on one row.
 	// A Runs with Coalesce must be closed with Close.
 	Coalesce bool
+	// Logger receives a warning for every retried database error. Default
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // NewRunsWithConfig returns the run store on pool tuned by cfg.
 func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
-	s := &Runs{pool: pool}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Runs{pool: pool, log: cfg.Logger}
 	s.events = inlineCommit[*eventOp]{run: s.appendBatch}
 	if cfg.Coalesce {
 		s.events = newGroupCommit(2, 256, s.appendBatch)
@@ -80,27 +96,16 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	}
 	var created bool
 	var existingID string
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var createdAt time.Time
-		err := tx.QueryRow(ctx, `
-			INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)
-			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-			RETURNING created_at`,
-			run.GetRunId(), run.GetTenantId(), run.GetIdempotencyKey(), spec, labels, owner).Scan(&createdAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The key is taken (perhaps by a transaction that just committed).
-			return tx.QueryRow(ctx, `SELECT run_id FROM run WHERE tenant_id = $1 AND idempotency_key = $2`,
-				run.GetTenantId(), run.GetIdempotencyKey()).Scan(&existingID)
-		}
-		if err != nil {
+	// Idempotent by the idempotency key; a try after an ambiguous commit
+	// that finds the key taken by this very run id made the run itself.
+	err = retried(ctx, s.log, "runs.create_run", idempotent, func(ctx context.Context, t try) error {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+			created, existingID, err = createRun(ctx, tx, run, spec, labels, owner, taskIDs)
 			return err
+		})
+		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
+			created = true
 		}
-		_, err = tx.Exec(ctx, `
-			INSERT INTO task (run_id, task_id, tenant_id, dispatch_index)
-			SELECT $1, t.id, $2, t.n - 1 FROM unnest($3::text[]) WITH ORDINALITY AS t(id, n)`,
-			run.GetRunId(), run.GetTenantId(), taskIDs)
-		created = true
 		return err
 	})
 	if err != nil {
@@ -112,6 +117,33 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	}
 	out, err := s.GetRun(ctx, run.GetTenantId(), id)
 	return out, created, err
+}
+
+// createRun is CreateRun's transaction: it inserts the run and its tasks
+// (created), or finds the key taken and returns the id of the run that has it.
+func createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, spec, labels []byte, owner string,
+	taskIDs []string) (created bool, existingID string, err error) {
+	var createdAt time.Time
+	err = tx.QueryRow(ctx, `
+		INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+		RETURNING created_at`,
+		run.GetRunId(), run.GetTenantId(), run.GetIdempotencyKey(), spec, labels, owner).Scan(&createdAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The key is taken (perhaps by a transaction that just committed).
+		err = tx.QueryRow(ctx, `SELECT run_id FROM run WHERE tenant_id = $1 AND idempotency_key = $2`,
+			run.GetTenantId(), run.GetIdempotencyKey()).Scan(&existingID)
+		return false, existingID, err
+	}
+	if err != nil {
+		return false, "", err
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO task (run_id, task_id, tenant_id, dispatch_index)
+		SELECT $1, t.id, $2, t.n - 1 FROM unnest($3::text[]) WITH ORDINALITY AS t(id, n)`,
+		run.GetRunId(), run.GetTenantId(), taskIDs)
+	return err == nil, "", err
 }
 
 func nonNilMap(m map[string]string) map[string]string {
@@ -290,6 +322,12 @@ const taskSummaryColumns = `run_id, task_id, dispatch_index, status, NULL::jsonb
 // runSummaries reads run summaries (runSummaryColumns) and, in a second
 // query, their tasks without outcomes.
 func (s *Runs) runSummaries(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
+	return retry(ctx, s.log, "runs.read_summaries", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.Run, error) {
+		return s.readSummaries(ctx, sql, args...)
+	})
+}
+
+func (s *Runs) readSummaries(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -340,6 +378,12 @@ func (s *Runs) runSummaries(ctx context.Context, sql string, args ...any) ([]*fa
 
 // queryRuns reads runs and, in a second query, their tasks.
 func (s *Runs) queryRuns(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
+	return retry(ctx, s.log, "runs.read_runs", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.Run, error) {
+		return s.readRuns(ctx, sql, args...)
+	})
+}
+
+func (s *Runs) readRuns(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -393,6 +437,14 @@ func (s *Runs) tasksOf(ctx context.Context, columns string, runIDs []string) (ma
 // for an unknown task, runs.ErrEnded for a task that has already ended and
 // runs.ErrNotOwner when another orchestrator drives the run now.
 func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
+	// Idempotent: a task already RUNNING stays so, its started_at kept.
+	return retry(ctx, s.log, "runs.start_task", idempotent, func(ctx context.Context, _ try) (*fanoutv1.TaskOutcome, error) {
+		return s.startTask(ctx, runID, taskID, worker, owner)
+	})
+}
+
+// startTask is one try of StartTask.
+func (s *Runs) startTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
 	rows, err := s.pool.Query(ctx, `WITH owned AS (`+ownedRun("$4")+`)
 		UPDATE task
 		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
@@ -408,6 +460,46 @@ func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker, owner strin
 // runs.ErrNotOwner when another orchestrator drives the run now,
 // runs.ErrNotFound for an unknown task.
 func (s *Runs) FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+	// A task ends once, so a try after an ambiguous commit that finds it
+	// ended re-reads it: ended with this very outcome, it was that try.
+	return retry(ctx, s.log, "runs.finish_task", idempotent, func(ctx context.Context, t try) (*fanoutv1.TaskOutcome, error) {
+		out, err := s.finishTask(ctx, runID, owner, o)
+		if t.ambiguous && errors.Is(err, runs.ErrEnded) {
+			if mine, rerr := s.finishedAs(ctx, runID, o); mine != nil || rerr != nil {
+				return mine, rerr
+			}
+		}
+		return out, err
+	})
+}
+
+// finishedAs returns the task of o as stored if it ended with o's
+// status, outcome, tokens and worker, or nil.
+func (s *Runs) finishedAs(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+	stored := proto.CloneOf(o)
+	stored.StartedAt, stored.FinishedAt = nil, nil
+	body, err := toJSONB(stored)
+	if err != nil {
+		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
+		WHERE run_id = $1 AND task_id = $2 AND status = $3 AND outcome = $4 AND tokens_spent = $5 AND worker = $6`,
+		runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker())
+	var row taskRow
+	if err == nil {
+		row, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
+	}
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("finish task %s of run %s: re-read after a lost reply: %w", o.GetTaskId(), runID, err)
+	}
+	return row.outcome()
+}
+
+// finishTask is one try of FinishTask.
+func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
 	body, err := toJSONB(stored)
@@ -471,6 +563,24 @@ func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, 
 // run and reports it. Returns runs.ErrNotFound for an unknown run.
 func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
+	// Only the owner ends a run, and once: a try after an ambiguous commit
+	// that finds the run ended as this call would end it, still owned by
+	// owner, was that try (finishRun).
+	err = retried(ctx, s.log, "runs.finish_run", idempotent, func(ctx context.Context, t try) error {
+		_, ended, err = s.finishRun(ctx, runID, owner, state, cause, result, t)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	run, err = s.GetRun(ctx, "", runID)
+	return run, err == nil && ended, err
+}
+
+// finishRun is one try of FinishRun's write: it reports whether this call
+// ended the run, and returns no run.
+func (s *Runs) finishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
+	result *fanoutv1.JoinedResult, t try) (run *fanoutv1.Run, ended bool, err error) {
 	body, err := toJSONB(result)
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: encode result: %w", runID, err)
@@ -496,8 +606,16 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: %w", runID, err)
 	}
-	run, err = s.GetRun(ctx, "", runID)
-	return run, err == nil && tag.RowsAffected() == 1, err
+	ended = tag.RowsAffected() == 1
+	if !ended && t.ambiguous {
+		err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM run
+			WHERE run_id = $1 AND owner = $2 AND state = $3 AND cancel_cause = $4)`,
+			runID, owner, runs.Text(state), cause).Scan(&ended)
+		if err != nil {
+			return nil, false, fmt.Errorf("finish run %s: re-read after a lost reply: %w", runID, err)
+		}
+	}
+	return nil, ended, nil
 }
 
 // Heads returns, for each of runIDs that exists, its newest event's
@@ -507,21 +625,25 @@ func (s *Runs) Heads(ctx context.Context, runIDs []string) (map[string]runs.Head
 	if len(runIDs) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT run_id, last_sequence, state FROM run WHERE run_id = ANY($1)`, runIDs)
-	if err != nil {
-		return nil, fmt.Errorf("read run heads: %w", err)
-	}
-	heads := make(map[string]runs.Head, len(runIDs))
-	var id, state string
-	var seq int64
-	if _, err := pgx.ForEachRow(rows, []any{&id, &seq, &state}, func() error {
-		st, err := runs.ParseState(state)
+	heads, err := retry(ctx, s.log, "runs.heads", idempotent, func(ctx context.Context, _ try) (map[string]runs.Head, error) {
+		rows, err := s.pool.Query(ctx, `SELECT run_id, last_sequence, state FROM run WHERE run_id = ANY($1)`, runIDs)
 		if err != nil {
-			return fmt.Errorf("run %s: stored state: %w", id, err)
+			return nil, err
 		}
-		heads[id] = runs.Head{Sequence: seq, State: st}
-		return nil
-	}); err != nil {
+		heads := make(map[string]runs.Head, len(runIDs))
+		var id, state string
+		var seq int64
+		_, err = pgx.ForEachRow(rows, []any{&id, &seq, &state}, func() error {
+			st, err := runs.ParseState(state)
+			if err != nil {
+				return fmt.Errorf("run %s: stored state: %w", id, err)
+			}
+			heads[id] = runs.Head{Sequence: seq, State: st}
+			return nil
+		})
+		return heads, err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read run heads: %w", err)
 	}
 	return heads, nil
@@ -593,16 +715,30 @@ func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1
 	if err != nil {
 		return nil, fmt.Errorf("fail tasks of run %s: encode outcome: %w", runID, err)
 	}
-	rows, err := s.pool.Query(ctx, `UPDATE task t
-		SET status = 'FAILED', outcome = $2, finished_at = now(),
-		    tokens_spent = coalesce((SELECT a.spent FROM account a
-		        WHERE a.kind = 'task' AND a.run_id = t.run_id AND a.task_id = t.task_id), t.tokens_spent)
-		WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING')
-		RETURNING `+prefixed("t.", taskColumns), runID, body)
-	var taskRows []taskRow
-	if err == nil {
-		taskRows, err = pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
-	}
+	// Idempotent: ended tasks are left as they are. A try after an
+	// ambiguous commit that ends none re-reads the tasks failed with this
+	// very outcome, which that try ended.
+	taskRows, err := retry(ctx, s.log, "runs.fail_tasks", idempotent, func(ctx context.Context, t try) ([]taskRow, error) {
+		rows, err := s.pool.Query(ctx, `UPDATE task t
+			SET status = 'FAILED', outcome = $2, finished_at = now(),
+			    tokens_spent = coalesce((SELECT a.spent FROM account a
+			        WHERE a.kind = 'task' AND a.run_id = t.run_id AND a.task_id = t.task_id), t.tokens_spent)
+			WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING')
+			RETURNING `+prefixed("t.", taskColumns), runID, body)
+		if err != nil {
+			return nil, err
+		}
+		taskRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
+		if err != nil || len(taskRows) > 0 || !t.ambiguous {
+			return taskRows, err
+		}
+		rows, err = s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
+			WHERE run_id = $1 AND status = 'FAILED' AND outcome = $2`, runID, body)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
+	})
 	if err != nil {
 		return nil, fmt.Errorf("fail tasks of run %s: %w", runID, err)
 	}
@@ -648,7 +784,7 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 	if len(evs) == 0 {
 		return nil, nil
 	}
-	op := &eventOp{runID: runID, bodies: make([][]byte, len(evs))}
+	op := &eventOp{runID: runID, bodies: make([][]byte, len(evs)), keys: make([]string, len(evs))}
 	outs := make([]*fanoutv1.RunEvent, len(evs))
 	for i, ev := range evs {
 		out := proto.CloneOf(ev)
@@ -657,13 +793,30 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 		if err != nil {
 			return nil, fmt.Errorf("append events to run %s: encode: %w", runID, err)
 		}
-		outs[i], op.bodies[i] = out, body
+		outs[i], op.bodies[i], op.keys[i] = out, body, newEventKey()
 	}
-	if _, err := s.events.do(ctx, op); err != nil {
+	// Idempotent by the events' keys: a try after an ambiguous commit first
+	// looks for them, and a try that collides with them (the lost try
+	// committed meanwhile) finds them too.
+	err := retried(ctx, s.log, "runs.append_events", idempotent, func(ctx context.Context, t try) error {
+		if t.ambiguous {
+			if found, err := s.appended(ctx, op); found || err != nil {
+				return err
+			}
+		}
+		op.err = nil
+		if _, err := s.events.do(ctx, op); err != nil {
+			return err
+		}
+		if isUniqueViolation(op.err) {
+			if found, err := s.appended(ctx, op); found || err != nil {
+				return err
+			}
+		}
+		return op.err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("append events to run %s: %w", runID, err)
-	}
-	if op.err != nil {
-		return nil, fmt.Errorf("append events to run %s: %w", runID, op.err)
 	}
 	for i, out := range outs {
 		out.RunId, out.Sequence, out.Time = runID, op.first+int64(i), timestamppb.New(op.at)
@@ -671,10 +824,33 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 	return outs, nil
 }
 
+// appended reports whether op's events are stored (found by the key of
+// the first: a call's events are written all or none) and if so sets op's
+// first sequence and time from them.
+func (s *Runs) appended(ctx context.Context, op *eventOp) (bool, error) {
+	err := s.pool.QueryRow(ctx, `SELECT sequence, created_at FROM run_event WHERE run_id = $1 AND event_key = $2`,
+		op.runID, op.keys[0]).Scan(&op.first, &op.at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// newEventKey is a random (version 4) UUID, the key of one event.
+func newEventKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
 // eventOp is one AppendEvents call waiting for its batch.
 type eventOp struct {
 	runID  string
 	bodies [][]byte // protojson, in order
+	keys   []string // each body's event_key
 	first  int64    // the sequence of bodies[0], once appended
 	at     time.Time
 	err    error
@@ -684,27 +860,29 @@ type eventOp struct {
 // UPDATE of the run row takes as many sequence numbers as it accepts events
 // (all while the run is RUNNING, none once it ended: FinishRun wrote the
 // run's last event, its RunFinished) and
-// one INSERT stores them, numbered in array order. The row lock makes the
-// sequences gapless; no row back means no such run.
+// one INSERT stores them with their keys ($3), numbered in array order. The
+// row lock makes the sequences gapless; no row back means no such run.
 const appendSQL = `
 	WITH seq AS (
 		UPDATE run SET last_sequence = last_sequence + CASE WHEN state = 'RUNNING' THEN cardinality($2::jsonb[]) ELSE 0 END
 		WHERE run_id = $1
 		RETURNING tenant_id, last_sequence, state),
 	kept AS (
-		SELECT t.body, row_number() OVER (ORDER BY t.ord) AS k, count(*) OVER () AS n
-		  FROM seq, unnest($2::jsonb[]) WITH ORDINALITY AS t(body, ord)
+		SELECT t.body, t.key, row_number() OVER (ORDER BY t.ord) AS k, count(*) OVER () AS n
+		  FROM seq, unnest($2::jsonb[], $3::uuid[]) WITH ORDINALITY AS t(body, key, ord)
 		 WHERE seq.state = 'RUNNING'),
 	ins AS (
-		INSERT INTO run_event (run_id, sequence, tenant_id, event)
-		SELECT $1, seq.last_sequence - kept.n + kept.k, seq.tenant_id, kept.body FROM seq, kept)
+		INSERT INTO run_event (run_id, sequence, tenant_id, event, event_key)
+		SELECT $1, seq.last_sequence - kept.n + kept.k, seq.tenant_id, kept.body, kept.key FROM seq, kept)
 	SELECT state, last_sequence, now() FROM seq`
 
 // appendBatch appends a batch of AppendEvents calls in one round trip and
 // one transaction: one appendSQL per run, runs in id order (so concurrent
 // batches lock run rows in one order and cannot deadlock), each run's calls
-// in arrival order. If the transaction fails as a whole, each call is
-// retried on its own, so that one bad call fails alone.
+// in arrival order. If the transaction fails as a whole because of one call
+// (a server error rolled it back), each call is tried again on its own, so
+// that one bad call fails alone; a transient error (retry.go) fails every
+// call instead, for AppendEvents to retry under its caller's deadline.
 func (s *Runs) appendBatch(ctx context.Context, batch []*pending[*eventOp]) {
 	defer func() {
 		for _, p := range batch {
@@ -723,8 +901,10 @@ func (s *Runs) appendBatch(ctx context.Context, batch []*pending[*eventOp]) {
 	if err == nil {
 		return
 	}
-	if len(batch) == 1 {
-		batch[0].item.err = err
+	if class, _ := classify(err); class != permanent || len(batch) == 1 {
+		for _, p := range batch {
+			p.item.err = err
+		}
 		return
 	}
 	for _, p := range batch {
@@ -741,10 +921,12 @@ func (s *Runs) appendGroups(ctx context.Context, groups [][]*eventOp) error {
 	q := &pgx.Batch{}
 	for _, g := range groups {
 		var bodies [][]byte
+		var keys []string
 		for _, op := range g {
 			bodies = append(bodies, op.bodies...)
+			keys = append(keys, op.keys...)
 		}
-		q.Queue(appendSQL, g[0].runID, bodies)
+		q.Queue(appendSQL, g[0].runID, bodies, keys)
 	}
 	br := s.pool.SendBatch(ctx, q)
 	for _, g := range groups {
@@ -785,24 +967,27 @@ func (s *Runs) appendGroups(ctx context.Context, groups [][]*eventOp) error {
 // sequence order. An empty tenantID matches any tenant. An unknown run has
 // no events.
 func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error) {
-	rows, err := s.pool.Query(ctx, `SELECT sequence, event, created_at FROM run_event
-		WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2) AND sequence > $3
-		ORDER BY sequence LIMIT $4`, runID, tenantID, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read events of run %s: %w", runID, err)
-	}
-	var out []*fanoutv1.RunEvent
-	var seq int64
-	var body []byte
-	var at time.Time
-	_, err = pgx.ForEachRow(rows, []any{&seq, &body, &at}, func() error {
-		ev := &fanoutv1.RunEvent{}
-		if err := fromJSONB(body, ev); err != nil {
-			return fmt.Errorf("decode event %d: %w", seq, err)
+	out, err := retry(ctx, s.log, "runs.events", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.RunEvent, error) {
+		rows, err := s.pool.Query(ctx, `SELECT sequence, event, created_at FROM run_event
+			WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2) AND sequence > $3
+			ORDER BY sequence LIMIT $4`, runID, tenantID, after, limit)
+		if err != nil {
+			return nil, err
 		}
-		ev.RunId, ev.Sequence, ev.Time = runID, seq, timestamppb.New(at)
-		out = append(out, ev)
-		return nil
+		var out []*fanoutv1.RunEvent
+		var seq int64
+		var body []byte
+		var at time.Time
+		_, err = pgx.ForEachRow(rows, []any{&seq, &body, &at}, func() error {
+			ev := &fanoutv1.RunEvent{}
+			if err := fromJSONB(body, ev); err != nil {
+				return fmt.Errorf("decode event %d: %w", seq, err)
+			}
+			ev.RunId, ev.Sequence, ev.Time = runID, seq, timestamppb.New(at)
+			out = append(out, ev)
+			return nil
+		})
+		return out, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read events of run %s: %w", runID, err)

@@ -28,6 +28,13 @@ const (
 	AttrOutcome       = attribute.Key("fanout.budget.outcome")
 	AttrOperation     = attribute.Key("fanout.ledger.operation")
 	AttrRunID         = attribute.Key("fanout.run.id")
+	// AttrDBOperation names the store call a database retry was for
+	// ("ledger.settle", "runs.append_events", ...).
+	AttrDBOperation = attribute.Key("fanout.db.operation")
+	// AttrSQLState is the SQLSTATE of a retried database error, or
+	// "connection" for a connection-level error without one (OpenTelemetry's
+	// db.response.status_code).
+	AttrSQLState = attribute.Key("db.response.status_code")
 )
 
 // instruments are the store's metrics, made once from the global meter
@@ -36,6 +43,7 @@ type instruments struct {
 	duration metric.Float64Histogram
 	reserved metric.Int64Counter
 	spent    metric.Int64Counter
+	retries  metric.Int64Counter
 }
 
 var (
@@ -53,6 +61,8 @@ func metrics() *instruments {
 			metric.WithDescription("Tokens granted by reservations."))
 		inst.spent, _ = m.Int64Counter("fanout.budget.tokens.spent", metric.WithUnit("{token}"),
 			metric.WithDescription("Tokens posted as spent; estimated=true for work cancelled in flight or leases that expired."))
+		inst.retries, _ = m.Int64Counter("fanout.db.retries", metric.WithUnit("{retry}"),
+			metric.WithDescription("Store calls tried again after a transient database error, by operation and SQLSTATE."))
 	})
 	return &inst
 }
@@ -103,6 +113,12 @@ func countSpent(ctx context.Context, n int64, estimated bool) {
 	if n > 0 {
 		metrics().spent.Add(context.WithoutCancel(ctx), n, metric.WithAttributes(AttrEstimated.Bool(estimated)))
 	}
+}
+
+// countRetry counts one retry of store call op after an error named code.
+func countRetry(ctx context.Context, op, code string) {
+	metrics().retries.Add(context.WithoutCancel(ctx), 1,
+		metric.WithAttributes(AttrDBOperation.String(op), AttrSQLState.String(code)))
 }
 
 // queryTracer traces every pgx query and batch as a client span.

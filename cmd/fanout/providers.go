@@ -111,7 +111,7 @@ func (p *providerFlags) models(env *Env, pool *store.Pool, sim llm.Model, log *s
 	limiter := p.limiter
 	limited := func(l llm.RateLimit) bool { return l.RPM > 0 || l.TPM > 0 }
 	if limiter == nil && (limited(openaiLimit) || limited(anthropicLimit)) {
-		limiter = store.NewRateLimiter(pool)
+		limiter = store.NewRateLimiterWithConfig(pool, store.RateLimiterConfig{Logger: log})
 	}
 	slots := semaphore.NewWeighted(max(p.modelCalls, 1))
 	base := func(key, baseURL, model string, limits llm.RateLimit) llm.ProviderConfig {

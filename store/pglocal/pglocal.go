@@ -396,29 +396,49 @@ max_connections = 300
 		return fmt.Errorf("start postgres in %s: %w", s.dataDir, err)
 	}
 
-	// The server inherits pg_ctl's output. It goes through a pipe, not
-	// straight to s.log, so that it also feeds s.tail for error messages;
-	// the copy ends when the server exits.
+	return s.pgCtl(ctx, "start", "-D", s.dataDir, "-w", "-s")
+}
+
+// pgCtl runs pg_ctl with args (start or restart) and waits for it. The
+// server inherits pg_ctl's output. It goes through a pipe, not straight to
+// s.log, so that it also feeds s.tail for error messages; the copy ends
+// when the server exits.
+func (s *Server) pgCtl(ctx context.Context, args ...string) error {
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("start postgres in %s: %w", s.dataDir, err)
+		return fmt.Errorf("%s postgres in %s: %w", args[0], s.dataDir, err)
 	}
-	s.logDone = make(chan struct{})
+	logDone := make(chan struct{})
+	s.logDone = logDone
 	go func() {
-		defer close(s.logDone)
+		defer close(logDone)
 		defer func() { _ = pr.Close() }()
 		_, _ = io.Copy(io.MultiWriter(s.tail, s.log), pr)
 	}()
-	cmd := s.command(ctx, "pg_ctl", "start", "-D", s.dataDir, "-w", "-s")
+	cmd := s.command(ctx, "pg_ctl", args...)
 	cmd.Stdout, cmd.Stderr = pw, pw
 	err = cmd.Run()
 	_ = pw.Close()
 	if err != nil {
 		select {
-		case <-s.logDone: // The server exited; the tail is complete.
+		case <-logDone: // The server exited; the tail is complete.
 		case <-time.After(5 * time.Second):
 		}
-		return fmt.Errorf("start postgres in %s: %w: %s", s.dataDir, err, s.tail)
+		return fmt.Errorf("%s postgres in %s: %w: %s", args[0], s.dataDir, err, s.tail)
+	}
+	return nil
+}
+
+// Restart restarts s as `pg_ctl restart -m fast` does (open sessions are
+// disconnected, in-flight transactions roll back) on the same port, and
+// waits until it accepts connections again. It is how fault tests restart
+// a database under load.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.pgCtl(ctx, "restart", "-D", s.dataDir, "-m", "fast", "-w", "-s"); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, s.URL("postgres")); err != nil {
+		return fmt.Errorf("wait for postgres in %s after restart: %w", s.dataDir, err)
 	}
 	return nil
 }
