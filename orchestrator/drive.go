@@ -41,10 +41,10 @@ type driver struct {
 	// epoch is the number of times the run had changed hands when this
 	// driver took it (0 for a run it created): its fence when it ends the
 	// ledger run (endRun), which another replica's adoption makes stale.
-	epoch int64
-	running      int
-	results      chan taskResult
-	tasks        sync.WaitGroup
+	epoch   int64
+	running int
+	results chan taskResult
+	tasks   sync.WaitGroup
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
@@ -362,7 +362,7 @@ func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanou
 		stored = o
 	}
 	countTask(ctx, stored)
-	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: stored}}})
+	d.e.wake(d.runID) // its TaskFinished is stored with it
 	return stored
 }
 

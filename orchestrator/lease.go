@@ -180,12 +180,9 @@ func (e *Engine) failLost(ctx context.Context, runID string) ([]*fanoutv1.TaskOu
 		return nil, nil, fmt.Errorf("fail unfinished tasks: %w", err)
 	}
 	for _, o := range failed {
-		countTask(ctx, o)
-		if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
-			TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}); err != nil {
-			e.cfg.Logger.ErrorContext(ctx, "append TaskFinished", "run_id", runID, "task_id", o.GetTaskId(), "err", err)
-		}
+		countTask(ctx, o) // its TaskFinished is stored with it
 	}
+	e.wake(runID)
 	run, err := e.store.GetRun(ctx, "", runID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read adopted run: %w", err)

@@ -39,8 +39,9 @@ type RunStore interface {
 	// owner drives the run. Returns runs.ErrEnded if the task has already
 	// ended, runs.ErrNotOwner if another orchestrator drives the run now.
 	StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error)
-	// FinishTask stores a task's terminal outcome, stamping finished_at, if
-	// owner drives the run, and returns it as stored. A terminal outcome is
+	// FinishTask stores a task's terminal outcome, stamping finished_at, and
+	// its TaskFinished event, in one write, if owner drives the run, and
+	// returns it as stored. A terminal outcome is
 	// final: returns runs.ErrEnded if the task has already ended, and
 	// runs.ErrNotOwner if another orchestrator adopted the run.
 	FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
@@ -62,8 +63,9 @@ type RunStore interface {
 	// can write none of the run's tasks.
 	AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error)
 	// FailTasks ends every PENDING or RUNNING task of the run as FAILED with
-	// reason as its error and its ledger spend as its tokens, keeps terminal
-	// outcomes, and returns the tasks it ended in dispatch order.
+	// reason as its error and its ledger spend as its tokens, with their
+	// TaskFinished events in the same write, keeps terminal outcomes, and
+	// returns the tasks it ended in dispatch order.
 	FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error)
 	// AppendEvent appends the run's next event and returns it with its
 	// sequence (gapless, from 1) and time set. Once the run has ended it

@@ -348,16 +348,23 @@ func TestBackfillConvertsOldRows(t *testing.T) {
 	}
 	newOutcome := &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT, TokensSpent: 5, Worker: "w9",
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT, Error: "deadline"}}
-	if _, err := rs.FinishTask(ctx, "new", "n", newOutcome); err != nil {
-		t.Fatal(err)
-	}
 	newEvent := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{TaskId: "a", Worker: "w9"}}}
 	if _, err := rs.AppendEvent(ctx, "new", newEvent); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := rs.FinishTask(ctx, "new", "n", newOutcome); err != nil { // and its TaskFinished
+		t.Fatal(err)
+	}
+	newEvents, err := rs.Events(ctx, "acme", "new", 0, 10)
+	if err != nil || len(newEvents) != 2 || newEvents[1].GetTaskFinished() == nil {
+		t.Fatalf("events of the new run: %v, %v; want TaskStarted, TaskFinished", newEvents, err)
+	}
+	for _, ev := range newEvents {
+		ev.RunId, ev.Sequence, ev.Time = "", 0, nil // as stored: the columns hold them
+	}
 	old.specs["new"] = newRun.GetSpec()
 	old.outcomes[[2]string{"new", "a"}] = newOutcome
-	old.events["new"] = []*fanoutv1.RunEvent{newEvent}
+	old.events["new"] = newEvents
 	pool.Close()
 
 	// Down to 5: proto bytes again, for the old rows and the new ones.

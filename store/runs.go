@@ -445,7 +445,7 @@ func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker, owner strin
 
 // startTask is one try of StartTask.
 func (s *Runs) startTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
-	rows, err := s.pool.Query(ctx, `WITH owned AS (`+ownedRun("$4")+`)
+	rows, err := s.pool.Query(ctx, `WITH owned AS (`+ownedRun("$4", "SHARE")+`)
 		UPDATE task
 		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
 		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
@@ -454,8 +454,9 @@ func (s *Runs) startTask(ctx context.Context, runID, taskID, worker, owner strin
 }
 
 // FinishTask stores a task's terminal outcome (status, summary, tokens,
-// worker) and stamps finished_at (database time), if owner drives the run.
-// It returns the stored outcome with its timestamps. A terminal outcome is
+// worker), stamps finished_at (database time) and appends its TaskFinished
+// event, in one transaction, if owner drives the run. It returns the
+// stored outcome with its timestamps. A terminal outcome is
 // final: returns runs.ErrEnded for a task that has already ended,
 // runs.ErrNotOwner when another orchestrator drives the run now,
 // runs.ErrNotFound for an unknown task.
@@ -498,7 +499,9 @@ func (s *Runs) finishedAs(ctx context.Context, runID string, o *fanoutv1.TaskOut
 	return row.outcome()
 }
 
-// finishTask is one try of FinishTask.
+// finishTask is one try of FinishTask: the task's outcome and its
+// TaskFinished event in one transaction, so that no follower (nor the
+// replica that adopts the run) sees a task ended without its event.
 func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
@@ -506,24 +509,66 @@ func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
 	}
-	rows, err := s.pool.Query(ctx, `WITH owned AS (`+ownedRun("$7")+`)
+	var out *fanoutv1.TaskOutcome
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The run row is locked for the append that follows (which updates
+		// it): taken FOR SHARE here, two FinishTasks of a run would deadlock
+		// upgrading their locks.
+		rows, err := tx.Query(ctx, `WITH owned AS (`+ownedRun("$7", "NO KEY UPDATE")+`)
 		UPDATE task
 		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
 		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
 		RETURNING `+taskColumns,
-		runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker(), owner)
-	return s.taskResult(ctx, rows, err, runID, o.GetTaskId(), owner, "finish")
+			runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker(), owner)
+		if out, err = s.taskResult(ctx, rows, err, runID, o.GetTaskId(), owner, "finish"); err != nil {
+			return err
+		}
+		return appendFinished(ctx, tx, runID, []*fanoutv1.TaskOutcome{out})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// appendFinished appends a TaskFinished event for each of outcomes, in
+// order, within tx (appendSQL, as AppendEvents does).
+func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fanoutv1.TaskOutcome) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
+	bodies := make([][]byte, len(outcomes))
+	keys := make([]string, len(outcomes))
+	for i, o := range outcomes {
+		body, err := toJSONB(&fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
+			TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}})
+		if err != nil {
+			return fmt.Errorf("append TaskFinished to run %s: encode: %w", runID, err)
+		}
+		bodies[i], keys[i] = body, newEventKey()
+	}
+	var state string
+	var last int64
+	var at time.Time
+	if err := tx.QueryRow(ctx, appendSQL, runID, bodies, keys).Scan(&state, &last, &at); err != nil {
+		return fmt.Errorf("append TaskFinished to run %s: %w", runID, err)
+	}
+	if state != "RUNNING" {
+		return fmt.Errorf("append TaskFinished to run %s: the run has ended %s: %w", runID, state, runs.ErrEnded)
+	}
+	return nil
 }
 
 // ownedRun selects the run $1 if the node in the parameter owner (say
-// "$4") drives it, and holds the run's row (FOR SHARE) until the
+// "$4") drives it, and holds the run's row (FOR lock: SHARE, or NO KEY
+// UPDATE for a transaction that updates the row next) until the
 // statement's transaction ends: an adoption (which updates the row's owner)
 // waits for a task write of the old owner under way, and a task write that
 // waited on an adoption sees the new owner. So once AdoptOrphan has
 // returned, the old owner writes none of the run's tasks, and the adopter
 // reads every task the old owner wrote.
-func ownedRun(owner string) string {
-	return `SELECT FROM run WHERE run_id = $1 AND owner = ` + owner + ` FOR SHARE`
+func ownedRun(owner, lock string) string {
+	return `SELECT FROM run WHERE run_id = $1 AND owner = ` + owner + ` FOR ` + lock
 }
 
 // taskResult reads the task an UPDATE of one live task of a run that owner
@@ -706,7 +751,8 @@ func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Du
 
 // FailTasks ends every PENDING or RUNNING task of the run as FAILED, with
 // reason as its summary's error and the spend its ledger task account shows
-// as its tokens, stamping finished_at (database time). Tasks that have ended
+// as its tokens, stamping finished_at (database time) and appending their
+// TaskFinished events, in one transaction. Tasks that have ended
 // keep their outcomes. It returns the tasks it ended, in dispatch order. An
 // unknown run has no tasks to end.
 func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error) {
@@ -719,20 +765,11 @@ func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1
 	// ambiguous commit that ends none re-reads the tasks failed with this
 	// very outcome, which that try ended.
 	taskRows, err := retry(ctx, s.log, "runs.fail_tasks", idempotent, func(ctx context.Context, t try) ([]taskRow, error) {
-		rows, err := s.pool.Query(ctx, `UPDATE task t
-			SET status = 'FAILED', outcome = $2, finished_at = now(),
-			    tokens_spent = coalesce((SELECT a.spent FROM account a
-			        WHERE a.kind = 'task' AND a.run_id = t.run_id AND a.task_id = t.task_id), t.tokens_spent)
-			WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING')
-			RETURNING `+prefixed("t.", taskColumns), runID, body)
-		if err != nil {
-			return nil, err
-		}
-		taskRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
+		taskRows, err := s.failTasks(ctx, runID, body)
 		if err != nil || len(taskRows) > 0 || !t.ambiguous {
 			return taskRows, err
 		}
-		rows, err = s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
+		rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
 			WHERE run_id = $1 AND status = 'FAILED' AND outcome = $2`, runID, body)
 		if err != nil {
 			return nil, err
@@ -750,6 +787,35 @@ func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1
 		}
 	}
 	return out, nil
+}
+
+// failTasks is one try of FailTasks: the unfinished tasks end FAILED with
+// the outcome body and their TaskFinished events are appended, in one
+// transaction.
+func (s *Runs) failTasks(ctx context.Context, runID string, body []byte) (taskRows []taskRow, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE task t
+			SET status = 'FAILED', outcome = $2, finished_at = now(),
+			    tokens_spent = coalesce((SELECT a.spent FROM account a
+			        WHERE a.kind = 'task' AND a.run_id = t.run_id AND a.task_id = t.task_id), t.tokens_spent)
+			WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING')
+			RETURNING `+prefixed("t.", taskColumns), runID, body)
+		if err != nil {
+			return err
+		}
+		if taskRows, err = pgx.CollectRows(rows, pgx.RowToStructByName[taskRow]); err != nil {
+			return err
+		}
+		slices.SortFunc(taskRows, func(a, b taskRow) int { return int(a.DispatchIndex - b.DispatchIndex) })
+		outcomes := make([]*fanoutv1.TaskOutcome, len(taskRows))
+		for i, r := range taskRows {
+			if outcomes[i], err = r.outcome(); err != nil {
+				return err
+			}
+		}
+		return appendFinished(ctx, tx, runID, outcomes)
+	})
+	return taskRows, err
 }
 
 // prefixed qualifies each of a comma-separated column list with prefix.

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -266,12 +267,23 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, err := rs.AppendEvent(b.ctx, "r1", queued); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("event after the run ended: %v, want ErrConflict", err)
 	}
-	// The end is one write: FinishRun stored the RunFinished, the last event;
-	// a second one is refused like any other event after the end.
+	// Each task's end wrote its TaskFinished with it (a, then b and c by
+	// FailTasks), and the end is one write: FinishRun stored the
+	// RunFinished, the last event; a second one is refused like any other
+	// event after the end.
 	evs, err := rs.Events(b.ctx, "", "r1", 0, 10)
-	if err != nil || len(evs) != 2 || evs[1].GetRunFinished().GetState() != fanoutv1.RunState_RUN_STATE_FAILED ||
-		evs[1].GetRunFinished().GetCancelCause() != "lost" || evs[1].GetSequence() != 2 {
-		t.Errorf("events after FinishRun: %v, %v; want TaskQueued then RunFinished FAILED \"lost\" at sequence 2", evs, err)
+	var finished []string
+	for _, ev := range evs {
+		if f := ev.GetTaskFinished(); f != nil {
+			finished = append(finished, f.GetOutcome().GetTaskId()+"="+runs.Text(f.GetOutcome().GetStatus()))
+		}
+	}
+	if !slices.Equal(finished, []string{"a=SUCCEEDED", "b=FAILED", "c=FAILED"}) {
+		t.Errorf("TaskFinished events %v, want a=SUCCEEDED b=FAILED c=FAILED, each written with its outcome", finished)
+	}
+	if err != nil || len(evs) != 5 || evs[4].GetRunFinished().GetState() != fanoutv1.RunState_RUN_STATE_FAILED ||
+		evs[4].GetRunFinished().GetCancelCause() != "lost" || evs[4].GetSequence() != 5 {
+		t.Errorf("events after FinishRun: %v, %v; want three TaskFinished, TaskQueued, then RunFinished FAILED \"lost\" at sequence 5", evs, err)
 	}
 	if _, err := rs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}}); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("a second RunFinished after the run ended: %v, want ErrEnded", err)
