@@ -146,6 +146,21 @@ func (l cutLedger) CloseRun(ctx context.Context, runID string) (budget.Account, 
 	return l.Ledger.CloseRun(ctx, runID)
 }
 
+func (l cutLedger) EndRunFenced(ctx context.Context, runID string, state budget.AccountState, cause string,
+	epoch int64) (budget.Account, error) {
+	if l.cut.Load() {
+		return budget.Account{}, errKilled
+	}
+	return l.Ledger.EndRunFenced(ctx, runID, state, cause, epoch)
+}
+
+func (l cutLedger) BeginAttempt(ctx context.Context, a budget.AccountID, runID, tenantID string) (int64, error) {
+	if l.cut.Load() {
+		return 0, errKilled
+	}
+	return l.Ledger.BeginAttempt(ctx, a, runID, tenantID)
+}
+
 func (l cutLedger) Account(ctx context.Context, id budget.AccountID) (budget.Account, error) {
 	if l.cut.Load() {
 		return budget.Account{}, errKilled
