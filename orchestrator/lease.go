@@ -8,6 +8,7 @@ import (
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // Runs are leased: the engine driving a run refreshes run.owner_heartbeat
@@ -150,14 +151,17 @@ func (e *Engine) adoptOrphans(ctx context.Context) {
 // subagents), reservations still held are waited for (up to HeldWait),
 // the tasks that had not ended fail, what exists is joined, the ledger run
 // is closed and the end recorded, so that watchers on every replica see it.
-func (e *Engine) endOrphan(runID, prevOwner, cause string) {
+func (e *Engine) endOrphan(a runs.Adoption, cause string) {
+	runID, prevOwner := a.RunID, a.PrevOwner
 	defer e.forget(runID)
 	log := e.cfg.Logger.With("run_id", runID, "prev_owner", prevOwner)
 	var failed []*fanoutv1.TaskOutcome
+	epoch := int64(a.Adoptions) // fenced like a driver: a later adopter's run is not ended here
 	_, result, ended := e.endRun(e.base, runID, runEnd{
 		state:       fanoutv1.RunState_RUN_STATE_FAILED,
 		cause:       cause,
 		ledgerCause: fmt.Sprintf("orchestrator %s lost", prevOwner),
+		fence:       &epoch,
 		result: func(ctx context.Context) (r *fanoutv1.JoinedResult, err error) {
 			failed, r, err = e.failLost(ctx, runID)
 			return r, err
@@ -173,7 +177,7 @@ func (e *Engine) endOrphan(runID, prevOwner, cause string) {
 // wait for held reservations, so that their tokens are what they settled),
 // reports each, and joins the run as it stands.
 func (e *Engine) failLost(ctx context.Context, runID string) ([]*fanoutv1.TaskOutcome, *fanoutv1.JoinedResult, error) {
-	failed, err := e.store.FailTasks(ctx, runID, lostTaskReason)
+	failed, err := e.store.FailTasks(ctx, runID, e.cfg.Node, lostTaskReason)
 	if err != nil {
 		// The run stays RUNNING under this node; once it leaves e.active its
 		// lease lapses and it is adopted again.

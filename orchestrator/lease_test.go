@@ -90,11 +90,11 @@ func (s cutStore) AdoptOrphan(ctx context.Context, node string, orphanAfter time
 	return s.RunStore.AdoptOrphan(ctx, node, orphanAfter)
 }
 
-func (s cutStore) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error) {
+func (s cutStore) FailTasks(ctx context.Context, runID, owner, reason string) ([]*fanoutv1.TaskOutcome, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.RunStore.FailTasks(ctx, runID, reason)
+	return s.RunStore.FailTasks(ctx, runID, owner, reason)
 }
 
 func (s cutStore) AppendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error) {

@@ -64,9 +64,9 @@ type RunStore interface {
 	AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error)
 	// FailTasks ends every PENDING or RUNNING task of the run as FAILED with
 	// reason as its error and its ledger spend as its tokens, with their
-	// TaskFinished events in the same write, keeps terminal outcomes, and
-	// returns the tasks it ended in dispatch order.
-	FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error)
+	// TaskFinished events in the same write, if owner drives the run; keeps
+	// terminal outcomes, and returns the tasks it ended in dispatch order.
+	FailTasks(ctx context.Context, runID, owner, reason string) ([]*fanoutv1.TaskOutcome, error)
 	// AppendEvent appends the run's next event and returns it with its
 	// sequence (gapless, from 1) and time set. Once the run has ended it
 	// takes only RunFinished: anything else is runs.ErrEnded.

@@ -38,7 +38,7 @@ func (e *Engine) takeOver(a runs.Adoption) {
 	log := e.cfg.Logger.With("run_id", a.RunID, "prev_owner", a.PrevOwner, "adoptions", a.Adoptions)
 	if a.Adoptions > maxAdoptions {
 		log.Error("run adopted too many times: ending it")
-		e.endOrphan(a.RunID, a.PrevOwner, fmt.Sprintf(
+		e.endOrphan(a, fmt.Sprintf(
 			"run adopted %d times (its orchestrators kept being lost, the last was %s); the limit is %d",
 			a.Adoptions, a.PrevOwner, maxAdoptions))
 		return
@@ -58,7 +58,7 @@ func (e *Engine) takeOver(a runs.Adoption) {
 		return
 	}
 	log.Error("adopted run cannot be resumed: ending it", "err", err)
-	e.endOrphan(a.RunID, a.PrevOwner, fmt.Sprintf("orchestrator %s lost before the run ended, and the run cannot be resumed: %v",
+	e.endOrphan(a, fmt.Sprintf("orchestrator %s lost before the run ended, and the run cannot be resumed: %v",
 		a.PrevOwner, err))
 }
 
@@ -210,15 +210,19 @@ func (d *driver) restore(stored []*fanoutv1.TaskOutcome, unfinished []int) {
 }
 
 // replayPolicy applies the run's join policy to the outcomes a resumed run
-// kept, in dispatch order, as the lost driver did (or would have) when
-// they ended: a FAIL_FAST run with a task that did not succeed, or a
-// FIRST_SUCCESS run with one that did, stops before anything is
-// dispatched again.
+// kept, in the order they ended, as the lost driver did (or would have):
+// a FAIL_FAST run with a task that did not succeed, or a FIRST_SUCCESS run
+// with one that did, stops before anything is dispatched again, naming the
+// first task that stopped it.
 func (d *driver) replayPolicy(cancelRun context.CancelCauseFunc) {
-	for _, o := range d.outcomes {
-		if o != nil && o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SKIPPED {
-			d.joinPolicy(o, cancelRun)
-		}
+	kept := slices.DeleteFunc(slices.Clone(d.outcomes), func(o *fanoutv1.TaskOutcome) bool {
+		return o == nil || o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SKIPPED
+	})
+	slices.SortStableFunc(kept, func(a, b *fanoutv1.TaskOutcome) int {
+		return a.GetFinishedAt().AsTime().Compare(b.GetFinishedAt().AsTime())
+	})
+	for _, o := range kept {
+		d.joinPolicy(o, cancelRun)
 	}
 }
 

@@ -410,8 +410,11 @@ func (l *Ledger) endRun(ctx context.Context, runID string, state budget.AccountS
 // raises FA001 when epoch is not the run's adoption count (run.adoptions).
 func (l *Ledger) EndRunFenced(ctx context.Context, runID string, state budget.AccountState, cause string,
 	epoch int64) (budget.Account, error) {
-	a, err := scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run_fenced($1, $2, $3, $4)",
-		runID, string(state), cause, epoch))
+	// Idempotent as ledger_end_run is; the epoch check only reads.
+	a, err := retry(ctx, l.log, "ledger.end_run_fenced", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
+		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run_fenced($1, $2, $3, $4)",
+			runID, string(state), cause, epoch))
+	})
 	switch {
 	case isCode(err, "FA001"):
 		return a, fmt.Errorf("end run %s (%s): %w", runID, state, &budget.DeniedError{Reason: pgMessage(err)})

@@ -285,7 +285,7 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 		return err
 	})
 	step("fail tasks", bind, func() error {
-		failed, err := rs.FailTasks(ctx, "r1", "gave up")
+		failed, err := rs.FailTasks(ctx, "r1", "n", "gave up")
 		if err == nil && (len(failed) != 1 || failed[0].GetTaskId() != "b") {
 			err = fmt.Errorf("returned %v, want task b", failed)
 		}

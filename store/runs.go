@@ -450,7 +450,7 @@ func (s *Runs) startTask(ctx context.Context, runID, taskID, worker, owner strin
 		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
 		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
 		RETURNING `+taskColumns, runID, taskID, worker, owner)
-	return s.taskResult(ctx, rows, err, runID, taskID, owner, "start")
+	return s.taskResult(ctx, s.pool, rows, err, runID, taskID, owner, "start")
 }
 
 // FinishTask stores a task's terminal outcome (status, summary, tokens,
@@ -520,7 +520,7 @@ func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.
 		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
 		RETURNING `+taskColumns,
 			runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker(), owner)
-		if out, err = s.taskResult(ctx, rows, err, runID, o.GetTaskId(), owner, "finish"); err != nil {
+		if out, err = s.taskResult(ctx, tx, rows, err, runID, o.GetTaskId(), owner, "finish"); err != nil {
 			return err
 		}
 		return appendFinished(ctx, tx, runID, []*fanoutv1.TaskOutcome{out})
@@ -571,18 +571,26 @@ func ownedRun(owner, lock string) string {
 	return `SELECT FROM run WHERE run_id = $1 AND owner = ` + owner + ` FOR ` + lock
 }
 
+// querier is a pool or a transaction: what taskResult reads with. A
+// transaction's own connection must do its reads, or each refused call
+// would hold two of the pool's connections at once and a few of them
+// would starve the pool.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // taskResult reads the task an UPDATE of one live task of a run that owner
-// drives returned. No row means an unknown task (runs.ErrNotFound), one
+// drives returned, reading with q (the UPDATE's pool or transaction). No row means an unknown task (runs.ErrNotFound), one
 // that has already ended (runs.ErrEnded) or a run that another owner
 // drives now (runs.ErrNotOwner).
-func (s *Runs) taskResult(ctx context.Context, rows pgx.Rows, err error, runID, taskID, owner, verb string) (*fanoutv1.TaskOutcome, error) {
+func (s *Runs) taskResult(ctx context.Context, q querier, rows pgx.Rows, err error, runID, taskID, owner, verb string) (*fanoutv1.TaskOutcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
 	}
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
 	if errors.Is(err, pgx.ErrNoRows) {
 		var status, runOwner string
-		err := s.pool.QueryRow(ctx, `SELECT t.status, r.owner FROM task t JOIN run r USING (run_id)
+		err := q.QueryRow(ctx, `SELECT t.status, r.owner FROM task t JOIN run r USING (run_id)
 			WHERE t.run_id = $1 AND t.task_id = $2`, runID, taskID).Scan(&status, &runOwner)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -752,10 +760,11 @@ func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Du
 // FailTasks ends every PENDING or RUNNING task of the run as FAILED, with
 // reason as its summary's error and the spend its ledger task account shows
 // as its tokens, stamping finished_at (database time) and appending their
-// TaskFinished events, in one transaction. Tasks that have ended
+// TaskFinished events, in one transaction, if owner drives the run (else
+// it ends nothing). Tasks that have ended
 // keep their outcomes. It returns the tasks it ended, in dispatch order. An
 // unknown run has no tasks to end.
-func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1.TaskOutcome, error) {
+func (s *Runs) FailTasks(ctx context.Context, runID, owner, reason string) ([]*fanoutv1.TaskOutcome, error) {
 	body, err := toJSONB(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, Error: reason}})
 	if err != nil {
@@ -765,7 +774,7 @@ func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1
 	// ambiguous commit that ends none re-reads the tasks failed with this
 	// very outcome, which that try ended.
 	taskRows, err := retry(ctx, s.log, "runs.fail_tasks", idempotent, func(ctx context.Context, t try) ([]taskRow, error) {
-		taskRows, err := s.failTasks(ctx, runID, body)
+		taskRows, err := s.failTasks(ctx, runID, owner, body)
 		if err != nil || len(taskRows) > 0 || !t.ambiguous {
 			return taskRows, err
 		}
@@ -792,14 +801,17 @@ func (s *Runs) FailTasks(ctx context.Context, runID, reason string) ([]*fanoutv1
 // failTasks is one try of FailTasks: the unfinished tasks end FAILED with
 // the outcome body and their TaskFinished events are appended, in one
 // transaction.
-func (s *Runs) failTasks(ctx context.Context, runID string, body []byte) (taskRows []taskRow, err error) {
+func (s *Runs) failTasks(ctx context.Context, runID, owner string, body []byte) (taskRows []taskRow, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `UPDATE task t
+		// The run row first, as FinishTask takes it: one lock order (run,
+		// then tasks) for every task write.
+		rows, err := tx.Query(ctx, `WITH owned AS (`+ownedRun("$3", "NO KEY UPDATE")+`)
+			UPDATE task t
 			SET status = 'FAILED', outcome = $2, finished_at = now(),
 			    tokens_spent = coalesce((SELECT a.spent FROM account a
 			        WHERE a.kind = 'task' AND a.run_id = t.run_id AND a.task_id = t.task_id), t.tokens_spent)
-			WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING')
-			RETURNING `+prefixed("t.", taskColumns), runID, body)
+			WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
+			RETURNING `+prefixed("t.", taskColumns), runID, body, owner)
 		if err != nil {
 			return err
 		}

@@ -224,7 +224,7 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, err := rs.StartTask(b.ctx, "r1", "b", "w1", "n"); err != nil {
 		t.Fatal(err)
 	}
-	failed, err := rs.FailTasks(b.ctx, "r1", "orchestrator lost")
+	failed, err := rs.FailTasks(b.ctx, "r1", "n", "orchestrator lost")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 		r.GetTasks()[1].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED {
 		t.Fatalf("stored tasks: %v, %v", r.GetTasks(), err)
 	}
-	if again, err := rs.FailTasks(b.ctx, "r1", "again"); err != nil || len(again) != 0 {
+	if again, err := rs.FailTasks(b.ctx, "r1", "n", "again"); err != nil || len(again) != 0 {
 		t.Errorf("second FailTasks: %d tasks, %v", len(again), err)
 	}
 
