@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,15 +114,7 @@ func TestKilledOrchestratorRunIsResumed(t *testing.T) {
 // named name (its run owner name), so that it can be killed.
 func startOrchestratorProc(t testing.TB, databaseURL, name string, workers []*workerProc, extra ...string) *workerProc {
 	t.Helper()
-	addrs := make([]string, len(workers))
-	for i, w := range workers {
-		addrs[i] = w.addr
-	}
-	f := testPeer(t)
-	args := append([]string{"orchestrator", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
-		"--workers", strings.Join(addrs, ","), "--name", name, "--log-level", "info", "--shutdown-grace", "10s",
-		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Orchestrator.Cert, "--peer-tls-key", f.Orchestrator.Key,
-		"--peer-signing-key", f.SigningKey}, extra...)
+	args := orchestratorArgs(t, databaseURL, workers, append([]string{"--name", name, "--shutdown-grace", "10s"}, extra...)...)
 	return startChild(t, name, "orchestrator serving", nil, args)
 }
 

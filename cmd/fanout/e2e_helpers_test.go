@@ -294,15 +294,7 @@ type orchestratorProc struct {
 // a loopback port and returns once it serves, with a client dialled to it.
 func startOrchestratorMain(t testing.TB, databaseURL string, workers []*workerProc, extra ...string) *orchestratorProc {
 	t.Helper()
-	addrs := make([]string, len(workers))
-	for i, w := range workers {
-		addrs[i] = w.addr
-	}
-	f := testPeer(t)
-	args := append([]string{"orchestrator", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
-		"--workers", strings.Join(addrs, ","), "--log-level", "info", "--shutdown-grace", "20s",
-		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Orchestrator.Cert, "--peer-tls-key", f.Orchestrator.Key,
-		"--peer-signing-key", f.SigningKey}, extra...)
+	args := orchestratorArgs(t, databaseURL, workers, append([]string{"--shutdown-grace", "20s"}, extra...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &orchestratorProc{logs: &logTail{}, cancel: cancel, done: make(chan int, 1)}
 	pr, pw := io.Pipe()
@@ -348,6 +340,22 @@ func startOrchestratorMain(t testing.TB, databaseURL string, workers []*workerPr
 	t.Cleanup(func() { _ = conn.Close() })
 	o.client = fanoutv1.NewOrchestratorServiceClient(conn)
 	return o
+}
+
+// orchestratorArgs is the command line of `fanout orchestrator` on a
+// loopback port of its choice, dispatching to workers, with the test
+// fleet's peer credentials; extra are more flags (a later one wins).
+func orchestratorArgs(t testing.TB, databaseURL string, workers []*workerProc, extra ...string) []string {
+	t.Helper()
+	addrs := make([]string, len(workers))
+	for i, w := range workers {
+		addrs[i] = w.addr
+	}
+	f := testPeer(t)
+	return append([]string{"orchestrator", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
+		"--workers", strings.Join(addrs, ","), "--log-level", "info",
+		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Orchestrator.Cert, "--peer-tls-key", f.Orchestrator.Key,
+		"--peer-signing-key", f.SigningKey}, extra...)
 }
 
 // runStateListener records when this process heard each ledger run notice
