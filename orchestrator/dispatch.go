@@ -138,7 +138,7 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 func (d *driver) awaitLease(ctx context.Context) error {
 	cfg := d.e.cfg
 	for {
-		if d.ar.lost.Load() {
+		if d.ar.isLost() {
 			return errRunLost
 		}
 		if d.e.leaseHeld() {

@@ -178,7 +178,7 @@ func (d *driver) queue(runCtx context.Context, ready []int) {
 			TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i),
 		}}}
 	}
-	if d.ar.lost.Load() {
+	if d.ar.isLost() {
 		return // another replica drives the run and tells its story
 	}
 	ctx, cancel := cleanup(runCtx)
@@ -317,7 +317,7 @@ func (d *driver) isExhausted() bool {
 // event appends an event, logging a failure: losing one progress event must
 // not stop the run.
 func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
-	if d.ar.lost.Load() {
+	if d.ar.isLost() {
 		return // another replica drives the run and tells its story
 	}
 	_, err := d.e.appendEvent(ctx, d.runID, ev)
@@ -327,7 +327,7 @@ func (d *driver) event(ctx context.Context, ev *fanoutv1.RunEvent) {
 // lose abandons the run when a task write found that another replica
 // drives it now (it adopted the run while this one's heartbeat lapsed).
 func (d *driver) lose(ctx context.Context, err error) {
-	if !d.ar.lost.Load() {
+	if !d.ar.isLost() {
 		d.e.cfg.Logger.ErrorContext(ctx, "another orchestrator adopted a run this one drives; abandoning it",
 			"run_id", d.runID, "err", err)
 	}

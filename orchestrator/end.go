@@ -176,7 +176,7 @@ func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.Run
 // end is the end of a run this engine drove, once every task has ended:
 // decide its state from why it stopped, join, synthesize, and end it.
 func (d *driver) end(runCtx context.Context) {
-	if d.ar.lost.Load() {
+	if d.ar.isLost() {
 		// Another replica adopted the run and resumes it: its end is theirs.
 		d.e.cfg.Logger.WarnContext(runCtx, "run abandoned to the orchestrator that adopted it", "run_id", d.runID)
 		endRunSpan(d.span, fanoutv1.RunState_RUN_STATE_RUNNING, errRunLost.Error(), errRunLost, nil, nil)

@@ -75,9 +75,8 @@ type Engine struct {
 // activeRun is a run this engine drives (or ends, having adopted it).
 type activeRun struct {
 	cancel context.CancelCauseFunc
-	// lost is set once another replica owns the run: this one abandons it
-	// and writes nothing more for it; lostCh is closed then.
-	lost     atomic.Bool
+	// lostCh is closed once another replica owns the run: this one
+	// abandons it and writes nothing more for it.
 	lostOnce sync.Once
 	lostCh   chan struct{}
 }
@@ -88,11 +87,18 @@ func newActiveRun(cancel context.CancelCauseFunc) *activeRun {
 
 // lose abandons the run: another replica adopted it.
 func (ar *activeRun) lose() {
-	ar.lostOnce.Do(func() {
-		ar.lost.Store(true)
-		close(ar.lostCh)
-	})
+	ar.lostOnce.Do(func() { close(ar.lostCh) })
 	ar.cancel(errRunLost)
+}
+
+// isLost reports whether the run was abandoned to another replica (lose).
+func (ar *activeRun) isLost() bool {
+	select {
+	case <-ar.lostCh:
+		return true
+	default:
+		return false
+	}
 }
 
 // NewEngine returns an engine. Call Shutdown to stop it.

@@ -13,6 +13,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -175,6 +176,25 @@ func (l cutLedger) RunAccount(ctx context.Context, runID string) (budget.Account
 	return l.Ledger.RunAccount(ctx, runID)
 }
 
+// killableOrchestrator is a replica on workers whose kill makes it look
+// dead to the rest of the fleet: nothing it does reaches the database from
+// then on (its store and ledger are cut), and its calls to workers are cut
+// (its streams end as a dead process's do).
+func (b *testBundle) killableOrchestrator(t *testing.T, name string, workers ...string) (n *node, kill func()) {
+	t.Helper()
+	var killed atomic.Bool
+	n = b.orchestratorWith(t, name, leaseConfig(), func(p *orchestrator.EngineParams) {
+		p.Store = cutStore{RunStore: p.Store, cut: &killed}
+		p.Ledger = cutLedger{Ledger: p.Ledger, cut: &killed}
+	}, workers...)
+	return n, func() {
+		killed.Store(true)
+		dead, cancel := context.WithCancel(t.Context())
+		cancel()
+		_ = n.engine.Shutdown(dead)
+	}
+}
+
 // lookingStore counts the orphan searches a replica completed.
 type lookingStore struct {
 	orchestrator.RunStore
@@ -322,7 +342,7 @@ func checkEndedOnce(t *testing.T, b *testBundle, c fanoutv1.OrchestratorServiceC
 		t.Errorf("ledger run: %v (%v), want closed", acct.State, err)
 	}
 	b.checkLedger(t)
-	checkAttemptsApart(t, b, runID)
+	storetest.CheckAttemptsApart(t, b.pool, runID)
 	return run
 }
 
@@ -363,27 +383,6 @@ func checkResumed(t *testing.T, b *testBundle, c fanoutv1.OrchestratorServiceCli
 	return a
 }
 
-// checkAttemptsApart fails if two reservations of different attempts on
-// one account of the run were held at the same time (by their database
-// times: from the reserve's to the resolution's).
-func checkAttemptsApart(t *testing.T, b *testBundle, runID string) {
-	t.Helper()
-	var overlaps int
-	var example string
-	if err := b.pool.QueryRow(t.Context(), `SELECT count(*), coalesce(min(format('account %s: attempt %s %s..%s and attempt %s %s..%s',
-			r1.account_id, r1.attempt, r1.created_at, r1.resolved_at, r2.attempt, r2.created_at, r2.resolved_at)), '')
-		FROM reservation r1 JOIN reservation r2
-		  ON r1.account_id = r2.account_id AND r1.attempt < r2.attempt
-		 AND tstzrange(r1.created_at, coalesce(r1.resolved_at, 'infinity')) &&
-		     tstzrange(r2.created_at, coalesce(r2.resolved_at, 'infinity'))
-		WHERE r1.run_id = $1`, runID).Scan(&overlaps, &example); err != nil {
-		t.Fatal(err)
-	}
-	if overlaps > 0 {
-		t.Errorf("%d pairs of attempts held reservations at the same time, e.g. %s", overlaps, example)
-	}
-}
-
 // resumeSim is a worker whose tasks take a few calls of 300 ms: long enough
 // that a run is mid-way when its orchestrator is lost, short enough that
 // the calls cut off settle at once.
@@ -400,11 +399,7 @@ func TestLostOrchestratorRunIsResumed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w, _ := b.worker(t, "w", resumeSim, 8)
-	var killed atomic.Bool
-	a := b.orchestratorWith(t, "a", leaseConfig(), func(p *orchestrator.EngineParams) {
-		p.Store = cutStore{RunStore: p.Store, cut: &killed}
-		p.Ledger = cutLedger{Ledger: p.Ledger, cut: &killed}
-	}, w)
+	a, kill := b.killableOrchestrator(t, "a", w)
 	var looks atomic.Int64
 	other := b.orchestratorWith(t, "b", leaseConfig(), countLooks(&looks), w)
 
@@ -429,12 +424,7 @@ func TestLostOrchestratorRunIsResumed(t *testing.T) {
 		t.Fatalf("a live replica's run is owned by %q", o)
 	}
 
-	// The kill: nothing a does reaches the database from now on, and its
-	// calls to the worker are cut (its streams end as a dead process's do).
-	killed.Store(true)
-	dead, kill := context.WithCancel(t.Context())
 	kill()
-	_ = a.engine.Shutdown(dead)
 	adopted := checkResumed(t, b, other.client, s, runID, "a", "b")
 	if n := len(adopted.GetResumedTaskIds()); n == len(s.GetTasks()) {
 		t.Errorf("every task was resumed: the kill came before any task ended")
@@ -511,11 +501,7 @@ func TestRunAdoptedTooOftenEnds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w, _ := b.worker(t, "w", resumeSim, 8)
-	var killed atomic.Bool
-	a := b.orchestratorWith(t, "a", leaseConfig(), func(p *orchestrator.EngineParams) {
-		p.Store = cutStore{RunStore: p.Store, cut: &killed}
-		p.Ledger = cutLedger{Ledger: p.Ledger, cut: &killed}
-	}, w)
+	a, kill := b.killableOrchestrator(t, "a", w)
 	s := spec("poison", 2, 100_000)
 	start, err := a.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
 	if err != nil {
@@ -526,10 +512,7 @@ func TestRunAdoptedTooOftenEnds(t *testing.T) {
 	if _, err := b.pool.Exec(t.Context(), `UPDATE run SET adoptions = 3 WHERE run_id = $1`, runID); err != nil {
 		t.Fatal(err)
 	}
-	killed.Store(true)
-	dead, kill := context.WithCancel(t.Context())
 	kill()
-	_ = a.engine.Shutdown(dead)
 	other := b.orchestrator(t, "b", leaseConfig(), w)
 	run := checkAdopted(t, b, other.client, s, runID,
 		"run adopted 4 times (its orchestrators kept being lost, the last was a); the limit is 3")
@@ -578,13 +561,7 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	// The dead worker's reservation is never settled: its lease runs out and
 	// the sweeper counts it as spent (it is never voided: the worker may
 	// have paid for a call).
-	attempt, err := b.ledger.BeginAttempt(ctx, accts.Tasks["t01"], "ghost-run", accts.Run.TenantID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.ledger.Reserve(ctx, budget.ReserveParams{Account: accts.Tasks["t01"], RunID: "ghost-run",
-		TenantID: accts.Run.TenantID, Attempt: attempt, Want: 100, Min: 10,
-		Holder: "dead-worker", TTL: time.Second}); err != nil {
+	if _, err := lostAttempt(t, b, accts, "t01", "dead-worker", time.Second)(); err != nil {
 		t.Fatal(err)
 	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)

@@ -53,6 +53,23 @@ func ghost(t *testing.T, b *testBundle, runID string, s *fanoutv1.RunSpec, finis
 	return accts
 }
 
+// lostAttempt begins an attempt of task on the run of accts, as a dispatch
+// of the lost orchestrator did, and returns that attempt's reserve of 100
+// tokens by holder with a lease of ttl (its worker's next model call).
+func lostAttempt(t *testing.T, b *testBundle, accts budget.RunAccounts, task, holder string,
+	ttl time.Duration) func() (budget.Reservation, error) {
+	t.Helper()
+	run := accts.Run
+	attempt, err := b.ledger.BeginAttempt(t.Context(), accts.Tasks[task], run.RunID, run.TenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() (budget.Reservation, error) {
+		return b.ledger.Reserve(t.Context(), budget.ReserveParams{Account: accts.Tasks[task], RunID: run.RunID,
+			TenantID: run.TenantID, Attempt: attempt, Want: 100, Min: 10, Holder: holder, TTL: ttl})
+	}
+}
+
 func orphan(t *testing.T, b *testBundle, runID string) {
 	t.Helper()
 	if _, err := b.pool.Exec(t.Context(), `UPDATE run SET owner_heartbeat = now() - interval '1 hour' WHERE run_id = $1`, runID); err != nil {
@@ -172,12 +189,7 @@ func TestOrphanedPastDeadline(t *testing.T) {
 	if _, err := rs.StartTask(ctx, "late-run", "t01", "dead-worker", "ghost"); err != nil {
 		t.Fatal(err)
 	}
-	attempt, err := b.ledger.BeginAttempt(ctx, accts.Tasks["t01"], "late-run", "t1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.ledger.Reserve(ctx, budget.ReserveParams{Account: accts.Tasks["t01"], RunID: "late-run",
-		TenantID: "t1", Attempt: attempt, Want: 100, Min: 10, Holder: "dead-worker", TTL: time.Second}); err != nil {
+	if _, err := lostAttempt(t, b, accts, "t01", "dead-worker", time.Second)(); err != nil {
 		t.Fatal(err)
 	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
@@ -291,13 +303,8 @@ func TestShutdownDuringResumeLeavesRun(t *testing.T) {
 	s := spec("sd", 2, 100_000)
 	accts := ghost(t, b, "sd-run", s)
 	ctx := t.Context()
-	attempt, err := b.ledger.BeginAttempt(ctx, accts.Tasks["t01"], "sd-run", "t1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A reservation that nobody settles and no sweeper posts during the test.
-	if _, err := b.ledger.Reserve(ctx, budget.ReserveParams{Account: accts.Tasks["t01"], RunID: "sd-run",
-		TenantID: "t1", Attempt: attempt, Want: 100, Min: 10, Holder: "dead-worker", TTL: time.Hour}); err != nil {
+	if _, err := lostAttempt(t, b, accts, "t01", "dead-worker", time.Hour)(); err != nil {
 		t.Fatal(err)
 	}
 	orphan(t, b, "sd-run")
@@ -350,14 +357,7 @@ func TestAdoptionFencesTheLostAttempts(t *testing.T) {
 	if _, err := store.NewRuns(b.pool).StartTask(ctx, "fence-run", "t01", "old-worker", "ghost"); err != nil {
 		t.Fatal(err)
 	}
-	attempt, err := b.ledger.BeginAttempt(ctx, accts.Tasks["t01"], "fence-run", "t1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reserve := func() (budget.Reservation, error) {
-		return b.ledger.Reserve(ctx, budget.ReserveParams{Account: accts.Tasks["t01"], RunID: "fence-run",
-			TenantID: "t1", Attempt: attempt, Want: 100, Min: 10, Holder: "old-worker", TTL: time.Hour})
-	}
+	reserve := lostAttempt(t, b, accts, "t01", "old-worker", time.Hour)
 	held, err := reserve()
 	if err != nil {
 		t.Fatal(err)

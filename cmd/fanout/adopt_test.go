@@ -10,11 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
 )
 
@@ -107,7 +103,8 @@ func TestKilledOrchestratorRunIsResumed(t *testing.T) {
 	}
 	waitClosed(t, pool, runID)
 	checkConserved(t, pool, runID)
-	checkAttemptsApart(t, pool, runID)
+	t.Logf("reservations of %d (account, attempt) pairs",
+		storetest.CheckAttemptsApart(t, pool, runID))
 }
 
 // startOrchestratorProc starts `fanout orchestrator` as a child process
@@ -116,44 +113,4 @@ func startOrchestratorProc(t testing.TB, databaseURL, name string, workers []*wo
 	t.Helper()
 	args := orchestratorArgs(t, databaseURL, workers, append([]string{"--name", name, "--shutdown-grace", "10s"}, extra...)...)
 	return startChild(t, name, "orchestrator serving", nil, args)
-}
-
-// dial returns a client of the orchestrator at addr.
-func dial(t testing.TB, addr string) fanoutv1.OrchestratorServiceClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return fanoutv1.NewOrchestratorServiceClient(conn)
-}
-
-// checkAttemptsApart fails if two reservations of different attempts on one
-// account of the run were held at the same time, by their database times
-// (from the reserve's to the resolution's).
-func checkAttemptsApart(t testing.TB, pool *store.Pool, runID string) {
-	t.Helper()
-	var overlaps, attempts int
-	var example string
-	if err := pool.QueryRow(context.Background(), `SELECT
-		(SELECT count(*) FROM reservation r1 JOIN reservation r2
-		   ON r1.account_id = r2.account_id AND r1.attempt < r2.attempt
-		  AND tstzrange(r1.created_at, coalesce(r1.resolved_at, 'infinity')) &&
-		      tstzrange(r2.created_at, coalesce(r2.resolved_at, 'infinity'))
-		 WHERE r1.run_id = $1),
-		(SELECT count(DISTINCT (account_id, attempt)) FROM reservation WHERE run_id = $1),
-		coalesce((SELECT format('account %s: attempt %s %s..%s and attempt %s %s..%s', r1.account_id,
-		       r1.attempt, r1.created_at, r1.resolved_at, r2.attempt, r2.created_at, r2.resolved_at)
-		 FROM reservation r1 JOIN reservation r2
-		   ON r1.account_id = r2.account_id AND r1.attempt < r2.attempt
-		  AND tstzrange(r1.created_at, coalesce(r1.resolved_at, 'infinity')) &&
-		      tstzrange(r2.created_at, coalesce(r2.resolved_at, 'infinity'))
-		 WHERE r1.run_id = $1 LIMIT 1), '')`, runID).Scan(&overlaps, &attempts, &example); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("reservations of %d (account, attempt) pairs; %d overlapping pairs of attempts", attempts, overlaps)
-	if overlaps > 0 {
-		t.Errorf("%d pairs of attempts of one account held reservations at the same time, e.g. %s", overlaps, example)
-	}
 }

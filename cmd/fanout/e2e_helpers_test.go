@@ -333,12 +333,7 @@ func startOrchestratorMain(t testing.TB, databaseURL string, workers []*workerPr
 	case <-time.After(30 * time.Second):
 		t.Fatalf("orchestrator did not serve within 30s:\n%s", o.logs)
 	}
-	conn, err := grpc.NewClient(o.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	o.client = fanoutv1.NewOrchestratorServiceClient(conn)
+	o.client = dial(t, o.addr)
 	return o
 }
 
@@ -356,6 +351,17 @@ func orchestratorArgs(t testing.TB, databaseURL string, workers []*workerProc, e
 		"--workers", strings.Join(addrs, ","), "--log-level", "info",
 		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Orchestrator.Cert, "--peer-tls-key", f.Orchestrator.Key,
 		"--peer-signing-key", f.SigningKey}, extra...)
+}
+
+// dial returns a client of the orchestrator at addr.
+func dial(t testing.TB, addr string) fanoutv1.OrchestratorServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return fanoutv1.NewOrchestratorServiceClient(conn)
 }
 
 // runStateListener records when this process heard each ledger run notice

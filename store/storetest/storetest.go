@@ -321,3 +321,34 @@ func FreeAddr(t testing.TB) string {
 	}
 	return addr
 }
+
+// Querier is what CheckAttemptsApart reads with: a pool or a connection.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CheckAttemptsApart fails t if two reservations of different attempts on
+// one account of the run were held at the same time, by their database
+// times (from the reserve's to the resolution's): a task's attempts must
+// never hold grants at once, also across a change of orchestrators. It
+// returns how many (account, attempt) pairs reserved at all.
+func CheckAttemptsApart(t testing.TB, db Querier, runID string) (attempts int) {
+	t.Helper()
+	var overlaps int
+	var example string
+	if err := db.QueryRow(context.Background(), `SELECT
+		(SELECT count(DISTINCT (account_id, attempt)) FROM reservation WHERE run_id = $1),
+		count(*), coalesce(min(format('account %s: attempt %s %s..%s and attempt %s %s..%s',
+			r1.account_id, r1.attempt, r1.created_at, r1.resolved_at, r2.attempt, r2.created_at, r2.resolved_at)), '')
+		FROM reservation r1 JOIN reservation r2
+		  ON r1.account_id = r2.account_id AND r1.attempt < r2.attempt
+		 AND tstzrange(r1.created_at, coalesce(r1.resolved_at, 'infinity')) &&
+		     tstzrange(r2.created_at, coalesce(r2.resolved_at, 'infinity'))
+		WHERE r1.run_id = $1`, runID).Scan(&attempts, &overlaps, &example); err != nil {
+		t.Fatal(err)
+	}
+	if overlaps > 0 {
+		t.Errorf("%d pairs of attempts of one account held reservations at the same time, e.g. %s", overlaps, example)
+	}
+	return attempts
+}
