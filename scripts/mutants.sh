@@ -269,6 +269,7 @@ if [[ "${MUTANTS_BASELINE:-1}" == 1 ]]; then
   if grep -l '^diff --git a/migrations/' "${selected[@]}" >/dev/null; then
     read -r ppkg pre <<<"$sql_probe"
     base_re[$ppkg]="${base_re[$ppkg]:+${base_re[$ppkg]}|}$pre"
+    : "${base_t[$ppkg]:=$(to_seconds "$default_timeout")}" # the probe's package may be named by no selected mutant
   fi
   for pkg in "${!base_re[@]}"; do base_lines+=("$pkg ${base_re[$pkg]}"); done
   echo "baseline: the named tests without any mutant..." >&2
