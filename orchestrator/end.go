@@ -27,30 +27,17 @@ type runEnd struct {
 	// passed) and returns the joined result; an error leaves the run
 	// RUNNING, to be adopted and ended again.
 	result func(ctx context.Context) (*fanoutv1.JoinedResult, error)
-	// fence, if set, is the owner epoch of the driver ending the run
-	// (driver.epoch): the ledger run is cancelled and closed only while the
-	// run has not changed hands since, so an owner that lost the run ends
-	// nothing of it.
-	fence *int64
-}
-
-// endLedgerRun cancels or closes the run's ledger accounts, fenced by
-// end.fence if set.
-func (e *Engine) endLedgerRun(ctx context.Context, runID string, end runEnd, state budget.AccountState,
-	cause string) (budget.Account, error) {
-	if end.fence != nil {
-		return e.ledger.EndRunFenced(ctx, runID, state, cause, *end.fence)
-	}
-	if state == budget.StateCancelled {
-		return e.ledger.CancelRun(ctx, runID, cause)
-	}
-	return e.ledger.CloseRun(ctx, runID)
+	// epoch is the owner epoch of the engine ending the run (driver.epoch,
+	// or the adoption's): the ledger run is cancelled and closed only while
+	// the run has not changed hands since, so an owner that lost the run
+	// ends nothing of it.
+	epoch int64
 }
 
 // fencedOut reports, after a fenced ledger write was denied, that another
 // replica took the run over: this engine abandons it.
-func (e *Engine) fencedOut(ctx context.Context, runID string, end runEnd, err error) bool {
-	if end.fence == nil || !errors.Is(err, budget.ErrDenied) {
+func (e *Engine) fencedOut(ctx context.Context, runID string, err error) bool {
+	if !errors.Is(err, budget.ErrDenied) {
 		return false
 	}
 	e.cfg.Logger.ErrorContext(ctx, "another orchestrator took over a run this one was ending; abandoning it",
@@ -70,8 +57,8 @@ func (e *Engine) fencedOut(ctx context.Context, runID string, end runEnd, err er
 func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (closed *budget.Account, result *fanoutv1.JoinedResult, ended bool) {
 	if end.ledgerCause != "" {
 		ctx, cancel := cleanup(parent)
-		_, err := e.endLedgerRun(ctx, runID, end, budget.StateCancelled, end.ledgerCause)
-		if e.fencedOut(ctx, runID, end, err) {
+		_, err := e.ledger.EndRunFenced(ctx, runID, budget.StateCancelled, end.ledgerCause, end.epoch)
+		if e.fencedOut(ctx, runID, err) {
 			cancel()
 			return nil, nil, false
 		}
@@ -90,9 +77,9 @@ func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (close
 		e.cfg.Logger.ErrorContext(ctx, "join run", "run_id", runID, "err", err)
 		return nil, nil, false
 	}
-	acct, err := e.endLedgerRun(ctx, runID, end, budget.StateClosed, "run closed")
+	acct, err := e.ledger.EndRunFenced(ctx, runID, budget.StateClosed, "run closed", end.epoch)
 	switch {
-	case e.fencedOut(ctx, runID, end, err):
+	case e.fencedOut(ctx, runID, err):
 		return nil, nil, false
 	case err == nil:
 		// The ledger is the truth: it also counts calls cut off before their
@@ -190,7 +177,7 @@ func (d *driver) end(runCtx context.Context) {
 	if d.p.spec.GetSynthesize() {
 		result.Synthesis, result.SynthesisSkippedReason = d.synthesize(runCtx, runCause, result)
 	}
-	end := runEnd{state: state, cause: cause, fence: &d.epoch,
+	end := runEnd{state: state, cause: cause, epoch: d.epoch,
 		result: func(context.Context) (*fanoutv1.JoinedResult, error) { return result, nil }}
 	if errors.Is(context.Cause(runCtx), errShutdown) {
 		end.ledgerCause = cause

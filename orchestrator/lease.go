@@ -156,12 +156,11 @@ func (e *Engine) endOrphan(a runs.Adoption, cause string) {
 	defer e.forget(runID)
 	log := e.cfg.Logger.With("run_id", runID, "prev_owner", prevOwner)
 	var failed []*fanoutv1.TaskOutcome
-	epoch := int64(a.Adoptions) // fenced like a driver: a later adopter's run is not ended here
 	_, result, ended := e.endRun(e.base, runID, runEnd{
 		state:       fanoutv1.RunState_RUN_STATE_FAILED,
 		cause:       cause,
 		ledgerCause: fmt.Sprintf("orchestrator %s lost", prevOwner),
-		fence:       &epoch,
+		epoch:       int64(a.Adoptions), // fenced like a driver: a later adopter's run is not ended here
 		result: func(ctx context.Context) (r *fanoutv1.JoinedResult, err error) {
 			failed, r, err = e.failLost(ctx, runID)
 			return r, err
