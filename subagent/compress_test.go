@@ -69,7 +69,7 @@ func agentScript(compressed llmtest.Reply) func(llmtest.Request) llmtest.Reply {
 		case structured(r):
 			return compressed
 		case r.N == 1:
-			return llmtest.Reply{ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "search", Args: map[string]string{"query": "go"}}}}
+			return llmtest.Reply{ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "search", Args: json.RawMessage(`{"query":"go"}`)}}}
 		default:
 			return llmtest.Reply{Text: localFacts}
 		}
@@ -225,7 +225,7 @@ func TestLoopCompressionOverTaskBudget(t *testing.T) {
 				if tc.iters == 0 || structured(r) {
 					return llmtest.Reply{Text: localFacts}
 				}
-				return llmtest.Reply{ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "search", Args: map[string]string{"query": "go"}}}}
+				return llmtest.Reply{ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "search", Args: json.RawMessage(`{"query":"go"}`)}}}
 			})
 			task := newTask(b, "a")
 			task.MaxIterations = tc.iters

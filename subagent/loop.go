@@ -1,12 +1,12 @@
 package subagent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -847,17 +847,19 @@ func parseFacts(content string) []Fact {
 	return []Fact{{Text: strings.TrimSpace(content)}}
 }
 
+// describeCall is a call as the summary lists it: the tool and its JSON
+// arguments, compacted and cut at 200 bytes.
 func describeCall(c llm.ToolCall) string {
-	keys := make([]string, 0, len(c.Args))
-	for k := range c.Args {
-		keys = append(keys, k)
+	var b bytes.Buffer
+	if json.Compact(&b, c.Args) != nil {
+		b.Reset()
+		b.Write(c.Args)
 	}
-	sort.Strings(keys)
-	args := make([]string, len(keys))
-	for i, k := range keys {
-		args[i] = fmt.Sprintf("%s=%q", k, c.Args[k])
+	args := b.String()
+	if len(args) > 200 {
+		args = args[:200] + "…"
 	}
-	return fmt.Sprintf("%s(%s)", c.Name, strings.Join(args, ", "))
+	return fmt.Sprintf("%s(%s)", c.Name, args)
 }
 
 func firstLine(s string) string {

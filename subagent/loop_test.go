@@ -2,6 +2,7 @@ package subagent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -394,7 +395,7 @@ func TestLoopToolResultsInCallOrder(t *testing.T) {
 	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
 	fastDone := make(chan struct{})
 	tools, err := subagent.NewTools(
-		subagent.Tool{Name: "slow", Effect: subagent.EffectRead, Params: map[string]string{"query": "q"},
+		subagent.Tool{Name: "slow", Effect: subagent.EffectRead, Schema: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"}}}`),
 			Func: func(ctx context.Context, _ subagent.ToolCall) (subagent.ToolResult, error) {
 				select {
 				case <-fastDone:
@@ -403,7 +404,7 @@ func TestLoopToolResultsInCallOrder(t *testing.T) {
 					return subagent.ToolResult{}, errors.New("reads did not run in parallel")
 				}
 			}},
-		subagent.Tool{Name: "fast", Effect: subagent.EffectRead, Params: map[string]string{"query": "q"},
+		subagent.Tool{Name: "fast", Effect: subagent.EffectRead, Schema: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"}}}`),
 			Func: func(ctx context.Context, _ subagent.ToolCall) (subagent.ToolResult, error) {
 				defer close(fastDone)
 				return subagent.ToolResult{Text: "fast result"}, nil
@@ -443,7 +444,7 @@ func TestLoopWritesOneAtATimeWithKeys(t *testing.T) {
 	var mu sync.Mutex
 	var keys []string
 	tools, err := subagent.NewTools(subagent.Tool{Name: "w", Effect: subagent.EffectWrite,
-		Params: map[string]string{"text": "t"},
+		Schema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
 		Func: func(ctx context.Context, c subagent.ToolCall) (subagent.ToolResult, error) {
 			n := running.Add(1)
 			defer running.Add(-1)

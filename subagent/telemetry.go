@@ -335,9 +335,7 @@ func (r *run) startToolSpan(ctx context.Context, c llm.ToolCall) (context.Contex
 		attrTaskID.String(r.task.TaskID),
 	}
 	if r.CaptureContent {
-		if b, err := json.Marshal(c.Args); err == nil {
-			attrs = append(attrs, attrToolArgs.String(string(b)))
-		}
+		attrs = append(attrs, attrToolArgs.String(string(c.Args)))
 	}
 	return tracer().Start(ctx, opExecuteTool+" "+c.Name, trace.WithAttributes(attrs...))
 }
@@ -362,12 +360,12 @@ func (r *run) endToolSpan(ctx context.Context, span trace.Span, res ToolResult, 
 // gen_ai.input.messages: role and parts.
 func messagesJSON(msgs []llm.Message) string {
 	type part struct {
-		Type      string            `json:"type"`
-		Content   string            `json:"content,omitempty"`
-		ID        string            `json:"id,omitempty"`
-		Name      string            `json:"name,omitempty"`
-		Arguments map[string]string `json:"arguments,omitempty"`
-		Response  string            `json:"response,omitempty"`
+		Type      string          `json:"type"`
+		Content   string          `json:"content,omitempty"`
+		ID        string          `json:"id,omitempty"`
+		Name      string          `json:"name,omitempty"`
+		Arguments json.RawMessage `json:"arguments,omitempty"`
+		Response  string          `json:"response,omitempty"`
 	}
 	type message struct {
 		Role  string `json:"role"`

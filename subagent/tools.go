@@ -2,29 +2,41 @@ package subagent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fanout/fanout/subagent/llm"
 )
 
 // Effect says whether a tool changes the world. The loop runs reads in
-// parallel and writes one at a time, each with an idempotency key.
+// parallel and writes one at a time, each with an idempotency key and a
+// tool_call row. The zero value is a write: a tool nobody declared a read
+// is never run in parallel or re-sent (DESIGN §8).
 type Effect int
 
 // The tool effects.
 const (
-	EffectRead Effect = iota
-	EffectWrite
+	EffectWrite Effect = iota
+	EffectRead
 )
+
+func (e Effect) String() string {
+	if e == EffectRead {
+		return "read"
+	}
+	return "write"
+}
 
 // ToolCall is one invocation of a tool by the agent loop.
 type ToolCall struct {
 	Name string
-	Args map[string]string
+	// Args is the JSON object of arguments the model sent, as it sent it.
+	Args json.RawMessage
 	// IdempotencyKey is set for write tools: the same key must produce the
 	// effect once and return the first result on a replay.
 	IdempotencyKey string
@@ -34,18 +46,35 @@ type ToolCall struct {
 type ToolResult struct {
 	Text    string
 	Sources []string // where the text came from (URLs, document ids)
+	// IsError says the tool ran and reported a failure (MCP's isError):
+	// Text is shown to the model as that failure.
+	IsError bool
 }
 
-// ToolFunc runs a tool. It must honour ctx.
+// ErrNotSent wraps a tool error that proves the call never reached the
+// tool (a slot or rate wait that ended, a session that could not be
+// opened): a write refused so is failed, not "may have happened".
+var ErrNotSent = errors.New("tool call not sent")
+
+// ToolFunc runs a tool. It must honour ctx: when ctx ends it returns
+// promptly, and an error wrapping ErrNotSent if the call was never sent.
 type ToolFunc func(ctx context.Context, call ToolCall) (ToolResult, error)
 
 // Tool is one tool a subagent may call.
 type Tool struct {
-	Name        string
+	Name        string // model-facing, ^[a-zA-Z0-9_-]{1,64}$
 	Description string
 	Effect      Effect
-	Params      map[string]string // argument name -> description
-	Func        ToolFunc
+	// Schema is the JSON Schema of the arguments object; nil means an
+	// object with no declared properties.
+	Schema json.RawMessage
+	// Server names the MCP server the tool is on, "" for a built-in: the
+	// tool_call rows and telemetry carry it.
+	Server string
+	// Timeout bounds one call (capped by the task's deadline); its expiry
+	// is the call's result. 0 takes the loop's default.
+	Timeout time.Duration
+	Func    ToolFunc
 }
 
 // Tools is a registry of tools by name. It is immutable once built and safe
@@ -90,7 +119,7 @@ func (t *Tools) Defs(allowed []string) []llm.ToolDef {
 	defs := make([]llm.ToolDef, 0, len(allowed))
 	for _, name := range allowed {
 		if tool, ok := t.byName[name]; ok {
-			defs = append(defs, llm.ToolDef{Name: tool.Name, Description: tool.Description, Params: tool.Params})
+			defs = append(defs, llm.ToolDef{Name: tool.Name, Description: tool.Description, Schema: tool.Schema})
 		}
 	}
 	return defs
@@ -110,21 +139,21 @@ func BuiltinTools() *Tools {
 			Name:        "search",
 			Description: "Search the web. Returns result snippets with their URLs.",
 			Effect:      EffectRead,
-			Params:      map[string]string{"query": "what to search for"},
+			Schema:      stringArgs("query", "what to search for"),
 			Func:        search,
 		},
 		Tool{
 			Name:        "fetch",
 			Description: "Fetch a web page by URL and return its text.",
 			Effect:      EffectRead,
-			Params:      map[string]string{"url": "the page to fetch"},
+			Schema:      stringArgs("url", "the page to fetch"),
 			Func:        fetch,
 		},
 		Tool{
 			Name:        "note",
 			Description: "Save a note for later. Returns the note's number.",
 			Effect:      EffectWrite,
-			Params:      map[string]string{"text": "the note"},
+			Schema:      stringArgs("text", "the note"),
 			Func:        notes.write,
 		},
 	)
@@ -134,11 +163,29 @@ func BuiltinTools() *Tools {
 	return t
 }
 
+// stringArgs is the schema of an object with one required string argument.
+func stringArgs(name, desc string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{ // A map of plain values always marshals.
+		"type":       "object",
+		"properties": map[string]any{name: map[string]string{"type": "string", "description": desc}},
+		"required":   []string{name},
+	})
+	return b
+}
+
+// stringArg returns call's argument name if it is a string, else "".
+func stringArg(call ToolCall, name string) string {
+	var args map[string]any
+	_ = json.Unmarshal(call.Args, &args) // Bad JSON reads as no arguments.
+	s, _ := args[name].(string)
+	return s
+}
+
 func search(ctx context.Context, call ToolCall) (ToolResult, error) {
 	if err := context.Cause(ctx); err != nil {
 		return ToolResult{}, err
 	}
-	q := strings.TrimSpace(call.Args["query"])
+	q := strings.TrimSpace(stringArg(call, "query"))
 	if q == "" {
 		return ToolResult{}, errors.New("search: argument query is required")
 	}
@@ -159,7 +206,7 @@ func fetch(ctx context.Context, call ToolCall) (ToolResult, error) {
 	if err := context.Cause(ctx); err != nil {
 		return ToolResult{}, err
 	}
-	u := strings.TrimSpace(call.Args["url"])
+	u := strings.TrimSpace(stringArg(call, "url"))
 	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		return ToolResult{}, fmt.Errorf("fetch: argument url must be an http(s) URL, got %q", u)
 	}
@@ -187,7 +234,7 @@ func (s *noteStore) write(ctx context.Context, call ToolCall) (ToolResult, error
 		return r, nil
 	}
 	s.n++
-	r := ToolResult{Text: fmt.Sprintf("note %d saved: %s", s.n, call.Args["text"]),
+	r := ToolResult{Text: fmt.Sprintf("note %d saved: %s", s.n, stringArg(call, "text")),
 		Sources: []string{fmt.Sprintf("note:%d", s.n)}}
 	s.byKey[call.IdempotencyKey] = r
 	return r, nil

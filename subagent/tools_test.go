@@ -2,6 +2,7 @@ package subagent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -29,7 +30,7 @@ func TestBuiltinTools(t *testing.T) {
 	}
 
 	search, _ := tools.Get("search")
-	call := subagent.ToolCall{Name: "search", Args: map[string]string{"query": "go"}}
+	call := subagent.ToolCall{Name: "search", Args: json.RawMessage(`{"query":"go"}`)}
 	r1, err := search.Func(t.Context(), call)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestNoteIsIdempotentByKey(t *testing.T) {
 	}
 	write := func(key, text string) string {
 		t.Helper()
-		r, err := note.Func(t.Context(), subagent.ToolCall{Name: "note", IdempotencyKey: key, Args: map[string]string{"text": text}})
+		r, err := note.Func(t.Context(), subagent.ToolCall{Name: "note", IdempotencyKey: key, Args: jsonArgs("text", text)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,4 +115,10 @@ func TestLoopStopsWhenLeaseCannotBeRenewed(t *testing.T) {
 		t.Errorf("calls %+v, want one cancelled", calls)
 	}
 	b.checkLedger(t)
+}
+
+// jsonArgs is the arguments object {name: value}.
+func jsonArgs(name, value string) json.RawMessage {
+	b, _ := json.Marshal(map[string]string{name: value}) // A map of strings always marshals.
+	return b
 }

@@ -156,14 +156,14 @@ func (m *Anthropic) params(req Request, schema *Schema) anthropic.MessageNewPara
 		case RoleUser:
 			add(true, anthropic.NewTextBlock(msg.Content))
 		case RoleTool:
-			add(true, anthropic.NewToolResultBlock(msg.ToolCallID, msg.Content, false))
+			add(true, anthropic.NewToolResultBlock(msg.ToolCallID, msg.Content, msg.IsError))
 		case RoleAssistant:
 			var blocks []anthropic.ContentBlockParamUnion
 			if msg.Content != "" {
 				blocks = append(blocks, anthropic.NewTextBlock(msg.Content))
 			}
 			for _, c := range msg.ToolCalls {
-				blocks = append(blocks, anthropic.NewToolUseBlock(c.ID, c.Args, c.Name))
+				blocks = append(blocks, anthropic.NewToolUseBlock(c.ID, argsOrEmpty(c.Args), c.Name))
 			}
 			if len(blocks) > 0 {
 				add(false, blocks...)
@@ -171,11 +171,10 @@ func (m *Anthropic) params(req Request, schema *Schema) anthropic.MessageNewPara
 		}
 	}
 	for _, t := range req.Tools {
-		s := toolSchema(t)
 		p.Tools = append(p.Tools, anthropic.ToolUnionParam{OfTool: &anthropic.ToolParam{
 			Name:        t.Name,
 			Description: anthropic.String(t.Description),
-			InputSchema: anthropic.ToolInputSchemaParam{Properties: s["properties"], Required: s["required"].([]string)},
+			InputSchema: anthropicSchema(toolSchema(t)),
 		}})
 	}
 	if schema != nil {
@@ -215,4 +214,26 @@ func (m *Anthropic) err(req Request, err error) error {
 		return se
 	}
 	return clientErr("anthropic", req.Meta.RunID, m.c.redact, err)
+}
+
+// anthropicSchema is a JSON schema object as the SDK's input_schema: its
+// properties and required list in their fields, every other keyword
+// ($defs, additionalProperties...) kept as an extra field.
+func anthropicSchema(s map[string]any) anthropic.ToolInputSchemaParam {
+	is := anthropic.ToolInputSchemaParam{Properties: s["properties"], ExtraFields: map[string]any{}}
+	if req, ok := s["required"].([]any); ok {
+		for _, r := range req {
+			if name, ok := r.(string); ok {
+				is.Required = append(is.Required, name)
+			}
+		}
+	}
+	for k, v := range s {
+		switch k {
+		case "type", "properties", "required":
+		default:
+			is.ExtraFields[k] = v
+		}
+	}
+	return is
 }

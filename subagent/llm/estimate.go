@@ -45,13 +45,7 @@ func toolBound(t ToolDef) int64 {
 	return toolOverhead + int64(len(t.Name)+len(t.Description)+len(b))
 }
 
-func jsonLen(v map[string]string) int {
-	if len(v) == 0 {
-		return 0
-	}
-	b, _ := json.Marshal(v) // A map of strings always marshals.
-	return len(b)
-}
+func jsonLen(v json.RawMessage) int { return len(v) }
 
 // Estimator bounds the input tokens of each call of one conversation that
 // only grows, as the agent loop's does: it keeps one per task. A call's

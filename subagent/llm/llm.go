@@ -3,7 +3,10 @@
 // deterministic model for tests and the dev server.
 package llm
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+)
 
 // Role is who wrote a message.
 type Role string
@@ -22,20 +25,28 @@ type Message struct {
 	Content    string
 	ToolCalls  []ToolCall // an assistant message's tool calls
 	ToolCallID string     // a tool message answers this call
+	// IsError marks a tool message that reports a failed call (Anthropic's
+	// is_error; OpenAI has no field for it, so the content says it).
+	IsError bool
 }
 
 // ToolDef describes a tool the model may call.
 type ToolDef struct {
 	Name        string
 	Description string
-	Params      map[string]string // argument name -> description; arguments are strings
+	// Schema is the JSON Schema of the arguments object, sent as the
+	// provider's parameters (OpenAI) or input_schema (Anthropic); nil is
+	// an object with no properties.
+	Schema json.RawMessage
 }
 
 // ToolCall is the model asking to run a tool.
 type ToolCall struct {
 	ID   string
 	Name string
-	Args map[string]string
+	// Args is the JSON object of arguments as the model wrote it: numbers,
+	// arrays, nested objects and absent optional fields survive the trip.
+	Args json.RawMessage
 }
 
 // FinishReason says why the model stopped producing output.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -218,11 +219,10 @@ func (m *OpenAI) params(req Request, schema *Schema) openai.ChatCompletionNewPar
 				a.Content.OfString = openai.String(msg.Content)
 			}
 			for _, c := range msg.ToolCalls {
-				b, _ := json.Marshal(c.Args) // A map of strings always marshals.
 				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
 					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
 						ID:       c.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: string(b)},
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: c.Name, Arguments: string(argsOrEmpty(c.Args))},
 					}})
 			}
 			p.Messages = append(p.Messages, openai.ChatCompletionMessageParamUnion{OfAssistant: a})
@@ -302,36 +302,44 @@ func openAIFinish(s string) FinishReason {
 	}
 }
 
-// toolSchema is a tool's JSON schema: every argument is a required string.
+// toolSchema is a tool's JSON schema as a map (the SDKs' parameter types
+// are maps). A schema that is not a JSON object, which Tools never holds,
+// is sent as an object without properties.
 func toolSchema(t ToolDef) map[string]any {
-	props := map[string]any{}
-	req := make([]string, 0, len(t.Params))
-	for name, desc := range t.Params {
-		props[name] = map[string]any{"type": "string", "description": desc}
-		req = append(req, name)
+	var s map[string]any
+	if len(t.Schema) > 0 {
+		_ = json.Unmarshal(t.Schema, &s) // checked when the tool was registered
 	}
-	sort.Strings(req)
-	return map[string]any{"type": "object", "properties": props, "required": req}
+	if s == nil {
+		s = map[string]any{}
+	}
+	if _, ok := s["type"]; !ok {
+		s["type"] = "object"
+	}
+	if _, ok := s["properties"]; !ok {
+		s["properties"] = map[string]any{}
+	}
+	return s
 }
 
-// decodeArgs reads a tool call's JSON arguments into strings; non-string
-// values keep their JSON text.
-func decodeArgs(s string) (map[string]string, error) {
-	if s == "" {
-		return map[string]string{}, nil
+// decodeArgs checks that a tool call's arguments are one JSON object and
+// returns them as the model wrote them; none at all is {}.
+func decodeArgs(s string) (json.RawMessage, error) {
+	if strings.TrimSpace(s) == "" {
+		return json.RawMessage("{}"), nil
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, fmt.Errorf("decode %q: %w", truncate(s, 100), ErrMalformedReply)
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("decode %q: not a JSON object: %w", truncate(s, 100), ErrMalformedReply)
 	}
-	out := make(map[string]string, len(raw))
-	for k, v := range raw {
-		var str string
-		if err := json.Unmarshal(v, &str); err == nil {
-			out[k] = str
-		} else {
-			out[k] = string(v)
-		}
+	return json.RawMessage(s), nil
+}
+
+// argsOrEmpty is a call's arguments to send back to the provider: {} for
+// none.
+func argsOrEmpty(a json.RawMessage) json.RawMessage {
+	if len(a) == 0 {
+		return json.RawMessage("{}")
 	}
-	return out, nil
+	return a
 }

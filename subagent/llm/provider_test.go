@@ -3,6 +3,7 @@ package llm_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -135,7 +136,7 @@ func TestProviderToolCallRoundTrip(t *testing.T) {
 			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
 				if r.N == 1 {
 					return llmtest.Reply{
-						ToolCalls: []llm.ToolCall{{ID: "call_a", Name: "search", Args: map[string]string{"query": "go generics"}}},
+						ToolCalls: []llm.ToolCall{{ID: "call_a", Name: "search", Args: json.RawMessage(`{"query":"go generics"}`)}},
 						Usage:     llm.Usage{InputTokens: 120, OutputTokens: 30},
 					}
 				}
@@ -147,7 +148,7 @@ func TestProviderToolCallRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := llm.ToolCall{ID: "call_a", Name: "search", Args: map[string]string{"query": "go generics"}}
+			want := llm.ToolCall{ID: "call_a", Name: "search", Args: json.RawMessage(`{"query":"go generics"}`)}
 			if len(resp.ToolCalls) != 1 || fmt.Sprint(resp.ToolCalls[0]) != fmt.Sprint(want) || resp.FinishReason != llm.FinishToolCalls {
 				t.Fatalf("first reply = %+v, want tool call %+v", resp, want)
 			}

@@ -196,15 +196,8 @@ func (s *Sim) complete(req Request, seed int64, usage Usage, finish FinishReason
 		calls := make([]ToolCall, s.cfg.ToolCallsPerIteration)
 		for k := range calls {
 			def := req.Tools[(it*len(calls)+k)%len(req.Tools)]
-			args := make(map[string]string, len(def.Params))
-			for p := range def.Params {
-				if p == "url" {
-					args[p] = fmt.Sprintf("https://sim.example/%s/%d/%d", req.Meta.TaskID, it, k)
-				} else {
-					args[p] = fmt.Sprintf("%s %s %x", p, req.Meta.TaskID, hash(seed, req.Meta.TaskID, it, k)%0xffff)
-				}
-			}
-			calls[k] = ToolCall{ID: fmt.Sprintf("call_%d_%d", it, k), Name: def.Name, Args: args}
+			g := simArgs{task: req.Meta.TaskID, it: it, k: k, h: hash(seed, req.Meta.TaskID, it, k)}
+			calls[k] = ToolCall{ID: fmt.Sprintf("call_%d_%d", it, k), Name: def.Name, Args: g.object(def.Schema)}
 		}
 		if finish == FinishStop {
 			finish = FinishToolCalls
@@ -246,7 +239,7 @@ func typicalInput(req Request) int64 {
 		}
 	}
 	for _, t := range req.Tools {
-		n += 16 + (int64(len(t.Name)+len(t.Description)+len(simJSON(t.Params)))+2)/3
+		n += 16 + (int64(len(t.Name)+len(t.Description)+len(simJSON(toolSchema(t))))+2)/3
 	}
 	return max(1, n*3/4)
 }
@@ -284,11 +277,93 @@ func worstCase(req Request, resp Response) Response {
 }
 
 func simJSON(v any) string {
-	if m, ok := v.(map[string]string); ok && len(m) == 0 {
-		return ""
+	if raw, ok := v.(json.RawMessage); ok {
+		return string(raw) // as sent: the bounds count these bytes
 	}
 	b, _ := json.Marshal(v) // Plain maps and strings always marshal.
 	return string(b)
+}
+
+// simArgs makes a tool call's arguments from the tool's JSON schema, the
+// way a model does: every required property, of its type (an enum's first
+// value; one array item, or minItems), recursively. Strings name the
+// property, the task and a hash of the call, so calls differ by task,
+// iteration and position, and repeat exactly when those repeat.
+type simArgs struct {
+	task  string
+	it, k int
+	h     uint64
+}
+
+func (g simArgs) object(schema json.RawMessage) json.RawMessage {
+	var s map[string]any
+	_ = json.Unmarshal(schema, &s)       // A bad schema makes {}.
+	b, _ := json.Marshal(g.value("", s)) // Decoded JSON always marshals.
+	if len(b) == 0 || b[0] != '{' {
+		return json.RawMessage("{}")
+	}
+	return b
+}
+
+func (g simArgs) value(name string, s map[string]any) any {
+	if c, ok := s["const"]; ok {
+		return c
+	}
+	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
+		return e[0]
+	}
+	switch simType(s) {
+	case "object":
+		props, _ := s["properties"].(map[string]any)
+		req, _ := s["required"].([]any)
+		out := map[string]any{}
+		for _, r := range req {
+			p, _ := r.(string)
+			sub, _ := props[p].(map[string]any)
+			out[p] = g.value(p, sub)
+		}
+		return out
+	case "array":
+		n := 1
+		if m, ok := s["minItems"].(float64); ok && m > 1 {
+			n = int(m)
+		}
+		items, _ := s["items"].(map[string]any)
+		out := make([]any, n)
+		for i := range out {
+			out[i] = g.value(fmt.Sprintf("%s%d", name, i+1), items)
+		}
+		return out
+	case "integer", "number":
+		return 1 + g.h%9
+	case "boolean":
+		return true
+	case "null":
+		return nil
+	}
+	if name == "url" || s["format"] == "uri" {
+		return fmt.Sprintf("https://sim.example/%s/%d/%d", g.task, g.it, g.k)
+	}
+	return fmt.Sprintf("%s %s %x", name, g.task, g.h%0xffff)
+}
+
+// simType is a schema's type: the first non-null of a list, object if it
+// has properties, else string.
+func simType(s map[string]any) string {
+	switch t := s["type"].(type) {
+	case string:
+		return t
+	case []any:
+		for _, v := range t {
+			if v, ok := v.(string); ok && v != "null" {
+				return v
+			}
+		}
+	}
+	if _, ok := s["properties"]; ok {
+		return "object"
+	}
+	return "string"
 }
 
 // simTopic is the start of the task's instruction (its last user message

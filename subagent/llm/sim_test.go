@@ -15,8 +15,13 @@ import (
 )
 
 var tools = []llm.ToolDef{
-	{Name: "search", Params: map[string]string{"query": "q"}},
-	{Name: "fetch", Params: map[string]string{"url": "u"}},
+	{Name: "search", Schema: stringSchema("query", "q")},
+	{Name: "fetch", Schema: stringSchema("url", "u")},
+}
+
+// stringSchema is the schema of an object with one required string.
+func stringSchema(name, desc string) json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{"` + name + `":{"type":"string","description":"` + desc + `"}},"required":["` + name + `"]}`)
 }
 
 func request(task string, it int) llm.Request {
@@ -146,7 +151,7 @@ func TestSimWorstCaseTokens(t *testing.T) {
 	s, _ := llm.NewSim(llm.SimConfig{WorstCaseTokens: true, ToolCallsPerIteration: 1, FinishAfter: 2, InputTokens: 1, OutputTokens: 1})
 	req := request("t1", 1)
 	req.Messages[0].Content = "日本語のテキスト" // 8 runes, 24 bytes
-	req.Tools = []llm.ToolDef{{Name: "search", Description: "d", Params: map[string]string{"query": "q"}}}
+	req.Tools = []llm.ToolDef{{Name: "search", Description: "d", Schema: stringSchema("query", "q")}}
 	resp, err := s.Call(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +162,7 @@ func TestSimWorstCaseTokens(t *testing.T) {
 	if len(c) != 1 {
 		t.Fatalf("reply %+v, want one tool call", resp)
 	}
-	args, _ := json.Marshal(c[0].Args)
+	args := c[0].Args
 	wantOut := int64(len(c[0].ID) + len(c[0].Name) + len(args))
 	if resp.Usage != (llm.Usage{InputTokens: wantIn, OutputTokens: wantOut}) {
 		t.Errorf("usage %+v, want %d in, %d out", resp.Usage, wantIn, wantOut)
@@ -198,7 +203,7 @@ func TestInputBoundCountsEveryByte(t *testing.T) {
 		}
 	}
 	// Tool calls: id, name and JSON arguments, plus 16.
-	call := llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "c1", Name: "search", Args: map[string]string{"query": "東京"}}}}
+	call := llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "c1", Name: "search", Args: json.RawMessage(`{"query":"東京"}`)}}}
 	if got, want := llm.InputBound([]llm.Message{call}), int64(8+16+len("c1")+len("search")+len(`{"query":"東京"}`)); got != want {
 		t.Errorf("InputBound(tool call) = %d, want %d", got, want)
 	}
@@ -218,8 +223,8 @@ func TestEstimator(t *testing.T) {
 	}
 	e.Record(len(conv), llm.Usage{InputTokens: 40, OutputTokens: 25})
 	completion := llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{
-		{ID: "c1", Name: "search", Args: map[string]string{"query": "料金"}},
-		{ID: "c2", Name: "fetch", Args: map[string]string{"url": "https://example.jp/料金"}},
+		{ID: "c1", Name: "search", Args: json.RawMessage(`{"query":"料金"}`)},
+		{ID: "c2", Name: "fetch", Args: json.RawMessage(`{"url":"https://example.jp/料金"}`)},
 	}}
 	results := []llm.Message{
 		{Role: llm.RoleTool, ToolCallID: "c1", Content: "1. 料金表 (https://example.jp/料金)"},

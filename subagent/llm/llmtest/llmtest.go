@@ -349,9 +349,11 @@ func (s *Server) writeError(w http.ResponseWriter, status int, retryAfter, msg s
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-func argsJSON(args map[string]string) string {
-	b, _ := json.Marshal(args) // A map of strings always marshals.
-	return string(b)
+func argsJSON(args json.RawMessage) string {
+	if len(args) == 0 {
+		return "{}"
+	}
+	return string(args)
 }
 
 func openAIFinish(reply Reply) string {
@@ -456,7 +458,7 @@ func anthropicReply(req Request, reply Reply) any {
 		content = append(content, map[string]any{"type": "text", "text": reply.Text})
 	}
 	for _, c := range reply.ToolCalls {
-		content = append(content, map[string]any{"type": "tool_use", "id": c.ID, "name": c.Name, "input": c.Args})
+		content = append(content, map[string]any{"type": "tool_use", "id": c.ID, "name": c.Name, "input": json.RawMessage(argsJSON(c.Args))})
 		stop = "tool_use"
 	}
 	if content == nil {
