@@ -73,6 +73,7 @@ type Backend struct {
 	streams *streamLimit
 	ledger  *store.Ledger
 	runs    *store.Runs
+	writes  *store.ToolCalls
 	watcher *budget.Watcher
 	log     *slog.Logger
 
@@ -122,6 +123,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		streams: newStreamLimit(cfg.MaxStreams),
 		ledger:  store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		runs:    store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
+		writes:  store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),
 		watcher: budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,
@@ -161,6 +163,10 @@ func (b *Backend) Runs() *store.Runs { return b.runs }
 
 // Watcher is the backend's exhaustion watcher, shared by its nodes.
 func (b *Backend) Watcher() *budget.Watcher { return b.watcher }
+
+// ToolCalls is the log of tool writes (the tool_call table) workers record
+// before each write is sent.
+func (b *Backend) ToolCalls() *store.ToolCalls { return b.writes }
 
 // Logger is the logger of the backend and its nodes.
 func (b *Backend) Logger() *slog.Logger { return b.log }

@@ -86,6 +86,9 @@ func newWorker(b *Backend, cfg WorkerConfig, addr string) (*Worker, error) {
 	if sc.Watcher == nil {
 		sc.Watcher = b.Watcher()
 	}
+	if sc.Writes == nil {
+		sc.Writes = b.ToolCalls()
+	}
 	if sc.Models == nil {
 		sc.Models = subagent.SimModels(sim)
 		if cfg.ModelsFunc != nil {

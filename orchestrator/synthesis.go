@@ -85,7 +85,7 @@ func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedRe
 		TenantId: d.p.tenantID,
 		Task: &fanoutv1.TaskSpec{
 			Id:            synthesisTaskID,
-			Instruction:   synthesisInstruction,
+			Instruction:   synthesisInstruction + taskReport(result.GetTasks()),
 			TokenBudget:   acct.Available(),
 			MaxIterations: 1,
 			Timeout:       durationpb.New(d.e.cfg.DefaultTaskTimeout),
@@ -98,6 +98,31 @@ func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedRe
 		ContextFacts:         result.GetFacts(),
 	}
 }
+
+// taskReport tells the synthesis call how every task ended, so that it
+// can say what a failed, timed-out or cancelled task leaves unsettled
+// instead of presenting the facts of the others as the whole answer.
+// Each error is cut at reportErrorBytes.
+func taskReport(tasks []*fanoutv1.TaskOutcome) string {
+	if len(tasks) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n\nHow the tasks ended (facts come only from those that found some):")
+	for _, t := range tasks {
+		fmt.Fprintf(&b, "\n- %s: %s", t.GetTaskId(), runs.Text(t.GetStatus()))
+		if e := t.GetSummary().GetError(); e != "" && t.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			if len(e) > reportErrorBytes {
+				e = strings.ToValidUTF8(e[:reportErrorBytes], "") + "…"
+			}
+			fmt.Fprintf(&b, ": %s", e)
+		}
+	}
+	return b.String()
+}
+
+// reportErrorBytes caps each task's error in the synthesis call's report.
+const reportErrorBytes = 300
 
 // synthesisUnaffordable says why the run account acct cannot pay for
 // synthesis, or "" when it can.

@@ -11,9 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -130,9 +129,26 @@ type Loop struct {
 	LeaseTTL        time.Duration // reservation lease; renewed every LeaseTTL/3 during a call; default 30s
 	MaxIterations   int           // default when the task sets none; default 8
 	MaxOutputTokens int           // output allowance reserved per call; default 1024
-	ReadParallelism int           // read tools run at once; default 4
-	ProgressFunc    func(Progress)
-	Logger          *slog.Logger
+	ReadParallelism int           // read tools of one task run at once; default 4
+	// ToolSlots, if not nil, bounds the tool calls in flight on the whole
+	// worker: a call holds one element while it runs. The fleet's bounds
+	// (MCP max_in_flight) are the tools' own, behind it.
+	ToolSlots chan struct{}
+	// ToolTimeout bounds each tool call whose Tool sets no Timeout; the
+	// task's deadline caps both. Its expiry is the call's result ("timed
+	// out: proceed without it"). Default DefaultToolTimeout.
+	ToolTimeout time.Duration
+	// MaxToolCallsPerTurn is the most tool calls of one model reply that
+	// run; the model is told the rest were not run. Default
+	// DefaultMaxToolCallsPerTurn.
+	MaxToolCallsPerTurn int
+	// Writes records every call of a write tool before it is sent, and
+	// gives a later attempt of the task its earlier attempts' writes so it
+	// never sends one again. nil records nothing (tests of the loop alone);
+	// a Server requires it.
+	Writes       WriteLog
+	ProgressFunc func(Progress)
+	Logger       *slog.Logger
 	// CompressMaxTokens caps the output of the compression call (and is its
 	// output allowance in the reservation); default 512.
 	CompressMaxTokens int
@@ -181,6 +197,12 @@ func (l *Loop) defaults() Loop {
 	}
 	if c.ReadParallelism <= 0 {
 		c.ReadParallelism = 4
+	}
+	if c.ToolTimeout <= 0 {
+		c.ToolTimeout = DefaultToolTimeout
+	}
+	if c.MaxToolCallsPerTurn <= 0 {
+		c.MaxToolCallsPerTurn = DefaultMaxToolCallsPerTurn
 	}
 	if c.BilledRetry.MaxAttempts <= 0 {
 		c.BilledRetry.MaxAttempts = 3
@@ -284,6 +306,11 @@ type run struct {
 	tools []llm.ToolDef
 	sum   Summary
 	found []Fact // read tool results, reported if the model never answers
+	// prior are the writes of the task's earlier attempts by tool and
+	// argument digest (priorKey), never sent again; priorOrder lists them
+	// oldest first for the prompt.
+	prior      map[string]runs.Write
+	priorOrder []runs.Write
 }
 
 func (r *run) loop(ctx context.Context) Summary {
@@ -299,6 +326,10 @@ func (r *run) loop(ctx context.Context) Summary {
 // work runs the agent loop to its end and fills r.sum with a local summary.
 func (r *run) work(ctx context.Context) {
 	r.tools = r.Tools.Defs(r.task.AllowedTools)
+	if err := r.loadPrior(ctx); err != nil {
+		r.finish(ctx, err)
+		return
+	}
 	r.msgs = r.prompt()
 	for it := 1; it <= r.task.MaxIterations; it++ {
 		resp, err := r.iterate(ctx, it)
@@ -696,73 +727,6 @@ func (r *run) endedErr() error {
 	return fmt.Errorf("%w (%s): %w", errRunEnded, sig.State, sig.Err())
 }
 
-// runTools runs the model's tool calls and appends their results to the
-// conversation in call order. Consecutive reads run in parallel; a write
-// waits for everything before it and runs alone.
-func (r *run) runTools(ctx context.Context, it int, resp llm.Response) int {
-	calls := resp.ToolCalls
-	results := make([]ToolResult, len(calls))
-	errs := make([]error, len(calls))
-	for start := 0; start < len(calls); {
-		end := start + 1
-		if r.effect(calls[start]) == EffectRead {
-			for end < len(calls) && r.effect(calls[end]) == EffectRead {
-				end++
-			}
-		}
-		var g errgroup.Group
-		g.SetLimit(r.ReadParallelism)
-		for i := start; i < end; i++ {
-			g.Go(func() error {
-				results[i], errs[i] = r.runTool(ctx, it, i, calls[i])
-				return nil // A tool error goes to the model, not up.
-			})
-		}
-		_ = g.Wait()
-		start = end
-	}
-	for i, c := range calls {
-		r.sum.Tried = append(r.sum.Tried, describeCall(c))
-		content := results[i].Text
-		if errs[i] != nil {
-			content = "error: " + errs[i].Error()
-			r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%s: %v", describeCall(c), errs[i]))
-		} else if r.effect(c) == EffectRead && content != "" {
-			r.found = append(r.found, Fact{Text: firstLine(content), Sources: results[i].Sources})
-		}
-		r.msgs = append(r.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: content})
-	}
-	return len(calls)
-}
-
-// effect treats an unknown tool as a write, so it is not run in parallel
-// (it is refused anyway).
-func (r *run) effect(c llm.ToolCall) Effect {
-	if tool, ok := r.Tools.Get(c.Name); ok {
-		return tool.Effect
-	}
-	return EffectWrite
-}
-
-func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (res ToolResult, err error) {
-	spanCtx, span := r.startToolSpan(ctx, c)
-	defer func() { r.endToolSpan(ctx, span, res, err) }()
-	ctx = spanCtx
-	tool, ok := r.Tools.Get(c.Name)
-	if !ok || !contains(r.task.AllowedTools, c.Name) {
-		return ToolResult{}, fmt.Errorf("tool %q is not allowed", c.Name)
-	}
-	call := ToolCall{Name: c.Name, Args: c.Args}
-	if tool.Effect == EffectWrite {
-		call.IdempotencyKey = fmt.Sprintf("%s/%s/a%d/i%d/c%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it, i)
-	}
-	res, err = tool.Func(ctx, call)
-	if err != nil {
-		return ToolResult{}, fmt.Errorf("run tool %s: %w", c.Name, err)
-	}
-	return res, nil
-}
-
 // finish ends the loop with err and classifies it (stopStatus).
 func (r *run) finish(ctx context.Context, err error) {
 	r.sum.Err = err
@@ -804,6 +768,10 @@ func (r *run) prompt() []llm.Message {
 	var sys strings.Builder
 	sys.WriteString("You are a research subagent. Use the tools to gather facts, then answer with JSON " +
 		`{"facts":[{"text":"...","sources":["..."]}]} and nothing else.`)
+	if len(r.tools) > 0 {
+		fmt.Fprintf(&sys, "\nCall independent tools together in one reply (at most %d run). "+
+			"A failed or timed-out call is reported as such: proceed without it.", r.MaxToolCallsPerTurn)
+	}
 	if r.task.Goal != "" {
 		fmt.Fprintf(&sys, "\nThe overall goal: %s", r.task.Goal)
 	}
@@ -813,6 +781,24 @@ func (r *run) prompt() []llm.Message {
 		b.WriteString("Facts already established:\n")
 		for _, f := range r.task.ContextFacts {
 			fmt.Fprintf(&b, "- %s [%s]\n", f.Text, strings.Join(f.Sources, ", "))
+		}
+		msgs = append(msgs, llm.Message{Role: llm.RoleUser, Content: b.String()})
+	}
+	if len(r.priorOrder) > 0 {
+		var b strings.Builder
+		b.WriteString("Earlier attempts of this task already made these writes. They are not sent again; " +
+			"the same call returns the earlier outcome:\n")
+		for _, w := range r.priorOrder {
+			fmt.Fprintf(&b, "- %s: %s", w.Tool, w.State)
+			switch {
+			case w.State == runs.WriteDone && w.Result != "":
+				fmt.Fprintf(&b, ": %s", firstLine(w.Result))
+			case w.State == runs.WriteIssued || w.State == runs.WriteUnknown:
+				b.WriteString(" (may have happened)")
+			case w.Error != "":
+				fmt.Fprintf(&b, ": %s", w.Error)
+			}
+			b.WriteString("\n")
 		}
 		msgs = append(msgs, llm.Message{Role: llm.RoleUser, Content: b.String()})
 	}

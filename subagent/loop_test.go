@@ -78,7 +78,7 @@ func TestLoopHappyPath(t *testing.T) {
 
 func TestLoopTaskBudgetStopsOneTask(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 100_000, 50, map[string]int64{"small": 800, "big": 50_000}) // a first call reserves ~770: every byte of the prompt
+	b := setup(t, 100_000, 50, map[string]int64{"small": 800, "big": 50_000}) // a first call reserves ~1,000: every byte of the prompt
 	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 1, FinishAfter: 5, InputTokens: 100, OutputTokens: 50})
 	loop := newLoop(b, sim)
 

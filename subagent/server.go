@@ -94,6 +94,15 @@ type ServerConfig struct {
 	// CaptureContent puts prompt and completion text on the spans; see
 	// Loop.CaptureContent. Default off.
 	CaptureContent bool
+	// Writes records tool calls with effect write (store.ToolCalls).
+	// Required: without it a re-dispatched task could send a write again.
+	Writes WriteLog
+	// ToolParallelism is the most tool calls in flight on this worker, all
+	// tasks together; default 16. ToolTimeout and MaxToolCallsPerTurn are
+	// Loop's (defaults DefaultToolTimeout, DefaultMaxToolCallsPerTurn).
+	ToolParallelism     int
+	ToolTimeout         time.Duration
+	MaxToolCallsPerTurn int
 }
 
 // Server is the worker's SubagentService: it runs one agent Loop per
@@ -101,7 +110,8 @@ type ServerConfig struct {
 type Server struct {
 	fanoutv1.UnimplementedSubagentServiceServer
 
-	cfg ServerConfig
+	cfg       ServerConfig
+	toolSlots chan struct{} // ToolParallelism, shared by every task's loop
 
 	mu       sync.Mutex
 	running  int
@@ -120,7 +130,8 @@ var _ fanoutv1.SubagentServiceServer = (*Server)(nil)
 // Watcher, Models, Tools, Name and Logger stay nil.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{Capacity: 64, LeaseTTL: 30 * time.Second, MaxIterations: 8, MaxIterCap: 64,
-		MaxOutputTokens: 1024, MaxOutputTokensCap: 1 << 16, TaskTimeout: 10 * time.Minute, CompressMaxTokens: 512}
+		MaxOutputTokens: 1024, MaxOutputTokensCap: 1 << 16, TaskTimeout: 10 * time.Minute, CompressMaxTokens: 512,
+		ToolParallelism: 16, ToolTimeout: DefaultToolTimeout, MaxToolCallsPerTurn: DefaultMaxToolCallsPerTurn}
 }
 
 // NewServer returns a worker. It fails if a required field is missing.
@@ -132,6 +143,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("new worker: Name is required")
 	case cfg.Keys == nil:
 		return nil, errors.New("new worker: Keys (the orchestrators' signing keys) are required")
+	case cfg.Writes == nil:
+		return nil, errors.New("new worker: Writes (the tool call log) is required")
 	}
 	if cfg.Models == nil {
 		sim, err := llm.NewSim(llm.SimConfig{})
@@ -168,10 +181,19 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.CompressMaxTokens <= 0 {
 		cfg.CompressMaxTokens = def.CompressMaxTokens
 	}
+	if cfg.ToolParallelism <= 0 {
+		cfg.ToolParallelism = def.ToolParallelism
+	}
+	if cfg.ToolTimeout <= 0 {
+		cfg.ToolTimeout = def.ToolTimeout
+	}
+	if cfg.MaxToolCallsPerTurn <= 0 {
+		cfg.MaxToolCallsPerTurn = def.MaxToolCallsPerTurn
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, inFlight: map[string]bool{}}
+	s := &Server{cfg: cfg, inFlight: map[string]bool{}, toolSlots: make(chan struct{}, cfg.ToolParallelism)}
 	s.stop, s.stopFunc = context.WithCancelCause(context.Background())
 	metrics().capacityLimit.Add(context.Background(), int64(cfg.Capacity))
 	return s, nil
@@ -238,16 +260,20 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 // iteration on stream.
 func (s *Server) newLoop(model llm.Model, req *fanoutv1.Dispatch, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) *Loop {
 	loop := &Loop{
-		Ledger:            s.cfg.Ledger,
-		Model:             model,
-		Tools:             s.cfg.Tools,
-		Holder:            s.cfg.Name,
-		LeaseTTL:          s.cfg.LeaseTTL,
-		MaxIterations:     s.cfg.MaxIterations,
-		MaxOutputTokens:   s.cfg.MaxOutputTokens,
-		CompressMaxTokens: s.cfg.CompressMaxTokens,
-		Logger:            s.cfg.Logger,
-		CaptureContent:    s.cfg.CaptureContent,
+		Ledger:              s.cfg.Ledger,
+		Model:               model,
+		Tools:               s.cfg.Tools,
+		Holder:              s.cfg.Name,
+		LeaseTTL:            s.cfg.LeaseTTL,
+		MaxIterations:       s.cfg.MaxIterations,
+		MaxOutputTokens:     s.cfg.MaxOutputTokens,
+		CompressMaxTokens:   s.cfg.CompressMaxTokens,
+		Logger:              s.cfg.Logger,
+		CaptureContent:      s.cfg.CaptureContent,
+		Writes:              s.cfg.Writes,
+		ToolSlots:           s.toolSlots,
+		ToolTimeout:         s.cfg.ToolTimeout,
+		MaxToolCallsPerTurn: s.cfg.MaxToolCallsPerTurn,
 		ProgressFunc: func(p Progress) {
 			// A failed send means the client is gone, which cancels ctx.
 			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{

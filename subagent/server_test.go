@@ -56,7 +56,8 @@ func serve(t *testing.T, srv *subagent.Server) fanoutv1.SubagentServiceClient {
 
 func newServer(t *testing.T, b *bundle, m llm.Model, mod func(*subagent.ServerConfig)) *subagent.Server {
 	t.Helper()
-	cfg := subagent.ServerConfig{Ledger: b.ledger, Keys: testKeys, Models: subagent.SimModels(m), Name: "w1"}
+	cfg := subagent.ServerConfig{Ledger: b.ledger, Keys: testKeys, Models: subagent.SimModels(m), Name: "w1",
+		Writes: store.NewToolCalls(b.pool, store.ToolCallsConfig{})}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -47,20 +47,25 @@ const (
 	attrOutputMsgs   = attribute.Key("gen_ai.output.messages")
 	attrErrorType    = attribute.Key("error.type")
 
-	attrRunID        = attribute.Key("fanout.run.id")
-	attrTaskID       = attribute.Key("fanout.task.id")
-	attrTaskStatus   = attribute.Key("fanout.task.status")
-	attrAttempt      = attribute.Key("fanout.task.attempt")
-	attrIterations   = attribute.Key("fanout.task.iterations")
-	attrTokensSpent  = attribute.Key("fanout.task.tokens_spent")
-	attrIteration    = attribute.Key("fanout.iteration")
-	attrWorker       = attribute.Key("fanout.worker")
-	attrReservation  = attribute.Key("fanout.budget.reservation_id")
-	attrGranted      = attribute.Key("fanout.budget.granted")
-	attrToolEffect   = attribute.Key("fanout.tool.effect")
-	attrCancelCause  = attribute.Key("fanout.cancel.cause")
-	attrCancelReason = attribute.Key("fanout.cancel.reason") // a class of the cause, for metrics
-	attrCancelScope  = attribute.Key("fanout.cancel.scope")
+	attrRunID       = attribute.Key("fanout.run.id")
+	attrTaskID      = attribute.Key("fanout.task.id")
+	attrTaskStatus  = attribute.Key("fanout.task.status")
+	attrAttempt     = attribute.Key("fanout.task.attempt")
+	attrIterations  = attribute.Key("fanout.task.iterations")
+	attrTokensSpent = attribute.Key("fanout.task.tokens_spent")
+	attrIteration   = attribute.Key("fanout.iteration")
+	attrWorker      = attribute.Key("fanout.worker")
+	attrReservation = attribute.Key("fanout.budget.reservation_id")
+	attrGranted     = attribute.Key("fanout.budget.granted")
+	attrToolEffect  = attribute.Key("fanout.tool.effect")
+	attrToolServer  = attribute.Key("fanout.tool.server")
+	attrToolOutcome = attribute.Key("fanout.tool.outcome")
+	attrToolNotRun  = attribute.Key("fanout.tool.not_run")
+	// attrToolMayHaveHappened marks a write cut off in flight.
+	attrToolMayHaveHappened = attribute.Key("fanout.tool.may_have_happened")
+	attrCancelCause         = attribute.Key("fanout.cancel.cause")
+	attrCancelReason        = attribute.Key("fanout.cancel.reason") // a class of the cause, for metrics
+	attrCancelScope         = attribute.Key("fanout.cancel.scope")
 )
 
 // The gen_ai.operation.name values fanout emits.
@@ -86,6 +91,9 @@ type instruments struct {
 	capacityLimit metric.Int64UpDownCounter
 	cancelLatency metric.Float64Histogram
 	overrun       metric.Int64Counter
+	toolCalls     metric.Int64Counter
+	toolDuration  metric.Float64Histogram
+	toolInFlight  metric.Int64UpDownCounter
 }
 
 var (
@@ -112,6 +120,14 @@ func metrics() *instruments {
 		inst.cancelLatency, _ = m.Float64Histogram("fanout.cancel.latency", metric.WithUnit("s"),
 			metric.WithDescription(cancelLatencyDescription),
 			metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+		inst.toolCalls, _ = m.Int64Counter("fanout.tool.calls", metric.WithUnit("{call}"),
+			metric.WithDescription("Tool calls by server, tool, effect and outcome (ok, error, timeout, cancelled, "+
+				"not_run: over the per-turn cap, after a failed write or refused; replayed: an earlier attempt's write, not sent again)."))
+		inst.toolDuration, _ = m.Float64Histogram("fanout.tool.duration", metric.WithUnit("s"),
+			metric.WithDescription("Duration of a tool call that ran, slot and rate waits included."),
+			metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
+		inst.toolInFlight, _ = m.Int64UpDownCounter("fanout.tool.in_flight", metric.WithUnit("{call}"),
+			metric.WithDescription("Tool calls running on this worker, by server and tool (fleet-wide: fanout.tool.slots.held)."))
 		inst.overrun, _ = m.Int64Counter("fanout.subagent.overrun.tokens", metric.WithUnit("{token}"),
 			metric.WithDescription("Tokens model calls used beyond their reservation: the provider billed more than "+
 				"the input bound plus the output cap. The ledger records them as overrun; past every limit they are unpaid. Should stay 0."))
@@ -319,18 +335,16 @@ func (r *run) reportOverrun(ctx context.Context, res budget.Reservation, u llm.U
 	metrics().overrun.Add(context.WithoutCancel(ctx), over, metric.WithAttributes(attrProvider.String(r.Model.Name())))
 }
 
-// startToolSpan starts the span of one tool call.
-func (r *run) startToolSpan(ctx context.Context, c llm.ToolCall) (context.Context, trace.Span) {
-	effect := "write"
-	if r.effect(c) == EffectRead {
-		effect = "read"
-	}
+// startToolSpan starts the execute_tool span of one call of tool (the
+// zero Tool if c names none the task may call).
+func (r *run) startToolSpan(ctx context.Context, c llm.ToolCall, tool Tool) (context.Context, trace.Span) {
 	attrs := []attribute.KeyValue{
 		attrOperation.String(opExecuteTool),
 		attrToolName.String(c.Name),
 		attrToolCallID.String(c.ID),
 		attrToolType.String("function"),
-		attrToolEffect.String(effect),
+		attrToolEffect.String(r.effect(c).String()),
+		attrToolServer.String(toolServer(tool)),
 		attrRunID.String(r.task.RunID),
 		attrTaskID.String(r.task.TaskID),
 	}
@@ -340,20 +354,70 @@ func (r *run) startToolSpan(ctx context.Context, c llm.ToolCall) (context.Contex
 	return tracer().Start(ctx, opExecuteTool+" "+c.Name, trace.WithAttributes(attrs...))
 }
 
-func (r *run) endToolSpan(ctx context.Context, span trace.Span, res ToolResult, err error) {
+// endToolSpan ends a tool call's span and records its metrics.
+func (r *run) endToolSpan(ctx context.Context, span trace.Span, tool Tool, o toolOutcome, started time.Time) {
+	outcome := outcomeOK
 	switch {
-	case err == nil:
-		if r.CaptureContent {
-			span.SetAttributes(attrToolResult.String(res.Text))
-		}
-	case ctx.Err() != nil:
+	case o.notRun != "":
+		outcome = outcomeNotRun
+		span.SetAttributes(attrToolNotRun.String(o.notRun))
+	case !o.ran:
+		outcome = outcomeReplayed
+	case o.timedOut:
+		outcome = outcomeTimeout
+		span.SetAttributes(attrErrorType.String("timeout"))
+		span.SetStatus(otelcodes.Error, o.err.Error())
+	case o.err != nil && ctx.Err() != nil:
+		outcome = outcomeCutOff
 		recordCancel(span, context.Cause(ctx))
-	default:
+	case o.err != nil || o.res.IsError:
+		outcome = outcomeError
 		span.SetAttributes(attrErrorType.String("tool_error"))
-		span.RecordError(err)
-		span.SetStatus(otelcodes.Error, err.Error())
+		if o.err != nil {
+			span.RecordError(o.err)
+			span.SetStatus(otelcodes.Error, o.err.Error())
+		} else {
+			span.SetStatus(otelcodes.Error, firstLine(o.res.Text))
+		}
 	}
+	if o.unknown {
+		span.SetAttributes(attrToolMayHaveHappened.Bool(true))
+	}
+	if r.CaptureContent && o.res.Text != "" {
+		span.SetAttributes(attrToolResult.String(o.res.Text))
+	}
+	span.SetAttributes(attrToolOutcome.String(outcome))
 	span.End()
+	ctx = context.WithoutCancel(ctx)
+	m := metrics()
+	attrs := toolMetricAttrs(tool, llm.ToolCall{Name: tool.Name})
+	m.toolCalls.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(attrs.ToSlice(),
+		attrToolEffect.String(tool.Effect.String()), attrToolOutcome.String(outcome))...)))
+	if o.ran {
+		m.toolDuration.Record(ctx, time.Since(started).Seconds(), metric.WithAttributeSet(attrs))
+	}
+}
+
+// toolServer is a tool's server for telemetry: "builtin" for a built-in,
+// "_unknown" for a name the model made up (never its text: cardinality).
+func toolServer(t Tool) string {
+	switch {
+	case t.Name == "":
+		return "_unknown"
+	case t.Server == "":
+		return "builtin"
+	}
+	return t.Server
+}
+
+// toolMetricAttrs are the server and tool attributes of a call's metrics;
+// a tool the task may not call is counted as "_unknown".
+func toolMetricAttrs(t Tool, _ llm.ToolCall) attribute.Set {
+	name := t.Name
+	if name == "" {
+		name = "_unknown"
+	}
+	return attribute.NewSet(attrToolServer.String(toolServer(t)), attrToolName.String(name))
 }
 
 // messagesJSON renders messages in the shape of the GenAI conventions'

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -89,8 +90,12 @@ func NewTools(tools ...Tool) (*Tools, error) {
 	t := &Tools{byName: make(map[string]Tool, len(tools))}
 	for _, tool := range tools {
 		switch {
-		case tool.Name == "":
-			return nil, errors.New("register tool: empty name")
+		case !toolName.MatchString(tool.Name):
+			return nil, fmt.Errorf("register tool %q: the name must match %s (the providers' limit)", tool.Name, toolName)
+		case tool.Effect != EffectRead && tool.Effect != EffectWrite:
+			return nil, fmt.Errorf("register tool %s: effect %d is neither read nor write", tool.Name, tool.Effect)
+		case len(tool.Schema) > 0 && !isJSONObject(tool.Schema):
+			return nil, fmt.Errorf("register tool %s: the schema is not a JSON object", tool.Name)
 		case tool.Func == nil:
 			return nil, fmt.Errorf("register tool %s: no Func", tool.Name)
 		case t.byName[tool.Name].Name != "":
@@ -99,6 +104,14 @@ func NewTools(tools ...Tool) (*Tools, error) {
 		t.byName[tool.Name] = tool
 	}
 	return t, nil
+}
+
+// toolName is what both providers accept as a tool's name.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+func isJSONObject(b json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(b, &m) == nil && m != nil
 }
 
 // Known reports whether the registry has a tool called name.

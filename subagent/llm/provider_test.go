@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -747,4 +748,89 @@ func TestCompressSimFallsBackToInstruction(t *testing.T) {
 	if llm.CompressTokens() <= 0 {
 		t.Error("CompressTokens must count the instruction and schema")
 	}
+}
+
+// TestProviderToolsCarryJSON sends a tool whose schema has every JSON type,
+// a call whose arguments hold a number, an array, a nested object and an
+// absent optional field, and a failed call's result: the schema and the
+// arguments reach the provider unchanged, the reply's arguments come back
+// as written, and Anthropic's tool_result says is_error.
+func TestProviderToolsCarryJSON(t *testing.T) {
+	t.Parallel()
+	schema := `{"type":"object","properties":{"n":{"type":"integer"},"ratio":{"type":"number"},` +
+		`"tags":{"type":"array","items":{"type":"string"}},"flag":{"type":"boolean"},` +
+		`"where":{"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Lima"]}}},` +
+		`"note":{"type":"string"}},"required":["n","tags"],"additionalProperties":false}`
+	sent := `{"n":3,"ratio":0.5,"tags":["a","b"],"flag":false,"where":{"city":"Oslo"}}`
+	reply := `{"n":-7,"tags":[],"where":{"city":"Lima","extra":[1,{"deep":null}]}}`
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
+				return llmtest.Reply{ToolCalls: []llm.ToolCall{{ID: "call_b", Name: "typed", Args: json.RawMessage(reply)}},
+					Usage: llm.Usage{InputTokens: 10, OutputTokens: 5}}
+			}, nil)
+			req := providerRequest()
+			req.Tools = []llm.ToolDef{{Name: "typed", Description: "every type", Schema: json.RawMessage(schema)}}
+			req.Messages = append(req.Messages,
+				llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "call_a", Name: "typed", Args: json.RawMessage(sent)}}},
+				llm.Message{Role: llm.RoleTool, ToolCallID: "call_a", Content: "error: the city is closed", IsError: true})
+			resp, err := f.call(t.Context(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.ToolCalls) != 1 || !jsonEqual(t, string(resp.ToolCalls[0].Args), reply) {
+				t.Errorf("reply's tool calls = %s, want arguments %s", fmt.Sprint(resp.ToolCalls), reply)
+			}
+			body := f.srv.Requests()[0].Body
+			msgs, _ := body["messages"].([]any)
+			tools, _ := body["tools"].([]any)
+			tool, _ := tools[0].(map[string]any)
+			var gotSchema any
+			var gotArgs string
+			switch k.provider {
+			case llmtest.OpenAI:
+				fn, _ := tool["function"].(map[string]any)
+				gotSchema = fn["parameters"]
+				asst, _ := msgs[len(msgs)-2].(map[string]any)
+				calls, _ := asst["tool_calls"].([]any)
+				c, _ := calls[0].(map[string]any)
+				cf, _ := c["function"].(map[string]any)
+				gotArgs, _ = cf["arguments"].(string)
+			case llmtest.Anthropic:
+				gotSchema = tool["input_schema"]
+				asst, _ := msgs[len(msgs)-2].(map[string]any)
+				blocks, _ := asst["content"].([]any)
+				b, _ := blocks[0].(map[string]any)
+				in, _ := json.Marshal(b["input"])
+				gotArgs = string(in)
+				last, _ := msgs[len(msgs)-1].(map[string]any)
+				blocks, _ = last["content"].([]any)
+				res, _ := blocks[0].(map[string]any)
+				if res["type"] != "tool_result" || res["is_error"] != true {
+					t.Errorf("tool result block = %v, want is_error true", res)
+				}
+			}
+			s, _ := json.Marshal(gotSchema)
+			if !jsonEqual(t, string(s), schema) {
+				t.Errorf("schema sent = %s, want %s", s, schema)
+			}
+			if !jsonEqual(t, gotArgs, sent) {
+				t.Errorf("arguments sent back = %s, want %s", gotArgs, sent)
+			}
+		})
+	}
+}
+
+func jsonEqual(t *testing.T, a, b string) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal([]byte(a), &x); err != nil {
+		t.Errorf("not JSON: %s: %v", a, err)
+		return false
+	}
+	if err := json.Unmarshal([]byte(b), &y); err != nil {
+		t.Fatalf("not JSON: %s: %v", b, err)
+	}
+	return reflect.DeepEqual(x, y)
 }

@@ -1,0 +1,305 @@
+package subagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// The tool loop's defaults (Loop.ToolTimeout, Loop.MaxToolCallsPerTurn).
+const (
+	DefaultToolTimeout         = 60 * time.Second
+	DefaultMaxToolCallsPerTurn = 8
+)
+
+// WriteLog records the tool calls with effect write (store.ToolCalls
+// implements it): each is issued before it is sent and resolved once, and
+// a later attempt of the task reads its earlier attempts' writes so that it
+// never sends one again.
+type WriteLog interface {
+	IssueWrite(ctx context.Context, w runs.Write) error
+	ResolveWrite(ctx context.Context, key string, state runs.WriteState, result, errText string) error
+	Writes(ctx context.Context, tenantID, runID, taskID string) ([]runs.Write, error)
+}
+
+// errToolTimeout is the cause of a tool call's context when its own
+// timeout (Tool.Timeout or Loop.ToolTimeout) ends it.
+var errToolTimeout = errors.New("tool call timed out")
+
+// toolOutcome is what became of one tool call of a turn.
+type toolOutcome struct {
+	res      ToolResult
+	err      error  // the call failed: shown to the model as an error
+	notRun   string // the call was not run, and why (shown to the model)
+	unknown  bool   // a write that was cut off: it may have happened
+	timedOut bool   // its own timeout ended it
+	notSent  bool   // the tool said it never sent the call (ErrNotSent)
+	ran      bool   // the tool's Func was called
+}
+
+func (o toolOutcome) failed() bool { return o.notRun != "" || o.err != nil || o.res.IsError }
+
+// outcome classes of fanout.tool.calls.
+const (
+	outcomeOK       = "ok"
+	outcomeError    = "error"   // the tool failed or reported isError
+	outcomeTimeout  = "timeout" // its own timeout ended it
+	outcomeCutOff   = "cancelled"
+	outcomeNotRun   = "not_run" // over the cap, after a failed write, refused, an earlier attempt's write
+	outcomeReplayed = "replayed"
+)
+
+// runTools runs the model's tool calls of iteration it and appends their
+// results to the conversation in call order. At most MaxToolCallsPerTurn
+// run; the rest are answered "not run". Consecutive reads run in parallel
+// (ReadParallelism of this task, and the worker's ToolSlots); a write waits
+// for everything before it and runs alone, and after a write fails no
+// later write of the turn runs. It returns how many calls ran.
+func (r *run) runTools(ctx context.Context, it int, resp llm.Response) int {
+	calls := resp.ToolCalls
+	outs := make([]toolOutcome, len(calls))
+	limit := min(len(calls), r.MaxToolCallsPerTurn)
+	for i := limit; i < len(calls); i++ {
+		outs[i].notRun = fmt.Sprintf("not run: over the per-turn cap of %d tool calls per reply; "+
+			"call it again in a later reply if you still need it", r.MaxToolCallsPerTurn)
+	}
+	writeFailed := false
+	for start := 0; start < limit; {
+		if r.effect(calls[start]) == EffectWrite {
+			if _, ok := r.lookup(calls[start]); ok && writeFailed {
+				outs[start].notRun = "not run: an earlier write in this reply failed"
+			} else {
+				outs[start] = r.runTool(ctx, it, start, calls[start])
+				writeFailed = writeFailed || (ok && outs[start].failed())
+			}
+			start++
+			continue
+		}
+		end := start + 1
+		for end < limit && r.effect(calls[end]) == EffectRead {
+			end++
+		}
+		var g errgroup.Group
+		g.SetLimit(r.ReadParallelism)
+		for i := start; i < end; i++ {
+			g.Go(func() error {
+				outs[i] = r.runTool(ctx, it, i, calls[i])
+				return nil // A tool's failure goes to the model, not up.
+			})
+		}
+		_ = g.Wait()
+		start = end
+	}
+	ran := 0
+	for i, c := range calls {
+		if outs[i].ran {
+			ran++
+		}
+		r.report(c, outs[i])
+	}
+	return ran
+}
+
+// report appends call c's outcome to the conversation and the summary.
+func (r *run) report(c llm.ToolCall, o toolOutcome) {
+	desc := describeCall(c)
+	msg := llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: o.res.Text, IsError: o.failed()}
+	switch {
+	case o.notRun != "":
+		msg.Content = o.notRun
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%s: %s", desc, o.notRun))
+	case o.err != nil && o.unknown:
+		msg.Content = fmt.Sprintf("error: %v; the write may have happened: do not assume either way", o.err)
+		r.sum.Tried = append(r.sum.Tried, desc)
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%s: may have happened: %v", desc, o.err))
+	case o.err != nil:
+		msg.Content = "error: " + o.err.Error()
+		r.sum.Tried = append(r.sum.Tried, desc)
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%s: %v", desc, o.err))
+	case o.res.IsError:
+		msg.Content = "error: " + o.res.Text
+		r.sum.Tried = append(r.sum.Tried, desc)
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%s: the tool reported an error: %s", desc, firstLine(o.res.Text)))
+	default:
+		r.sum.Tried = append(r.sum.Tried, desc)
+		if r.effect(c) == EffectRead && o.res.Text != "" {
+			r.found = append(r.found, Fact{Text: firstLine(o.res.Text), Sources: o.res.Sources})
+		}
+	}
+	r.msgs = append(r.msgs, msg)
+}
+
+// lookup returns the tool c calls if it exists and the task allows it.
+func (r *run) lookup(c llm.ToolCall) (Tool, bool) {
+	tool, ok := r.Tools.Get(c.Name)
+	if !ok || !contains(r.task.AllowedTools, c.Name) {
+		return Tool{}, false
+	}
+	return tool, true
+}
+
+// effect treats a tool that is unknown or not allowed as a write, so it is
+// not run in parallel (it is refused anyway).
+func (r *run) effect(c llm.ToolCall) Effect {
+	if tool, ok := r.lookup(c); ok {
+		return tool.Effect
+	}
+	return EffectWrite
+}
+
+// runTool runs call i of iteration it under its own timeout.
+func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOutcome) {
+	tool, ok := r.lookup(c)
+	spanCtx, span := r.startToolSpan(ctx, c, tool)
+	started := time.Now()
+	defer func() { r.endToolSpan(ctx, span, tool, o, started) }()
+	if !ok {
+		o.notRun = fmt.Sprintf("not run: tool %q is not allowed", c.Name)
+		return o
+	}
+	timeout := tool.Timeout
+	if timeout <= 0 {
+		timeout = r.ToolTimeout
+	}
+	callCtx, cancel := context.WithTimeoutCause(spanCtx, timeout, errToolTimeout)
+	defer cancel()
+	if r.ToolSlots != nil { // the worker's bound, in front of the fleet's
+		select {
+		case r.ToolSlots <- struct{}{}:
+			defer func() { <-r.ToolSlots }()
+		case <-callCtx.Done():
+			o.notRun = fmt.Sprintf("not run: no tool slot on this worker within %s", timeout)
+			return o
+		}
+	}
+	call := ToolCall{Name: c.Name, Args: c.Args}
+	var w runs.Write
+	if tool.Effect == EffectWrite {
+		w = r.newWrite(it, i, tool, c)
+		call.IdempotencyKey = w.Key
+		if prior, ok := r.prior[priorKey(w.Tool, w.ArgsDigest)]; ok {
+			return replayed(prior)
+		}
+		if r.Writes != nil {
+			if err := r.Writes.IssueWrite(callCtx, w); err != nil {
+				o.notRun = fmt.Sprintf("not run: the write could not be recorded before it was sent: %v", err)
+				return o
+			}
+		}
+	}
+	inFlight := metrics().toolInFlight
+	attrs := toolMetricAttrs(tool, c)
+	inFlight.Add(ctx, 1, metric.WithAttributeSet(attrs))
+	o.ran = true
+	o.res, o.err = tool.Func(callCtx, call)
+	inFlight.Add(context.WithoutCancel(ctx), -1, metric.WithAttributeSet(attrs))
+	o.notSent = errors.Is(o.err, ErrNotSent)
+	switch {
+	case o.err != nil && ctx.Err() == nil && errors.Is(context.Cause(callCtx), errToolTimeout):
+		o.timedOut = true
+		o.err = fmt.Errorf("timed out after %s: proceed without it", timeout)
+	case o.err != nil:
+		o.err = fmt.Errorf("run tool %s: %w", c.Name, o.err)
+	}
+	if tool.Effect == EffectWrite {
+		r.resolve(ctx, w, &o)
+	}
+	return o
+}
+
+// newWrite is the tool_call row of a write about to be sent.
+func (r *run) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
+	return runs.Write{
+		Key:      fmt.Sprintf("%s/%s/a%d/i%d/c%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it, i),
+		TenantID: r.task.TenantID, RunID: r.task.RunID, TaskID: r.task.TaskID,
+		Attempt: int64(r.task.Attempt), Iteration: it, Index: i,
+		Server: tool.Server, Tool: tool.Name, ArgsDigest: argsDigest(c.Args), State: runs.WriteIssued,
+	}
+}
+
+// resolve records how write w ended and marks o unknown if it may have
+// happened. The row is written even if ctx ended: it is what a later
+// attempt reads.
+func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
+	state, errText := runs.WriteDone, ""
+	switch {
+	case o.err != nil && o.notSent:
+		state, errText = runs.WriteFailed, o.err.Error()
+	case o.err != nil:
+		state, errText, o.unknown = runs.WriteUnknown, o.err.Error(), true
+	case o.res.IsError:
+		state, errText = runs.WriteFailed, firstLine(o.res.Text)
+	}
+	if r.Writes == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := r.Writes.ResolveWrite(rctx, w.Key, state, o.res.Text, errText); err != nil {
+		// The row stays issued: a later attempt treats it as may have happened.
+		r.Logger.WarnContext(ctx, "resolve tool write", "key", w.Key, "state", state, "err", err)
+	}
+}
+
+// replayed is the outcome of a write an earlier attempt of the task made
+// with the same tool and arguments: it is not sent again.
+func replayed(w runs.Write) toolOutcome {
+	const not = "not sent again: an earlier attempt of this task made this exact call"
+	switch w.State {
+	case runs.WriteDone:
+		return toolOutcome{res: ToolResult{Text: fmt.Sprintf("%s, which succeeded: %s", not, w.Result)}}
+	case runs.WriteFailed:
+		return toolOutcome{res: ToolResult{Text: fmt.Sprintf("%s, which failed: %s", not, w.Error), IsError: true}}
+	default: // issued or unknown: it was sent and never heard back
+		return toolOutcome{err: fmt.Errorf("%s, which was cut off", not), unknown: true}
+	}
+}
+
+// loadPrior reads the writes of the task's earlier attempts, so none is
+// sent again. Without them the task must not run: it could repeat one.
+func (r *run) loadPrior(ctx context.Context) error {
+	if r.Writes == nil || r.task.Attempt <= 1 {
+		return nil
+	}
+	ws, err := r.Writes.Writes(ctx, r.task.TenantID, r.task.RunID, r.task.TaskID)
+	if err != nil {
+		return fmt.Errorf("read the writes of earlier attempts: %w", err)
+	}
+	for _, w := range ws {
+		if w.Attempt < int64(r.task.Attempt) {
+			if r.prior == nil {
+				r.prior = map[string]runs.Write{}
+			}
+			r.prior[priorKey(w.Tool, w.ArgsDigest)] = w
+			r.priorOrder = append(r.priorOrder, w)
+		}
+	}
+	return nil
+}
+
+func priorKey(tool, digest string) string { return tool + "\x00" + digest }
+
+// argsDigest is the hex SHA-256 of a call's arguments in canonical form
+// (keys sorted, no spaces), so the same arguments written differently
+// match; arguments that are not JSON are hashed as sent.
+func argsDigest(args json.RawMessage) string {
+	b := []byte(args)
+	var v any
+	if json.Unmarshal(args, &v) == nil {
+		if c, err := json.Marshal(v); err == nil {
+			b = c
+		}
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
