@@ -85,15 +85,15 @@ func checkWrite(w runs.Write) error {
 	}
 	switch {
 	case len(w.Server) > 256:
-		return fmt.Errorf("Server is %d bytes, more than 256", len(w.Server))
+		return fmt.Errorf("%s is %d bytes, more than 256", "Server", len(w.Server))
 	case w.Attempt < 1:
-		return fmt.Errorf("Attempt is %d: must be at least 1", w.Attempt)
+		return fmt.Errorf("%s is %d: must be at least 1", "Attempt", w.Attempt)
 	case w.Iteration < 0 || w.Iteration > 1<<31-1:
-		return fmt.Errorf("Iteration is %d: must be 0 to %d", w.Iteration, 1<<31-1)
+		return fmt.Errorf("%s is %d: must be 0 to %d", "Iteration", w.Iteration, 1<<31-1)
 	case w.Index < 0 || w.Index > 1<<31-1:
-		return fmt.Errorf("Index is %d: must be 0 to %d", w.Index, 1<<31-1)
+		return fmt.Errorf("%s is %d: must be 0 to %d", "Index", w.Index, 1<<31-1)
 	case !digestRE.MatchString(w.ArgsDigest):
-		return fmt.Errorf("ArgsDigest %q is not a hex SHA-256 (64 lowercase hex digits)", w.ArgsDigest)
+		return fmt.Errorf("%s %q is not a hex SHA-256 (64 lowercase hex digits)", "ArgsDigest", w.ArgsDigest)
 	}
 	return nil
 }
