@@ -110,9 +110,10 @@ const attrHealthOutcome = attribute.Key("fanout.health.outcome")
 // MonitorHealth runs CheckHealth every cfg.Interval until ctx ends and
 // publishes the last result as gauges (fanout.ledger.accounts.unconserved,
 // fanout.ledger.reservations.overdue, fanout.runs.stale,
-// fanout.runs.heartbeat.age) and every check as fanout.health.checks by
-// outcome. The gauges report nothing until a check has succeeded, so a
-// node that cannot check reads as absent, not as healthy.
+// fanout.runs.heartbeat.age; fanout.semaphore.slots.held by key from its
+// own count) and every check as fanout.health.checks by outcome. The
+// gauges report nothing until a check has succeeded, so a node that cannot
+// check reads as absent, not as healthy.
 func MonitorHealth(ctx context.Context, pool *Pool, cfg HealthConfig) {
 	cfg = cfg.withDefaults()
 	var mu sync.Mutex
@@ -145,11 +146,16 @@ func MonitorHealth(ctx context.Context, pool *Pool, cfg HealthConfig) {
 	} else {
 		defer func() { _ = reg.Unregister() }()
 	}
+	slots := newSlotGauge(m, cfg.Logger) // fanout.semaphore.slots.held (semaphore.go)
+	defer slots.stop()
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, cfg.Interval)
 		h, err := CheckHealth(cctx, pool, cfg.LeaseGrace, cfg.StaleAfter)
+		if serr := slots.refresh(cctx, pool); serr != nil && ctx.Err() == nil {
+			cfg.Logger.Warn("semaphore slots gauge", "err", serr)
+		}
 		cancel()
 		switch {
 		case err == nil:

@@ -3,16 +3,40 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/runs"
 )
 
 // ErrWriteResolved is returned by ToolCalls.ResolveWrite for a write
-// already resolved to another state: a write resolves once.
+// already resolved to another state, and by IssueWrite for a key whose
+// write was already resolved: a write resolves once, and is never issued
+// again.
 var ErrWriteResolved = errors.New("tool write already resolved")
+
+// ErrWriteConflict is returned by ToolCalls.IssueWrite for a key already
+// issued for another call (other arguments, tool, task or attempt): the
+// key must name one call.
+var ErrWriteConflict = errors.New("tool write key names another call")
+
+// ErrWriteNotFound is returned by ToolCalls.ResolveWrite for a key that was
+// never issued.
+var ErrWriteNotFound = errors.New("tool write not found")
+
+// MaxWriteTextBytes bounds a write's stored result and error text each;
+// longer ones are cut at a character boundary and marked.
+const MaxWriteTextBytes = 1 << 20
+
+// truncatedMark ends a result or error cut at MaxWriteTextBytes.
+const truncatedMark = " …[truncated]"
 
 // ToolCallsConfig tunes a ToolCalls.
 type ToolCallsConfig struct {
@@ -20,30 +44,248 @@ type ToolCallsConfig struct {
 }
 
 // ToolCalls records tool calls with effect write in the tool_call table
-// (TODO: implementation in progress). It implements subagent.WriteLog.
+// (migrations/0015): issued before the call is sent, resolved once after.
+// The database holds the rule too: an update of a row can only move it
+// from issued to another state, once, and nodes cannot delete one. It
+// implements subagent.WriteLog.
+//
+// Every call is retried after a transient database error (retry.go): a
+// retried issue finds its own row by key and digest, a retried resolution
+// finds the state it set.
 type ToolCalls struct {
 	pool *pgxpool.Pool
-	cfg  ToolCallsConfig
+	log  *slog.Logger
 }
 
 // NewToolCalls returns the tool call log on pool.
 func NewToolCalls(pool *pgxpool.Pool, cfg ToolCallsConfig) *ToolCalls {
-	return &ToolCalls{pool: pool, cfg: cfg}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &ToolCalls{pool: pool, log: cfg.Logger}
+}
+
+var digestRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// checkWrite validates what IssueWrite stores; the database checks it too.
+func checkWrite(w runs.Write) error {
+	for _, f := range []struct {
+		name, v string
+		max     int
+	}{
+		{"Key", w.Key, 256}, {"TenantID", w.TenantID, 128}, {"RunID", w.RunID, 256},
+		{"TaskID", w.TaskID, 64}, {"Tool", w.Tool, 256},
+	} {
+		switch {
+		case f.v == "":
+			return fmt.Errorf("%s is empty", f.name)
+		case len(f.v) > f.max:
+			return fmt.Errorf("%s is %d bytes, more than %d", f.name, len(f.v), f.max)
+		}
+	}
+	switch {
+	case len(w.Server) > 256:
+		return fmt.Errorf("%s is %d bytes, more than 256", "Server", len(w.Server))
+	case w.Attempt < 1:
+		return fmt.Errorf("%s is %d: must be at least 1", "Attempt", w.Attempt)
+	case w.Iteration < 0 || w.Iteration > 1<<31-1:
+		return fmt.Errorf("%s is %d: must be 0 to %d", "Iteration", w.Iteration, 1<<31-1)
+	case w.Index < 0 || w.Index > 1<<31-1:
+		return fmt.Errorf("%s is %d: must be 0 to %d", "Index", w.Index, 1<<31-1)
+	case !digestRE.MatchString(w.ArgsDigest):
+		return fmt.Errorf("%s %q is not a hex SHA-256 (64 lowercase hex digits)", "ArgsDigest", w.ArgsDigest)
+	}
+	return nil
 }
 
 // IssueWrite records w as issued, before it is sent. Retried after a
 // transient error: a second insert of the same key and digest is a no-op;
-// the same key with another digest is an error.
-func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write) error { return errUnimplemented }
+// the same key with another digest (or another tool, task or attempt) is
+// ErrWriteConflict; a key whose write was already resolved is
+// ErrWriteResolved (it must not be sent again). Only w's identity is
+// stored: its state, result, error and times are the database's.
+func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write) error {
+	if err := checkWrite(w); err != nil {
+		return fmt.Errorf("issue tool write %s: %w", w.Key, err)
+	}
+	var got runs.Write
+	err := retried(ctx, t.log, "toolcalls.issue", idempotent, func(ctx context.Context, _ try) error {
+		// One statement: the insert, or the row that was there (ours, if
+		// an earlier try committed).
+		err := t.pool.QueryRow(ctx, `
+			WITH ins AS (
+				INSERT INTO tool_call (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+				ON CONFLICT (key) DO NOTHING
+				RETURNING `+writeColumns+`
+			)
+			SELECT `+writeColumns+` FROM ins
+			UNION ALL
+			SELECT `+writeColumns+` FROM tool_call WHERE key = $1 AND NOT EXISTS (SELECT FROM ins)`,
+			w.Key, w.TenantID, w.RunID, w.TaskID, w.Attempt, w.Iteration, w.Index, w.Server, w.Tool, w.ArgsDigest,
+		).Scan(writeDest(&got)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The conflicting row was not in the statement's snapshot:
+			// inserted by a transaction that committed meanwhile. Read it.
+			err = t.pool.QueryRow(ctx, `SELECT `+writeColumns+` FROM tool_call WHERE key = $1`, w.Key).Scan(writeDest(&got)...)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): %w", w.Key, w.Tool, w.TaskID, w.RunID, err)
+	}
+	if diff := sameCall(got, w); diff != "" {
+		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): the key was issued with another %s: %w",
+			w.Key, w.Tool, w.TaskID, w.RunID, diff, ErrWriteConflict)
+	}
+	if got.State != runs.WriteIssued {
+		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): it is %s since %s: %w",
+			w.Key, w.Tool, w.TaskID, w.RunID, got.State, got.ResolvedAt.Format(time.RFC3339Nano), ErrWriteResolved)
+	}
+	return nil
+}
+
+// sameCall names the first field in which a stored write differs from w,
+// or returns "".
+func sameCall(got, w runs.Write) string {
+	switch {
+	case got.ArgsDigest != w.ArgsDigest:
+		return "arguments digest"
+	case got.Tool != w.Tool || got.Server != w.Server:
+		return "tool"
+	case got.TenantID != w.TenantID || got.RunID != w.RunID || got.TaskID != w.TaskID:
+		return "task"
+	case got.Attempt != w.Attempt:
+		return "attempt"
+	case got.Iteration != w.Iteration || got.Index != w.Index:
+		return "place in the reply"
+	}
+	return ""
+}
+
+// writeColumns are the tool_call columns a runs.Write is read from, in
+// writeDest's order.
+const writeColumns = `key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool,
+	args_digest, state, result, error, created_at, resolved_at`
+
+// writeDest returns the scan targets of writeColumns in w. ResolvedAt is
+// scanned through a pointer that stays nil while issued (zero time).
+func writeDest(w *runs.Write) []any {
+	return []any{&w.Key, &w.TenantID, &w.RunID, &w.TaskID, &w.Attempt, &w.Iteration, &w.Index, &w.Server,
+		&w.Tool, &w.ArgsDigest, (*string)(&w.State), &w.Result, &w.Error, &w.CreatedAt, nullTime{&w.ResolvedAt}}
+}
+
+// nullTime scans a nullable timestamptz into a time.Time, zero for NULL.
+type nullTime struct{ t *time.Time }
+
+// Scan implements sql.Scanner.
+func (n nullTime) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*n.t = time.Time{}
+	case time.Time:
+		*n.t = v
+	default:
+		return fmt.Errorf("scan %T into a time", src)
+	}
+	return nil
+}
+
+// storedText makes s storable as PostgreSQL text: valid UTF-8, no NUL
+// bytes, at most MaxWriteTextBytes (cut at a character boundary, marked).
+func storedText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= MaxWriteTextBytes {
+		return s
+	}
+	cut := MaxWriteTextBytes - len(truncatedMark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + truncatedMark
+}
 
 // ResolveWrite moves the issued write key to state (done, failed or
 // unknown) with its result and error text. Resolving again to the same
-// state is a no-op; to another, ErrWriteResolved.
+// state is a no-op (the first result stands); to another,
+// ErrWriteResolved; a key never issued, ErrWriteNotFound. Text that is not
+// valid UTF-8 or holds NUL bytes is stored with U+FFFD in their place, and
+// cut at MaxWriteTextBytes.
 func (t *ToolCalls) ResolveWrite(ctx context.Context, key string, state runs.WriteState, result, errText string) error {
-	return errUnimplemented
+	switch state {
+	case runs.WriteDone, runs.WriteFailed, runs.WriteUnknown:
+	default:
+		return fmt.Errorf("resolve tool write %s: state %q: must be %s, %s or %s", key, state,
+			runs.WriteDone, runs.WriteFailed, runs.WriteUnknown)
+	}
+	if key == "" {
+		return errors.New("resolve tool write: key is empty")
+	}
+	result, errText = storedText(result), storedText(errText)
+	var updated bool
+	var got *string
+	err := retried(ctx, t.log, "toolcalls.resolve", idempotent, func(ctx context.Context, _ try) error {
+		// The update, or the state the row is in (the one an earlier
+		// committed try set, on a retry).
+		err := t.pool.QueryRow(ctx, `
+			WITH upd AS (
+				UPDATE tool_call SET state = $2, result = $3, error = $4
+				 WHERE key = $1 AND state = 'issued'
+				RETURNING state
+			)
+			SELECT EXISTS (SELECT FROM upd),
+			       coalesce((SELECT state FROM upd), (SELECT state FROM tool_call WHERE key = $1))`,
+			key, string(state), result, errText).Scan(&updated, &got)
+		if err == nil && !updated && got != nil && runs.WriteState(*got) == runs.WriteIssued {
+			// Issued in the statement's snapshot, resolved by a
+			// concurrent transaction before the update could: read what
+			// it set.
+			err = t.pool.QueryRow(ctx, `SELECT state FROM tool_call WHERE key = $1`, key).Scan(&got)
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("resolve tool write %s as %s: %w", key, state, err)
+	case updated:
+		return nil
+	case got == nil:
+		return fmt.Errorf("resolve tool write %s as %s: %w", key, state, ErrWriteNotFound)
+	case runs.WriteState(*got) == state:
+		return nil
+	}
+	return fmt.Errorf("resolve tool write %s as %s: it is %s: %w", key, state, *got, ErrWriteResolved)
 }
 
-// Writes returns every attempt's writes of a task, oldest first.
+// Writes returns every attempt's writes of a task, oldest first (by the
+// database's time of issue, then attempt, iteration and place in the
+// reply).
 func (t *ToolCalls) Writes(ctx context.Context, tenantID, runID, taskID string) ([]runs.Write, error) {
-	return nil, errUnimplemented
+	switch {
+	case tenantID == "":
+		return nil, errors.New("list tool writes: tenant id is empty")
+	case runID == "" || taskID == "":
+		return nil, fmt.Errorf("list tool writes of tenant %s: run id %q and task id %q must not be empty", tenantID, runID, taskID)
+	}
+	var out []runs.Write
+	err := retried(ctx, t.log, "toolcalls.writes", idempotent, func(ctx context.Context, _ try) error {
+		rows, err := t.pool.Query(ctx, `SELECT `+writeColumns+` FROM tool_call
+			WHERE tenant_id = $1 AND run_id = $2 AND task_id = $3
+			ORDER BY created_at, attempt, iteration, call_index, key`, tenantID, runID, taskID)
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		var w runs.Write
+		_, err = pgx.ForEachRow(rows, writeDest(&w), func() error {
+			out = append(out, w)
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tool writes of task %s of run %s: %w", taskID, runID, err)
+	}
+	return out, nil
 }
