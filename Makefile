@@ -22,8 +22,9 @@ demo: ## Run the demo: embedded Postgres, orchestrator + 3 workers, a sample fan
 build: ## Build the fanout binary into .tmp/bin
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 
-test: ## Vet and run every test with the race detector against a real PostgreSQL
+test: ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers)
 	@scripts/ensure-postgres.sh
+	@scripts/ensure-mcp-servers.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
@@ -34,6 +35,7 @@ test/race: ## Run the suite 3 times with the race detector, to shake out flakes
 
 mutants: ## Break each claimed invariant on purpose (mutants/*.patch) and check a test catches it
 	@scripts/ensure-postgres.sh
+	@scripts/ensure-mcp-servers.sh
 	scripts/mutants.sh
 
 lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yaml) and buf lint (pinned tools installed into .tmp/bin)

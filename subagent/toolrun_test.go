@@ -3,6 +3,7 @@ package subagent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -231,5 +234,85 @@ func TestUndeclaredEffectIsAWrite(t *testing.T) {
 	})
 	if most.Load() != 1 || n != 3 {
 		t.Errorf("%d ran at once, %d distinct keys; want 1 at a time, 3 keys (a write)", most.Load(), n)
+	}
+}
+
+// TestRedispatchedTaskDoesNotResendAWrite: attempt 1 of a task makes a
+// write that succeeds and another that is cut off in flight, then the
+// worker is gone (its context cancelled). Attempt 2 makes the same calls:
+// neither is sent again; the model is told the earlier outcomes, in its
+// prompt and as the calls' results, and the cut-off one "may have
+// happened" in both attempts' summaries. The tool_call rows say so too.
+func TestRedispatchedTaskDoesNotResendAWrite(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	log := store.NewToolCalls(b.pool, store.ToolCallsConfig{})
+	var sent sync.Map // idempotency key -> tool name
+	ctx, gone := context.WithCancelCause(t.Context())
+	okTool := subagent.Tool{Name: "ok", Effect: subagent.EffectWrite,
+		Func: func(_ context.Context, c subagent.ToolCall) (subagent.ToolResult, error) {
+			sent.Store(c.IdempotencyKey, "ok")
+			return subagent.ToolResult{Text: "row 42 inserted"}, nil
+		}}
+	cutTool := subagent.Tool{Name: "cut", Effect: subagent.EffectWrite,
+		Func: func(ctx context.Context, c subagent.ToolCall) (subagent.ToolResult, error) {
+			sent.Store(c.IdempotencyKey, "cut")
+			gone(errors.New("the worker is gone")) // mid-call
+			<-ctx.Done()
+			return subagent.ToolResult{}, context.Cause(ctx)
+		}}
+	script := []llm.ToolCall{
+		{ID: "c0", Name: "ok", Args: json.RawMessage(`{"row": 42, "tags": ["a"]}`)},
+		{ID: "c1", Name: "cut", Args: json.RawMessage(`{"row": 43}`)},
+	}
+	m1 := &scripted{calls: script}
+	loop, task := toolLoop(t, b, m1, okTool, cutTool)
+	loop.Writes = log
+
+	first := loop.Run(ctx, task)
+
+	if first.Status != subagent.StatusCancelled {
+		t.Fatalf("attempt 1: status %s, err %v; want CANCELLED", first.Status, first.Err)
+	}
+	if !strings.Contains(strings.Join(first.Failed, "\n"), "cut({\"row\":43}): may have happened") {
+		t.Errorf("attempt 1's summary does not say the cut-off write may have happened: %q", first.Failed)
+	}
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	}
+	task.Attempt = 2
+	m2 := &scripted{calls: []llm.ToolCall{ // the same calls, written differently
+		{ID: "d0", Name: "ok", Args: json.RawMessage(`{"tags":["a"],"row":42}`)},
+		{ID: "d1", Name: "cut", Args: json.RawMessage(`{"row":43}`)},
+	}}
+	loop.Model = m2
+
+	second := loop.Run(t.Context(), task)
+
+	if second.Status != subagent.StatusSucceeded {
+		t.Fatalf("attempt 2: status %s, err %v", second.Status, second.Err)
+	}
+	n := 0
+	sent.Range(func(k, v any) bool { n++; return true })
+	if n != 2 {
+		t.Errorf("%d writes were sent in both attempts, want 2: attempt 2 sent one again", n)
+	}
+	prompt := m2.reqs[0].Messages
+	if p := prompt[len(prompt)-2].Content; !strings.Contains(p, "- ok: done: row 42 inserted") || !strings.Contains(p, "- cut: unknown (may have happened)") {
+		t.Errorf("attempt 2's prompt does not list the earlier writes: %q", p)
+	}
+	res := m2.results(t)
+	if !strings.Contains(res[0].Content, "not sent again") || !strings.Contains(res[0].Content, "row 42 inserted") || res[0].IsError {
+		t.Errorf("attempt 2's result of the done write = %+v", res[0])
+	}
+	if !strings.Contains(res[1].Content, "not sent again") || !strings.Contains(res[1].Content, "may have happened") || !res[1].IsError {
+		t.Errorf("attempt 2's result of the cut-off write = %+v", res[1])
+	}
+	ws, err := log.Writes(t.Context(), "t1", b.runID, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 2 || ws[0].State != runs.WriteDone || ws[1].State != runs.WriteUnknown || ws[0].Attempt != 1 || ws[1].Attempt != 1 {
+		t.Errorf("tool_call rows = %+v, want attempt 1's done and unknown writes only", ws)
 	}
 }
