@@ -370,7 +370,7 @@ func TestE2E(t *testing.T) {
 	t.Run("TaskBudgetAndIterationCap", func(t *testing.T) {
 		t.Parallel()
 		s := e2eSpec("task-limits", 6, 1_000_000)
-		s.Tasks[1].TokenBudget = 400 // one iteration's worth: the second reservation is refused
+		s.Tasks[1].TokenBudget = 560 // one iteration's worth: the second reservation is refused
 		s.Tasks[4].MaxIterations = 2 // the sim answers in iteration 3
 		evs := runAll(t, c.orch.client, s)
 		fin := evs[len(evs)-1].GetRunFinished()
