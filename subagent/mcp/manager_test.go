@@ -137,13 +137,18 @@ func TestEffectsFromAnnotations(t *testing.T) {
 	}
 }
 
-// TestOneSessionForManyCalls: 40 calls at once share the server's one
-// session (one initialize), never one per call.
+// TestOneSessionForManyCalls: 20 calls one after another, then 40 at once,
+// share the server's one session (one initialize), never one per call.
 func TestOneSessionForManyCalls(t *testing.T) {
 	t.Parallel()
 	ts := newTestServer(0)
 	m := openInMemory(t, ts, mustParse(t, serverYAML("", "{name: echo}")), nil)
 	echo := tool(t, m, "t__echo")
+	for i := range 20 {
+		if _, err := echo.Func(t.Context(), subagent.ToolCall{Name: echo.Name, Args: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 40)
 	for i := range errs {
@@ -155,8 +160,8 @@ func TestOneSessionForManyCalls(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	if n, calls := ts.initializes.Load(), ts.calls.Load(); n != 1 || calls != 40 {
-		t.Errorf("initialize requests %d, tools/call %d; want 1 and 40", n, calls)
+	if n, calls := ts.initializes.Load(), ts.calls.Load(); n != 1 || calls != 60 {
+		t.Errorf("initialize requests %d, tools/call %d; want 1 and 60", n, calls)
 	}
 }
 
