@@ -2,16 +2,22 @@ package mcp
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm/llmtest"
 )
 
 // TestBearerTokenFromFile: the token file's token is sent, re-read at a
-// reconnect (a rotated Secret works), and never shows in an error or a log.
+// reconnect (a rotated Secret works), and never shows in an error, a log
+// or a span.
 func TestBearerTokenFromFile(t *testing.T) {
 	t.Parallel()
 	ts := newTestServer(0)
@@ -20,7 +26,10 @@ func TestBearerTokenFromFile(t *testing.T) {
 	h.token.Store(&first)
 	tokenFile := writeFile(t, "token", first+"\n")
 	log, logs := testLogger()
-	m, err := Open(t.Context(), Options{Config: mustParse(t, httpYAML(h.url(), "    token_file: "+tokenFile+"\n", "{name: echo, effect: read}")), Logger: log})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	m, err := Open(t.Context(), Options{Config: mustParse(t, httpYAML(h.url(), "    token_file: "+tokenFile+"\n", "{name: echo, effect: read}")),
+		Logger: log, TracerProvider: tp})
 	if err != nil {
 		t.Fatalf("Open with the right token: %v", err)
 	}
@@ -52,7 +61,7 @@ func TestBearerTokenFromFile(t *testing.T) {
 	if p, ok := llmtest.LeakedPiece(err.Error(), canary); ok {
 		t.Errorf("error %q holds %q of the token", err, p)
 	}
-	_, err = Open(t.Context(), Options{Config: mustParse(t, httpYAML(h.url(), "    token_file: "+tokenFile+"\n", "{name: echo}")), Logger: log})
+	_, err = Open(t.Context(), Options{Config: mustParse(t, httpYAML(h.url(), "    token_file: "+tokenFile+"\n", "{name: echo}")), Logger: log, TracerProvider: tp})
 	if err == nil || !strings.Contains(err.Error(), "servers[0] (t)") || !strings.Contains(err.Error(), "Unauthorized") {
 		t.Errorf("Open with a refused token = %v; want the entry and Unauthorized", err)
 	}
@@ -61,5 +70,22 @@ func TestBearerTokenFromFile(t *testing.T) {
 	}
 	if p, ok := llmtest.LeakedPiece(logs.String(), canary); ok {
 		t.Errorf("the token (%q) is in the log:\n%s", p, llmtest.LinesHolding(logs.String(), p))
+	}
+	var spans strings.Builder
+	failedConnects := 0
+	for _, s := range rec.Ended() {
+		fmt.Fprintf(&spans, "%s %v %v\n", s.Name(), s.Attributes(), s.Status())
+		for _, e := range s.Events() {
+			fmt.Fprintf(&spans, "  %s %v\n", e.Name, e.Attributes)
+		}
+		if s.Status().Code == codes.Error {
+			failedConnects++
+		}
+	}
+	if failedConnects == 0 {
+		t.Errorf("no failed connect span recorded:\n%s", spans.String())
+	}
+	if p, ok := llmtest.LeakedPiece(spans.String(), canary); ok {
+		t.Errorf("the token (%q) is in a span:\n%s", p, llmtest.LinesHolding(spans.String(), p))
 	}
 }

@@ -27,7 +27,11 @@ func inspect(ctx context.Context, cfg ServerConfig, w io.Writer, connect func(co
 	if connect == nil {
 		connect = d.transport
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	timeout := cfg.ConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout // a ServerConfig not from Parse
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t, err := connect(ctx)
 	if err != nil {

@@ -441,7 +441,8 @@ func (s *server) session(ctx context.Context) (*session, error) {
 func (s *server) dial(d *dialing) {
 	ctx, cancel := context.WithTimeout(s.m.ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	ctx, span := s.m.tracer.Start(ctx, "mcp.connect "+s.cfg.Name, trace.WithSpanKind(trace.SpanKindClient),
+	// A root span: a session serves the calls of many runs, none of them its parent.
+	ctx, span := s.m.tracer.Start(ctx, "mcp.connect "+s.cfg.Name, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrServer.String(s.cfg.Name), attrTransport.String(s.cfg.Transport)))
 	sess, tools, err := s.open(ctx)
 	outcome := "ok"
