@@ -33,8 +33,13 @@ type OrchestratorConfig struct {
 	Trust OrchestratorTrust
 	// Engine tunes the engine (its defaults are orchestrator.Config's).
 	// Unset KnownTools are the workers' built-in tools
-	// (subagent.BuiltinToolNames); an unset Logger is the backend's.
+	// (subagent.BuiltinToolNames) and MCPTools; an unset Logger is the
+	// backend's.
 	Engine orchestrator.Config
+	// MCPTools are the model-facing names of the workers' MCP tools
+	// (mcp.Config.ToolNames, read without connecting to any server), which
+	// TaskSpec.allowed_tools may name too.
+	MCPTools []string
 	// ParamsFunc, when set, changes the engine's collaborators before the
 	// engine is built: a test wraps the store or the ledger with it.
 	ParamsFunc func(*orchestrator.EngineParams)
@@ -69,7 +74,7 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		return nil, err
 	}
 	if cfg.Engine.KnownTools == nil {
-		cfg.Engine.KnownTools = subagent.BuiltinToolNames()
+		cfg.Engine.KnownTools = append(subagent.BuiltinToolNames(), cfg.MCPTools...)
 	}
 	if cfg.Engine.Logger == nil {
 		cfg.Engine.Logger = b.Logger()

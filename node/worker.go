@@ -12,6 +12,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
+	"github.com/fanout/fanout/subagent/mcp"
 )
 
 // WorkerConfig configures a Worker. Zero values take the documented defaults.
@@ -27,6 +28,11 @@ type WorkerConfig struct {
 	// ModelsFunc builds the worker's models around its sim (adding real
 	// providers). Default: the sim only.
 	ModelsFunc func(b *Backend, sim llm.Model) (subagent.ModelFunc, error)
+	// MCP, if not nil, are the MCP servers whose tools the worker's
+	// subagents may call, besides the built-ins (mcp.Load). The worker
+	// connects to each at start and fails to start if one cannot be reached
+	// or lacks a configured tool.
+	MCP *mcp.Config
 	// Server tunes the subagent server (capacity, lease TTL, ...; its
 	// defaults are subagent.ServerConfig's). Open sets Keys from Trust and
 	// fills what is unset: Ledger and Watcher (the backend's), Models (from
@@ -38,10 +44,11 @@ type WorkerConfig struct {
 // Worker serves fanout.v1.SubagentService: it runs subagents for the
 // orchestrators, paying every model call from the backend's ledger.
 type Worker struct {
-	srv  *server
-	sub  *subagent.Server
-	sim  *llm.Sim
-	name string
+	srv   *server
+	sub   *subagent.Server
+	sim   *llm.Sim
+	tools *workerTools
+	name  string
 }
 
 // OpenWorker starts a worker on b and returns once it serves. Call Close to stop it.
@@ -49,7 +56,7 @@ func OpenWorker(ctx context.Context, b *Backend, cfg WorkerConfig) (*Worker, err
 	return openWorker(ctx, b, cfg, make(chan error, 1))
 }
 
-func openWorker(_ context.Context, b *Backend, cfg WorkerConfig, exited chan<- error) (*Worker, error) {
+func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<- error) (*Worker, error) {
 	if cfg.Trust.TLS == nil || cfg.Trust.Keys == nil {
 		return nil, errors.New("worker: peer TLS and the orchestrators' signing keys are required")
 	}
@@ -61,7 +68,7 @@ func openWorker(_ context.Context, b *Backend, cfg WorkerConfig, exited chan<- e
 	if err != nil {
 		return nil, err
 	}
-	w, err := newWorker(b, cfg, srv.addr())
+	w, err := newWorker(ctx, b, cfg, srv.addr())
 	if err != nil {
 		srv.close()
 		return nil, err
@@ -73,7 +80,7 @@ func openWorker(_ context.Context, b *Backend, cfg WorkerConfig, exited chan<- e
 }
 
 // newWorker builds the worker's model and subagent server for one listening on addr.
-func newWorker(b *Backend, cfg WorkerConfig, addr string) (*Worker, error) {
+func newWorker(ctx context.Context, b *Backend, cfg WorkerConfig, addr string) (*Worker, error) {
 	sim, err := llm.NewSim(cfg.Sim)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
@@ -105,12 +112,21 @@ func newWorker(b *Backend, cfg WorkerConfig, addr string) (*Worker, error) {
 	if sc.Logger == nil {
 		sc.Logger = b.Logger().With("worker", sc.Name)
 	}
-	sub, err := subagent.NewServer(sc)
+	tools, err := openWorkerTools(ctx, b, cfg.MCP, sc.Name, sc.Logger)
 	if err != nil {
 		_ = sim.Close()
 		return nil, err
 	}
-	return &Worker{sub: sub, sim: sim, name: sc.Name}, nil
+	if sc.Tools == nil && sc.ToolsFunc == nil {
+		sc.ToolsFunc = tools.registry
+	}
+	sub, err := subagent.NewServer(sc)
+	if err != nil {
+		tools.close()
+		_ = sim.Close()
+		return nil, err
+	}
+	return &Worker{sub: sub, sim: sim, tools: tools, name: sc.Name}, nil
 }
 
 // Addr is the address the worker listens on (with the real port for ":0").
@@ -127,5 +143,6 @@ func (w *Worker) Sim() *llm.Sim { return w.sim }
 // then the server stops. It returns the drain's error.
 func (w *Worker) Close(ctx context.Context) error {
 	err := w.srv.stop(ctx, w.sub.Shutdown)
+	w.tools.close()
 	return errors.Join(err, w.sim.Close())
 }

@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.ci/mcp"
 
-stamp=node_modules/.package-lock.json
-if [[ -f "$stamp" && "$stamp" -nt package-lock.json ]]; then
+# The stamp is the digest of the lock file the install was made from.
+stamp=node_modules/.fanout-lock-sha256
+want="$(sha256sum package-lock.json | cut -d' ' -f1)"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0
 fi
 if ! command -v npm >/dev/null 2>&1; then
@@ -20,3 +22,4 @@ MSG
 fi
 echo "installing the pinned MCP servers for the black-box tests (npm ci in .ci/mcp)" >&2
 npm ci --no-audit --no-fund --loglevel=error >&2
+echo "$want" >"$stamp"

@@ -74,7 +74,11 @@ type ServerConfig struct {
 	// default settings.
 	Models ModelFunc
 	Tools  *Tools // default BuiltinTools()
-	Name   string // worker id, reported in SubagentStarted and holding its reservations; required
+	// ToolsFunc, if set, is asked for the registry at each Execute instead
+	// of Tools: a tool list that changes at run time (an MCP server's
+	// notifications/tools/list_changed) reaches the tasks that start after.
+	ToolsFunc func() *Tools
+	Name      string // worker id, reported in SubagentStarted and holding its reservations; required
 	// Capacity is the most subagents running at once; beyond it Execute
 	// answers RESOURCE_EXHAUSTED (reason WORKER_FULL). Default 64.
 	Capacity        int
@@ -262,7 +266,7 @@ func (s *Server) newLoop(model llm.Model, req *fanoutv1.Dispatch, stream grpc.Se
 	loop := &Loop{
 		Ledger:              s.cfg.Ledger,
 		Model:               model,
-		Tools:               s.cfg.Tools,
+		Tools:               s.tools(),
 		Holder:              s.cfg.Name,
 		LeaseTTL:            s.cfg.LeaseTTL,
 		MaxIterations:       s.cfg.MaxIterations,
@@ -461,13 +465,21 @@ func (s *Server) validateTask(t *fanoutv1.TaskSpec, add func(field, desc string)
 		add("task.max_iterations", fmt.Sprintf("must be in 0..%d", s.cfg.MaxIterCap))
 	}
 	for i, name := range t.GetAllowedTools() {
-		if !s.cfg.Tools.Known(name) {
+		if !s.tools().Known(name) {
 			add(fmt.Sprintf("task.allowed_tools[%d]", i), fmt.Sprintf("unknown tool %q", name))
 		}
 	}
 	if d := t.GetTimeout(); d != nil && (d.CheckValid() != nil || d.AsDuration() <= 0) {
 		add("task.timeout", "must be a positive duration")
 	}
+}
+
+// tools is the registry a task starting now gets.
+func (s *Server) tools() *Tools {
+	if s.cfg.ToolsFunc != nil {
+		return s.cfg.ToolsFunc()
+	}
+	return s.cfg.Tools
 }
 
 func violation(field, desc string) *errdetails.BadRequest_FieldViolation {

@@ -114,6 +114,16 @@ func isJSONObject(b json.RawMessage) bool {
 	return json.Unmarshal(b, &m) == nil && m != nil
 }
 
+// With returns a new registry of t's tools and more, checked as NewTools
+// checks them (a name of more that t already has is a duplicate).
+func (t *Tools) With(more ...Tool) (*Tools, error) {
+	all := make([]Tool, 0, len(t.byName)+len(more))
+	for _, tool := range t.byName {
+		all = append(all, tool)
+	}
+	return NewTools(append(all, more...)...)
+}
+
 // Known reports whether the registry has a tool called name.
 func (t *Tools) Known(name string) bool {
 	_, ok := t.byName[name]

@@ -61,9 +61,16 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	sim.register(f)
 	var prov providerFlags
 	prov.register(f)
+	var tf toolFlags
+	tf.register(f)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
+	mcpCfg, err := tf.load()
+	if err != nil {
+		return err
+	}
+	mcpTools, _ := tf.toolNames() // load read the same file
 	if workers < 1 {
 		return fmt.Errorf("--worker-count: need at least 1, got %d", workers)
 	}
@@ -100,10 +107,12 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust}}
+	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust, MCPTools: mcpTools}}
 	for i := range workers {
-		cfg.Workers = append(cfg.Workers, node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(),
-			ModelsFunc: prov.modelsFunc(env), Server: subagent.ServerConfig{Name: fmt.Sprintf("worker-%d", i+1)}})
+		wc := node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(), MCP: mcpCfg,
+			ModelsFunc: prov.modelsFunc(env), Server: subagent.ServerConfig{Name: fmt.Sprintf("worker-%d", i+1)}}
+		tf.apply(&wc.Server)
+		cfg.Workers = append(cfg.Workers, wc)
 	}
 	p, err := sf.start(ctx, env, "fanout-dev", cfg)
 	if err != nil {

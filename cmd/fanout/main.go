@@ -42,6 +42,7 @@ var commands = map[string]command{
 	"dev":          {"run Postgres, an orchestrator and workers on loopback (the embedded default)", cmdDev},
 	"orchestrator": {"serve fanout.v1.OrchestratorService", cmdOrchestrator},
 	"worker":       {"serve fanout.v1.SubagentService (runs subagents)", cmdWorker},
+	"mcp":          {"inspect a configured MCP server's tools (mcp inspect SERVER)", cmdMCP},
 	"migrate":      {"apply the database schema", cmdMigrate},
 	"run":          {"start a run from a spec file and stream its progress", cmdRun},
 	"runs":         {"list runs", cmdRuns},

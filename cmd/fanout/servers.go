@@ -177,12 +177,18 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
 	f.StringVar(&oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
 	applyEngine := registerEngineFlags(f, &oc.Engine)
+	var tf toolFlags
+	tf.registerConfig(f)
 	var pf peerFlags
 	pf.register(f, peer.RoleOrchestrator)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
 	applyEngine()
+	var err error
+	if oc.MCPTools, err = tf.toolNames(); err != nil {
+		return err
+	}
 	if oc.Workers == "" {
 		return errors.New("--workers: need a gRPC target (host:port,host:port or dns:///name:port)")
 	}
@@ -226,6 +232,8 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	sim.register(f)
 	var prov providerFlags
 	prov.register(f)
+	var tf toolFlags
+	tf.register(f)
 	var pf peerFlags
 	pf.register(f, peer.RoleWorker)
 	if err := parseFlags(f, args, env); err != nil {
@@ -235,6 +243,10 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if wc.MCP, err = tf.load(); err != nil {
+		return err
+	}
+	tf.apply(&wc.Server)
 	wc.Trust, wc.Listen, wc.Sim, wc.ModelsFunc = trust, sf.listen, sim.config(), prov.modelsFunc(env)
 	p, err := sf.start(ctx, env, "fanout-worker", node.Config{Workers: []node.WorkerConfig{wc}})
 	if err != nil {

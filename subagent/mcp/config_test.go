@@ -279,24 +279,24 @@ servers:
 	}
 }
 
-// TestExampleConfigParses keeps examples/mcp/mcp.yaml valid.
+// TestExampleConfigParses keeps examples/mcp.yaml valid.
 func TestExampleConfigParses(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile("../../examples/mcp/mcp.yaml")
+	data, err := os.ReadFile("../../examples/mcp.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := Parse(data)
 	if err != nil {
-		t.Fatalf("examples/mcp/mcp.yaml: %v", err)
+		t.Fatalf("examples/mcp.yaml: %v", err)
 	}
-	if _, err := Load("../../examples/mcp/mcp.yaml"); err != nil {
-		t.Errorf("Load(examples/mcp/mcp.yaml): %v", err)
+	if _, err := Load("../../examples/mcp.yaml"); err != nil {
+		t.Errorf("Load(examples/mcp.yaml): %v", err)
 	}
 	if len(cfg.Servers) != 2 || cfg.Servers[0].Transport != TransportStdio || cfg.Servers[1].Transport != TransportHTTP {
-		t.Errorf("examples/mcp/mcp.yaml: want one stdio and one http server, got %+v", cfg.Servers)
+		t.Errorf("examples/mcp.yaml: want one stdio and one http server, got %+v", cfg.Servers)
 	}
 	if !slices.Contains(cfg.ToolNames(), "memory__create_entities") || !slices.Contains(cfg.ToolNames(), "memory__search_nodes") {
-		t.Errorf("examples/mcp/mcp.yaml tools = %v", cfg.ToolNames())
+		t.Errorf("examples/mcp.yaml tools = %v", cfg.ToolNames())
 	}
 }
