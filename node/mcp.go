@@ -25,8 +25,10 @@ type workerTools struct {
 }
 
 // openWorkerTools connects to cfg's servers (nil cfg: built-ins only) with
-// the fleet-wide bounds on b's database. holder names this worker's slots.
-func openWorkerTools(ctx context.Context, b *Backend, cfg *mcp.Config, holder string, log *slog.Logger) (*workerTools, error) {
+// the fleet-wide bounds on b's database. holder names this worker's slots;
+// their lease is ttl, the worker's reservation lease (0: mcp's default), so
+// a dead worker's slots are free as soon as its reservations are.
+func openWorkerTools(ctx context.Context, b *Backend, cfg *mcp.Config, holder string, ttl time.Duration, log *slog.Logger) (*workerTools, error) {
 	wt := &workerTools{builtins: subagent.BuiltinTools(), log: log}
 	wt.last = wt.builtins
 	if cfg == nil || len(cfg.Servers) == 0 {
@@ -37,6 +39,7 @@ func openWorkerTools(ctx context.Context, b *Backend, cfg *mcp.Config, holder st
 		Semaphore:   storeSemaphore{store.NewSemaphore(b.Pool(), store.SemaphoreConfig{Logger: log})},
 		RateLimiter: store.NewRateLimiterWithConfig(b.Pool(), store.RateLimiterConfig{Logger: log}),
 		Holder:      holder,
+		SlotTTL:     ttl,
 		Logger:      log,
 	})
 	if err != nil {

@@ -112,7 +112,7 @@ func newWorker(ctx context.Context, b *Backend, cfg WorkerConfig, addr string) (
 	if sc.Logger == nil {
 		sc.Logger = b.Logger().With("worker", sc.Name)
 	}
-	tools, err := openWorkerTools(ctx, b, cfg.MCP, sc.Name, sc.Logger)
+	tools, err := openWorkerTools(ctx, b, cfg.MCP, sc.Name, sc.LeaseTTL, sc.Logger)
 	if err != nil {
 		_ = sim.Close()
 		return nil, err
