@@ -98,7 +98,10 @@ func TestLoopStopsWhenLeaseCannotBeRenewed(t *testing.T) {
 	sim := newSim(t, llm.SimConfig{Latency: time.Hour})
 	loop := newLoop(b, sim)
 	loop.Ledger = failingRenew{b.ledger}
-	loop.LeaseTTL = 300 * time.Millisecond
+	// Long enough that the renewal (at TTL/3) is tried well before the
+	// stop a margin before the lease's end, even on a loaded machine (300ms
+	// once lost that race: the stop came first, not the refused renewal).
+	loop.LeaseTTL = 3 * time.Second
 	// The call would take an hour: only the failed renewal can stop it
 	// before this deadline does.
 	ctx, cancel := context.WithTimeout(t.Context(), patience)
