@@ -102,6 +102,8 @@ func (wt *workerTools) close() {
 // may not import store).
 type storeSemaphore struct{ s *store.Semaphore }
 
+var _ mcp.Semaphore = storeSemaphore{}
+
 func (a storeSemaphore) Acquire(ctx context.Context, holder string, want []mcp.SlotRequest, ttl time.Duration) (mcp.Lease, error) {
 	req := make([]store.SlotRequest, len(want))
 	for i, w := range want {
