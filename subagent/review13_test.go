@@ -1,0 +1,85 @@
+package subagent_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/subagent"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// TestSupersededAttemptDoesNotSendAWriteTheNewAttemptAlsoSends (review of
+// issue 13): attempt 1 of a task is in its tool phase — a slow read, then
+// a write, in one reply — when the orchestrator begins attempt 2 (adoption
+// after a lost orchestrator fences the task's account with BeginAttempt;
+// attempt 1's worker never heard, as in a partition). Attempt 2 reads the
+// earlier attempts' writes (none yet), makes the same calls and sends the
+// write. Then attempt 1's read returns and attempt 1 sends the write too:
+// it holds no reservation during tools, and IssueWrite does not check that
+// its attempt is still the account's current one. The write must reach the
+// tool once.
+func TestSupersededAttemptDoesNotSendAWriteTheNewAttemptAlsoSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	log := store.NewToolCalls(b.pool, store.ToolCallsConfig{})
+
+	var mu sync.Mutex
+	var sentKeys []string
+	inRead := make(chan struct{})
+	release := make(chan struct{})
+	var reads atomic.Int64
+	slowRead := subagent.Tool{Name: "lookup", Effect: subagent.EffectRead,
+		Func: func(ctx context.Context, _ subagent.ToolCall) (subagent.ToolResult, error) {
+			if reads.Add(1) == 1 { // attempt 1's read: slow
+				close(inRead)
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return subagent.ToolResult{}, context.Cause(ctx)
+				}
+			}
+			return subagent.ToolResult{Text: "customer 7 exists"}, nil
+		}}
+	write := subagent.Tool{Name: "charge", Effect: subagent.EffectWrite,
+		Func: func(_ context.Context, c subagent.ToolCall) (subagent.ToolResult, error) {
+			mu.Lock()
+			sentKeys = append(sentKeys, c.IdempotencyKey)
+			mu.Unlock()
+			return subagent.ToolResult{Text: "charged 10 EUR"}, nil
+		}}
+	script := []llm.ToolCall{
+		{ID: "c0", Name: "lookup", Args: json.RawMessage(`{"customer":7}`)},
+		{ID: "c1", Name: "charge", Args: json.RawMessage(`{"customer":7,"eur":10}`)},
+	}
+	loop, task := toolLoop(t, b, &scripted{calls: script}, slowRead, write)
+	loop.Writes = log
+
+	wait1 := goRun(t, t.Context(), loop, task) // attempt 1
+	await(t, inRead, "attempt 1 reached its slow read")
+
+	// The orchestrator re-dispatches: attempt 2 begins and runs to its end.
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	}
+	task2 := task
+	task2.Attempt = 2
+	loop2 := *loop
+	loop2.Model = &scripted{calls: script}
+	if sum := loop2.Run(t.Context(), task2); sum.Status != subagent.StatusSucceeded {
+		t.Fatalf("attempt 2: status %s, err %v", sum.Status, sum.Err)
+	}
+
+	close(release) // attempt 1's read returns; its turn goes on to the write
+	first := wait1("attempt 1 ended")
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sentKeys) != 1 {
+		t.Errorf("the write reached the tool %d times (keys %q), want once; attempt 1 ended %s (%v)",
+			len(sentKeys), sentKeys, first.Status, first.Err)
+	}
+}
