@@ -3,9 +3,14 @@ package subagent_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
@@ -81,5 +86,52 @@ func TestSupersededAttemptDoesNotSendAWriteTheNewAttemptAlsoSends(t *testing.T) 
 	if len(sentKeys) != 1 {
 		t.Errorf("the write reached the tool %d times (keys %q), want once; attempt 1 ended %s (%v)",
 			len(sentKeys), sentKeys, first.Status, first.Err)
+	}
+}
+
+// TestToolResultTextStaysOffSpansWithoutCapture (review of issue 13): with
+// CaptureContent off, a tool's result is content the tenant may not want in
+// a tracing backend (Loop.CaptureContent's doc). A result the tool marks
+// IsError is a result too: its text must not reach the span's status,
+// attributes or events. It installs the global tracer provider, so it does
+// not call t.Parallel (as TestLoopCapturesContentOnlyWhenAsked).
+func TestToolResultTextStaysOffSpansWithoutCapture(t *testing.T) { //nolint:paralleltest // global tracer provider
+	spans := tracetest.NewInMemoryExporter()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans)))
+	const secret = "card 4111-1111-1111-1111 of jane@example.com declined"
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	failing := subagent.Tool{Name: "pay", Effect: subagent.EffectRead,
+		Func: func(context.Context, subagent.ToolCall) (subagent.ToolResult, error) {
+			return subagent.ToolResult{Text: secret, IsError: true}, nil
+		}}
+	loop, task := toolLoop(t, b, &scripted{calls: calls("pay")}, failing)
+	loop.CaptureContent = false
+	if sum := loop.Run(t.Context(), task); sum.Status != subagent.StatusSucceeded {
+		t.Fatalf("status %s, err %v", sum.Status, sum.Err)
+	}
+	found := 0
+	for _, s := range spans.GetSpans() {
+		if s.Name != "execute_tool pay" {
+			continue
+		}
+		found++
+		if strings.Contains(s.Status.Description, "4111") {
+			t.Errorf("span %q status holds the tool's result: %q", s.Name, s.Status.Description)
+		}
+		for _, kv := range s.Attributes {
+			if strings.Contains(kv.Value.Emit(), "4111") {
+				t.Errorf("span %q attribute %s holds the tool's result: %q", s.Name, kv.Key, kv.Value.Emit())
+			}
+		}
+		for _, ev := range s.Events {
+			for _, kv := range ev.Attributes {
+				if strings.Contains(kv.Value.Emit(), "4111") {
+					t.Errorf("span %q event %s attribute %s holds the tool's result", s.Name, ev.Name, kv.Key)
+				}
+			}
+		}
+	}
+	if found != 1 {
+		t.Fatalf("%d execute_tool pay spans, want 1", found)
 	}
 }
