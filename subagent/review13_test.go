@@ -135,3 +135,45 @@ func TestToolResultTextStaysOffSpansWithoutCapture(t *testing.T) { //nolint:para
 		t.Fatalf("%d execute_tool pay spans, want 1", found)
 	}
 }
+
+// TestDifferentLargeIntegerArgumentsAreDifferentWrites (review of issue 13):
+// the argument digest that matches a later attempt's write to an earlier
+// one decodes numbers as float64, so two ids past 2^53 (snowflake ids,
+// order numbers) that differ in their last digits digest alike. Attempt 2's
+// write for order ...788 is then "not sent again" and answered with
+// attempt 1's result for order ...789: a write reported done that never
+// happened.
+func TestDifferentLargeIntegerArgumentsAreDifferentWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	log := store.NewToolCalls(b.pool, store.ToolCallsConfig{})
+	var mu sync.Mutex
+	var sent []string
+	refund := subagent.Tool{Name: "refund", Effect: subagent.EffectWrite,
+		Func: func(_ context.Context, c subagent.ToolCall) (subagent.ToolResult, error) {
+			mu.Lock()
+			sent = append(sent, string(c.Args))
+			mu.Unlock()
+			return subagent.ToolResult{Text: "refunded " + string(c.Args)}, nil
+		}}
+	m1 := &scripted{calls: []llm.ToolCall{{ID: "c0", Name: "refund", Args: json.RawMessage(`{"order":1234567890123456789}`)}}}
+	loop, task := toolLoop(t, b, m1, refund)
+	loop.Writes = log
+	if sum := loop.Run(t.Context(), task); sum.Status != subagent.StatusSucceeded {
+		t.Fatalf("attempt 1: %s %v", sum.Status, sum.Err)
+	}
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	}
+	task.Attempt = 2
+	m2 := &scripted{calls: []llm.ToolCall{{ID: "d0", Name: "refund", Args: json.RawMessage(`{"order":1234567890123456788}`)}}}
+	loop.Model = m2
+	if sum := loop.Run(t.Context(), task); sum.Status != subagent.StatusSucceeded {
+		t.Fatalf("attempt 2: %s %v", sum.Status, sum.Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 2 {
+		t.Errorf("sent %q; want both orders' refunds sent (attempt 2 was shown %q)", sent, m2.results(t)[0].Content)
+	}
+}
