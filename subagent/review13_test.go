@@ -119,13 +119,13 @@ func TestToolResultTextStaysOffSpansWithoutCapture(t *testing.T) { //nolint:para
 			t.Errorf("span %q status holds the tool's result: %q", s.Name, s.Status.Description)
 		}
 		for _, kv := range s.Attributes {
-			if strings.Contains(kv.Value.Emit(), "4111") {
-				t.Errorf("span %q attribute %s holds the tool's result: %q", s.Name, kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), "4111") {
+				t.Errorf("span %q attribute %s holds the tool's result: %q", s.Name, kv.Key, kv.Value.String())
 			}
 		}
 		for _, ev := range s.Events {
 			for _, kv := range ev.Attributes {
-				if strings.Contains(kv.Value.Emit(), "4111") {
+				if strings.Contains(kv.Value.String(), "4111") {
 					t.Errorf("span %q event %s attribute %s holds the tool's result", s.Name, ev.Name, kv.Key)
 				}
 			}
