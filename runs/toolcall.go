@@ -1,6 +1,14 @@
 package runs
 
-import "time"
+import (
+	"errors"
+	"time"
+)
+
+// ErrAttemptSuperseded: the task's attempt that asked is no longer its
+// current one (the orchestrator dispatched it again): a write it would
+// issue is refused before it is sent.
+var ErrAttemptSuperseded = errors.New("attempt superseded")
 
 // WriteState is where a tool call with effect write is. A write is recorded
 // issued before it is sent and resolved once.
@@ -16,7 +24,11 @@ const (
 
 // Write is one tool call with effect write, as the tool_call table keeps it.
 type Write struct {
-	Key        string // the idempotency key sent in the call's _meta; unique
+	Key string // the idempotency key sent in the call's _meta; unique
+	// Account is the ledger account the attempt runs on (the task's; the
+	// run's for synthesis): a write is issued only while Attempt is that
+	// account's current attempt. Not stored in the row.
+	Account    int64
 	TenantID   string
 	RunID      string
 	TaskID     string

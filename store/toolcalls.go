@@ -110,26 +110,22 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write) error {
 	}
 	var got runs.Write
 	err := retried(ctx, t.log, "toolcalls.issue", idempotent, func(ctx context.Context, _ try) error {
-		// One statement: the insert, or the row that was there (ours, if
-		// an earlier try committed).
-		err := t.pool.QueryRow(ctx, `
-			WITH ins AS (
-				INSERT INTO tool_call (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-				ON CONFLICT (key) DO NOTHING
-				RETURNING `+writeColumns+`
-			)
-			SELECT `+writeColumns+` FROM ins
-			UNION ALL
-			SELECT `+writeColumns+` FROM tool_call WHERE key = $1 AND NOT EXISTS (SELECT FROM ins)`,
-			w.Key, w.TenantID, w.RunID, w.TaskID, w.Attempt, w.Iteration, w.Index, w.Server, w.Tool, w.ArgsDigest,
-		).Scan(writeDest(&got)...)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The conflicting row was not in the statement's snapshot:
-			// inserted by a transaction that committed meanwhile. Read it.
-			err = t.pool.QueryRow(ctx, `SELECT `+writeColumns+` FROM tool_call WHERE key = $1`, w.Key).Scan(writeDest(&got)...)
+		// The insert, fenced by the task account's current attempt
+		// (migration 0016); then the row as it is (ours, if an earlier try
+		// committed).
+		var outcome string
+		if err := t.pool.QueryRow(ctx, `SELECT tool_call_issue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			w.Account, w.Key, w.TenantID, w.RunID, w.TaskID, w.Attempt, w.Iteration, w.Index, w.Server, w.Tool, w.ArgsDigest,
+		).Scan(&outcome); err != nil {
+			return err
 		}
-		return err
+		switch outcome {
+		case "superseded":
+			return fmt.Errorf("attempt %d is no longer the current attempt of account %d: %w", w.Attempt, w.Account, runs.ErrAttemptSuperseded)
+		case "denied":
+			return fmt.Errorf("account %d is not task %s of run %s (tenant %s): %w", w.Account, w.TaskID, w.RunID, w.TenantID, ErrWriteConflict)
+		}
+		return t.pool.QueryRow(ctx, `SELECT `+writeColumns+` FROM tool_call WHERE key = $1`, w.Key).Scan(writeDest(&got)...)
 	})
 	if err != nil {
 		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): %w", w.Key, w.Tool, w.TaskID, w.RunID, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store"
@@ -43,9 +44,55 @@ func write(key string, attempt int64, iteration, index int, args string) runs.Wr
 		Iteration: iteration, Index: index, Server: "crm", Tool: "crm__create_ticket", ArgsDigest: digest(args)}
 }
 
-func mustIssue(t *testing.T, tc *store.ToolCalls, w runs.Write) {
+// tasks are the ledger accounts of the tests' tasks by "tenant/run/task":
+// run r1 of tenant acme (tasks t1, t2) and run g1 of tenant globex (task
+// t1), each at attempt 1, as the orchestrator opens them before it
+// dispatches. A write is issued only by its account's current attempt.
+type tasks map[string]budget.AccountID
+
+func openTasks(t *testing.T, b *testBundle) tasks {
 	t.Helper()
-	if err := tc.IssueWrite(t.Context(), w); err != nil {
+	ts := tasks{}
+	for _, r := range []struct {
+		tenant, run string
+		tasks       []string
+	}{
+		{"acme", "r1", []string{"t1", "t2"}}, {"globex", "g1", []string{"t1"}},
+	} {
+		p := budget.OpenRunParams{RunID: r.run, TenantID: r.tenant, Limit: 1000, MinReservation: 1}
+		for _, id := range r.tasks {
+			p.Tasks = append(p.Tasks, budget.TaskBudget{TaskID: id, Limit: 100})
+		}
+		ra, err := b.ledger.OpenRun(b.ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for id, acct := range ra.Tasks {
+			ts[r.tenant+"/"+r.run+"/"+id] = acct
+			ts.begin(t, b, r.tenant+"/"+r.run+"/"+id)
+		}
+	}
+	return ts
+}
+
+// begin begins the next attempt of task key.
+func (ts tasks) begin(t *testing.T, b *testBundle, key string) {
+	t.Helper()
+	parts := strings.SplitN(key, "/", 3)
+	if _, err := b.ledger.BeginAttempt(b.ctx, ts[key], parts[1], parts[0]); err != nil {
+		t.Fatalf("begin an attempt of %s: %v", key, err)
+	}
+}
+
+// at is w on its task's account (none, for a task the ledger lacks).
+func (ts tasks) at(w runs.Write) runs.Write {
+	w.Account = int64(ts[w.TenantID+"/"+w.RunID+"/"+w.TaskID])
+	return w
+}
+
+func mustIssue(t *testing.T, tc *store.ToolCalls, ts tasks, w runs.Write) {
+	t.Helper()
+	if err := tc.IssueWrite(t.Context(), ts.at(w)); err != nil {
 		t.Fatalf("issue %s: %v", w.Key, err)
 	}
 }
@@ -66,9 +113,10 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tc := nodeToolCalls(t, b)
+	ts := openTasks(t, b)
 	w1 := write("r1/t1/a1/i0/c0", 1, 0, 0, `{"title":"a"}`)
-	mustIssue(t, tc, w1)
-	mustIssue(t, tc, w1) // a retry after a lost reply
+	mustIssue(t, tc, ts, w1)
+	mustIssue(t, tc, ts, w1) // a retry after a lost reply
 	for _, c := range []struct {
 		what string
 		w    runs.Write
@@ -80,7 +128,11 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 		{"another task", func() runs.Write { w := w1; w.TaskID = "t2"; return w }()},
 		{"another tenant", func() runs.Write { w := w1; w.TenantID = "globex"; return w }()},
 	} {
-		if err := tc.IssueWrite(b.ctx, c.w); !errors.Is(err, store.ErrWriteConflict) {
+		err := tc.IssueWrite(b.ctx, ts.at(c.w))
+		if c.what == "another attempt" && errors.Is(err, runs.ErrAttemptSuperseded) {
+			continue // attempt 2 has not begun: refused by the fence, before the key is looked at
+		}
+		if !errors.Is(err, store.ErrWriteConflict) {
 			t.Errorf("issue key %s again with %s: %v, want ErrWriteConflict", w1.Key, c.what, err)
 		}
 	}
@@ -94,7 +146,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	if err := tc.ResolveWrite(b.ctx, w1.Key, runs.WriteUnknown, "", "cut off"); !errors.Is(err, store.ErrWriteResolved) {
 		t.Errorf("resolve a done write as unknown: %v, want ErrWriteResolved", err)
 	}
-	if err := tc.IssueWrite(b.ctx, w1); !errors.Is(err, store.ErrWriteResolved) {
+	if err := tc.IssueWrite(b.ctx, ts.at(w1)); !errors.Is(err, store.ErrWriteResolved) {
 		t.Errorf("issue a resolved write again: %v, want ErrWriteResolved (it must not be sent again)", err)
 	}
 	if err := tc.ResolveWrite(b.ctx, "never-issued", runs.WriteDone, "", ""); !errors.Is(err, store.ErrWriteNotFound) {
@@ -102,12 +154,21 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	}
 
 	w2 := write("r1/t1/a1/i1/c0", 1, 1, 0, `{"title":"c"}`)
-	mustIssue(t, tc, w2)
+	mustIssue(t, tc, ts, w2)
 	mustResolve(t, tc, w2.Key, runs.WriteUnknown, "", "connection lost after the call was sent")
+	ts.begin(t, b, "acme/r1/t1")
 	w3 := write("r1/t1/a2/i0/c0", 2, 0, 0, `{"title":"d"}`)
-	mustIssue(t, tc, w3)
-	mustIssue(t, tc, func() runs.Write { w := write("r1/t2/a1/i0/c0", 1, 0, 0, `{}`); w.TaskID = "t2"; return w }())
-	mustIssue(t, tc, func() runs.Write { w := write("globex/r1/t1", 1, 0, 0, `{}`); w.TenantID = "globex"; return w }())
+	mustIssue(t, tc, ts, w3)
+	// Attempt 1 was superseded: a write it would make now is refused, not recorded.
+	if err := tc.IssueWrite(b.ctx, ts.at(write("r1/t1/a1/i2/c0", 1, 2, 0, `{"title":"late"}`))); !errors.Is(err, runs.ErrAttemptSuperseded) {
+		t.Errorf("issue a write of the superseded attempt 1: %v, want ErrAttemptSuperseded", err)
+	}
+	mustIssue(t, tc, ts, func() runs.Write { w := write("r1/t2/a1/i0/c0", 1, 0, 0, `{}`); w.TaskID = "t2"; return w }())
+	mustIssue(t, tc, ts, func() runs.Write {
+		w := write("globex/g1/t1", 1, 0, 0, `{}`)
+		w.TenantID, w.RunID = "globex", "g1"
+		return w
+	}())
 
 	got, err := tc.Writes(b.ctx, "acme", "r1", "t1")
 	if err != nil {
@@ -147,8 +208,9 @@ func TestToolCallsStoreAnyText(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tc := nodeToolCalls(t, b)
+	ts := openTasks(t, b)
 	w := write("text", 1, 0, 0, `{}`)
-	mustIssue(t, tc, w)
+	mustIssue(t, tc, ts, w)
 	long := strings.Repeat("é", store.MaxWriteTextBytes) // 2 bytes each
 	mustResolve(t, tc, w.Key, runs.WriteFailed, long, "bad \xff byte and a \x00 NUL")
 	got, err := tc.Writes(b.ctx, "acme", "r1", "t1")
@@ -170,6 +232,7 @@ func TestToolCallsBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tc := nodeToolCalls(t, b)
+	ts := openTasks(t, b)
 	ok := write("k", 1, 0, 0, `{}`)
 	with := func(f func(*runs.Write)) runs.Write { w := ok; f(&w); return w }
 	for _, c := range []struct {
@@ -187,7 +250,7 @@ func TestToolCallsBadInput(t *testing.T) {
 		{with(func(w *runs.Write) { w.Index = -1 }), "Index is -1"},
 		{with(func(w *runs.Write) { w.ArgsDigest = "ABC" }), `ArgsDigest "ABC" is not a hex SHA-256`},
 	} {
-		if err := tc.IssueWrite(b.ctx, c.w); err == nil || !strings.Contains(err.Error(), c.msg) {
+		if err := tc.IssueWrite(b.ctx, ts.at(c.w)); err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("IssueWrite: %v; want an error saying %q", err, c.msg)
 		}
 	}
@@ -207,9 +270,10 @@ func TestToolCallHistoryIsImmutable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tc := nodeToolCalls(t, b)
-	mustIssue(t, tc, write("resolved", 1, 0, 0, `{}`))
+	ts := openTasks(t, b)
+	mustIssue(t, tc, ts, write("resolved", 1, 0, 0, `{}`))
 	mustResolve(t, tc, "resolved", runs.WriteDone, "ok", "")
-	mustIssue(t, tc, write("issued", 1, 0, 1, `{}`))
+	mustIssue(t, tc, ts, write("issued", 1, 0, 1, `{}`))
 	node := nodeConn(t, b)
 	for _, c := range []struct {
 		stmt, code string
@@ -264,14 +328,16 @@ func TestToolCallsView(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tc := nodeToolCalls(t, b)
-	mustIssue(t, tc, write("done", 1, 0, 0, `{"a":1}`))
+	ts := openTasks(t, b)
+	mustIssue(t, tc, ts, write("done", 1, 0, 0, `{"a":1}`))
 	mustResolve(t, tc, "done", runs.WriteDone, "secret customer record", "")
-	mustIssue(t, tc, write("cut", 1, 1, 0, `{"a":2}`))
+	mustIssue(t, tc, ts, write("cut", 1, 1, 0, `{"a":2}`))
 	mustResolve(t, tc, "cut", runs.WriteUnknown, "", "timed out after the call was sent")
-	mustIssue(t, tc, write("open", 2, 0, 0, `{"a":3}`))
+	ts.begin(t, b, "acme/r1/t1")
+	mustIssue(t, tc, ts, write("open", 2, 0, 0, `{"a":3}`))
 	other := write("globex-cut", 1, 0, 0, `{}`)
-	other.TenantID = "globex"
-	mustIssue(t, tc, other)
+	other.TenantID, other.RunID = "globex", "g1"
+	mustIssue(t, tc, ts, other)
 	mustResolve(t, tc, other.Key, runs.WriteUnknown, "", "lost")
 
 	asAuditor := func(sql string) ([]map[string]any, error) {

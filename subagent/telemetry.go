@@ -366,18 +366,18 @@ func (r *run) endToolSpan(ctx context.Context, span trace.Span, tool Tool, o too
 	case o.timedOut:
 		outcome = outcomeTimeout
 		span.SetAttributes(attrErrorType.String("timeout"))
-		span.SetStatus(otelcodes.Error, o.err.Error())
+		span.SetStatus(otelcodes.Error, "the tool call timed out")
 	case o.err != nil && ctx.Err() != nil:
 		outcome = outcomeCutOff
 		recordCancel(span, context.Cause(ctx))
 	case o.err != nil || o.res.IsError:
+		// A tool's error text is the tool's content (a server's message may
+		// quote what it was given): on the span only with CaptureContent.
 		outcome = outcomeError
 		span.SetAttributes(attrErrorType.String("tool_error"))
-		if o.err != nil {
+		span.SetStatus(otelcodes.Error, "the tool reported an error")
+		if r.CaptureContent && o.err != nil {
 			span.RecordError(o.err)
-			span.SetStatus(otelcodes.Error, o.err.Error())
-		} else {
-			span.SetStatus(otelcodes.Error, firstLine(o.res.Text))
 		}
 	}
 	if o.unknown {

@@ -1,12 +1,14 @@
 package subagent
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -191,7 +193,10 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 			return replayed(prior)
 		}
 		if r.Writes != nil {
-			if err := r.Writes.IssueWrite(callCtx, w); err != nil {
+			if err := r.Writes.IssueWrite(callCtx, w); errors.Is(err, runs.ErrAttemptSuperseded) {
+				o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
+				return o
+			} else if err != nil {
 				o.notRun = fmt.Sprintf("not run: the write could not be recorded before it was sent: %v", err)
 				return o
 			}
@@ -221,6 +226,7 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 func (r *run) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
 	return runs.Write{
 		Key:      fmt.Sprintf("%s/%s/a%d/i%d/c%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it, i),
+		Account:  int64(r.task.Account),
 		TenantID: r.task.TenantID, RunID: r.task.RunID, TaskID: r.task.TaskID,
 		Attempt: int64(r.task.Attempt), Iteration: it, Index: i,
 		Server: tool.Server, Tool: tool.Name, ArgsDigest: argsDigest(c.Args), State: runs.WriteIssued,
@@ -290,12 +296,15 @@ func (r *run) loadPrior(ctx context.Context) error {
 func priorKey(tool, digest string) string { return tool + "\x00" + digest }
 
 // argsDigest is the hex SHA-256 of a call's arguments in canonical form
-// (keys sorted, no spaces), so the same arguments written differently
-// match; arguments that are not JSON are hashed as sent.
+// (keys sorted, no spaces; numbers kept as written, so ids past 2^53 stay
+// apart), so the same arguments written differently match; arguments that
+// are not JSON are hashed as sent.
 func argsDigest(args json.RawMessage) string {
 	b := []byte(args)
+	d := json.NewDecoder(bytes.NewReader(args))
+	d.UseNumber()
 	var v any
-	if json.Unmarshal(args, &v) == nil {
+	if d.Decode(&v) == nil && d.Decode(new(any)) == io.EOF {
 		if c, err := json.Marshal(v); err == nil {
 			b = c
 		}

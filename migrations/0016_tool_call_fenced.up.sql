@@ -1,0 +1,42 @@
+-- A tool write is issued only by the task's current attempt (issue 13,
+-- review): tool_call_issue inserts the row while holding the task
+-- account's row FOR SHARE and only if the account's attempt is the
+-- caller's. ledger_begin_attempt bumps the attempt with an UPDATE of that
+-- row, so the two run one after the other: either the write is issued
+-- first (and the new attempt, which reads its earlier attempts' writes
+-- after it began, finds it and never sends it again), or the attempt began
+-- first and the superseded attempt's write is refused before it is sent.
+-- Without it, an attempt the orchestrator replaced (a partition, an
+-- adoption's fence) could send a write the new attempt also sends. Nodes
+-- lose INSERT on tool_call: the fence is the only way in.
+
+SET LOCAL search_path = fanout, pg_catalog;
+
+CREATE FUNCTION tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text,
+                                p_attempt bigint, p_iteration int, p_index int, p_server text, p_tool text,
+                                p_digest text)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
+DECLARE
+    a account;
+BEGIN
+    SELECT * INTO a FROM account WHERE account_id = p_account FOR SHARE;
+    IF NOT FOUND OR a.run_id IS DISTINCT FROM p_run OR a.tenant_id IS DISTINCT FROM p_tenant
+       OR a.kind = 'tenant' OR (a.kind = 'task' AND a.task_id IS DISTINCT FROM p_task) THEN
+        RETURN 'denied';
+    END IF;
+    IF a.attempt IS DISTINCT FROM p_attempt THEN
+        RETURN 'superseded';
+    END IF;
+    INSERT INTO tool_call (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest)
+    VALUES (p_key, p_tenant, p_run, p_task, p_attempt, p_iteration, p_index, p_server, p_tool, p_digest)
+    ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+        RETURN 'issued';
+    END IF;
+    RETURN 'exists';
+END $$;
+
+REVOKE ALL ON FUNCTION tool_call_issue(bigint, text, text, text, text, bigint, int, int, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tool_call_issue(bigint, text, text, text, text, bigint, int, int, text, text, text) TO fanout_app;
+REVOKE INSERT ON tool_call FROM fanout_app;
