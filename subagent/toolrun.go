@@ -2,6 +2,7 @@ package subagent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -197,7 +199,10 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 				o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
 				return o
 			} else if err != nil {
+				// Perhaps recorded after all (a reply lost): say it was never sent.
 				o.notRun = fmt.Sprintf("not run: the write could not be recorded before it was sent: %v", err)
+				o.notSent = true
+				r.resolve(ctx, w, &o)
 				return o
 			}
 		}
@@ -239,8 +244,8 @@ func (r *run) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
 func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	state, errText := runs.WriteDone, ""
 	switch {
-	case o.err != nil && o.notSent:
-		state, errText = runs.WriteFailed, o.err.Error()
+	case o.notSent:
+		state, errText = runs.WriteFailed, notSentPrefix+cmp.Or(o.notRun, fmt.Sprint(o.err))
 	case o.err != nil:
 		state, errText, o.unknown = runs.WriteUnknown, o.err.Error(), true
 	case o.res.IsError:
@@ -282,6 +287,9 @@ func (r *run) loadPrior(ctx context.Context) error {
 		return fmt.Errorf("read the writes of earlier attempts: %w", err)
 	}
 	for _, w := range ws {
+		if w.State == runs.WriteFailed && strings.HasPrefix(w.Error, notSentPrefix) {
+			continue // it never reached the tool: this attempt may make it
+		}
 		if w.Attempt < int64(r.task.Attempt) {
 			if r.prior == nil {
 				r.prior = map[string]runs.Write{}
@@ -292,6 +300,11 @@ func (r *run) loadPrior(ctx context.Context) error {
 	}
 	return nil
 }
+
+// notSentPrefix starts the error of a failed write that provably never
+// reached its tool (ErrNotSent, or not recorded): a later attempt may send
+// it, unlike any other recorded write.
+const notSentPrefix = "not sent: "
 
 func priorKey(tool, digest string) string { return tool + "\x00" + digest }
 

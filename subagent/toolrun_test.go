@@ -316,3 +316,41 @@ func TestRedispatchedTaskDoesNotResendAWrite(t *testing.T) {
 		t.Errorf("tool_call rows = %+v, want attempt 1's done and unknown writes only", ws)
 	}
 }
+
+// TestWriteNeverSentMayBeSentByALaterAttempt: a write whose tool said it
+// never sent it (ErrNotSent: a slot wait that ended, no session) is failed
+// "not sent" in its row, and a later attempt sends it: it never happened.
+func TestWriteNeverSentMayBeSentByALaterAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	log := store.NewToolCalls(b.pool, store.ToolCallsConfig{})
+	var sends atomic.Int32
+	refuse := atomic.Bool{}
+	refuse.Store(true)
+	tool := subagent.Tool{Name: "w", Effect: subagent.EffectWrite,
+		Func: func(_ context.Context, _ subagent.ToolCall) (subagent.ToolResult, error) {
+			if refuse.Load() {
+				return subagent.ToolResult{}, fmt.Errorf("no slot within the call's timeout: %w", subagent.ErrNotSent)
+			}
+			sends.Add(1)
+			return subagent.ToolResult{Text: "written"}, nil
+		}}
+	loop, task := toolLoop(t, b, &scripted{calls: calls("w")}, tool)
+	loop.Writes = log
+	loop.Run(t.Context(), task)
+	ws, err := log.Writes(t.Context(), "t1", b.runID, "a")
+	if err != nil || len(ws) != 1 || ws[0].State != runs.WriteFailed || !strings.HasPrefix(ws[0].Error, "not sent: ") {
+		t.Fatalf("attempt 1's rows %+v (%v), want one failed write marked not sent", ws, err)
+	}
+
+	if _, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	task.Attempt = 2
+	refuse.Store(false)
+	loop.Model = &scripted{calls: calls("w")}
+	loop.Run(t.Context(), task)
+	if n := sends.Load(); n != 1 {
+		t.Errorf("attempt 2 sent the write %d times, want once: attempt 1's never reached the tool", n)
+	}
+}
