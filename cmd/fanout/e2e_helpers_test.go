@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	if raw := os.Getenv(envE2EArgs); raw != "" {
 		os.Exit(childMain(raw))
 	}
+	if os.Getenv(envMCPShim) != "" {
+		os.Exit(mcpShimMain())
+	}
 	storetest.MigrateFunc = store.Migrate
 	storetest.Main(m)
 	if err := goleak.Find(); err != nil {
