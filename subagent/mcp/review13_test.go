@@ -102,7 +102,7 @@ func TestCallOnAConnectionKnownBrokenIsSentAgain(t *testing.T) {
 	// jsonrpc2 closes a connection whose write failed once it is idle.
 	await(t, first.closing, "the client fails to write its reply to the server's ping, and jsonrpc2 gives up the connection")
 	stopPing()
-	await(t, pinged, "the server's ping ends")
+	_ = await(t, pinged, "the server's ping ends") // Its error: no reply came, by design.
 	if sessionEnded(m, "t") {
 		t.Fatal("the manager already forgot the session; the test needs one only the SDK knows broken")
 	}
