@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -223,27 +222,32 @@ func (s *server) send(ctx context.Context, span trace.Span, name string, args js
 }
 
 // neverSent reports whether a failed attempt of a call provably never
-// reached the tool:
-//   - sdk.ErrConnectionClosed: the SDK refused to write the request on a
-//     connection it knew was broken or closing (jsonrpc2 checks before it
-//     writes); a call already written that loses its connection fails
-//     with the read error instead ("calling "tools/call": EOF");
-//   - over HTTP, the probe: no whole request was written, or the server
-//     refused it with a 4xx (a session it does not know, a token it
+// reached the tool. The evidence is the probe's, never the call's error:
+// the SDK reports a request it refused to write on a broken connection as
+// sdk.ErrConnectionClosed, but so too a server's own JSON-RPC reply with
+// code -32003 or -32004 (the call reached the tool; it may have acted).
+//   - over HTTP, the watcher's: no whole request was written, or the
+//     server refused it with a 4xx (a session it does not know, a token it
 //     refuses, "Bad Request: No valid session ID" from the TypeScript
 //     SDK's servers after a restart);
-//   - over stdio, EPIPE: the server's stdin has no reader (it exited).
+//   - on any other transport (stdio, in-memory), the connection's: the
+//     request was never handed to its Write (jsonrpc2 checks before it
+//     writes: a session already known broken), or the Write failed with
+//     EPIPE (the server's stdin has no reader: it exited).
 //
 // Anything else may have reached the tool: an answer (a JSON-RPC error),
 // a connection lost after the request was written, a 5xx.
-func (s *server) neverSent(err error, p *probe) bool {
-	if errors.Is(err, sdk.ErrConnectionClosed) {
-		return true
-	}
-	if s.cfg.Transport == TransportHTTP && s.m.opts.transport == nil {
+func (s *server) neverSent(_ error, p *probe) bool {
+	if s.watchedHTTP() {
 		return p.neverSent()
 	}
-	return errors.Is(err, syscall.EPIPE)
+	return p.notWritten()
+}
+
+// watchedHTTP reports whether the server's calls go through the HTTP
+// client's watcher (a configured HTTP server), not a probed connection.
+func (s *server) watchedHTTP() bool {
+	return s.cfg.Transport == TransportHTTP && s.m.opts.transport == nil
 }
 
 // answered reports whether err is the server's answer (a JSON-RPC error

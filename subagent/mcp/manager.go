@@ -478,6 +478,9 @@ func (s *server) open(ctx context.Context) (*session, []*sdk.Tool, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", s.dialer.endpoint(), err)
 	}
+	if !s.watchedHTTP() {
+		t = probeWrites(t) // The evidence for neverSent.
+	}
 	cs, err := s.client.Connect(ctx, t, &sdk.ClientSessionOptions{ProtocolVersion: protocolVersion})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", s.dialer.endpoint(), cutCause(ctx, err))

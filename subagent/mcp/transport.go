@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,8 +14,10 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -127,24 +130,44 @@ func (d *dialer) http() (sdk.Transport, error) {
 	return &sdk.StreamableClientTransport{Endpoint: d.cfg.URL, HTTPClient: client}, nil
 }
 
-// probe is what the HTTP client saw of one attempt of a call: whether a
-// whole tools/call request was written to the server, and the status of
-// its answer. It is the evidence for "never sent" over HTTP, where the
-// SDK's errors do not tell a request the server refused from one it may
-// have run.
+// probe is what was seen of one attempt of a call on its way to the
+// server: the evidence for "never sent", which the SDK's errors cannot
+// give (it reports a server's own -32003/-32004 reply and a request it
+// refused to write alike, as ErrConnectionClosed). Over HTTP the watcher
+// fills it, from the HTTP client; on every other transport the
+// connection's Write does (probedConn).
 type probe struct {
-	mu      sync.Mutex
-	written bool // a whole tools/call request went out on a connection
-	status  int  // the HTTP status of the last answer to one (0: none)
+	mu sync.Mutex
+	// Connection: the tools/call request was handed to the connection's
+	// Write, and how that Write ended.
+	handed   bool
+	writeErr error
+	// HTTP: a whole tools/call request went out on a connection, and the
+	// status of the last answer to one (0: none).
+	written bool
+	status  int
 }
 
 type probeKey struct{}
 
-// withProbe returns ctx carrying a new probe: the SDK sends a call's POST
-// with the call's context, so watcher finds the probe on it.
+// withProbe returns ctx carrying a new probe: the SDK writes a call's
+// request with the call's context (jsonrpc2 hands it to the connection's
+// Write; the HTTP connection sends the POST with it), so probedConn and
+// watcher find the probe on it.
 func withProbe(ctx context.Context) (context.Context, *probe) {
 	p := &probe{}
 	return context.WithValue(ctx, probeKey{}, p), p
+}
+
+// notWritten reports whether a call on a probed connection provably never
+// reached the server: its request was never handed to the connection
+// (jsonrpc2 refuses to write on a connection it knows is broken or
+// closing), or writing it failed with EPIPE (a stdio server's stdin has
+// no reader: it exited).
+func (p *probe) notWritten() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.handed || errors.Is(p.writeErr, syscall.EPIPE)
 }
 
 // neverSent reports whether the server cannot have run the call: no whole
@@ -198,6 +221,45 @@ func isToolCall(r *http.Request) bool {
 		Method string `json:"method"`
 	}
 	return json.NewDecoder(body).Decode(&msg) == nil && msg.Method == "tools/call"
+}
+
+// probeWrites returns t whose connections record, on the probe of a
+// call's context, what became of its tools/call request. Not for HTTP:
+// the SDK tells its HTTP connection of the session's state through an
+// unexported interface that a wrapper would hide, and the watcher sees
+// more there (a 4xx refusal).
+func probeWrites(t sdk.Transport) sdk.Transport { return probedTransport{t} }
+
+type probedTransport struct{ sdk.Transport }
+
+func (t probedTransport) Connect(ctx context.Context) (sdk.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return probedConn{c}, nil
+}
+
+// probedConn is a connection that records its tools/call writes.
+type probedConn struct{ sdk.Connection }
+
+func (c probedConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	p, _ := ctx.Value(probeKey{}).(*probe)
+	req, _ := msg.(*jsonrpc.Request)
+	if p == nil || req == nil || req.Method != "tools/call" {
+		return c.Connection.Write(ctx, msg) // notifications/cancelled carries the probe too
+	}
+	if err := ctx.Err(); err != nil {
+		return err // Not handed: nothing of it was written.
+	}
+	p.mu.Lock()
+	p.handed = true
+	p.mu.Unlock()
+	err := c.Connection.Write(ctx, msg)
+	p.mu.Lock()
+	p.writeErr = err
+	p.mu.Unlock()
+	return err
 }
 
 // bearer adds the token to requests to the configured server only: a
