@@ -13,8 +13,10 @@ const redacted = "[redacted]"
 // bearer token back (an error saying "token X is revoked", a tool that
 // echoes its headers) cannot put it into the SDK's errors, the worker's
 // logs, a task's summary or the model's context: the token stops at the
-// transport that added it. It holds back len(secret)-1 bytes until it knows
-// they do not start the secret.
+// transport that added it. It holds back only a tail of what it read that
+// could be the start of the secret (never an SSE event's blank line: a
+// token does not start with a newline), so a stream's events are not
+// delayed.
 type redactingBody struct {
 	r      io.ReadCloser
 	secret []byte
@@ -32,12 +34,12 @@ func newRedactingBody(r io.ReadCloser, secret string) io.ReadCloser {
 
 func (b *redactingBody) Read(p []byte) (int, error) {
 	for {
-		// Everything before the last len(secret)-1 bytes is final once
-		// the secret's whole occurrences in it are replaced.
+		// Once the secret's whole occurrences are replaced, everything but
+		// a tail that starts the secret is final.
 		b.buf = bytes.ReplaceAll(b.buf, b.secret, []byte(redacted))
-		keep := len(b.secret) - 1
-		if b.eof {
-			keep = 0
+		keep := 0
+		if !b.eof {
+			keep = partialSuffix(b.buf, b.secret)
 		}
 		if ready := len(b.buf) - keep; ready > 0 {
 			n := copy(p, b.buf[:ready])
@@ -57,3 +59,14 @@ func (b *redactingBody) Read(p []byte) (int, error) {
 }
 
 func (b *redactingBody) Close() error { return b.r.Close() }
+
+// partialSuffix is the length of the longest end of buf that is a proper
+// start of secret.
+func partialSuffix(buf, secret []byte) int {
+	for n := min(len(buf), len(secret)-1); n > 0; n-- {
+		if bytes.HasSuffix(buf, secret[:n]) {
+			return n
+		}
+	}
+	return 0
+}

@@ -25,4 +25,15 @@ func TestRedactingBody(t *testing.T) {
 			}
 		}
 	}
+	// An event that ends a read is not held back for the next one: a
+	// long-lived SSE stream's events arrive when they are sent.
+	pr, pw := io.Pipe()
+	body := newRedactingBody(pr, secret)
+	go func() { _, _ = pw.Write([]byte("data: {\"ok\":true}\n\n")) }()
+	buf := make([]byte, 64)
+	n, err := body.Read(buf)
+	if err != nil || string(buf[:n]) != "data: {\"ok\":true}\n\n" {
+		t.Errorf("first read %q, %v; want the whole event at once", buf[:n], err)
+	}
+	_ = pw.Close()
 }

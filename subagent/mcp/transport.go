@@ -262,8 +262,9 @@ func (c probedConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	return err
 }
 
-// bearer adds the token to requests to the configured server only: a
-// redirect to another host does not carry it.
+// bearer adds the token to requests to the configured server only (a
+// redirect to another host does not carry it), and redacts it from what
+// that server answers.
 type bearer struct {
 	token, scheme, host string
 	base                http.RoundTripper
@@ -275,7 +276,14 @@ func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
+	resp, err := b.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	// A server may quote the token back (an error saying it is revoked, a
+	// tool that echoes its headers): it goes no further than here.
+	resp.Body = newRedactingBody(resp.Body, b.token)
+	return resp, nil
 }
 
 // stderrLog logs a stdio server's stderr, one record a line (cut at
