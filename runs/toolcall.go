@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// ErrAttemptSuperseded: the task's attempt that asked is no longer its
+// ErrAttemptSuperseded says the task's attempt that asked is no longer its
 // current one (the orchestrator dispatched it again): a write it would
 // issue is refused before it is sent.
 var ErrAttemptSuperseded = errors.New("attempt superseded")
