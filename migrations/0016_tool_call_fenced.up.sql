@@ -25,6 +25,12 @@ BEGIN
        OR a.kind = 'tenant' OR (a.kind = 'task' AND a.task_id IS DISTINCT FROM p_task) THEN
         RETURN 'denied';
     END IF;
+    -- A retry of an issue whose first try committed (its reply lost) finds
+    -- its row, also after a new attempt began: that attempt, which reads
+    -- the task's writes after it began, sees the row too.
+    IF EXISTS (SELECT FROM tool_call WHERE key = p_key) THEN
+        RETURN 'exists';
+    END IF;
     IF a.attempt IS DISTINCT FROM p_attempt THEN
         RETURN 'superseded';
     END IF;

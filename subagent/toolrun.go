@@ -249,7 +249,8 @@ func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	case o.err != nil:
 		state, errText, o.unknown = runs.WriteUnknown, o.err.Error(), true
 	case o.res.IsError:
-		state, errText = runs.WriteFailed, firstLine(o.res.Text)
+		// Never the tool's text first: only the loop writes notSentPrefix.
+		state, errText = runs.WriteFailed, "the tool reported: "+firstLine(o.res.Text)
 	}
 	if r.Writes == nil {
 		return

@@ -32,7 +32,11 @@ func (s *server) toolFunc(t ToolConfig) subagent.ToolFunc {
 	return func(ctx context.Context, call subagent.ToolCall) (subagent.ToolResult, error) {
 		res, err := s.call(ctx, t, call)
 		if err != nil {
-			return subagent.ToolResult{}, fmt.Errorf("mcp server %s: tool %s: %w", s.cfg.Name, t.Name, err)
+			return subagent.ToolResult{}, s.secrets.err(fmt.Errorf("mcp server %s: tool %s: %w", s.cfg.Name, t.Name, err))
+		}
+		res.Text = s.secrets.text(res.Text)
+		for i, src := range res.Sources {
+			res.Sources[i] = s.secrets.text(src)
 		}
 		return res, nil
 	}

@@ -17,12 +17,13 @@ import (
 // REVIEW comment where a human must decide. It changes nothing on the
 // server (it calls no tool). `fanout mcp inspect SERVER` runs it.
 func Inspect(ctx context.Context, cfg ServerConfig, w io.Writer) error {
-	return inspect(ctx, cfg, w, nil)
+	sec := &secrets{}
+	return sec.err(inspect(ctx, cfg, w, sec, nil))
 }
 
-func inspect(ctx context.Context, cfg ServerConfig, w io.Writer, connect func(context.Context) (sdk.Transport, error)) error {
+func inspect(ctx context.Context, cfg ServerConfig, w io.Writer, sec *secrets, connect func(context.Context) (sdk.Transport, error)) error {
 	log := slog.New(slog.DiscardHandler)
-	d := newDialer(cfg, log)
+	d := newDialer(cfg, log, sec)
 	defer d.close()
 	if connect == nil {
 		connect = d.transport

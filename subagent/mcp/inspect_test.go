@@ -18,7 +18,7 @@ func TestInspect(t *testing.T) {
 		cfg.TrustAnnotations = trusted
 		var out strings.Builder
 		connect := func(ctx context.Context) (sdk.Transport, error) { return ts.inMemory(nil)(ctx, cfg) }
-		if err := inspect(t.Context(), cfg, &out, connect); err != nil {
+		if err := inspect(t.Context(), cfg, &out, &secrets{}, connect); err != nil {
 			t.Fatal(err)
 		}
 		got := out.String()

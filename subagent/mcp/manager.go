@@ -166,7 +166,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	var g errgroup.Group
 	for i, s := range m.servers {
 		g.Go(func() error {
-			errs[i] = s.start(ctx)
+			errs[i] = s.secrets.err(s.start(ctx))
 			return nil
 		})
 	}
@@ -295,6 +295,7 @@ type server struct {
 	cfg     ServerConfig
 	log     *slog.Logger
 	dialer  *dialer
+	secrets *secrets // redacted from its errors, results and logs
 	client  *sdk.Client
 	relist  chan struct{} // a list_changed notification came
 	connect func(ctx context.Context) (sdk.Transport, error)
@@ -328,15 +329,17 @@ type dialing struct {
 }
 
 func newServer(m *Manager, i int, cfg ServerConfig) *server {
-	log := m.log.With("mcp_server", cfg.Name)
+	sec := &secrets{}
+	log := slog.New(redactingHandler{Handler: m.log.Handler(), s: sec}).With("mcp_server", cfg.Name)
 	s := &server{
-		m:      m,
-		path:   fmt.Sprintf("servers[%d] (%s)", i, cfg.Name),
-		cfg:    cfg,
-		log:    log,
-		dialer: newDialer(cfg, log),
-		relist: make(chan struct{}, 1),
-		known:  map[string]*sdk.Tool{},
+		m:       m,
+		path:    fmt.Sprintf("servers[%d] (%s)", i, cfg.Name),
+		cfg:     cfg,
+		log:     log,
+		secrets: sec,
+		dialer:  newDialer(cfg, log, sec),
+		relist:  make(chan struct{}, 1),
+		known:   map[string]*sdk.Tool{},
 	}
 	s.connect = s.dialer.transport
 	if m.opts.transport != nil {

@@ -2,7 +2,13 @@ package mcp
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 )
 
 // redacted is what a secret a server quoted back reads as.
@@ -69,4 +75,101 @@ func partialSuffix(buf, secret []byte) int {
 		}
 	}
 	return 0
+}
+
+// secrets are a server's current secrets (its bearer token), kept to redact
+// their decoded form too: the body redactor sees bytes, and a server may
+// escape a token in JSON ("\/" for "/", "\u002f") so that it is whole only
+// once the SDK decoded it. Every error a tool call or a connect returns,
+// every result's text and every log record of the server pass through it.
+type secrets struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (s *secrets) add(v string) {
+	if v == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slices.Contains(s.all, v) {
+		s.all = append(s.all, v)
+	}
+}
+
+func (s *secrets) text(t string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.all {
+		t = strings.ReplaceAll(t, v, redacted)
+	}
+	return t
+}
+
+// err is e with its text redacted; errors.Is and As still see e's chain.
+func (s *secrets) err(e error) error {
+	if e == nil {
+		return nil
+	}
+	if msg := s.text(e.Error()); msg != e.Error() {
+		return &redactedError{msg: msg, err: e}
+	}
+	return e
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactingHandler is a log handler that redacts a server's secrets from
+// each record's message and attributes.
+type redactingHandler struct {
+	slog.Handler
+	s *secrets
+}
+
+func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, h.s.text(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.attr(a))
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h redactingHandler) attr(a slog.Attr) slog.Attr {
+	switch v := a.Value.Resolve(); v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, h.s.text(v.String()))
+	case slog.KindAny:
+		if e, ok := v.Any().(error); ok {
+			return slog.Any(a.Key, h.s.err(e))
+		}
+		return slog.String(a.Key, h.s.text(fmt.Sprint(v.Any())))
+	case slog.KindGroup:
+		as := v.Group()
+		out := make([]any, len(as))
+		for i, g := range as {
+			out[i] = h.attr(g)
+		}
+		return slog.Group(a.Key, out...)
+	}
+	return a
+}
+
+func (h redactingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	out := make([]slog.Attr, len(as))
+	for i, a := range as {
+		out[i] = h.attr(a)
+	}
+	return redactingHandler{Handler: h.Handler.WithAttrs(out), s: h.s}
+}
+
+func (h redactingHandler) WithGroup(name string) slog.Handler {
+	return redactingHandler{Handler: h.Handler.WithGroup(name), s: h.s}
 }

@@ -25,13 +25,14 @@ import (
 // for stdio, a new HTTP session for http. Secrets are read here, at every
 // connect, so a rotated file is picked up by the next one.
 type dialer struct {
-	cfg ServerConfig
-	log *slog.Logger
-	rt  *http.Transport // http only: its connections are the server's
+	cfg     ServerConfig
+	log     *slog.Logger
+	rt      *http.Transport // http only: its connections are the server's
+	secrets *secrets        // the tokens it read, redacted wherever they show
 }
 
-func newDialer(cfg ServerConfig, log *slog.Logger) *dialer {
-	d := &dialer{cfg: cfg, log: log}
+func newDialer(cfg ServerConfig, log *slog.Logger, sec *secrets) *dialer {
+	d := &dialer{cfg: cfg, log: log, secrets: sec}
 	if cfg.Transport == TransportHTTP {
 		d.rt = http.DefaultTransport.(*http.Transport).Clone()
 	}
@@ -120,6 +121,7 @@ func (d *dialer) http() (sdk.Transport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("token: %w", err)
 		}
+		d.secrets.add(token)
 		u, err := url.Parse(d.cfg.URL)
 		if err != nil {
 			return nil, fmt.Errorf("url: %s", "not a URL")
