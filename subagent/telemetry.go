@@ -390,7 +390,7 @@ func (r *run) endToolSpan(ctx context.Context, span trace.Span, tool Tool, o too
 	span.End()
 	ctx = context.WithoutCancel(ctx)
 	m := metrics()
-	attrs := toolMetricAttrs(tool, llm.ToolCall{Name: tool.Name})
+	attrs := toolMetricAttrs(tool)
 	m.toolCalls.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(attrs.ToSlice(),
 		attrToolEffect.String(tool.Effect.String()), attrToolOutcome.String(outcome))...)))
 	if o.ran {
@@ -412,7 +412,7 @@ func toolServer(t Tool) string {
 
 // toolMetricAttrs are the server and tool attributes of a call's metrics;
 // a tool the task may not call is counted as "_unknown".
-func toolMetricAttrs(t Tool, _ llm.ToolCall) attribute.Set {
+func toolMetricAttrs(t Tool) attribute.Set {
 	name := t.Name
 	if name == "" {
 		name = "_unknown"

@@ -208,7 +208,7 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 		}
 	}
 	inFlight := metrics().toolInFlight
-	attrs := toolMetricAttrs(tool, c)
+	attrs := toolMetricAttrs(tool)
 	inFlight.Add(ctx, 1, metric.WithAttributeSet(attrs))
 	o.ran = true
 	o.res, o.err = tool.Func(callCtx, call)

@@ -70,7 +70,10 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	mcpTools, _ := tf.toolNames() // load read the same file
+	var mcpTools []string
+	if mcpCfg != nil {
+		mcpTools = mcpCfg.ToolNames()
+	}
 	if workers < 1 {
 		return fmt.Errorf("--worker-count: need at least 1, got %d", workers)
 	}
