@@ -1,0 +1,71 @@
+// Package auth authenticates the callers of the orchestrator's API: API keys
+// that fanout issues (a key id and a secret shown once, stored as SHA-256),
+// each bound to one tenant and a set of scopes, or an admin key that
+// manages tenants and keys. The gRPC interceptors put the caller's
+// Principal in the call's context; the services take the tenant from it
+// and from nowhere else.
+package auth
+
+import (
+	"context"
+	"slices"
+)
+
+// Scope is what a key may do.
+type Scope string
+
+// The scopes. A tenant key holds any of run, read, cancel and audit; an
+// admin key holds admin only.
+const (
+	ScopeRun    Scope = "run"    // StartRun, Run
+	ScopeRead   Scope = "read"   // GetRun, WatchRun, ListRuns
+	ScopeCancel Scope = "cancel" // CancelRun
+	ScopeAudit  Scope = "audit"  // read the tenant's spend through the API
+	ScopeAdmin  Scope = "admin"  // manage tenants and keys (global)
+)
+
+// TenantScopes are the scopes a tenant key may hold.
+var TenantScopes = []Scope{ScopeRun, ScopeRead, ScopeCancel, ScopeAudit}
+
+// Principal is who is calling.
+type Principal struct {
+	// Tenant is the tenant every call of this principal is scoped to; ""
+	// for an admin key and for an anonymous caller (--auth none).
+	Tenant string
+	// KeyID names the key (never its secret); "" when anonymous.
+	KeyID string
+	// Scopes are what the key may do.
+	Scopes []Scope
+	// Anonymous is a caller of a node run with --auth none: it may name
+	// any tenant (the request's tenant_id or the fanout-tenant-id header;
+	// "default" when it names none) and holds every scope.
+	Anonymous bool
+}
+
+// Admin reports whether the principal manages tenants and keys.
+func (p Principal) Admin() bool { return p.Anonymous || slices.Contains(p.Scopes, ScopeAdmin) }
+
+// Has reports whether the principal holds scope s.
+func (p Principal) Has(s Scope) bool { return p.Anonymous || slices.Contains(p.Scopes, s) }
+
+// Actor is how the admin log names the principal: "key:ID", or
+// "anonymous" for --auth none.
+func (p Principal) Actor() string {
+	if p.KeyID == "" {
+		return "anonymous"
+	}
+	return "key:" + p.KeyID
+}
+
+type principalKey struct{}
+
+// NewContext returns ctx carrying p.
+func NewContext(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// FromContext returns the principal of the call, if the interceptors set one.
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
