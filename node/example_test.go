@@ -22,7 +22,7 @@ func ExampleMain() {
 	m := node.NewMain(node.Config{
 		Backend:      node.BackendConfig{DatabaseURL: os.Getenv("DATABASE_URL"), GroupCommit: true},
 		Workers:      []node.WorkerConfig{{Trust: workerTrust}, {Trust: workerTrust}},
-		Orchestrator: &node.OrchestratorConfig{Trust: orchTrust},
+		Orchestrator: &node.OrchestratorConfig{Trust: orchTrust, Auth: node.CallerAuth{None: true}},
 	})
 	if err := m.Open(ctx); err != nil {
 		log.Fatal(err)

@@ -75,7 +75,7 @@ func TestMaxStreamsPerProcess(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
 	o, err := node.OpenOrchestrator(t.Context(), backend(t, url, node.BackendConfig{MaxStreams: 3}),
-		node.OrchestratorConfig{Workers: w.Addr(), Trust: orchTrust})
+		node.OrchestratorConfig{Workers: w.Addr(), Trust: orchTrust, Auth: node.CallerAuth{None: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,8 @@ type OrchestratorConfig struct {
 	// (mcp.Config.ToolNames, read without connecting to any server), which
 	// TaskSpec.allowed_tools may name too.
 	MCPTools []string
+	// Auth authenticates the callers (API keys by default; see CallerAuth).
+	Auth CallerAuth
 	// ParamsFunc, when set, changes the engine's collaborators before the
 	// engine is built: a test wraps the store or the ledger with it.
 	ParamsFunc func(*orchestrator.EngineParams)
@@ -94,7 +96,18 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		o.closeWorkers()
 		return nil, err
 	}
-	if o.srv, err = listen("orchestrator", cfg.Listen, b.streams, exited, orchestrator.ServerOptions(o.engine)...); err != nil {
+	listenAddr := cfg.Listen
+	if listenAddr == "" {
+		listenAddr = defaultListen
+	}
+	authOpts, err := cfg.Auth.serverOptions(listenAddr, b.Logger())
+	if err != nil {
+		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
+		o.closeWorkers()
+		return nil, err
+	}
+	if o.srv, err = listen("orchestrator", listenAddr, b.streams, exited,
+		append(orchestrator.ServerOptions(o.engine), authOpts...)...); err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()
 		return nil, err

@@ -110,9 +110,21 @@ func setup(t *testing.T) *testBundle {
 }
 
 // dial connects a caller to an orchestrator (plaintext, as `--auth none` on loopback).
+//
+// The test orchestrators run with --auth none, where a caller is the tenant
+// it names: every call names tenant t1 (the tenant of spec) unless its
+// context names another (tenantCtx).
 func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+			invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(withTenant(ctx, "t1"), method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+			streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(withTenant(ctx, "t1"), desc, cc, method, opts...)
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +175,8 @@ func (b *testBundle) orchestratorWith(t *testing.T, name string, cfg orchestrato
 	cfg.Node = name
 	ot, _ := trust(t)
 	o, err := fanoutnode.OpenOrchestrator(t.Context(), b.backend, fanoutnode.OrchestratorConfig{
-		Workers: strings.Join(workers, ","), Trust: ot, Engine: cfg, ParamsFunc: change})
+		Workers: strings.Join(workers, ","), Trust: ot, Engine: cfg, ParamsFunc: change,
+		Auth: fanoutnode.CallerAuth{None: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +318,14 @@ func (b *testBundle) checkRunJournal(t *testing.T, runID string) {
 func terminal(s fanoutv1.TaskStatus) bool {
 	return s != fanoutv1.TaskStatus_TASK_STATUS_UNSPECIFIED && s != fanoutv1.TaskStatus_TASK_STATUS_PENDING &&
 		s != fanoutv1.TaskStatus_TASK_STATUS_RUNNING
+}
+
+// withTenant names tenant in ctx's outgoing metadata unless it names one.
+func withTenant(ctx context.Context, tenant string) context.Context {
+	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(orchestrator.TenantMetadataKey)) > 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, orchestrator.TenantMetadataKey, tenant)
 }
 
 func tenantCtx(t *testing.T, tenant string) context.Context {

@@ -186,7 +186,7 @@ func (e *Engine) failLost(ctx context.Context, runID string) ([]*fanoutv1.TaskOu
 		countTask(ctx, o) // its TaskFinished is stored with it
 	}
 	e.wake(runID)
-	run, err := e.store.GetRun(ctx, "", runID)
+	run, err := e.store.ReadRun(ctx, runID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read adopted run: %w", err)
 	}

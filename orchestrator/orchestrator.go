@@ -17,7 +17,8 @@ import (
 
 // RunStore persists runs, their tasks and their event history, so that any
 // replica can answer for any run. Package store implements it on PostgreSQL
-// (store.Runs). An empty tenantID in a read matches any tenant.
+// (store.Runs). Every read on behalf of a caller names the caller's tenant
+// (an empty one is runs.ErrNoTenant); ReadRun is the engine's own.
 //
 // Unknown runs and tasks are reported as runs.ErrNotFound.
 type RunStore interface {
@@ -26,8 +27,11 @@ type RunStore interface {
 	// returns it with created true. If the tenant already has a run with the
 	// same idempotency key it writes nothing and returns that run, created false.
 	CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (stored *fanoutv1.Run, created bool, err error)
-	// GetRun returns a run and its tasks' outcomes in dispatch order.
+	// GetRun returns a run of the tenant and its tasks' outcomes in dispatch order.
 	GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error)
+	// ReadRun is GetRun of any tenant, for the engine's own paths (adopting
+	// a run, ending one it drives): never for a caller's request.
+	ReadRun(ctx context.Context, runID string) (*fanoutv1.Run, error)
 	// ListRuns returns summaries of up to limit runs of a tenant in state
 	// (any state if unspecified), newest first, older than (beforeCreated,
 	// beforeID) when beforeCreated is not zero. A summary has its budget and

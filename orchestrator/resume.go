@@ -76,7 +76,7 @@ func (e *Engine) resume(a runs.Adoption) error {
 	adopted := time.Now() // a.At on this node's clock
 	ctx, cancel := cleanup(e.base)
 	defer cancel()
-	run, err := e.store.GetRun(ctx, "", a.RunID)
+	run, err := e.store.ReadRun(ctx, a.RunID)
 	if err != nil {
 		return fmt.Errorf("read the run: %w", err)
 	}

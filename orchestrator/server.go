@@ -18,14 +18,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
 )
 
-// TenantMetadataKey is the gRPC metadata key that scopes GetRun, WatchRun
-// and CancelRun to one tenant. Without it those calls see every tenant's
-// runs (there is no authentication yet: put the orchestrator behind one).
+// TenantMetadataKey is the gRPC metadata key an anonymous caller (a node
+// run with --auth none) names its tenant with. With API keys the tenant is
+// the key's: a header naming another is PERMISSION_DENIED.
 const TenantMetadataKey = "fanout-tenant-id"
 
 const (
@@ -71,11 +72,16 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.e.Shutdown(ctx) 
 // Run implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer[fanoutv1.RunResponse]) error {
 	ctx := stream.Context()
-	run, created, err := s.e.Submit(ctx, req.GetSpec())
+	spec, err := specOfCaller(ctx, req.GetSpec())
+	if err != nil {
+		return err
+	}
+	run, created, err := s.e.Submit(ctx, spec)
 	if err != nil {
 		return s.toStatus(ctx, err)
 	}
-	err = s.e.Watch(ctx, "", run.GetRunId(), 0, func(ev *fanoutv1.RunEvent) error {
+	tenant := run.GetTenantId()
+	err = s.e.Watch(ctx, tenant, run.GetRunId(), 0, func(ev *fanoutv1.RunEvent) error {
 		return stream.Send(&fanoutv1.RunResponse{Event: ev})
 	})
 	if err != nil && ctx.Err() != nil && created {
@@ -83,7 +89,7 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 		// that joined an existing run by its key does not own it.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if _, cerr := s.e.Cancel(cctx, "", run.GetRunId(), "caller cancelled Run"); cerr != nil {
+		if _, cerr := s.e.Cancel(cctx, tenant, run.GetRunId(), "caller cancelled Run"); cerr != nil {
 			s.log.ErrorContext(ctx, "cancel run of departed caller", "run_id", run.GetRunId(), "err", cerr)
 		}
 	}
@@ -95,7 +101,11 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 
 // StartRun implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*fanoutv1.StartRunResponse, error) {
-	run, _, err := s.e.Submit(ctx, req.GetSpec())
+	spec, err := specOfCaller(ctx, req.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	run, _, err := s.e.Submit(ctx, spec)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -114,7 +124,11 @@ func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStrea
 	if err := v.err(); err != nil {
 		return s.toStatus(ctx, err)
 	}
-	err := s.e.Watch(ctx, tenantOf(ctx), req.GetRunId(), req.GetAfterSequence(), func(ev *fanoutv1.RunEvent) error {
+	tenant, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return err
+	}
+	err = s.e.Watch(ctx, tenant, req.GetRunId(), req.GetAfterSequence(), func(ev *fanoutv1.RunEvent) error {
 		return stream.Send(&fanoutv1.WatchRunResponse{Event: ev})
 	})
 	return s.toStatus(ctx, err)
@@ -128,7 +142,11 @@ func (s *Server) GetRun(ctx context.Context, req *fanoutv1.GetRunRequest) (*fano
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	run, err := s.e.Get(ctx, tenantOf(ctx), req.GetRunId())
+	tenant, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
+	run, err := s.e.Get(ctx, tenant, req.GetRunId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -146,11 +164,15 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	tenant, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
 	cause := "cancelled by caller"
 	if req.GetReason() != "" {
 		cause += ": " + req.GetReason()
 	}
-	run, err := s.e.Cancel(ctx, tenantOf(ctx), req.GetRunId(), cause)
+	run, err := s.e.Cancel(ctx, tenant, req.GetRunId(), cause)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -169,12 +191,15 @@ type pageToken struct {
 func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*fanoutv1.ListRunsResponse, error) {
 	var v validator
 	v.text("", req.ProtoReflect()) // every string reaches PostgreSQL or a log
-	tenant := req.GetTenantId()
-	if tenant == "" {
-		tenant = "default"
+	if n := len(req.GetTenantId()); n > maxTenantIDBytes {
+		v.add("tenant_id", "must be at most %d bytes, got %d", maxTenantIDBytes, n)
 	}
-	if len(tenant) > maxTenantIDBytes {
-		v.add("tenant_id", "must be at most %d bytes, got %d", maxTenantIDBytes, len(tenant))
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	tenant, err := callerTenant(ctx, "tenant_id", req.GetTenantId())
+	if err != nil {
+		return nil, err
 	}
 	size := int(req.GetPageSize())
 	switch {
@@ -249,14 +274,77 @@ func requireRunID(v *validator, id string) {
 	}
 }
 
-// tenantOf returns the tenant the call is scoped to, or "" for any.
-func tenantOf(ctx context.Context) string {
+// callerTenant returns the tenant the call is scoped to: its credential's
+// (auth.Principal), and nothing else's. field is the request field that
+// names a tenant (asked, "" if none): naming another tenant there, or in the
+// fanout-tenant-id header, is PERMISSION_DENIED, and nothing is read or
+// written. An anonymous caller (--auth none) is the tenant it names (the
+// field, else the header, else "default"). A call with no principal (a
+// server built without the auth interceptors) is refused: fail closed.
+func callerTenant(ctx context.Context, field, asked string) (string, error) {
+	// A malformed tenant is the caller's mistake whoever it is: say so
+	// (INVALID_ARGUMENT) before comparing it with anyone's.
+	if why := textProblem(asked); why != "" {
+		return "", badField(field, why)
+	} else if len(asked) > maxTenantIDBytes {
+		return "", badField(field, fmt.Sprintf("must be at most %d bytes, got %d", maxTenantIDBytes, len(asked)))
+	}
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return "", status.Error(codes.Unauthenticated, "no credential: this server authenticates no caller")
+	}
+	header := ""
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(TenantMetadataKey); len(v) > 0 {
-			return v[0]
+			header = v[0]
 		}
 	}
-	return ""
+	if p.Anonymous {
+		switch {
+		case asked != "" && header != "" && asked != header:
+			return "", denied(field, fmt.Sprintf("names tenant %q but the %s header names %q", asked, TenantMetadataKey, header))
+		case asked != "":
+			return asked, nil
+		case header != "":
+			return header, nil
+		}
+		return "default", nil
+	}
+	if p.Tenant == "" {
+		return "", status.Error(codes.PermissionDenied,
+			"an admin key manages tenants and keys; call with a key of the tenant")
+	}
+	if asked != "" && asked != p.Tenant {
+		return "", denied(field, fmt.Sprintf("names tenant %q; this key's tenant is %q", asked, p.Tenant))
+	}
+	if header != "" && header != p.Tenant {
+		return "", denied(TenantMetadataKey, fmt.Sprintf("names tenant %q; this key's tenant is %q", header, p.Tenant))
+	}
+	return p.Tenant, nil
+}
+
+// specOfCaller returns spec with its tenant_id set to the caller's tenant
+// (callerTenant), or the PERMISSION_DENIED status when it names another.
+func specOfCaller(ctx context.Context, spec *fanoutv1.RunSpec) (*fanoutv1.RunSpec, error) {
+	tenant, err := callerTenant(ctx, "spec.tenant_id", spec.GetTenantId())
+	if err != nil || spec == nil {
+		return spec, err
+	}
+	if spec.GetTenantId() != tenant {
+		spec = proto.CloneOf(spec)
+		spec.TenantId = tenant
+	}
+	return spec, nil
+}
+
+func badField(field, why string) error {
+	return withDetails(codes.InvalidArgument, field+": "+why, &errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: why}}})
+}
+
+func denied(field, why string) error {
+	return withDetails(codes.PermissionDenied, field+": "+why, &errdetails.ErrorInfo{
+		Reason: "TENANT_MISMATCH", Domain: errorDomain, Metadata: map[string]string{"field": field}})
 }
 
 // toStatus is the one mapping from the engine's errors to gRPC status.

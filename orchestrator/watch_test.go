@@ -104,7 +104,7 @@ func TestSlowReaderEndsNamingWhereToResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	ctx, cancel := context.WithTimeout(tenantCtx(t, "t1"), patience)
 	defer cancel()
 	stream, err := fanoutv1.NewOrchestratorServiceClient(conn).WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
 	if err != nil {

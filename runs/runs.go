@@ -22,6 +22,9 @@ import (
 var (
 	// ErrNotFound: no such run or task (or not the caller's tenant's).
 	ErrNotFound = errors.New("run not found")
+	// ErrNoTenant: a read on behalf of a caller named no tenant. Every such
+	// read is scoped to one; this is a bug in the calling code.
+	ErrNoTenant = errors.New("a tenant is required")
 	// ErrEnded: the run or task has already ended, for instance ended by
 	// the replica that adopted the run; a terminal outcome is final.
 	ErrEnded = errors.New("already ended")

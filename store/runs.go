@@ -251,10 +251,25 @@ func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
 	return out, nil
 }
 
-// GetRun returns a run with every task's outcome in dispatch order. An empty
-// tenantID matches any tenant. Returns runs.ErrNotFound if there is no
-// such run for the tenant.
+// GetRun returns a run of tenantID with every task's outcome in dispatch
+// order. Returns runs.ErrNotFound if the tenant has no such run, and
+// runs.ErrNoTenant for an empty tenantID: every read on behalf of a caller
+// is scoped to the caller's tenant.
 func (s *Runs) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {
+	if tenantID == "" {
+		return nil, fmt.Errorf("get run %s: %w", runID, runs.ErrNoTenant)
+	}
+	return s.getRun(ctx, tenantID, runID)
+}
+
+// ReadRun returns a run of any tenant: for the engine's own paths (adopting
+// a run, ending a run it drives), which know a run only by its id. Never
+// for a caller's request (GetRun is).
+func (s *Runs) ReadRun(ctx context.Context, runID string) (*fanoutv1.Run, error) {
+	return s.getRun(ctx, "", runID)
+}
+
+func (s *Runs) getRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {
 	found, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
 		WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2)`, runID, tenantID)
 	if err != nil {
@@ -626,7 +641,7 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 	if err != nil {
 		return nil, false, err
 	}
-	run, err = s.GetRun(ctx, "", runID)
+	run, err = s.ReadRun(ctx, runID)
 	return run, err == nil && ended, err
 }
 
@@ -1042,12 +1057,15 @@ func (s *Runs) appendGroups(ctx context.Context, groups [][]*eventOp) error {
 }
 
 // Events returns up to limit events of the run with sequence > after, in
-// sequence order. An empty tenantID matches any tenant. An unknown run has
-// no events.
+// sequence order. An unknown run (or one of another tenant) has no events;
+// an empty tenantID is runs.ErrNoTenant.
 func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error) {
+	if tenantID == "" {
+		return nil, fmt.Errorf("events of run %s: %w", runID, runs.ErrNoTenant)
+	}
 	out, err := retry(ctx, s.log, "runs.events", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.RunEvent, error) {
 		rows, err := s.pool.Query(ctx, `SELECT sequence, event, created_at FROM run_event
-			WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2) AND sequence > $3
+			WHERE run_id = $1 AND tenant_id = $2 AND sequence > $3
 			ORDER BY sequence LIMIT $4`, runID, tenantID, after, limit)
 		if err != nil {
 			return nil, err

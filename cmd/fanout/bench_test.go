@@ -49,7 +49,8 @@ func (c *cluster) startEngine(tb testing.TB, cfg orchestrator.Config) {
 	m := node.NewMain(node.Config{
 		Backend: node.BackendConfig{DatabaseURL: storetest.NodeURL(tb, c.url), SweepInterval: time.Second,
 			PollInterval: 200 * time.Millisecond, GroupCommit: true, Logger: newLogger(io.Discard, "error")},
-		Orchestrator: &node.OrchestratorConfig{Workers: strings.Join(addrs, ","), Engine: cfg, Trust: orchTrust},
+		Orchestrator: &node.OrchestratorConfig{Workers: strings.Join(addrs, ","), Engine: cfg, Trust: orchTrust,
+			Auth: node.CallerAuth{None: true}},
 	})
 	if err := m.Open(context.Background()); err != nil {
 		tb.Fatal(err)

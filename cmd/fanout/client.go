@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -28,16 +31,83 @@ type clientFlags struct {
 	addr   string
 	json   bool
 	tenant string
+	key    secretFlag
+	tlsCA  string
+	tls    bool
 }
 
 func (c *clientFlags) register(f *flags) {
 	f.StringVar(&c.addr, "addr", "127.0.0.1:50051", "orchestrator address")
 	f.BoolVar(&c.json, "json", false, "machine-readable output (protojson, one object per line)")
-	f.StringVar(&c.tenant, "tenant", "", "act as this tenant: scopes reads and cancels to its runs, and is the tenant of runs whose spec names none")
+	f.StringVar(&c.tenant, "tenant", "", "with --auth none only: act as this tenant (with a key, the key's tenant is the tenant)")
+	f.Var(&c.key, "api-key", "the API key to call with; give it as the environment variable, never on a command line")
+	f.StringVar(&c.tlsCA, "tls-ca", "", "PEM file of the CA of the orchestrator's caller-facing certificate (implies --tls)")
+	f.BoolVar(&c.tls, "tls", false, "call over TLS, trusting the system's CAs")
+}
+
+// secretFlag is a flag holding a credential: it never prints its value (in
+// --help, in an error), so only the environment and the server see it.
+type secretFlag struct{ v string }
+
+func (s *secretFlag) String() string     { return "" }
+func (s *secretFlag) Set(v string) error { s.v = v; return nil }
+
+// callOptions are the dial options of a client command: TLS (--tls,
+// --tls-ca) or plaintext, and the API key as `authorization: Bearer` on
+// every call. A key is sent in plaintext only to a loopback address.
+func (c *clientFlags) callOptions() ([]grpc.DialOption, error) {
+	var opts []grpc.DialOption
+	switch {
+	case c.tlsCA != "":
+		creds, err := credentials.NewClientTLSFromFile(c.tlsCA, "")
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		opts = append(opts, grpc.WithTransportCredentials(creds))
+	case c.tls:
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})))
+	default:
+		if c.key.v != "" && !loopbackTarget(c.addr) {
+			return nil, fmt.Errorf("--addr %s: an API key goes to a non-loopback address only over TLS: pass --tls or --tls-ca", c.addr)
+		}
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if c.key.v != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: c.key.v, tls: c.tls || c.tlsCA != ""}))
+	}
+	return opts, nil
+}
+
+// bearer sends an API key as `authorization: Bearer <key>`.
+type bearer struct {
+	token string
+	tls   bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.tls }
+
+// loopbackTarget reports whether a dial target is a loopback address.
+func loopbackTarget(addr string) bool {
+	host, _, err := net.SplitHostPort(strings.TrimPrefix(addr, "dns:///"))
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *clientFlags) dial() (fanoutv1.OrchestratorServiceClient, func(), error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	opts, err := c.callOptions()
+	if err != nil {
+		return nil, nil, err
+	}
 	if c.tenant != "" {
 		// Every call carries the tenant, so the server scopes it.
 		md := []string{orchestrator.TenantMetadataKey, c.tenant}

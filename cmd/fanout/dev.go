@@ -110,7 +110,8 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust, MCPTools: mcpTools}}
+	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust, MCPTools: mcpTools,
+		Auth: node.CallerAuth{None: true}}}
 	for i := range workers {
 		wc := node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(), MCP: mcpCfg,
 			ModelsFunc: prov.modelsFunc(env), Server: subagent.ServerConfig{Name: fmt.Sprintf("worker-%d", i+1)}}

@@ -351,7 +351,7 @@ func orchestratorArgs(t testing.TB, databaseURL string, workers []*workerProc, e
 	}
 	f := testPeer(t)
 	return append([]string{"orchestrator", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
-		"--workers", strings.Join(addrs, ","), "--log-level", "info",
+		"--workers", strings.Join(addrs, ","), "--log-level", "info", "--auth", "none",
 		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Orchestrator.Cert, "--peer-tls-key", f.Orchestrator.Key,
 		"--peer-signing-key", f.SigningKey}, extra...)
 }

@@ -181,11 +181,16 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	tf.registerConfig(f)
 	var pf peerFlags
 	pf.register(f, peer.RoleOrchestrator)
+	var cf callerFlags
+	cf.register(f)
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
 	applyEngine()
 	var err error
+	if oc.Auth, err = cf.config(); err != nil {
+		return err
+	}
 	if oc.MCPTools, err = tf.toolNames(); err != nil {
 		return err
 	}

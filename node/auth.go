@@ -1,0 +1,85 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/fanout/fanout/auth"
+)
+
+// CallerAuth is how an orchestrator authenticates its callers: the edge
+// that faces the teams calling fanout, apart from the peer mTLS between
+// orchestrators and workers. The zero value authenticates every call with
+// an API key and serves it in plaintext (put TLS on it unless a proxy on
+// the same host ends TLS).
+type CallerAuth struct {
+	// None serves every caller as an anonymous principal that may name any
+	// tenant (--auth none): for `fanout dev` and tests on loopback. It is
+	// logged loudly at start, and refused on an address beyond loopback
+	// unless InsecureNoAuth is set too.
+	None bool
+	// InsecureNoAuth allows None on an address beyond loopback.
+	InsecureNoAuth bool
+	// TLS, when set, is the TLS of the caller-facing listener (its
+	// certificate; client certificates are not asked for).
+	TLS *tls.Config
+}
+
+// serverOptions returns the options of the caller-facing server: its
+// transport credentials and the interceptors that put the caller's
+// auth.Principal in every call's context.
+func (a CallerAuth) serverOptions(addr string, log *slog.Logger) ([]grpc.ServerOption, error) {
+	var opts []grpc.ServerOption
+	if a.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(a.TLS)))
+	}
+	if !a.None {
+		return nil, errors.New("orchestrator: API key authentication is not wired yet: use CallerAuth.None")
+	}
+	if !isLoopback(addr) && !a.InsecureNoAuth {
+		return nil, fmt.Errorf("orchestrator: refusing to serve %s without authentication: "+
+			"--auth none is for loopback; give callers API keys, or pass --insecure-no-auth", addr)
+	}
+	log.Warn("AUTHENTICATION IS OFF (--auth none): every caller may act as any tenant, manage tenants and keys; "+
+		"use it on loopback only", "listen", addr)
+	opts = append(opts, grpc.ChainUnaryInterceptor(anonymousUnary), grpc.ChainStreamInterceptor(anonymousStream))
+	return opts, nil
+}
+
+func anonymousUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(auth.NewContext(ctx, auth.Principal{Anonymous: true}), req)
+}
+
+func anonymousStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &principalStream{ServerStream: ss, ctx: auth.NewContext(ss.Context(), auth.Principal{Anonymous: true})})
+}
+
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }
+
+// isLoopback reports whether addr (HOST:PORT, as listened on) is only
+// reachable from this host: a loopback IP or localhost. An empty host
+// (":50051") listens on every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
