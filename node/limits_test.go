@@ -156,7 +156,7 @@ func TestLedgerPoolIsSeparate(t *testing.T) {
 	// Positive control: the run store is on the pool held.
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	if _, err := b.Runs().GetRun(short, "", "r"); short.Err() == nil {
+	if _, err := b.Runs().GetRun(short, "default", "r"); short.Err() == nil {
 		t.Fatalf("GetRun with the API pool held: %v; want it to wait for a connection", err)
 	}
 

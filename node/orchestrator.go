@@ -15,6 +15,7 @@ import (
 
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
 )
 
@@ -88,6 +89,8 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		Workers: pool,
 		Signer:  cfg.Trust.Signer,
 		Config:  cfg.Engine,
+		Tenants: b.Runs(),
+		Slots:   tenantTaskSlots{store.NewSemaphore(b.Pool(), store.SemaphoreConfig{Logger: b.Logger()})},
 	}
 	if cfg.ParamsFunc != nil {
 		cfg.ParamsFunc(&params)
@@ -186,4 +189,22 @@ func (o *Orchestrator) Close(ctx context.Context) error {
 		defer o.closeWorkers()
 		return o.engine.Shutdown(ctx)
 	})
+}
+
+// taskSlotTTL is the lease of a tenant's task slot: renewed every third of
+// it while the task runs, freed by itself that long after its holder died.
+const taskSlotTTL = 30 * time.Second
+
+// tenantTaskSlots is *store.Semaphore as the engine's orchestrator.TaskSlots.
+type tenantTaskSlots struct{ s *store.Semaphore }
+
+var _ orchestrator.TaskSlots = tenantTaskSlots{}
+
+func (t tenantTaskSlots) Hold(ctx context.Context, holder, key string, limit int, fn func(context.Context) error) error {
+	lease, err := t.s.Acquire(ctx, holder, []store.SlotRequest{{Key: key, Limit: limit}}, taskSlotTTL)
+	if err != nil {
+		return err
+	}
+	defer t.s.Release(context.WithoutCancel(ctx), lease, 0) //nolint:errcheck // logged by Release; the slot frees itself at its lease's end
+	return t.s.Hold(ctx, &lease, fn)
 }

@@ -49,6 +49,7 @@ type driver struct {
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
 	exhausted  bool          // the exhaustion was reported (event, drain)
+	exhaustion string        // the run account's cause then ("tenant budget exhausted", ...)
 	drain      chan struct{} // closed when DRAIN stops new dispatches
 	drainOnce  sync.Once
 }
@@ -303,6 +304,9 @@ func (d *driver) markExhausted(ctx context.Context) bool {
 	ev := &fanoutv1.BudgetExhausted{}
 	if acct, err := d.e.ledger.RunAccount(cctx, d.runID); err == nil {
 		ev.Budget = snapshot(acct)
+		d.mu.Lock()
+		d.exhaustion = acct.Cause
+		d.mu.Unlock()
 	}
 	d.event(cctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
 	return true
@@ -312,6 +316,18 @@ func (d *driver) isExhausted() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.exhausted
+}
+
+// exhaustedCause is why the run's budget ran out, as its account says
+// ("budget exhausted" for its own, "tenant budget exhausted" for its
+// tenant's), or "" if it has not.
+func (d *driver) exhaustedCause() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.exhausted {
+		return ""
+	}
+	return cmpOr(d.exhaustion, budget.ErrExhausted.Error())
 }
 
 // event appends an event, logging a failure: losing one progress event must
@@ -412,7 +428,9 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 	taskCtx, cancel := context.WithTimeoutCause(runCtx, req.GetTask().GetTimeout().AsDuration(), errTaskTimeout)
 	defer cancel()
 
-	o := d.dispatch(taskCtx, first, req, taskProgress{d: d, taskID: req.GetTask().GetId()})
+	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
+		return d.dispatch(ctx, first, req, taskProgress{d: d, taskID: req.GetTask().GetId()})
+	})
 	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)
 
 	ctx, cancelCleanup := cleanup(runCtx)

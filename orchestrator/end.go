@@ -171,7 +171,7 @@ func (d *driver) end(runCtx context.Context) {
 	}
 	d.recordStopLatency(runCtx)
 	runCause := d.finalCause(runCtx)
-	state, cause := runState(d.p, runCause, d.isExhausted(), d.outcomes)
+	state, cause := runState(d.p, runCause, d.exhaustedCause(), d.outcomes)
 	d.countDiscarded(runCtx, runCause)
 	result := join(d.outcomes)
 	if d.p.spec.GetSynthesize() {

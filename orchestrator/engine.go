@@ -32,6 +32,10 @@ type EngineParams struct {
 	// ones). Required.
 	Signer *peer.Signer
 	Config Config
+	// Tenants reads tenants' quotas; nil: no tenant has any.
+	Tenants TenantStore
+	// Slots bounds tenants' tasks in flight; nil: unbounded.
+	Slots TaskSlots
 }
 
 // Engine creates runs, drives them on this node (dispatching their tasks to
@@ -43,6 +47,8 @@ type Engine struct {
 	ledger  budget.Ledger
 	watcher RunWatcher
 	workers *WorkerPool
+	tenants TenantStore
+	slots   TaskSlots
 	cfg     Config
 
 	// base is the context of every run this engine drives: the engine's
@@ -114,6 +120,8 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		ledger:     p.Ledger,
 		watcher:    p.Watcher,
 		workers:    p.Workers,
+		tenants:    p.Tenants,
+		slots:      p.Slots,
 		cfg:        p.Config.withDefaults(),
 		base:       base,
 		cancelBase: cancel,
@@ -153,6 +161,9 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	}
 	if e.isClosing() {
 		return nil, false, ErrShuttingDown
+	}
+	if err := e.admit(ctx, p, false); err != nil {
+		return nil, false, err
 	}
 	start := time.Now()
 	// Once the run row exists, finish creating it even if the caller leaves.
@@ -257,6 +268,7 @@ func openRunParams(runID string, p *plan) budget.OpenRunParams {
 	return budget.OpenRunParams{
 		RunID:          runID,
 		TenantID:       p.tenantID,
+		TenantAccount:  p.tenantAccount,
 		Limit:          p.spec.GetBudget().GetLimitTokens(),
 		MinReservation: p.minReservation,
 		Tasks:          tasks,

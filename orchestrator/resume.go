@@ -84,6 +84,9 @@ func (e *Engine) resume(a runs.Adoption) error {
 	if err != nil {
 		return &resumeError{fmt.Errorf("its spec does not plan here: %w", err)}
 	}
+	if err := e.admit(ctx, p, true); err != nil {
+		return err
+	}
 	accounts, err := e.ledger.OpenRun(ctx, openRunParams(a.RunID, p)) // the accounts it has
 	if err != nil {
 		return fmt.Errorf("read the run's ledger accounts: %w", err)

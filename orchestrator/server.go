@@ -356,7 +356,12 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	}
 	var ve *ValidationError
 	var slow *SlowReaderError
+	var quota *runs.QuotaError
 	switch {
+	case errors.As(err, &quota):
+		return withDetails(codes.ResourceExhausted, quota.Error(), &errdetails.QuotaFailure{
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "tenant:" + quota.Tenant + "/" + quota.Quota,
+				Description: fmt.Sprintf("at most %d; %d in use", quota.Limit, quota.Used)}}})
 	case errors.As(err, &slow):
 		after := strconv.FormatInt(slow.After, 10)
 		return withDetails(codes.ResourceExhausted, slow.Error(),

@@ -53,16 +53,16 @@ func (e *failFastError) Error() string {
 }
 
 // runState is how a run ends, given the cause of its context (nil when
-// every task ended by itself), whether its budget was exhausted (the
-// ledger said so, also under DRAIN, which cancels nothing) and its tasks'
-// outcomes.
-func runState(p *plan, cause error, exhausted bool, outcomes []*fanoutv1.TaskOutcome) (fanoutv1.RunState, string) {
+// every task ended by itself), why its budget was exhausted if it was (the
+// ledger said so, also under DRAIN, which cancels nothing; "" if not) and
+// its tasks' outcomes.
+func runState(p *plan, cause error, exhausted string, outcomes []*fanoutv1.TaskOutcome) (fanoutv1.RunState, string) {
 	var ff *failFastError
 	var ce *CancelError
 	switch {
 	case cause == nil || errors.Is(cause, errFirstSuccess) || errors.Is(cause, context.Canceled):
-		if exhausted {
-			return fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, budget.ErrExhausted.Error()
+		if exhausted != "" {
+			return fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, exhausted
 		}
 		if p.spec.GetJoinPolicy() == fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS {
 			for _, o := range outcomes {
@@ -74,7 +74,7 @@ func runState(p *plan, cause error, exhausted bool, outcomes []*fanoutv1.TaskOut
 		}
 		return fanoutv1.RunState_RUN_STATE_SUCCEEDED, ""
 	case errors.Is(cause, budget.ErrExhausted):
-		return fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, budget.ErrExhausted.Error()
+		return fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, cmpOr(exhausted, budget.ErrExhausted.Error())
 	case errors.As(cause, &ff):
 		return fanoutv1.RunState_RUN_STATE_FAILED, ff.Error()
 	case errors.As(cause, &ce):

@@ -54,24 +54,26 @@ func TestRunState(t *testing.T) {
 		name      string
 		p         *plan
 		cause     error
-		exhausted bool
+		exhausted string
 		outcomes  []*fanoutv1.TaskOutcome
 		want      fanoutv1.RunState
 		wantCause string
 	}{
-		{"every task ended", p, nil, false, ok, fanoutv1.RunState_RUN_STATE_SUCCEEDED, ""},
-		{"drained: exhausted without a cause", p, nil, true, ok, fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, "budget exhausted"},
-		{"stopped: exhausted", p, budget.ErrExhausted, true, ok, fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, "budget exhausted"},
-		{"cancelled", p, &CancelError{Cause: "by ops"}, false, ok, fanoutv1.RunState_RUN_STATE_CANCELLED, "by ops"},
-		{"cancelled after exhaustion", p, &CancelError{Cause: "by ops"}, true, ok, fanoutv1.RunState_RUN_STATE_CANCELLED, "by ops"},
-		{"run timeout", p, errRunTimeout, false, ok, fanoutv1.RunState_RUN_STATE_TIMED_OUT, "run timed out after 1m30s"},
-		{"shutdown", p, errShutdown, false, ok, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error()},
-		{"fail fast", p, &failFastError{taskID: "t1", status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, reason: "boom"}, false, failed,
+		{"every task ended", p, nil, "", ok, fanoutv1.RunState_RUN_STATE_SUCCEEDED, ""},
+		{"drained: exhausted without a cause", p, nil, "budget exhausted", ok, fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, "budget exhausted"},
+		{"stopped: exhausted", p, budget.ErrExhausted, "budget exhausted", ok, fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, "budget exhausted"},
+		{"drained: the tenant's budget", p, nil, "tenant budget exhausted", ok, fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, "tenant budget exhausted"},
+		{"stopped: the tenant's budget", p, budget.ErrExhausted, "tenant budget exhausted", ok, fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED, "tenant budget exhausted"},
+		{"cancelled", p, &CancelError{Cause: "by ops"}, "", ok, fanoutv1.RunState_RUN_STATE_CANCELLED, "by ops"},
+		{"cancelled after exhaustion", p, &CancelError{Cause: "by ops"}, "budget exhausted", ok, fanoutv1.RunState_RUN_STATE_CANCELLED, "by ops"},
+		{"run timeout", p, errRunTimeout, "", ok, fanoutv1.RunState_RUN_STATE_TIMED_OUT, "run timed out after 1m30s"},
+		{"shutdown", p, errShutdown, "", ok, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error()},
+		{"fail fast", p, &failFastError{taskID: "t1", status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, reason: "boom"}, "", failed,
 			fanoutv1.RunState_RUN_STATE_FAILED, "task t1 ended FAILED: boom"},
-		{"first success", first, errFirstSuccess, false, ok, fanoutv1.RunState_RUN_STATE_SUCCEEDED, ""},
-		{"first success: none", first, nil, false, failed, fanoutv1.RunState_RUN_STATE_FAILED, "no task succeeded (join policy FIRST_SUCCESS)"},
-		{"lost", p, errRunLost, false, ok, fanoutv1.RunState_RUN_STATE_FAILED, errRunLost.Error()},
-		{"other", p, errors.New("boom"), false, ok, fanoutv1.RunState_RUN_STATE_FAILED, "boom"},
+		{"first success", first, errFirstSuccess, "", ok, fanoutv1.RunState_RUN_STATE_SUCCEEDED, ""},
+		{"first success: none", first, nil, "", failed, fanoutv1.RunState_RUN_STATE_FAILED, "no task succeeded (join policy FIRST_SUCCESS)"},
+		{"lost", p, errRunLost, "", ok, fanoutv1.RunState_RUN_STATE_FAILED, errRunLost.Error()},
+		{"other", p, errors.New("boom"), "", ok, fanoutv1.RunState_RUN_STATE_FAILED, "boom"},
 	} {
 		got, cause := runState(c.p, c.cause, c.exhausted, c.outcomes)
 		if got != c.want || cause != c.wantCause {

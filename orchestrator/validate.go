@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -148,6 +149,10 @@ type plan struct {
 	taskTimeouts   []time.Duration
 	iterations     []int32
 	deps           [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
+
+	// Of the tenant (Engine.admit), not of the spec:
+	tenantAccount    budget.AccountID // its ledger account, 0 if it has no budget
+	maxTasksInFlight int              // its cap on tasks in flight, 0 if none
 }
 
 // Validate checks spec against the API contract and cfg's caps and returns

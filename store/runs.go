@@ -119,10 +119,63 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	return out, created, err
 }
 
-// createRun is CreateRun's transaction: it inserts the run and its tasks
-// (created), or finds the key taken and returns the id of the run that has it.
+// TenantQuotas returns the tenant's quotas (zero for a tenant with none,
+// or with no row yet).
+func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (runs.Quotas, error) {
+	return retry(ctx, s.log, "runs.tenant_quotas", idempotent, func(ctx context.Context, _ try) (runs.Quotas, error) {
+		var q runs.Quotas
+		err := s.pool.QueryRow(ctx, `SELECT coalesce(max_run_tokens, 0), coalesce(max_concurrent_runs, 0),
+				coalesce(max_tasks_in_flight, 0)
+			FROM tenant WHERE tenant_id = $1`, tenantID).Scan(&q.MaxRunTokens, &q.MaxConcurrentRuns, &q.MaxTasksInFlight)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return runs.Quotas{}, nil
+		}
+		return q, err
+	})
+}
+
+// admitRun enforces the tenant's max_concurrent_runs on a run about to be
+// created, in CreateRun's transaction: it counts the tenant's RUNNING runs
+// under a transaction-scoped advisory lock of the tenant, which every
+// admission of that tenant takes, so two replicas admitting at once are
+// counted one after the other and cannot both pass the cap. A retry of a
+// run that exists (its idempotency key is taken) is never refused.
+func admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
+	var limit *int
+	err := tx.QueryRow(ctx, `SELECT max_concurrent_runs FROM tenant WHERE tenant_id = $1`, run.GetTenantId()).Scan(&limit)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && limit == nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('fanout.tenant_runs ' || $1, 0))`,
+		run.GetTenantId()); err != nil {
+		return err
+	}
+	var taken bool
+	var running int64
+	err = tx.QueryRow(ctx, `SELECT
+			EXISTS (SELECT FROM run WHERE tenant_id = $1 AND idempotency_key = $2),
+			(SELECT count(*) FROM run WHERE tenant_id = $1 AND state = 'RUNNING')`,
+		run.GetTenantId(), run.GetIdempotencyKey()).Scan(&taken, &running)
+	if err != nil || taken {
+		return err
+	}
+	if running >= int64(*limit) {
+		return &runs.QuotaError{Tenant: run.GetTenantId(), Quota: "max_concurrent_runs", Limit: int64(*limit), Used: running}
+	}
+	return nil
+}
+
+// createRun is CreateRun's transaction: it admits the run (admitRun), then
+// inserts it and its tasks (created), or finds the key taken and returns
+// the id of the run that has it.
 func createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, spec, labels []byte, owner string,
 	taskIDs []string) (created bool, existingID string, err error) {
+	if err := admitRun(ctx, tx, run); err != nil {
+		return false, "", err
+	}
 	var createdAt time.Time
 	err = tx.QueryRow(ctx, `
 		INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)

@@ -236,6 +236,11 @@ func cmdRun(ctx context.Context, env *Env, args []string) error {
 	if cf.tenant != "" && req.GetSpec().GetTenantId() == "" && req.Spec != nil {
 		req.Spec.TenantId = cf.tenant
 	}
+	if cf.tenant == "" {
+		// With --auth none the run's reads name its tenant too (a key's
+		// tenant is the tenant whatever the header says).
+		cf.tenant = req.GetSpec().GetTenantId()
+	}
 	client, closeConn, err := cf.dial()
 	if err != nil {
 		return err

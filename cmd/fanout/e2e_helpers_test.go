@@ -22,7 +22,9 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/fanout/fanout/orchestrator"
 	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
@@ -356,10 +358,21 @@ func orchestratorArgs(t testing.TB, databaseURL string, workers []*workerProc, e
 		"--peer-signing-key", f.SigningKey}, extra...)
 }
 
-// dial returns a client of the orchestrator at addr.
+// dial returns a client of the orchestrator at addr. The test
+// orchestrators run with --auth none, where a caller is the tenant it
+// names: every call names tenant e2e (the tenant of the test specs).
 func dial(t testing.TB, addr string) fanoutv1.OrchestratorServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	md := []string{orchestrator.TenantMetadataKey, "e2e"}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+			invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(metadata.AppendToOutgoingContext(ctx, md...), method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
+			streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return streamer(metadata.AppendToOutgoingContext(ctx, md...), desc, cc, method, opts...)
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}

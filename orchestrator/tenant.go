@@ -1,0 +1,111 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+)
+
+// TenantStore reads a tenant's quotas. store.Runs implements it.
+type TenantStore interface {
+	TenantQuotas(ctx context.Context, tenantID string) (runs.Quotas, error)
+}
+
+// TaskSlots bounds a tenant's tasks in flight across the fleet: a
+// counting semaphore in the database (store.Semaphore), so replicas share
+// it and a dead holder's slot frees itself when its lease runs out.
+type TaskSlots interface {
+	// Hold waits for one of limit slots of key, runs fn holding it
+	// (renewed), and frees it when fn returns. It returns fn's error, or
+	// the reason no slot was had (ctx ended, the database refused).
+	Hold(ctx context.Context, holder, key string, limit int, fn func(ctx context.Context) error) error
+}
+
+// ErrTenantExhausted: the tenant's budget for its current period is spent.
+var ErrTenantExhausted = fmt.Errorf("tenant budget exhausted: %w", budget.ErrExhausted)
+
+// tenantSlotKey is the semaphore key of a tenant's tasks in flight.
+func tenantSlotKey(tenantID string) string { return "tenant-tasks:" + tenantID }
+
+// admit applies the tenant's quotas and budget to a planned run before
+// anything is written: a run budget over the tenant's max_run_tokens is
+// RESOURCE_EXHAUSTED naming the field, a tenant whose budget cannot grant
+// its minimum is ErrTenantExhausted. It records on p what the driver needs
+// (the tenant's account, its cap on tasks in flight). The cap on
+// concurrent runs is the store's, under a lock (CreateRun).
+//
+// An adopted run was admitted once: resumed, it only learns the tenant's
+// cap on tasks in flight.
+func (e *Engine) admit(ctx context.Context, p *plan, resumed bool) error {
+	if e.tenants != nil {
+		q, err := e.tenants.TenantQuotas(ctx, p.tenantID)
+		if err != nil {
+			return fmt.Errorf("read the quotas of tenant %s: %w", p.tenantID, err)
+		}
+		p.maxTasksInFlight = q.MaxTasksInFlight
+		if resumed {
+			return nil
+		}
+		if limit := p.spec.GetBudget().GetLimitTokens(); q.MaxRunTokens > 0 && limit > q.MaxRunTokens {
+			var v validator
+			v.overCap("spec.budget.limit_tokens", "must be at most %d (tenant %s's max_run_tokens), got %d",
+				q.MaxRunTokens, p.tenantID, limit)
+			return v.err()
+		}
+	}
+	return e.tenantAccount(ctx, p, true)
+}
+
+// tenantAccount finds the tenant's ledger account, if it has a budget, and
+// records it on p; with check, a tenant that cannot grant its minimum now
+// is ErrTenantExhausted.
+func (e *Engine) tenantAccount(ctx context.Context, p *plan, check bool) error {
+	tl, ok := e.ledger.(budget.TenantLedger)
+	if !ok {
+		return nil
+	}
+	ta, err := tl.TenantAccount(ctx, p.tenantID)
+	switch {
+	case errors.Is(err, budget.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the budget of tenant %s: %w", p.tenantID, err)
+	}
+	p.tenantAccount = ta.ID
+	if check && ta.Available() < ta.MinReservation {
+		if !ta.PeriodEnd.IsZero() {
+			return fmt.Errorf("%w: %d of %d tokens left in the period that ends %s", ErrTenantExhausted,
+				max(ta.Available(), 0), ta.PeriodLimit, ta.PeriodEnd.UTC().Format(time.RFC3339))
+		}
+		return fmt.Errorf("%w: %d tokens left", ErrTenantExhausted, max(ta.Available(), 0))
+	}
+	return nil
+}
+
+// holdTaskSlot runs do holding one of the tenant's task slots when the
+// tenant caps its tasks in flight, else runs it. A task that never got a
+// slot ends as a task that never started does.
+func (d *driver) holdTaskSlot(ctx context.Context, taskID string, do func(ctx context.Context) *fanoutv1.TaskOutcome) *fanoutv1.TaskOutcome {
+	if d.p.maxTasksInFlight <= 0 || d.e.slots == nil {
+		return do(ctx)
+	}
+	var o *fanoutv1.TaskOutcome
+	holder := d.e.cfg.Node + "/" + d.runID + "/" + taskID
+	err := d.e.slots.Hold(ctx, holder, tenantSlotKey(d.p.tenantID), d.p.maxTasksInFlight, func(ctx context.Context) error {
+		o = do(ctx)
+		return nil
+	})
+	switch {
+	case o != nil:
+		return o
+	case ctx.Err() != nil:
+		return d.noWorker(ctx, taskID, 0, nil)
+	}
+	return failedOutcome(fmt.Sprintf("no slot of tenant %s's max_tasks_in_flight (%d): %v",
+		d.p.tenantID, d.p.maxTasksInFlight, err))
+}
