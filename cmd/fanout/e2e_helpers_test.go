@@ -363,7 +363,13 @@ func orchestratorArgs(t testing.TB, databaseURL string, workers []*workerProc, e
 // names: every call names tenant e2e (the tenant of the test specs).
 func dial(t testing.TB, addr string) fanoutv1.OrchestratorServiceClient {
 	t.Helper()
-	md := []string{orchestrator.TenantMetadataKey, "e2e"}
+	return tenantClient(t, addr, "e2e")
+}
+
+// tenantClient is dial naming tenant instead.
+func tenantClient(t testing.TB, addr, tenant string) fanoutv1.OrchestratorServiceClient {
+	t.Helper()
+	md := []string{orchestrator.TenantMetadataKey, tenant}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 			invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
