@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fanout/fanout/node"
+	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/pglocal"
@@ -111,7 +112,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust, MCPTools: mcpTools,
-		Auth: node.CallerAuth{None: true}}}
+		Auth: node.CallerAuth{None: true}, Engine: orchestrator.Config{MaxRunTokens: defaultMaxRunTokens}}}
 	for i := range workers {
 		wc := node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(), MCP: mcpCfg,
 			ModelsFunc: prov.modelsFunc(env), Server: subagent.ServerConfig{Name: fmt.Sprintf("worker-%d", i+1)}}

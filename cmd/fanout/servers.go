@@ -118,9 +118,14 @@ func (p *process) stop() {
 
 // registerEngineFlags registers the orchestrator's limits; call the
 // returned func after parsing to copy them into c.
+// defaultMaxRunTokens caps a run's budget when the operator names no cap:
+// a run of 256 tasks at 390k tokens each. A budget of 2^63-1 is a mistake.
+const defaultMaxRunTokens = 100_000_000
+
 func registerEngineFlags(f *flags, c *orchestrator.Config) func() {
 	def := orchestrator.DefaultConfig()
 	f.IntVar(&c.MaxTasks, "max-tasks", def.MaxTasks, "most tasks in one run (more is RESOURCE_EXHAUSTED)")
+	f.Int64Var(&c.MaxRunTokens, "max-run-tokens", defaultMaxRunTokens, "the largest budget.limit_tokens of any run (more is RESOURCE_EXHAUSTED; a tenant's max_run_tokens may lower it; 0: no cap)")
 	concurrency := f.Int("default-concurrency", int(def.DefaultConcurrency), "subagents of one run at once when the run sets none")
 	maxConcurrency := f.Int("max-concurrency", int(def.MaxConcurrency), "most subagents of one run at once, whatever the run asks")
 	f.Int64Var(&c.DefaultMinReservation, "min-reservation", def.DefaultMinReservation, "a run's min_reservation_tokens when it sets none")
