@@ -27,6 +27,13 @@ var (
 	ErrResolved = errors.New("reservation already resolved")
 )
 
+// The causes the ledger records on a run account it exhausts (Account.Cause,
+// RunSignal.Cause): the run's own budget ran out, or its tenant's did.
+const (
+	CauseRunExhausted    = "budget exhausted"
+	CauseTenantExhausted = "tenant budget exhausted"
+)
+
 // DeniedError says why the ledger refused a reserve its caller had no right to.
 type DeniedError struct {
 	Account AccountID
