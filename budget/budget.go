@@ -151,6 +151,10 @@ type ReserveParams struct {
 	// Key makes the call idempotent when set: a retry with the same key on
 	// the same account returns the first reservation instead of a second one.
 	Key string
+	// Model is the model the call is made to (the request's model name),
+	// kept on the reservation so that its spend can be priced even when
+	// it expires unsettled. May be empty (the spend is then unpriced).
+	Model string
 }
 
 // SettleParams post the real usage of a reservation.
@@ -159,6 +163,14 @@ type SettleParams struct {
 	Generation  int64
 	Actual      int64 // >= 0; may exceed the grant (recorded as overrun)
 	Estimated   bool  // Actual is a guess (e.g. the full reservation of a cancelled call)
+	// Model is the model that was called; empty keeps the reservation's.
+	Model string
+	// InputTokens and OutputTokens are the provider's split of Actual, when
+	// it reported one: they add up to Actual. Both 0 when the usage is
+	// estimated or came as a total only; such spend is priced at the
+	// higher of the model's two prices.
+	InputTokens  int64
+	OutputTokens int64
 }
 
 // Ledger is the shared token budget. Every method is atomic and safe to call

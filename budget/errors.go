@@ -27,6 +27,13 @@ var (
 	ErrResolved = errors.New("reservation already resolved")
 )
 
+// The causes the ledger records on a run account it exhausts (Account.Cause,
+// RunSignal.Cause): the run's own budget ran out, or its tenant's did.
+const (
+	CauseRunExhausted    = "budget exhausted"
+	CauseTenantExhausted = "tenant budget exhausted"
+)
+
 // DeniedError says why the ledger refused a reserve its caller had no right to.
 type DeniedError struct {
 	Account AccountID
@@ -121,9 +128,14 @@ func (p ReserveParams) Validate() error {
 		return invalid("holder", "must name the node holding the lease")
 	case p.TTL <= 0 || p.TTL > MaxLeaseTTL:
 		return invalid("ttl", "must be in (0, %s], got %s", MaxLeaseTTL, p.TTL)
+	case len(p.Model) > MaxModelLen:
+		return invalid("model", "at most %d bytes, got %d", MaxModelLen, len(p.Model))
 	}
 	return nil
 }
+
+// MaxModelLen bounds a model name on a reservation or an entry.
+const MaxModelLen = 256
 
 // MaxLeaseTTL bounds a reservation's lease (and each renewal): the database
 // refuses longer ones, so a held reservation cannot keep a run open for long.
@@ -136,6 +148,14 @@ func (p SettleParams) Validate() error {
 		return invalid("reservation", "must be a positive reservation id, got %d", p.Reservation)
 	case p.Actual < 0:
 		return invalid("actual", "must be >= 0, got %d", p.Actual)
+	case p.InputTokens < 0 || p.OutputTokens < 0:
+		return invalid("input_tokens", "input %d and output %d tokens must be >= 0", p.InputTokens, p.OutputTokens)
+	case (p.InputTokens != 0 || p.OutputTokens != 0) && p.Estimated:
+		return invalid("input_tokens", "an estimated usage has no split, got input %d output %d", p.InputTokens, p.OutputTokens)
+	case (p.InputTokens != 0 || p.OutputTokens != 0) && p.InputTokens+p.OutputTokens != p.Actual:
+		return invalid("input_tokens", "input %d + output %d must add up to actual %d", p.InputTokens, p.OutputTokens, p.Actual)
+	case len(p.Model) > MaxModelLen:
+		return invalid("model", "at most %d bytes, got %d", MaxModelLen, len(p.Model))
 	}
 	return nil
 }

@@ -220,6 +220,38 @@ func (w *Watcher) deliver(sig RunSignal) {
 	}
 }
 
+// isNews reports whether sig would be news to a subscriber of its run.
+func (w *Watcher) isNews(sig RunSignal) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs[sig.RunID] == nil {
+		return false
+	}
+	n := w.news[sig.RunID]
+	return n.hear(sig)
+}
+
+// notice delivers a notice heard by the listener. A notice names only the
+// state and the run; when it is news of a watched run, the cause is read
+// from the source's account row (EndedRuns), so a subscriber sees why the
+// run ended ("tenant budget exhausted" or the run's own "budget
+// exhausted") whether the notice or the poll told it first. If that read
+// fails the notice is delivered without a cause: the stop must not wait.
+func (w *Watcher) notice(ctx context.Context, sig RunSignal) {
+	if sig.Cause == "" && sig.State.Ended() && w.isNews(sig) {
+		sigs, err := w.src.EndedRuns(ctx, []string{sig.RunID})
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("budget watcher: read the cause of a notice", "run_id", sig.RunID, "err", err)
+		}
+		for _, s := range sigs {
+			if s.RunID == sig.RunID && s.State == sig.State {
+				sig.Cause = s.Cause
+			}
+		}
+	}
+	w.deliver(sig)
+}
+
 // watched returns the runs to poll: every watched run not yet heard
 // cancelled or closed (an exhausted run may still be cancelled).
 func (w *Watcher) watched() []string {
@@ -288,7 +320,7 @@ func (w *Watcher) listen(ctx context.Context) {
 			if err := w.Poll(ctx); err != nil && ctx.Err() == nil {
 				w.cfg.Logger.Warn("budget watcher: poll after connect", "err", err)
 			}
-		}, w.deliver)
+		}, func(sig RunSignal) { w.notice(ctx, sig) })
 		if ctx.Err() != nil {
 			return
 		}

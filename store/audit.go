@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/runs"
 )
 
@@ -89,4 +92,78 @@ func AuditRun(ctx context.Context, pool *pgxpool.Pool, tenantID, runID string) (
 		return a, fmt.Errorf("audit run %s of tenant %s: %w", runID, tenantID, err)
 	}
 	return a, nil
+}
+
+// Price is one row of the price table: what a million tokens of Model cost
+// from EffectiveFrom on (until the model's next row), in Currency.
+type Price struct {
+	Model            string    `json:"model"`
+	EffectiveFrom    time.Time `json:"effective_from"`
+	InputPerMillion  string    `json:"input_per_million"` // a decimal, exact as stored
+	OutputPerMillion string    `json:"output_per_million"`
+	Currency         string    `json:"currency"`
+}
+
+// SetPriceParams set a model's price. Prices are decimals ("3", "0.15",
+// "15.00"), kept exact (numeric); Currency defaults to USD. Actor names
+// who set it, for the admin log.
+type SetPriceParams struct {
+	Actor            string
+	Model            string
+	EffectiveFrom    time.Time
+	InputPerMillion  string
+	OutputPerMillion string
+	Currency         string
+}
+
+var (
+	decimalRE  = regexp.MustCompile(`^[0-9]{1,12}(\.[0-9]{1,9})?$`)
+	currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+)
+
+// Validate checks p before anything is written.
+func (p SetPriceParams) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &budget.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case p.Actor == "":
+		return bad("actor", "must name who sets the price, for the admin log")
+	case p.Model == "" || len(p.Model) > budget.MaxModelLen:
+		return bad("model", "must be 1..%d bytes, got %d", budget.MaxModelLen, len(p.Model))
+	case p.EffectiveFrom.IsZero():
+		return bad("effective_from", "must be set")
+	case !decimalRE.MatchString(p.InputPerMillion):
+		return bad("input_per_million", "must be a decimal >= 0 with at most 12 digits before the point and 9 after, got %q", p.InputPerMillion)
+	case !decimalRE.MatchString(p.OutputPerMillion):
+		return bad("output_per_million", "must be a decimal >= 0 with at most 12 digits before the point and 9 after, got %q", p.OutputPerMillion)
+	case p.Currency != "" && !currencyRE.MatchString(p.Currency):
+		return bad("currency", "must be 3 capital letters (ISO 4217), got %q", p.Currency)
+	}
+	return nil
+}
+
+// SetPrice sets a model's price from p.EffectiveFrom on (replacing a price
+// set for that same instant) through price_set, which logs the action to
+// admin_action in the same transaction. For the CLI; the pool may be the
+// owner's or a node role's (fanout_app may execute price_set).
+func SetPrice(ctx context.Context, pool *pgxpool.Pool, p SetPriceParams) (Price, error) {
+	if err := p.Validate(); err != nil {
+		return Price{}, err
+	}
+	if p.Currency == "" {
+		p.Currency = "USD"
+	}
+	var out Price
+	err := pool.QueryRow(ctx, `SELECT model, effective_from, input_per_million::text, output_per_million::text, currency
+		FROM price_set($1, $2, $3, $4::numeric, $5::numeric, $6)`,
+		p.Actor, p.Model, p.EffectiveFrom, p.InputPerMillion, p.OutputPerMillion, p.Currency).Scan(
+		&out.Model, &out.EffectiveFrom, &out.InputPerMillion, &out.OutputPerMillion, &out.Currency)
+	if isCode(err, "22023") {
+		err = &budget.ValidationError{Field: "price", Reason: pgMessage(err)}
+	}
+	if err != nil {
+		return out, fmt.Errorf("set price of model %s from %s: %w", p.Model, p.EffectiveFrom.Format(time.RFC3339), err)
+	}
+	return out, nil
 }

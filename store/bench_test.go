@@ -22,8 +22,17 @@ import (
 // account with 1, 16 and 64 concurrent clients, beside a raw baseline in the
 // same run: the bare conditional single-row UPDATE + INSERT per operation,
 // through pgx, with no ledger logic. The ratio is printed in a table at the end.
+//
+// The tenant variants put a tenant account (a daily budget, issue 14) above
+// the runs: each client drives its own run of one tenant, so the only row
+// they share is the tenant's, which every reserve and settle of the tenant
+// locks. "runs" is the same clients on their own runs with no tenant
+// account: tenant/runs is what the shared tenant row costs.
 func BenchmarkHotAccount(b *testing.B) {
-	type result struct{ ledger, coalesced, raw, ledgerP99, coalescedP99, rawP99 float64 }
+	type result struct {
+		ledger, coalesced, raw, ledgerP99, coalescedP99, rawP99               float64
+		tenant, tenantCoalesced, runs, tenantP99, tenantCoalescedP99, runsP99 float64
+	}
 	results := map[int]*result{}
 	clientsList := []int{1, 16, 64}
 	for _, clients := range clientsList {
@@ -64,6 +73,19 @@ func BenchmarkHotAccount(b *testing.B) {
 				}
 			})
 		}
+		for _, v := range []struct {
+			name             string
+			tenant, coalesce bool
+			rate, p99        *float64
+		}{
+			{"tenant", true, false, &results[clients].tenant, &results[clients].tenantP99},
+			{"tenant-coalesced", true, true, &results[clients].tenantCoalesced, &results[clients].tenantCoalescedP99},
+			{"runs", false, false, &results[clients].runs, &results[clients].runsP99},
+		} {
+			b.Run(fmt.Sprintf("%s/clients=%d", v.name, clients), func(b *testing.B) {
+				*v.rate, *v.p99 = benchTenant(b, clients, v.tenant, v.coalesce)
+			})
+		}
 		b.Run(fmt.Sprintf("raw/clients=%d", clients), func(b *testing.B) {
 			ctx := context.Background()
 			pool := benchPool(b, clients)
@@ -96,6 +118,70 @@ func BenchmarkHotAccount(b *testing.B) {
 			r.coalesced, r.coalescedP99, r.raw, r.rawP99, r.ledger/r.raw, r.coalesced/r.raw)
 	}
 	_ = w.Flush()
+	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "clients\ttenant pairs/s\tp99 ms\ttenant coalesced pairs/s\tp99 ms\truns pairs/s\tp99 ms\ttenant/runs\ttenant/ledger\ttenant coalesced/coalesced\t")
+	for _, c := range clientsList {
+		r := results[c]
+		if r.runs == 0 || r.ledger == 0 || r.coalesced == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.0f\t%.1f\t%.2f\t%.2f\t%.2f\t\n", c, r.tenant, r.tenantP99,
+			r.tenantCoalesced, r.tenantCoalescedP99, r.runs, r.runsP99, r.tenant/r.runs, r.tenant/r.ledger,
+			r.tenantCoalesced/r.coalesced)
+	}
+	_ = w.Flush()
+}
+
+// benchTenant runs reserve+settle pairs with one run per client, all under
+// one tenant account when tenant is set, and reports pairs/s and p99 ms.
+func benchTenant(b *testing.B, clients int, tenant, coalesce bool) (rate, p99ms float64) {
+	ctx := context.Background()
+	pool := benchPool(b, clients)
+	l := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: coalesce})
+	defer l.Close()
+	var parent budget.AccountID
+	if tenant {
+		ten, err := l.SetTenantBudget(ctx, budget.TenantBudget{TenantID: "bench", Limit: 1 << 50, Actor: "role:bench",
+			Period: budget.Period{Kind: budget.PeriodDay}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		parent = ten.ID
+	}
+	type task struct {
+		run     string
+		acct    budget.AccountID
+		attempt int64
+	}
+	tasks := make([]task, clients)
+	for i := range tasks {
+		run := fmt.Sprintf("hot-%d", i)
+		ra, err := l.OpenRun(ctx, budget.OpenRunParams{RunID: run, TenantID: "bench", TenantAccount: parent, Limit: 1 << 50,
+			MinReservation: 1, Tasks: []budget.TaskBudget{{TaskID: "t", Limit: 1 << 50}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		attempt, err := l.BeginAttempt(ctx, ra.Tasks["t"], run, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		tasks[i] = task{run: run, acct: ra.Tasks["t"], attempt: attempt}
+	}
+	pairs := make([]func() error, clients)
+	for i := range pairs {
+		tk := tasks[i]
+		pairs[i] = func() error {
+			r, err := l.Reserve(ctx, budget.ReserveParams{Account: tk.acct, RunID: tk.run, TenantID: "bench", Attempt: tk.attempt,
+				Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute, Model: "bench-model"})
+			if err != nil {
+				return err
+			}
+			_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700,
+				InputTokens: 500, OutputTokens: 200})
+			return err
+		}
+	}
+	return benchClientsEach(b, pairs)
 }
 
 func benchPool(b *testing.B, clients int) *pgxpool.Pool {
@@ -113,6 +199,17 @@ func benchPool(b *testing.B, clients int) *pgxpool.Pool {
 // pairs per second and the p99 latency of a pair in milliseconds.
 func benchClients(b *testing.B, clients int, pair func() error) (rate, p99ms float64) {
 	b.Helper()
+	pairs := make([]func() error, clients)
+	for c := range pairs {
+		pairs[c] = pair
+	}
+	return benchClientsEach(b, pairs)
+}
+
+// benchClientsEach is benchClients with one goroutine per pair function.
+func benchClientsEach(b *testing.B, pairs []func() error) (rate, p99ms float64) {
+	b.Helper()
+	clients := len(pairs)
 	var next atomic.Int64
 	lat := make([][]time.Duration, clients)
 	var wg sync.WaitGroup
@@ -125,7 +222,7 @@ func benchClients(b *testing.B, clients int, pair func() error) (rate, p99ms flo
 			defer wg.Done()
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
-				if err := pair(); err != nil {
+				if err := pairs[c](); err != nil {
 					failed.Store(err)
 					return
 				}

@@ -204,8 +204,8 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 	if key == "" {
 		key = newReserveKey()
 	}
-	r, err = l.call(ctx, "reserve", ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key},
+	r, err = l.call(ctx, "reserve", ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key, p.Model},
 		account: p.Account})
 	if err == nil {
 		err = r.err(0, p.Min)
@@ -265,8 +265,9 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.
 		AttrActual.Int64(p.Actual), AttrEstimated.Bool(p.Estimated))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, "settle", ledgerCall{fn: "ledger_settle($1, $2, $3, $4)",
-		args: []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated}, reservation: p.Reservation})
+	r, err = l.call(ctx, "settle", ledgerCall{fn: "ledger_settle($1, $2, $3, $4, $5, $6, $7)",
+		args:        []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated, p.Model, p.InputTokens, p.OutputTokens},
+		reservation: p.Reservation})
 	if err == nil && r.Outcome == "ok" {
 		countSpent(ctx, val(r.Spent), p.Estimated)
 	}

@@ -15,7 +15,7 @@ import (
 
 // ledgerCall is one call of a ledger function that returns a ledger_result.
 type ledgerCall struct {
-	fn   string // e.g. "ledger_settle($1, $2, $3, $4)"
+	fn   string // e.g. "ledger_void($1, $2, '')"
 	args []any
 	// What the call acts on, for an executor that orders calls by the
 	// accounts they lock: the account a reserve draws on, or the

@@ -593,6 +593,7 @@ func (r *run) reserve(ctx context.Context, want, least int64, key string) (budge
 		Holder:   r.Holder,
 		TTL:      r.LeaseTTL,
 		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
+		Model:    requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
 	})
 }
 
@@ -608,7 +609,11 @@ func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response
 	if actual > res.Amount {
 		r.reportOverrun(ctx, res, resp.Usage)
 	}
-	settled, err := r.settle(ctx, res, actual, estimated)
+	usage := resp.Usage
+	if estimated {
+		usage = llm.Usage{} // no split of a guess
+	}
+	settled, err := r.settle(ctx, res, actual, usage, estimated)
 	if err != nil {
 		return err
 	}
@@ -688,11 +693,15 @@ func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc
 	}
 }
 
-func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, estimated bool) (budget.Reservation, error) {
+// settle posts actual (split by usage, when the provider reported it) as
+// the spend of res, with the model the call was made to.
+func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, usage llm.Usage, estimated bool) (budget.Reservation, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
 		Reservation: res.ID, Generation: res.Lease.Generation, Actual: actual, Estimated: estimated,
+		Model:       requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
+		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
 	})
 	if err != nil {
 		return settled, fmt.Errorf("settle reservation %d with %d tokens: %w", res.ID, actual, err)
