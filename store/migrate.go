@@ -134,6 +134,9 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 
+	if err := checkServerVersion(ctx, conn); err != nil {
+		return nil, err
+	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
 		return nil, fmt.Errorf("migrate: take lock: %w", err)
 	}
@@ -149,6 +152,34 @@ func MigrateTo(ctx context.Context, databaseURL string, target int) ([]int, erro
 	}
 	down, err := migrateDown(ctx, conn, all, target, applied)
 	return append(done, down...), err
+}
+
+// MinServerVersion is the oldest PostgreSQL fanout migrates, as
+// server_version_num: 15, the first with security_invoker views, which the
+// per-tenant audit (migration 21) stands on.
+const MinServerVersion = 150000
+
+// checkServerVersion refuses a server older than MinServerVersion, naming
+// the version found.
+func checkServerVersion(ctx context.Context, conn *pgx.Conn) error {
+	var num int
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, current_setting('server_version')").
+		Scan(&num, &version); err != nil {
+		return fmt.Errorf("migrate: read server version: %w", err)
+	}
+	return serverVersionError(num, version)
+}
+
+// serverVersionError is checkServerVersion's verdict on server_version_num
+// num (server_version text).
+func serverVersionError(num int, version string) error {
+	if num >= MinServerVersion {
+		return nil
+	}
+	return fmt.Errorf("migrate: PostgreSQL %s found; fanout needs PostgreSQL %d or later "+
+		"(its audit views are security_invoker, so that row-level security gives each tenant's auditor only that tenant's rows)",
+		version, MinServerVersion/10000)
 }
 
 // appliedVersions reads which versions the database has (creating the

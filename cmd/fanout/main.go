@@ -50,6 +50,7 @@ var commands = map[string]command{
 	"watch":        {"stream a run's events (from any replica, resumable)", cmdWatch},
 	"cancel":       {"cancel a run on every node", cmdCancel},
 	"ledger":       {"audit one run's spend through the auditor views (SQL)", cmdLedger},
+	"audit":        {"make a database role the auditor of one tenant (audit grant|revoke)", cmdAudit},
 	"trace":        {"draw a run's timeline: subagents, iterations, tools, the moment the budget ran out", cmdTrace},
 }
 
