@@ -66,8 +66,12 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
@@ -341,7 +345,10 @@ func TestKeyCanaryNeverLeaks(t *testing.T) {
 	var errs []error
 	calls := []func() error{
 		func() error { _, err := client.GetRun(withToken(b.ctx, token), &fanoutv1.GetRunRequest{}); return err },
-		func() error { _, err := client.ListRuns(withToken(b.ctx, token), &fanoutv1.ListRunsRequest{}); return err },
+		func() error {
+			_, err := client.ListRuns(withToken(b.ctx, token), &fanoutv1.ListRunsRequest{})
+			return err
+		},
 		func() error {
 			_, err := client.GetRun(withToken(b.ctx, token+"x"), &fanoutv1.GetRunRequest{})
 			return err
