@@ -404,3 +404,93 @@ func TestNoneModeIsAnonymous(t *testing.T) {
 		t.Errorf("GetRun under --auth none = %v, %v; want an anonymous principal", res, err)
 	}
 }
+
+// TestAdminServer: an admin key creates a tenant and a key whose token
+// works once returned; a tenant key is PERMISSION_DENIED on AdminService;
+// every AdminService method needs the admin scope; the log names the key.
+func TestAdminServer(t *testing.T) {
+	t.Parallel()
+	sd := fanoutv1.AdminService_ServiceDesc
+	for _, m := range sd.Methods {
+		if s, open, err := auth.MethodScope("/" + sd.ServiceName + "/" + m.MethodName); err != nil || open || s != auth.ScopeAdmin {
+			t.Errorf("%s: scope %q open %v err %v; want admin", m.MethodName, s, open, err)
+		}
+	}
+	b := setup(t)
+	pool, err := store.Open(b.ctx, storetest.NodeURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	keys := store.NewKeys(pool, "")
+	a := auth.NewAuthenticator(keys, auth.Config{})
+	srv := grpc.NewServer(a.ServerOptions()...)
+	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(keys, store.NewLedger(pool), nil))
+	fanoutv1.RegisterOrchestratorServiceServer(srv, fakeOrchestrator{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-served })
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	admin := fanoutv1.NewAdminServiceClient(conn)
+	adminID, adminToken := b.key(t, "", []string{"admin"}, 0)
+	_, tenantToken := b.key(t, "acme", []string{"run", "read", "cancel", "audit"}, 0)
+	ctx := withToken(b.ctx, adminToken)
+	if _, err := admin.CreateTenant(withToken(b.ctx, tenantToken), &fanoutv1.CreateTenantRequest{TenantId: "globex"}); code(err) != codes.PermissionDenied {
+		t.Errorf("CreateTenant with a tenant key: %v; want PERMISSION_DENIED", err)
+	}
+	if _, err := admin.CreateTenant(ctx, &fanoutv1.CreateTenantRequest{TenantId: "globex",
+		Quotas: &fanoutv1.TenantQuotas{MaxTasksInFlight: ptr[int32](10_000)}}); code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "max_tasks_in_flight") {
+		t.Errorf("CreateTenant with a bad quota: %v; want INVALID_ARGUMENT naming max_tasks_in_flight", err)
+	}
+	if _, err := admin.CreateTenant(ctx, &fanoutv1.CreateTenantRequest{TenantId: "acme"}); code(err) != codes.AlreadyExists {
+		t.Errorf("CreateTenant(acme) again: %v; want ALREADY_EXISTS", err)
+	}
+	if _, err := admin.CreateTenant(ctx, &fanoutv1.CreateTenantRequest{TenantId: "globex",
+		Quotas: &fanoutv1.TenantQuotas{MaxRunTokens: ptr[int64](1000)}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := admin.GetTenant(ctx, &fanoutv1.GetTenantRequest{TenantId: "globex"})
+	if err != nil || got.GetTenant().GetQuotas().GetMaxRunTokens() != 1000 {
+		t.Errorf("GetTenant = %v, %v", got, err)
+	}
+	ck, err := admin.CreateKey(ctx, &fanoutv1.CreateKeyRequest{TenantId: "globex", Name: "ci", Scopes: []string{"read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := fanoutv1.NewOrchestratorServiceClient(conn).GetRun(withToken(b.ctx, ck.GetToken()), &fanoutv1.GetRunRequest{})
+	if err != nil || res.GetRun().GetRunId() != "globex/"+ck.GetKey().GetKeyId() {
+		t.Errorf("the new key's call = %v, %v; want principal globex/%s", res, err, ck.GetKey().GetKeyId())
+	}
+	list, err := admin.ListKeys(ctx, &fanoutv1.ListKeysRequest{TenantId: "globex"})
+	if err != nil || len(list.GetKeys()) != 1 || strings.Contains(list.String(), ck.GetToken()[len("fanout_")+20:]) {
+		t.Errorf("ListKeys = %v, %v; want the one key without its secret", list, err)
+	}
+	rk, err := admin.RevokeKey(ctx, &fanoutv1.RevokeKeyRequest{KeyId: ck.GetKey().GetKeyId()})
+	if err != nil || rk.GetKey().GetRevokedBy() != "key:"+adminID {
+		t.Errorf("RevokeKey = %v, %v; want revoked by key:%s", rk, err, adminID)
+	}
+	var actors []string
+	rows, err := pool.Query(b.ctx, "SELECT DISTINCT actor FROM admin_audit WHERE action IN ('tenant.create', 'key.revoke') AND tenant_id = 'globex'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		actors = append(actors, s)
+	}
+	if len(actors) != 1 || actors[0] != "key:"+adminID {
+		t.Errorf("admin log actors = %v; want key:%s", actors, adminID)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

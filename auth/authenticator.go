@@ -314,6 +314,12 @@ var methodScopes = map[string]Scope{
 	fanoutv1.OrchestratorService_WatchRun_FullMethodName:  ScopeRead,
 	fanoutv1.OrchestratorService_ListRuns_FullMethodName:  ScopeRead,
 	fanoutv1.OrchestratorService_CancelRun_FullMethodName: ScopeCancel,
+	fanoutv1.AdminService_CreateTenant_FullMethodName:     ScopeAdmin,
+	fanoutv1.AdminService_UpdateTenant_FullMethodName:     ScopeAdmin,
+	fanoutv1.AdminService_GetTenant_FullMethodName:        ScopeAdmin,
+	fanoutv1.AdminService_CreateKey_FullMethodName:        ScopeAdmin,
+	fanoutv1.AdminService_ListKeys_FullMethodName:         ScopeAdmin,
+	fanoutv1.AdminService_RevokeKey_FullMethodName:        ScopeAdmin,
 }
 
 // MethodScope returns the scope a call of method (its full name,
