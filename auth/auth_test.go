@@ -126,7 +126,9 @@ func (b *bundle) replica(t *testing.T, cfg auth.Config) (fanoutv1.OrchestratorSe
 		srv.Stop()
 		<-served
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("authenticator Run: %v", err)
+		}
 	})
 	return fanoutv1.NewOrchestratorServiceClient(conn), conn
 }
@@ -398,7 +400,7 @@ func TestNoneModeIsAnonymous(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	res, err := fanoutv1.NewOrchestratorServiceClient(conn).GetRun(t.Context(), &fanoutv1.GetRunRequest{})
 	if err != nil || res.GetRun().GetRunId() != "/" {
 		t.Errorf("GetRun under --auth none = %v, %v; want an anonymous principal", res, err)

@@ -19,7 +19,7 @@ const secretBytes = 32
 
 var keyIDPattern = regexp.MustCompile(`^fk_[0-9a-f]{16}$`)
 
-// ErrMalformedToken: a credential that is not a fanout token. Its message
+// ErrMalformedToken is returned for a credential that is not a fanout token. Its message
 // never holds the token.
 var ErrMalformedToken = errors.New("malformed API key: want fanout_fk_<16 hex>_<secret>")
 

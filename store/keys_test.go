@@ -208,7 +208,12 @@ func TestKeyLifecycle(t *testing.T) {
 	go func() {
 		done <- keys.ListenRevocations(lctx, func() { close(ready) }, func(id string) { got <- id })
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("listen: %v", err)
+		}
+	})
 	select {
 	case <-ready:
 	case err := <-done:
