@@ -1,0 +1,250 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+)
+
+// AdminServer is fanout.v1.AdminService: tenants and keys, for admin keys
+// only. Register it with fanoutv1.RegisterAdminServiceServer on the server
+// the Authenticator guards.
+type AdminServer struct {
+	fanoutv1.UnimplementedAdminServiceServer
+	keys   *store.Keys
+	ledger budget.TenantLedger
+	log    *slog.Logger
+}
+
+var _ fanoutv1.AdminServiceServer = (*AdminServer)(nil)
+
+// NewAdminServer returns the admin service over keys and ledger (whose
+// TenantAccount and SetTenantBudget serve the budgets). log nil:
+// slog.Default().
+func NewAdminServer(keys *store.Keys, ledger budget.TenantLedger, log *slog.Logger) *AdminServer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &AdminServer{keys: keys, ledger: ledger, log: log}
+}
+
+// actor returns the calling admin's actor, or PERMISSION_DENIED.
+func actor(ctx context.Context) (string, error) {
+	p, ok := FromContext(ctx)
+	if !ok || !p.Admin() {
+		return "", status.Error(codes.PermissionDenied, "AdminService needs an admin key")
+	}
+	return p.Actor(), nil
+}
+
+// toStatus maps the store's and ledger's errors to a status: the one place
+// that does.
+func (s *AdminServer) toStatus(ctx context.Context, err error) error {
+	var ae *store.AdminError
+	var ve *budget.ValidationError
+	switch {
+	case errors.As(err, &ae) && errors.Is(err, store.ErrAdminInvalid):
+		st, derr := status.New(codes.InvalidArgument, ae.Message).WithDetails(&errdetails.BadRequest{
+			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: ae.Field, Description: ae.Message}}})
+		if derr != nil {
+			return status.Error(codes.InvalidArgument, ae.Message)
+		}
+		return st.Err()
+	case errors.As(err, &ve):
+		return status.Error(codes.InvalidArgument, ve.Error())
+	case errors.Is(err, store.ErrActorRefused):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, store.ErrTenantNotFound), errors.Is(err, store.ErrKeyNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, store.ErrTenantExists), errors.Is(err, store.ErrKeyExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	}
+	s.log.ErrorContext(ctx, "admin call", "err", err)
+	return status.Error(codes.Internal, "internal error")
+}
+
+func quotasFromProto(q *fanoutv1.TenantQuotas) store.Quotas {
+	if q == nil {
+		return store.Quotas{}
+	}
+	return store.Quotas{MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
+		MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute}
+}
+
+var periodToProto = map[budget.PeriodKind]fanoutv1.BudgetPeriod{
+	budget.PeriodNone: fanoutv1.BudgetPeriod_BUDGET_PERIOD_NONE, budget.PeriodDay: fanoutv1.BudgetPeriod_BUDGET_PERIOD_DAY,
+	budget.PeriodMonth: fanoutv1.BudgetPeriod_BUDGET_PERIOD_MONTH,
+}
+
+func optTime(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// tenant reads tenant id with its budget (none when the ledger has none).
+func (s *AdminServer) tenant(ctx context.Context, t store.Tenant) (*fanoutv1.Tenant, error) {
+	out := &fanoutv1.Tenant{TenantId: t.ID, CreateTime: timestamppb.New(t.CreatedAt), UpdateTime: timestamppb.New(t.UpdatedAt),
+		Quotas: &fanoutv1.TenantQuotas{MaxRunTokens: t.MaxRunTokens, MaxConcurrentRuns: t.MaxConcurrentRuns,
+			MaxTasksInFlight: t.MaxTasksInFlight, KeyRequestsPerMinute: t.KeyRequestsPerMinute}}
+	acct, err := s.ledger.TenantAccount(ctx, t.ID)
+	switch {
+	case errors.Is(err, budget.ErrNotFound):
+		return out, nil
+	case err != nil:
+		return nil, err
+	}
+	out.Budget = &fanoutv1.TenantBudgetState{LimitTokens: acct.PeriodLimit, Period: periodToProto[acct.Period.Kind],
+		AvailableTokens: acct.Available(), SpentInPeriod: acct.PeriodSpent}
+	if !acct.PeriodEnd.IsZero() {
+		out.Budget.PeriodEnd = timestamppb.New(acct.PeriodEnd)
+	}
+	return out, nil
+}
+
+// CreateTenant implements fanoutv1.AdminServiceServer.
+func (s *AdminServer) CreateTenant(ctx context.Context, req *fanoutv1.CreateTenantRequest) (*fanoutv1.CreateTenantResponse, error) {
+	who, err := actor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.keys.CreateTenant(ctx, who, req.GetTenantId(), quotasFromProto(req.GetQuotas()))
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	pt, err := s.tenant(ctx, t)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &fanoutv1.CreateTenantResponse{Tenant: pt}, nil
+}
+
+// UpdateTenant implements fanoutv1.AdminServiceServer.
+func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTenantRequest) (*fanoutv1.UpdateTenantResponse, error) {
+	who, err := actor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetQuotas() == nil && req.GetBudget() == nil {
+		return nil, status.Error(codes.InvalidArgument, "quotas, budget: set at least one")
+	}
+	if b := req.GetBudget(); b != nil {
+		var kind budget.PeriodKind
+		for k, v := range periodToProto {
+			if v == b.GetPeriod() {
+				kind = k
+			}
+		}
+		if kind == "" {
+			return nil, status.Error(codes.InvalidArgument, "budget.period: must be NONE, DAY or MONTH")
+		}
+		if b.GetLimitTokens() <= 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "budget.limit_tokens: must be > 0, got %d", b.GetLimitTokens())
+		}
+		if _, err := s.keys.Tenant(ctx, req.GetTenantId()); err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		if _, err := s.ledger.SetTenantBudget(ctx, budget.TenantBudget{TenantID: req.GetTenantId(), Limit: b.GetLimitTokens(),
+			Period: budget.Period{Kind: kind}, Actor: who}); err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+	}
+	var t store.Tenant
+	if q := req.GetQuotas(); q != nil {
+		t, err = s.keys.SetQuotas(ctx, who, req.GetTenantId(), quotasFromProto(q))
+	} else {
+		t, err = s.keys.Tenant(ctx, req.GetTenantId())
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	pt, err := s.tenant(ctx, t)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &fanoutv1.UpdateTenantResponse{Tenant: pt}, nil
+}
+
+// GetTenant implements fanoutv1.AdminServiceServer.
+func (s *AdminServer) GetTenant(ctx context.Context, req *fanoutv1.GetTenantRequest) (*fanoutv1.GetTenantResponse, error) {
+	if _, err := actor(ctx); err != nil {
+		return nil, err
+	}
+	t, err := s.keys.Tenant(ctx, req.GetTenantId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	pt, err := s.tenant(ctx, t)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &fanoutv1.GetTenantResponse{Tenant: pt}, nil
+}
+
+func keyToProto(k store.APIKey) *fanoutv1.ApiKey {
+	return &fanoutv1.ApiKey{KeyId: k.ID, TenantId: k.TenantID, Name: k.Name, Scopes: k.Scopes, RequestsPerMinute: k.RequestsPerMinute,
+		CreateTime: timestamppb.New(k.CreatedAt), CreatedBy: k.CreatedBy, ExpireTime: optTime(k.ExpiresAt),
+		RevokeTime: optTime(k.RevokedAt), RevokedBy: k.RevokedBy}
+}
+
+// CreateKey implements fanoutv1.AdminServiceServer.
+func (s *AdminServer) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequest) (*fanoutv1.CreateKeyResponse, error) {
+	who, err := actor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, token, digest, err := NewKey()
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	p := store.CreateKeyParams{Actor: who, KeyID: id, TenantID: req.GetTenantId(), Name: req.GetName(), Scopes: req.GetScopes(),
+		SecretSHA256: digest, RequestsPerMinute: req.GetRequestsPerMinute()}
+	if req.GetExpireTime() != nil {
+		p.ExpiresAt = req.GetExpireTime().AsTime()
+	}
+	k, err := s.keys.CreateKey(ctx, p)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &fanoutv1.CreateKeyResponse{Key: keyToProto(k), Token: token}, nil
+}
+
+// ListKeys implements fanoutv1.AdminServiceServer.
+func (s *AdminServer) ListKeys(ctx context.Context, req *fanoutv1.ListKeysRequest) (*fanoutv1.ListKeysResponse, error) {
+	if _, err := actor(ctx); err != nil {
+		return nil, err
+	}
+	ks, err := s.keys.ListKeys(ctx, req.GetTenantId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	out := &fanoutv1.ListKeysResponse{}
+	for _, k := range ks {
+		out.Keys = append(out.Keys, keyToProto(k))
+	}
+	return out, nil
+}
+
+// RevokeKey implements fanoutv1.AdminServiceServer.
+func (s *AdminServer) RevokeKey(ctx context.Context, req *fanoutv1.RevokeKeyRequest) (*fanoutv1.RevokeKeyResponse, error) {
+	who, err := actor(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k, err := s.keys.RevokeKey(ctx, who, req.GetKeyId())
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &fanoutv1.RevokeKeyResponse{Key: keyToProto(k)}, nil
+}

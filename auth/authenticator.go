@@ -1,0 +1,413 @@
+package auth
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+)
+
+// MaxPollInterval bounds Config.PollInterval: with a missed NOTIFY, a
+// revoked or expired key stops within it on every replica.
+const MaxPollInterval = 500 * time.Millisecond
+
+// Config tunes an Authenticator.
+type Config struct {
+	// PollInterval is how often the keys in the cache and those with open
+	// streams are checked against the database's now(). Default and
+	// maximum MaxPollInterval.
+	PollInterval time.Duration
+	// DisableNotify turns off the LISTEN on store.KeyRevokedChannel, leaving
+	// the poll alone (tests of the poll path).
+	DisableNotify bool
+	// Logger receives the watcher's errors (never a credential). Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// errUnauthenticated is what every failed authentication says: one message
+// for unknown id and wrong secret, so neither can be told from the other.
+func errUnauthenticated(keyID string) error {
+	if keyID == "" {
+		return status.Error(codes.Unauthenticated, "missing or malformed credential: send authorization: Bearer fanout_fk_<id>_<secret>")
+	}
+	return status.Errorf(codes.Unauthenticated, "API key %s is not valid", keyID)
+}
+
+// cached is a key as last read, and whether it has died since.
+type cached struct {
+	rec store.KeyRecord
+	// definedRPM is the rate its bucket was last defined at.
+	definedRPM int32
+}
+
+// Authenticator checks the API keys of the calls and keeps a cache of the
+// keys it looked up. A revoked or expired key stops working within
+// PollInterval on every replica, and within a NOTIFY round trip normally:
+// the watcher (Run) evicts it from the cache and ends every stream open on
+// it with UNAUTHENTICATED.
+//
+// Expiry is in database time: LookupKey and the poll compare expires_at
+// with the database's now(); between polls a cached key is not re-checked.
+type Authenticator struct {
+	keys *store.Keys
+	cfg  Config
+
+	mu      sync.Mutex
+	cache   map[string]*cached
+	streams map[string]map[*streamEntry]struct{}
+}
+
+type streamEntry struct{ cancel context.CancelCauseFunc }
+
+// NewAuthenticator returns an authenticator over keys tuned by cfg. Run its
+// watcher (Run) for as long as it serves.
+func NewAuthenticator(keys *store.Keys, cfg Config) *Authenticator {
+	if cfg.PollInterval <= 0 || cfg.PollInterval > MaxPollInterval {
+		cfg.PollInterval = MaxPollInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Authenticator{keys: keys, cfg: cfg, cache: map[string]*cached{}, streams: map[string]map[*streamEntry]struct{}{}}
+}
+
+// RevokedError is the cause of a stream ended because its key died.
+type RevokedError struct{ KeyID string }
+
+func (e *RevokedError) Error() string { return "API key " + e.KeyID + " was revoked or has expired" }
+
+// Authenticate returns the principal of token, or UNAUTHENTICATED for a
+// malformed token, an unknown key, a wrong secret, or a revoked or expired
+// key. The error names the key id at most.
+func (a *Authenticator) Authenticate(ctx context.Context, token string) (Principal, error) {
+	p, _, err := a.authenticate(ctx, token)
+	return p, err
+}
+
+func (a *Authenticator) authenticate(ctx context.Context, token string) (Principal, *cached, error) {
+	keyID, digest, err := ParseToken(token)
+	if err != nil {
+		return Principal{}, nil, errUnauthenticated("")
+	}
+	a.mu.Lock()
+	c := a.cache[keyID]
+	a.mu.Unlock()
+	if c == nil {
+		rec, err := a.keys.LookupKey(ctx, keyID)
+		switch {
+		case errors.Is(err, store.ErrKeyNotFound):
+			return Principal{}, nil, errUnauthenticated(keyID)
+		case err != nil:
+			a.cfg.Logger.ErrorContext(ctx, "look up API key", "key_id", keyID, "err", err)
+			return Principal{}, nil, status.Error(codes.Unavailable, "cannot check the credential now; retry")
+		}
+		c = &cached{rec: rec}
+		if rec.Live {
+			a.mu.Lock()
+			if prev := a.cache[keyID]; prev != nil {
+				c = prev
+			} else {
+				a.cache[keyID] = c
+			}
+			a.mu.Unlock()
+		}
+	}
+	if subtle.ConstantTimeCompare(c.rec.SecretSHA256, digest) != 1 {
+		return Principal{}, nil, errUnauthenticated(keyID)
+	}
+	if !c.rec.Live {
+		return Principal{}, nil, status.Errorf(codes.Unauthenticated, "API key %s was revoked or has expired", keyID)
+	}
+	p := Principal{Tenant: c.rec.TenantID, KeyID: keyID}
+	for _, s := range c.rec.Scopes {
+		p.Scopes = append(p.Scopes, Scope(s))
+	}
+	return p, c, nil
+}
+
+// Run watches for revoked and expired keys until ctx ends: LISTEN on
+// store.KeyRevokedChannel (reconnecting with backoff) and a poll of the
+// cached keys and the keys with open streams every PollInterval. It
+// returns nil once ctx ends.
+func (a *Authenticator) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if !a.cfg.DisableNotify {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.listen(ctx) }()
+	}
+	t := time.NewTicker(a.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-t.C:
+			a.poll(ctx)
+		}
+	}
+}
+
+func (a *Authenticator) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := a.keys.ListenRevocations(ctx, func() { backoff = 100 * time.Millisecond }, a.kill)
+		if ctx.Err() != nil {
+			return
+		}
+		a.cfg.Logger.WarnContext(ctx, "listen for key revocations; the poll covers the gap", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (a *Authenticator) poll(ctx context.Context) {
+	a.mu.Lock()
+	ids := make([]string, 0, len(a.cache)+len(a.streams))
+	seen := map[string]bool{}
+	for id := range a.cache {
+		ids, seen[id] = append(ids, id), true
+	}
+	for id := range a.streams {
+		if !seen[id] {
+			ids = append(ids, id)
+		}
+	}
+	a.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	dead, err := a.keys.DeadKeys(ctx, ids)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.cfg.Logger.WarnContext(ctx, "poll the state of cached API keys", "err", err)
+		}
+		return
+	}
+	for _, id := range dead {
+		a.kill(id)
+	}
+}
+
+// kill evicts key id from the cache and ends its open streams.
+func (a *Authenticator) kill(id string) {
+	a.mu.Lock()
+	delete(a.cache, id)
+	streams := a.streams[id]
+	delete(a.streams, id)
+	a.mu.Unlock()
+	for s := range streams {
+		s.cancel(&RevokedError{KeyID: id})
+	}
+}
+
+// bearer returns the token of the call's authorization metadata.
+func bearer(ctx context.Context) (string, bool) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return "", false
+	}
+	token, ok := strings.CutPrefix(vals[0], "Bearer ")
+	return strings.TrimSpace(token), ok && token != ""
+}
+
+// check authenticates the call of method and returns its principal and key.
+func (a *Authenticator) check(ctx context.Context, method string) (context.Context, *cached, error) {
+	scope, open, err := methodScope(method)
+	if err != nil {
+		return nil, nil, err
+	}
+	if open {
+		return ctx, nil, nil
+	}
+	token, ok := bearer(ctx)
+	if !ok {
+		return nil, nil, errUnauthenticated("")
+	}
+	p, c, err := a.authenticate(ctx, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !p.Has(scope) {
+		return nil, nil, status.Errorf(codes.PermissionDenied, "API key %s lacks scope %q, which %s needs", p.KeyID, scope, method)
+	}
+	if err := a.takeRequest(ctx, c); err != nil {
+		return nil, nil, err
+	}
+	return NewContext(ctx, p), c, nil
+}
+
+// takeRequest takes one request from the key's fleet-wide bucket
+// ("key:<id>" in rate_bucket) when the key or its tenant sets a rate.
+func (a *Authenticator) takeRequest(ctx context.Context, c *cached) error {
+	rpm := c.rec.EffectiveRequestsPerMinute
+	if rpm <= 0 {
+		return nil
+	}
+	id := c.rec.ID
+	a.mu.Lock()
+	defined := c.definedRPM == rpm
+	a.mu.Unlock()
+	if !defined {
+		if err := a.keys.DefineKeyRate(ctx, id, rpm); err != nil {
+			a.cfg.Logger.ErrorContext(ctx, "define key rate", "key_id", id, "err", err)
+			return status.Error(codes.Unavailable, "cannot check the request rate now; retry")
+		}
+		a.mu.Lock()
+		c.definedRPM = rpm
+		a.mu.Unlock()
+	}
+	wait, err := a.keys.TakeKeyRequest(ctx, id)
+	if err != nil {
+		a.cfg.Logger.ErrorContext(ctx, "take a key request", "key_id", id, "err", err)
+		return status.Error(codes.Unavailable, "cannot check the request rate now; retry")
+	}
+	if wait == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("API key %s is limited to %d requests per minute; retry in %s", id, rpm, wait.Round(time.Millisecond))
+	st, derr := status.New(codes.ResourceExhausted, msg).WithDetails(
+		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+			Subject: "key:" + id, Description: fmt.Sprintf("at most %d requests per minute", rpm)}}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
+	if derr != nil {
+		return status.Error(codes.ResourceExhausted, msg)
+	}
+	return st.Err()
+}
+
+// openMethods need no credential: health checks and reflection.
+var openPrefixes = []string{
+	"/" + healthpb.Health_ServiceDesc.ServiceName + "/",
+	"/grpc.reflection.v1.ServerReflection/",
+	"/grpc.reflection.v1alpha.ServerReflection/",
+}
+
+// methodScopes is the scope each method of the API needs. A method missing
+// here is refused (fail closed): TestEveryMethodHasAScope fails when a
+// service grows one.
+var methodScopes = map[string]Scope{
+	fanoutv1.OrchestratorService_StartRun_FullMethodName:  ScopeRun,
+	fanoutv1.OrchestratorService_Run_FullMethodName:       ScopeRun,
+	fanoutv1.OrchestratorService_GetRun_FullMethodName:    ScopeRead,
+	fanoutv1.OrchestratorService_WatchRun_FullMethodName:  ScopeRead,
+	fanoutv1.OrchestratorService_ListRuns_FullMethodName:  ScopeRead,
+	fanoutv1.OrchestratorService_CancelRun_FullMethodName: ScopeCancel,
+	fanoutv1.AdminService_CreateTenant_FullMethodName:     ScopeAdmin,
+	fanoutv1.AdminService_UpdateTenant_FullMethodName:     ScopeAdmin,
+	fanoutv1.AdminService_GetTenant_FullMethodName:        ScopeAdmin,
+	fanoutv1.AdminService_CreateKey_FullMethodName:        ScopeAdmin,
+	fanoutv1.AdminService_ListKeys_FullMethodName:         ScopeAdmin,
+	fanoutv1.AdminService_RevokeKey_FullMethodName:        ScopeAdmin,
+}
+
+// MethodScope returns the scope a call of method (its full name,
+// "/pkg.Service/Method") needs, open when it needs no credential, or
+// PERMISSION_DENIED for a method the table does not know.
+func MethodScope(method string) (scope Scope, open bool, err error) { return methodScope(method) }
+
+func methodScope(method string) (Scope, bool, error) {
+	for _, p := range openPrefixes {
+		if strings.HasPrefix(method, p) {
+			return "", true, nil
+		}
+	}
+	if s, ok := methodScopes[method]; ok {
+		return s, false, nil
+	}
+	return "", false, status.Errorf(codes.PermissionDenied, "method %s is not open to API keys", method)
+}
+
+// UnaryInterceptor authenticates every unary call. It never logs the
+// call's metadata.
+func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, _, err := a.check(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// StreamInterceptor authenticates every streaming call and ends it with
+// UNAUTHENTICATED when its key is revoked or expires while it is open.
+func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, c, err := a.check(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	if c == nil { // an open method
+		return handler(srv, ss)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e := &streamEntry{cancel: cancel}
+	id := c.rec.ID
+	a.mu.Lock()
+	if a.streams[id] == nil {
+		a.streams[id] = map[*streamEntry]struct{}{}
+	}
+	a.streams[id][e] = struct{}{}
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.streams[id], e)
+		if len(a.streams[id]) == 0 {
+			delete(a.streams, id)
+		}
+		a.mu.Unlock()
+	}()
+	err = handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+	var revoked *RevokedError
+	if errors.As(context.Cause(ctx), &revoked) {
+		return status.Errorf(codes.Unauthenticated, "API key %s was revoked", revoked.KeyID)
+	}
+	return err
+}
+
+// ServerOptions are the options that put the authenticator in front of
+// every service of a grpc.Server.
+func (a *Authenticator) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.UnaryInterceptor), grpc.ChainStreamInterceptor(a.StreamInterceptor)}
+}
+
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
+
+// NoneServerOptions are the options of --auth none: every call carries an
+// anonymous Principal (every scope, any tenant). For loopback and dev only.
+func NoneServerOptions() []grpc.ServerOption {
+	anon := Principal{Anonymous: true}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return h(NewContext(ctx, anon), req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return h(srv, &contextStream{ServerStream: ss, ctx: NewContext(ss.Context(), anon)})
+		}),
+	}
+}

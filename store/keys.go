@@ -1,0 +1,377 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors of Keys. Validation errors are *AdminError values that unwrap to
+// ErrAdminInvalid.
+var (
+	ErrTenantNotFound = errors.New("tenant not found")
+	ErrTenantExists   = errors.New("tenant exists")
+	ErrKeyNotFound    = errors.New("API key not found")
+	ErrKeyExists      = errors.New("API key id exists")
+	// ErrAdminInvalid: an argument was out of range; nothing was written.
+	ErrAdminInvalid = errors.New("invalid admin argument")
+	// ErrActorRefused: the actor may not act (a revoked or expired admin
+	// key, or a role:NAME other than the session's role).
+	ErrActorRefused = errors.New("actor refused")
+)
+
+// AdminError is a refusal of an admin function: the field it names and why
+// (the database's message, which names the limit), unwrapping to one of the
+// errors above.
+type AdminError struct {
+	Field   string
+	Message string
+	kind    error
+}
+
+func (e *AdminError) Error() string { return e.Message }
+
+// Unwrap returns the kind of refusal (ErrAdminInvalid, ErrTenantNotFound, ...).
+func (e *AdminError) Unwrap() error { return e.kind }
+
+// KeyRevokedChannel is the NOTIFY channel admin_revoke_key signals on; the
+// payload is the key id.
+const KeyRevokedChannel = "fanout_key_revoked"
+
+// KeyListenerApplicationName is the application_name of the connection
+// that listens for revocations.
+const KeyListenerApplicationName = "fanout-keys"
+
+// Quotas are a tenant's caps; nil is no cap.
+type Quotas struct {
+	MaxRunTokens         *int64
+	MaxConcurrentRuns    *int32
+	MaxTasksInFlight     *int32
+	KeyRequestsPerMinute *int32
+}
+
+// Tenant is a tenant's row.
+type Tenant struct {
+	ID string
+	Quotas
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// APIKey is what may be shown of a key: never its secret nor its digest.
+type APIKey struct {
+	ID string
+	// TenantID is "" for an admin key.
+	TenantID          string
+	Name              string
+	Scopes            []string
+	RequestsPerMinute *int32
+	CreatedAt         time.Time
+	CreatedBy         string
+	ExpiresAt         *time.Time
+	RevokedAt         *time.Time
+	RevokedBy         string
+}
+
+// KeyRecord is a key as the authenticator needs it: its row with the
+// digest of its secret, whether it is live as of the database's now(), and
+// the request rate that applies to it.
+type KeyRecord struct {
+	APIKey
+	SecretSHA256 []byte
+	// Live: not revoked and not expired as of the database's now() when it
+	// was read. The database's clock is the authority on expiry.
+	Live bool
+	// RequestsPerMinute is the key's own rate, else its tenant's
+	// key_requests_per_minute; 0 when neither caps it.
+	EffectiveRequestsPerMinute int32
+}
+
+// CreateKeyParams are the arguments of CreateKey.
+type CreateKeyParams struct {
+	Actor string
+	KeyID string
+	// TenantID is "" for an admin key (whose Scopes must be exactly admin).
+	TenantID     string
+	Name         string
+	Scopes       []string
+	SecretSHA256 []byte
+	// RequestsPerMinute 0: the tenant's key_requests_per_minute applies.
+	RequestsPerMinute int32
+	// ExpiresAt zero: never.
+	ExpiresAt time.Time
+}
+
+// Keys is the store of tenants and API keys. Every change goes through the
+// admin functions of migrations/0020, which log it in admin_action in the
+// same transaction; reads are plain SELECTs (fanout_app may read api_key
+// and tenant).
+type Keys struct {
+	pool *pgxpool.Pool
+	url  string
+	rate *RateLimiter
+}
+
+// NewKeys returns the key store on pool. databaseURL is what
+// ListenRevocations connects to (its own connection: a pooled one would be
+// reused by others); it may be "" when ListenRevocations is not called.
+func NewKeys(pool *Pool, databaseURL string) *Keys {
+	return &Keys{pool: pool, url: databaseURL, rate: NewRateLimiter(pool)}
+}
+
+// adminError translates a refusal of an admin function: the functions
+// raise "field: reason" with SQLSTATE 22023 (invalid), 42501 (actor
+// refused), P0002 (not found) or 23505 (exists).
+func adminError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	field, _, _ := strings.Cut(pgErr.Message, ":")
+	e := &AdminError{Field: field, Message: pgErr.Message}
+	switch pgErr.Code {
+	case "22023":
+		e.kind = ErrAdminInvalid
+	case "42501":
+		e.kind = ErrActorRefused
+	case "P0002":
+		e.kind = ErrTenantNotFound
+		if field == "key_id" {
+			e.kind = ErrKeyNotFound
+		}
+	case "23505":
+		e.kind = ErrTenantExists
+		if pgErr.ConstraintName == "api_key_pkey" {
+			e.kind, e.Field, e.Message = ErrKeyExists, "key_id", "key_id: a key with this id exists"
+		}
+	default:
+		return err
+	}
+	return e
+}
+
+func optInt32(v int32) *int32 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+const tenantColumns = `tenant_id, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, created_at, updated_at`
+
+func scanTenant(row pgx.Row) (Tenant, error) {
+	var t Tenant
+	err := row.Scan(&t.ID, &t.MaxRunTokens, &t.MaxConcurrentRuns, &t.MaxTasksInFlight, &t.KeyRequestsPerMinute, &t.CreatedAt, &t.UpdatedAt)
+	return t, err
+}
+
+// CreateTenant creates tenant id with quotas q, logged as actor. A tenant
+// that exists is ErrTenantExists (creates are not idempotent: change an
+// existing tenant's quotas with SetQuotas); bad arguments are
+// ErrAdminInvalid naming the field.
+func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q Quotas) (Tenant, error) {
+	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_create_tenant($1, $2, $3, $4, $5, $6)`,
+		actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+	if err != nil {
+		return Tenant{}, fmt.Errorf("create tenant %s: %w", id, adminError(err))
+	}
+	return t, nil
+}
+
+// SetQuotas sets every quota of tenant id to q (nil: no cap), logged as
+// actor. An unknown tenant is ErrTenantNotFound.
+func (k *Keys) SetQuotas(ctx context.Context, actor, id string, q Quotas) (Tenant, error) {
+	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_set_quotas($1, $2, $3, $4, $5, $6)`,
+		actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+	if err != nil {
+		return Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, adminError(err))
+	}
+	return t, nil
+}
+
+// Tenant returns tenant id's row. An unknown tenant is ErrTenantNotFound.
+func (k *Keys) Tenant(ctx context.Context, id string) (Tenant, error) {
+	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, fmt.Errorf("tenant %s: %w", id, ErrTenantNotFound)
+	}
+	if err != nil {
+		return Tenant{}, fmt.Errorf("read tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// CreateKey stores a key (its secret only as the digest p.SecretSHA256),
+// logged as p.Actor, and returns it as ListKeys shows it. Bad arguments are
+// ErrAdminInvalid naming the field; an unknown tenant ErrTenantNotFound; a
+// key id in use ErrKeyExists.
+func (k *Keys) CreateKey(ctx context.Context, p CreateKeyParams) (APIKey, error) {
+	var tenant *string
+	if p.TenantID != "" {
+		tenant = &p.TenantID
+	}
+	var expires *time.Time
+	if !p.ExpiresAt.IsZero() {
+		expires = &p.ExpiresAt
+	}
+	var created time.Time
+	err := k.pool.QueryRow(ctx, `SELECT admin_create_key($1, $2, $3, $4, $5, $6, $7, $8)`,
+		p.Actor, p.KeyID, tenant, p.Name, p.Scopes, p.SecretSHA256, optInt32(p.RequestsPerMinute), expires).Scan(&created)
+	if err != nil {
+		// The digest is an argument: it is never part of the error.
+		return APIKey{}, fmt.Errorf("create key %s: %w", p.KeyID, adminError(err))
+	}
+	return APIKey{
+		ID: p.KeyID, TenantID: p.TenantID, Name: p.Name, Scopes: p.Scopes,
+		RequestsPerMinute: optInt32(p.RequestsPerMinute), CreatedAt: created, CreatedBy: p.Actor, ExpiresAt: expires,
+	}, nil
+}
+
+const keyColumns = `k.key_id, coalesce(k.tenant_id, ''), k.name, k.scopes, k.requests_per_minute, k.created_at,
+	k.created_by, k.expires_at, k.revoked_at, coalesce(k.revoked_by, '')`
+
+func scanKey(row pgx.Row, extra ...any) (APIKey, error) {
+	var a APIKey
+	err := row.Scan(append([]any{&a.ID, &a.TenantID, &a.Name, &a.Scopes, &a.RequestsPerMinute, &a.CreatedAt, &a.CreatedBy,
+		&a.ExpiresAt, &a.RevokedAt, &a.RevokedBy}, extra...)...)
+	return a, err
+}
+
+// ListKeys returns the keys of tenantID ("": every key, admin keys
+// included), oldest first, without their digests.
+func (k *Keys) ListKeys(ctx context.Context, tenantID string) ([]APIKey, error) {
+	rows, err := k.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_key k
+		WHERE $1 = '' OR k.tenant_id = $1 ORDER BY k.created_at, k.key_id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (APIKey, error) { return scanKey(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	return keys, nil
+}
+
+// RevokeKey revokes key id as of the database's now(), logged as actor, and
+// signals every node on KeyRevokedChannel in the same transaction. A key
+// revoked before keeps its first revocation. It returns the key as revoked;
+// an unknown key is ErrKeyNotFound.
+func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (APIKey, error) {
+	if _, err := k.pool.Exec(ctx, `SELECT admin_revoke_key($1, $2)`, actor, id); err != nil {
+		return APIKey{}, fmt.Errorf("revoke key %s: %w", id, adminError(err))
+	}
+	a, err := scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_key k WHERE k.key_id = $1`, id))
+	if err != nil {
+		return APIKey{}, fmt.Errorf("read revoked key %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// LookupKey returns key id with its digest, whether it is live as of the
+// database's now(), and its effective request rate. An unknown key is
+// ErrKeyNotFound.
+func (k *Keys) LookupKey(ctx context.Context, id string) (KeyRecord, error) {
+	var r KeyRecord
+	var rpm int32
+	a, err := scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+`, k.secret_sha256,
+			k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()),
+			coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
+		FROM api_key k LEFT JOIN tenant t USING (tenant_id) WHERE k.key_id = $1`, id),
+		&r.SecretSHA256, &r.Live, &rpm)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KeyRecord{}, fmt.Errorf("key %s: %w", id, ErrKeyNotFound)
+	}
+	if err != nil {
+		return KeyRecord{}, fmt.Errorf("look up key %s: %w", id, err)
+	}
+	r.APIKey, r.EffectiveRequestsPerMinute = a, rpm
+	return r, nil
+}
+
+// DeadKeys returns which of ids are revoked or expired as of the database's
+// now(), or unknown: the keys whose callers must stop. The revocation
+// watcher polls it for the keys it caches and the keys with open streams.
+func (k *Keys) DeadKeys(ctx context.Context, ids []string) ([]string, error) {
+	rows, err := k.pool.Query(ctx, `SELECT id FROM unnest($1::text[]) id
+		WHERE NOT EXISTS (SELECT FROM api_key k WHERE k.key_id = id
+			AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()))`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
+	}
+	dead, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
+	}
+	return dead, nil
+}
+
+// ListenRevocations LISTENs on KeyRevokedChannel on its own connection,
+// calls ready once listening, then deliver with each revoked key id, until
+// ctx ends or the connection fails (the caller reconnects; its poll of
+// DeadKeys covers what was missed meanwhile).
+func (k *Keys) ListenRevocations(ctx context.Context, ready func(), deliver func(keyID string)) error {
+	cfg, err := pgx.ParseConfig(k.url)
+	if err != nil {
+		return fmt.Errorf("listen for revocations: %w", redactURLError(err))
+	}
+	cfg.RuntimeParams["application_name"] = KeyListenerApplicationName
+	setSearchPath(cfg, Schema)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("listen for revocations: connect: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+KeyRevokedChannel); err != nil {
+		return fmt.Errorf("listen %s: %w", KeyRevokedChannel, err)
+	}
+	ready()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for a revocation: %w", err)
+		}
+		deliver(n.Payload)
+	}
+}
+
+// keyBucketBurst: a key's bucket holds a minute of its rate, so a key of
+// N requests per minute may send N at once and then N a minute.
+const keyBucketBurst = time.Minute
+
+// KeyBucket is the rate_bucket that limits key id's requests.
+func KeyBucket(id string) string { return "key:" + id }
+
+// DefineKeyRate creates key id's request bucket full (a new key may send its
+// burst at once) or changes its rate (balance kept, capped at the new
+// capacity). rpm must be > 0.
+func (k *Keys) DefineKeyRate(ctx context.Context, id string, rpm int32) error {
+	if rpm <= 0 {
+		return fmt.Errorf("define the request rate of key %s: requests_per_minute must be > 0, got %d", id, rpm)
+	}
+	_, err := k.pool.Exec(ctx, `
+		INSERT INTO rate_bucket AS b (bucket, rpm, tpm, burst, requests)
+		VALUES ($1, $2, 0, $3, rate_capacity($2, $3))
+		ON CONFLICT (bucket) DO UPDATE SET
+			rpm = EXCLUDED.rpm, burst = EXCLUDED.burst,
+			requests = least(rate_capacity(EXCLUDED.rpm, EXCLUDED.burst),
+			                 rate_refill(b.requests, b.rpm, b.burst, b.refilled_at, now())),
+			refilled_at = greatest(b.refilled_at, now())
+		WHERE (b.rpm, b.burst) IS DISTINCT FROM (EXCLUDED.rpm, EXCLUDED.burst)`,
+		KeyBucket(id), int64(rpm), keyBucketBurst)
+	if err != nil {
+		return fmt.Errorf("define the request rate of key %s: %w", id, err)
+	}
+	return nil
+}
+
+// TakeKeyRequest takes one request from key id's bucket (DefineKeyRate
+// first), fleet-wide: 0 when granted, else how long until one would be.
+func (k *Keys) TakeKeyRequest(ctx context.Context, id string) (time.Duration, error) {
+	return k.rate.Take(ctx, KeyBucket(id), 1, 0)
+}
