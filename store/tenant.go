@@ -14,11 +14,11 @@ import (
 var _ budget.TenantLedger = (*Ledger)(nil)
 
 // tenantCols are the columns of the tenant_budget view (migrations/0018),
-// in the order scanTenant reads them.
+// in the order scanTenantAccount reads them.
 const tenantCols = `account_id, tenant_id, limit_tokens, reserved_tokens, spent_tokens, min_reservation, state,
 	period_kind, coalesce(extract(epoch FROM period_every), 0)::float8, period_limit, period_end, period_spent_tokens`
 
-func scanTenant(row pgx.Row) (budget.TenantAccount, error) {
+func scanTenantAccount(row pgx.Row) (budget.TenantAccount, error) {
 	var t budget.TenantAccount
 	var every float64
 	var end *time.Time
@@ -65,7 +65,7 @@ func (l *Ledger) SetTenantBudget(ctx context.Context, b budget.TenantBudget) (bu
 				return err
 			}
 			var err error
-			t, err = scanTenant(tx.QueryRow(ctx, "SELECT "+tenantCols+" FROM tenant_budget WHERE account_id = $1", id))
+			t, err = scanTenantAccount(tx.QueryRow(ctx, "SELECT "+tenantCols+" FROM tenant_budget WHERE account_id = $1", id))
 			return err
 		})
 		return t, err
@@ -83,7 +83,7 @@ func (l *Ledger) SetTenantBudget(ctx context.Context, b budget.TenantBudget) (bu
 // view, which reports a period whose end has passed as rolled over.
 func (l *Ledger) TenantAccount(ctx context.Context, tenantID string) (budget.TenantAccount, error) {
 	t, err := retry(ctx, l.log, "ledger.tenant_account", idempotent, func(ctx context.Context, _ try) (budget.TenantAccount, error) {
-		return scanTenant(l.pool.QueryRow(ctx, "SELECT "+tenantCols+" FROM tenant_budget WHERE tenant_id = $1", tenantID))
+		return scanTenantAccount(l.pool.QueryRow(ctx, "SELECT "+tenantCols+" FROM tenant_budget WHERE tenant_id = $1", tenantID))
 	})
 	if err != nil {
 		return t, fmt.Errorf("read tenant %s account: %w", tenantID, err)

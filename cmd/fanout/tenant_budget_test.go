@@ -49,7 +49,7 @@ func TestTenantBudgetEndsEveryRunOfTheTenant(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, s := range append(specs, other) {
 		wg.Go(func() {
-			resp, err := orch[i%2].client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: s})
+			resp, err := tenantClient(t, orch[i%2].addr, s.GetTenantId()).StartRun(ctx, &fanoutv1.StartRunRequest{Spec: s})
 			if err != nil {
 				t.Errorf("start %s: %v", s.GetIdempotencyKey(), err)
 				return
