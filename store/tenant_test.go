@@ -219,9 +219,10 @@ func (n *notices) until(t *testing.T, b *testBundle) []string {
 }
 
 // TestTenantExhaustionEndsEveryRun: two runs of tenant acme under a tenant
-// budget of 10,000 tokens reserve concurrently until refused. The grants
-// never add up past the tenant's limit; the statement that leaves the
-// tenant below its min_reservation marks both runs exhausted with cause
+// budget of 10,000 tokens reserve concurrently until refused, while a third
+// makes no call. The grants never add up past the tenant's limit; the
+// statement that leaves the tenant below its min_reservation marks all
+// three runs exhausted with cause
 // "tenant budget exhausted" and notifies each once; no reserve is granted
 // after that commit; a watcher hears the cause on the notice path and the
 // poll path; a run of tenant globex is unaffected; every account is
@@ -236,6 +237,8 @@ func TestTenantExhaustionEndsEveryRun(t *testing.T) {
 		b.openTenantRun(t, acme, "acme-1", 1_000_000, 100),
 		b.openTenantRun(t, acme, "acme-2", 1_000_000, 100),
 	}
+	// A run of acme that makes no call: it ends with the others.
+	idle := b.openTenantRun(t, acme, "acme-idle", 1_000_000, 100)
 	other := b.openTenantRun(t, globex, "globex-1", 1_000_000, 100)
 	listen := listenNotices(t, b)
 
@@ -293,7 +296,7 @@ func TestTenantExhaustionEndsEveryRun(t *testing.T) {
 	if granted > 10_000 || granted <= 10_000-100 {
 		t.Errorf("granted %d in all; want at most the tenant's 10000 and within its min_reservation of it", granted)
 	}
-	for _, ra := range runs {
+	for _, ra := range append(runs, idle) {
 		a, err := b.ledger.RunAccount(b.ctx, ra.Run.RunID)
 		if err != nil || a.State != budget.StateExhausted || a.Cause != budget.CauseTenantExhausted {
 			t.Errorf("run %s = %+v, %v; want exhausted with cause %q", ra.Run.RunID, a, err, budget.CauseTenantExhausted)
@@ -312,14 +315,14 @@ func TestTenantExhaustionEndsEveryRun(t *testing.T) {
 	if after != 0 {
 		t.Errorf("%d reserves granted after the exhausting commit", after)
 	}
-	if n := b.entries(t, "kind = 'exhaust' AND tenant_id = 'acme'"); n != 2 {
+	if n := b.entries(t, "kind = 'exhaust' AND tenant_id = 'acme'"); n != 3 {
 		t.Errorf("exhaust entries of acme = %d, want one per run", n)
 	}
 	got := map[string]int{}
 	for _, p := range listen.until(t, b) {
 		got[p]++
 	}
-	if got["exhausted acme-1"] != 1 || got["exhausted acme-2"] != 1 || len(got) != 2 {
+	if got["exhausted acme-1"] != 1 || got["exhausted acme-2"] != 1 || got["exhausted acme-idle"] != 1 || len(got) != 3 {
 		t.Errorf("notices = %v; want exactly one 'exhausted' per run of acme", got)
 	}
 
