@@ -36,6 +36,10 @@ type Principal struct {
 	KeyID string
 	// Scopes are what the key may do.
 	Scopes []Scope
+	// Role is a database role acting directly, not through the API: the
+	// owner running `fanout tenant` or `fanout key` with --database-url.
+	// It manages tenants and keys; the admin log names it "role:NAME".
+	Role string
 	// Anonymous is a caller of a node run with --auth none: it may name
 	// any tenant (the request's tenant_id or the fanout-tenant-id header;
 	// "default" when it names none) and holds every scope.
@@ -43,14 +47,19 @@ type Principal struct {
 }
 
 // Admin reports whether the principal manages tenants and keys.
-func (p Principal) Admin() bool { return p.Anonymous || slices.Contains(p.Scopes, ScopeAdmin) }
+func (p Principal) Admin() bool {
+	return p.Anonymous || p.Role != "" || slices.Contains(p.Scopes, ScopeAdmin)
+}
 
 // Has reports whether the principal holds scope s.
 func (p Principal) Has(s Scope) bool { return p.Anonymous || slices.Contains(p.Scopes, s) }
 
-// Actor is how the admin log names the principal: "key:ID", or
-// "anonymous" for --auth none.
+// Actor is how the admin log names the principal: "key:ID", "role:NAME",
+// or "anonymous" for --auth none.
 func (p Principal) Actor() string {
+	if p.Role != "" {
+		return "role:" + p.Role
+	}
 	if p.KeyID == "" {
 		return "anonymous"
 	}

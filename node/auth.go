@@ -1,9 +1,7 @@
 package node
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -35,14 +33,19 @@ type CallerAuth struct {
 
 // serverOptions returns the options of the caller-facing server: its
 // transport credentials and the interceptors that put the caller's
-// auth.Principal in every call's context.
-func (a CallerAuth) serverOptions(addr string, log *slog.Logger) ([]grpc.ServerOption, error) {
+// auth.Principal in every call's context (keys: the authenticator's, whose
+// revocation watcher the caller runs; none: an anonymous principal).
+func (a CallerAuth) serverOptions(addr string, keys *auth.Authenticator, log *slog.Logger) ([]grpc.ServerOption, error) {
 	var opts []grpc.ServerOption
 	if a.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(a.TLS)))
 	}
 	if !a.None {
-		return nil, errors.New("orchestrator: API key authentication is not wired yet: use CallerAuth.None")
+		if a.TLS == nil && !isLoopback(addr) {
+			log.Warn("callers' API keys travel in plaintext: give the caller-facing listener TLS (--tls-cert, --tls-key) "+
+				"unless a proxy on this host ends TLS", "listen", addr)
+		}
+		return append(opts, keys.ServerOptions()...), nil
 	}
 	if !isLoopback(addr) && !a.InsecureNoAuth {
 		return nil, fmt.Errorf("orchestrator: refusing to serve %s without authentication: "+
@@ -50,24 +53,8 @@ func (a CallerAuth) serverOptions(addr string, log *slog.Logger) ([]grpc.ServerO
 	}
 	log.Warn("AUTHENTICATION IS OFF (--auth none): every caller may act as any tenant, manage tenants and keys; "+
 		"use it on loopback only", "listen", addr)
-	opts = append(opts, grpc.ChainUnaryInterceptor(anonymousUnary), grpc.ChainStreamInterceptor(anonymousStream))
-	return opts, nil
+	return append(opts, auth.NoneServerOptions()...), nil
 }
-
-func anonymousUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return handler(auth.NewContext(ctx, auth.Principal{Anonymous: true}), req)
-}
-
-func anonymousStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, &principalStream{ServerStream: ss, ctx: auth.NewContext(ss.Context(), auth.Principal{Anonymous: true})})
-}
-
-type principalStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *principalStream) Context() context.Context { return s.ctx }
 
 // isLoopback reports whether addr (HOST:PORT, as listened on) is only
 // reachable from this host: a loopback IP or localhost. An empty host

@@ -76,6 +76,9 @@ type Backend struct {
 	writes  *store.ToolCalls
 	watcher *budget.Watcher
 	log     *slog.Logger
+	// databaseURL is what LISTEN connections (the API keys' revocations)
+	// dial on their own.
+	databaseURL string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -128,7 +131,8 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,
 		}),
-		log: cfg.Logger,
+		log:         cfg.Logger,
+		databaseURL: cfg.DatabaseURL,
 	}
 	// The backend outlives the call that opened it: Close stops it.
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
@@ -54,6 +55,10 @@ type Orchestrator struct {
 	srv     *server
 	engine  *orchestrator.Engine
 	workers []*grpc.ClientConn
+	// stopAuth stops the API keys' revocation watcher, which closes
+	// authDone; nil with --auth none.
+	stopAuth context.CancelFunc
+	authDone chan struct{}
 }
 
 // OpenOrchestrator starts an orchestrator on b, dialling its workers, and
@@ -103,7 +108,9 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	if listenAddr == "" {
 		listenAddr = defaultListen
 	}
-	authOpts, err := cfg.Auth.serverOptions(listenAddr, b.Logger())
+	keys := store.NewKeys(b.Pool(), b.databaseURL)
+	authn := auth.NewAuthenticator(keys, auth.Config{Logger: b.Logger()})
+	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, b.Logger())
 	if err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()
@@ -116,7 +123,20 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		return nil, err
 	}
 	fanoutv1.RegisterOrchestratorServiceServer(o.srv.srv, orchestrator.NewServer(o.engine))
-	o.srv.serve(fanoutv1.OrchestratorService_ServiceDesc.ServiceName)
+	fanoutv1.RegisterAdminServiceServer(o.srv.srv, auth.NewAdminServer(keys, b.Ledger(), b.Logger()))
+	if !cfg.Auth.None {
+		// The revocation watcher: a revoked or expired key stops within
+		// auth.MaxPollInterval here, and the streams open on it end.
+		wctx, stop := context.WithCancel(context.Background())
+		o.stopAuth, o.authDone = stop, make(chan struct{})
+		go func() {
+			defer close(o.authDone)
+			if err := authn.Run(wctx); err != nil {
+				b.Logger().Error("API key revocation watcher stopped", "err", err)
+			}
+		}()
+	}
+	o.srv.serve(fanoutv1.OrchestratorService_ServiceDesc.ServiceName, fanoutv1.AdminService_ServiceDesc.ServiceName)
 	return o, nil
 }
 
@@ -185,10 +205,15 @@ func (o *Orchestrator) Engine() *orchestrator.Engine { return o.engine }
 // (those still running when ctx ends are cancelled), then the server stops
 // and the worker connections close. It returns the engine's shutdown error.
 func (o *Orchestrator) Close(ctx context.Context) error {
-	return o.srv.stop(ctx, func(ctx context.Context) error {
+	err := o.srv.stop(ctx, func(ctx context.Context) error {
 		defer o.closeWorkers()
 		return o.engine.Shutdown(ctx)
 	})
+	if o.stopAuth != nil {
+		o.stopAuth()
+		<-o.authDone
+	}
+	return err
 }
 
 // taskSlotTTL is the lease of a tenant's task slot: renewed every third of

@@ -454,9 +454,14 @@ func TestAuditorSeesViewsOnly(t *testing.T) {
 			t.Errorf("auditor cannot read %s: %v", v, err)
 		}
 	}
-	for _, table := range []string{"account", "reservation", "ledger_entry", "tenant", "run", "task", "run_event"} {
-		if _, err := conn.Exec(b.ctx, "SELECT * FROM "+table); err == nil {
-			t.Errorf("auditor can read table %s", table)
+	// The views run with the auditor's privileges (security_invoker, for
+	// row-level security: migration 0021), so it may read the columns
+	// they show; never one no view shows.
+	for _, col := range []string{"run.spec", "run.result", "task.outcome", "run_event.event",
+		"api_key.secret_sha256"} {
+		table, column, _ := strings.Cut(col, ".")
+		if _, err := conn.Exec(b.ctx, "SELECT "+column+" FROM "+table); err == nil {
+			t.Errorf("auditor can read %s, which no view shows", col)
 		}
 	}
 	if _, err := conn.Exec(b.ctx, "SELECT ledger_reserve(1, 1, 1, 'x', '1s', NULL)"); err == nil {

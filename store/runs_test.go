@@ -114,7 +114,7 @@ func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 		}
 		last[fmt.Sprint(w)] = n
 	}
-	tail, err := rs.Events(b.ctx, "", "r1", 190, 5)
+	tail, err := rs.Events(b.ctx, "ten", "r1", 190, 5)
 	if err != nil || len(tail) != 5 || tail[0].GetSequence() != 191 {
 		t.Errorf("events after 190: %d, %v", len(tail), err)
 	}
@@ -248,7 +248,7 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, err := rs.StartTask(b.ctx, "r1", "zz", "w2", "n"); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("start an unknown task: %v, want ErrNotFound", err)
 	}
-	r, err := rs.GetRun(b.ctx, "", "r1")
+	r, err := rs.GetRun(b.ctx, "ten", "r1")
 	if err != nil || r.GetTasks()[0].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || r.GetTasks()[0].GetTokensSpent() != 7 ||
 		r.GetTasks()[1].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_FAILED {
 		t.Fatalf("stored tasks: %v, %v", r.GetTasks(), err)
@@ -271,7 +271,7 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	// FailTasks), and the end is one write: FinishRun stored the
 	// RunFinished, the last event; a second one is refused like any other
 	// event after the end.
-	evs, err := rs.Events(b.ctx, "", "r1", 0, 10)
+	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10)
 	var finished []string
 	for _, ev := range evs {
 		if f := ev.GetTaskFinished(); f != nil {
@@ -515,7 +515,7 @@ func testAppendEventsConcurrently(t *testing.T, coalesce bool) {
 		t.Fatalf("finish run: ended %v, %v", ended, err)
 	}
 	finished := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}}
-	before, err := rs.Events(b.ctx, "", "r1", 0, 10000)
+	before, err := rs.Events(b.ctx, "ten", "r1", 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}

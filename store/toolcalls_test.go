@@ -372,7 +372,7 @@ func TestToolCallsView(t *testing.T) {
 			t.Errorf("done write as the auditor sees it: %v", r)
 		}
 	}
-	if _, err := asAuditor(`SELECT key FROM tool_call`); sqlState(err) != "42501" {
+	if _, err := asAuditor(`SELECT result FROM tool_call`); sqlState(err) != "42501" {
 		t.Errorf("auditor reading the table: %v, want insufficient_privilege", err)
 	}
 
