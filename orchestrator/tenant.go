@@ -26,7 +26,8 @@ type TaskSlots interface {
 	Hold(ctx context.Context, holder, key string, limit int, fn func(ctx context.Context) error) error
 }
 
-// ErrTenantExhausted: the tenant's budget for its current period is spent.
+// ErrTenantExhausted is a run refused because its tenant's budget for the
+// current period is spent.
 var ErrTenantExhausted = fmt.Errorf("tenant budget exhausted: %w", budget.ErrExhausted)
 
 // tenantSlotKey is the semaphore key of a tenant's tasks in flight.

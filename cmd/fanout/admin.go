@@ -122,7 +122,6 @@ func (l localAdmin) RevokeKey(ctx context.Context, r *fanoutv1.RevokeKeyRequest,
 type quotaFlags struct {
 	runTokens           int64
 	runs, tasks, keyRPM int
-	set                 map[string]bool
 }
 
 func (q *quotaFlags) register(f *flags) {
