@@ -38,6 +38,11 @@ func NewAdminServer(keys *store.Keys, ledger budget.TenantLedger, log *slog.Logg
 	return &AdminServer{keys: keys, ledger: ledger, log: log}
 }
 
+// tenantMinReservation is a tenant budget's minimum: below it the tenant
+// is exhausted and every run of it ends (orchestrator's default run
+// minimum).
+const tenantMinReservation = 256
+
 // actor returns the calling admin's actor, or PERMISSION_DENIED.
 func actor(ctx context.Context) (string, error) {
 	p, ok := FromContext(ctx)
@@ -155,8 +160,10 @@ func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTena
 		if _, err := s.keys.Tenant(ctx, req.GetTenantId()); err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
+		// The tenant is exhausted (its runs end) once it cannot grant a
+		// call's worth: the server's default minimum reservation, not 1.
 		if _, err := s.ledger.SetTenantBudget(ctx, budget.TenantBudget{TenantID: req.GetTenantId(), Limit: b.GetLimitTokens(),
-			Period: budget.Period{Kind: kind}, Actor: who}); err != nil {
+			Period: budget.Period{Kind: kind}, Actor: who, MinReservation: min(tenantMinReservation, b.GetLimitTokens())}); err != nil {
 			return nil, s.toStatus(ctx, err)
 		}
 	}

@@ -49,17 +49,17 @@ func (e *Engine) admit(ctx context.Context, p *plan, resumed bool) error {
 			return fmt.Errorf("read the quotas of tenant %s: %w", p.tenantID, err)
 		}
 		p.maxTasksInFlight = q.MaxTasksInFlight
-		if resumed {
-			return nil
-		}
-		if limit := p.spec.GetBudget().GetLimitTokens(); q.MaxRunTokens > 0 && limit > q.MaxRunTokens {
+		if limit := p.spec.GetBudget().GetLimitTokens(); !resumed && q.MaxRunTokens > 0 && limit > q.MaxRunTokens {
 			var v validator
 			v.overCap("spec.budget.limit_tokens", "must be at most %d (tenant %s's max_run_tokens), got %d",
 				q.MaxRunTokens, p.tenantID, limit)
 			return v.err()
 		}
 	}
-	return e.tenantAccount(ctx, p, true)
+	// A resumed run opens its accounts again (OpenRun is idempotent, and
+	// creates them if its first owner died before it did): under its
+	// tenant's account, whatever that tenant has left.
+	return e.tenantAccount(ctx, p, !resumed)
 }
 
 // tenantAccount finds the tenant's ledger account, if it has a budget, and

@@ -33,7 +33,7 @@ func TestTenantBudgetEndsEveryRunOfTheTenant(t *testing.T) {
 	defer cancel()
 	const tenantLimit = 30_000
 	ta, err := store.NewLedger(c.pool).SetTenantBudget(ctx, budget.TenantBudget{TenantID: "acme", Limit: tenantLimit,
-		Period: budget.Period{Kind: budget.PeriodNone}, Actor: "role:test"})
+		Period: budget.Period{Kind: budget.PeriodNone}, Actor: "role:test", MinReservation: 2_000})
 	if err != nil {
 		t.Fatal(err)
 	}
