@@ -41,13 +41,13 @@ func (a CallerAuth) serverOptions(addr string, keys *auth.Authenticator, log *sl
 		opts = append(opts, grpc.Creds(credentials.NewTLS(a.TLS)))
 	}
 	if !a.None {
-		if a.TLS == nil && !isLoopback(addr) {
+		if a.TLS == nil && !IsLoopback(addr) {
 			log.Warn("callers' API keys travel in plaintext: give the caller-facing listener TLS (--tls-cert, --tls-key) "+
 				"unless a proxy on this host ends TLS", "listen", addr)
 		}
 		return append(opts, keys.ServerOptions()...), nil
 	}
-	if !isLoopback(addr) && !a.InsecureNoAuth {
+	if !IsLoopback(addr) && !a.InsecureNoAuth {
 		return nil, fmt.Errorf("orchestrator: refusing to serve %s without authentication: "+
 			"--auth none is for loopback; give callers API keys, or pass --insecure-no-auth", addr)
 	}
@@ -56,10 +56,10 @@ func (a CallerAuth) serverOptions(addr string, keys *auth.Authenticator, log *sl
 	return append(opts, auth.NoneServerOptions()...), nil
 }
 
-// isLoopback reports whether addr (HOST:PORT, as listened on) is only
-// reachable from this host: a loopback IP or localhost. An empty host
-// (":50051") listens on every interface.
-func isLoopback(addr string) bool {
+// IsLoopback reports whether addr (HOST:PORT, as listened on or dialled)
+// is only reachable from this host: a loopback IP or localhost. An empty
+// host (":50051") listens on every interface.
+func IsLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
@@ -67,7 +67,7 @@ func (c *clientFlags) callOptions() ([]grpc.DialOption, error) {
 	case c.tls:
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})))
 	default:
-		if c.key.v != "" && !loopbackTarget(c.addr) {
+		if c.key.v != "" && !node.IsLoopback(strings.TrimPrefix(c.addr, "dns:///")) {
 			return nil, fmt.Errorf("--addr %s: an API key goes to a non-loopback address only over TLS: pass --tls or --tls-ca", c.addr)
 		}
 		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -89,19 +89,6 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 }
 
 func (b bearer) RequireTransportSecurity() bool { return b.tls }
-
-// loopbackTarget reports whether a dial target is a loopback address.
-func loopbackTarget(addr string) bool {
-	host, _, err := net.SplitHostPort(strings.TrimPrefix(addr, "dns:///"))
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
 
 func (c *clientFlags) dial() (fanoutv1.OrchestratorServiceClient, func(), error) {
 	opts, err := c.callOptions()
