@@ -9,6 +9,9 @@ PKGS     := ./...
 TEST_TIMEOUT ?= 12m
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := .tmp/bin/golangci-lint
+# LangGraph.js for bench-compare (and its smoke run in test), pinned by
+# bench/langgraph/package-lock.json; npm ci again when the lock changes.
+LANGGRAPH_DIR := bench/langgraph
 
 .PHONY: help demo test test/race mutants lint generate verify bench bench-compare tidy build clean
 
@@ -22,12 +25,14 @@ demo: ## Run the demo: embedded Postgres, orchestrator + 3 workers, a sample fan
 build: ## Build the fanout binary into .tmp/bin
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 
-test: ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers)
-	@scripts/ensure-postgres.sh
+test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers), then bench-compare's smoke run
+	@scripts/ensure-postgres.sh --always
 	@scripts/ensure-mcp-servers.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
+	$(GO) run ./bench/compare --smoke --fanout .tmp/bin/fanout --langgraph $(LANGGRAPH_DIR)
 
 test/race: ## Run the suite 3 times with the race detector, to shake out flakes
 	@scripts/ensure-postgres.sh
@@ -61,9 +66,6 @@ verify: generate lint ## Check that generated code is current and everything lin
 bench: ## Benchmarks: ledger hot account vs raw SQL, cancellation latency, fan-out overhead
 	@scripts/ensure-postgres.sh
 	$(GO) test -run '^$$' -bench . -benchtime 3s -timeout 30m ./store/ ./cmd/fanout/ ./subagent/...
-
-# LangGraph.js, pinned by bench/langgraph/package-lock.json; npm ci again when the lock changes.
-LANGGRAPH_DIR := bench/langgraph
 
 bench-compare: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## fanout vs LangGraph.js in one run: overhead over the ideal at N = 10, 100, 1,000 (bench/README.md)
 	@scripts/ensure-postgres.sh --always

@@ -8,13 +8,16 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fanout/fanout/peer"
@@ -24,7 +27,9 @@ import (
 
 // fanoutSide is a fanout deployment of separate OS processes of the real
 // binary: workers and one orchestrator, against one PostgreSQL, peer mTLS
-// and signed dispatches as `fanout dev` sets them up.
+// and signed dispatches as `fanout dev` sets them up. Its callers
+// authenticate as in production (--auth keys): the bench calls with an API
+// key of tenant benchTenant.
 type fanoutSide struct {
 	orch    *proc
 	workers []*proc
@@ -49,9 +54,19 @@ type fanoutConfig struct {
 	StartLimit time.Duration // for each process to start serving
 }
 
-// startFanout starts cfg.Workers worker processes, then an orchestrator that
-// dispatches to them, and connects to the orchestrator.
+// benchTenant is the tenant of the bench's runs and of its API key. It has
+// no quotas and no budget, so a run does the same work as an anonymous
+// caller's under --auth none (no task slots, no tenant account).
+const benchTenant = "bench"
+
+// startFanout makes the bench's API key, starts cfg.Workers worker
+// processes, then an orchestrator that dispatches to them, and connects to
+// the orchestrator with the key.
 func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err error) {
+	token, err := createKey(ctx, cfg.Bin, cfg.OwnerURL)
+	if err != nil {
+		return nil, err
+	}
 	files, err := peer.GenerateDev(filepath.Join(cfg.Dir, "peer"))
 	if err != nil {
 		return nil, fmt.Errorf("generate peer credentials: %w", err)
@@ -85,7 +100,9 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 		addrs = append(addrs, addr)
 	}
 	args := append([]string{"orchestrator"}, common...)
-	args = append(args, "--name", "bench-orchestrator", "--workers", strings.Join(addrs, ","),
+	// --auth keys is the default; it is named so that the bench measures
+	// the production path whatever the default becomes.
+	args = append(args, "--name", "bench-orchestrator", "--auth", "keys", "--workers", strings.Join(addrs, ","),
 		"--max-tasks", strconv.Itoa(cfg.Capacity), "--max-concurrency", strconv.Itoa(cfg.Capacity),
 		"--peer-tls-cert", files.Orchestrator.Cert, "--peer-tls-key", files.Orchestrator.Key, "--peer-signing-key", files.SigningKey)
 	p, addr, err := startServer(ctx, "orchestrator", "orchestrator serving", cfg.StartLimit, cfg.Bin, args...)
@@ -93,12 +110,17 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 	if err != nil {
 		return nil, err
 	}
-	// Callers reach the orchestrator in plain gRPC on loopback, as `fanout
-	// run` does against `fanout dev`; the peer hop is mTLS.
-	if f.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	// Callers reach the orchestrator in plain gRPC on loopback with their
+	// API key (the orchestrator allows that on loopback only); the peer hop
+	// is mTLS.
+	if f.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer(token))); err != nil {
 		return nil, fmt.Errorf("dial orchestrator: %w", err)
 	}
 	f.client = fanoutv1.NewOrchestratorServiceClient(f.conn)
+	if err := checkAuth(ctx, addr, f.client); err != nil {
+		return nil, err
+	}
 	owner, err := store.Open(ctx, cfg.OwnerURL)
 	if err != nil {
 		return nil, err
@@ -110,6 +132,82 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 		return total, settled, err
 	}
 	return f, nil
+}
+
+// createKey creates tenant benchTenant and an API key of it with the scopes
+// the bench needs, the way an operator makes a fleet's first ones: `fanout
+// tenant create` and `fanout key create` as the schema's owner
+// (--database-url). It returns the key's token, which it never prints.
+func createKey(ctx context.Context, bin, ownerURL string) (string, error) {
+	admin := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, bin, append(args, "--database-url", ownerURL)...)
+		cmd.Env = childEnv()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("fanout %s %s: %w: %s", args[0], args[1], err, strings.TrimSpace(stderr.String()))
+		}
+		return string(out), nil
+	}
+	if _, err := admin("tenant", "create", benchTenant); err != nil {
+		return "", err
+	}
+	out, err := admin("key", "create", "--tenant", benchTenant, "--name", "bench-compare", "--scopes", "run,read")
+	if err != nil {
+		return "", err
+	}
+	// The token is the last line printed.
+	fields := strings.Fields(out)
+	if len(fields) == 0 || !strings.HasPrefix(fields[len(fields)-1], "fanout_fk_") {
+		return "", errors.New("fanout key create: no token in its output")
+	}
+	return fields[len(fields)-1], nil
+}
+
+// bearer sends an API key as `authorization: Bearer <token>` on every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false: the bench calls on loopback in
+// plaintext, as the orchestrator allows.
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// checkAuth checks, before anything is measured, that the orchestrator at
+// addr accepts the bench's key (client) and refuses a call without one:
+// the bench measures the production path, with caller authentication on.
+func checkAuth(ctx context.Context, addr string, client fanoutv1.OrchestratorServiceClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := client.ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: benchTenant, PageSize: 1}); err != nil {
+		return refused("the orchestrator's check of the bench's API key (ListRuns)", err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dial orchestrator: %w", err)
+	}
+	defer func() { _ = conn.Close() }()
+	_, err = fanoutv1.NewOrchestratorServiceClient(conn).ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: benchTenant, PageSize: 1})
+	if status.Code(err) != codes.Unauthenticated {
+		return fmt.Errorf("the orchestrator answered a call without an API key with %v, want Unauthenticated: "+
+			"the bench measures fanout with caller authentication on (--auth keys)", status.Code(err))
+	}
+	return nil
+}
+
+// refused is err of a call described by what. A call the orchestrator
+// refused for its credential says so plainly: the benchmark stops there,
+// and nothing it measured is reported.
+func refused(what string, err error) error {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return fmt.Errorf("%s: REFUSED by the orchestrator (%w); the bench calls with an API key of tenant %q "+
+			"made by `fanout key create --database-url` (bench/README.md); no numbers are reported", what, err, benchTenant)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // startServer starts one fanout server and waits for its log line msg,
@@ -176,7 +274,7 @@ func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanou
 	f.runs++
 	spec := &fanoutv1.RunSpec{
 		IdempotencyKey: fmt.Sprintf("bench-compare-%d-%d-%d", os.Getpid(), n, f.runs),
-		TenantId:       "bench",
+		TenantId:       benchTenant,
 		Goal:           "bench-compare",
 		Budget:         &fanoutv1.Budget{LimitTokens: int64(n) * 10_000, MinReservationTokens: 1},
 		Limits:         &fanoutv1.Limits{MaxConcurrency: int32(n), RunTimeout: durationpb.New(limit)},
@@ -193,7 +291,7 @@ func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanou
 	start := time.Now()
 	stream, err := f.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec})
 	if err != nil {
-		return fanoutRun{}, fmt.Errorf("run %d tasks: %w", n, err)
+		return fanoutRun{}, refused(fmt.Sprintf("run %d tasks", n), err)
 	}
 	var r fanoutRun
 	var evs []*fanoutv1.RunEvent
@@ -204,7 +302,7 @@ func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanou
 			break
 		}
 		if err != nil {
-			return r, fmt.Errorf("run %d tasks: %w", n, err)
+			return r, refused(fmt.Sprintf("run %d tasks", n), err)
 		}
 		ev := m.GetEvent()
 		evs = append(evs, ev)

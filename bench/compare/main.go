@@ -36,28 +36,57 @@ func main() {
 type config struct {
 	fanoutBin, langGraphDir, node, tmpDir, pgBinDir string
 	sizes, reps                                     []int
+	warmup                                          int
 	latency, runLimit, total, pause                 time.Duration
 	workers                                         int
 	noCheckpointer                                  bool
+	// smoke checks that the benchmark works (every run accepted, every
+	// check held) instead of measuring: `make test` runs it.
+	smoke bool
 }
 
-func parseConfig() (config, error) {
+// smokeN is the one task count of -smoke.
+const smokeN = 10
+
+func parseConfig(args []string) (config, error) {
 	var c config
 	var sizes, reps string
-	flag.StringVar(&c.fanoutBin, "fanout", ".tmp/bin/fanout", "the fanout binary (go build ./cmd/fanout)")
-	flag.StringVar(&c.langGraphDir, "langgraph", "bench/langgraph", "directory of bench.mjs and its installed node_modules")
-	flag.StringVar(&c.node, "node", "node", "the Node.js binary")
-	flag.StringVar(&c.tmpDir, "tmp-dir", "", "parent of the run's temporary directory (PostgreSQL cluster, credentials); default the system's")
-	flag.StringVar(&c.pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
-	flag.StringVar(&sizes, "n", "10,100,1000", "task counts, comma-separated")
-	flag.StringVar(&reps, "reps", "5,5,3", "measured repetitions per task count (after one warm-up each)")
-	flag.DurationVar(&c.latency, "latency", 700*time.Millisecond, "latency of the one sim call each task makes")
-	flag.IntVar(&c.workers, "workers", 3, "fanout worker processes")
-	flag.DurationVar(&c.runLimit, "run-timeout", 90*time.Second, "deadline of each measured run")
-	flag.DurationVar(&c.total, "timeout", 10*time.Minute, "deadline of the whole benchmark")
-	flag.DurationVar(&c.pause, "pause", 300*time.Millisecond, "idle time between runs (not measured)")
-	flag.BoolVar(&c.noCheckpointer, "langgraph-no-checkpointer", true, "also run LangGraph.js without a checkpointer, for reference")
-	flag.Parse()
+	fs := flag.NewFlagSet("compare", flag.ExitOnError)
+	fs.StringVar(&c.fanoutBin, "fanout", ".tmp/bin/fanout", "the fanout binary (go build ./cmd/fanout)")
+	fs.StringVar(&c.langGraphDir, "langgraph", "bench/langgraph", "directory of bench.mjs and its installed node_modules")
+	fs.StringVar(&c.node, "node", "node", "the Node.js binary")
+	fs.StringVar(&c.tmpDir, "tmp-dir", "", "parent of the run's temporary directory (PostgreSQL cluster, credentials); default the system's")
+	fs.StringVar(&c.pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
+	fs.StringVar(&sizes, "n", "10,100,1000", "task counts, comma-separated")
+	fs.StringVar(&reps, "reps", "5,5,3", "measured repetitions per task count (after the warm-ups)")
+	fs.IntVar(&c.warmup, "warmup", 1, "warm-up runs per task count and side, not measured")
+	fs.DurationVar(&c.latency, "latency", 700*time.Millisecond, "latency of the one sim call each task makes")
+	fs.IntVar(&c.workers, "workers", 3, "fanout worker processes")
+	fs.DurationVar(&c.runLimit, "run-timeout", 90*time.Second, "deadline of each measured run")
+	fs.DurationVar(&c.total, "timeout", 10*time.Minute, "deadline of the whole benchmark (3m with -smoke)")
+	fs.DurationVar(&c.pause, "pause", 300*time.Millisecond, "idle time between runs (not measured)")
+	fs.BoolVar(&c.noCheckpointer, "langgraph-no-checkpointer", true, "also run LangGraph.js without a checkpointer, for reference")
+	fs.BoolVar(&c.smoke, "smoke", false, fmt.Sprintf("check that the benchmark works, measuring nothing: N=%d, one run per side, no warm-up; "+
+		"every run must be accepted and pass the checks; prints no timings (make test runs it)", smokeN))
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.smoke {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"n", "reps", "warmup"} {
+			if set[name] {
+				return c, fmt.Errorf("-smoke sets -n %d -reps 1 -warmup 0: drop -%s", smokeN, name)
+			}
+		}
+		sizes, reps, c.warmup = strconv.Itoa(smokeN), "1", 0
+		if !set["timeout"] {
+			c.total = 3 * time.Minute
+		}
+	}
 	var err error
 	if c.sizes, err = ints(sizes); err != nil {
 		return c, fmt.Errorf("-n: %w", err)
@@ -70,6 +99,9 @@ func parseConfig() (config, error) {
 	}
 	if c.workers < 1 {
 		return c, fmt.Errorf("-workers: need at least 1, got %d", c.workers)
+	}
+	if c.warmup < 0 {
+		return c, fmt.Errorf("-warmup: must be >= 0, got %d", c.warmup)
 	}
 	return c, nil
 }
@@ -87,7 +119,7 @@ func ints(s string) ([]int, error) {
 }
 
 func run(ctx context.Context) error {
-	cfg, err := parseConfig()
+	cfg, err := parseConfig(os.Args[1:])
 	if err != nil {
 		return err
 	}
@@ -140,7 +172,7 @@ func run(ctx context.Context) error {
 	for i, n := range cfg.sizes {
 		r := &results[i]
 		r.n = n
-		for rep := -1; rep < cfg.reps[i]; rep++ { // rep -1 is the warm-up
+		for rep := -cfg.warmup; rep < cfg.reps[i]; rep++ { // reps below 0 are the warm-ups
 			fr, err := fo.run(ctx, n, cfg.runLimit)
 			if err != nil {
 				return fmt.Errorf("fanout, %d tasks: %w", n, err)
@@ -175,6 +207,13 @@ func run(ctx context.Context) error {
 			r.phases = append(r.phases, fr.phases)
 		}
 		fmt.Fprintf(os.Stderr, "bench-compare: N=%d done (%v so far)\n", n, time.Since(began).Round(time.Second))
+	}
+	if cfg.smoke {
+		// A smoke run checks; it does not measure. Its timings, from one
+		// cold run on a busy machine, would mean nothing.
+		printSmoke(os.Stdout, cfg, versions, db.settings)
+		fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
+		return nil
 	}
 	printReport(os.Stdout, cfg, versions, db.settings, results)
 	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
@@ -226,7 +265,7 @@ func (db *database) setup(ctx context.Context, srv *pglocal.Server) error {
 		}
 	}
 	db.ownerURL, db.langGraphURL = srv.URL("fanout"), srv.URL("langgraph")
-	if _, err := store.MigrateTo(ctx, db.ownerURL, -1); err != nil {
+	if err := store.Migrate(ctx, db.ownerURL); err != nil {
 		return err
 	}
 	if err := store.CreateLoginRole(ctx, db.ownerURL, "fanout_node", "fanout_app"); err != nil {

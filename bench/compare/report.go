@@ -54,9 +54,9 @@ func list(ds []time.Duration) string {
 func printReport(w io.Writer, cfg config, versions, settings string, results []result) {
 	fmt.Fprintf(w, "\nbench-compare: N tasks x one %v sim call each, all N at once; overhead = wall - %v (the ideal);\n",
 		cfg.latency, cfg.latency)
-	fmt.Fprintf(w, "median of the reps after one warm-up per N, both sides interleaved in the same run.\n")
+	fmt.Fprintf(w, "median of the reps after %s per N, both sides interleaved in the same run.\n", warmups(cfg.warmup))
 	fmt.Fprintf(w, "  fanout: 1 orchestrator + %d worker processes, peer mTLS + signed dispatches, %s;\n", cfg.workers, settings)
-	fmt.Fprintf(w, "          wall = Run sent -> RunFinished received (gRPC, plaintext on loopback).\n")
+	fmt.Fprintf(w, "          wall = Run sent -> RunFinished received (gRPC, plaintext on loopback, with an API key: --auth keys).\n")
 	fmt.Fprintf(w, "  LangGraph.js: Send fan-out + reducer join, PostgresSaver on the same server (durability \"sync\"),\n")
 	fmt.Fprintf(w, "          wall = graph.invoke; %s.\n\n", versions)
 	header := []string{"N", "reps", "fanout overhead", "LangGraph.js overhead", "fanout/LangGraph.js"}
@@ -87,6 +87,30 @@ func printReport(w io.Writer, cfg config, versions, settings string, results []r
 			fmt.Fprintf(w, "  N=%-5d %s\n", r.n, r.phases[len(r.phases)-1])
 		}
 	}
+}
+
+func warmups(n int) string {
+	switch n {
+	case 0:
+		return "no warm-up"
+	case 1:
+		return "one warm-up"
+	}
+	return fmt.Sprintf("%d warm-ups", n)
+}
+
+// printSmoke says what a -smoke run checked. It prints no timings: a smoke
+// run passes when every run was accepted and every check held, however
+// long they took.
+func printSmoke(w io.Writer, cfg config, versions, settings string) {
+	fmt.Fprintf(w, "bench-compare -smoke: ok: N=%d, one run per side, every check held (no timings: a smoke run checks, make bench-compare measures)\n", smokeN)
+	fmt.Fprintf(w, "  fanout, 1 orchestrator (--auth keys, called with the bench's API key) + %d workers: the run was accepted and SUCCEEDED,\n", cfg.workers)
+	fmt.Fprintf(w, "          all %d tasks SUCCEEDED after 1 iteration, %d reservations, all settled; %s\n", smokeN, smokeN, settings)
+	sides := "with PostgresSaver"
+	if cfg.noCheckpointer {
+		sides += ", and without a checkpointer"
+	}
+	fmt.Fprintf(w, "  LangGraph.js, %s: %d results joined; %s\n", sides, smokeN, versions)
 }
 
 // printTable prints rows with right-aligned columns.

@@ -1,1 +1,0 @@
-DROP TABLE IF EXISTS run_event, task, run;

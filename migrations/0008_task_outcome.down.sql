@@ -1,1 +1,0 @@
-DROP VIEW fanout.task_outcome;
