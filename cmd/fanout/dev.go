@@ -94,7 +94,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		defer stop()
 		ownerURL = url
 	}
-	if _, err := store.MigrateTo(ctx, ownerURL, -1); err != nil {
+	if err := store.Migrate(ctx, ownerURL); err != nil {
 		return err
 	}
 	if sf.databaseURL == "" {

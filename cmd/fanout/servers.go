@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/fanout/fanout/budget"
@@ -268,11 +269,14 @@ func cmdWorker(ctx context.Context, env *Env, args []string) error {
 }
 
 const migrateUsage = `
-Apply the database schema (embedded migrations) under an advisory lock, so replicas
-starting together are safe. --to N moves to version N (down migrations included).
+Apply the database schema under an advisory lock, so replicas starting together are safe:
+the versioned migrations not applied yet (tables, columns, data; forward only), then,
+when any of their files changed, every function and view definition as one set.
+A database older than schema 21 is refused: upgrade it with an earlier release first
+(docs/operations.md, "Upgrading").
 
 Usage:
-  fanout migrate --database-url URL [--to N]
+  fanout migrate --database-url URL
 
 Example:
   DATABASE_URL=postgres://fanout@db:5432/fanout fanout migrate
@@ -281,24 +285,32 @@ Example:
 func cmdMigrate(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("migrate", migrateUsage, env.Stderr)
 	var url string
-	var to int
 	f.StringVar(&url, "database-url", "", "PostgreSQL URL")
 	f.alsoEnv("database-url", "DATABASE_URL")
-	f.IntVar(&to, "to", -1, "target version (-1: the newest)")
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
 	if url == "" {
 		return fmt.Errorf("--database-url (or DATABASE_URL) is required")
 	}
-	done, err := store.MigrateTo(ctx, url, to)
+	done, err := store.Apply(ctx, url)
 	if err != nil {
 		return err
 	}
-	if len(done) == 0 {
-		fmt.Fprintln(env.Stdout, "schema up to date: nothing to apply")
-		return nil
+	if len(done.Versions) > 0 {
+		fmt.Fprintf(env.Stdout, "versioned migrations applied: %v\n", done.Versions)
 	}
-	fmt.Fprintf(env.Stdout, "migrations applied (negative: reverted): %v\n", done)
+	switch {
+	case done.Redefined && len(done.Changed) > 0:
+		fmt.Fprintf(env.Stdout, "definitions applied again (changed: %s)\n", strings.Join(done.Changed, ", "))
+	case done.Redefined:
+		fmt.Fprintln(env.Stdout, "definitions applied again (after the versioned migrations)")
+	}
+	if len(done.Dropped) > 0 {
+		fmt.Fprintf(env.Stdout, "dropped, no file defines them any more: %s\n", strings.Join(done.Dropped, ", "))
+	}
+	if len(done.Versions) == 0 && !done.Redefined {
+		fmt.Fprintln(env.Stdout, "schema up to date: nothing to apply")
+	}
 	return nil
 }

@@ -1,0 +1,28 @@
+-- admin_check_actor raises unless p_actor may act now.
+CREATE OR REPLACE FUNCTION admin_check_actor(p_actor text) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
+BEGIN
+    IF p_actor IS NULL OR p_actor = '' OR octet_length(p_actor) > 256 THEN
+        RAISE EXCEPTION 'actor: must be 1..256 bytes, got %', coalesce(octet_length(p_actor), 0)
+            USING ERRCODE = 'invalid_parameter_value';
+    ELSIF p_actor = 'anonymous' THEN
+        RETURN;
+    ELSIF starts_with(p_actor, 'role:') THEN
+        IF p_actor <> 'role:' || session_user THEN
+            RAISE EXCEPTION 'actor: % is not the session''s role (role:%)', p_actor, session_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    ELSIF starts_with(p_actor, 'key:') THEN
+        IF NOT EXISTS (SELECT FROM api_key
+                        WHERE key_id = substr(p_actor, 5) AND tenant_id IS NULL
+                          AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())) THEN
+            RAISE EXCEPTION 'actor: % is not a live admin key', p_actor
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    ELSE
+        RAISE EXCEPTION 'actor: must be key:ID, role:NAME or anonymous, got %', p_actor
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION admin_check_actor(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION admin_check_actor(text) TO fanout_app;

@@ -1,0 +1,50 @@
+-- ledger_end_run moves a run toward p_state (cancelled or closed) and
+-- notifies. A cancel moves an open or an exhausted run (whose calls may
+-- still run under DRAIN) to cancelled. It never voids a held reservation
+-- (its call may have spent): asked to close a run that still holds some, it
+-- cancels an open run (nothing more is granted; an exhausted run stays
+-- exhausted) and marks it closing; the run closes when the last held
+-- reservation is settled by its holder or expired by the sweeper. Returns
+-- the run account.
+CREATE OR REPLACE FUNCTION ledger_end_run(p_run text, p_state text, p_cause text)
+RETURNS SETOF account
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
+DECLARE
+    a account;
+BEGIN
+    IF p_state IS NULL OR p_state NOT IN ('cancelled', 'closed') THEN
+        RAISE EXCEPTION 'ledger_end_run: state % is not cancelled or closed', p_state
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO a FROM account WHERE run_id = p_run AND kind = 'run';
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Lock the run first: a reservation granted after the held ones were
+    -- counted would otherwise outlive the close.
+    SELECT * INTO a FROM ledger_lock_chain(a.chain) l WHERE l.account_id = a.account_id;
+    IF a.state = 'closed' THEN
+        RETURN QUERY SELECT * FROM account WHERE account_id = a.account_id;
+        RETURN;
+    END IF;
+    IF p_state = 'closed' AND a.reserved = 0 THEN
+        PERFORM ledger_close_run(a.account_id, p_cause);
+    ELSE
+        IF p_state = 'closed' THEN
+            p_cause := 'run ended with reservations still held; it closes when they resolve';
+        END IF;
+        IF a.state = 'open' OR (a.state = 'exhausted' AND p_state = 'cancelled') THEN
+            UPDATE account SET state = 'cancelled', cause = coalesce(p_cause, ''), updated_at = now()
+             WHERE account_id = a.account_id;
+            INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, kind, note)
+            VALUES (a.tenant_id, p_run, a.account_id, ARRAY[a.account_id], 'cancel', coalesce(p_cause, ''));
+            PERFORM pg_notify('fanout_run_state', 'cancelled ' || p_run);
+        END IF;
+        IF p_state = 'closed' THEN
+            UPDATE account SET closing = true, updated_at = now() WHERE account_id = a.account_id;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT * FROM account WHERE account_id = a.account_id;
+END $$;
+REVOKE ALL ON FUNCTION ledger_end_run(text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_end_run(text,text,text) TO fanout_app;

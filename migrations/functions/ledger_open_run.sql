@@ -1,0 +1,57 @@
+-- ledger_open_run creates a run's account (under p_tenant_account when not
+-- NULL) and one account per task, or returns the existing ones: the run
+-- account first, then its tasks. A tenant account of another tenant is
+-- refused (SQLSTATE 22023, "belongs to tenant"); an unknown one is
+-- foreign_key_violation. It locks the tenant account and rolls its budget
+-- period over when it has ended.
+CREATE OR REPLACE FUNCTION ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint,
+                                p_min bigint, p_task_ids text[], p_task_limits bigint[])
+RETURNS SETOF account
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
+DECLARE
+    parent_chain bigint[] := '{}';
+    parent_tenant text;
+    run_acct bigint;
+    run_chain bigint[];
+    parent account;
+BEGIN
+    IF p_run IS NULL OR p_run = '' OR p_tenant IS NULL OR p_tenant = '' OR p_limit IS NULL OR p_limit <= 0
+       OR p_min IS NULL OR p_min <= 0 OR p_min > p_limit
+       OR cardinality(p_task_ids) IS DISTINCT FROM cardinality(p_task_limits) THEN
+        RAISE EXCEPTION 'ledger_open_run: run %, tenant %, limit %, min % out of range', p_run, p_tenant, p_limit, p_min
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT EXISTS (SELECT FROM account WHERE run_id = p_run AND kind = 'run') THEN
+        IF p_tenant_account IS NOT NULL THEN
+            SELECT * INTO parent FROM account WHERE account_id = p_tenant_account AND kind = 'tenant' FOR UPDATE;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'tenant account % not found', p_tenant_account USING ERRCODE = 'foreign_key_violation';
+            END IF;
+            parent_chain := parent.chain;
+            parent_tenant := parent.tenant_id;
+            IF parent_tenant <> p_tenant THEN
+                RAISE EXCEPTION 'tenant account % belongs to tenant %, not %', p_tenant_account, parent_tenant, p_tenant
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            IF parent.period_end IS NOT NULL AND now() >= parent.period_end THEN
+                PERFORM ledger_roll_period(parent);
+            END IF;
+        END IF;
+        INSERT INTO tenant (tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation)
+        VALUES (p_tenant, p_tenant_account, '{}', 'run', p_run, p_limit, p_min)
+        RETURNING account_id INTO run_acct;
+        run_chain := parent_chain || run_acct;
+        UPDATE account SET chain = run_chain WHERE account_id = run_acct;
+        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens)
+        SELECT p_tenant, run_acct, '{}', 'task', p_run, t.task_id, t.limit_tokens
+          FROM unnest(p_task_ids, p_task_limits) AS t(task_id, limit_tokens);
+        UPDATE account SET chain = run_chain || account_id WHERE run_id = p_run AND kind = 'task';
+        INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, kind, delta_limit)
+        SELECT tenant_id, run_id, task_id, account_id, ARRAY[account_id], 'open', limit_tokens
+          FROM account WHERE run_id = p_run ORDER BY account_id;
+    END IF;
+    RETURN QUERY SELECT * FROM account WHERE run_id = p_run ORDER BY (kind = 'task'), account_id;
+END $$;
+REVOKE ALL ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) TO fanout_app;

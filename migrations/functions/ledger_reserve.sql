@@ -1,0 +1,157 @@
+-- ledger_reserve grants up to p_want tokens (at least p_min, else nothing)
+-- to one call of the task or run account p_account, in one statement: the
+-- only way a node gets tokens to spend (I1). It locks the account's chain
+-- (task, run, and the tenant account if the run has one) in a fixed order,
+-- rolls the tenant's budget period over when it has ended, and refuses
+-- unless the account is open, belongs to run p_run of tenant p_tenant, and
+-- p_attempt is the account's current dispatch (I9, I13). The grant is the
+-- least that every account in the chain has available; it is held by a
+-- reservation under a lease of p_ttl (at most an hour), which settle, void
+-- or expiry resolves exactly once. A reserve with the key of an earlier one
+-- returns that one's result and never grants twice (I4); a key whose
+-- reservation is resolved is refused. When a grant leaves an account below
+-- its min_reservation the account, or for a tenant every open run under
+-- it, is marked exhausted and every node is notified
+-- (ledger_check_exhausted, ledger_exhaust_tenant). p_model names what the
+-- tokens pay for, so that an expired reservation can be priced.
+CREATE OR REPLACE FUNCTION ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint,
+                               p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text,
+                               p_model text DEFAULT NULL)
+RETURNS ledger_result
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
+DECLARE
+    leaf  account;
+    a     account;
+    locked account[] := '{}';
+    ended account;
+    r     reservation;
+    g     bigint := p_want;
+    res   ledger_result;
+    run   account;
+    tenant account;
+BEGIN
+    IF octet_length(p_model) > 256 THEN
+        RAISE EXCEPTION 'ledger_reserve: model name of % bytes is longer than 256', octet_length(p_model)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_want IS NULL OR p_min IS NULL OR p_want <= 0 OR p_min <= 0 OR p_min > p_want
+       OR p_holder IS NULL OR p_holder = '' OR p_attempt IS NULL OR p_attempt < 1
+       OR p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '1 hour' THEN
+        RAISE EXCEPTION 'ledger_reserve: want %, min %, holder %, attempt %, ttl % out of range (ttl at most 1 hour)',
+            p_want, p_min, p_holder, p_attempt, p_ttl
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO leaf FROM account WHERE account_id = p_account;
+    IF NOT FOUND THEN
+        res.outcome := 'not_found';
+        RETURN res;
+    END IF;
+    -- The grant: an account of the named run and tenant. Said without
+    -- naming what the account does belong to.
+    IF leaf.kind = 'tenant' OR leaf.run_id IS DISTINCT FROM p_run OR leaf.tenant_id IS DISTINCT FROM p_tenant THEN
+        RETURN ledger_refusal('denied', p_account,
+            format('not an account of run %s of tenant %s', p_run, p_tenant));
+    END IF;
+    FOR a IN SELECT * FROM ledger_lock_chain(leaf.chain) LOOP
+        IF a.kind = 'tenant' THEN
+            -- The period's end passed: this statement starts the next one,
+            -- under the tenant's lock, before anything is granted from it.
+            IF a.period_end IS NOT NULL AND now() >= a.period_end THEN
+                a := ledger_roll_period(a);
+            END IF;
+            tenant := a;
+        END IF;
+        IF a.account_id = leaf.account_id THEN
+            leaf := a; -- as of the lock: its attempt cannot move under us
+        END IF;
+        IF a.state <> 'open' AND ended.account_id IS NULL THEN
+            ended := a;
+        END IF;
+        IF a.kind = 'run' THEN
+            run := a;
+        END IF;
+        locked := locked || a;
+    END LOOP;
+    IF leaf.attempt IS DISTINCT FROM p_attempt THEN
+        RETURN ledger_refusal('denied', p_account,
+            format('attempt %s is not the current attempt %s', p_attempt, leaf.attempt));
+    END IF;
+    IF p_key IS NOT NULL THEN
+        -- Checked under the chain lock, so a concurrent duplicate has committed.
+        SELECT * INTO r FROM reservation WHERE account_id = p_account AND reserve_key = p_key;
+        IF FOUND THEN
+            IF r.state <> 'held' THEN
+                res := ledger_result_of('resolved', r);
+                res.info := format('the key names reservation %s, which is %s', r.reservation_id, r.state);
+                RETURN res;
+            ELSIF r.holder <> p_holder THEN
+                res := ledger_refusal('conflict', p_account,
+                    format('the key names reservation %s, held by another node', r.reservation_id));
+                RETURN res;
+            ELSIF ended.account_id IS NULL OR ended.state = 'exhausted' THEN
+                -- A retry of a granted call whose reply was lost gets its
+                -- reservation back (also when that grant exhausted the run:
+                -- under DRAIN it may still be used).
+                RETURN ledger_result_of('replay', r);
+            END IF;
+            -- The run was cancelled or closed meanwhile. The holder is asking
+            -- again, so it never had the grant and never started a call on
+            -- it: free it.
+            PERFORM ledger_void(r.reservation_id, r.generation, 'reserve retried on an ended account');
+        END IF;
+    END IF;
+    IF ended.account_id IS NOT NULL THEN
+        IF ended.kind = 'run' AND ended.state = 'exhausted' AND ended.cause = 'tenant budget exhausted'
+           AND tenant.account_id IS NOT NULL THEN
+            -- What ran out is the tenant's budget: name that account.
+            ended := tenant;
+        END IF;
+        res.outcome := 'exhausted';
+        res.info_account := ended.account_id;
+        res.info_kind := ended.kind;
+        res.info_state := ended.state;
+        res.info_available := ended.limit_tokens - ended.reserved - ended.spent;
+        RETURN res;
+    END IF;
+    FOREACH a IN ARRAY locked LOOP
+        IF least(g, a.limit_tokens - a.reserved - a.spent) < p_min THEN
+            IF a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent < a.min_reservation THEN
+                PERFORM ledger_exhaust_tenant(a);
+            END IF;
+            res.outcome := 'exhausted';
+            res.info_account := a.account_id;
+            res.info_kind := a.kind;
+            res.info_state := a.state;
+            res.info_available := a.limit_tokens - a.reserved - a.spent;
+            RETURN res;
+        END IF;
+        g := least(g, a.limit_tokens - a.reserved - a.spent);
+    END LOOP;
+
+    UPDATE account SET reserved = reserved + g, updated_at = now()
+     WHERE account_id = ANY (leaf.chain);
+    INSERT INTO reservation (tenant_id, run_id, account_id, chain, requested, amount, holder,
+                             lease_expires_at, reserve_key, attempt, model)
+    VALUES (leaf.tenant_id, leaf.run_id, leaf.account_id, leaf.chain, p_want, g, p_holder,
+            now() + p_ttl, p_key, p_attempt, nullif(p_model, ''))
+    RETURNING * INTO r;
+    INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, reservation_id,
+                              kind, delta_reserved, holder, model)
+    VALUES (leaf.tenant_id, leaf.run_id, leaf.task_id, leaf.account_id, leaf.chain,
+            r.reservation_id, 'reserve', g, p_holder, r.model);
+    -- Only a grant that takes the run below its minimum ends it (saves a
+    -- statement on the hot path).
+    IF run.account_id IS NOT NULL AND run.limit_tokens - run.reserved - g - run.spent < run.min_reservation THEN
+        PERFORM ledger_check_exhausted(leaf.chain);
+    END IF;
+    IF tenant.account_id IS NOT NULL
+       AND tenant.limit_tokens - tenant.reserved - g - tenant.spent < tenant.min_reservation THEN
+        tenant.reserved := tenant.reserved + g;
+        PERFORM ledger_exhaust_tenant(tenant);
+    END IF;
+    res := ledger_result_of('ok', r);
+    res.run_available := run.limit_tokens - run.reserved - g - run.spent;
+    RETURN res;
+END $$;
+REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app;

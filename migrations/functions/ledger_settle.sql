@@ -1,0 +1,104 @@
+-- ledger_settle resolves a held reservation with the tokens the call used:
+-- p_actual is posted as spent and the rest of the grant is freed on every
+-- account of the chain. Usage beyond the grant is charged as far as every
+-- account has room and recorded as overrun in full: never hidden, never
+-- past a limit. It is idempotent for the same reservation and generation
+-- (I3, I4) and refuses a stale generation (I9). p_estimated marks usage
+-- the provider did not report (a cancelled call's full grant); p_model and
+-- the provider's p_input/p_output split price it (money_line). It rolls
+-- the tenant's period over when it has ended, and an overrun that leaves
+-- the tenant below its minimum exhausts the tenant's runs.
+CREATE OR REPLACE FUNCTION ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint,
+                              p_estimated boolean, p_model text DEFAULT NULL,
+                              p_input bigint DEFAULT 0, p_output bigint DEFAULT 0)
+RETURNS ledger_result
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
+DECLARE
+    r      reservation;
+    a      account;
+    run    account;
+    tenant account;
+    charge bigint := p_actual;
+    res    ledger_result;
+BEGIN
+    IF p_actual IS NULL OR p_actual < 0 THEN
+        RAISE EXCEPTION 'ledger_settle: actual % out of range', p_actual USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    p_input := coalesce(p_input, 0);
+    p_output := coalesce(p_output, 0);
+    IF p_input < 0 OR p_output < 0 OR octet_length(p_model) > 256
+       OR ((p_input <> 0 OR p_output <> 0) AND (p_estimated OR p_input + p_output <> p_actual)) THEN
+        RAISE EXCEPTION 'ledger_settle: input % + output % must be 0 + 0 or add up to actual % of a reported (not estimated) usage; model at most 256 bytes',
+            p_input, p_output, p_actual USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation;
+    IF NOT FOUND THEN
+        res.outcome := 'not_found';
+        RETURN res;
+    END IF;
+    FOR a IN SELECT * FROM ledger_lock_chain(r.chain) LOOP
+        IF a.kind = 'tenant' THEN
+            -- Spend posted after the period's end counts in the next period.
+            IF a.period_end IS NOT NULL AND now() >= a.period_end THEN
+                a := ledger_roll_period(a);
+            END IF;
+            tenant := a;
+        END IF;
+        charge := least(charge, a.limit_tokens - (a.reserved - r.amount) - a.spent);
+        IF a.kind = 'run' THEN
+            run := a;
+        END IF;
+    END LOOP;
+    SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
+    IF r.state = 'settled' THEN
+        IF r.actual = p_actual AND r.estimated = p_estimated THEN
+            RETURN ledger_result_of('replay', r);
+        END IF;
+        res := ledger_result_of('conflict', r);
+        res.info := format('already settled with actual %s (estimated %s), not %s', r.actual, r.estimated, p_actual);
+        RETURN res;
+    ELSIF r.state = 'expired' OR r.generation IS DISTINCT FROM p_generation THEN
+        res := ledger_result_of('lease_lost', r);
+        res.info := format('reservation is %s at generation %s; settle came with generation %s', r.state, r.generation, p_generation);
+        RETURN res;
+    ELSIF r.state = 'voided' THEN
+        res := ledger_result_of('conflict', r);
+        res.info := 'reservation was voided';
+        RETURN res;
+    END IF;
+
+    UPDATE account SET reserved = reserved - r.amount, spent = spent + charge, updated_at = now()
+     WHERE account_id = ANY (r.chain);
+    UPDATE reservation
+       SET state = 'settled', actual = p_actual, spent = charge, estimated = p_estimated,
+           model = coalesce(nullif(p_model, ''), model),
+           input_tokens = nullif(p_input + p_output, 0) - p_output, output_tokens = nullif(p_input + p_output, 0) - p_input,
+           overrun = greatest(p_actual - r.amount, 0), resolved_at = now()
+     WHERE reservation_id = p_reservation
+    RETURNING * INTO r;
+    INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, reservation_id, kind,
+                              delta_reserved, delta_spent, actual, overrun, estimated, holder,
+                              model, input_tokens, output_tokens, note)
+    SELECT r.tenant_id, r.run_id, l.task_id, r.account_id, r.chain, r.reservation_id, 'settle',
+           -r.amount, charge, p_actual, r.overrun, p_estimated, r.holder,
+           r.model, r.input_tokens, r.output_tokens,
+           CASE WHEN p_actual > charge THEN format('%s tokens over every limit left unpaid', p_actual - charge) ELSE '' END
+      FROM account l WHERE l.account_id = r.account_id;
+    IF charge > r.amount THEN
+        PERFORM ledger_check_exhausted(r.chain);
+        IF tenant.account_id IS NOT NULL
+           AND tenant.limit_tokens - (tenant.reserved - r.amount) - (tenant.spent + charge) < tenant.min_reservation THEN
+            tenant.reserved := tenant.reserved - r.amount;
+            tenant.spent := tenant.spent + charge;
+            PERFORM ledger_exhaust_tenant(tenant);
+        END IF;
+    END IF;
+    IF run.closing THEN
+        PERFORM ledger_resolved(r);
+    END IF;
+    res := ledger_result_of('ok', r);
+    res.run_available := run.limit_tokens - (run.reserved - r.amount) - (run.spent + charge);
+    RETURN res;
+END $$;
+REVOKE ALL ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app;

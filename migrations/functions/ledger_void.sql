@@ -1,0 +1,39 @@
+CREATE OR REPLACE FUNCTION ledger_void(p_reservation bigint, p_generation bigint, p_note text)
+RETURNS ledger_result
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
+DECLARE
+    r   reservation;
+    res ledger_result;
+BEGIN
+    SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation;
+    IF NOT FOUND THEN
+        res.outcome := 'not_found';
+        RETURN res;
+    END IF;
+    PERFORM FROM ledger_lock_chain(r.chain);
+    SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
+    IF r.state = 'voided' THEN
+        RETURN ledger_result_of('replay', r);
+    ELSIF r.state = 'expired' OR (p_generation IS NOT NULL AND r.generation <> p_generation) THEN
+        res := ledger_result_of('lease_lost', r);
+        res.info := format('reservation is %s at generation %s; void came with generation %s', r.state, r.generation, p_generation);
+        RETURN res;
+    ELSIF r.state = 'settled' THEN
+        res := ledger_result_of('conflict', r);
+        res.info := 'reservation was already settled';
+        RETURN res;
+    END IF;
+    UPDATE account SET reserved = reserved - r.amount, updated_at = now()
+     WHERE account_id = ANY (r.chain);
+    UPDATE reservation SET state = 'voided', resolved_at = now()
+     WHERE reservation_id = p_reservation RETURNING * INTO r;
+    INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, reservation_id, kind,
+                              delta_reserved, holder, note)
+    SELECT r.tenant_id, r.run_id, l.task_id, r.account_id, r.chain, r.reservation_id, 'void',
+           -r.amount, r.holder, coalesce(p_note, '')
+      FROM account l WHERE l.account_id = r.account_id;
+    PERFORM ledger_resolved(r);
+    RETURN ledger_result_of('ok', r);
+END $$;
+REVOKE ALL ON FUNCTION ledger_void(bigint,bigint,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_void(bigint,bigint,text) TO fanout_app;

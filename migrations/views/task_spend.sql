@@ -1,0 +1,13 @@
+CREATE VIEW task_spend AS
+SELECT a.tenant_id, a.run_id, a.task_id, a.limit_tokens, a.reserved AS reserved_tokens,
+       a.spent AS spent_tokens, a.state,
+       coalesce(r.reported, 0) AS reported_tokens, coalesce(r.estimated, 0) AS estimated_tokens,
+       coalesce(r.overrun, 0) AS overrun_tokens, coalesce(r.calls, 0) AS reservations
+  FROM account a
+  LEFT JOIN (SELECT account_id,
+                    sum(spent) FILTER (WHERE NOT estimated) AS reported,
+                    sum(spent) FILTER (WHERE estimated) AS estimated,
+                    sum(overrun) AS overrun, count(*) AS calls
+               FROM reservation GROUP BY account_id) r USING (account_id)
+ WHERE a.kind = 'task';
+GRANT SELECT ON task_spend TO fanout_app, fanout_auditor;

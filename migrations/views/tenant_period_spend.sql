@@ -1,0 +1,16 @@
+-- tenant_period_spend: what each tenant spent in each of its periods,
+-- reported and estimated, from the entries.
+CREATE VIEW tenant_period_spend AS
+SELECT p.tenant_id, p.account_id, p.period_kind, p.period_start, p.period_end,
+       coalesce(sum(le.delta_spent), 0) AS spent_tokens,
+       coalesce(sum(le.delta_spent) FILTER (WHERE NOT le.estimated), 0) AS reported_tokens,
+       coalesce(sum(le.delta_spent) FILTER (WHERE le.estimated), 0) AS estimated_tokens,
+       coalesce(sum(le.overrun), 0) AS overrun_tokens,
+       count(DISTINCT le.run_id) AS runs
+  FROM (SELECT tp.*, lead(tp.first_entry_id) OVER (PARTITION BY tp.account_id ORDER BY tp.first_entry_id) AS next_entry_id
+          FROM tenant_period tp) p
+  LEFT JOIN ledger_entry le
+         ON le.tenant_id = p.tenant_id AND le.chain[1] = p.account_id AND le.kind IN ('settle', 'expire')
+        AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
+ GROUP BY p.tenant_id, p.account_id, p.period_kind, p.period_start, p.period_end, p.first_entry_id;
+GRANT SELECT ON tenant_period_spend TO fanout_app, fanout_auditor;

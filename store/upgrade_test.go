@@ -1,0 +1,190 @@
+package store_test
+
+import (
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
+)
+
+// restoreSchema21 returns the URL of a new database holding the fixture
+// testdata/schema21.sql.gz: a populated database that the last release with
+// the full migration history (1 to 21) made. It is dropped when t passes.
+func restoreSchema21(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	storetest.NewDB(t) // the template's migration makes fanout's cluster-wide roles
+	admin := storetest.ServerURL(t)
+	name := fmt.Sprintf("upgrade21_%06x", rand.N(1<<24))
+	adminConn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adminConn.Close(context.WithoutCancel(ctx))
+	// The fixture's tenant auditor, a role of the cluster it was made on.
+	if _, err := adminConn.Exec(ctx, `DO $$ BEGIN CREATE ROLE acme_auditor NOLOGIN;
+		EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminConn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kept the upgraded database %s", name)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, admin); err == nil {
+			_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = c.Close(ctx)
+		}
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+
+	f, err := os.Open("testdata/schema21.sql.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, string(dump)); err != nil {
+		t.Fatalf("restore the schema-21 fixture: %v", err)
+	}
+	return u.String()
+}
+
+// fixtureCounts are the rows of every table that holds the users' data, and
+// the ledger's totals.
+const fixtureCounts = `SELECT format('runs %s tasks %s events %s tool_calls %s keys %s revoked %s tenants %s accounts %s reservations %s entries %s spent %s admin %s auditors %s prices %s periods %s migrations %s',
+	(SELECT count(*) FROM fanout.run), (SELECT count(*) FROM fanout.task), (SELECT count(*) FROM fanout.run_event),
+	(SELECT count(*) FROM fanout.tool_call), (SELECT count(*) FROM fanout.api_key),
+	(SELECT count(*) FROM fanout.api_key WHERE revoked_at IS NOT NULL), (SELECT count(*) FROM fanout.tenant),
+	(SELECT count(*) FROM fanout.account), (SELECT count(*) FROM fanout.reservation), (SELECT count(*) FROM fanout.ledger_entry),
+	(SELECT sum(spent) FROM fanout.account WHERE kind = 'run'), (SELECT count(*) FROM fanout.admin_action),
+	(SELECT count(*) FROM fanout.audit_role), (SELECT count(*) FROM fanout.price), (SELECT count(*) FROM fanout.tenant_period),
+	(SELECT string_agg(version::text, ',' ORDER BY version) FROM public.schema_migration))`
+
+// TestUpgradeFromSchema21: a database that an earlier release migrated to
+// schema 21, with runs, tasks, events, tool calls, keys, tenant budgets,
+// prices and a tenant auditor, is upgraded in place: no row is lost, the
+// ledger still conserves and still works, keys still authenticate, and the
+// schema it ends with is exactly a fresh install's.
+func TestUpgradeFromSchema21(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	old := restoreSchema21(t, ctx)
+
+	pool, err := store.Open(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var before, after string
+	if err := pool.QueryRow(ctx, fixtureCounts).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(before, "runs 3 ") || strings.Contains(before, "tool_calls 0 ") || !strings.Contains(before, "revoked 1 ") {
+		t.Fatalf("the fixture is not what this test expects: %s", before)
+	}
+
+	done, err := store.Apply(ctx, old)
+	if err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	if len(done.Versions) != 0 || !done.Redefined || len(done.Dropped) != 0 {
+		t.Errorf("upgrade did %+v; want no versioned migration, the definitions applied, nothing left to drop", done)
+	}
+	if err := pool.QueryRow(ctx, fixtureCounts).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("rows after the upgrade:\n  %s\nbefore:\n  %s", after, before)
+	}
+	b := &testBundle{ctx: ctx, url: old, pool: pool, ledger: store.NewLedger(pool)}
+	b.checkConserved(t)
+
+	// The ledger works on the upgraded schema: a new run of the fixture's
+	// tenant acme (which has a day budget) reserves and settles.
+	ra, err := b.ledger.OpenRun(ctx, budget.OpenRunParams{RunID: "after-upgrade", TenantID: "acme", Limit: 5000, MinReservation: 100,
+		Tasks: []budget.TaskBudget{{TaskID: "t0", Limit: 2000}}})
+	if err != nil {
+		t.Fatalf("open a run after the upgrade: %v", err)
+	}
+	beginAttempts(t, b.ledger, ra)
+	r, err := b.ledger.Reserve(ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 1000, Min: 100, Holder: "n", TTL: ttl}))
+	if err != nil || r.Amount != 1000 {
+		t.Fatalf("reserve after the upgrade: %+v, %v", r, err)
+	}
+	if _, err := b.ledger.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: 1, Actual: 600}); err != nil {
+		t.Fatalf("settle after the upgrade: %v", err)
+	}
+	b.checkConserved(t)
+
+	// The fixture's live key still authenticates, its revoked one does not.
+	keys := store.NewKeys(pool, old)
+	if k, err := keys.LookupKey(ctx, "fk_aa4ba4b305fc902d"); err != nil || k.TenantID != "acme" || k.RevokedAt != nil {
+		t.Errorf("acme's key after the upgrade: %+v, %v", k, err)
+	}
+	if k, err := keys.LookupKey(ctx, "fk_64efb8279a2302c1"); err != nil || k.RevokedAt == nil {
+		t.Errorf("globex's revoked key after the upgrade: %+v, %v", k, err)
+	}
+
+	// The schema is a fresh install's. The fixture's own tenant auditor
+	// role holds a grant a fresh install has no reason to have: it is data.
+	fresh := storetest.NewDB(t)
+	if got, want := describeURL(t, ctx, old, "acme_auditor"), describeURL(t, ctx, fresh, "acme_auditor"); got != want {
+		t.Errorf("the upgraded schema differs from a fresh install's:\n%s", lineDiff(want, got))
+	}
+}
+
+// describeURL describes the schema of the database at u, leaving out the
+// lines that name role skip.
+func describeURL(t *testing.T, ctx context.Context, u, skip string) string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	d, err := store.DescribeSchema(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for l := range strings.SplitSeq(d, "\n") {
+		if !strings.Contains(l, skip) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
