@@ -109,7 +109,7 @@ type CreateKeyParams struct {
 }
 
 // Keys is the store of tenants and API keys. Every change goes through the
-// admin functions of migrations/0020, which log it in admin_action in the
+// admin functions (migrations/functions/admin_*.sql), which log it in admin_action in the
 // same transaction; reads are plain SELECTs (fanout_app may read api_key
 // and tenant).
 type Keys struct {

@@ -15,7 +15,7 @@ import (
 )
 
 // Ledger implements budget.Ledger on PostgreSQL. Each operation is one call of
-// a ledger_* SQL function (migrations/0005): one round trip, one transaction,
+// a ledger_* SQL function (migrations/functions/ledger_*.sql, one file each): one round trip, one transaction,
 // locking the account chain root first. The functions report refusals as an
 // outcome column rather than raising, so several calls can share one
 // transaction (group commit, LedgerConfig.Coalesce) without changing this

@@ -258,13 +258,13 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn, all []Migration) (map[
 
 // migrateUp applies, in order and each in its own transaction, every
 // versioned migration not applied yet. A database with no version at all
-// gets the baseline; one at Baseline or later already has everything the
-// baseline holds. It returns the versions applied.
+// gets the baseline; one that an earlier release migrated has Baseline
+// applied (appliedVersions refused it otherwise), so its rows of versions 1
+// to 21 stand for the baseline. It returns the versions applied.
 func migrateUp(ctx context.Context, conn *pgx.Conn, all []Migration, applied map[int]bool) ([]int, error) {
-	fresh := len(applied) == 0
 	var done []int
 	for _, m := range all {
-		if applied[m.Version] || (m.Version == Baseline && !fresh) {
+		if applied[m.Version] {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {

@@ -173,3 +173,37 @@ func TestDefinitionsAreAllOrNothing(t *testing.T) {
 		t.Errorf("after the failure, the embedded files: %+v, %v; want nothing to do (nothing was recorded)", done, err)
 	}
 }
+
+// TestVersionedMigrationRedefines: after a versioned migration the
+// definitions are applied again even though no file of theirs changed, so a
+// migration may drop what a table change needs out of the way (here a view)
+// and find it back.
+func TestVersionedMigrationRedefines(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	url := storetest.NewDB(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	c := catalog{t: t, ctx: ctx, conn: conn}
+
+	next := editableMigrations(t)
+	next["versioned/0022_next.sql"] = &fstest.MapFile{Data: []byte(`DROP VIEW fanout.tool_calls;
+		ALTER TABLE fanout.tool_call ALTER COLUMN server SET DEFAULT ''`)}
+	done, err := apply(ctx, url, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(done.Versions, []int{22}) || !done.Redefined || len(done.Changed) != 0 {
+		t.Errorf("Applied = %+v, want version 22 and the definitions applied again with no file changed", done)
+	}
+	if !c.is("SELECT to_regclass('fanout.tool_calls') IS NOT NULL") {
+		t.Error("the view the versioned migration dropped was not defined again")
+	}
+	if !c.is("SELECT coalesce('security_invoker=true' = ANY (reloptions), false) FROM pg_class WHERE oid = 'fanout.tool_calls'::regclass") {
+		t.Error("audit_refresh did not run after the view was defined again: tool_calls is not security_invoker")
+	}
+}

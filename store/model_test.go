@@ -11,8 +11,8 @@ import (
 	"github.com/fanout/fanout/store"
 )
 
-// model is a tiny in-memory ledger with the semantics of migrations/0001
-// and 0005:
+// model is a tiny in-memory ledger with the semantics of the ledger
+// functions (migrations/functions/ledger_*.sql):
 // the reference that the Postgres ledger must agree with after every step.
 type model struct {
 	accounts map[budget.AccountID]*modelAccount

@@ -16,7 +16,7 @@ import (
 var ErrBucketNotDefined = errors.New("rate limit bucket not defined")
 
 // RateLimiter keeps provider rate limits fleet-wide: one rate_bucket row per
-// provider key (migrations/0003), refilled by database time, debited by every
+// provider key (rate_bucket; migrations/functions/rate_refill.sql), refilled by database time, debited by every
 // worker before each model call. It implements llm.Limiter (whose methods use
 // only standard types, so neither package imports the other).
 //

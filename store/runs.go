@@ -21,8 +21,8 @@ import (
 	"github.com/fanout/fanout/runs"
 )
 
-// Runs stores runs, their tasks and their event history (migrations/0002,
-// 0006 and 0007). It implements orchestrator.RunStore. Every query names the
+// Runs stores runs, their tasks and their event history (tables run, task
+// and run_event). It implements orchestrator.RunStore. Every query names the
 // tenant when the caller gives one; an empty tenant id matches any tenant
 // (for the node that drives the run, which knows it owns it).
 //

@@ -22,7 +22,7 @@ import (
 var ErrSlotLost = errors.New("semaphore slot lease lost")
 
 // Bounds of a slot request, checked here and by the database
-// (migrations/0014).
+// (migrations/functions/semaphore_*.sql).
 const (
 	// MaxSlotLimit is the largest limit a key may have.
 	MaxSlotLimit = 10000
@@ -69,7 +69,7 @@ type SemaphoreConfig struct {
 }
 
 // Semaphore is a fleet-wide counting semaphore: one row per slot of each
-// key in Postgres (semaphore_slot, migrations/0014), held under a lease
+// key in Postgres (semaphore_slot; migrations/functions/semaphore_acquire.sql), held under a lease
 // timed by the database's clock. Every node that shares the database shares
 // the bound, so N workers together keep one max_in_flight. A holder that
 // dies frees its slots when their lease runs out: a slot whose lease ended

@@ -13,7 +13,7 @@ import (
 
 var _ budget.TenantLedger = (*Ledger)(nil)
 
-// tenantCols are the columns of the tenant_budget view (migrations/0018),
+// tenantCols are the columns of the tenant_budget view (migrations/views/tenant_budget.sql),
 // in the order scanTenantAccount reads them.
 const tenantCols = `account_id, tenant_id, limit_tokens, reserved_tokens, spent_tokens, min_reservation, state,
 	period_kind, coalesce(extract(epoch FROM period_every), 0)::float8, period_limit, period_end, period_spent_tokens`

@@ -44,7 +44,7 @@ type ToolCallsConfig struct {
 }
 
 // ToolCalls records tool calls with effect write in the tool_call table
-// (migrations/0015): issued before the call is sent, resolved once after.
+// (migrations/functions/tool_call_issue.sql): issued before the call is sent, resolved once after.
 // The database holds the rule too: an update of a row can only move it
 // from issued to another state, once, and nodes cannot delete one. It
 // implements subagent.WriteLog.
