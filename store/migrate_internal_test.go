@@ -50,6 +50,21 @@ type catalog struct {
 	conn *pgx.Conn
 }
 
+// newCatalog returns a fresh migrated database's URL and a connection to
+// it, closed when t ends.
+func newCatalog(t *testing.T) (catalog, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	url := storetest.NewDB(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(ctx)) })
+	return catalog{t: t, ctx: ctx, conn: conn}, url
+}
+
 func (c catalog) is(query string, args ...any) bool {
 	c.t.Helper()
 	var b bool
@@ -70,15 +85,8 @@ func (c catalog) function(sig string) bool {
 // and back again.
 func TestDefinitionsFollowTheFiles(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	url := storetest.NewDB(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	c := catalog{t: t, ctx: ctx, conn: conn}
+	c, url := newCatalog(t)
+	ctx := c.ctx
 
 	const (
 		priceSet  = "price_set(text,text,timestamp with time zone,numeric,numeric,text)"
@@ -140,15 +148,8 @@ func TestDefinitionsFollowTheFiles(t *testing.T) {
 // error names the file.
 func TestDefinitionsAreAllOrNothing(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	url := storetest.NewDB(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	c := catalog{t: t, ctx: ctx, conn: conn}
+	c, url := newCatalog(t)
+	ctx, conn := c.ctx, c.conn
 
 	const views = "SELECT count(*) FROM pg_class WHERE relnamespace = 'fanout'::regnamespace AND relkind = 'v'"
 	var before, after int
@@ -158,7 +159,7 @@ func TestDefinitionsAreAllOrNothing(t *testing.T) {
 	broken := editableMigrations(t)
 	edit(t, broken, "views/tool_calls.sql", "FROM tool_call", "FROM no_such_table")
 	edit(t, broken, "functions/ledger_renew.sql", "AS $$", "AS $$\n-- changed")
-	_, err = apply(ctx, url, broken)
+	_, err := apply(ctx, url, broken)
 	if err == nil || !strings.Contains(err.Error(), "views/tool_calls.sql") {
 		t.Fatalf("err = %v, want the broken file named", err)
 	}
@@ -180,15 +181,8 @@ func TestDefinitionsAreAllOrNothing(t *testing.T) {
 // and find it back.
 func TestVersionedMigrationRedefines(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	url := storetest.NewDB(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	c := catalog{t: t, ctx: ctx, conn: conn}
+	c, url := newCatalog(t)
+	ctx := c.ctx
 
 	next := editableMigrations(t)
 	next["versioned/0022_next.sql"] = &fstest.MapFile{Data: []byte(`DROP VIEW fanout.tool_calls;
