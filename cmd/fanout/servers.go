@@ -301,6 +301,9 @@ func cmdMigrate(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "versioned migrations applied: %v\n", done.Versions)
 	}
 	switch {
+	case done.Redefined && len(done.Changed) > 6:
+		fmt.Fprintf(env.Stdout, "definitions applied (%d files changed or new, among them %s, …)\n",
+			len(done.Changed), strings.Join(done.Changed[:3], ", "))
 	case done.Redefined && len(done.Changed) > 0:
 		fmt.Fprintf(env.Stdout, "definitions applied again (changed: %s)\n", strings.Join(done.Changed, ", "))
 	case done.Redefined:
