@@ -141,6 +141,17 @@ func TestDefinitionsFollowTheFiles(t *testing.T) {
 	if !slices.Contains(done.Dropped, "function "+newCheck) {
 		t.Errorf("Dropped = %q, want the overload no file defines", done.Dropped)
 	}
+
+	// One file edited, nothing else: the next migrate applies it.
+	one := editableMigrations(t)
+	edit(t, one, "functions/ledger_renew.sql", "AS $$", "AS $$\n-- edited")
+	if done, err = apply(ctx, url, one); err != nil {
+		t.Fatal(err)
+	}
+	if !done.Redefined || !slices.Equal(done.Changed, []string{"functions/ledger_renew.sql"}) ||
+		!c.is("SELECT prosrc LIKE '%-- edited%' FROM pg_proc WHERE oid = 'fanout.ledger_renew(bigint,bigint,interval)'::regprocedure") {
+		t.Errorf("one edited file: Applied = %+v; want it applied and named", done)
+	}
 }
 
 // TestDefinitionsAreAllOrNothing: a definition file that fails leaves the
