@@ -31,7 +31,7 @@ func restoreSchema21(t *testing.T, ctx context.Context) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer adminConn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = adminConn.Close(context.WithoutCancel(ctx)) }()
 	// The fixture's tenant auditor, a role of the cluster it was made on.
 	if _, err := adminConn.Exec(ctx, `DO $$ BEGIN CREATE ROLE acme_auditor NOLOGIN;
 		EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`); err != nil {
@@ -62,7 +62,7 @@ func restoreSchema21(t *testing.T, ctx context.Context) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	zr, err := gzip.NewReader(f)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func restoreSchema21(t *testing.T, ctx context.Context) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, string(dump)); err != nil {
 		t.Fatalf("restore the schema-21 fixture: %v", err)
 	}
@@ -175,7 +175,7 @@ func describeURL(t *testing.T, ctx context.Context, u, skip string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	d, err := store.DescribeSchema(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
