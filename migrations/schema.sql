@@ -1034,7 +1034,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) TO fanout_
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 134 lines, sha256 4057d0650b4f
+    -- body: 138 lines, sha256 5ada73825d8e
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app;
 

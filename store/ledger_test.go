@@ -879,3 +879,39 @@ func awaitListener(t *testing.T, b *testBundle) {
 		time.Sleep(10 * time.Millisecond) // polling pg_stat_activity
 	}
 }
+
+// TestLeaseCapHoldsInTheDatabase: a lease is at most an hour, whatever a
+// caller with the node role sends: ledger_reserve and ledger_renew, called
+// directly as fanout_app (past the Go checks), refuse a longer one and
+// take exactly one hour.
+func TestLeaseCapHoldsInTheDatabase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ra := b.openRun(t, "lease-cap", 1000, 1, 1000)
+	conn := nodeConn(t, b)
+	var id, gen int64
+	var outcome string
+	reserve := `SELECT outcome, reservation_id, generation FROM ledger_reserve($1, $2, $3, 1, 10, 1, 'n', $4::interval, NULL)`
+	if err := conn.QueryRow(b.ctx, reserve, int64(ra.Tasks["t0"]), "lease-cap", "tenant-a", "1 hour").Scan(&outcome, &id, &gen); err != nil || outcome != "ok" {
+		t.Fatalf("reserve with a lease of exactly an hour: %s, %v", outcome, err)
+	}
+	if _, err := conn.Exec(b.ctx, reserve, int64(ra.Tasks["t0"]), "lease-cap", "tenant-a", "1 hour 1 second"); err == nil ||
+		!strings.Contains(err.Error(), "at most 1 hour") {
+		t.Errorf("reserve with a lease of an hour and a second: err = %v; want refused (at most 1 hour)", err)
+	}
+	renew := `SELECT outcome FROM ledger_renew($1, $2, $3::interval)`
+	if _, err := conn.Exec(b.ctx, renew, id, gen, "1 hour 1 second"); err == nil || !strings.Contains(err.Error(), "at most 1 hour") {
+		t.Errorf("renew for an hour and a second: err = %v; want refused (at most 1 hour)", err)
+	}
+	if _, err := conn.Exec(b.ctx, renew, id, gen, "100 years"); err == nil {
+		t.Error("renew for 100 years was accepted")
+	}
+	var left time.Duration
+	if err := conn.QueryRow(b.ctx, renew, id, gen, "1 hour").Scan(&outcome); err != nil || outcome != "ok" {
+		t.Fatalf("renew for exactly an hour: %s, %v", outcome, err)
+	}
+	if err := b.pool.QueryRow(b.ctx, `SELECT lease_expires_at - now() FROM reservation WHERE reservation_id = $1`, id).Scan(&left); err != nil ||
+		left > time.Hour || left < 59*time.Minute {
+		t.Errorf("lease left after renewing for an hour = %v, %v; want at most an hour", left, err)
+	}
+}

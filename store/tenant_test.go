@@ -520,3 +520,33 @@ func TestSetTenantBudgetIsLogged(t *testing.T) {
 	}
 	b.checkConserved(t)
 }
+
+// TestTenantBelowItsMinimumGrantsNothing: once a tenant's budget is below
+// its min_reservation, the ledger itself grants nothing more under it —
+// not only admission, which refuses new runs: a run opened under the
+// tenant anyway (a node with the node role may call ledger_open_run) is
+// refused even a reserve whose own minimum would fit in what is left, and
+// is ended by its tenant.
+func TestTenantBelowItsMinimumGrantsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ten := b.setBudget(t, budget.TenantBudget{TenantID: "acme", Limit: 1000, MinReservation: 100})
+	first := b.openTenantRun(t, ten, "m-1", 100_000, 10)
+	if _, err := b.ledger.Reserve(b.ctx, grant(first, budget.ReserveParams{Account: first.Tasks["x"], Want: 950, Min: 950, Holder: "n", TTL: ttl})); err != nil {
+		t.Fatal(err)
+	}
+	// 50 tokens are left, below the tenant's minimum of 100.
+	late := b.openTenantRun(t, ten, "m-2", 100_000, 10)
+	_, err := b.ledger.Reserve(b.ctx, grant(late, budget.ReserveParams{Account: late.Tasks["x"], Want: 40, Min: 10, Holder: "n", TTL: ttl}))
+	var ex *budget.ExhaustedError
+	if !errors.As(err, &ex) || ex.Kind != budget.KindTenant || ex.Account != ten.ID {
+		t.Fatalf("reserve of 40 (min 10) with 50 left under a tenant whose minimum is 100 = %v; want refused, naming the tenant account", err)
+	}
+	if a, err := b.ledger.Account(b.ctx, ten.ID); err != nil || a.Reserved != 950 || a.Spent != 0 {
+		t.Errorf("tenant account after the refusal = %+v, %v; want 950 reserved as before, nothing more", a, err)
+	}
+	if a, err := b.ledger.RunAccount(b.ctx, "m-2"); err != nil || a.State != budget.StateExhausted || a.Cause != budget.CauseTenantExhausted {
+		t.Errorf("run m-2 = %+v, %v; want exhausted by its tenant", a, err)
+	}
+	b.checkConserved(t)
+}

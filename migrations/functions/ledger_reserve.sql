@@ -9,9 +9,10 @@
 -- reservation under a lease of p_ttl (at most an hour), which settle, void
 -- or expiry resolves exactly once. A reserve with the key of an earlier one
 -- returns that one's result and never grants twice (I4); a key whose
--- reservation is resolved is refused. When a grant leaves an account below
--- its min_reservation the account, or for a tenant every open run under
--- it, is marked exhausted and every node is notified
+-- reservation is resolved is refused. A tenant already below its
+-- min_reservation grants nothing to any run under it. When a grant leaves
+-- an account below its min_reservation the account, or for a tenant every
+-- open run under it, is marked exhausted and every node is notified
 -- (ledger_check_exhausted, ledger_exhaust_tenant). p_model names what the
 -- tokens pay for, so that an expired reservation can be priced.
 CREATE OR REPLACE FUNCTION ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint,
@@ -114,7 +115,11 @@ BEGIN
         RETURN res;
     END IF;
     FOREACH a IN ARRAY locked LOOP
-        IF least(g, a.limit_tokens - a.reserved - a.spent) < p_min THEN
+        -- A tenant below its own minimum grants nothing, whatever this
+        -- call's minimum: it is exhausted for every run under it, also one
+        -- opened after (admission refuses new runs; this holds without it).
+        IF least(g, a.limit_tokens - a.reserved - a.spent) < p_min
+           OR (a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent < a.min_reservation) THEN
             IF a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent < a.min_reservation THEN
                 PERFORM ledger_exhaust_tenant(a);
             END IF;
