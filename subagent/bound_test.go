@@ -3,6 +3,7 @@ package subagent_test
 import (
 	"testing"
 
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -52,6 +53,75 @@ func TestLoopReservationBoundsWorstCaseUsage(t *testing.T) {
 	}
 	if got := b.account(t, "a").Spent; got != sum.TokensSpent {
 		t.Errorf("ledger spent %d, summary %d", got, sum.TokensSpent)
+	}
+	b.checkLedger(t)
+}
+
+// TestPartialGrantShrinksMaxTokens: every call is paid before it is made
+// (I1), also when the ledger grants less than the loop asked for. A worker
+// configured as a worker process configures it runs a task whose account
+// (3,000 tokens) holds less than each call's input bound plus the 4,096
+// output tokens its dispatch allows per call, but more than the minimum
+// reservation: both iterations get partial grants, and each call's
+// max_tokens must be what its grant leaves after the input bound, exactly
+// the loop's rule min(grant - input bound, allowance), with the input
+// bound the loop's own (llm.Estimator: every byte of the first prompt,
+// then the last reported usage plus what was appended since), recomputed
+// here from the requests and the reported usage.
+func TestPartialGrantShrinksMaxTokens(t *testing.T) {
+	t.Parallel()
+	const allowance, taskLimit, minReservation = 4096, 3000, 50
+	b := setup(t, 1_000_000, minReservation, map[string]int64{"a": taskLimit})
+	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 2, FinishAfter: 2, InputTokens: 100, OutputTokens: 50})
+	model := newGated(sim)
+	close(model.release)
+	client := serve(t, workerServer(t, b, model, nil, nil))
+	d := request(b, "a")
+	d.MinReservationTokens = minReservation
+	d.Model.MaxOutputTokens = allowance
+
+	stream, err := client.Execute(within(t), signed(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := collect(t, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if n := len(msgs); n == 0 || msgs[n-1].GetSummary().GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED ||
+		msgs[n-1].GetSummary().GetIterations() != 2 {
+		t.Fatalf("stream = %v; want a successful summary after 2 iterations", msgs)
+	}
+	grants := map[int64]reservation{}
+	for _, r := range b.reservations(t) {
+		grants[r.ID] = r
+	}
+	reqs, done := model.requests(), sim.Calls()
+	if len(reqs) != 2 || len(done) != 2 || len(grants) != 2 {
+		t.Fatalf("%d requests, %d calls, %d reservations; want 2 each", len(reqs), len(done), len(grants))
+	}
+	var est llm.Estimator
+	for i, req := range reqs {
+		input := est.Bound(req.Messages, req.Tools...)
+		g, ok := grants[req.Meta.ReservationID]
+		switch {
+		case !ok:
+			t.Fatalf("call %d names reservation %d, not one of the task's", i+1, req.Meta.ReservationID)
+		case req.InputBound != input:
+			t.Errorf("call %d: input bound %d, want %d (llm.Estimator over its request)", i+1, req.InputBound, input)
+		case g.Amount >= input+allowance || g.Amount < minReservation:
+			t.Fatalf("call %d: granted %d of %d+%d asked, min %d: not a partial grant, the test does not test it",
+				i+1, g.Amount, input, allowance, minReservation)
+		}
+		if want := min(g.Amount-input, allowance); int64(req.MaxTokens) != want || want < 1 {
+			t.Errorf("call %d: max_tokens %d under a grant of %d for an input bound of %d; want min(%d - %d, %d) = %d",
+				i+1, req.MaxTokens, g.Amount, input, g.Amount, input, allowance, want)
+		}
+		if u := done[i].Usage; u.Total() > g.Amount || g.Overrun != 0 {
+			t.Errorf("call %d: usage %+v over its grant %+v", i+1, u, g)
+		}
+		est.Record(len(req.Messages), done[i].Usage)
 	}
 	b.checkLedger(t)
 }
