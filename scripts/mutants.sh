@@ -8,11 +8,14 @@
 #   # test: ./store/ ^TestBoundaryRace$     (package and -run regexp; one or more)
 #   # timeout: 3m                           (optional; per test line)
 #
-# The patches are applied one at a time to ONE temporary copy of the working
-# tree (tracked files plus untracked ones that are not ignored, as they are
-# now: uncommitted edits included); the real checkout is never written. For
-# each mutant the named test packages are compiled first (a mutant that does
-# not compile is BROKEN, never "caught"), then each test line runs alone.
+# MUTANTS_JOBS workers run the mutants in parallel, each on its own copy of
+# the tree (tracked files plus untracked ones that are not ignored, as they
+# are now: uncommitted edits included); the real checkout is never written.
+# A worker applies one patch at a time to its copy and restores it after.
+# For each mutant the named test packages are compiled first (a mutant that
+# does not compile is BROKEN, never "caught"), then each test line runs
+# alone. Progress lines come in the order mutants finish; the table lists
+# them in file order.
 #
 # Results: CAUGHT <first failing test>, CAUGHT(timeout) <test> for a hang
 # that only the -timeout ended, CAUGHT(goleak) for a leak TestMain found,
@@ -23,16 +26,21 @@
 #
 # Environment:
 #   MUTANTS="03 07"      only these mutants (number or file name prefix)
+#   MUTANTS_JOBS=2       mutants run at once (default: the number of CPUs, at
+#                        least 2); 1 runs them one after another
 #   MUTANTS_TIMEOUT=2m   default per-test-line timeout (a patch's "# timeout:" wins)
 #   MUTANTS_RACE=1       build the tests with -race (slower)
 #   MUTANTS_BASELINE=0   skip running the named tests once without mutants
-#   MUTANTS_KEEP=1       keep the temporary copy and the logs, and say where
+#   MUTANTS_KEEP=1       keep the copies and the logs, and say where
 #   MUTANTS_SQL_PROBE    "PKG REGEXP" of a test that only needs the migrations
 #                        to apply; run before the tests of a mutant of
 #                        migrations/ (default: ./store/ ^TestMigrateRefusesAChangedMigration$)
 #   TEST_DATABASE_URL    use this server; otherwise one throwaway cluster is
 #                        started for the whole run and removed at the end
 #   GO                   the go command (default: go)
+
+# Each worker sets src and bin (its copy) in its own subshell, on purpose.
+# shellcheck disable=SC2030,SC2031
 set -euo pipefail
 
 GO=${GO:-go}
@@ -45,111 +53,10 @@ default_timeout=${MUTANTS_TIMEOUT:-2m}
 sql_probe=${MUTANTS_SQL_PROBE:-./store/ ^TestMigrateRefusesAChangedMigration\$}
 race=()
 [[ "${MUTANTS_RACE:-0}" == 1 ]] && race=(-race)
-buildflags=("${race[@]}")
-
-scripts/ensure-postgres.sh
-
-# The copy lives at a path fixed per checkout: compiled packages are cached
-# by their directory, so a second run reuses the first one's work. A lock
-# keeps two runs from sharing it.
-tmp=${TMPDIR:-/tmp}/fanout-mutants-$(id -u)-$(printf '%s' "$root" | cksum | cut -d' ' -f1)
-exec 9>"$tmp.lock"
-flock -n 9 || { echo "mutants: another run for $root holds $tmp.lock" >&2; exit 1; }
-if [[ -f "$tmp/pg/data/postmaster.pid" ]]; then
-  # The cluster of an earlier run that was killed before it could stop it.
-  old_pid=$(head -1 "$tmp/pg/data/postmaster.pid")
-  if [[ "$old_pid" =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$old_pid/cmdline" 2>/dev/null | grep -q -- "$tmp/pg/data"; then
-    kill -QUIT "$old_pid" 2>/dev/null || true
-    sleep 1
-  fi
-fi
-rm -rf "$tmp"
-src=$tmp/src
-bin=$tmp/bin
-logs=$tmp/logs
-mkdir -p "$src" "$bin" "$logs"
-pg_ctl_bin=""
-pg_data=""
-pg_user=()
-
-cleanup() {
-  local rc=$?
-  if [[ -n "$pg_data" ]]; then
-    "${pg_user[@]}" "$pg_ctl_bin" stop -D "$pg_data" -m immediate -s >/dev/null 2>&1 || true
-  fi
-  if [[ "${MUTANTS_KEEP:-0}" == 1 ]]; then
-    echo "kept the copy and logs in $tmp" >&2
-  else
-    rm -rf "$tmp"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# --- the copy --------------------------------------------------------------
-# Every file git would show, as it is in the working tree (deleted files left
-# out), into $src, which gets its own throwaway git repository so that each
-# mutant can be applied, checked and undone exactly.
-git ls-files -z --cached --others --exclude-standard |
-  while IFS= read -r -d '' f; do if [[ -e "$f" || -L "$f" ]]; then printf '%s\0' "$f"; fi; done |
-  tar --null -T - -cf - | tar -xf - -C "$src"
-git -C "$src" init -q
-git -C "$src" add -A
-git -C "$src" -c user.name=mutants -c user.email=mutants@localhost -c commit.gpgsign=false \
-  commit -q --no-verify -m "working tree under test"
-
-restore() {
-  git -C "$src" checkout -q -- . && git -C "$src" clean -fdq
-}
-
-# --- PostgreSQL --------------------------------------------------------------
-# One throwaway cluster for every test process of the run, instead of one
-# initdb per process; each test still gets a fresh database from the harness.
-start_postgres() {
-  local bindir="" d
-  if [[ -n "${FANOUT_PG_BINDIR:-}" ]]; then
-    bindir=$FANOUT_PG_BINDIR
-  elif command -v pg_ctl >/dev/null 2>&1; then
-    bindir=$(dirname "$(command -v pg_ctl)")
-  else
-    for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -V -r) /usr/local/pgsql/bin; do
-      if [[ -x "$d/pg_ctl" && -x "$d/initdb" ]]; then bindir=$d; break; fi
-    done
-  fi
-  [[ -n "$bindir" && -x "$bindir/initdb" ]] || { echo "mutants: no PostgreSQL server binaries found" >&2; exit 1; }
-  pg_ctl_bin=$bindir/pg_ctl
-  local dir=$tmp/pg
-  mkdir -p "$dir"
-  if [[ "$(id -u)" == 0 ]]; then
-    # initdb refuses root: run the cluster as postgres (or nobody), as pglocal does.
-    local u=postgres
-    id "$u" >/dev/null 2>&1 || u=nobody
-    pg_user=(setpriv --reuid="$u" --regid="$(id -g "$u")" --clear-groups --)
-    chmod 711 "$tmp"
-    chown "$u" "$dir"
-  fi
-  (cd "$dir" && "${pg_user[@]}" "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-locale \
-    --no-sync >"$logs/initdb.log" 2>&1) || { cat "$logs/initdb.log" >&2; exit 1; }
-  pg_data=$dir/data
-  local port try
-  for try in 1 2 3 4 5; do
-    port=$((20000 + RANDOM % 30000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue # taken
-    if (cd "$dir" && "${pg_user[@]}" "$pg_ctl_bin" start -D "$pg_data" -w -s -l "$pg_data/server.log" \
-      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$pg_data \
-          -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"); then
-      export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
-      return
-    fi
-  done
-  echo "mutants: could not start PostgreSQL:" >&2
-  tail -20 "$pg_data/server.log" >&2 || true
-  exit 1
-}
-if [[ -z "${TEST_DATABASE_URL:-}" ]]; then
-  start_postgres
-fi
+# Linking is most of a mutant's compile: link without the symbol table and
+# DWARF, as `go test` does for the binaries it runs itself (stack traces
+# keep their files and lines).
+buildflags=("${race[@]}" "-ldflags=-s -w")
 
 # --- the mutants -------------------------------------------------------------
 shopt -s nullglob
@@ -168,6 +75,169 @@ for p in "${all[@]}"; do
 done
 [[ ${#selected[@]} -gt 0 ]] || { echo "mutants: MUTANTS=\"$MUTANTS\" names none of ${all[*]}" >&2; exit 1; }
 
+# Workers: as many as CPUs, at least 2 (a test mostly waits on PostgreSQL,
+# its own processes and timers; `go test ./...` also runs a test binary per
+# CPU), no more than there are mutants.
+ncpu=$(nproc 2>/dev/null || echo 2)
+njobs=${MUTANTS_JOBS:-$((ncpu > 2 ? ncpu : 2))}
+[[ "$njobs" =~ ^[1-9][0-9]*$ ]] || { echo "mutants: MUTANTS_JOBS=$njobs is not a number of workers" >&2; exit 1; }
+[[ $njobs -gt ${#selected[@]} ]] && njobs=${#selected[@]}
+
+scripts/ensure-postgres.sh
+
+# The copies live at paths fixed per checkout (and worker): compiled
+# packages are cached by their directory, so a second run reuses the first
+# one's work. A lock keeps two runs from sharing them. Only this script and
+# its workers (and the tests they run) hold it: the cluster is started
+# without it, so that a cluster a killed run left behind does not lock the
+# next run out, which stops it instead.
+tmp=${TMPDIR:-/tmp}/fanout-mutants-$(id -u)-$(printf '%s' "$root" | cksum | cut -d' ' -f1)
+exec 9>"$tmp.lock"
+flock -n 9 || { echo "mutants: another run for $root holds $tmp.lock" >&2; exit 1; }
+if [[ -f "$tmp/pg/data/postmaster.pid" ]]; then
+  # The cluster of an earlier run that was killed before it could stop it.
+  old_pid=$(head -1 "$tmp/pg/data/postmaster.pid")
+  if [[ "$old_pid" =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$old_pid/cmdline" 2>/dev/null | grep -q -- "$tmp/pg/data"; then
+    kill -QUIT "$old_pid" 2>/dev/null || true
+    sleep 1
+  fi
+fi
+rm -rf "$tmp"
+logs=$tmp/logs
+mkdir -p "$logs" "$tmp/results" "$tmp/baseline"
+src="" bin="" # the copy and the test binaries of the worker running
+main_pid=$$
+worker_pids=()
+pg_ctl_bin=""
+pg_data=""
+pg_user=()
+
+# descendants PID: every process below PID, parents first.
+descendants() {
+  ps -e -o pid= -o ppid= | awk -v root="$1" '
+    { kids[$2] = kids[$2] " " $1 }
+    END { n = 1; q[1] = root
+          for (i = 1; i <= n; i++) { c = split(kids[q[i]], k, " "); for (j = 1; j <= c; j++) { q[++n] = k[j]; print k[j] } } }'
+}
+
+# alive PID: whether PID runs (a zombie has ended).
+alive() {
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  s=${s##*) }
+  [[ ${s%% *} != Z ]]
+}
+
+# stop_workers: end the workers and everything they started (go, timeout,
+# test binaries and their processes). A worker ignores SIGINT (it runs in
+# the background), so Ctrl-C reaches only this script, which ends them here.
+stop_workers() {
+  [[ ${#worker_pids[@]} -gt 0 ]] || return 0
+  local procs p i
+  procs=$(descendants "$main_pid" | tr '\n' ' ') || true
+  # shellcheck disable=SC2086 # a list of process ids
+  kill -TERM $procs 2>/dev/null || true
+  wait "${worker_pids[@]}" 2>/dev/null || true
+  worker_pids=()
+  # A test binary gets 5 seconds to end its own processes.
+  for ((i = 0; i < 50; i++)); do
+    for p in $procs; do alive "$p" && break; p=""; done
+    [[ -z "$p" ]] && return 0
+    sleep 0.1
+  done
+  for p in $procs; do alive "$p" && kill -KILL "$p" 2>/dev/null; done
+  return 0
+}
+
+cleanup() {
+  local rc=$?
+  stop_workers
+  if [[ -n "$pg_data" ]]; then
+    "${pg_user[@]}" "$pg_ctl_bin" stop -D "$pg_data" -m immediate -s >/dev/null 2>&1 || true
+  fi
+  if [[ "${MUTANTS_KEEP:-0}" == 1 ]]; then
+    echo "kept the copies and logs in $tmp" >&2
+  else
+    rm -rf "$tmp"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- the copies ----------------------------------------------------------------
+# Every file git would show, as it is in the working tree (deleted files left
+# out), into w1/src, which gets its own throwaway git repository so that
+# each mutant can be applied, checked and undone exactly; the other workers'
+# copies are copies of that one.
+copy=$tmp/w1/src
+mkdir -p "$copy"
+git ls-files -z --cached --others --exclude-standard |
+  while IFS= read -r -d '' f; do if [[ -e "$f" || -L "$f" ]]; then printf '%s\0' "$f"; fi; done |
+  tar --null -T - -cf - | tar -xf - -C "$copy"
+git -C "$copy" init -q
+git -C "$copy" add -A
+git -C "$copy" -c user.name=mutants -c user.email=mutants@localhost -c commit.gpgsign=false \
+  commit -q --no-verify -m "working tree under test"
+for ((w = 1; w <= njobs; w++)); do
+  mkdir -p "$tmp/w$w/bin"
+  [[ $w == 1 ]] || cp -a "$copy" "$tmp/w$w/src"
+done
+
+restore() {
+  git -C "$src" checkout -q -- . && git -C "$src" clean -fdq
+}
+
+# --- PostgreSQL --------------------------------------------------------------
+# One throwaway cluster for every test process of the run, instead of one
+# initdb per process; each test still gets a fresh database from the harness
+# (so the workers' tests never share one), and may open many connections.
+start_postgres() {
+  local bindir="" d
+  if [[ -n "${FANOUT_PG_BINDIR:-}" ]]; then
+    bindir=$FANOUT_PG_BINDIR
+  elif command -v pg_ctl >/dev/null 2>&1; then
+    bindir=$(dirname "$(command -v pg_ctl)")
+  else
+    # shellcheck disable=SC2012 # version directories: plain names
+    for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -V -r) /usr/local/pgsql/bin; do
+      if [[ -x "$d/pg_ctl" && -x "$d/initdb" ]]; then bindir=$d; break; fi
+    done
+  fi
+  [[ -n "$bindir" && -x "$bindir/initdb" ]] || { echo "mutants: no PostgreSQL server binaries found" >&2; exit 1; }
+  pg_ctl_bin=$bindir/pg_ctl
+  local dir=$tmp/pg
+  mkdir -p "$dir"
+  if [[ "$(id -u)" == 0 ]]; then
+    # initdb refuses root: run the cluster as postgres (or nobody), as pglocal does.
+    local u=postgres
+    id "$u" >/dev/null 2>&1 || u=nobody
+    pg_user=(setpriv --reuid="$u" --regid="$(id -g "$u")" --clear-groups --)
+    chmod 711 "$tmp"
+    chown "$u" "$dir"
+  fi
+  (cd "$dir" && "${pg_user[@]}" "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-locale \
+    --no-sync >"$logs/initdb.log" 2>&1 9>&-) || { cat "$logs/initdb.log" >&2; exit 1; }
+  pg_data=$dir/data
+  local port
+  for _ in 1 2 3 4 5; do
+    port=$((20000 + RANDOM % 30000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue # taken
+    if (cd "$dir" && "${pg_user[@]}" "$pg_ctl_bin" start -D "$pg_data" -w -s -l "$pg_data/server.log" \
+      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$pg_data \
+          -c max_connections=$((300 * njobs)) -c fsync=off -c synchronous_commit=off -c full_page_writes=off" 9>&-); then
+      export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+      return
+    fi
+  done
+  echo "mutants: could not start PostgreSQL:" >&2
+  tail -20 "$pg_data/server.log" >&2 || true
+  exit 1
+}
+if [[ -z "${TEST_DATABASE_URL:-}" ]]; then
+  start_postgres
+fi
+
 header() { # header FILE KEY: the values of "# KEY:" lines, one per line
   sed -n "/^diff --git /q; s/^# $2:[[:space:]]*//p" "$1"
 }
@@ -176,10 +246,12 @@ header() { # header FILE KEY: the values of "# KEY:" lines, one per line
 binary() { local s=${1#./}; s=${s%/}; echo "$bin/${s//\//_}.test"; }
 
 # compile PKG LOG: compile PKG's tests in the copy; returns non-zero on error.
+# At a lower priority than the tests another worker may be running: a
+# compile only takes longer, a test may fail for want of the CPU.
 compile() {
   local pkg=$1 out
   out=$(binary "$pkg")
-  (cd "$src" && "$GO" test -c "${buildflags[@]}" -o "$out" "$pkg") >>"$2" 2>&1
+  (cd "$src" && nice -n 10 "$GO" test -c "${buildflags[@]}" -o "$out" "$pkg") >>"$2" 2>&1
 }
 
 # runtest PKG RE TIMEOUT LOG: run one test line; sets verdict and failed.
@@ -240,6 +312,53 @@ to_seconds() { # 90s, 3m, 1h30m -> seconds
   echo $((total > 0 ? total : 120))
 }
 
+# --- the workers ---------------------------------------------------------------
+# take QUEUE COUNT: the next item (0 to COUNT-1) of QUEUE, a counter file
+# the workers share; fails once every item is taken, after a fatal error, or
+# when this script is gone.
+take() {
+  local q=$1 n=$2 i fd
+  [[ ! -e "$tmp/abort" ]] && alive "$main_pid" || return 1
+  exec {fd}>>"$q.lock"
+  flock "$fd"
+  i=$(cat "$q" 2>/dev/null || echo 0)
+  echo $((i + 1)) >"$q"
+  exec {fd}>&-
+  [[ $i -lt $n ]] || return 1
+  echo "$i"
+}
+
+# fatal MESSAGE: in a worker, end the run: this script stops the others.
+fatal() {
+  printf '%s\n' "$1" >&2
+  : >"$tmp/abort"
+  exit 1
+}
+
+# run_workers FUNC COUNT: FUNC ITEM for each of COUNT items, taken in order
+# by the workers, each in its copy; fails if a worker failed. A worker that
+# fails makes the others stop after the item they are on.
+run_workers() {
+  local fn=$1 n=$2 w pid rc=0
+  rm -f "$tmp/queue" "$tmp/queue.lock"
+  worker_pids=()
+  for ((w = 1; w <= njobs; w++)); do
+    (
+      trap '[[ $? == 0 ]] || : >"$tmp/abort"' EXIT
+      src=$tmp/w$w/src bin=$tmp/w$w/bin
+      while i=$(take "$tmp/queue" "$n"); do "$fn" "$i"; done
+    ) &
+    worker_pids+=($!)
+  done
+  # (Not wait -n: bash 5.2 loses a job that ended before it is called.)
+  for pid in "${worker_pids[@]}"; do wait "$pid" || rc=$?; done
+  worker_pids=()
+  if [[ $rc != 0 || -e "$tmp/abort" ]]; then
+    [[ -e "$tmp/abort" ]] || echo "mutants: a worker failed (exit status $rc)" >&2
+    exit 1
+  fi
+}
+
 start_all=$SECONDS
 # baseline_bad[PKG]: the tests of PKG that fail without any mutant ("*": the
 # package itself, e.g. a leak TestMain found).
@@ -248,9 +367,50 @@ declare -A baseline_bad=()
 # top_regexp RE: the part of a -run regexp that selects top-level tests.
 top_regexp() { echo "${1%%/*}"; }
 
+# baseline_package I: compile the I-th package of the baseline and run its
+# lines; writes the tests that failed to $tmp/baseline/I.
+baseline_package() {
+  local pkg=${base_pkgs[$1]} line re names log
+  log=$logs/baseline.$(basename "$(binary "$pkg")" .test).log
+  if ! compile "$pkg" "$log"; then
+    fatal "mutants: $pkg does not compile without mutants:
+$(tail -30 "$log")"
+  fi
+  : >"$tmp/baseline/$1"
+  # One package's baseline runs at a time (the others' compiles go on): a
+  # baseline run is every named test of a package at once, and one that
+  # fails for want of the CPU would make its mutants BASELINE-FAIL.
+  exec 8>>"$tmp/baseline.lock"
+  flock 8
+  for line in "${base_lines[@]}"; do
+    [[ "${line%% *}" == "$pkg" ]] || continue
+    re=${line#* }
+    runtest "$pkg" "$re" "${base_t[$pkg]}s" "$log"
+    case $verdict in
+      PASS | NO-TEST) continue ;;
+    esac
+    names=$(grep -o -- '^--- FAIL: [^ /]*' "$log.run" | sed 's/^--- FAIL: //' | sort -u | tr '\n' ' ')
+    [[ $verdict == "CAUGHT(timeout)" && -n "$failed" ]] && names+=" ${failed%%/*}"
+    [[ -z "${names// /}" ]] && names="*"
+    echo "$pkg $names" >>"$tmp/baseline/$1"
+    echo "baseline: $pkg -run '$re' fails without any mutant: $verdict ${names}" >&2
+  done
+  flock -u 8 # the tests it ran inherited fd 8: unlock it for them too
+  exec 8>&-
+}
+
+# Two go commands compiling one package at once both compile it: build what
+# every copy shares (the packages from outside the module) once, before the
+# workers compile their copies. A second of checks on a warm cache; its
+# errors, if any, are the compiles' to report.
+mapfile -t test_pkgs < <(for p in "${selected[@]}"; do header "$p" test; done | awk '{ print $1 }' | sort -u)
+(cd "$tmp/w1/src" && "$GO" list -deps -test -f \
+  '{{if and (not .ForTest) (not .Standard) .Module (not .Module.Main)}}{{.ImportPath}}{{end}}' "${test_pkgs[@]}" |
+  xargs -r "$GO" build "${race[@]}") >"$logs/dependencies.log" 2>&1 || true
+
 # Baseline: the named tests must pass on the tree as it is, or catching a
 # mutant with them proves nothing. The lines of one package share one run,
-# except those that select subtests.
+# except those that select subtests; the workers take a package each.
 if [[ "${MUTANTS_BASELINE:-1}" == 1 ]]; then
   declare -A base_re=() base_t=()
   base_lines=()
@@ -272,25 +432,13 @@ if [[ "${MUTANTS_BASELINE:-1}" == 1 ]]; then
     : "${base_t[$ppkg]:=$(to_seconds "$default_timeout")}" # the probe's package may be named by no selected mutant
   fi
   for pkg in "${!base_re[@]}"; do base_lines+=("$pkg ${base_re[$pkg]}"); done
+  mapfile -t base_pkgs < <(printf '%s\n' "${base_lines[@]%% *}" | sort -u)
   echo "baseline: the named tests without any mutant..." >&2
-  for pkg in $(printf '%s\n' "${base_lines[@]%% *}" | sort -u); do
-    if ! compile "$pkg" "$logs/baseline.log"; then
-      echo "mutants: $pkg does not compile without mutants:" >&2
-      tail -30 "$logs/baseline.log" >&2
-      exit 1
-    fi
-  done
-  for line in "${base_lines[@]}"; do
-    pkg=${line%% *} re=${line#* }
-    runtest "$pkg" "$re" "${base_t[$pkg]}s" "$logs/baseline.log"
-    case $verdict in
-      PASS | NO-TEST) continue ;;
-    esac
-    names=$(grep -o -- '^--- FAIL: [^ /]*' "$logs/baseline.log.run" | sed 's/^--- FAIL: //' | sort -u | tr '\n' ' ')
-    [[ $verdict == "CAUGHT(timeout)" && -n "$failed" ]] && names+=" ${failed%%/*}"
-    [[ -z "${names// /}" ]] && names="*"
-    baseline_bad[$pkg]="${baseline_bad[$pkg]:-} $names"
-    echo "baseline: $pkg -run '$re' fails without any mutant: $verdict ${names}" >&2
+  run_workers baseline_package "${#base_pkgs[@]}"
+  for ((i = 0; i < ${#base_pkgs[@]}; i++)); do
+    while read -r pkg names; do
+      baseline_bad[$pkg]="${baseline_bad[$pkg]:-} $names"
+    done <"$tmp/baseline/$i"
   done
   echo "baseline: done in $((SECONDS - start_all))s" >&2
 fi
@@ -305,10 +453,12 @@ baseline_fails() {
   return 1
 }
 
-rows=()
-bad=0
-declare -A tally=()
-for p in "${selected[@]}"; do
+# mutant I: apply the I-th selected mutant to the worker's copy, compile,
+# run its tests, restore; writes its result and its table row to
+# $tmp/results/I.
+mutant() {
+  local p=${selected[$1]} name inv t tests log start result detail testcol pkgs pkg re line notest
+  local ppkg pre cell secs msg
   name=$(basename "$p" .patch)
   inv=$(header "$p" invariant | head -1)
   t=$(header "$p" timeout | head -1); t=${t:-$default_timeout}
@@ -337,11 +487,12 @@ for p in "${selected[@]}"; do
     # build fails every test, which is not catching anything.
     if [[ -z "$result" ]] && grep -q '^diff --git a/migrations/' "$root/$p"; then
       read -r ppkg pre <<<"$sql_probe"
-      if compile "$ppkg" "$log"; then
+      # The probe's package is compiled already when a test line names it.
+      if grep -qxF -- "$ppkg" <<<"$pkgs" || compile "$ppkg" "$log"; then
         runtest "$ppkg" "$pre" "$default_timeout" "$log"
         case $verdict in
           PASS) ;;
-          NO-TEST) echo "mutants: MUTANTS_SQL_PROBE ($sql_probe) matches no test" >&2; exit 1 ;;
+          NO-TEST) fatal "mutants: MUTANTS_SQL_PROBE ($sql_probe) matches no test" ;;
           BROKEN) result=BROKEN detail=$failed ;;
           *) result=BROKEN detail="the migrations probe ($sql_probe) fails: $verdict $failed" ;;
         esac
@@ -375,14 +526,25 @@ for p in "${selected[@]}"; do
     restore
   fi
   secs=$((SECONDS - start))
+  cell="$result${detail:+ $detail}"
+  printf '%s\n' "$result" "| $name | ${inv:-?} | ${testcol//|/\\|} | ${cell//|/\\|} | $secs |" >"$tmp/results/$1"
+  msg="mutant $name: $cell (${secs}s)"
+  if [[ $result == BROKEN || $result == STALE ]]; then
+    msg+=$'\n'$(tail -15 "$log" | sed 's/^/    /')
+  fi
+  printf '%s\n' "$msg" >&2 # one write, so that another worker's lines do not split it
+}
+
+run_workers mutant "${#selected[@]}"
+
+rows=()
+bad=0
+declare -A tally=()
+for ((i = 0; i < ${#selected[@]}; i++)); do
+  { IFS= read -r result && IFS= read -r row; } <"$tmp/results/$i"
   tally[$result]=$((${tally[$result]:-0} + 1))
   case $result in CAUGHT*) ;; *) bad=1 ;; esac
-  cell="$result${detail:+ $detail}"
-  rows+=("| $name | ${inv:-?} | ${testcol//|/\\|} | ${cell//|/\\|} | $secs |")
-  echo "mutant $name: $cell (${secs}s)" >&2
-  if [[ $result == BROKEN || $result == STALE ]]; then
-    tail -15 "$log" | sed 's/^/    /' >&2
-  fi
+  rows+=("$row")
 done
 
 echo
@@ -392,7 +554,7 @@ printf '%s\n' "${rows[@]}"
 echo
 summary=""
 for k in "${!tally[@]}"; do summary+="${tally[$k]} $k, "; done
-echo "${#selected[@]} mutants in $((SECONDS - start_all))s: ${summary%, }"
+echo "${#selected[@]} mutants in $((SECONDS - start_all))s with $njobs workers: ${summary%, }"
 if [[ $bad != 0 ]]; then
   echo "FAIL: every mutant must be CAUGHT (a SURVIVED or NO-TEST mutant is a test to write or fix; STALE or BROKEN is a patch to fix)"
   exit 1
