@@ -985,9 +985,9 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_expire(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.account
-    LANGUAGE sql VOLATILE
+    LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 2 lines, sha256 a215f94f38c6
+    -- body: 11 lines, sha256 2cd1a305969e
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[]) RETURNS SETOF fanout.account
@@ -1034,7 +1034,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) TO fanout_
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 138 lines, sha256 5ada73825d8e
+    -- body: 135 lines, sha256 59fe712b8ee7
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app;
 
@@ -1066,7 +1066,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,
 CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 87 lines, sha256 6363b92948ac
+    -- body: 85 lines, sha256 508d50002798
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app;
 

@@ -55,11 +55,8 @@ BEGIN
     END IF;
     FOR a IN SELECT * FROM ledger_lock_chain(leaf.chain) LOOP
         IF a.kind = 'tenant' THEN
-            -- The period's end passed: this statement starts the next one,
-            -- under the tenant's lock, before anything is granted from it.
-            IF a.period_end IS NOT NULL AND now() >= a.period_end THEN
-                a := ledger_roll_period(a);
-            END IF;
+            -- Its period rolled over already if it had ended (the lock
+            -- does it), so nothing is granted from an ended period.
             tenant := a;
         END IF;
         IF a.account_id = leaf.account_id THEN

@@ -38,10 +38,8 @@ BEGIN
     END IF;
     FOR a IN SELECT * FROM ledger_lock_chain(r.chain) LOOP
         IF a.kind = 'tenant' THEN
-            -- Spend posted after the period's end counts in the next period.
-            IF a.period_end IS NOT NULL AND now() >= a.period_end THEN
-                a := ledger_roll_period(a);
-            END IF;
+            -- Spend posted after the period's end counts in the next
+            -- period: the lock rolled it over already.
             tenant := a;
         END IF;
         charge := least(charge, a.limit_tokens - (a.reserved - r.amount) - a.spent);
