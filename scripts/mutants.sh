@@ -26,8 +26,8 @@
 #
 # Environment:
 #   MUTANTS="03 07"      only these mutants (number or file name prefix)
-#   MUTANTS_JOBS=2       mutants run at once (default: the number of CPUs, at
-#                        least 2); 1 runs them one after another
+#   MUTANTS_JOBS=2       mutants run at once (default: the number of CPUs + 1:
+#                        3 on 2 cores, where a worker waits on the database a third of its time); 1 runs them one after another
 #   MUTANTS_TIMEOUT=2m   default per-test-line timeout (a patch's "# timeout:" wins)
 #   MUTANTS_RACE=1       build the tests with -race (slower)
 #   MUTANTS_BASELINE=0   skip running the named tests once without mutants
@@ -75,11 +75,11 @@ for p in "${all[@]}"; do
 done
 [[ ${#selected[@]} -gt 0 ]] || { echo "mutants: MUTANTS=\"$MUTANTS\" names none of ${all[*]}" >&2; exit 1; }
 
-# Workers: as many as CPUs, at least 2 (a test mostly waits on PostgreSQL,
+# Workers: one more than CPUs (a test mostly waits on PostgreSQL,
 # its own processes and timers; `go test ./...` also runs a test binary per
 # CPU), no more than there are mutants.
 ncpu=$(nproc 2>/dev/null || echo 2)
-njobs=${MUTANTS_JOBS:-$((ncpu > 2 ? ncpu : 2))}
+njobs=${MUTANTS_JOBS:-$((ncpu + 1))}
 [[ "$njobs" =~ ^[1-9][0-9]*$ ]] || { echo "mutants: MUTANTS_JOBS=$njobs is not a number of workers" >&2; exit 1; }
 [[ $njobs -gt ${#selected[@]} ]] && njobs=${#selected[@]}
 
