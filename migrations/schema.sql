@@ -933,6 +933,12 @@ REVOKE EXECUTE ON FUNCTION fanout.audit_tenants() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.audit_tenants() TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.audit_tenants() TO fanout_tenant_auditor;
 
+CREATE FUNCTION fanout.ledger_adopt_runs(t fanout.account) RETURNS fanout.account
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 29 lines, sha256 68f6f3488981
+REVOKE EXECUTE ON FUNCTION fanout.ledger_adopt_runs(fanout.account) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_begin_attempt(p_account bigint, p_run text, p_tenant text) RETURNS TABLE(outcome text, attempt bigint, info_kind text, info_state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -987,13 +993,13 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_app;
 CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 11 lines, sha256 2cd1a305969e
+    -- body: 18 lines, sha256 ac618556d8a4
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 45 lines, sha256 f1ed0004cc6d
+    -- body: 50 lines, sha256 fe688fe9490b
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) TO fanout_app;
 
@@ -1059,7 +1065,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_roll_period(fanout.account) FROM PUBLIC
 CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_limit bigint, p_kind text, p_every interval, p_min bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 88 lines, sha256 24bb6a06f57e
+    -- body: 90 lines, sha256 2ce9ae3bfbc2
 REVOKE EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_app;
 

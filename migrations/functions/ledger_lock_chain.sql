@@ -3,7 +3,8 @@
 -- whose budget period has ended is rolled over under its lock, before the
 -- caller reads it: whichever statement is the first after the end (a
 -- reserve, a settle, the sweeper's expiry, a void, a run's end), what it
--- posts counts in the new period, as database time says it should.
+-- posts counts in the new period, as database time says it should. A
+-- chain that changed since the caller read it is refused, to be retried.
 CREATE OR REPLACE FUNCTION ledger_lock_chain(p_chain bigint[]) RETURNS SETOF account
 LANGUAGE plpgsql SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -16,5 +17,12 @@ BEGIN
         END IF;
         RETURN NEXT a;
     END LOOP;
+    -- The caller read p_chain before taking the locks: a run put under its
+    -- tenant's budget meanwhile (ledger_adopt_runs) has a longer chain now,
+    -- and a grant or settle on the old one would pass the tenant by.
+    IF a.account_id IS NOT NULL AND a.chain IS DISTINCT FROM p_chain THEN
+        RAISE EXCEPTION 'ledger_lock_chain: account %''s chain changed from % to % (its run was put under a tenant budget); try again',
+            a.account_id, p_chain, a.chain USING ERRCODE = 'serialization_failure';
+    END IF;
 END $$;
 REVOKE ALL ON FUNCTION ledger_lock_chain(bigint[]) FROM PUBLIC;

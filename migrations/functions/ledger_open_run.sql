@@ -1,5 +1,6 @@
--- ledger_open_run creates a run's account (under p_tenant_account when not
--- NULL) and one account per task, or returns the existing ones: the run
+-- ledger_open_run creates a run's account (under p_tenant_account, or the
+-- tenant's account when NULL and the tenant has one) and one account per
+-- task, or returns the existing ones: the run
 -- account first, then its tasks. A tenant account of another tenant is
 -- refused (SQLSTATE 22023, "belongs to tenant"); an unknown one is
 -- foreign_key_violation. It locks the tenant account and rolls its budget
@@ -22,6 +23,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF NOT EXISTS (SELECT FROM account WHERE run_id = p_run AND kind = 'run') THEN
+        -- A tenant with a budget has every run under it, named or not: a
+        -- budget set between the caller's admission and this call counts.
+        IF p_tenant_account IS NULL THEN
+            SELECT account_id INTO p_tenant_account FROM account WHERE tenant_id = p_tenant AND kind = 'tenant';
+        END IF;
         IF p_tenant_account IS NOT NULL THEN
             SELECT * INTO parent FROM account WHERE account_id = p_tenant_account AND kind = 'tenant' FOR UPDATE;
             IF NOT FOUND THEN

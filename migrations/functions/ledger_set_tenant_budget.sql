@@ -1,7 +1,9 @@
 -- ledger_set_tenant_budget creates the tenant and its account if missing,
 -- or changes its budget under the account's lock (starting the next period
 -- first if the current one ended); posts the change of limit as an entry
--- ('open' for a new account, 'adjust' otherwise) and logs the action.
+-- ('open' for a new account, 'adjust' otherwise) and logs the action. Every
+-- run of the tenant in flight is under the budget from this commit
+-- (ledger_adopt_runs), and a tenant left below its minimum is exhausted.
 -- A changed period kind (or length) starts a new period now; a changed
 -- limit applies to the current one. p_min NULL keeps the tenant's
 -- min_reservation (1 for a new account). Returns the account.
@@ -87,9 +89,11 @@ BEGIN
              WHERE account_id = t.account_id
             RETURNING * INTO t;
         END IF;
-        IF t.limit_tokens - t.reserved - t.spent < t.min_reservation THEN
-            PERFORM ledger_exhaust_tenant(t);
-        END IF;
+    END IF;
+    -- Its runs in flight are under it from this commit, whatever they hold.
+    t := ledger_adopt_runs(t);
+    IF t.limit_tokens - t.reserved - t.spent < t.min_reservation THEN
+        PERFORM ledger_exhaust_tenant(t);
     END IF;
     PERFORM admin_log(p_actor, 'tenant.set_budget', p_tenant,
         jsonb_build_object('limit', p_limit, 'period', p_kind, 'every', p_every::text,

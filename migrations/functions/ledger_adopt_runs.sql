@@ -1,0 +1,43 @@
+-- ledger_adopt_runs puts every run of tenant account t's tenant that is not
+-- under it (a run opened before the tenant had a budget) under it, with
+-- its tasks and the reservations they hold: from the caller's commit the
+-- tenant's budget bounds them (I16). What they hold counts as reserved on
+-- the tenant's account and settles in its current period; what they spent
+-- before stays outside it. The limit is raised, never the reservations
+-- cut, when they hold more than the budget leaves (the tenant is then
+-- exhausted: the caller checks). Callers hold t's row lock; the runs and
+-- their tasks are locked here, root first, as ledger_lock_chain does, and
+-- a reserve, settle or void that read an account's chain before this
+-- commit is refused by ledger_lock_chain as stale, to be retried.
+CREATE OR REPLACE FUNCTION ledger_adopt_runs(t account) RETURNS account
+LANGUAGE plpgsql SET search_path = pg_catalog, fanout, pg_temp AS $$
+DECLARE
+    moved     bigint[];
+    held      bigint;
+    new_limit bigint;
+BEGIN
+    SELECT array_agg(account_id ORDER BY account_id) INTO moved
+      FROM (SELECT account_id FROM account
+             WHERE tenant_id = t.tenant_id AND kind = 'run' AND parent_id IS NULL AND state <> 'closed'
+             ORDER BY account_id FOR UPDATE) AS r;
+    IF moved IS NULL THEN
+        RETURN t;
+    END IF;
+    PERFORM FROM account WHERE kind = 'task' AND parent_id = ANY (moved) ORDER BY account_id FOR UPDATE;
+    SELECT coalesce(sum(amount), 0) INTO held
+      FROM reservation WHERE state = 'held' AND chain[1] = ANY (moved);
+    UPDATE reservation SET chain = t.account_id || chain WHERE state = 'held' AND chain[1] = ANY (moved);
+    UPDATE account SET parent_id = t.account_id WHERE account_id = ANY (moved);
+    UPDATE account SET chain = t.account_id || chain, updated_at = now()
+     WHERE account_id = ANY (moved) OR (kind = 'task' AND parent_id = ANY (moved));
+    new_limit := greatest(t.limit_tokens, t.spent + t.reserved + held);
+    INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, delta_reserved, note)
+    VALUES (t.tenant_id, t.account_id, ARRAY[t.account_id], 'adjust', new_limit - t.limit_tokens, held,
+            format('%s run(s) opened before the tenant budget put under it; the %s tokens they hold count in it',
+                   cardinality(moved), held));
+    UPDATE account SET reserved = reserved + held, limit_tokens = new_limit, updated_at = now()
+     WHERE account_id = t.account_id
+    RETURNING * INTO t;
+    RETURN t;
+END $$;
+REVOKE ALL ON FUNCTION ledger_adopt_runs(account) FROM PUBLIC;

@@ -1,0 +1,155 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fanout/fanout/budget"
+)
+
+// TestSetBudgetPutsOpenRunsUnderIt (issue 23, item 3; I16): a tenant
+// without a budget has a run in flight, with a reservation of 300 held and
+// 200 already spent; a budget of 500 a day is then set. From that commit
+// the run is under the tenant's account: the held 300 counts against the
+// new period and settles there, the run is granted only what the tenant
+// has left, and a run opened afterwards without naming the tenant's
+// account lands under it too (the admit → OpenRun race). A budget smaller
+// than what is held exhausts the tenant, and its runs, at once.
+func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
+	t.Parallel()
+	t.Run("under the budget from its commit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ra, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "early", TenantID: "globex", Limit: 100_000,
+			MinReservation: 10, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 100_000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		beginAttempts(t, b.ledger, ra)
+		reserveSettle(t, b, ra, 200)
+		held := reserve(t, b, ra, 300)
+
+		ten := b.setBudget(t, budget.TenantBudget{TenantID: "globex", Limit: 500, Period: budget.Period{Kind: budget.PeriodDay}})
+		if ten.Reserved != 300 || ten.Spent != 0 || ten.Available() != 200 {
+			t.Errorf("tenant account after the budget was set = %+v; want the 300 held by its open run reserved, 200 available", ten)
+		}
+		run, err := b.ledger.RunAccount(b.ctx, "early")
+		if err != nil || run.ParentID != ten.ID {
+			t.Errorf("run account %+v, %v; want it under the tenant's account %d", run, err, ten.ID)
+		}
+		// Granted only what the tenant has left.
+		r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["x"], Want: 400, Min: 100, Holder: "n", TTL: ttl}))
+		if err != nil || r.Amount != 200 {
+			t.Fatalf("reserve of 400 with 200 left in the tenant: %+v, %v; want 200 granted", r, err)
+		}
+		settle(t, b, r, 200, false)
+		settle(t, b, held, 300, false)
+		got, err := b.ledger.TenantAccount(b.ctx, "globex")
+		if err != nil || got.Spent != 500 || got.PeriodSpent != 500 || got.Reserved != 0 {
+			t.Errorf("tenant after = %+v, %v; want 500 spent in this period (the held 300 and the 200 granted after)", got, err)
+		}
+		if p := b.periodSpend(t, "globex"); len(p) != 1 || p[0] != 500 {
+			t.Errorf("tenant_period_spend = %v; want [500]", p)
+		}
+		if _, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["x"], Want: 10, Min: 10, Holder: "n", TTL: ttl})); !errors.Is(err, budget.ErrExhausted) {
+			t.Errorf("reserve after the tenant spent its budget: %v; want ErrExhausted", err)
+		}
+
+		// A run opened afterwards without the tenant's account named.
+		late, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "late", TenantID: "globex", Limit: 1000,
+			MinReservation: 10, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 1000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if late.Run.ParentID != ten.ID {
+			t.Errorf("run opened after the budget was set, without naming the tenant's account: parent %d; want %d", late.Run.ParentID, ten.ID)
+		}
+		b.checkConserved(t)
+	})
+	t.Run("exhausted at once", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ra, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "big", TenantID: "globex", Limit: 100_000,
+			MinReservation: 10, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 100_000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		beginAttempts(t, b.ledger, ra)
+		held := reserve(t, b, ra, 3000)
+		ten := b.setBudget(t, budget.TenantBudget{TenantID: "globex", Limit: 500, Period: budget.Period{Kind: budget.PeriodDay}})
+		if ten.Reserved != 3000 || ten.Available() != 0 {
+			t.Errorf("tenant account = %+v; want the 3000 held reserved and nothing available", ten)
+		}
+		run, err := b.ledger.RunAccount(b.ctx, "big")
+		if err != nil || run.State != budget.StateExhausted || run.Cause != "tenant budget exhausted" {
+			t.Errorf("run = %+v, %v; want it exhausted by the tenant's budget", run, err)
+		}
+		settle(t, b, held, 2500, false)
+		got, err := b.ledger.TenantAccount(b.ctx, "globex")
+		if err != nil || got.Spent != 2500 || got.PeriodSpent != 2500 {
+			t.Errorf("tenant after = %+v, %v; want the 2500 spent of what was held counted", got, err)
+		}
+		b.checkConserved(t)
+	})
+	t.Run("a reserve that read its chain before the budget", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ra, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "racing", TenantID: "globex", Limit: 100_000,
+			MinReservation: 10, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 100_000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		beginAttempts(t, b.ledger, ra)
+		// The budget's transaction holds the run's accounts, uncommitted.
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; a rollback after it is a no-op
+		if _, err := tx.Exec(b.ctx, `SELECT * FROM fanout.ledger_set_tenant_budget('role:test', 'globex', 100, 'day', NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			r   budget.Reservation
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["x"], Want: 500, Min: 10, Holder: "n", TTL: ttl}))
+			got <- result{r, err}
+		}()
+		// The reserve has read the task's chain and waits for its lock.
+		for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) { // polling the server
+			var waiting int
+			if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the reserve did not wait for the budget's locks within %v", patience)
+			}
+		}
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		var res result
+		select {
+		case res = <-got:
+		case <-time.After(patience):
+			t.Fatalf("the reserve did not end within %v of the budget's commit", patience)
+		}
+		if res.err != nil || res.r.Amount != 100 {
+			t.Errorf("reserve of 500 after a budget of 100 committed: %+v, %v; want the tenant's 100 granted", res.r, res.err)
+		}
+		ten, err := b.ledger.TenantAccount(b.ctx, "globex")
+		if err != nil || ten.Reserved != res.r.Amount {
+			t.Errorf("tenant account %+v, %v; want the grant (%d) reserved on it", ten, err, res.r.Amount)
+		}
+		b.checkConserved(t)
+	})
+}
