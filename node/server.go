@@ -50,9 +50,14 @@ const (
 type streamLimit struct {
 	max int64
 	n   atomic.Int64
+	// keepalive is when the servers ping an idle connection and drop it:
+	// keepaliveTime and keepaliveTimeout, which only tests shorten.
+	keepalive keepalive.ServerParameters
 }
 
-func newStreamLimit(n int) *streamLimit { return &streamLimit{max: int64(n)} }
+func newStreamLimit(n int) *streamLimit {
+	return &streamLimit{max: int64(n), keepalive: keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}}
+}
 
 // counts reports whether a call of method counts against the cap.
 func counts(method string) bool {
@@ -104,7 +109,7 @@ func (l *streamLimit) options() []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(StreamsPerConn),
 		grpc.ChainUnaryInterceptor(l.unary),
 		grpc.ChainStreamInterceptor(l.stream),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveParams(l.keepalive),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
 	}
 }

@@ -175,40 +175,54 @@ Example:
     --database-url postgres://fanout@db:5432/fanout --workers dns:///fanout-workers:50052
 `
 
-func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
+// orchestratorCommand is what `fanout orchestrator`'s flags configure.
+type orchestratorCommand struct {
+	sf serverFlags
+	oc node.OrchestratorConfig
+	tf toolFlags
+	pf peerFlags
+	cf callerFlags
+}
+
+// parseOrchestrator parses `fanout orchestrator`'s flags (and environment)
+// into its config, without reading any file.
+func parseOrchestrator(env *Env, args []string) (*orchestratorCommand, error) {
+	c := &orchestratorCommand{}
 	f := newFlags("orchestrator", orchestratorUsage, env.Stderr)
-	var sf serverFlags
-	sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
-	var oc node.OrchestratorConfig
-	f.StringVar(&oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
-	f.StringVar(&oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
-	applyEngine := registerEngineFlags(f, &oc.Engine)
-	var tf toolFlags
-	tf.registerConfig(f)
-	var pf peerFlags
-	pf.register(f, peer.RoleOrchestrator)
-	var cf callerFlags
-	cf.register(f)
+	c.sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
+	f.StringVar(&c.oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
+	f.StringVar(&c.oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
+	applyEngine := registerEngineFlags(f, &c.oc.Engine)
+	c.tf.registerConfig(f)
+	c.pf.register(f, peer.RoleOrchestrator)
+	c.cf.register(f)
 	if err := parseFlags(f, args, env); err != nil {
-		return err
+		return nil, err
 	}
 	applyEngine()
-	var err error
-	if oc.Auth, err = cf.config(); err != nil {
+	c.oc.Listen = c.sf.listen
+	return c, nil
+}
+
+func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
+	c, err := parseOrchestrator(env, args)
+	if err != nil {
 		return err
 	}
-	if oc.MCPTools, err = tf.toolNames(); err != nil {
+	oc := c.oc
+	if oc.Auth, err = c.cf.config(); err != nil {
+		return err
+	}
+	if oc.MCPTools, err = c.tf.toolNames(); err != nil {
 		return err
 	}
 	if oc.Workers == "" {
 		return errors.New("--workers: need a gRPC target (host:port,host:port or dns:///name:port)")
 	}
-	trust, err := pf.orchestratorTrust()
-	if err != nil {
+	if oc.Trust, err = c.pf.orchestratorTrust(); err != nil {
 		return err
 	}
-	oc.Trust, oc.Listen = trust, sf.listen
-	p, err := sf.start(ctx, env, "fanout-orchestrator", node.Config{Orchestrator: &oc})
+	p, err := c.sf.start(ctx, env, "fanout-orchestrator", node.Config{Orchestrator: &oc})
 	if err != nil {
 		return err
 	}
@@ -228,38 +242,53 @@ Example:
   fanout worker --listen 0.0.0.0:50052 --database-url postgres://fanout@db:5432/fanout --capacity 128
 `
 
-func cmdWorker(ctx context.Context, env *Env, args []string) error {
+// workerCommand is what `fanout worker`'s flags configure.
+type workerCommand struct {
+	sf   serverFlags
+	wc   node.WorkerConfig
+	prov providerFlags
+	tf   toolFlags
+	pf   peerFlags
+}
+
+// parseWorker parses `fanout worker`'s flags (and environment) into its
+// config, without reading any file: Trust and MCP are left to cmdWorker.
+func parseWorker(env *Env, args []string) (*workerCommand, error) {
+	c := &workerCommand{}
 	f := newFlags("worker", workerUsage, env.Stderr)
-	var sf serverFlags
-	sf.register(f, "127.0.0.1:50052", "127.0.0.1:9465")
-	var wc node.WorkerConfig
+	c.sf.register(f, "127.0.0.1:50052", "127.0.0.1:9465")
 	def := subagent.DefaultServerConfig()
-	f.StringVar(&wc.Server.Name, "name", "", "worker name in the ledger and events, unique per process (default worker-HOSTNAME-PID@ADDR)")
-	f.IntVar(&wc.Server.Capacity, "capacity", def.Capacity, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
-	f.DurationVar(&wc.Server.LeaseTTL, "lease-ttl", def.LeaseTTL, "lease of each reservation; renewed during long calls")
-	f.BoolVar(&wc.Server.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
-	f.IntVar(&wc.Server.CompressMaxTokens, "compress-max-tokens", def.CompressMaxTokens, "output cap of the structured-output call that compresses a subagent's work (real providers)")
+	f.StringVar(&c.wc.Server.Name, "name", "", "worker name in the ledger and events, unique per process (default worker-HOSTNAME-PID@ADDR)")
+	f.IntVar(&c.wc.Server.Capacity, "capacity", def.Capacity, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
+	f.DurationVar(&c.wc.Server.LeaseTTL, "lease-ttl", def.LeaseTTL, "lease of each reservation; renewed during long calls")
+	f.BoolVar(&c.wc.Server.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
+	f.IntVar(&c.wc.Server.CompressMaxTokens, "compress-max-tokens", def.CompressMaxTokens, "output cap of the structured-output call that compresses a subagent's work (real providers)")
 	var sim simFlags
 	sim.register(f)
-	var prov providerFlags
-	prov.register(f)
-	var tf toolFlags
-	tf.register(f)
-	var pf peerFlags
-	pf.register(f, peer.RoleWorker)
+	c.prov.register(f)
+	c.tf.register(f)
+	c.pf.register(f, peer.RoleWorker)
 	if err := parseFlags(f, args, env); err != nil {
-		return err
+		return nil, err
 	}
-	trust, err := pf.workerTrust()
+	c.tf.apply(&c.wc.Server)
+	c.wc.Listen, c.wc.Sim, c.wc.ModelsFunc = c.sf.listen, sim.config(), c.prov.modelsFunc(env)
+	return c, nil
+}
+
+func cmdWorker(ctx context.Context, env *Env, args []string) error {
+	c, err := parseWorker(env, args)
 	if err != nil {
 		return err
 	}
-	if wc.MCP, err = tf.load(); err != nil {
+	wc := c.wc
+	if wc.Trust, err = c.pf.workerTrust(); err != nil {
 		return err
 	}
-	tf.apply(&wc.Server)
-	wc.Trust, wc.Listen, wc.Sim, wc.ModelsFunc = trust, sf.listen, sim.config(), prov.modelsFunc(env)
-	p, err := sf.start(ctx, env, "fanout-worker", node.Config{Workers: []node.WorkerConfig{wc}})
+	if wc.MCP, err = c.tf.load(); err != nil {
+		return err
+	}
+	p, err := c.sf.start(ctx, env, "fanout-worker", node.Config{Workers: []node.WorkerConfig{wc}})
 	if err != nil {
 		return err
 	}
