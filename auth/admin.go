@@ -3,8 +3,11 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -43,6 +46,32 @@ func NewAdminServer(keys *store.Keys, ledger budget.TenantLedger, log *slog.Logg
 // minimum).
 const tenantMinReservation = 256
 
+// MaxBudgetTokens bounds a tenant budget's limit_tokens: 10^15 tokens, far
+// above any real budget, so that the ledger's sums of limits, reservations
+// and spend stay far from int64's range (9.2 * 10^18).
+const MaxBudgetTokens = 1_000_000_000_000_000
+
+// invalid is INVALID_ARGUMENT with a BadRequest naming field, as admin.proto
+// promises for every refusal of an argument.
+func invalid(field, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	st, err := status.New(codes.InvalidArgument, msg).WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg}}})
+	if err != nil {
+		return status.Error(codes.InvalidArgument, msg)
+	}
+	return st.Err()
+}
+
+// checkText refuses text PostgreSQL cannot store (a NUL, invalid UTF-8),
+// which it would refuse only as an encoding error, with no field named.
+func checkText(field, v string) error {
+	if strings.ContainsRune(v, 0) || !utf8.ValidString(v) {
+		return invalid(field, "%s: must be UTF-8 text without NUL", field)
+	}
+	return nil
+}
+
 // actor returns the calling admin's actor, or PERMISSION_DENIED.
 func actor(ctx context.Context) (string, error) {
 	p, ok := FromContext(ctx)
@@ -59,14 +88,13 @@ func (s *AdminServer) toStatus(ctx context.Context, err error) error {
 	var ve *budget.ValidationError
 	switch {
 	case errors.As(err, &ae) && errors.Is(err, store.ErrAdminInvalid):
-		st, derr := status.New(codes.InvalidArgument, ae.Message).WithDetails(&errdetails.BadRequest{
-			FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: ae.Field, Description: ae.Message}}})
-		if derr != nil {
-			return status.Error(codes.InvalidArgument, ae.Message)
-		}
-		return st.Err()
+		return invalid(ae.Field, "%s", ae.Message)
 	case errors.As(err, &ve):
-		return status.Error(codes.InvalidArgument, ve.Error())
+		field := ve.Field
+		if !strings.HasPrefix(field, "budget") {
+			field = "budget." + field
+		}
+		return invalid(field, "%s: %s", field, ve.Reason)
 	case errors.Is(err, store.ErrActorRefused):
 		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, store.ErrTenantNotFound), errors.Is(err, store.ErrKeyNotFound):
@@ -124,6 +152,9 @@ func (s *AdminServer) CreateTenant(ctx context.Context, req *fanoutv1.CreateTena
 	if err != nil {
 		return nil, err
 	}
+	if err := checkText("tenant_id", req.GetTenantId()); err != nil {
+		return nil, err
+	}
 	t, err := s.keys.CreateTenant(ctx, who, req.GetTenantId(), quotasFromProto(req.GetQuotas()))
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -135,14 +166,24 @@ func (s *AdminServer) CreateTenant(ctx context.Context, req *fanoutv1.CreateTena
 	return &fanoutv1.CreateTenantResponse{Tenant: pt}, nil
 }
 
-// UpdateTenant implements fanoutv1.AdminServiceServer.
+// UpdateTenant implements fanoutv1.AdminServiceServer. The quotas and the
+// budget are validated, then written in one transaction: a refused request
+// changes nothing.
 func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTenantRequest) (*fanoutv1.UpdateTenantResponse, error) {
 	who, err := actor(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkText("tenant_id", req.GetTenantId()); err != nil {
+		return nil, err
+	}
 	if req.GetQuotas() == nil && req.GetBudget() == nil {
-		return nil, status.Error(codes.InvalidArgument, "quotas, budget: set at least one")
+		return nil, invalid("quotas", "quotas, budget: set at least one")
+	}
+	p := store.UpdateTenantParams{Actor: who, TenantID: req.GetTenantId()}
+	if q := req.GetQuotas(); q != nil {
+		quotas := quotasFromProto(q)
+		p.Quotas = &quotas
 	}
 	if b := req.GetBudget(); b != nil {
 		var kind budget.PeriodKind
@@ -152,27 +193,17 @@ func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTena
 			}
 		}
 		if kind == "" {
-			return nil, status.Error(codes.InvalidArgument, "budget.period: must be NONE, DAY or MONTH")
+			return nil, invalid("budget.period", "budget.period: must be NONE, DAY or MONTH")
 		}
-		if b.GetLimitTokens() <= 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "budget.limit_tokens: must be > 0, got %d", b.GetLimitTokens())
-		}
-		if _, err := s.keys.Tenant(ctx, req.GetTenantId()); err != nil {
-			return nil, s.toStatus(ctx, err)
+		if l := b.GetLimitTokens(); l <= 0 || l > MaxBudgetTokens {
+			return nil, invalid("budget.limit_tokens", "budget.limit_tokens: must be in 1..%d, got %d", int64(MaxBudgetTokens), l)
 		}
 		// The tenant is exhausted (its runs end) once it cannot grant a
 		// call's worth: the server's default minimum reservation, not 1.
-		if _, err := s.ledger.SetTenantBudget(ctx, budget.TenantBudget{TenantID: req.GetTenantId(), Limit: b.GetLimitTokens(),
-			Period: budget.Period{Kind: kind}, Actor: who, MinReservation: min(tenantMinReservation, b.GetLimitTokens())}); err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
+		p.Budget = &budget.TenantBudget{Limit: b.GetLimitTokens(), Period: budget.Period{Kind: kind},
+			MinReservation: min(tenantMinReservation, b.GetLimitTokens())}
 	}
-	var t store.Tenant
-	if q := req.GetQuotas(); q != nil {
-		t, err = s.keys.SetQuotas(ctx, who, req.GetTenantId(), quotasFromProto(q))
-	} else {
-		t, err = s.keys.Tenant(ctx, req.GetTenantId())
-	}
+	t, err := s.keys.UpdateTenant(ctx, p)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -186,6 +217,9 @@ func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTena
 // GetTenant implements fanoutv1.AdminServiceServer.
 func (s *AdminServer) GetTenant(ctx context.Context, req *fanoutv1.GetTenantRequest) (*fanoutv1.GetTenantResponse, error) {
 	if _, err := actor(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkText("tenant_id", req.GetTenantId()); err != nil {
 		return nil, err
 	}
 	t, err := s.keys.Tenant(ctx, req.GetTenantId())
@@ -211,6 +245,19 @@ func (s *AdminServer) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequ
 	if err != nil {
 		return nil, err
 	}
+	for _, f := range []struct{ name, v string }{{"tenant_id", req.GetTenantId()}, {"name", req.GetName()}} {
+		if err := checkText(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	for _, sc := range req.GetScopes() {
+		if err := checkText("scopes", sc); err != nil {
+			return nil, err
+		}
+	}
+	if e := req.GetExpireTime(); e != nil && e.CheckValid() != nil {
+		return nil, invalid("expire_time", "expire_time: must be a valid time in years 1..9999")
+	}
 	id, token, digest, err := NewKey()
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -232,6 +279,9 @@ func (s *AdminServer) ListKeys(ctx context.Context, req *fanoutv1.ListKeysReques
 	if _, err := actor(ctx); err != nil {
 		return nil, err
 	}
+	if err := checkText("tenant_id", req.GetTenantId()); err != nil {
+		return nil, err
+	}
 	ks, err := s.keys.ListKeys(ctx, req.GetTenantId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -247,6 +297,9 @@ func (s *AdminServer) ListKeys(ctx context.Context, req *fanoutv1.ListKeysReques
 func (s *AdminServer) RevokeKey(ctx context.Context, req *fanoutv1.RevokeKeyRequest) (*fanoutv1.RevokeKeyResponse, error) {
 	who, err := actor(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkText("key_id", req.GetKeyId()); err != nil {
 		return nil, err
 	}
 	k, err := s.keys.RevokeKey(ctx, who, req.GetKeyId())

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fanout/fanout/budget"
 )
 
 // Errors of Keys. Validation errors are *AdminError values that unwrap to
@@ -191,6 +194,79 @@ func (k *Keys) SetQuotas(ctx context.Context, actor, id string, q Quotas) (Tenan
 		actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
 	if err != nil {
 		return Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, adminError(err))
+	}
+	return t, nil
+}
+
+// UpdateTenantParams are the arguments of UpdateTenant: what is nil is
+// left as it is.
+type UpdateTenantParams struct {
+	Actor    string
+	TenantID string
+	// Quotas, when set, replaces every quota (nil fields: no cap).
+	Quotas *Quotas
+	// Budget, when set, is the tenant's new budget (its TenantID and Actor
+	// are UpdateTenantParams').
+	Budget *budget.TenantBudget
+}
+
+// UpdateTenant sets a tenant's quotas and its budget in one transaction,
+// each logged as p.Actor: both change or neither does. Bad arguments are
+// ErrAdminInvalid naming the field (quotas) or a *budget.ValidationError
+// (budget); an unknown tenant is ErrTenantNotFound.
+func (k *Keys) UpdateTenant(ctx context.Context, p UpdateTenantParams) (Tenant, error) {
+	var b budget.TenantBudget
+	if p.Budget != nil {
+		b = *p.Budget
+		b.TenantID, b.Actor = p.TenantID, p.Actor
+		if b.Period.Kind == "" {
+			b.Period.Kind = budget.PeriodNone
+		}
+		if err := b.Validate(); err != nil { // before anything is written
+			return Tenant{}, fmt.Errorf("update tenant %s: %w", p.TenantID, err)
+		}
+	}
+	t, err := retry(ctx, slog.Default(), "admin.update_tenant", unsentOnly, func(ctx context.Context, _ try) (Tenant, error) {
+		var t Tenant
+		err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+			// The tenant's row first: a missing tenant is refused before the
+			// budget function would create it (tenants are never deleted).
+			var err error
+			if t, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, p.TenantID)); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return ErrTenantNotFound
+				}
+				return err
+			}
+			if q := p.Quotas; q != nil {
+				if t, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_set_quotas($1, $2, $3, $4, $5, $6)`,
+					p.Actor, p.TenantID, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute)); err != nil {
+					return adminError(err)
+				}
+			}
+			if p.Budget != nil {
+				var every *time.Duration
+				if b.Period.Kind == budget.PeriodEvery {
+					every = &b.Period.Every
+				}
+				var minRes *int64
+				if b.MinReservation > 0 {
+					minRes = &b.MinReservation
+				}
+				if _, err := tx.Exec(ctx, `SELECT ledger_set_tenant_budget($1, $2, $3, $4, $5, $6)`,
+					b.Actor, b.TenantID, b.Limit, string(b.Period.Kind), every, minRes); err != nil {
+					if isCode(err, "22023") {
+						return &budget.ValidationError{Field: "budget", Reason: pgMessage(err)}
+					}
+					return err
+				}
+			}
+			return nil
+		})
+		return t, err
+	})
+	if err != nil {
+		return Tenant{}, fmt.Errorf("update tenant %s: %w", p.TenantID, err)
 	}
 	return t, nil
 }
