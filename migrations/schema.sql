@@ -211,15 +211,20 @@ CREATE TABLE fanout.price (
     output_per_million numeric NOT NULL,
     currency text DEFAULT 'USD'::text NOT NULL,
     set_at timestamp with time zone DEFAULT now() NOT NULL,
+    reason text,
+    set_by text,
     CONSTRAINT price_currency_check CHECK (currency ~ '^[A-Z]{3}$'::text),
     CONSTRAINT price_input_per_million_check CHECK (input_per_million >= 0::numeric),
     CONSTRAINT price_model_check CHECK (model <> ''::text AND octet_length(model) <= 256),
     CONSTRAINT price_output_per_million_check CHECK (output_per_million >= 0::numeric),
-    CONSTRAINT price_pkey PRIMARY KEY (model, effective_from)
+    CONSTRAINT price_pkey PRIMARY KEY (model, effective_from, set_at),
+    CONSTRAINT price_reason_check CHECK (reason IS NULL OR reason <> ''::text AND octet_length(reason) <= 1024)
 );
-COMMENT ON TABLE fanout.price IS 'Price per million tokens of a model from effective_from on, until the next row of the model. Written by price_set only.';
-GRANT SELECT (model, effective_from, input_per_million, output_per_million, currency, set_at) ON TABLE fanout.price TO fanout_auditor;
-GRANT SELECT (model, effective_from, input_per_million, output_per_million, currency, set_at) ON TABLE fanout.price TO fanout_tenant_auditor;
+CREATE TRIGGER price_no_truncate BEFORE TRUNCATE ON fanout.price FOR EACH STATEMENT EXECUTE FUNCTION fanout.price_append_only();
+CREATE TRIGGER price_no_update BEFORE DELETE OR UPDATE ON fanout.price FOR EACH ROW EXECUTE FUNCTION fanout.price_append_only();
+COMMENT ON TABLE fanout.price IS 'Price per million tokens of a model from effective_from on, until the next row of the model; of rows with one effective_from the latest set_at wins (a correction, with its reason). Append-only; written by price_set only.';
+GRANT SELECT (model, effective_from, input_per_million, output_per_million, currency, set_at, reason, set_by) ON TABLE fanout.price TO fanout_auditor;
+GRANT SELECT (model, effective_from, input_per_million, output_per_million, currency, set_at, reason, set_by) ON TABLE fanout.price TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.price TO fanout_app;
 GRANT SELECT ON TABLE fanout.price TO fanout_auditor;
 
@@ -595,10 +600,12 @@ CREATE VIEW fanout.money_line WITH (security_invoker=true) AS
             pr.input_per_million,
             pr.output_per_million,
             pr.currency,
-            pr.set_at
+            pr.set_at,
+            pr.reason,
+            pr.set_by
            FROM fanout.price pr
           WHERE pr.model = le.model AND pr.effective_from <= le.created_at
-          ORDER BY pr.effective_from DESC
+          ORDER BY pr.effective_from DESC, pr.set_at DESC
          LIMIT 1) p ON true
   WHERE le.kind = ANY (ARRAY['settle'::text, 'expire'::text]);
 GRANT SELECT (tenant_id, run_id, task_id, created_at, tokens, worst_case, currency, cost) ON TABLE fanout.money_line TO fanout_auditor;
@@ -882,9 +889,9 @@ REVOKE EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,i
 GRANT EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer) TO fanout_app;
 
 CREATE FUNCTION fanout.admin_log(p_actor text, p_action text, p_tenant text, p_detail jsonb) RETURNS void
-    LANGUAGE sql VOLATILE
+    LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 2 lines, sha256 ab5efd8252ee
+    -- body: 5 lines, sha256 ba5d9193d853
 REVOKE EXECUTE ON FUNCTION fanout.admin_log(text,text,text,jsonb) FROM PUBLIC;
 
 CREATE FUNCTION fanout.admin_revoke_key(p_actor text, p_key_id text) RETURNS timestamp with time zone
@@ -1083,12 +1090,18 @@ CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_
 REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) TO fanout_app;
 
-CREATE FUNCTION fanout.price_set(p_actor text, p_model text, p_effective_from timestamp with time zone, p_in numeric, p_out numeric, p_currency text DEFAULT 'USD'::text) RETURNS SETOF fanout.price
+CREATE FUNCTION fanout.price_append_only() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 4 lines, sha256 4cfac8e23b70
+REVOKE EXECUTE ON FUNCTION fanout.price_append_only() FROM PUBLIC;
+
+CREATE FUNCTION fanout.price_set(p_actor text, p_model text, p_effective_from timestamp with time zone, p_in numeric, p_out numeric, p_currency text DEFAULT 'USD'::text, p_reason text DEFAULT NULL::text) RETURNS SETOF fanout.price
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 22 lines, sha256 79f245ee2ff5
-REVOKE EXECUTE ON FUNCTION fanout.price_set(text,text,timestamp with time zone,numeric,numeric,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.price_set(text,text,timestamp with time zone,numeric,numeric,text) TO fanout_app;
+    -- body: 26 lines, sha256 03109c1b14cc
+REVOKE EXECUTE ON FUNCTION fanout.price_set(text,text,timestamp with time zone,numeric,numeric,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.price_set(text,text,timestamp with time zone,numeric,numeric,text,text) TO fanout_app;
 
 CREATE FUNCTION fanout.rate_capacity(per_minute bigint, burst interval) RETURNS double precision
     LANGUAGE sql IMMUTABLE PARALLEL SAFE;

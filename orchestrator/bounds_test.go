@@ -16,6 +16,7 @@ import (
 	fanoutnode "github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store/storetest"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -180,7 +181,7 @@ func TestTenantBelowItsMinimumIsRefusedUntilTheNextPeriod(t *testing.T) {
 	n := b.orchestrator(t, "a", orchestrator.Config{}, w)
 	const period = 5 * time.Second
 	if _, err := b.ledger.SetTenantBudget(t.Context(), budget.TenantBudget{TenantID: "t1", Limit: 20_000, MinReservation: 10_000,
-		Period: budget.Period{Kind: budget.PeriodEvery, Every: period}, Actor: "role:test"}); err != nil {
+		Period: budget.Period{Kind: budget.PeriodEvery, Every: period}, Actor: storetest.Actor(t, b.pool)}); err != nil {
 		t.Fatal(err)
 	}
 

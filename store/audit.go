@@ -114,6 +114,9 @@ type SetPriceParams struct {
 	InputPerMillion  string
 	OutputPerMillion string
 	Currency         string
+	// Reason is required when EffectiveFrom is before now: such a price
+	// corrects what spend was priced at, as a new row beside the old.
+	Reason string
 }
 
 var (
@@ -139,13 +142,16 @@ func (p SetPriceParams) Validate() error {
 		return bad("output_per_million", "must be a decimal >= 0 with at most 12 digits before the point and 9 after, got %q", p.OutputPerMillion)
 	case p.Currency != "" && !currencyRE.MatchString(p.Currency):
 		return bad("currency", "must be 3 capital letters (ISO 4217), got %q", p.Currency)
+	case len(p.Reason) > 1024:
+		return bad("reason", "must be at most 1024 bytes, got %d", len(p.Reason))
 	}
 	return nil
 }
 
-// SetPrice sets a model's price from p.EffectiveFrom on (replacing a price
-// set for that same instant) through price_set, which logs the action to
-// admin_action in the same transaction. For the CLI; the pool may be the
+// SetPrice adds a model's price from p.EffectiveFrom on through price_set,
+// which logs the action to admin_action in the same transaction. Prices
+// are append-only: one effective before now is a correction and needs
+// p.Reason. For the CLI; the pool may be the
 // owner's or a node role's (fanout_app may execute price_set).
 func SetPrice(ctx context.Context, pool *pgxpool.Pool, p SetPriceParams) (Price, error) {
 	if err := p.Validate(); err != nil {
@@ -156,8 +162,8 @@ func SetPrice(ctx context.Context, pool *pgxpool.Pool, p SetPriceParams) (Price,
 	}
 	var out Price
 	err := pool.QueryRow(ctx, `SELECT model, effective_from, input_per_million::text, output_per_million::text, currency
-		FROM price_set($1, $2, $3, $4::numeric, $5::numeric, $6)`,
-		p.Actor, p.Model, p.EffectiveFrom, p.InputPerMillion, p.OutputPerMillion, p.Currency).Scan(
+		FROM price_set($1, $2, $3, $4::numeric, $5::numeric, $6, $7)`,
+		p.Actor, p.Model, p.EffectiveFrom, p.InputPerMillion, p.OutputPerMillion, p.Currency, nilIfEmpty(p.Reason)).Scan(
 		&out.Model, &out.EffectiveFrom, &out.InputPerMillion, &out.OutputPerMillion, &out.Currency)
 	if isCode(err, "22023") {
 		err = &budget.ValidationError{Field: "price", Reason: pgMessage(err)}
@@ -166,4 +172,12 @@ func SetPrice(ctx context.Context, pool *pgxpool.Pool, p SetPriceParams) (Price,
 		return out, fmt.Errorf("set price of model %s from %s: %w", p.Model, p.EffectiveFrom.Format(time.RFC3339), err)
 	}
 	return out, nil
+}
+
+// nilIfEmpty is s, or SQL NULL when s is empty.
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

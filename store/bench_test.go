@@ -141,7 +141,7 @@ func benchTenant(b *testing.B, clients int, tenant, coalesce bool) (rate, p99ms 
 	defer l.Close()
 	var parent budget.AccountID
 	if tenant {
-		ten, err := l.SetTenantBudget(ctx, budget.TenantBudget{TenantID: "bench", Limit: 1 << 50, Actor: "role:bench",
+		ten, err := l.SetTenantBudget(ctx, budget.TenantBudget{TenantID: "bench", Limit: 1 << 50, Actor: storetest.Actor(b, pool),
 			Period: budget.Period{Kind: budget.PeriodDay}})
 		if err != nil {
 			b.Fatal(err)

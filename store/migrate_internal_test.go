@@ -89,7 +89,7 @@ func TestDefinitionsFollowTheFiles(t *testing.T) {
 	ctx := c.ctx
 
 	const (
-		priceSet  = "price_set(text,text,timestamp with time zone,numeric,numeric,text)"
+		priceSet  = "price_set(text,text,timestamp with time zone,numeric,numeric,text,text)"
 		oldCheck  = "admin_check_tenant_id(text)"
 		newCheck  = "admin_check_tenant_id(text,integer)"
 		renew     = "semaphore_renew(bigint,text,interval)"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // TestSpendInMoney: settle entries carry the model and the provider's
@@ -25,22 +26,23 @@ func TestSpendInMoney(t *testing.T) {
 	if err := b.pool.QueryRow(b.ctx, "SELECT now()").Scan(&dbNow); err != nil {
 		t.Fatal(err)
 	}
+	finance := storetest.Actor(t, b.pool)
 	for _, p := range []store.SetPriceParams{
-		{Actor: "role:finance", Model: "m-a", EffectiveFrom: dbNow.Add(-2 * time.Hour), InputPerMillion: "1", OutputPerMillion: "1"},
-		{Actor: "role:finance", Model: "m-a", EffectiveFrom: dbNow.Add(-time.Hour), InputPerMillion: "3", OutputPerMillion: "15"},
-		{Actor: "role:finance", Model: "m-a", EffectiveFrom: dbNow.Add(time.Hour), InputPerMillion: "100", OutputPerMillion: "100"},
+		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow.Add(-2 * time.Hour), InputPerMillion: "1", OutputPerMillion: "1", Reason: "history"},
+		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow.Add(-time.Hour), InputPerMillion: "3", OutputPerMillion: "15", Reason: "history"},
+		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow.Add(time.Hour), InputPerMillion: "100", OutputPerMillion: "100"},
 	} {
 		if _, err := store.SetPrice(b.ctx, b.pool, p); err != nil {
 			t.Fatalf("set price %+v: %v", p, err)
 		}
 	}
 	var logged int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM admin_action WHERE action = 'price.set' AND actor = 'role:finance'").Scan(&logged); err != nil || logged != 3 {
-		t.Errorf("price.set actions logged = %d, %v; want 3", logged, err)
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM admin_action WHERE action IN ('price.set', 'price.correct') AND actor = $1", finance).Scan(&logged); err != nil || logged != 3 {
+		t.Errorf("price.set and price.correct actions logged = %d, %v; want 3", logged, err)
 	}
 	for _, p := range []store.SetPriceParams{
-		{Actor: "role:finance", Model: "m-a", EffectiveFrom: dbNow, InputPerMillion: "-1", OutputPerMillion: "1"},
-		{Actor: "role:finance", Model: "m-a", EffectiveFrom: dbNow, InputPerMillion: "1", OutputPerMillion: "1", Currency: "usd"},
+		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow, InputPerMillion: "-1", OutputPerMillion: "1"},
+		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow, InputPerMillion: "1", OutputPerMillion: "1", Currency: "usd"},
 		{Actor: "", Model: "m-a", EffectiveFrom: dbNow, InputPerMillion: "1", OutputPerMillion: "1"},
 	} {
 		if _, err := store.SetPrice(b.ctx, b.pool, p); !errors.Is(err, budget.ErrInvalid) {

@@ -74,7 +74,7 @@ func seedTenant(t *testing.T, b *testBundle, tenant string) {
 	beginAttempts(t, b.ledger, ra)
 	// A tenant budget (the tenant_budget and tenant_period_spend views).
 	if _, err := b.ledger.SetTenantBudget(b.ctx, budget.TenantBudget{TenantID: tenant, Limit: 10_000,
-		Period: budget.Period{Kind: budget.PeriodDay}, Actor: "role:test"}); err != nil {
+		Period: budget.Period{Kind: budget.PeriodDay}, Actor: storetest.Actor(t, b.pool)}); err != nil {
 		t.Fatalf("tenant budget of %s: %v", tenant, err)
 	}
 	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 1, Holder: "n", TTL: ttl}))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // TestSetBudgetPutsOpenRunsUnderIt (issue 23, item 3; I16): a tenant
@@ -108,7 +109,7 @@ func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; a rollback after it is a no-op
-		if _, err := tx.Exec(b.ctx, `SELECT * FROM fanout.ledger_set_tenant_budget('role:test', 'globex', 100, 'day', NULL)`); err != nil {
+		if _, err := tx.Exec(b.ctx, `SELECT * FROM fanout.ledger_set_tenant_budget($1, 'globex', 100, 'day', NULL)`, storetest.Actor(t, b.pool)); err != nil {
 			t.Fatal(err)
 		}
 		type result struct {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // patience bounds every wait in the tenant tests.
@@ -34,7 +36,7 @@ func (b *testBundle) openTenantRun(t *testing.T, ten budget.TenantAccount, runID
 func (b *testBundle) setBudget(t *testing.T, tb budget.TenantBudget) budget.TenantAccount {
 	t.Helper()
 	if tb.Actor == "" {
-		tb.Actor = "role:test"
+		tb.Actor = storetest.Actor(t, b.pool)
 	}
 	ten, err := b.ledger.SetTenantBudget(b.ctx, tb)
 	if err != nil {
@@ -406,6 +408,12 @@ func TestTenantExhaustedByOverrun(t *testing.T) {
 func TestSetTenantBudgetIsLogged(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// The first change is made under a live admin key's name.
+	digest := sha256.Sum256([]byte("admin-secret"))
+	if _, err := store.NewKeys(b.pool, b.url).CreateKey(b.ctx, store.CreateKeyParams{Actor: storetest.Actor(t, b.pool),
+		KeyID: "fk_0123456789abcdef", Scopes: []string{"admin"}, SecretSHA256: digest[:]}); err != nil {
+		t.Fatal(err)
+	}
 	ten := b.setBudget(t, budget.TenantBudget{TenantID: "acme", Limit: 5000, Actor: "key:fk_0123456789abcdef",
 		Period: budget.Period{Kind: budget.PeriodMonth}})
 	if ten.Period.Kind != budget.PeriodMonth || ten.PeriodEnd.Day() != 1 || ten.PeriodEnd.Hour() != 0 || ten.PeriodEnd.Location() == nil {
@@ -426,7 +434,7 @@ func TestSetTenantBudgetIsLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Lowered under spent + held (1000 + 400): clamped, and the tenant is exhausted.
-	low := b.setBudget(t, budget.TenantBudget{TenantID: "acme", Limit: 1200, Actor: "role:ops",
+	low := b.setBudget(t, budget.TenantBudget{TenantID: "acme", Limit: 1200, Actor: storetest.Actor(t, b.pool),
 		Period: budget.Period{Kind: budget.PeriodMonth}})
 	if low.Limit != 1400 || low.Available() != 0 || low.PeriodLimit != 1200 {
 		t.Errorf("lowered budget = %+v; want limit clamped to spent + reserved = 1400", low)
@@ -456,7 +464,7 @@ func TestSetTenantBudgetIsLogged(t *testing.T) {
 				return err
 			}
 			rows, err := tx.Query(b.ctx, `SELECT actor, action, tenant_id, (detail->>'limit')::bigint, detail->>'period'
-				FROM admin_audit ORDER BY action_id`)
+				FROM admin_audit WHERE action = 'tenant.set_budget' ORDER BY action_id`)
 			if err != nil {
 				return err
 			}
@@ -473,7 +481,7 @@ func TestSetTenantBudgetIsLogged(t *testing.T) {
 	}
 	want := []action{
 		{"key:fk_0123456789abcdef", "tenant.set_budget", "acme", 5000, "month"},
-		{"role:ops", "tenant.set_budget", "acme", 1200, "month"},
+		{storetest.Actor(t, b.pool), "tenant.set_budget", "acme", 1200, "month"},
 	}
 	if got := readLog(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("admin_audit = %+v\nwant %+v", got, want)

@@ -10,6 +10,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // TestTenantBudgetEndsEveryRunOfTheTenant: tenant acme has 30,000 tokens in
@@ -33,7 +34,7 @@ func TestTenantBudgetEndsEveryRunOfTheTenant(t *testing.T) {
 	defer cancel()
 	const tenantLimit = 30_000
 	ta, err := store.NewLedger(c.pool).SetTenantBudget(ctx, budget.TenantBudget{TenantID: "acme", Limit: tenantLimit,
-		Period: budget.Period{Kind: budget.PeriodNone}, Actor: "role:test", MinReservation: 2_000})
+		Period: budget.Period{Kind: budget.PeriodNone}, Actor: storetest.Actor(t, c.pool), MinReservation: 2_000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
 -- money_line: each spend entry (settle, expire) priced at the price of its
--- model in effect at its created_at.
+-- model in effect at its created_at (of rows from one instant, the latest
+-- set: a correction).
 CREATE VIEW money_line AS
 SELECT le.entry_id, le.tenant_id, le.run_id, le.task_id, le.kind, le.created_at, le.model,
        le.input_tokens, le.output_tokens, le.estimated,
@@ -14,6 +15,6 @@ SELECT le.entry_id, le.tenant_id, le.run_id, le.task_id, le.kind, le.created_at,
   FROM ledger_entry le
   LEFT JOIN LATERAL (SELECT * FROM price pr
                       WHERE pr.model = le.model AND pr.effective_from <= le.created_at
-                      ORDER BY pr.effective_from DESC LIMIT 1) p ON true
+                      ORDER BY pr.effective_from DESC, pr.set_at DESC LIMIT 1) p ON true
  WHERE le.kind IN ('settle', 'expire');
 GRANT SELECT ON money_line TO fanout_app, fanout_auditor;

@@ -352,3 +352,15 @@ func CheckAttemptsApart(t testing.TB, db Querier, runID string) (attempts int) {
 	}
 	return attempts
 }
+
+// Actor returns how the admin log names whoever q is logged in as,
+// "role:LOGIN": the only role actor an admin function accepts from that
+// session (admin_check_actor).
+func Actor(t testing.TB, q Querier) string {
+	t.Helper()
+	var who string
+	if err := q.QueryRow(context.Background(), "SELECT 'role:' || session_user").Scan(&who); err != nil {
+		t.Fatalf("read the session's role: %v", err)
+	}
+	return who
+}
