@@ -35,8 +35,9 @@ type Config struct {
 	// streams are checked against the database's now(). Default and
 	// maximum MaxPollInterval.
 	PollInterval time.Duration
-	// DisableNotify turns off the LISTEN on store.KeyRevokedChannel, leaving
-	// the poll alone (tests of the poll path).
+	// DisableNotify turns off the LISTEN on store.KeyRevokedChannel and
+	// store.TenantQuotasChannel, leaving the poll alone (tests of the poll
+	// path).
 	DisableNotify bool
 	// Logger receives the watcher's errors (never a credential). Default
 	// slog.Default().
@@ -63,7 +64,10 @@ type cached struct {
 // keys it looked up. A revoked or expired key stops working within
 // PollInterval on every replica, and within a NOTIFY round trip normally:
 // the watcher (Run) evicts it from the cache and ends every stream open on
-// it with UNAUTHENTICATED.
+// it with UNAUTHENTICATED. A changed request rate (the key's tenant's
+// key_requests_per_minute) reaches the cached keys the same way: the NOTIFY
+// of admin_set_quotas evicts the tenant's keys, and the poll carries the
+// rate it reads.
 //
 // Expiry is in database time: LookupKey and the poll compare expires_at
 // with the database's now(); between polls a cached key is not re-checked.
@@ -144,9 +148,10 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (Princip
 	return p, c, nil
 }
 
-// Run watches for revoked and expired keys until ctx ends: LISTEN on
-// store.KeyRevokedChannel (reconnecting with backoff) and a poll of the
-// cached keys and the keys with open streams every PollInterval. It
+// Run watches for revoked and expired keys and changed rates until ctx
+// ends: LISTEN on store.KeyRevokedChannel and store.TenantQuotasChannel
+// (reconnecting with backoff) and a poll of the cached keys and the keys
+// with open streams every PollInterval. It
 // returns nil once ctx ends.
 func (a *Authenticator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -170,7 +175,8 @@ func (a *Authenticator) Run(ctx context.Context) error {
 func (a *Authenticator) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := a.keys.ListenRevocations(ctx, func() { backoff = 100 * time.Millisecond }, a.kill)
+		err := a.keys.ListenKeyEvents(ctx, func() { backoff = 100 * time.Millisecond },
+			store.KeyEvents{Revoked: a.kill, QuotasChanged: a.forgetTenant})
 		if ctx.Err() != nil {
 			return
 		}
@@ -200,15 +206,43 @@ func (a *Authenticator) poll(ctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
-	dead, err := a.keys.DeadKeys(ctx, ids)
+	states, err := a.keys.KeyStates(ctx, ids)
 	if err != nil {
 		if ctx.Err() == nil {
 			a.cfg.Logger.WarnContext(ctx, "poll the state of cached API keys", "err", err)
 		}
 		return
 	}
-	for _, id := range dead {
-		a.kill(id)
+	for _, s := range states {
+		if !s.Live {
+			a.kill(s.ID)
+			continue
+		}
+		a.setRate(s.ID, s.EffectiveRequestsPerMinute)
+	}
+}
+
+// setRate carries a changed request rate to cached key id. The cached
+// record is replaced, never changed: calls in flight read theirs unlocked.
+func (a *Authenticator) setRate(id string, rpm int32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c := a.cache[id]; c != nil && c.rec.EffectiveRequestsPerMinute != rpm {
+		rec := c.rec
+		rec.EffectiveRequestsPerMinute = rpm
+		a.cache[id] = &cached{rec: rec}
+	}
+}
+
+// forgetTenant evicts tenant's keys from the cache (their streams stay
+// open): their next calls read their quotas again.
+func (a *Authenticator) forgetTenant(tenant string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, c := range a.cache {
+		if c.rec.TenantID == tenant {
+			delete(a.cache, id)
+		}
 	}
 }
 

@@ -47,6 +47,10 @@ func (e *AdminError) Unwrap() error { return e.kind }
 // payload is the key id.
 const KeyRevokedChannel = "fanout_key_revoked"
 
+// TenantQuotasChannel is the NOTIFY channel admin_set_quotas signals on;
+// the payload is the tenant id.
+const TenantQuotasChannel = "fanout_tenant_quotas"
+
 // KeyListenerApplicationName is the application_name of the connection
 // that listens for revocations.
 const KeyListenerApplicationName = "fanout-keys"
@@ -387,32 +391,83 @@ func (k *Keys) DeadKeys(ctx context.Context, ids []string) ([]string, error) {
 	return dead, nil
 }
 
-// ListenRevocations LISTENs on KeyRevokedChannel on its own connection,
-// calls ready once listening, then deliver with each revoked key id, until
-// ctx ends or the connection fails (the caller reconnects; its poll of
-// DeadKeys covers what was missed meanwhile).
+// KeyState is a key's state as the watcher polls it.
+type KeyState struct {
+	ID string
+	// Live: known, not revoked and not expired as of the database's now().
+	Live bool
+	// EffectiveRequestsPerMinute is as in KeyRecord.
+	EffectiveRequestsPerMinute int32
+}
+
+// KeyStates returns the state of each of ids (an unknown id is not Live):
+// the watcher polls it for the keys it caches and the keys with open
+// streams, to stop the dead ones and to carry a changed rate (the key's own
+// or its tenant's) to the keys in use.
+func (k *Keys) KeyStates(ctx context.Context, ids []string) ([]KeyState, error) {
+	rows, err := k.pool.Query(ctx, `SELECT id,
+			coalesce(k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()), false),
+			coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
+		FROM unnest($1::text[]) id LEFT JOIN api_key k ON k.key_id = id LEFT JOIN tenant t ON t.tenant_id = k.tenant_id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
+	}
+	states, err := pgx.CollectRows(rows, pgx.RowToStructByPos[KeyState])
+	if err != nil {
+		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
+	}
+	return states, nil
+}
+
+// ListenRevocations is ListenKeyEvents for revocations alone.
 func (k *Keys) ListenRevocations(ctx context.Context, ready func(), deliver func(keyID string)) error {
+	return k.ListenKeyEvents(ctx, ready, KeyEvents{Revoked: deliver})
+}
+
+// KeyEvents are the callbacks of ListenKeyEvents; a nil one ignores its
+// channel.
+type KeyEvents struct {
+	// Revoked is called with a key id revoked (KeyRevokedChannel).
+	Revoked func(keyID string)
+	// QuotasChanged is called with a tenant whose quotas changed
+	// (TenantQuotasChannel).
+	QuotasChanged func(tenantID string)
+}
+
+// ListenKeyEvents LISTENs on KeyRevokedChannel and TenantQuotasChannel on
+// its own connection, calls ready once listening, then the callback of
+// each notification's channel, until ctx ends or the connection fails (the
+// caller reconnects; its poll of KeyStates covers what was missed
+// meanwhile).
+func (k *Keys) ListenKeyEvents(ctx context.Context, ready func(), ev KeyEvents) error {
 	cfg, err := pgx.ParseConfig(k.url)
 	if err != nil {
-		return fmt.Errorf("listen for revocations: %w", redactURLError(err))
+		return fmt.Errorf("listen for key events: %w", redactURLError(err))
 	}
 	cfg.RuntimeParams["application_name"] = KeyListenerApplicationName
 	setSearchPath(cfg, Schema)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("listen for revocations: connect: %w", err)
+		return fmt.Errorf("listen for key events: connect: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+KeyRevokedChannel); err != nil {
-		return fmt.Errorf("listen %s: %w", KeyRevokedChannel, err)
+	for _, ch := range []string{KeyRevokedChannel, TenantQuotasChannel} {
+		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
+			return fmt.Errorf("listen %s: %w", ch, err)
+		}
 	}
 	ready()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("wait for a revocation: %w", err)
+			return fmt.Errorf("wait for a key event: %w", err)
 		}
-		deliver(n.Payload)
+		switch {
+		case n.Channel == KeyRevokedChannel && ev.Revoked != nil:
+			ev.Revoked(n.Payload)
+		case n.Channel == TenantQuotasChannel && ev.QuotasChanged != nil:
+			ev.QuotasChanged(n.Payload)
+		}
 	}
 }
 

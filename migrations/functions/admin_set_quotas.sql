@@ -1,5 +1,7 @@
--- admin_set_quotas sets all four quotas of a tenant (NULL: no cap). An
--- unknown tenant is no_data_found.
+-- admin_set_quotas sets all four quotas of a tenant (NULL: no cap) and
+-- signals every node on fanout_tenant_quotas (payload: the tenant id), in
+-- the same transaction, so that a changed key rate reaches the keys in use.
+-- An unknown tenant is no_data_found.
 CREATE OR REPLACE FUNCTION admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint,
                                  p_max_concurrent_runs int, p_max_tasks_in_flight int,
                                  p_key_requests_per_minute int) RETURNS SETOF tenant
@@ -18,6 +20,7 @@ BEGIN
     PERFORM admin_log(p_actor, 'tenant.set_quotas', p_tenant, jsonb_build_object(
         'max_run_tokens', p_max_run_tokens, 'max_concurrent_runs', p_max_concurrent_runs,
         'max_tasks_in_flight', p_max_tasks_in_flight, 'key_requests_per_minute', p_key_requests_per_minute));
+    PERFORM pg_notify('fanout_tenant_quotas', p_tenant);
     RETURN QUERY SELECT * FROM tenant WHERE tenant_id = p_tenant;
 END $$;
 REVOKE ALL ON FUNCTION admin_set_quotas(text,text,bigint,integer,integer,integer) FROM PUBLIC;
