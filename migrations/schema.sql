@@ -904,7 +904,7 @@ GRANT EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) TO fanout_app;
 CREATE FUNCTION fanout.admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer) RETURNS SETOF fanout.tenant
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 16 lines, sha256 c888e354b64d
+    -- body: 17 lines, sha256 bf9fefa3d025
 REVOKE EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer) TO fanout_app;
 
@@ -1024,6 +1024,7 @@ CREATE FUNCTION fanout.ledger_period_next_end(p_kind text, p_every interval, p_f
 REVOKE EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_auditor;
+GRANT EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_tenant_auditor;
 
 CREATE FUNCTION fanout.ledger_period_start(p_kind text, p_every interval, p_end timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql IMMUTABLE
