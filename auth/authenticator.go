@@ -29,6 +29,17 @@ import (
 // the poll runs more often than that.
 const MaxPollInterval = 400 * time.Millisecond
 
+// The negative cache: a key id looked up and not found is refused without
+// a query for NegativeCacheTTL, so a caller repeating unknown ids costs the
+// database one lookup per id per TTL. It holds at most NegativeCacheSize
+// ids (about 40 bytes each); a full cache drops its expired ids, then
+// arbitrary ones. A key created after a miss on its id (ids are 64 random
+// bits: only a caller who guessed it missed on it) works within the TTL.
+const (
+	NegativeCacheSize = 10_000
+	NegativeCacheTTL  = 2 * time.Second
+)
+
 // Config tunes an Authenticator.
 type Config struct {
 	// PollInterval is how often the keys in the cache and those with open
@@ -77,6 +88,7 @@ type Authenticator struct {
 
 	mu      sync.Mutex
 	cache   map[string]*cached
+	unknown map[string]time.Time // the negative cache: id -> until when
 	streams map[string]map[*streamEntry]struct{}
 }
 
@@ -91,7 +103,7 @@ func NewAuthenticator(keys *store.Keys, cfg Config) *Authenticator {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Authenticator{keys: keys, cfg: cfg, cache: map[string]*cached{}, streams: map[string]map[*streamEntry]struct{}{}}
+	return &Authenticator{keys: keys, cfg: cfg, cache: map[string]*cached{}, unknown: map[string]time.Time{}, streams: map[string]map[*streamEntry]struct{}{}}
 }
 
 // RevokedError is the cause of a stream ended because its key died.
@@ -114,11 +126,16 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (Princip
 	}
 	a.mu.Lock()
 	c := a.cache[keyID]
+	until, unknown := a.unknown[keyID]
 	a.mu.Unlock()
+	if c == nil && unknown && time.Now().Before(until) {
+		return Principal{}, nil, errUnauthenticated(keyID)
+	}
 	if c == nil {
 		rec, err := a.keys.LookupKey(ctx, keyID)
 		switch {
 		case errors.Is(err, store.ErrKeyNotFound):
+			a.rememberUnknown(keyID)
 			return Principal{}, nil, errUnauthenticated(keyID)
 		case err != nil:
 			a.cfg.Logger.ErrorContext(ctx, "look up API key", "key_id", keyID, "err", err)
@@ -146,6 +163,27 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (Princip
 		p.Scopes = append(p.Scopes, Scope(s))
 	}
 	return p, c, nil
+}
+
+// rememberUnknown puts id in the negative cache for NegativeCacheTTL.
+func (a *Authenticator) rememberUnknown(id string) {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.unknown) >= NegativeCacheSize {
+		for k, until := range a.unknown {
+			if !now.Before(until) {
+				delete(a.unknown, k)
+			}
+		}
+		for k := range a.unknown {
+			if len(a.unknown) < NegativeCacheSize {
+				break
+			}
+			delete(a.unknown, k)
+		}
+	}
+	a.unknown[id] = now.Add(NegativeCacheTTL)
 }
 
 // Run watches for revoked and expired keys and changed rates until ctx

@@ -109,7 +109,9 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		listenAddr = defaultListen
 	}
 	keys := store.NewKeys(b.Pool(), b.databaseURL)
-	authn := auth.NewAuthenticator(keys, auth.Config{Logger: b.Logger()})
+	// Authentication is an API read: its lookups (and the request buckets)
+	// take the API pool, never the ledger's.
+	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.databaseURL), auth.Config{Logger: b.Logger()})
 	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, b.Logger())
 	if err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
