@@ -163,6 +163,11 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		return nil, false, ErrShuttingDown
 	}
 	if err := e.admit(ctx, p, false); err != nil {
+		// A retry of the call that created a run is answered with that run
+		// whatever admission would say of a new one now.
+		if run, ferr := e.store.RunByKey(ctx, p.tenantID, spec.GetIdempotencyKey()); ferr == nil {
+			return e.existing(run, spec)
+		}
 		return nil, false, err
 	}
 	start := time.Now()
@@ -174,10 +179,7 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		return nil, false, err
 	}
 	if !created {
-		if !proto.Equal(run.GetSpec(), spec) {
-			return nil, false, fmt.Errorf("run %s: %w", run.GetRunId(), ErrSpecMismatch)
-		}
-		return run, false, nil
+		return e.existing(run, spec)
 	}
 	span := e.startRunSpan(ctx, start, run.GetRunId(), p)
 	ctx = trace.ContextWithSpan(ctx, span) // the ledger and store calls below are the run's
@@ -192,6 +194,15 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		return nil, false, err
 	}
 	return run, true, nil
+}
+
+// existing answers a StartRun whose idempotency key names run: run itself
+// when spec is the spec it was created with, else ErrSpecMismatch.
+func (e *Engine) existing(run *fanoutv1.Run, spec *fanoutv1.RunSpec) (*fanoutv1.Run, bool, error) {
+	if !proto.Equal(run.GetSpec(), spec) {
+		return nil, false, fmt.Errorf("run %s: %w", run.GetRunId(), ErrSpecMismatch)
+	}
+	return run, false, nil
 }
 
 // known returns a copy of spec without the fields this server does not

@@ -29,6 +29,9 @@ type RunStore interface {
 	CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (stored *fanoutv1.Run, created bool, err error)
 	// GetRun returns a run of the tenant and its tasks' outcomes in dispatch order.
 	GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error)
+	// RunByKey returns tenantID's run created under idempotency key key,
+	// or runs.ErrNotFound.
+	RunByKey(ctx context.Context, tenantID, key string) (*fanoutv1.Run, error)
 	// ReadRun is GetRun of any tenant, for the engine's own paths (adopting
 	// a run, ending one it drives): never for a caller's request.
 	ReadRun(ctx context.Context, runID string) (*fanoutv1.Run, error)

@@ -176,6 +176,11 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	// What the run holds (its spec, result and summaries) is for keys that
+	// may read it; a cancel-only key learns what became of the run.
+	if p, _ := auth.FromContext(ctx); !p.Has(auth.ScopeRead) {
+		summarize(run)
+	}
 	return &fanoutv1.CancelRunResponse{Run: run}, nil
 }
 

@@ -273,6 +273,9 @@ func (c Config) checkModel(v *validator, m *fanoutv1.ModelSettings) {
 	default:
 		v.add("spec.model.provider", `must be "sim", "openai", "anthropic" or empty, got %q`, m.GetProvider())
 	}
+	if n := len(m.GetModel()); n > budget.MaxModelLen {
+		v.add("spec.model.model", "must be at most %d bytes (the ledger's limit), got %d", budget.MaxModelLen, n)
+	}
 	if t := m.GetTemperature(); !(t >= 0 && t <= 2) { // also catches NaN
 		v.add("spec.model.temperature", "must be in 0..2, got %v", t)
 	}

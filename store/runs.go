@@ -315,6 +315,20 @@ func (s *Runs) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Ru
 	return s.getRun(ctx, tenantID, runID)
 }
 
+// RunByKey returns tenantID's run created under idempotency key key, or
+// runs.ErrNotFound: for an idempotent retry that admission would refuse.
+func (s *Runs) RunByKey(ctx context.Context, tenantID, key string) (*fanoutv1.Run, error) {
+	found, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
+		WHERE tenant_id = $1 AND idempotency_key = $2`, tenantID, key)
+	if err != nil {
+		return nil, fmt.Errorf("find run of tenant %s by its idempotency key: %w", tenantID, err)
+	}
+	if len(found) == 0 {
+		return nil, fmt.Errorf("run of tenant %s with that idempotency key: %w", tenantID, runs.ErrNotFound)
+	}
+	return found[0], nil
+}
+
 // ReadRun returns a run of any tenant: for the engine's own paths (adopting
 // a run, ending a run it drives), which know a run only by its id. Never
 // for a caller's request (GetRun is).
