@@ -35,7 +35,11 @@ type CallerAuth struct {
 // transport credentials and the interceptors that put the caller's
 // auth.Principal in every call's context (keys: the authenticator's, whose
 // revocation watcher the caller runs; none: an anonymous principal).
-func (a CallerAuth) serverOptions(addr string, keys *auth.Authenticator, log *slog.Logger) ([]grpc.ServerOption, error) {
+//
+// With keys, the tap admits the calls read before authentication against
+// the process's budget (callerTap), and the calls authenticated are held to
+// their tenant's quota.
+func (a CallerAuth) serverOptions(addr string, keys *auth.Authenticator, adm callerAdmission, log *slog.Logger) ([]grpc.ServerOption, error) {
 	var opts []grpc.ServerOption
 	if a.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(a.TLS)))
@@ -45,7 +49,9 @@ func (a CallerAuth) serverOptions(addr string, keys *auth.Authenticator, log *sl
 			log.Warn("callers' API keys travel in plaintext: give the caller-facing listener TLS (--tls-cert, --tls-key) "+
 				"unless a proxy on this host ends TLS", "listen", addr)
 		}
-		return append(opts, keys.ServerOptions()...), nil
+		opts = append(opts, grpc.InTapHandle(callerTap(keys, adm.unverified, adm.open)))
+		opts = append(opts, keys.ServerOptions()...)
+		return append(opts, adm.tenants.afterAuth()...), nil
 	}
 	if !IsLoopback(addr) && !a.InsecureNoAuth {
 		return nil, fmt.Errorf("orchestrator: refusing to serve %s without authentication: "+
@@ -69,4 +75,22 @@ func IsLoopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// callerAdmission is what holds the caller-facing server's calls to the
+// process's budgets: before authentication (unverified keys, open methods)
+// and after (each tenant's quota).
+type callerAdmission struct {
+	unverified, open *preauth
+	tenants          *tenantLimit
+}
+
+// admission returns the budgets of a caller-facing server whose receive
+// limit is recvLimit bytes.
+func (b *Backend) admission(recvLimit int) callerAdmission {
+	return callerAdmission{
+		unverified: newPreauth(b.unauthBytes, recvLimit, "unauthenticated"),
+		open:       newPreauth(b.unauthBytes, recvLimit, "health or reflection"),
+		tenants:    b.tenants,
+	}
 }

@@ -55,6 +55,22 @@ type BackendConfig struct {
 	// the process's servers serve at once, across all connections; more are
 	// refused RESOURCE_EXHAUSTED. Default DefaultMaxStreams.
 	MaxStreams int
+	// TenantMaxStreams is the most calls (unary or streaming) one tenant
+	// holds at once on this process once authenticated, so that one
+	// tenant's flood never takes the slots of MaxStreams another tenant's
+	// call needs; more are refused RESOURCE_EXHAUSTED with a QuotaFailure
+	// on "tenant:ID". An admin key is held to it on its own. Default a
+	// quarter of MaxStreams (at least 1). Not applied with --auth none.
+	TenantMaxStreams int
+	// UnauthenticatedBytes is the budget of the calls an orchestrator with
+	// API keys reads before it knows who sent them (a key not yet verified;
+	// health and reflection have a budget of the same size of their own).
+	// Each is charged the server's receive limit, since its size is unknown
+	// before it is read; a call past the budget is refused
+	// RESOURCE_EXHAUSTED before its body is read, and a call with no
+	// credential is refused UNAUTHENTICATED there. Default
+	// DefaultUnauthenticatedBytes.
+	UnauthenticatedBytes int64
 	// HealthInterval is how often this process checks the database's health
 	// (store.MonitorHealth: conservation, overdue leases, stale runs) for the
 	// alerts of deploy/prometheus. Default store.HealthConfig's (1m);
@@ -71,11 +87,15 @@ type Backend struct {
 	pool    *store.Pool // the ledger's
 	apiPool *store.Pool // the run store's
 	streams *streamLimit
-	ledger  *store.Ledger
-	runs    *store.Runs
-	writes  *store.ToolCalls
-	watcher *budget.Watcher
-	log     *slog.Logger
+	// tenants caps each tenant's calls; unauthBytes is the budget of
+	// unauthenticated calls (BackendConfig.UnauthenticatedBytes).
+	tenants     *tenantLimit
+	unauthBytes int64
+	ledger      *store.Ledger
+	runs        *store.Runs
+	writes      *store.ToolCalls
+	watcher     *budget.Watcher
+	log         *slog.Logger
 	// databaseURL is what LISTEN connections (the API keys' revocations)
 	// dial on their own.
 	databaseURL string
@@ -105,6 +125,9 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if cfg.MaxStreams <= 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
+	if cfg.UnauthenticatedBytes <= 0 {
+		cfg.UnauthenticatedBytes = DefaultUnauthenticatedBytes
+	}
 	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: cfg.LedgerPool, Name: "fanout-ledger"})
 	if err != nil {
 		return nil, err
@@ -121,12 +144,14 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 			"outside its functions. Give nodes a login role that is only a member of fanout_app (docs/operations.md)")
 	}
 	b := &Backend{
-		pool:    pool,
-		apiPool: apiPool,
-		streams: newStreamLimit(cfg.MaxStreams),
-		ledger:  store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
-		runs:    store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
-		writes:  store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),
+		pool:        pool,
+		apiPool:     apiPool,
+		streams:     newStreamLimit(cfg.MaxStreams),
+		tenants:     newTenantLimit(tenantQuota(cfg.MaxStreams, cfg.TenantMaxStreams)),
+		unauthBytes: cfg.UnauthenticatedBytes,
+		ledger:      store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
+		runs:        store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
+		writes:      store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),
 		watcher: budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,

@@ -112,7 +112,8 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	// Authentication is an API read: its lookups (and the request buckets)
 	// take the API pool, never the ledger's.
 	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.databaseURL), auth.Config{Logger: b.Logger()})
-	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, b.Logger())
+	recvLimit := 2*o.engine.Config().MaxSpecBytes + 1024 // orchestrator.ServerOptions' receive limit
+	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, b.admission(recvLimit), b.Logger())
 	if err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()

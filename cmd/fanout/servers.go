@@ -31,6 +31,8 @@ type serverFlags struct {
 	ledgerPool    int
 	apiPool       int
 	maxStreams    int
+	tenantStreams int
+	unauthBytes   int64
 	health        time.Duration
 }
 
@@ -48,17 +50,21 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.IntVar(&s.apiPool, "db-pool-api", node.DefaultAPIPool, "connections of the run store's pool (runs, events, GetRun/ListRuns/WatchRun reads)")
 	f.DurationVar(&s.health, "health-interval", time.Minute, "how often this node checks the database for the alerts (conservation, overdue leases, stale runs; reads the whole journal); 0: off")
 	f.IntVar(&s.maxStreams, "max-streams", node.DefaultMaxStreams, "most gRPC calls this process serves at once, all connections together (health checks aside); more are RESOURCE_EXHAUSTED")
+	f.IntVar(&s.tenantStreams, "tenant-max-streams", 0, "most calls one tenant holds at once on this process once authenticated (orchestrator with --auth keys); more are RESOURCE_EXHAUSTED; 0: a quarter of --max-streams")
+	f.Int64Var(&s.unauthBytes, "unauthenticated-bytes", node.DefaultUnauthenticatedBytes, "budget of the calls an orchestrator with --auth keys reads before authenticating them, each charged the receive limit (8 MiB by default); more are RESOURCE_EXHAUSTED before their bodies are read")
 }
 
 func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
 	return node.BackendConfig{
-		DatabaseURL:   s.databaseURL,
-		SweepInterval: s.sweepInterval,
-		PollInterval:  s.pollInterval,
-		GroupCommit:   s.groupCommit,
-		LedgerPool:    int32(min(max(s.ledgerPool, 0), 1<<20)), //nolint:gosec // clamped
-		APIPool:       int32(min(max(s.apiPool, 0), 1<<20)),    //nolint:gosec // clamped
-		MaxStreams:    s.maxStreams,
+		DatabaseURL:          s.databaseURL,
+		SweepInterval:        s.sweepInterval,
+		PollInterval:         s.pollInterval,
+		GroupCommit:          s.groupCommit,
+		LedgerPool:           int32(min(max(s.ledgerPool, 0), 1<<20)), //nolint:gosec // clamped
+		APIPool:              int32(min(max(s.apiPool, 0), 1<<20)),    //nolint:gosec // clamped
+		MaxStreams:           s.maxStreams,
+		TenantMaxStreams:     s.tenantStreams,
+		UnauthenticatedBytes: s.unauthBytes,
 		// 0 turns the check off here; BackendConfig's 0 is its default.
 		HealthInterval: cmp.Or(s.health, -1),
 		Logger:         log,

@@ -1,0 +1,195 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/fanout/fanout/auth"
+)
+
+// DefaultUnauthenticatedBytes is the budget of the calls an orchestrator
+// with API keys reads before it has authenticated them, when BackendConfig
+// sets none: 64 MiB, seven calls at the default receive limit of 8 MiB.
+const DefaultUnauthenticatedBytes = 64 << 20
+
+// unauthenticatedCalls caps the calls admitted unauthenticated whatever the
+// byte budget allows (a small receive limit would admit thousands).
+const unauthenticatedCalls = 64
+
+// preauth is a non-blocking budget for the calls a server reads before it
+// knows who sent them. gRPC reads and decodes a unary request whole before
+// any interceptor runs, so an unauthenticated caller could make the server
+// hold its receive limit per call; the tap (grpc.InTapHandle) admits such a
+// call against this budget before the body is read, and the call gives it
+// back once authenticated (releaseAdmission) or when it ends. The tap
+// cannot see the body's size: each call is charged the receive limit.
+type preauth struct {
+	max int64 // calls: min(byte budget / receive limit, unauthenticatedCalls)
+	n   atomic.Int64
+	// what names the budget in a refusal.
+	what string
+}
+
+func newPreauth(budgetBytes int64, recvLimit int, what string) *preauth {
+	return &preauth{max: max(1, min(budgetBytes/int64(max(recvLimit, 1)), unauthenticatedCalls)), what: what}
+}
+
+// tryAcquire takes one call's share of the budget, or reports false when
+// the budget is spent. It never waits.
+func (p *preauth) tryAcquire() (release func(), ok bool) {
+	if p.n.Add(1) > p.max {
+		p.n.Add(-1)
+		return nil, false
+	}
+	var once sync.Once
+	return func() { once.Do(func() { p.n.Add(-1) }) }, true
+}
+
+type admissionKey struct{}
+
+// admission holds what the tap took for a call until it is given back.
+type admission struct{ release func() }
+
+// releaseAdmission gives back what the tap took for the call of ctx, if
+// anything: the call is authenticated (or needs no credential).
+func releaseAdmission(ctx context.Context) {
+	if a, ok := ctx.Value(admissionKey{}).(*admission); ok {
+		a.release()
+	}
+}
+
+// callerTap is the tap of the caller-facing server with API keys: a call
+// that carries no credential is refused UNAUTHENTICATED before its body is
+// read; one whose key is cached and verified passes; any other (an
+// unverified key, an open method) takes a share of unverified or open,
+// given back after authentication or when the call ends, and is refused
+// RESOURCE_EXHAUSTED when none is left. It runs on the connection's
+// reader: it never blocks and never queries the database.
+func callerTap(keys *auth.Authenticator, unverified, open *preauth) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		var p *preauth
+		switch keys.Tap(info.FullMethodName, info.Header) {
+		case auth.TapVerified:
+			return ctx, nil
+		case auth.TapNoCredential:
+			return nil, auth.ErrNoCredential()
+		case auth.TapOpen:
+			p = open
+		default:
+			p = unverified
+		}
+		release, ok := p.tryAcquire()
+		if !ok {
+			return nil, p.refusal()
+		}
+		context.AfterFunc(ctx, release) // the stream's context ends with the call
+		return context.WithValue(ctx, admissionKey{}, &admission{release: release}), nil
+	}
+}
+
+func (p *preauth) refusal() error {
+	msg := fmt.Sprintf("this process reads at most %d %s calls at once before authenticating them; retry later", p.max, p.what)
+	st, err := status.New(codes.ResourceExhausted, msg).WithDetails(&errdetails.QuotaFailure{
+		Violations: []*errdetails.QuotaFailure_Violation{{Subject: "unauthenticated",
+			Description: fmt.Sprintf("at most %d %s calls read before authentication", p.max, p.what)}}})
+	if err != nil {
+		return status.Error(codes.ResourceExhausted, msg)
+	}
+	return st.Err()
+}
+
+// tenantLimit caps the calls in flight per tenant, after authentication:
+// one tenant's flood takes its quota, never the whole process's
+// --max-streams, so other tenants' calls are still served.
+type tenantLimit struct {
+	max int64
+	mu  sync.Mutex
+	n   map[string]int64
+}
+
+func newTenantLimit(n int) *tenantLimit { return &tenantLimit{max: int64(n), n: map[string]int64{}} }
+
+// tenantQuota is the quota of each tenant for a process serving maxStreams
+// calls when set is 0: a quarter of it (at least one).
+func tenantQuota(maxStreams, set int) int {
+	if set > 0 {
+		return set
+	}
+	return max(1, maxStreams/4)
+}
+
+// subject is whose quota a call of p counts against: its tenant, an admin
+// key's own; "" for callers no quota applies to (anonymous, open methods).
+func subject(p auth.Principal, ok bool) string {
+	switch {
+	case !ok || p.Anonymous:
+		return ""
+	case p.Tenant != "":
+		return "tenant:" + p.Tenant
+	case p.KeyID != "":
+		return "key:" + p.KeyID
+	}
+	return ""
+}
+
+// acquire takes a slot of the call's subject; release gives it back.
+func (l *tenantLimit) acquire(ctx context.Context) (release func(), err error) {
+	who := subject(auth.FromContext(ctx))
+	if who == "" {
+		return func() {}, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[who] >= l.max {
+		msg := fmt.Sprintf("%s holds at most %d concurrent calls on this process (--tenant-max-streams); retry later", who, l.max)
+		st, derr := status.New(codes.ResourceExhausted, msg).WithDetails(&errdetails.QuotaFailure{
+			Violations: []*errdetails.QuotaFailure_Violation{{Subject: who,
+				Description: fmt.Sprintf("at most %d concurrent calls per tenant per process", l.max)}}})
+		if derr != nil {
+			return nil, status.Error(codes.ResourceExhausted, msg)
+		}
+		return nil, st.Err()
+	}
+	l.n[who]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.n[who]--; l.n[who] == 0 {
+			delete(l.n, who)
+		}
+	}, nil
+}
+
+// afterAuth are the interceptors that run once the authenticator's have:
+// they give back the tap's admission and hold the call to its tenant's
+// quota.
+func (l *tenantLimit) afterAuth() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			releaseAdmission(ctx)
+			release, err := l.acquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			releaseAdmission(ss.Context())
+			release, err := l.acquire(ss.Context())
+			if err != nil {
+				return err
+			}
+			defer release()
+			return h(srv, ss)
+		}),
+	}
+}
