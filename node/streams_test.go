@@ -66,7 +66,7 @@ func TestStreamsPerConnection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			checkStreamsPerConn(t, healthpb.NewHealthClient(conn), c.want)
 		})
 	}
