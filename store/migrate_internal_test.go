@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -195,15 +196,20 @@ func TestVersionedMigrationRedefines(t *testing.T) {
 	c, url := newCatalog(t)
 	ctx := c.ctx
 
+	all, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := all[len(all)-1].Version + 1
 	next := editableMigrations(t)
-	next["versioned/0022_next.sql"] = &fstest.MapFile{Data: []byte(`DROP VIEW fanout.tool_calls;
+	next[fmt.Sprintf("versioned/%04d_next.sql", v)] = &fstest.MapFile{Data: []byte(`DROP VIEW fanout.tool_calls;
 		ALTER TABLE fanout.tool_call ALTER COLUMN server SET DEFAULT ''`)}
 	done, err := apply(ctx, url, next)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(done.Versions, []int{22}) || !done.Redefined || len(done.Changed) != 0 {
-		t.Errorf("Applied = %+v, want version 22 and the definitions applied again with no file changed", done)
+	if !slices.Equal(done.Versions, []int{v}) || !done.Redefined || len(done.Changed) != 0 {
+		t.Errorf("Applied = %+v, want version %d and the definitions applied again with no file changed", done, v)
 	}
 	if !c.is("SELECT to_regclass('fanout.tool_calls') IS NOT NULL") {
 		t.Error("the view the versioned migration dropped was not defined again")
