@@ -33,7 +33,13 @@ func (b *bundle) adminService(t *testing.T) (fanoutv1.AdminServiceClient, contex
 	keys := store.NewKeys(pool, "")
 	a := auth.NewAuthenticator(keys, auth.Config{})
 	srv := grpc.NewServer(a.ServerOptions()...)
-	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(keys, store.NewLedger(pool), nil))
+	// AdminService logs in as the admin role, as with --admin-database-url.
+	adminPool, err := store.Open(b.ctx, storetest.AdminURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(adminPool.Close)
+	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, ""), store.NewLedger(adminPool), nil))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

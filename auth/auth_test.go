@@ -427,7 +427,13 @@ func TestAdminServer(t *testing.T) {
 	keys := store.NewKeys(pool, "")
 	a := auth.NewAuthenticator(keys, auth.Config{})
 	srv := grpc.NewServer(a.ServerOptions()...)
-	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(keys, store.NewLedger(pool), nil))
+	// AdminService logs in as the admin role, as with --admin-database-url.
+	adminPool, err := store.Open(b.ctx, storetest.AdminURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(adminPool.Close)
+	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, ""), store.NewLedger(adminPool), nil))
 	fanoutv1.RegisterOrchestratorServiceServer(srv, fakeOrchestrator{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -481,7 +487,7 @@ func TestAdminServer(t *testing.T) {
 		t.Errorf("RevokeKey = %v, %v; want revoked by key:%s", rk, err, adminID)
 	}
 	var actors []string
-	rows, err := pool.Query(b.ctx, "SELECT DISTINCT actor FROM admin_audit WHERE action IN ('tenant.create', 'key.revoke') AND tenant_id = 'globex'")
+	rows, err := adminPool.Query(b.ctx, "SELECT DISTINCT actor FROM admin_audit WHERE action IN ('tenant.create', 'key.revoke') AND tenant_id = 'globex'")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,11 @@
 
 CREATE SCHEMA fanout;
 ALTER DEFAULT PRIVILEGES FOR ROLE OWNER REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+GRANT USAGE ON SCHEMA fanout TO fanout_admin;
 GRANT USAGE ON SCHEMA fanout TO fanout_app;
 GRANT USAGE ON SCHEMA fanout TO fanout_auditor;
 GRANT USAGE ON SCHEMA fanout TO fanout_tenant_auditor;
+GRANT USAGE ON SCHEMA fanout TO fanout_worker;
 
 -- Types
 
@@ -88,7 +90,7 @@ CREATE INDEX account_parent_open_run ON fanout.account USING btree (parent_id) W
 CREATE UNIQUE INDEX account_run_key ON fanout.account USING btree (run_id) WHERE kind = 'run'::text;
 CREATE UNIQUE INDEX account_task_key ON fanout.account USING btree (run_id, task_id) WHERE kind = 'task'::text;
 CREATE UNIQUE INDEX account_tenant_key ON fanout.account USING btree (tenant_id) WHERE kind = 'tenant'::text;
-CREATE POLICY fanout_app_all ON fanout.account FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.account FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.account FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.account FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.account.period_limit IS 'Tenant accounts: the tokens the tenant may spend per period (period none: in all).';
@@ -96,7 +98,9 @@ COMMENT ON COLUMN fanout.account.period_base IS 'Tenant accounts: spent at the c
 COMMENT ON COLUMN fanout.account.period_end IS 'Tenant accounts: when the current period ends (database time); NULL for period none.';
 GRANT SELECT (account_id, tenant_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end) ON TABLE fanout.account TO fanout_auditor;
 GRANT SELECT (account_id, tenant_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end) ON TABLE fanout.account TO fanout_tenant_auditor;
+GRANT SELECT ON TABLE fanout.account TO fanout_admin;
 GRANT SELECT ON TABLE fanout.account TO fanout_app;
+GRANT SELECT ON TABLE fanout.account TO fanout_worker;
 
 CREATE TABLE fanout.admin_action (
     action_id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
@@ -113,12 +117,12 @@ ALTER TABLE fanout.admin_action ENABLE ROW LEVEL SECURITY;
 CREATE INDEX admin_action_tenant ON fanout.admin_action USING btree (tenant_id, at);
 CREATE TRIGGER admin_action_no_truncate BEFORE TRUNCATE ON fanout.admin_action FOR EACH STATEMENT EXECUTE FUNCTION fanout.admin_action_append_only();
 CREATE TRIGGER admin_action_no_update BEFORE DELETE OR UPDATE ON fanout.admin_action FOR EACH ROW EXECUTE FUNCTION fanout.admin_action_append_only();
-CREATE POLICY fanout_app_all ON fanout.admin_action FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.admin_action FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.admin_action FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.admin_action FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 GRANT SELECT (action_id, at, actor, action, tenant_id, detail) ON TABLE fanout.admin_action TO fanout_auditor;
 GRANT SELECT (action_id, at, actor, action, tenant_id, detail) ON TABLE fanout.admin_action TO fanout_tenant_auditor;
-GRANT SELECT ON TABLE fanout.admin_action TO fanout_app;
+GRANT SELECT ON TABLE fanout.admin_action TO fanout_admin;
 
 CREATE TABLE fanout.api_key (
     key_id text NOT NULL,
@@ -144,10 +148,11 @@ CREATE TABLE fanout.api_key (
 );
 ALTER TABLE fanout.api_key ENABLE ROW LEVEL SECURITY;
 CREATE INDEX api_key_tenant ON fanout.api_key USING btree (tenant_id, created_at);
-CREATE POLICY fanout_app_all ON fanout.api_key FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.api_key FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.api_key FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.api_key FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON TABLE fanout.api_key IS 'API keys fanout issued: the secret is kept only as its SHA-256. tenant_id NULL: an admin key.';
+GRANT SELECT ON TABLE fanout.api_key TO fanout_admin;
 GRANT SELECT ON TABLE fanout.api_key TO fanout_app;
 
 CREATE TABLE fanout.audit_role (
@@ -161,7 +166,7 @@ CREATE TABLE fanout.audit_role (
     CONSTRAINT audit_role_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES fanout.tenant(tenant_id)
 );
 ALTER TABLE fanout.audit_role ENABLE ROW LEVEL SECURITY;
-CREATE POLICY fanout_app_all ON fanout.audit_role FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.audit_role FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.audit_role FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.audit_role FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON TABLE fanout.audit_role IS 'Per-tenant auditors: role_name (a member of fanout_tenant_auditor) reads the rows of tenant_id.';
@@ -197,9 +202,10 @@ CREATE INDEX ledger_entry_run ON fanout.ledger_entry USING btree (run_id);
 CREATE INDEX ledger_entry_tenant_time ON fanout.ledger_entry USING btree (tenant_id, created_at);
 CREATE TRIGGER ledger_entry_no_truncate BEFORE TRUNCATE ON fanout.ledger_entry FOR EACH STATEMENT EXECUTE FUNCTION fanout.ledger_entry_append_only();
 CREATE TRIGGER ledger_entry_no_update BEFORE DELETE OR UPDATE ON fanout.ledger_entry FOR EACH ROW EXECUTE FUNCTION fanout.ledger_entry_append_only();
-CREATE POLICY fanout_app_all ON fanout.ledger_entry FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.ledger_entry FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.ledger_entry FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.ledger_entry FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+GRANT SELECT (chain, delta_limit, delta_reserved, delta_spent) ON TABLE fanout.ledger_entry TO fanout_worker;
 GRANT SELECT (entry_id, tenant_id, run_id, task_id, account_id, chain, reservation_id, kind, delta_limit, delta_reserved, delta_spent, actual, overrun, estimated, holder, note, created_at, model, input_tokens, output_tokens) ON TABLE fanout.ledger_entry TO fanout_auditor;
 GRANT SELECT (entry_id, tenant_id, run_id, task_id, account_id, chain, reservation_id, kind, delta_limit, delta_reserved, delta_spent, actual, overrun, estimated, holder, note, created_at, model, input_tokens, output_tokens) ON TABLE fanout.ledger_entry TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.ledger_entry TO fanout_app;
@@ -225,6 +231,7 @@ CREATE TRIGGER price_no_update BEFORE DELETE OR UPDATE ON fanout.price FOR EACH 
 COMMENT ON TABLE fanout.price IS 'Price per million tokens of a model from effective_from on, until the next row of the model; of rows with one effective_from the latest set_at wins (a correction, with its reason). Append-only; written by price_set only.';
 GRANT SELECT (model, effective_from, input_per_million, output_per_million, currency, set_at, reason, set_by) ON TABLE fanout.price TO fanout_auditor;
 GRANT SELECT (model, effective_from, input_per_million, output_per_million, currency, set_at, reason, set_by) ON TABLE fanout.price TO fanout_tenant_auditor;
+GRANT SELECT ON TABLE fanout.price TO fanout_admin;
 GRANT SELECT ON TABLE fanout.price TO fanout_app;
 GRANT SELECT ON TABLE fanout.price TO fanout_auditor;
 
@@ -244,7 +251,9 @@ CREATE TABLE fanout.rate_bucket (
     CONSTRAINT rate_bucket_taken_check CHECK (taken >= 0),
     CONSTRAINT rate_bucket_tpm_check CHECK (tpm >= 0)
 );
+GRANT INSERT, SELECT, UPDATE ON TABLE fanout.rate_bucket TO fanout_admin;
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.rate_bucket TO fanout_app;
+GRANT INSERT, SELECT, UPDATE ON TABLE fanout.rate_bucket TO fanout_worker;
 
 CREATE TABLE fanout.reservation (
     reservation_id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
@@ -287,12 +296,13 @@ CREATE TABLE fanout.reservation (
 ALTER TABLE fanout.reservation ENABLE ROW LEVEL SECURITY;
 CREATE INDEX reservation_held_lease ON fanout.reservation USING btree (lease_expires_at) WHERE state = 'held'::text;
 CREATE INDEX reservation_run ON fanout.reservation USING btree (run_id, state);
-CREATE POLICY fanout_app_all ON fanout.reservation FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.reservation FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.reservation FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.reservation FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at) ON TABLE fanout.reservation TO fanout_auditor;
 GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at) ON TABLE fanout.reservation TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.reservation TO fanout_app;
+GRANT SELECT ON TABLE fanout.reservation TO fanout_worker;
 
 CREATE TABLE fanout.run (
     run_id text NOT NULL,
@@ -324,12 +334,13 @@ CREATE TABLE fanout.run (
 ALTER TABLE fanout.run ENABLE ROW LEVEL SECURITY;
 CREATE INDEX run_running_heartbeat ON fanout.run USING btree (owner_heartbeat) WHERE state = 'RUNNING'::text;
 CREATE INDEX run_tenant_newest ON fanout.run USING btree (tenant_id, created_at DESC, run_id DESC);
-CREATE POLICY fanout_app_all ON fanout.run FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.run FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.run FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.run FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.run.spec IS 'The RunSpec as submitted, as protojson with the proto field names: spec->>''goal''.';
 COMMENT ON COLUMN fanout.run.result IS 'The JoinedResult as protojson; NULL while the run is RUNNING, or if it ended without one.';
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.run TO fanout_app;
+GRANT SELECT (state, owner_heartbeat) ON TABLE fanout.run TO fanout_worker;
 
 CREATE TABLE fanout.run_event (
     run_id text NOT NULL,
@@ -345,7 +356,7 @@ CREATE TABLE fanout.run_event (
 );
 ALTER TABLE fanout.run_event ENABLE ROW LEVEL SECURITY;
 CREATE UNIQUE INDEX run_event_key ON fanout.run_event USING btree (run_id, event_key);
-CREATE POLICY fanout_app_all ON fanout.run_event FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.run_event FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.run_event FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.run_event FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.run_event.event IS 'The RunEvent as protojson, without run_id, sequence and time (the columns hold them).';
@@ -366,6 +377,17 @@ CREATE TABLE fanout.semaphore_slot (
 CREATE INDEX semaphore_slot_lease ON fanout.semaphore_slot USING btree (lease_id) WHERE lease_id IS NOT NULL;
 COMMENT ON TABLE fanout.semaphore_slot IS 'Fleet-wide semaphores: slot N of key is held while expires_at > now() (database time).';
 GRANT SELECT ON TABLE fanout.semaphore_slot TO fanout_app;
+GRANT SELECT ON TABLE fanout.semaphore_slot TO fanout_worker;
+
+CREATE TABLE fanout.setting (
+    name text NOT NULL,
+    value text NOT NULL,
+    set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT setting_name_check CHECK (name = 'anonymous_admin'::text),
+    CONSTRAINT setting_pkey PRIMARY KEY (name),
+    CONSTRAINT setting_value_check CHECK (value = ANY (ARRAY['on'::text, 'off'::text]))
+);
+COMMENT ON TABLE fanout.setting IS 'Database settings only the owner writes (anonymous_admin: admin functions accept the actor "anonymous").';
 
 CREATE TABLE fanout.task (
     run_id text NOT NULL,
@@ -389,7 +411,7 @@ CREATE TABLE fanout.task (
     CONSTRAINT task_tokens_spent_check CHECK (tokens_spent >= 0)
 );
 ALTER TABLE fanout.task ENABLE ROW LEVEL SECURITY;
-CREATE POLICY fanout_app_all ON fanout.task FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.task FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.task FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.task FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.task.outcome IS 'The TaskOutcome as protojson once the task has ended; started_at and finished_at are columns only.';
@@ -414,13 +436,14 @@ CREATE TABLE fanout.tenant (
     CONSTRAINT tenant_tenant_id_check CHECK (tenant_id <> ''::text AND length(tenant_id) <= 128)
 );
 ALTER TABLE fanout.tenant ENABLE ROW LEVEL SECURITY;
-CREATE POLICY fanout_app_all ON fanout.tenant FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.tenant FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.tenant FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.tenant FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.tenant.max_run_tokens IS 'The largest budget.limit_tokens one run may ask for; NULL: no cap beyond the server''s.';
 COMMENT ON COLUMN fanout.tenant.max_concurrent_runs IS 'Runs of the tenant RUNNING at once; counted under the tenant row''s lock. NULL: no cap.';
 COMMENT ON COLUMN fanout.tenant.max_tasks_in_flight IS 'Tasks of the tenant dispatched at once across the fleet (a store semaphore). NULL: no cap.';
 COMMENT ON COLUMN fanout.tenant.key_requests_per_minute IS 'The request rate of each key of the tenant that sets none of its own. NULL: no cap.';
+GRANT SELECT ON TABLE fanout.tenant TO fanout_admin;
 GRANT SELECT ON TABLE fanout.tenant TO fanout_app;
 
 CREATE TABLE fanout.tenant_period (
@@ -434,11 +457,12 @@ CREATE TABLE fanout.tenant_period (
     CONSTRAINT tenant_period_pkey PRIMARY KEY (account_id, first_entry_id)
 );
 ALTER TABLE fanout.tenant_period ENABLE ROW LEVEL SECURITY;
-CREATE POLICY fanout_app_all ON fanout.tenant_period FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.tenant_period FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.tenant_period FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.tenant_period FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 GRANT SELECT (account_id, tenant_id, period_kind, period_start, period_end, first_entry_id) ON TABLE fanout.tenant_period TO fanout_auditor;
 GRANT SELECT (account_id, tenant_id, period_kind, period_start, period_end, first_entry_id) ON TABLE fanout.tenant_period TO fanout_tenant_auditor;
+GRANT SELECT ON TABLE fanout.tenant_period TO fanout_admin;
 GRANT SELECT ON TABLE fanout.tenant_period TO fanout_app;
 
 CREATE TABLE fanout.tool_call (
@@ -475,7 +499,7 @@ CREATE TABLE fanout.tool_call (
 ALTER TABLE fanout.tool_call ENABLE ROW LEVEL SECURITY;
 CREATE INDEX tool_call_task ON fanout.tool_call USING btree (tenant_id, run_id, task_id, created_at);
 CREATE TRIGGER tool_call_resolve_once BEFORE UPDATE ON fanout.tool_call FOR EACH ROW EXECUTE FUNCTION fanout.tool_call_resolve_once();
-CREATE POLICY fanout_app_all ON fanout.tool_call FOR ALL TO fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY fanout_app_all ON fanout.tool_call FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.tool_call FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.tool_call FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON TABLE fanout.tool_call IS 'Tool calls with effect write, recorded issued before they are sent and resolved once (done, failed, unknown).';
@@ -486,7 +510,9 @@ COMMENT ON COLUMN fanout.tool_call.result_bytes IS 'octet_length(result), kept s
 GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes) ON TABLE fanout.tool_call TO fanout_auditor;
 GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes) ON TABLE fanout.tool_call TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.tool_call TO fanout_app;
+GRANT SELECT ON TABLE fanout.tool_call TO fanout_worker;
 GRANT UPDATE (state, result, error) ON TABLE fanout.tool_call TO fanout_app;
+GRANT UPDATE (state, result, error) ON TABLE fanout.tool_call TO fanout_worker;
 
 CREATE TABLE public.schema_migration (
     version integer NOT NULL,
@@ -513,7 +539,7 @@ CREATE VIEW fanout.admin_audit WITH (security_invoker=true) AS
     admin_action.tenant_id,
     admin_action.detail
    FROM fanout.admin_action;
-GRANT SELECT ON TABLE fanout.admin_audit TO fanout_app;
+GRANT SELECT ON TABLE fanout.admin_audit TO fanout_admin;
 GRANT SELECT ON TABLE fanout.admin_audit TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.admin_audit TO fanout_tenant_auditor;
 
@@ -573,6 +599,7 @@ CREATE VIEW fanout.conservation_check WITH (security_invoker=true) AS
 GRANT SELECT ON TABLE fanout.conservation_check TO fanout_app;
 GRANT SELECT ON TABLE fanout.conservation_check TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.conservation_check TO fanout_tenant_auditor;
+GRANT SELECT ON TABLE fanout.conservation_check TO fanout_worker;
 
 CREATE VIEW fanout.money_line WITH (security_invoker=true) AS
  SELECT le.entry_id,
@@ -763,6 +790,7 @@ CREATE VIEW fanout.tenant_budget WITH (security_invoker=true) AS
    FROM fanout.account a
      CROSS JOIN LATERAL ( SELECT a.period_end IS NOT NULL AND now() >= a.period_end AS due) d
   WHERE a.kind = 'tenant'::text;
+GRANT SELECT ON TABLE fanout.tenant_budget TO fanout_admin;
 GRANT SELECT ON TABLE fanout.tenant_budget TO fanout_app;
 GRANT SELECT ON TABLE fanout.tenant_budget TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.tenant_budget TO fanout_tenant_auditor;
@@ -856,37 +884,37 @@ REVOKE EXECUTE ON FUNCTION fanout.admin_action_append_only() FROM PUBLIC;
 CREATE FUNCTION fanout.admin_check_actor(p_actor text) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 23 lines, sha256 273d0ae9bf04
+    -- body: 27 lines, sha256 2ccf8aa3f627
 REVOKE EXECUTE ON FUNCTION fanout.admin_check_actor(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_check_actor(text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.admin_check_actor(text) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_check_quotas(p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 15 lines, sha256 53a363107f1c
 REVOKE EXECUTE ON FUNCTION fanout.admin_check_quotas(bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_check_quotas(bigint,integer,integer,integer) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.admin_check_quotas(bigint,integer,integer,integer) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_check_tenant_id(p_tenant text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 6 lines, sha256 4709bd0f39bd
 REVOKE EXECUTE ON FUNCTION fanout.admin_check_tenant_id(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_check_tenant_id(text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.admin_check_tenant_id(text) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_create_key(p_actor text, p_key_id text, p_tenant text, p_name text, p_scopes text[], p_secret_sha256 bytea, p_requests_per_minute integer, p_expires_at timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 59 lines, sha256 f119f62acada
 REVOKE EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_create_tenant(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer) RETURNS SETOF fanout.tenant
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 15 lines, sha256 fdec59e3e190
 REVOKE EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_log(p_actor text, p_action text, p_tenant text, p_detail jsonb) RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -899,14 +927,14 @@ CREATE FUNCTION fanout.admin_revoke_key(p_actor text, p_key_id text) RETURNS tim
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 16 lines, sha256 2ed116c38a3f
 REVOKE EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer) RETURNS SETOF fanout.tenant
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 17 lines, sha256 bf9fefa3d025
 REVOKE EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer) TO fanout_admin;
 
 CREATE FUNCTION fanout.audit_check_role(p_role text) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -923,7 +951,7 @@ REVOKE EXECUTE ON FUNCTION fanout.audit_grant(text,text,text) FROM PUBLIC;
 CREATE FUNCTION fanout.audit_refresh() RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 83 lines, sha256 8361ea4c9454
+    -- body: 90 lines, sha256 5bdb9c0a8e30
 REVOKE EXECUTE ON FUNCTION fanout.audit_refresh() FROM PUBLIC;
 
 CREATE FUNCTION fanout.audit_revoke(p_actor text, p_tenant text, p_role text, OUT tenants_left integer) RETURNS integer
@@ -996,6 +1024,7 @@ CREATE FUNCTION fanout.ledger_expire(p_reservation bigint) RETURNS fanout.ledger
     -- body: 27 lines, sha256 2abad286c737
 REVOKE EXECUTE ON FUNCTION fanout.ledger_expire(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_worker;
 
 CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
@@ -1015,6 +1044,7 @@ CREATE FUNCTION fanout.ledger_open_tenant(p_tenant text, p_limit bigint) RETURNS
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 23 lines, sha256 7b59a6770ca3
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_tenant(text,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_open_tenant(text,bigint) TO fanout_admin;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_tenant(text,bigint) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_period_next_end(p_kind text, p_every interval, p_from timestamp with time zone, p_at timestamp with time zone) RETURNS timestamp with time zone
@@ -1022,6 +1052,7 @@ CREATE FUNCTION fanout.ledger_period_next_end(p_kind text, p_every interval, p_f
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 5 lines, sha256 8d0dbcaf46f2
 REVOKE EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_admin;
 GRANT EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_auditor;
 GRANT EXECUTE ON FUNCTION fanout.ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_tenant_auditor;
@@ -1044,6 +1075,7 @@ CREATE FUNCTION fanout.ledger_renew(p_reservation bigint, p_generation bigint, p
     -- body: 23 lines, sha256 9aa9a6fef207
 REVOKE EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) TO fanout_worker;
 
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1051,6 +1083,7 @@ CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant tex
     -- body: 135 lines, sha256 59fe712b8ee7
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_worker;
 
 CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -1075,7 +1108,7 @@ CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_l
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 90 lines, sha256 2ce9ae3bfbc2
 REVOKE EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_admin;
 
 CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1083,6 +1116,7 @@ CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, 
     -- body: 85 lines, sha256 508d50002798
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_worker;
 
 CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_note text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1090,6 +1124,7 @@ CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_
     -- body: 34 lines, sha256 088ffa30aeb7
 REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) TO fanout_worker;
 
 CREATE FUNCTION fanout.price_append_only() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
@@ -1102,19 +1137,21 @@ CREATE FUNCTION fanout.price_set(p_actor text, p_model text, p_effective_from ti
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 26 lines, sha256 03109c1b14cc
 REVOKE EXECUTE ON FUNCTION fanout.price_set(text,text,timestamp with time zone,numeric,numeric,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.price_set(text,text,timestamp with time zone,numeric,numeric,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.price_set(text,text,timestamp with time zone,numeric,numeric,text,text) TO fanout_admin;
 
 CREATE FUNCTION fanout.rate_capacity(per_minute bigint, burst interval) RETURNS double precision
     LANGUAGE sql IMMUTABLE PARALLEL SAFE;
     -- body: 1 line, sha256 296e987718d8
 REVOKE EXECUTE ON FUNCTION fanout.rate_capacity(bigint,interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.rate_capacity(bigint,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.rate_capacity(bigint,interval) TO fanout_worker;
 
 CREATE FUNCTION fanout.rate_refill(balance double precision, per_minute bigint, burst interval, since timestamp with time zone, at timestamp with time zone) RETURNS double precision
     LANGUAGE sql IMMUTABLE PARALLEL SAFE;
     -- body: 1 line, sha256 1e8cc7465ac1
 REVOKE EXECUTE ON FUNCTION fanout.rate_refill(double precision,bigint,interval,timestamp with time zone,timestamp with time zone) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.rate_refill(double precision,bigint,interval,timestamp with time zone,timestamp with time zone) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.rate_refill(double precision,bigint,interval,timestamp with time zone,timestamp with time zone) TO fanout_worker;
 
 CREATE FUNCTION fanout.semaphore_acquire(p_lease bigint, p_holder text, p_keys text[], p_limits integer[], p_ttl interval) RETURNS text
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1122,6 +1159,7 @@ CREATE FUNCTION fanout.semaphore_acquire(p_lease bigint, p_holder text, p_keys t
     -- body: 63 lines, sha256 beb484390987
 REVOKE EXECUTE ON FUNCTION fanout.semaphore_acquire(bigint,text,text[],integer[],interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_acquire(bigint,text,text[],integer[],interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.semaphore_acquire(bigint,text,text[],integer[],interval) TO fanout_worker;
 
 CREATE FUNCTION fanout.semaphore_release(p_lease bigint, p_holder text, p_grace interval) RETURNS integer
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1129,6 +1167,7 @@ CREATE FUNCTION fanout.semaphore_release(p_lease bigint, p_holder text, p_grace 
     -- body: 17 lines, sha256 eb499cb1607b
 REVOKE EXECUTE ON FUNCTION fanout.semaphore_release(bigint,text,interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_release(bigint,text,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.semaphore_release(bigint,text,interval) TO fanout_worker;
 
 CREATE FUNCTION fanout.semaphore_renew(p_lease bigint, p_holder text, p_ttl interval) RETURNS integer
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1136,6 +1175,7 @@ CREATE FUNCTION fanout.semaphore_renew(p_lease bigint, p_holder text, p_ttl inte
     -- body: 12 lines, sha256 d472f5d9fd4b
 REVOKE EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) TO fanout_worker;
 
 CREATE FUNCTION fanout.tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_iteration integer, p_index integer, p_server text, p_tool text, p_digest text) RETURNS text
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1143,6 +1183,7 @@ CREATE FUNCTION fanout.tool_call_issue(p_account bigint, p_key text, p_tenant te
     -- body: 25 lines, sha256 409672a438c0
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) TO fanout_worker;
 
 CREATE FUNCTION fanout.tool_call_resolve_once() RETURNS trigger
     LANGUAGE plpgsql VOLATILE

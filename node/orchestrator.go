@@ -11,7 +11,9 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/orchestrator"
@@ -44,6 +46,11 @@ type OrchestratorConfig struct {
 	MCPTools []string
 	// Auth authenticates the callers (API keys by default; see CallerAuth).
 	Auth CallerAuth
+	// AdminDatabaseURL is the login AdminService acts as, a member of
+	// fanout_admin and nothing else (--admin-database-url): the node's own
+	// login may not call an admin function. Empty: AdminService answers
+	// FAILED_PRECONDITION saying so.
+	AdminDatabaseURL string
 	// ParamsFunc, when set, changes the engine's collaborators before the
 	// engine is built: a test wraps the store or the ledger with it.
 	ParamsFunc func(*orchestrator.EngineParams)
@@ -59,6 +66,8 @@ type Orchestrator struct {
 	// authDone; nil with --auth none.
 	stopAuth context.CancelFunc
 	authDone chan struct{}
+	// closeAdmin closes AdminService's pool.
+	closeAdmin func()
 }
 
 // OpenOrchestrator starts an orchestrator on b, dialling its workers, and
@@ -108,7 +117,13 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	if listenAddr == "" {
 		listenAddr = defaultListen
 	}
-	keys := store.NewKeys(b.Pool(), b.databaseURL)
+	admin, err := openAdmin(cfg.AdminDatabaseURL, b)
+	if err != nil {
+		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
+		o.closeWorkers()
+		return nil, err
+	}
+	o.closeAdmin = admin.close
 	// Authentication is an API read: its lookups (and the request buckets)
 	// take the API pool, never the ledger's.
 	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.databaseURL), auth.Config{Logger: b.Logger()})
@@ -117,16 +132,18 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	if err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()
+		admin.close()
 		return nil, err
 	}
 	if o.srv, err = listen("orchestrator", listenAddr, b.streams, exited,
 		append(orchestrator.ServerOptions(o.engine), authOpts...)...); err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()
+		admin.close()
 		return nil, err
 	}
 	fanoutv1.RegisterOrchestratorServiceServer(o.srv.srv, orchestrator.NewServer(o.engine))
-	fanoutv1.RegisterAdminServiceServer(o.srv.srv, auth.NewAdminServer(keys, b.Ledger(), b.Logger()))
+	fanoutv1.RegisterAdminServiceServer(o.srv.srv, admin.server)
 	if !cfg.Auth.None {
 		// The revocation watcher: a revoked or expired key stops within
 		// auth.MaxPollInterval here, and the streams open on it end.
@@ -216,7 +233,66 @@ func (o *Orchestrator) Close(ctx context.Context) error {
 		o.stopAuth()
 		<-o.authDone
 	}
+	o.closeAdmin()
 	return err
+}
+
+// adminService is AdminService as an orchestrator serves it, and how to
+// close what it opened.
+type adminService struct {
+	server fanoutv1.AdminServiceServer
+	close  func()
+}
+
+// openAdmin serves AdminService on its own login (url, a member of
+// fanout_admin), or, with none, answers that it is off.
+func openAdmin(url string, b *Backend) (adminService, error) {
+	if url == "" {
+		return adminService{server: adminOff{}, close: func() {}}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := store.OpenPool(ctx, url, store.PoolConfig{MaxConns: 2, Name: "fanout-admin"})
+	if err != nil {
+		return adminService{}, fmt.Errorf("orchestrator: --admin-database-url: %w", err)
+	}
+	ledger := store.NewLedger(pool)
+	srv := auth.NewAdminServer(store.NewKeys(pool, url), ledger, b.Logger())
+	return adminService{server: srv, close: func() { ledger.Close(); pool.Close() }}, nil
+}
+
+// errAdminOff is every AdminService answer of an orchestrator started
+// without an admin login.
+var errAdminOff = status.Error(codes.FailedPrecondition,
+	"AdminService is off on this orchestrator: start it with --admin-database-url, a login that is a member of fanout_admin (docs/operations.md \"Database roles\")")
+
+// adminOff is AdminService with no admin login: every call is refused.
+type adminOff struct {
+	fanoutv1.UnimplementedAdminServiceServer
+}
+
+func (adminOff) CreateTenant(context.Context, *fanoutv1.CreateTenantRequest) (*fanoutv1.CreateTenantResponse, error) {
+	return nil, errAdminOff
+}
+
+func (adminOff) UpdateTenant(context.Context, *fanoutv1.UpdateTenantRequest) (*fanoutv1.UpdateTenantResponse, error) {
+	return nil, errAdminOff
+}
+
+func (adminOff) GetTenant(context.Context, *fanoutv1.GetTenantRequest) (*fanoutv1.GetTenantResponse, error) {
+	return nil, errAdminOff
+}
+
+func (adminOff) CreateKey(context.Context, *fanoutv1.CreateKeyRequest) (*fanoutv1.CreateKeyResponse, error) {
+	return nil, errAdminOff
+}
+
+func (adminOff) ListKeys(context.Context, *fanoutv1.ListKeysRequest) (*fanoutv1.ListKeysResponse, error) {
+	return nil, errAdminOff
+}
+
+func (adminOff) RevokeKey(context.Context, *fanoutv1.RevokeKeyRequest) (*fanoutv1.RevokeKeyResponse, error) {
+	return nil, errAdminOff
 }
 
 // taskSlotTTL is the lease of a tenant's task slot: renewed every third of

@@ -296,9 +296,9 @@ func hexString(b []byte) string {
 	return string(out)
 }
 
-// TestAdminActorChecked: a node may act as a live admin key or anonymous,
-// never as a revoked admin key or a database role it is not; and it cannot
-// write api_key or tenant except through the functions.
+// TestAdminActorChecked: AdminService's login (fanout_admin) may act as a
+// live admin key, never as a revoked admin key or a database role it is
+// not; and it cannot write api_key or tenant except through the functions.
 func TestAdminActorChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -309,7 +309,7 @@ func TestAdminActorChecked(t *testing.T) {
 	if _, err := keys.CreateKey(b.ctx, store.CreateKeyParams{Actor: owner, KeyID: adminID, Scopes: []string{"admin"}, SecretSHA256: digest[:]}); err != nil {
 		t.Fatal(err)
 	}
-	nodePool, err := store.Open(b.ctx, nodeURLFor(t, b))
+	nodePool, err := store.Open(b.ctx, storetest.AdminURL(t, b.url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestAdminActorChecked(t *testing.T) {
 		"SELECT admin_log('x', 'a.b', NULL, NULL)",
 	} {
 		if _, err := nodePool.Exec(b.ctx, stmt); sqlState(err) != "42501" {
-			t.Errorf("as the node role, %s: %v; want insufficient_privilege", stmt, err)
+			t.Errorf("as the admin role, %s: %v; want insufficient_privilege", stmt, err)
 		}
 	}
 }

@@ -347,8 +347,15 @@ func redefine(ctx context.Context, conn *pgx.Conn, defs []Definition, force bool
 		if _, err := tx.Exec(ctx, "SAVEPOINT grants"); err != nil {
 			return err
 		}
-		if err := execEach(ctx, tx, `SELECT format('REVOKE ALL ON ROUTINE %s FROM PUBLIC, fanout_app, fanout_auditor, fanout_tenant_auditor', p.oid::regprocedure)
-			  FROM pg_proc p WHERE p.pronamespace = 'fanout'::regnamespace ORDER BY 1`); err != nil {
+		// Every grant of every routine, to whichever role holds it: the
+		// files then say again who may execute what, and nothing else may.
+		if err := execEach(ctx, tx, `SELECT format('REVOKE ALL ON ROUTINE %s FROM %s', p.oid::regprocedure,
+			       string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END, ', '))
+			  FROM pg_proc p
+			  CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) AS a
+			  LEFT JOIN pg_roles r ON r.oid = a.grantee
+			 WHERE p.pronamespace = 'fanout'::regnamespace AND a.grantee <> p.proowner
+			 GROUP BY p.oid ORDER BY 1`); err != nil {
 			return fmt.Errorf("reset function grants: %w", err)
 		}
 		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT grants"); err != nil {

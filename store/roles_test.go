@@ -200,7 +200,8 @@ func TestSecurityDefinerFunctionsArePinned(t *testing.T) {
 		       coalesce(array_to_string(p.proconfig, ','), ''),
 		       p.proacl IS NULL OR EXISTS (SELECT FROM aclexplode(p.proacl) x WHERE x.grantee = 0 AND x.privilege_type = 'EXECUTE'),
 		       has_function_privilege('fanout_auditor', p.oid, 'EXECUTE'),
-		       has_function_privilege('fanout_app', p.oid, 'EXECUTE')
+		       has_function_privilege('fanout_app', p.oid, 'EXECUTE') OR has_function_privilege('fanout_worker', p.oid, 'EXECUTE')
+		           OR has_function_privilege('fanout_admin', p.oid, 'EXECUTE')
 		  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		 WHERE p.prosecdef`)
 	if err != nil {
@@ -225,7 +226,7 @@ func TestSecurityDefinerFunctionsArePinned(t *testing.T) {
 			t.Errorf("%s: SECURITY DEFINER executable by fanout_auditor", name)
 		}
 		if !app {
-			t.Errorf("%s: SECURITY DEFINER not executable by fanout_app", name)
+			t.Errorf("%s: SECURITY DEFINER executable by none of the process roles (fanout_app, fanout_worker, fanout_admin)", name)
 		}
 	}
 	if err := rows.Err(); err != nil {

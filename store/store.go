@@ -161,6 +161,22 @@ func CreateLoginRole(ctx context.Context, adminURL, role, memberOf string) error
 	return nil
 }
 
+// AllowAnonymousAdmin opts the database at ownerURL (as its owner) in to
+// admin functions acting for "anonymous", the actor of a node run with
+// --auth none: for `fanout dev` and tests, never a production database.
+func AllowAnonymousAdmin(ctx context.Context, ownerURL string) error {
+	conn, err := pgx.Connect(ctx, ownerURL)
+	if err != nil {
+		return fmt.Errorf("allow anonymous admin: %w", redactURLError(err))
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, `INSERT INTO fanout.setting (name, value) VALUES ('anonymous_admin', 'on')
+		ON CONFLICT (name) DO UPDATE SET value = 'on', set_at = now()`); err != nil {
+		return fmt.Errorf("allow anonymous admin: %w", err)
+	}
+	return nil
+}
+
 // OwnsSchema reports whether pool's login role owns Schema (or is a
 // superuser): a node connected so could change the ledger outside its
 // functions.

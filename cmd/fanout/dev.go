@@ -85,7 +85,7 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	// The owner runs migrations; nodes log in as a member of fanout_app
 	// only, auditors as a member of fanout_auditor. With --database-url all
 	// three are that URL's role.
-	ownerURL, auditURL := sf.databaseURL, sf.databaseURL
+	ownerURL, auditURL, adminURL := sf.databaseURL, sf.databaseURL, sf.databaseURL
 	if sf.databaseURL == "" {
 		url, stop, err := startLocalPostgres(ctx, env, dataDir, pgBinDir)
 		if err != nil {
@@ -97,12 +97,20 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	if err := store.Migrate(ctx, ownerURL); err != nil {
 		return err
 	}
+	// Its orchestrator runs with --auth none: its AdminService acts as
+	// "anonymous", which only a database opted in accepts.
+	if err := store.AllowAnonymousAdmin(ctx, ownerURL); err != nil {
+		return err
+	}
 	if sf.databaseURL == "" {
 		var err error
 		if sf.databaseURL, err = devRole(ctx, ownerURL, "fanout_node", "fanout_app"); err != nil {
 			return err
 		}
 		if auditURL, err = devRole(ctx, ownerURL, "fanout_audit", "fanout_auditor"); err != nil {
+			return err
+		}
+		if adminURL, err = devRole(ctx, ownerURL, "fanout_admins", "fanout_admin"); err != nil {
 			return err
 		}
 		os.WriteFile(filepath.Join(dataDir, databaseURLFile), []byte(auditURL+"\n"), 0o600) //nolint:errcheck // only `fanout ledger`'s default
@@ -112,7 +120,8 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust, MCPTools: mcpTools,
-		Auth: node.CallerAuth{None: true}, Engine: orchestrator.Config{MaxRunTokens: defaultMaxRunTokens}}}
+		Auth: node.CallerAuth{None: true}, Engine: orchestrator.Config{MaxRunTokens: defaultMaxRunTokens},
+		AdminDatabaseURL: adminURL}}
 	for i := range workers {
 		wc := node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(), MCP: mcpCfg,
 			ModelsFunc: prov.modelsFunc(env), Server: subagent.ServerConfig{Name: fmt.Sprintf("worker-%d", i+1)}}

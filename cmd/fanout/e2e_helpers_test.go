@@ -186,7 +186,7 @@ func startWorkerProcEnv(t testing.TB, databaseURL, name string, env []string, ex
 	t.Helper()
 	simLog := filepath.Join(t.TempDir(), name+".jsonl")
 	f := testPeer(t)
-	args := append([]string{"worker", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
+	args := append([]string{"worker", "--listen", "127.0.0.1:0", "--database-url", storetest.WorkerURL(t, databaseURL),
 		"--name", name, "--sim-log", simLog, "--log-level", "info", "--shutdown-grace", "10s",
 		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Worker.Cert, "--peer-tls-key", f.Worker.Key,
 		"--peer-verify-keys", f.VerifyKey}, extra...)
@@ -353,6 +353,7 @@ func orchestratorArgs(t testing.TB, databaseURL string, workers []*workerProc, e
 	}
 	f := testPeer(t)
 	return append([]string{"orchestrator", "--listen", "127.0.0.1:0", "--database-url", storetest.NodeURL(t, databaseURL),
+		"--admin-database-url", storetest.AdminURL(t, databaseURL),
 		"--workers", strings.Join(addrs, ","), "--log-level", "info", "--auth", "none",
 		"--peer-tls-ca", f.CA, "--peer-tls-cert", f.Orchestrator.Cert, "--peer-tls-key", f.Orchestrator.Key,
 		"--peer-signing-key", f.SigningKey}, extra...)

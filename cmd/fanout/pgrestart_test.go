@@ -148,10 +148,14 @@ const retryLogLine = `"msg":"database error; retrying"`
 // the database. The cluster is stopped and removed when t ends.
 func startOwnCluster(t *testing.T) (*pglocal.Server, string) {
 	t.Helper()
-	// startWorkerProc and startOrchestratorMain connect as the node role of
-	// storetest.NodeURL, which that function also creates on the shared
-	// server, where fanout_app exists once the template is migrated.
-	storetest.NodeURL(t, storetest.NewDB(t))
+	// startWorkerProc and startOrchestratorMain connect as the login roles
+	// of storetest.NodeURL, WorkerURL and AdminURL, which those functions
+	// also create on the shared server, where the groups exist once the
+	// template is migrated.
+	shared := storetest.NewDB(t)
+	storetest.NodeURL(t, shared)
+	storetest.WorkerURL(t, shared)
+	storetest.AdminURL(t, shared)
 	dir := t.TempDir()
 	// The cluster runs as another OS user when we are root; it must be able
 	// to enter the directory.
@@ -190,8 +194,10 @@ func startOwnCluster(t *testing.T) (*pglocal.Server, string) {
 	}
 	conn := openPool(t, admin)
 	defer conn.Close()
-	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD '%s' IN ROLE fanout_app`,
-		storetest.NodeRole, storetest.NodeRole)); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN PASSWORD '%[1]s' IN ROLE fanout_app;
+		CREATE ROLE %[2]s LOGIN PASSWORD '%[2]s' IN ROLE fanout_worker;
+		CREATE ROLE %[3]s LOGIN PASSWORD '%[3]s' IN ROLE fanout_admin`,
+		storetest.NodeRole, storetest.WorkerRole, storetest.AdminRole)); err != nil {
 		t.Fatal(err)
 	}
 	return srv, url

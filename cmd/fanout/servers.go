@@ -198,6 +198,8 @@ func parseOrchestrator(env *Env, args []string) (*orchestratorCommand, error) {
 	c.sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
 	f.StringVar(&c.oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
 	f.StringVar(&c.oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
+	f.StringVar(&c.oc.AdminDatabaseURL, "admin-database-url", "", "PostgreSQL URL of a login in role fanout_admin, for AdminService (empty: AdminService is off)")
+	f.alsoEnv("admin-database-url", "ADMIN_DATABASE_URL")
 	applyEngine := registerEngineFlags(f, &c.oc.Engine)
 	c.tf.registerConfig(f)
 	c.pf.register(f, peer.RoleOrchestrator)

@@ -1,4 +1,5 @@
--- admin_check_actor raises unless p_actor may act now.
+-- admin_check_actor raises unless p_actor may act now: the session's own
+-- role, a live admin key, or anonymous where the database opted in.
 CREATE OR REPLACE FUNCTION admin_check_actor(p_actor text) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 BEGIN
@@ -6,7 +7,11 @@ BEGIN
         RAISE EXCEPTION 'actor: must be 1..256 bytes, got %', coalesce(octet_length(p_actor), 0)
             USING ERRCODE = 'invalid_parameter_value';
     ELSIF p_actor = 'anonymous' THEN
-        RETURN;
+        -- Only where the owner opted the database in (`fanout dev`).
+        IF NOT EXISTS (SELECT FROM setting WHERE name = 'anonymous_admin' AND value = 'on') THEN
+            RAISE EXCEPTION 'actor: anonymous is not allowed in this database (an orchestrator with --auth none; the owner may opt in with fanout.setting anonymous_admin)'
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
     ELSIF starts_with(p_actor, 'role:') THEN
         IF p_actor <> 'role:' || session_user THEN
             RAISE EXCEPTION 'actor: % is not the session''s role (role:%)', p_actor, session_user
@@ -25,4 +30,4 @@ BEGIN
     END IF;
 END $$;
 REVOKE ALL ON FUNCTION admin_check_actor(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION admin_check_actor(text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION admin_check_actor(text) TO fanout_admin;

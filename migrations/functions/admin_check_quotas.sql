@@ -19,4 +19,4 @@ BEGIN
     END IF;
 END $$;
 REVOKE ALL ON FUNCTION admin_check_quotas(bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION admin_check_quotas(bigint,integer,integer,integer) TO fanout_app;
+GRANT EXECUTE ON FUNCTION admin_check_quotas(bigint,integer,integer,integer) TO fanout_admin;

@@ -9,4 +9,4 @@ BEGIN
     END IF;
 END $$;
 REVOKE ALL ON FUNCTION admin_check_tenant_id(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION admin_check_tenant_id(text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION admin_check_tenant_id(text) TO fanout_admin;

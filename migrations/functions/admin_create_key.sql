@@ -65,4 +65,4 @@ BEGIN
     RETURN created;
 END $$;
 REVOKE ALL ON FUNCTION admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) TO fanout_app;
+GRANT EXECUTE ON FUNCTION admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) TO fanout_admin;

@@ -23,4 +23,4 @@ BEGIN
     RETURN QUERY SELECT * FROM tenant WHERE tenant_id = p_tenant;
 END $$;
 REVOKE ALL ON FUNCTION admin_create_tenant(text,text,bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION admin_create_tenant(text,text,bigint,integer,integer,integer) TO fanout_app;
+GRANT EXECUTE ON FUNCTION admin_create_tenant(text,text,bigint,integer,integer,integer) TO fanout_admin;

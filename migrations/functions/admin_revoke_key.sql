@@ -21,4 +21,4 @@ BEGIN
     RETURN now();
 END $$;
 REVOKE ALL ON FUNCTION admin_revoke_key(text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION admin_revoke_key(text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION admin_revoke_key(text,text) TO fanout_admin;

@@ -24,4 +24,4 @@ BEGIN
     RETURN QUERY SELECT * FROM tenant WHERE tenant_id = p_tenant;
 END $$;
 REVOKE ALL ON FUNCTION admin_set_quotas(text,text,bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION admin_set_quotas(text,text,bigint,integer,integer,integer) TO fanout_app;
+GRANT EXECUTE ON FUNCTION admin_set_quotas(text,text,bigint,integer,integer,integer) TO fanout_admin;

@@ -2,7 +2,9 @@
 -- fanout_tenant_auditor every (plain) view fanout_auditor may read, grants
 -- each reader column-level SELECT on exactly the columns its views read
 -- (following views of views), and puts row-level security with the three
--- policies on every table of the schema with a tenant_id column. It can be
+-- policies on every table of the schema with a tenant_id column (the
+-- process roles, fanout_app, fanout_worker and fanout_admin, see every row;
+-- their privileges say what they may do). It can be
 -- run again at any time and converges to the same privileges; a migration
 -- that adds or replaces a view or a tenant table calls it last.
 CREATE OR REPLACE FUNCTION audit_refresh() RETURNS void
@@ -42,8 +44,9 @@ BEGIN
 
     -- Column grants: for each reader, the columns of every relation in the
     -- schema that its views read, directly or through other views.
-    -- fanout_app gets only what it lacks (it reads most tables whole).
-    FOREACH reader IN ARRAY ARRAY['fanout_auditor', 'fanout_tenant_auditor', 'fanout_app'] LOOP
+    -- The process roles get only what they lack (they read most of the
+    -- tables their views read whole).
+    FOREACH reader IN ARRAY ARRAY['fanout_auditor', 'fanout_tenant_auditor', 'fanout_app', 'fanout_worker', 'fanout_admin'] LOOP
         FOR rel, cols IN
             WITH RECURSIVE readable AS (
                 SELECT c.oid FROM pg_class c
@@ -68,7 +71,8 @@ BEGIN
               JOIN pg_class t ON t.oid = u.rel_oid AND t.relnamespace = ns AND t.relkind IN ('r', 'p', 'v')
               JOIN pg_attribute a ON a.attrelid = u.rel_oid AND a.attnum = u.attnum AND u.attnum > 0
                                  AND NOT a.attisdropped
-             WHERE reader <> 'fanout_app' OR NOT has_table_privilege(reader, u.rel_oid, 'SELECT')
+             WHERE reader NOT IN ('fanout_app', 'fanout_worker', 'fanout_admin')
+                OR NOT has_table_privilege(reader, u.rel_oid, 'SELECT')
              GROUP BY u.rel_oid
         LOOP
             EXECUTE format('GRANT SELECT (%s) ON %s TO %I', cols, rel, reader);
@@ -81,10 +85,15 @@ BEGIN
                   AND a.attname = 'tenant_id' AND NOT a.attisdropped
                 ORDER BY c.relname LOOP
         EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', rel);
+        -- No statistics on tenant_id: the planner's estimate for another
+        -- tenant's rows (EXPLAIN, which row-level security does not hide)
+        -- would count them (docs/auditing.md "What a tenant's auditor can
+        -- infer").
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN tenant_id SET STATISTICS 0', rel);
         EXECUTE format('DROP POLICY IF EXISTS fanout_app_all ON %s', rel);
         EXECUTE format('DROP POLICY IF EXISTS fanout_auditor_read ON %s', rel);
         EXECUTE format('DROP POLICY IF EXISTS fanout_tenant_auditor_read ON %s', rel);
-        EXECUTE format('CREATE POLICY fanout_app_all ON %s FOR ALL TO fanout_app USING (true) WITH CHECK (true)', rel);
+        EXECUTE format('CREATE POLICY fanout_app_all ON %s FOR ALL TO fanout_app, fanout_worker, fanout_admin USING (true) WITH CHECK (true)', rel);
         EXECUTE format('CREATE POLICY fanout_auditor_read ON %s FOR SELECT TO fanout_auditor USING (true)', rel);
         EXECUTE format('CREATE POLICY fanout_tenant_auditor_read ON %s FOR SELECT TO fanout_tenant_auditor
                         USING (tenant_id = ANY ((SELECT fanout.audit_tenants())::text[]))', rel);

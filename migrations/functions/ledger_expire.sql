@@ -31,4 +31,4 @@ BEGIN
     RETURN ledger_result_of('ok', r);
 END $$;
 REVOKE ALL ON FUNCTION ledger_expire(bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_expire(bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION ledger_expire(bigint) TO fanout_app, fanout_worker;

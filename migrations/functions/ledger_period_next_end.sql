@@ -11,4 +11,4 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, fanout, pg_temp AS $$
     END
 $$;
 REVOKE ALL ON FUNCTION ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_app, fanout_auditor, fanout_tenant_auditor;
+GRANT EXECUTE ON FUNCTION ledger_period_next_end(text,interval,timestamp with time zone,timestamp with time zone) TO fanout_app, fanout_admin, fanout_auditor, fanout_tenant_auditor;

@@ -25,4 +25,4 @@ BEGIN
     RETURN res;
 END $$;
 REVOKE ALL ON FUNCTION ledger_renew(bigint,bigint,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_renew(bigint,bigint,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION ledger_renew(bigint,bigint,interval) TO fanout_app, fanout_worker;

@@ -156,4 +156,4 @@ BEGIN
     RETURN res;
 END $$;
 REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app, fanout_worker;

@@ -102,4 +102,4 @@ BEGIN
     RETURN QUERY SELECT * FROM account WHERE account_id = t.account_id;
 END $$;
 REVOKE ALL ON FUNCTION ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_admin;

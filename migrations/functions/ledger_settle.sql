@@ -99,4 +99,4 @@ BEGIN
     RETURN res;
 END $$;
 REVOKE ALL ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app, fanout_worker;

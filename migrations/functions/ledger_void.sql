@@ -36,4 +36,4 @@ BEGIN
     RETURN ledger_result_of('ok', r);
 END $$;
 REVOKE ALL ON FUNCTION ledger_void(bigint,bigint,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_void(bigint,bigint,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION ledger_void(bigint,bigint,text) TO fanout_app, fanout_worker;

@@ -33,4 +33,4 @@ BEGIN
     RETURN QUERY SELECT * FROM price WHERE model = p_model AND effective_from = p_effective_from AND set_at = now();
 END $$;
 REVOKE ALL ON FUNCTION price_set(text,text,timestamp with time zone,numeric,numeric,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION price_set(text,text,timestamp with time zone,numeric,numeric,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION price_set(text,text,timestamp with time zone,numeric,numeric,text,text) TO fanout_admin;

@@ -3,4 +3,4 @@ CREATE OR REPLACE FUNCTION rate_capacity(per_minute bigint, burst interval) RETU
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN greatest(1, per_minute * extract(epoch FROM burst) / 60.0);
 REVOKE ALL ON FUNCTION rate_capacity(bigint,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION rate_capacity(bigint,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION rate_capacity(bigint,interval) TO fanout_app, fanout_worker;

@@ -7,4 +7,4 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN least(rate_capacity(per_minute, burst),
              balance + per_minute / 60.0 * greatest(0, extract(epoch FROM at - since)));
 REVOKE ALL ON FUNCTION rate_refill(double precision,bigint,interval,timestamp with time zone,timestamp with time zone) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION rate_refill(double precision,bigint,interval,timestamp with time zone,timestamp with time zone) TO fanout_app;
+GRANT EXECUTE ON FUNCTION rate_refill(double precision,bigint,interval,timestamp with time zone,timestamp with time zone) TO fanout_app, fanout_worker;

@@ -70,4 +70,4 @@ BEGIN
     RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION semaphore_acquire(bigint,text,text[],integer[],interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION semaphore_acquire(bigint,text,text[],integer[],interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION semaphore_acquire(bigint,text,text[],integer[],interval) TO fanout_app, fanout_worker;

@@ -22,4 +22,4 @@ BEGIN
     RETURN n;
 END $$;
 REVOKE ALL ON FUNCTION semaphore_release(bigint,text,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION semaphore_release(bigint,text,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION semaphore_release(bigint,text,interval) TO fanout_app, fanout_worker;

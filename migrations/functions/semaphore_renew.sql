@@ -16,4 +16,4 @@ BEGIN
     RETURN n;
 END $$;
 REVOKE ALL ON FUNCTION semaphore_renew(bigint,text,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION semaphore_renew(bigint,text,interval) TO fanout_app;
+GRANT EXECUTE ON FUNCTION semaphore_renew(bigint,text,interval) TO fanout_app, fanout_worker;

@@ -29,4 +29,4 @@ BEGIN
     RETURN 'exists';
 END $$;
 REVOKE ALL ON FUNCTION tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) TO fanout_app, fanout_worker;

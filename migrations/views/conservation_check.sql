@@ -19,4 +19,4 @@ SELECT a.tenant_id, a.run_id, a.task_id, a.account_id, a.kind, a.limit_tokens,
                FROM reservation r CROSS JOIN LATERAL unnest(r.chain) AS c(account_id)
               WHERE r.state = 'held'
               GROUP BY c.account_id) h USING (account_id);
-GRANT SELECT ON conservation_check TO fanout_app, fanout_auditor;
+GRANT SELECT ON conservation_check TO fanout_app, fanout_worker, fanout_auditor;

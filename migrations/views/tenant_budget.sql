@@ -11,4 +11,4 @@ SELECT a.tenant_id, a.account_id, a.period_kind, a.period_every, a.period_limit,
        a.state, a.created_at, a.updated_at
   FROM account a CROSS JOIN LATERAL (SELECT a.period_end IS NOT NULL AND now() >= a.period_end AS due) d
  WHERE a.kind = 'tenant';
-GRANT SELECT ON tenant_budget TO fanout_app, fanout_auditor;
+GRANT SELECT ON tenant_budget TO fanout_app, fanout_admin, fanout_auditor;

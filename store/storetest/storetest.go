@@ -242,13 +242,18 @@ func execSQL(ctx context.Context, databaseURL, sql string) error {
 	return err
 }
 
-// NodeRole is the login role NodeURL connects as: a member of fanout_app
-// and nothing else, as a node in production logs in.
-const NodeRole = "fanout_node_test"
+// The login roles the URL functions connect as, each a member of one
+// group role and nothing else, as each kind of process logs in in
+// production (docs/operations.md "Database roles").
+const (
+	NodeRole   = "fanout_node_test"   // an orchestrator: fanout_app
+	WorkerRole = "fanout_worker_test" // a worker: fanout_worker
+	AdminRole  = "fanout_admin_test"  // AdminService: fanout_admin
+)
 
 var (
-	nodeRoleOnce sync.Once
-	nodeRoleErr  error
+	loginMu    sync.Mutex
+	loginRoles = map[string]error{}
 )
 
 // NodeURL returns databaseURL (from NewDB) connecting as NodeRole instead of
@@ -256,21 +261,44 @@ var (
 // use it so that what a node does is what the node role may do.
 func NodeURL(t testing.TB, databaseURL string) string {
 	t.Helper()
-	nodeRoleOnce.Do(func() {
+	return loginURL(t, databaseURL, NodeRole, "fanout_app")
+}
+
+// WorkerURL is NodeURL for a worker: it logs in as WorkerRole.
+func WorkerURL(t testing.TB, databaseURL string) string {
+	t.Helper()
+	return loginURL(t, databaseURL, WorkerRole, "fanout_worker")
+}
+
+// AdminURL is NodeURL for AdminService: it logs in as AdminRole.
+func AdminURL(t testing.TB, databaseURL string) string {
+	t.Helper()
+	return loginURL(t, databaseURL, AdminRole, "fanout_admin")
+}
+
+// loginURL returns databaseURL logging in as login, a member of group only,
+// creating the login on the server the first time.
+func loginURL(t testing.TB, databaseURL, login, group string) string {
+	t.Helper()
+	loginMu.Lock()
+	err, done := loginRoles[login]
+	if !done {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		nodeRoleErr = execSQL(ctx, ServerURL(t), `DO $$ BEGIN
-			CREATE ROLE `+NodeRole+` LOGIN PASSWORD '`+NodeRole+`' IN ROLE fanout_app;
+		err = execSQL(ctx, ServerURL(t), `DO $$ BEGIN
+			CREATE ROLE `+login+` LOGIN PASSWORD '`+login+`' IN ROLE `+group+`;
 		EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`)
-	})
-	if nodeRoleErr != nil {
-		t.Fatalf("create node role %s (the template's migrations create fanout_app): %v", NodeRole, nodeRoleErr)
+		cancel()
+		loginRoles[login] = err
+	}
+	loginMu.Unlock()
+	if err != nil {
+		t.Fatalf("create login role %s in %s (the template's migrations create the group): %v", login, group, err)
 	}
 	u, err := url.Parse(databaseURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.UserPassword(NodeRole, NodeRole)
+	u.User = url.UserPassword(login, login)
 	return u.String()
 }
 
