@@ -344,11 +344,6 @@ func TestAdminActorChecked(t *testing.T) {
 	}
 }
 
-func nodeURLFor(t *testing.T, b *testBundle) string {
-	t.Helper()
-	return storetest.NodeURL(t, b.url)
-}
-
 // TestKeyRateBucket: a key's bucket starts full (its burst passes at once)
 // and then refuses, fleet-wide, in database time.
 func TestKeyRateBucket(t *testing.T) {
