@@ -462,16 +462,40 @@ func TestTelemetryOfACancelledRun(t *testing.T) { //nolint:paralleltest // globa
 
 // TestTelemetryOfTheSpeculationBill: what the tasks a FIRST_SUCCESS run
 // cancelled had spent is counted as fanout.tokens.discarded, exactly.
+//
+// The fast worker's calls wait until every task holds a reservation, so
+// that the slow tasks have spent something to discard whatever the
+// machine's speed (on a loaded one the first success came before the slow
+// tasks' first reserve, and they were cancelled having spent nothing).
 func TestTelemetryOfTheSpeculationBill(t *testing.T) { //nolint:paralleltest // global providers: see installTelemetry
 	installTelemetry(t)
 	b := setup(t)
-	fast, _ := b.worker(t, "fast", llm.SimConfig{}, 8)
+	release := make(chan struct{})
+	fast := b.heldWorker(t, "fast", 8, func(sim llm.Model) llm.Model { return gatedModel{sim: sim, open: release} })
 	slow, _ := b.worker(t, "slow", llm.SimConfig{Latency: 30 * time.Second}, 8)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, fast, slow)
 	before := collect(t)
 	s := spec("speculation", 4, 100_000) // round-robin: t00, t02 fast; t01, t03 slow
 	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS
-	fin := checkEvents(t, runStream(t, n.client, s))
+	started, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(patience); ; time.Sleep(20 * time.Millisecond) { // polling the ledger
+		var held int
+		if err := b.pool.QueryRow(t.Context(), `SELECT count(DISTINCT account_id) FROM reservation
+			WHERE run_id = $1 AND state = 'held'`, started.GetRunId()).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 4 tasks held a reservation after %v", held, patience)
+		}
+	}
+	close(release)
+	fin := checkEvents(t, watchAll(t, n.client, started.GetRunId()))
 	var cancelled int64
 	for _, o := range fin.GetResult().GetTasks() {
 		if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_CANCELLED {
@@ -486,4 +510,21 @@ func TestTelemetryOfTheSpeculationBill(t *testing.T) { //nolint:paralleltest // 
 	if got := sum(after, "fanout.tokens.discarded", policy) - sum(before, "fanout.tokens.discarded", policy); got != float64(cancelled) {
 		t.Errorf("fanout.tokens.discarded{FIRST_SUCCESS} grew by %v, want %d (the cancelled tasks' spend)", got, cancelled)
 	}
+}
+
+// gatedModel is a model whose calls wait until open is closed.
+type gatedModel struct {
+	sim  llm.Model
+	open <-chan struct{}
+}
+
+func (g gatedModel) Name() string { return g.sim.Name() }
+
+func (g gatedModel) Call(ctx context.Context, req llm.Request) (llm.Response, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return llm.Response{}, context.Cause(ctx)
+	}
+	return g.sim.Call(ctx, req)
 }
