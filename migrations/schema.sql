@@ -1026,6 +1026,12 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_expire(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_worker;
 
+CREATE FUNCTION fanout.ledger_give_back(p_chain bigint[]) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 23 lines, sha256 890840d9a253
+REVOKE EXECUTE ON FUNCTION fanout.ledger_give_back(bigint[]) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1035,7 +1041,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 50 lines, sha256 fe688fe9490b
+    -- body: 55 lines, sha256 8e3023426287
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) TO fanout_app;
 
@@ -1045,7 +1051,6 @@ CREATE FUNCTION fanout.ledger_open_tenant(p_tenant text, p_limit bigint) RETURNS
     -- body: 23 lines, sha256 7b59a6770ca3
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_tenant(text,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_tenant(text,bigint) TO fanout_admin;
-GRANT EXECUTE ON FUNCTION fanout.ledger_open_tenant(text,bigint) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_period_next_end(p_kind text, p_every interval, p_from timestamp with time zone, p_at timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql IMMUTABLE
@@ -1106,14 +1111,14 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_roll_period(fanout.account) FROM PUBLIC
 CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_limit bigint, p_kind text, p_every interval, p_min bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 90 lines, sha256 2ce9ae3bfbc2
+    -- body: 93 lines, sha256 d0d19d349bb7
 REVOKE EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_admin;
 
 CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 85 lines, sha256 508d50002798
+    -- body: 88 lines, sha256 5fd283b7b07b
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_worker;
@@ -1121,7 +1126,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text
 CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_note text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 34 lines, sha256 088ffa30aeb7
+    -- body: 35 lines, sha256 a5591d3d2c1a
 REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) TO fanout_worker;

@@ -152,7 +152,7 @@ func (p SetPriceParams) Validate() error {
 // which logs the action to admin_action in the same transaction. Prices
 // are append-only: one effective before now is a correction and needs
 // p.Reason. For the CLI; the pool may be the
-// owner's or a node role's (fanout_app may execute price_set).
+// owner's or AdminService's (fanout_admin may execute price_set).
 func SetPrice(ctx context.Context, pool *pgxpool.Pool, p SetPriceParams) (Price, error) {
 	if err := p.Validate(); err != nil {
 		return Price{}, err

@@ -60,6 +60,7 @@ func processRoleProbes() []processProbe {
 		{"admin_set_quotas", `SELECT fanout.admin_set_quotas($1, '', NULL, NULL, NULL, NULL)`, []string{a}},
 		{"admin_create_key", `SELECT fanout.admin_create_key($1, '', NULL, '', '{}', '\x00', 0, NULL)`, []string{a}},
 		{"admin_revoke_key", `SELECT fanout.admin_revoke_key($1, '')`, []string{a}},
+		{"ledger_open_tenant", `SELECT fanout.ledger_open_tenant('', 0)`, []string{a}},
 		{"ledger_set_tenant_budget", `SELECT fanout.ledger_set_tenant_budget($1, '', 0, 'none', NULL)`, []string{a}},
 		{"price_set", `SELECT fanout.price_set($1, '', now(), -1, 0)`, []string{a}},
 		{"read the admin log", `SELECT actor FROM fanout.admin_action LIMIT 0`, []string{a}},

@@ -153,4 +153,102 @@ func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
 		}
 		b.checkConserved(t)
 	})
+	t.Run("a run opened while the first budget is set", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// The tenant exists already (a run of it was opened before): a
+		// first open would make the budget wait on the tenant row's insert.
+		if _, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "earlier", TenantID: "globex", Limit: 1000,
+			MinReservation: 10, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 1000}}}); err != nil {
+			t.Fatal(err)
+		}
+		// The run's open is left uncommitted while the budget is set.
+		tx, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; a rollback after it is a no-op
+		if _, err := tx.Exec(b.ctx, `SELECT * FROM fanout.ledger_open_run('racing', 'globex', NULL, 1000, 10, ARRAY['x'], ARRAY[1000::bigint])`); err != nil {
+			t.Fatal(err)
+		}
+		set := make(chan error, 1)
+		go func() {
+			_, err := b.ledger.SetTenantBudget(b.ctx, budget.TenantBudget{TenantID: "globex", Limit: 500,
+				Period: budget.Period{Kind: budget.PeriodDay}, Actor: storetest.Actor(t, b.pool)})
+			set <- err
+		}()
+		// Either the budget waits for the run's open, or it committed first.
+		for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) { // polling the server
+			if len(set) > 0 {
+				break
+			}
+			var waiting int
+			if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the budget neither committed nor waited within %v", patience)
+			}
+		}
+		if err := tx.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-set:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(patience):
+			t.Fatalf("the budget was not set within %v of the run's open", patience)
+		}
+		ten, err := b.ledger.TenantAccount(b.ctx, "globex")
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := b.ledger.RunAccount(b.ctx, "racing")
+		if err != nil || run.ParentID != ten.ID {
+			t.Errorf("run opened while the tenant's first budget was set: %+v, %v; want it under the tenant's account %d", run, err, ten.ID)
+		}
+		b.checkConserved(t)
+	})
+	t.Run("what was raised to cover is given back as it resolves", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ra, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "held", TenantID: "globex", Limit: 100_000,
+			MinReservation: 10, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 100_000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		beginAttempts(t, b.ledger, ra)
+		held := reserve(t, b, ra, 3000)
+		voided := reserve(t, b, ra, 1000)
+		ten := b.setBudget(t, budget.TenantBudget{TenantID: "globex", Limit: 500, Period: budget.Period{Kind: budget.PeriodDay}})
+		if ten.Limit != 4000 || ten.Available() != 0 {
+			t.Fatalf("tenant = %+v; want its limit raised to the 4000 held, nothing available", ten)
+		}
+		settle(t, b, held, 100, false)
+		if _, err := b.ledger.Void(b.ctx, voided.ID, voided.Lease.Generation); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.ledger.TenantAccount(b.ctx, "globex")
+		if err != nil || got.Limit != 500 || got.Spent != 100 || got.Available() != 400 {
+			t.Errorf("tenant after what it held resolved = %+v, %v; want the limit back at the budget, 500: 100 spent, 400 left", got, err)
+		}
+		// A run opened now is granted what the budget leaves, not what was held.
+		late, err := b.ledger.OpenRun(b.ctx, budget.OpenRunParams{RunID: "late", TenantID: "globex", Limit: 100_000,
+			MinReservation: 10, Tasks: []budget.TaskBudget{{TaskID: "x", Limit: 100_000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		beginAttempts(t, b.ledger, late)
+		r, err := b.ledger.Reserve(b.ctx, grant(late, budget.ReserveParams{Account: late.Tasks["x"], Want: 2900, Min: 10, Holder: "n", TTL: ttl}))
+		if err != nil || r.Amount != 400 {
+			t.Errorf("reserve of 2900 after the budget's 400 were left: %+v, %v; want 400", r, err)
+		}
+		b.checkConserved(t)
+	})
 }

@@ -25,6 +25,12 @@ BEGIN
     IF NOT EXISTS (SELECT FROM account WHERE run_id = p_run AND kind = 'run') THEN
         -- A tenant with a budget has every run under it, named or not: a
         -- budget set between the caller's admission and this call counts.
+        -- The tenant's row, shared, orders this with a first budget being
+        -- set (ledger_set_tenant_budget locks it for update): either that
+        -- budget is committed and read here, or it waits for this run and
+        -- adopts it.
+        INSERT INTO tenant (tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+        PERFORM FROM tenant WHERE tenant_id = p_tenant FOR SHARE;
         IF p_tenant_account IS NULL THEN
             SELECT account_id INTO p_tenant_account FROM account WHERE tenant_id = p_tenant AND kind = 'tenant';
         END IF;
@@ -43,7 +49,6 @@ BEGIN
                 PERFORM ledger_roll_period(parent);
             END IF;
         END IF;
-        INSERT INTO tenant (tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;
         INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation)
         VALUES (p_tenant, p_tenant_account, '{}', 'run', p_run, p_limit, p_min)
         RETURNING account_id INTO run_acct;

@@ -27,4 +27,4 @@ BEGIN
     RETURN QUERY SELECT * FROM account WHERE tenant_id = p_tenant AND kind = 'tenant';
 END $$;
 REVOKE ALL ON FUNCTION ledger_open_tenant(text,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_open_tenant(text,bigint) TO fanout_app, fanout_admin;
+GRANT EXECUTE ON FUNCTION ledger_open_tenant(text,bigint) TO fanout_admin;

@@ -32,6 +32,9 @@ BEGIN
         p_every := NULL;
     END IF;
     INSERT INTO tenant (tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+    -- Waits for runs being opened (ledger_open_run shares this row), so
+    -- that the adoption below sees them.
+    PERFORM FROM tenant WHERE tenant_id = p_tenant FOR UPDATE;
     SELECT * INTO t FROM account WHERE tenant_id = p_tenant AND kind = 'tenant' FOR UPDATE;
     IF NOT FOUND THEN
         new_end := CASE WHEN p_kind = 'none' THEN NULL ELSE ledger_period_next_end(p_kind, p_every, now(), now()) END;

@@ -67,6 +67,9 @@ BEGIN
 
     UPDATE account SET reserved = reserved - r.amount, spent = spent + charge, updated_at = now()
      WHERE account_id = ANY (r.chain);
+    IF charge < r.amount THEN
+        PERFORM ledger_give_back(r.chain);
+    END IF;
     UPDATE reservation
        SET state = 'settled', actual = p_actual, spent = charge, estimated = p_estimated,
            model = coalesce(nullif(p_model, ''), model),

@@ -25,6 +25,7 @@ BEGIN
     END IF;
     UPDATE account SET reserved = reserved - r.amount, updated_at = now()
      WHERE account_id = ANY (r.chain);
+    PERFORM ledger_give_back(r.chain);
     UPDATE reservation SET state = 'voided', resolved_at = now()
      WHERE reservation_id = p_reservation RETURNING * INTO r;
     INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, reservation_id, kind,
