@@ -231,6 +231,10 @@ func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
 			t.Fatalf("tenant = %+v; want its limit raised to the 4000 held, nothing available", ten)
 		}
 		settle(t, b, held, 100, false)
+		// Given back as far as the 1000 still held allows.
+		if got, err := b.ledger.TenantAccount(b.ctx, "globex"); err != nil || got.Limit != 1100 || got.Available() != 0 {
+			t.Errorf("tenant after the settle = %+v, %v; want its limit down to spent 100 + held 1000 = 1100, nothing available", got, err)
+		}
 		if _, err := b.ledger.Void(b.ctx, voided.ID, voided.Lease.Generation); err != nil {
 			t.Fatal(err)
 		}
