@@ -122,19 +122,7 @@ func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
 			got <- result{r, err}
 		}()
 		// The reserve has read the task's chain and waits for its lock.
-		for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) { // polling the server
-			var waiting int
-			if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-				t.Fatal(err)
-			}
-			if waiting > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the reserve did not wait for the budget's locks within %v", patience)
-			}
-		}
+		b.awaitLockWait(t, func() bool { return false }, "the reserve did not wait for the budget's locks")
 		if err := tx.Commit(b.ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -178,22 +166,7 @@ func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
 			set <- err
 		}()
 		// Either the budget waits for the run's open, or it committed first.
-		for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) { // polling the server
-			if len(set) > 0 {
-				break
-			}
-			var waiting int
-			if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-				t.Fatal(err)
-			}
-			if waiting > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the budget neither committed nor waited within %v", patience)
-			}
-		}
+		b.awaitLockWait(t, func() bool { return len(set) > 0 }, "the budget neither committed nor waited")
 		if err := tx.Commit(b.ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -255,4 +228,24 @@ func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
 		}
 		b.checkConserved(t)
 	})
+}
+
+// awaitLockWait polls the server until a session of the test's database
+// waits for a lock, or done reports true; after patience it fails t with
+// what, naming the wait.
+func (b *testBundle) awaitLockWait(t *testing.T, done func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(patience); !done(); time.Sleep(10 * time.Millisecond) { // polling the server
+		var waiting int
+		if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s within %v", what, patience)
+		}
+	}
 }
