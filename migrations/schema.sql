@@ -1118,7 +1118,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,
 CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 88 lines, sha256 5fd283b7b07b
+    -- body: 90 lines, sha256 50d817d94bc5
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_worker;

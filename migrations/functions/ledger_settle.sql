@@ -67,7 +67,9 @@ BEGIN
 
     UPDATE account SET reserved = reserved - r.amount, spent = spent + charge, updated_at = now()
      WHERE account_id = ANY (r.chain);
-    IF charge < r.amount THEN
+    -- Only a tenant whose limit was raised above its budget has anything
+    -- to give back: no extra read on an ordinary settle.
+    IF charge < r.amount AND tenant.limit_tokens > tenant.period_base + tenant.period_limit THEN
         PERFORM ledger_give_back(r.chain);
     END IF;
     UPDATE reservation
