@@ -132,6 +132,21 @@ type RunAccounts struct {
 	Tasks map[string]AccountID // by task id
 }
 
+// Attempt is a dispatch of a task (or of a run's synthesis) the ledger
+// recorded (Ledger.BeginAttempt).
+type Attempt struct {
+	// N is the attempt's number, from 1: only the account's current
+	// attempt may reserve on it.
+	N int64
+	// Secret proves the attempt: a random string the database keeps only
+	// the SHA-256 of. A worker's login must present it to reserve on the
+	// account, to settle, void or renew what it reserved there, and to
+	// issue, resolve or read the task's tool calls; an orchestrator's
+	// login is not asked (it begins attempts). It travels to the worker in
+	// the signed dispatch and nowhere else: never log it.
+	Secret string
+}
+
 // ReserveParams ask for tokens on an account.
 //
 // RunID, TenantID and Attempt are the grant the caller was dispatched with:
@@ -144,6 +159,7 @@ type ReserveParams struct {
 	RunID    string // the run the account must belong to; required
 	TenantID string // the tenant the account must belong to; required
 	Attempt  int64  // the account's current attempt, >= 1
+	Secret   string // the attempt's secret (Attempt.Secret); a worker's login must present it
 	Want     int64  // > 0
 	Min      int64  // 1..Want; grant nothing if less than this is available
 	Holder   string
@@ -161,8 +177,9 @@ type ReserveParams struct {
 type SettleParams struct {
 	Reservation ReservationID
 	Generation  int64
-	Actual      int64 // >= 0; may exceed the grant (recorded as overrun)
-	Estimated   bool  // Actual is a guess (e.g. the full reservation of a cancelled call)
+	Secret      string // the secret of the attempt that reserved it (ReserveParams.Secret)
+	Actual      int64  // >= 0; may exceed the grant (recorded as overrun)
+	Estimated   bool   // Actual is a guess (e.g. the full reservation of a cancelled call)
 	// Model is the model that was called; empty keeps the reservation's.
 	Model string
 	// InputTokens and OutputTokens are the provider's split of Actual, when
@@ -187,12 +204,13 @@ type Ledger interface {
 
 	// BeginAttempt records a new dispatch of the task (or, for a run
 	// account, of the run's synthesis call) in the database and returns its
-	// attempt number, starting at 1. From then on only reserves naming that
-	// attempt are granted on the account: an earlier attempt is fenced.
+	// number, starting at 1, and its secret. From then on only reserves
+	// naming that attempt (and, from a worker's login, its secret) are
+	// granted on the account: an earlier attempt is fenced.
 	// Returns ErrNotFound for an unknown account, an *ExhaustedError when the
 	// account or its run has ended, and ErrDenied when the account is not of
 	// runID and tenantID.
-	BeginAttempt(ctx context.Context, account AccountID, runID, tenantID string) (int64, error)
+	BeginAttempt(ctx context.Context, account AccountID, runID, tenantID string) (Attempt, error)
 
 	// Reserve grants min(Want, available) if that is at least Min, on the
 	// account and every ancestor at once. Returns an *ExhaustedError (which
@@ -209,16 +227,21 @@ type Ledger interface {
 	// Settle posts Actual as spent and frees the rest of the reservation,
 	// exactly once. A retry with the same Actual and Estimated returns the first
 	// outcome; a different amount is a *ConflictError. A stale generation or an
-	// expired reservation is ErrLeaseLost; a voided one is ErrConflict.
+	// expired reservation is ErrLeaseLost; a voided one is ErrConflict; a
+	// Secret that is not the reservation's, from a worker's login, is a
+	// *DeniedError.
 	Settle(ctx context.Context, p SettleParams) (Reservation, error)
 
 	// Void frees the whole reservation. Voiding twice is a no-op; voiding a
 	// settled reservation is ErrConflict; a stale generation is ErrLeaseLost.
-	Void(ctx context.Context, id ReservationID, generation int64) (Reservation, error)
+	// secret is the one the reservation was granted to (see ReserveParams;
+	// another, from a worker's login, is a *DeniedError).
+	Void(ctx context.Context, id ReservationID, generation int64, secret string) (Reservation, error)
 
 	// Renew extends a held lease by ttl from the database's now. Returns
 	// ErrLeaseLost when the lease expired, was taken, or the reservation resolved.
-	Renew(ctx context.Context, id ReservationID, generation int64, ttl time.Duration) (Reservation, error)
+	// secret is the one the reservation was granted to.
+	Renew(ctx context.Context, id ReservationID, generation int64, ttl time.Duration, secret string) (Reservation, error)
 
 	// ExpireLeases posts every held reservation whose lease ended (database
 	// time) as spent at its full amount, flagged estimated, and reports how

@@ -69,6 +69,7 @@ CREATE TABLE fanout.account (
     period_limit bigint,
     period_base bigint DEFAULT 0 NOT NULL,
     period_end timestamp with time zone,
+    secret_hash bytea,
     CONSTRAINT account_attempt_check CHECK (attempt >= 0),
     CONSTRAINT account_kind_check CHECK (kind = ANY (ARRAY['tenant'::text, 'run'::text, 'task'::text])),
     CONSTRAINT account_kind_keys CHECK (kind = 'tenant'::text AND run_id IS NULL AND task_id IS NULL OR kind = 'run'::text AND run_id IS NOT NULL AND task_id IS NULL OR kind = 'task'::text AND run_id IS NOT NULL AND task_id IS NOT NULL),
@@ -96,6 +97,7 @@ CREATE POLICY fanout_tenant_auditor_read ON fanout.account FOR SELECT TO fanout_
 COMMENT ON COLUMN fanout.account.period_limit IS 'Tenant accounts: the tokens the tenant may spend per period (period none: in all).';
 COMMENT ON COLUMN fanout.account.period_base IS 'Tenant accounts: spent at the current period''s start; limit_tokens = period_base + period_limit, clamped to reserved + spent.';
 COMMENT ON COLUMN fanout.account.period_end IS 'Tenant accounts: when the current period ends (database time); NULL for period none.';
+COMMENT ON COLUMN fanout.account.secret_hash IS 'SHA-256 of the current attempt''s secret (ledger_begin_attempt); NULL before the first attempt.';
 GRANT SELECT (account_id, tenant_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end) ON TABLE fanout.account TO fanout_auditor;
 GRANT SELECT (account_id, tenant_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
@@ -251,6 +253,9 @@ CREATE TABLE fanout.rate_bucket (
     CONSTRAINT rate_bucket_taken_check CHECK (taken >= 0),
     CONSTRAINT rate_bucket_tpm_check CHECK (tpm >= 0)
 );
+ALTER TABLE fanout.rate_bucket ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rate_bucket_any ON fanout.rate_bucket FOR ALL TO fanout_admin, fanout_app USING (true) WITH CHECK (true);
+CREATE POLICY rate_bucket_provider ON fanout.rate_bucket FOR ALL TO fanout_worker USING (bucket !~~ 'key:%'::text) WITH CHECK (bucket !~~ 'key:%'::text);
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.rate_bucket TO fanout_admin;
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.rate_bucket TO fanout_app;
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.rate_bucket TO fanout_worker;
@@ -278,6 +283,7 @@ CREATE TABLE fanout.reservation (
     model text,
     input_tokens bigint,
     output_tokens bigint,
+    secret_hash bytea,
     CONSTRAINT reservation_account_id_fkey FOREIGN KEY (account_id) REFERENCES fanout.account(account_id),
     CONSTRAINT reservation_account_id_reserve_key_key UNIQUE (account_id, reserve_key),
     CONSTRAINT reservation_actual_check CHECK (actual >= 0),
@@ -299,6 +305,7 @@ CREATE INDEX reservation_run ON fanout.reservation USING btree (run_id, state);
 CREATE POLICY fanout_app_all ON fanout.reservation FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.reservation FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.reservation FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+COMMENT ON COLUMN fanout.reservation.secret_hash IS 'SHA-256 of the secret of the attempt the reservation was granted to.';
 GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at) ON TABLE fanout.reservation TO fanout_auditor;
 GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at) ON TABLE fanout.reservation TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.reservation TO fanout_app;
@@ -482,6 +489,7 @@ CREATE TABLE fanout.tool_call (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     resolved_at timestamp with time zone,
     result_bytes integer GENERATED ALWAYS AS (octet_length(result)) STORED,
+    secret_hash bytea,
     CONSTRAINT tool_call_args_digest_check CHECK (args_digest ~ '^[0-9a-f]{64}$'::text),
     CONSTRAINT tool_call_attempt_check CHECK (attempt >= 1),
     CONSTRAINT tool_call_call_index_check CHECK (call_index >= 0),
@@ -507,12 +515,11 @@ COMMENT ON COLUMN fanout.tool_call.key IS 'The idempotency key sent in the call'
 COMMENT ON COLUMN fanout.tool_call.args_digest IS 'Hex SHA-256 of the call''s JSON arguments as the model sent them.';
 COMMENT ON COLUMN fanout.tool_call.result IS 'A resolved write''s result as the model was shown it.';
 COMMENT ON COLUMN fanout.tool_call.result_bytes IS 'octet_length(result), kept so that tool_calls need not read result.';
+COMMENT ON COLUMN fanout.tool_call.secret_hash IS 'SHA-256 of the secret of the attempt that issued the call.';
+GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, created_at, resolved_at) ON TABLE fanout.tool_call TO fanout_worker;
 GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes) ON TABLE fanout.tool_call TO fanout_auditor;
 GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes) ON TABLE fanout.tool_call TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.tool_call TO fanout_app;
-GRANT SELECT ON TABLE fanout.tool_call TO fanout_worker;
-GRANT UPDATE (state, result, error) ON TABLE fanout.tool_call TO fanout_app;
-GRANT UPDATE (state, result, error) ON TABLE fanout.tool_call TO fanout_worker;
 
 CREATE TABLE public.schema_migration (
     version integer NOT NULL,
@@ -974,10 +981,10 @@ CREATE FUNCTION fanout.ledger_adopt_runs(t fanout.account) RETURNS fanout.accoun
     -- body: 29 lines, sha256 68f6f3488981
 REVOKE EXECUTE ON FUNCTION fanout.ledger_adopt_runs(fanout.account) FROM PUBLIC;
 
-CREATE FUNCTION fanout.ledger_begin_attempt(p_account bigint, p_run text, p_tenant text) RETURNS TABLE(outcome text, attempt bigint, info_kind text, info_state text)
+CREATE FUNCTION fanout.ledger_begin_attempt(p_account bigint, p_run text, p_tenant text) RETURNS TABLE(outcome text, attempt bigint, info_kind text, info_state text, secret text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 37 lines, sha256 489d1d71cf82
+    -- body: 38 lines, sha256 176ce1763fb2
 REVOKE EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) TO fanout_app;
 
@@ -1074,21 +1081,21 @@ CREATE FUNCTION fanout.ledger_refusal(p_outcome text, p_account bigint, p_info t
     -- body: 8 lines, sha256 c2aec8bc2745
 REVOKE EXECUTE ON FUNCTION fanout.ledger_refusal(text,bigint,text) FROM PUBLIC;
 
-CREATE FUNCTION fanout.ledger_renew(p_reservation bigint, p_generation bigint, p_ttl interval) RETURNS fanout.ledger_result
+CREATE FUNCTION fanout.ledger_renew(p_reservation bigint, p_generation bigint, p_ttl interval, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 23 lines, sha256 9aa9a6fef207
-REVOKE EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) TO fanout_app;
-GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval) TO fanout_worker;
+    -- body: 27 lines, sha256 34849ed90eb1
+REVOKE EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fanout_worker;
 
-CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text) RETURNS fanout.ledger_result
+CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 135 lines, sha256 59fe712b8ee7
-REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app;
-GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_worker;
+    -- body: 139 lines, sha256 f953864b6441
+REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_worker;
 
 CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -1108,6 +1115,12 @@ CREATE FUNCTION fanout.ledger_roll_period(t fanout.account) RETURNS fanout.accou
     -- body: 24 lines, sha256 88d30aa0debb
 REVOKE EXECUTE ON FUNCTION fanout.ledger_roll_period(fanout.account) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_secret_ok(p_hash bytea, p_secret text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 3 lines, sha256 587a0b14f36a
+REVOKE EXECUTE ON FUNCTION fanout.ledger_secret_ok(bytea,text) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_limit bigint, p_kind text, p_every interval, p_min bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1115,21 +1128,21 @@ CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_l
 REVOKE EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_admin;
 
-CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0) RETURNS fanout.ledger_result
+CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 90 lines, sha256 50d817d94bc5
-REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app;
-GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_worker;
+    -- body: 93 lines, sha256 409d8847b368
+REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_worker;
 
-CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_note text) RETURNS fanout.ledger_result
+CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_note text, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 35 lines, sha256 a5591d3d2c1a
-REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) TO fanout_app;
-GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text) TO fanout_worker;
+    -- body: 38 lines, sha256 d29e42920056
+REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_worker;
 
 CREATE FUNCTION fanout.price_append_only() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
@@ -1182,16 +1195,32 @@ REVOKE EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) FROM PUB
 GRANT EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) TO fanout_worker;
 
-CREATE FUNCTION fanout.tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_iteration integer, p_index integer, p_server text, p_tool text, p_digest text) RETURNS text
+CREATE FUNCTION fanout.tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_iteration integer, p_index integer, p_server text, p_tool text, p_digest text, p_secret text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 25 lines, sha256 409672a438c0
-REVOKE EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) TO fanout_app;
-GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) TO fanout_worker;
+    -- body: 34 lines, sha256 c07ad870f0b8
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) TO fanout_worker;
+
+CREATE FUNCTION fanout.tool_call_resolve(p_key text, p_state text, p_result text, p_error text, p_secret text DEFAULT NULL::text) RETURNS TABLE(resolved boolean, state text)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 16 lines, sha256 765cdb5bf398
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO fanout_worker;
 
 CREATE FUNCTION fanout.tool_call_resolve_once() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 20 lines, sha256 41da95eb24db
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_resolve_once() FROM PUBLIC;
+
+CREATE FUNCTION fanout.tool_call_writes(p_tenant text, p_run text, p_task text, p_secret text DEFAULT NULL::text) RETURNS SETOF fanout.tool_call
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 11 lines, sha256 123f49778351
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_writes(text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_writes(text,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_writes(text,text,text,text) TO fanout_worker;

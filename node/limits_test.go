@@ -28,6 +28,12 @@ import (
 
 func TestMain(m *testing.M) {
 	storetest.MigrateFunc = store.Migrate
+	// The peer keys, made once before any test: DevTrust makes them on
+	// first use, and parallel tests would write them at once.
+	if _, _, _, err := node.DevTrust(peerDir); err != nil {
+		fmt.Fprintf(os.Stderr, "make the peer keys: %v\n", err)
+		os.Exit(1)
+	}
 	storetest.Main(m)
 	_ = os.RemoveAll(peerDir)
 	if err := goleak.Find(); err != nil {
@@ -172,7 +178,7 @@ func TestLedgerPoolIsSeparate(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := b.Ledger().Reserve(ctx, budget.ReserveParams{Account: ra.Tasks["t"], RunID: "r", TenantID: "default",
-		Attempt: attempt, Want: 100, Min: 1, Holder: "n", TTL: time.Minute})
+		Attempt: attempt.N, Secret: attempt.Secret, Want: 100, Min: 1, Holder: "n", TTL: time.Minute})
 	if err != nil || r.Amount != 100 {
 		t.Fatalf("reserve with the API pool held: %+v, %v; want 100 granted at once", r, err)
 	}

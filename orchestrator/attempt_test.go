@@ -18,9 +18,9 @@ type flakyBegin struct {
 	n atomic.Int32
 }
 
-func (f *flakyBegin) BeginAttempt(ctx context.Context, a budget.AccountID, run, tenant string) (int64, error) {
+func (f *flakyBegin) BeginAttempt(ctx context.Context, a budget.AccountID, run, tenant string) (budget.Attempt, error) {
 	if f.n.Add(1) == 1 {
-		return 0, errors.New("read tcp: connection reset by peer")
+		return budget.Attempt{}, errors.New("read tcp: connection reset by peer")
 	}
 	return f.Ledger.BeginAttempt(ctx, a, run, tenant)
 }

@@ -117,11 +117,11 @@ func exhaust(t *testing.T, b *testBundle, runID, tenantID string) {
 		t.Fatal(err)
 	}
 	res, err := b.ledger.Reserve(t.Context(), budget.ReserveParams{Account: acct.ID, RunID: runID, TenantID: tenantID,
-		Attempt: attempt, Want: acct.Available(), Min: 1, Holder: "test", TTL: time.Minute})
+		Attempt: attempt.N, Secret: attempt.Secret, Want: acct.Available(), Min: 1, Holder: "test", TTL: time.Minute})
 	if err != nil {
 		t.Fatalf("reserve the rest of run %s: %v", runID, err)
 	}
-	if _, err := b.ledger.Void(t.Context(), res.ID, res.Lease.Generation); err != nil {
+	if _, err := b.ledger.Void(t.Context(), res.ID, res.Lease.Generation, ""); err != nil {
 		t.Fatal(err)
 	}
 	if acct, err := b.ledger.RunAccount(t.Context(), runID); err != nil || acct.State != budget.StateExhausted {

@@ -97,14 +97,14 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 		}
 		w, _ := pool.Connected(next)
 		r := proto.CloneOf(req)
-		n, err := d.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
+		a, err := d.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
 		if err != nil {
 			if ctx.Err() != nil {
 				return d.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
 			}
 			return d.attemptRefused(ctx, req.GetTask().GetId(), err)
 		}
-		r.Attempt = n
+		r.Attempt, r.AttemptSecret = int32(min(a.N, math.MaxInt32)), a.Secret
 		o, retry, err := d.execute(ctx, w, r, p)
 		if !retry {
 			return o
@@ -208,26 +208,26 @@ func (e *Engine) envelope(d *fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error
 }
 
 // beginAttempt records a new dispatch of the task (or synthesis) whose
-// ledger account is acct and returns its attempt number: from now on only
-// that attempt can reserve on it (an earlier one is fenced). A transient
+// ledger account is acct and returns its number and secret: from now on
+// only that attempt can reserve on it (an earlier one is fenced). A transient
 // database error is retried with backoff until ctx (the call's deadline)
 // ends; a refusal (the run ended, the account is not the run's) is not.
-func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (int32, error) {
+func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (budget.Attempt, error) {
 	backoff := d.e.cfg.RetryBackoff
 	for {
 		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		n, err := d.e.ledger.BeginAttempt(actx, acct, d.runID, d.p.tenantID)
+		a, err := d.e.ledger.BeginAttempt(actx, acct, d.runID, d.p.tenantID)
 		cancel()
 		switch {
 		case err == nil:
-			return int32(min(n, math.MaxInt32)), nil
+			return a, nil
 		case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrDenied), errors.Is(err, budget.ErrNotFound):
-			return 0, err
+			return budget.Attempt{}, err
 		}
 		d.e.cfg.Logger.WarnContext(ctx, "begin task attempt; retrying", "run_id", d.runID, "account", acct,
 			"backoff", backoff, "err", err)
 		if !sleep(ctx, backoff) {
-			return 0, err
+			return budget.Attempt{}, err
 		}
 		backoff = min(2*backoff, maxRetryBackoff)
 	}

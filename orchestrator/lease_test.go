@@ -155,9 +155,9 @@ func (l cutLedger) EndRunFenced(ctx context.Context, runID string, state budget.
 	return l.Ledger.EndRunFenced(ctx, runID, state, cause, epoch)
 }
 
-func (l cutLedger) BeginAttempt(ctx context.Context, a budget.AccountID, runID, tenantID string) (int64, error) {
+func (l cutLedger) BeginAttempt(ctx context.Context, a budget.AccountID, runID, tenantID string) (budget.Attempt, error) {
 	if l.cut.Load() {
-		return 0, errKilled
+		return budget.Attempt{}, errKilled
 	}
 	return l.Ledger.BeginAttempt(ctx, a, runID, tenantID)
 }

@@ -66,7 +66,7 @@ func lostAttempt(t *testing.T, b *testBundle, accts budget.RunAccounts, task, ho
 	}
 	return func() (budget.Reservation, error) {
 		return b.ledger.Reserve(t.Context(), budget.ReserveParams{Account: accts.Tasks[task], RunID: run.RunID,
-			TenantID: run.TenantID, Attempt: attempt, Want: 100, Min: 10, Holder: holder, TTL: ttl})
+			TenantID: run.TenantID, Attempt: attempt.N, Secret: attempt.Secret, Want: 100, Min: 10, Holder: holder, TTL: ttl})
 	}
 }
 

@@ -58,7 +58,7 @@ func BenchmarkHotAccount(b *testing.B) {
 					b.Fatal(err)
 				}
 				rate, p99 := benchClients(b, clients, func() error {
-					r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, RunID: "hot", TenantID: "bench", Attempt: attempt,
+					r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, RunID: "hot", TenantID: "bench", Attempt: attempt.N, Secret: attempt.Secret,
 						Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute})
 					if err != nil {
 						return err
@@ -151,7 +151,7 @@ func benchTenant(b *testing.B, clients int, tenant, coalesce bool) (rate, p99ms 
 	type task struct {
 		run     string
 		acct    budget.AccountID
-		attempt int64
+		attempt budget.Attempt
 	}
 	tasks := make([]task, clients)
 	for i := range tasks {
@@ -171,7 +171,7 @@ func benchTenant(b *testing.B, clients int, tenant, coalesce bool) (rate, p99ms 
 	for i := range pairs {
 		tk := tasks[i]
 		pairs[i] = func() error {
-			r, err := l.Reserve(ctx, budget.ReserveParams{Account: tk.acct, RunID: tk.run, TenantID: "bench", Attempt: tk.attempt,
+			r, err := l.Reserve(ctx, budget.ReserveParams{Account: tk.acct, RunID: tk.run, TenantID: "bench", Attempt: tk.attempt.N, Secret: tk.attempt.Secret,
 				Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute, Model: "bench-model"})
 			if err != nil {
 				return err

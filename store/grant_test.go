@@ -41,9 +41,9 @@ func TestReserveNeedsTheGrant(t *testing.T) {
 		}
 	}
 	// The current attempt moves on: the old one is fenced, the new one granted.
-	n, err := b.ledger.BeginAttempt(b.ctx, acct, "victim", "tenant-a")
-	if err != nil || n != 2 {
-		t.Fatalf("begin attempt = %d, %v; want 2", n, err)
+	a, err := b.ledger.BeginAttempt(b.ctx, acct, "victim", "tenant-a")
+	if err != nil || a.N != 2 {
+		t.Fatalf("begin attempt = %d, %v; want 2", a.N, err)
 	}
 	if _, err := b.ledger.Reserve(b.ctx, grant(victim, budget.ReserveParams{Account: acct, Want: 10, Min: 1, Holder: "n", TTL: ttl})); !errors.Is(err, budget.ErrDenied) {
 		t.Errorf("reserve with the superseded attempt 1: err = %v, want ErrDenied", err)
@@ -104,7 +104,7 @@ func TestResolvedReservationNeverGrantsAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ledger.Void(b.ctx, voided.ID, 1); err != nil {
+	if _, err := b.ledger.Void(b.ctx, voided.ID, 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	held, err := reserve("replay/t0/a1/i3")
@@ -242,9 +242,9 @@ func TestBeginAttemptWaitsOnlyForItsAccount(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	n, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t0"], "busy", "tenant-a")
-	if err != nil || n != 2 {
-		t.Fatalf("begin attempt on t0 while the run account is locked: attempt %d, %v; want 2 at once", n, err)
+	a, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t0"], "busy", "tenant-a")
+	if err != nil || a.N != 2 {
+		t.Fatalf("begin attempt on t0 while the run account is locked: attempt %d, %v; want 2 at once", a.N, err)
 	}
 	// A transaction on t1 itself (a reserve under way on it) holds t1's
 	// attempt back until it ends.
@@ -258,7 +258,7 @@ func TestBeginAttemptWaitsOnlyForItsAccount(t *testing.T) {
 	done := make(chan begun, 1)
 	go func() {
 		n, err := b.ledger.BeginAttempt(ctx, ra.Tasks["t1"], "busy", "tenant-a")
-		done <- begun{n, err}
+		done <- begun{n.N, err}
 	}()
 	// It waits on a lock (seen in pg_stat_activity), and has not returned.
 	deadline := time.Now().Add(10 * time.Second)

@@ -139,6 +139,14 @@ func val[T any](p *T) T {
 	return *p
 }
 
+// nullable is s, or SQL NULL when s is empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 func (r *ledgerResult) reservation() budget.Reservation {
 	return budget.Reservation{
 		ID:        budget.ReservationID(val(r.ReservationID)),
@@ -204,8 +212,8 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 	if key == "" {
 		key = newReserveKey()
 	}
-	r, err = l.call(ctx, "reserve", ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key, p.Model},
+	r, err = l.call(ctx, "reserve", ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key, p.Model, nullable(p.Secret)},
 		account: p.Account})
 	if err == nil {
 		err = r.err(0, p.Min)
@@ -226,23 +234,23 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 }
 
 // BeginAttempt implements budget.Ledger.
-func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, runID, tenantID string) (int64, error) {
+func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, runID, tenantID string) (budget.Attempt, error) {
 	var outcome string
 	var attempt int64
-	var kind, state *string
+	var kind, state, secret *string
 	// Not idempotent, but safe to retry even when a try's commit was
 	// ambiguous: a lost try bumped the attempt once more, to a number no one
 	// was told, so no reserve can name it. It fences the earlier attempts,
 	// as this call does anyway; the attempt the caller gets is still the
-	// account's current one.
+	// account's current one, and its secret the one the account keeps.
 	err := retried(ctx, l.log, "ledger.begin_attempt", idempotent, func(ctx context.Context, _ try) error {
-		return l.pool.QueryRow(ctx, "SELECT outcome, attempt, info_kind, info_state FROM ledger_begin_attempt($1, $2, $3)",
-			int64(account), runID, tenantID).Scan(&outcome, &attempt, &kind, &state)
+		return l.pool.QueryRow(ctx, "SELECT outcome, attempt, info_kind, info_state, secret FROM ledger_begin_attempt($1, $2, $3)",
+			int64(account), runID, tenantID).Scan(&outcome, &attempt, &kind, &state, &secret)
 	})
 	if err == nil {
 		switch outcome {
 		case "ok":
-			return attempt, nil
+			return budget.Attempt{N: attempt, Secret: val(secret)}, nil
 		case "not_found":
 			err = budget.ErrNotFound
 		case "denied":
@@ -253,7 +261,7 @@ func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, run
 			err = fmt.Errorf("ledger: unknown outcome %q", outcome)
 		}
 	}
-	return 0, fmt.Errorf("begin attempt on account %d of run %s: %w", account, runID, err)
+	return budget.Attempt{}, fmt.Errorf("begin attempt on account %d of run %s: %w", account, runID, err)
 }
 
 // Settle implements budget.Ledger.
@@ -265,8 +273,8 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.
 		AttrActual.Int64(p.Actual), AttrEstimated.Bool(p.Estimated))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, "settle", ledgerCall{fn: "ledger_settle($1, $2, $3, $4, $5, $6, $7)",
-		args:        []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated, p.Model, p.InputTokens, p.OutputTokens},
+	r, err = l.call(ctx, "settle", ledgerCall{fn: "ledger_settle($1, $2, $3, $4, $5, $6, $7, $8)",
+		args:        []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated, p.Model, p.InputTokens, p.OutputTokens, nullable(p.Secret)},
 		reservation: p.Reservation})
 	if err == nil && r.Outcome == "ok" {
 		countSpent(ctx, val(r.Spent), p.Estimated)
@@ -282,14 +290,14 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.
 }
 
 // Void implements budget.Ledger.
-func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation int64) (res budget.Reservation, err error) {
+func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation int64, secret string) (res budget.Reservation, err error) {
 	if id <= 0 {
 		return budget.Reservation{}, &budget.ValidationError{Field: "reservation", Reason: fmt.Sprintf("must be a positive reservation id, got %d", id)}
 	}
 	ctx, done := observe(ctx, "void", AttrReservationID.Int64(int64(id)))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, "void", ledgerCall{fn: "ledger_void($1, $2, '')", args: []any{int64(id), generation}, reservation: id})
+	r, err = l.call(ctx, "void", ledgerCall{fn: "ledger_void($1, $2, '', $3)", args: []any{int64(id), generation, nullable(secret)}, reservation: id})
 	if err == nil {
 		err = r.err(id, 0)
 	}
@@ -301,12 +309,12 @@ func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation i
 }
 
 // Renew implements budget.Ledger.
-func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation int64, ttl time.Duration) (budget.Reservation, error) {
+func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation int64, ttl time.Duration, secret string) (budget.Reservation, error) {
 	if ttl <= 0 || ttl > budget.MaxLeaseTTL {
 		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be in (0, %s], got %s", budget.MaxLeaseTTL, ttl)}
 	}
 	ctx, done := observe(ctx, "renew", AttrReservationID.Int64(int64(id)))
-	r, err := l.call(ctx, "renew", ledgerCall{fn: "ledger_renew($1, $2, $3)", args: []any{int64(id), generation, ttl}})
+	r, err := l.call(ctx, "renew", ledgerCall{fn: "ledger_renew($1, $2, $3, $4)", args: []any{int64(id), generation, ttl, nullable(secret)}})
 	defer func() { done(&r, err) }()
 	if err == nil {
 		err = r.err(id, 0)

@@ -79,8 +79,8 @@ func beginAttempts(t testing.TB, l budget.Ledger, ra budget.RunAccounts) {
 		if a, err := l.Account(context.Background(), id); err != nil || a.Attempt == 1 {
 			continue // opened again: begun already
 		}
-		if n, err := l.BeginAttempt(context.Background(), id, ra.Run.RunID, ra.Run.TenantID); err != nil || n != 1 {
-			t.Fatalf("begin attempt on account %d: attempt %d, %v", id, n, err)
+		if n, err := l.BeginAttempt(context.Background(), id, ra.Run.RunID, ra.Run.TenantID); err != nil || n.N != 1 {
+			t.Fatalf("begin attempt on account %d: attempt %d, %v", id, n.N, err)
 		}
 	}
 }
@@ -173,7 +173,7 @@ func TestReserveSettleVoid(t *testing.T) {
 	if err != nil || s2 != s {
 		t.Fatalf("replayed settle = %+v, %v; want %+v", s2, err, s)
 	}
-	if _, err := b.ledger.Void(b.ctx, r2.ID, 1); err != nil {
+	if _, err := b.ledger.Void(b.ctx, r2.ID, 1, ""); err != nil {
 		t.Fatalf("void: %v", err)
 	}
 	run, err := b.ledger.RunAccount(b.ctx, "run-1")
@@ -210,7 +210,7 @@ func TestOverrunIsRecordedNotHidden(t *testing.T) {
 	if s.Overrun != 150 || s.Spent != 150 || s.Actual != 250 {
 		t.Errorf("settled = %+v; want actual 250, spent 150 (all the room), overrun 150", s)
 	}
-	if _, err := b.ledger.Void(b.ctx, r2.ID, 1); err != nil {
+	if _, err := b.ledger.Void(b.ctx, r2.ID, 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	var overrun int64
@@ -360,7 +360,7 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, budget.ErrConflict, ""},
 		{"void a settled reservation", func() error {
-			_, err := b.ledger.Void(b.ctx, settled.ID, 1)
+			_, err := b.ledger.Void(b.ctx, settled.ID, 1, "")
 			return err
 		}, budget.ErrConflict, ""},
 		{"reserve on a closed run", func() error {
@@ -521,7 +521,7 @@ func TestLeaseExpiry(t *testing.T) {
 	if !errors.Is(err, budget.ErrLeaseLost) {
 		t.Errorf("settle under the old generation: err = %v, want ErrLeaseLost", err)
 	}
-	if _, err := b.ledger.Renew(b.ctx, r.ID, r.Lease.Generation, time.Minute); !errors.Is(err, budget.ErrLeaseLost) {
+	if _, err := b.ledger.Renew(b.ctx, r.ID, r.Lease.Generation, time.Minute, ""); !errors.Is(err, budget.ErrLeaseLost) {
 		t.Errorf("renew after expiry: err = %v, want ErrLeaseLost", err)
 	}
 	b.checkConserved(t)
@@ -535,14 +535,14 @@ func TestRenewExtendsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := b.ledger.Renew(b.ctx, r.ID, 1, time.Hour)
+	r2, err := b.ledger.Renew(b.ctx, r.ID, 1, time.Hour, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !r2.Lease.ExpiresAt.After(r.Lease.ExpiresAt.Add(30 * time.Minute)) {
 		t.Errorf("renewed lease ends %v, want about an hour after %v", r2.Lease.ExpiresAt, r.Lease.ExpiresAt)
 	}
-	if _, err := b.ledger.Renew(b.ctx, r.ID, 7, time.Hour); !errors.Is(err, budget.ErrLeaseLost) {
+	if _, err := b.ledger.Renew(b.ctx, r.ID, 7, time.Hour, ""); !errors.Is(err, budget.ErrLeaseLost) {
 		t.Errorf("renew with a wrong generation: err = %v, want ErrLeaseLost", err)
 	}
 }

@@ -150,7 +150,7 @@ func TestDefinitionsFollowTheFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !done.Redefined || !slices.Equal(done.Changed, []string{"functions/ledger_renew.sql"}) ||
-		!c.is("SELECT prosrc LIKE '%-- edited%' FROM pg_proc WHERE oid = 'fanout.ledger_renew(bigint,bigint,interval)'::regprocedure") {
+		!c.is("SELECT prosrc LIKE '%-- edited%' FROM pg_proc WHERE oid = 'fanout.ledger_renew(bigint,bigint,interval,text)'::regprocedure") {
 		t.Errorf("one edited file: Applied = %+v; want it applied and named", done)
 	}
 }
@@ -178,7 +178,7 @@ func TestDefinitionsAreAllOrNothing(t *testing.T) {
 	if err := conn.QueryRow(ctx, views).Scan(&after); err != nil || after != before {
 		t.Errorf("views after a failed definitions step: %d (%v), before: %d", after, err, before)
 	}
-	if !c.is("SELECT prosrc NOT LIKE '%-- changed%' FROM pg_proc WHERE oid = 'fanout.ledger_renew(bigint,bigint,interval)'::regprocedure") {
+	if !c.is("SELECT prosrc NOT LIKE '%-- changed%' FROM pg_proc WHERE oid = 'fanout.ledger_renew(bigint,bigint,interval,text)'::regprocedure") {
 		t.Error("a failed definitions step left a function changed")
 	}
 	done, err := apply(ctx, url, migrations.FS)

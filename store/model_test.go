@@ -300,7 +300,7 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 			}
 			gen := m.res[id].Lease.Generation
 			desc = fmt.Sprintf("void(%d, gen %d)", id, gen)
-			_, err := b.ledger.Void(b.ctx, id, gen)
+			_, err := b.ledger.Void(b.ctx, id, gen, "")
 			got, want = outcome(err), m.void(id, gen)
 		case op < 88: // renew
 			id, ok := pick()
@@ -309,7 +309,7 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 			}
 			r := m.res[id]
 			desc = fmt.Sprintf("renew(%d)", id)
-			_, err := b.ledger.Renew(b.ctx, id, r.Lease.Generation, time.Hour)
+			_, err := b.ledger.Renew(b.ctx, id, r.Lease.Generation, time.Hour, "")
 			got, want = outcome(err), "ok"
 			if r.State != budget.ReservationHeld {
 				want = "lease_lost"

@@ -83,7 +83,7 @@ func TestSpendInMoney(t *testing.T) {
 	if _, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: bad.ID, Generation: 1, Actual: 10, InputTokens: 5, OutputTokens: 4}); !errors.Is(err, budget.ErrInvalid) {
 		t.Errorf("settle with a split of 9 for actual 10: err = %v, want a validation error", err)
 	}
-	if _, err := b.ledger.Void(b.ctx, bad.ID, 1); err != nil {
+	if _, err := b.ledger.Void(b.ctx, bad.ID, 1, ""); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(patience)

@@ -77,7 +77,7 @@ func TestSpendCountsInThePeriodItIsPostedIn(t *testing.T) {
 		{
 			name: "voided after the end, first",
 			after: func(t *testing.T, b *testBundle, ra budget.RunAccounts, r budget.Reservation) {
-				if _, err := b.ledger.Void(b.ctx, r.ID, r.Lease.Generation); err != nil {
+				if _, err := b.ledger.Void(b.ctx, r.ID, r.Lease.Generation, ""); err != nil {
 					t.Fatal(err)
 				}
 				// The whole period limit is there to be granted.

@@ -43,7 +43,9 @@ func processRoleProbes() []processProbe {
 		{"semaphore_renew", `SELECT fanout.semaphore_renew(0, 'probe', interval '1 second')`, []string{w, o}},
 		{"rate_capacity", `SELECT fanout.rate_capacity(1, interval '1 second')`, []string{w, o}},
 		{"tool_call_issue", `SELECT fanout.tool_call_issue(0, '', '', '', '', 0, 0, 0, '', '', '')`, []string{w, o}},
-		{"write a tool call's outcome", `UPDATE fanout.tool_call SET state = state WHERE false`, []string{w, o}},
+		{"tool_call_resolve", `SELECT fanout.tool_call_resolve('', 'done', '', '')`, []string{w, o}},
+		{"tool_call_writes", `SELECT fanout.tool_call_writes('', '', '') WHERE false`, []string{w, o}},
+		{"read a tool call's result", `SELECT result FROM fanout.tool_call LIMIT 0`, []string{o}},
 		{"rate bucket", `INSERT INTO fanout.rate_bucket (key) SELECT 'probe' WHERE false`, []string{w, o, a}},
 		// The orchestrator's: runs, attempts, events, key lookups.
 		{"ledger_open_run", `SELECT fanout.ledger_open_run('', '', NULL, 0, 0, '{}', '{}')`, []string{o}},
@@ -69,6 +71,7 @@ func processRoleProbes() []processProbe {
 		{"write an entry", `INSERT INTO fanout.ledger_entry (tenant_id) SELECT 'probe' WHERE false`, nil},
 		{"write a reservation", `UPDATE fanout.reservation SET amount = amount WHERE false`, nil},
 		{"write a key", `UPDATE fanout.api_key SET name = name WHERE false`, nil},
+		{"write a tool call's outcome", `UPDATE fanout.tool_call SET state = state WHERE false`, nil},
 	}
 }
 

@@ -91,7 +91,7 @@ func raceClients(ctx context.Context, l budget.Ledger, accounts []budget.Account
 					break
 				}
 				if rng.IntN(5) == 0 {
-					if _, err := l.Void(ctx, r.ID, r.Lease.Generation); err != nil {
+					if _, err := l.Void(ctx, r.ID, r.Lease.Generation, ""); err != nil {
 						problem(err)
 					}
 					st.Voids++

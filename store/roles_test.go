@@ -113,7 +113,7 @@ func TestNodeRoleCannotWriteTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reserve as the node role: %v", err)
 	}
-	if _, err := l.Renew(b.ctx, r2.ID, 1, ttl); err != nil {
+	if _, err := l.Renew(b.ctx, r2.ID, 1, ttl, ""); err != nil {
 		t.Fatalf("renew as the node role: %v", err)
 	}
 	if _, err := l.Settle(b.ctx, budget.SettleParams{Reservation: r2.ID, Generation: 1, Actual: 20}); err != nil {

@@ -208,7 +208,7 @@ func TestSetBudgetPutsOpenRunsUnderIt(t *testing.T) {
 		if got, err := b.ledger.TenantAccount(b.ctx, "globex"); err != nil || got.Limit != 1100 || got.Available() != 0 {
 			t.Errorf("tenant after the settle = %+v, %v; want its limit down to spent 100 + held 1000 = 1100, nothing available", got, err)
 		}
-		if _, err := b.ledger.Void(b.ctx, voided.ID, voided.Lease.Generation); err != nil {
+		if _, err := b.ledger.Void(b.ctx, voided.ID, voided.Lease.Generation, ""); err != nil {
 			t.Fatal(err)
 		}
 		got, err := b.ledger.TenantAccount(b.ctx, "globex")

@@ -103,8 +103,10 @@ func checkWrite(w runs.Write) error {
 // the same key with another digest (or another tool, task or attempt) is
 // ErrWriteConflict; a key whose write was already resolved is
 // ErrWriteResolved (it must not be sent again). Only w's identity is
-// stored: its state, result, error and times are the database's.
-func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write) error {
+// stored: its state, result, error and times are the database's. secret
+// is the attempt's (budget.Attempt.Secret), which a worker's login must
+// present: another, or none, is ErrWriteConflict.
+func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string) error {
 	if err := checkWrite(w); err != nil {
 		return fmt.Errorf("issue tool write %s: %w", w.Key, err)
 	}
@@ -114,8 +116,9 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write) error {
 		// (migration 0016); then the row as it is (ours, if an earlier try
 		// committed).
 		var outcome string
-		if err := t.pool.QueryRow(ctx, `SELECT tool_call_issue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		if err := t.pool.QueryRow(ctx, `SELECT tool_call_issue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			w.Account, w.Key, w.TenantID, w.RunID, w.TaskID, w.Attempt, w.Iteration, w.Index, w.Server, w.Tool, w.ArgsDigest,
+			nullable(secret),
 		).Scan(&outcome); err != nil {
 			return err
 		}
@@ -123,9 +126,11 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write) error {
 		case "superseded":
 			return fmt.Errorf("attempt %d is no longer the current attempt of account %d: %w", w.Attempt, w.Account, runs.ErrAttemptSuperseded)
 		case "denied":
-			return fmt.Errorf("account %d is not task %s of run %s (tenant %s): %w", w.Account, w.TaskID, w.RunID, w.TenantID, ErrWriteConflict)
+			return fmt.Errorf("account %d is not task %s of run %s (tenant %s), or attempt %d of it was not dispatched with this secret: %w",
+				w.Account, w.TaskID, w.RunID, w.TenantID, w.Attempt, ErrWriteConflict)
 		}
-		return t.pool.QueryRow(ctx, `SELECT `+writeColumns+` FROM tool_call WHERE key = $1`, w.Key).Scan(writeDest(&got)...)
+		// The row's identity and state (a worker's login reads no result).
+		return t.pool.QueryRow(ctx, `SELECT `+identityColumns+` FROM tool_call WHERE key = $1`, w.Key).Scan(identityDest(&got)...)
 	})
 	if err != nil {
 		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): %w", w.Key, w.Tool, w.TaskID, w.RunID, err)
@@ -159,16 +164,26 @@ func sameCall(got, w runs.Write) string {
 	return ""
 }
 
-// writeColumns are the tool_call columns a runs.Write is read from, in
-// writeDest's order.
-const writeColumns = `key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool,
-	args_digest, state, result, error, created_at, resolved_at`
+// identityColumns are the tool_call columns that say which call a row is
+// and where it stands (all a worker's login may read of the table), in
+// identityDest's order; writeColumns add its result and error.
+const (
+	identityColumns = `key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool,
+	args_digest, state, created_at, resolved_at`
+	writeColumns = identityColumns + `, result, error`
+)
 
-// writeDest returns the scan targets of writeColumns in w. ResolvedAt is
-// scanned through a pointer that stays nil while issued (zero time).
-func writeDest(w *runs.Write) []any {
+// identityDest returns the scan targets of identityColumns in w.
+// ResolvedAt is scanned through a pointer that stays nil while issued
+// (zero time).
+func identityDest(w *runs.Write) []any {
 	return []any{&w.Key, &w.TenantID, &w.RunID, &w.TaskID, &w.Attempt, &w.Iteration, &w.Index, &w.Server,
-		&w.Tool, &w.ArgsDigest, (*string)(&w.State), &w.Result, &w.Error, &w.CreatedAt, nullTime{&w.ResolvedAt}}
+		&w.Tool, &w.ArgsDigest, (*string)(&w.State), &w.CreatedAt, nullTime{&w.ResolvedAt}}
+}
+
+// writeDest returns the scan targets of writeColumns in w.
+func writeDest(w *runs.Write) []any {
+	return append(identityDest(w), &w.Result, &w.Error)
 }
 
 // nullTime scans a nullable timestamptz into a time.Time, zero for NULL.
@@ -207,8 +222,9 @@ func storedText(s string) string {
 // state is a no-op (the first result stands); to another,
 // ErrWriteResolved; a key never issued, ErrWriteNotFound. Text that is not
 // valid UTF-8 or holds NUL bytes is stored with U+FFFD in their place, and
-// cut at MaxWriteTextBytes.
-func (t *ToolCalls) ResolveWrite(ctx context.Context, key string, state runs.WriteState, result, errText string) error {
+// cut at MaxWriteTextBytes. secret is the one the write was issued with;
+// another, from a worker's login, is ErrWriteConflict.
+func (t *ToolCalls) ResolveWrite(ctx context.Context, key, secret string, state runs.WriteState, result, errText string) error {
 	switch state {
 	case runs.WriteDone, runs.WriteFailed, runs.WriteUnknown:
 	default:
@@ -219,35 +235,22 @@ func (t *ToolCalls) ResolveWrite(ctx context.Context, key string, state runs.Wri
 		return errors.New("resolve tool write: key is empty")
 	}
 	result, errText = storedText(result), storedText(errText)
-	var updated bool
+	var resolved bool
 	var got *string
 	err := retried(ctx, t.log, "toolcalls.resolve", idempotent, func(ctx context.Context, _ try) error {
-		// The update, or the state the row is in (the one an earlier
-		// committed try set, on a retry).
-		err := t.pool.QueryRow(ctx, `
-			WITH upd AS (
-				UPDATE tool_call SET state = $2, result = $3, error = $4
-				 WHERE key = $1 AND state = 'issued'
-				RETURNING state
-			)
-			SELECT EXISTS (SELECT FROM upd),
-			       coalesce((SELECT state FROM upd), (SELECT state FROM tool_call WHERE key = $1))`,
-			key, string(state), result, errText).Scan(&updated, &got)
-		if err == nil && !updated && got != nil && runs.WriteState(*got) == runs.WriteIssued {
-			// Issued in the statement's snapshot, resolved by a
-			// concurrent transaction before the update could: read what
-			// it set.
-			err = t.pool.QueryRow(ctx, `SELECT state FROM tool_call WHERE key = $1`, key).Scan(&got)
-		}
-		return err
+		// On a retry, the state an earlier committed try set.
+		return t.pool.QueryRow(ctx, `SELECT resolved, state FROM tool_call_resolve($1, $2, $3, $4, $5)`,
+			key, string(state), result, errText, nullable(secret)).Scan(&resolved, &got)
 	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("resolve tool write %s as %s: %w", key, state, err)
-	case updated:
+	case resolved:
 		return nil
 	case got == nil:
 		return fmt.Errorf("resolve tool write %s as %s: %w", key, state, ErrWriteNotFound)
+	case *got == "denied":
+		return fmt.Errorf("resolve tool write %s as %s: it was not issued with this secret: %w", key, state, ErrWriteConflict)
 	case runs.WriteState(*got) == state:
 		return nil
 	}
@@ -256,8 +259,9 @@ func (t *ToolCalls) ResolveWrite(ctx context.Context, key string, state runs.Wri
 
 // Writes returns every attempt's writes of a task, oldest first (by the
 // database's time of issue, then attempt, iteration and place in the
-// reply).
-func (t *ToolCalls) Writes(ctx context.Context, tenantID, runID, taskID string) ([]runs.Write, error) {
+// reply). secret is the task's current attempt's, which a worker's login
+// must present.
+func (t *ToolCalls) Writes(ctx context.Context, tenantID, runID, taskID, secret string) ([]runs.Write, error) {
 	switch {
 	case tenantID == "":
 		return nil, errors.New("list tool writes: tenant id is empty")
@@ -266,9 +270,8 @@ func (t *ToolCalls) Writes(ctx context.Context, tenantID, runID, taskID string) 
 	}
 	var out []runs.Write
 	err := retried(ctx, t.log, "toolcalls.writes", idempotent, func(ctx context.Context, _ try) error {
-		rows, err := t.pool.Query(ctx, `SELECT `+writeColumns+` FROM tool_call
-			WHERE tenant_id = $1 AND run_id = $2 AND task_id = $3
-			ORDER BY created_at, attempt, iteration, call_index, key`, tenantID, runID, taskID)
+		rows, err := t.pool.Query(ctx, `SELECT `+writeColumns+` FROM tool_call_writes($1, $2, $3, $4)`,
+			tenantID, runID, taskID, nullable(secret))
 		if err != nil {
 			return err
 		}

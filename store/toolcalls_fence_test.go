@@ -49,7 +49,7 @@ func TestIssueWriteSupersededAfterALostReplyLeavesNoIssuedRow(t *testing.T) {
 		return true
 	})
 	w := ts.at(write("r1/t1/a1/i0/c0", 1, 0, 0, `{"title":"a"}`))
-	err := tc.IssueWrite(b.ctx, w)
+	err := tc.IssueWrite(b.ctx, w, "")
 	<-armed
 	_ = proxy.cutCount() // takes the proxy's lock, which the predicates ran under
 	if !fired {          // the proxy's lock orders this read after the predicate's writes
@@ -58,7 +58,7 @@ func TestIssueWriteSupersededAfterALostReplyLeavesNoIssuedRow(t *testing.T) {
 	if began != nil {
 		t.Fatalf("begin attempt 2 between the tries: %v", began)
 	}
-	ws, werr := tc.Writes(b.ctx, "acme", "r1", "t1")
+	ws, werr := tc.Writes(b.ctx, "acme", "r1", "t1", "")
 	if werr != nil {
 		t.Fatal(werr)
 	}

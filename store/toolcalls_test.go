@@ -92,14 +92,14 @@ func (ts tasks) at(w runs.Write) runs.Write {
 
 func mustIssue(t *testing.T, tc *store.ToolCalls, ts tasks, w runs.Write) {
 	t.Helper()
-	if err := tc.IssueWrite(t.Context(), ts.at(w)); err != nil {
+	if err := tc.IssueWrite(t.Context(), ts.at(w), ""); err != nil {
 		t.Fatalf("issue %s: %v", w.Key, err)
 	}
 }
 
 func mustResolve(t *testing.T, tc *store.ToolCalls, key string, state runs.WriteState, result, errText string) {
 	t.Helper()
-	if err := tc.ResolveWrite(t.Context(), key, state, result, errText); err != nil {
+	if err := tc.ResolveWrite(t.Context(), key, "", state, result, errText); err != nil {
 		t.Fatalf("resolve %s as %s: %v", key, state, err)
 	}
 }
@@ -128,7 +128,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 		{"another task", func() runs.Write { w := w1; w.TaskID = "t2"; return w }()},
 		{"another tenant", func() runs.Write { w := w1; w.TenantID = "globex"; return w }()},
 	} {
-		err := tc.IssueWrite(b.ctx, ts.at(c.w))
+		err := tc.IssueWrite(b.ctx, ts.at(c.w), "")
 		if c.what == "another attempt" && errors.Is(err, runs.ErrAttemptSuperseded) {
 			continue // attempt 2 has not begun: refused by the fence, before the key is looked at
 		}
@@ -140,16 +140,16 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	before := time.Now()
 	mustResolve(t, tc, w1.Key, runs.WriteDone, "ticket 7 created", "")
 	mustResolve(t, tc, w1.Key, runs.WriteDone, "ticket 7 created", "") // a retry
-	if err := tc.ResolveWrite(b.ctx, w1.Key, runs.WriteFailed, "", "boom"); !errors.Is(err, store.ErrWriteResolved) {
+	if err := tc.ResolveWrite(b.ctx, w1.Key, "", runs.WriteFailed, "", "boom"); !errors.Is(err, store.ErrWriteResolved) {
 		t.Errorf("resolve a done write as failed: %v, want ErrWriteResolved", err)
 	}
-	if err := tc.ResolveWrite(b.ctx, w1.Key, runs.WriteUnknown, "", "cut off"); !errors.Is(err, store.ErrWriteResolved) {
+	if err := tc.ResolveWrite(b.ctx, w1.Key, "", runs.WriteUnknown, "", "cut off"); !errors.Is(err, store.ErrWriteResolved) {
 		t.Errorf("resolve a done write as unknown: %v, want ErrWriteResolved", err)
 	}
-	if err := tc.IssueWrite(b.ctx, ts.at(w1)); !errors.Is(err, store.ErrWriteResolved) {
+	if err := tc.IssueWrite(b.ctx, ts.at(w1), ""); !errors.Is(err, store.ErrWriteResolved) {
 		t.Errorf("issue a resolved write again: %v, want ErrWriteResolved (it must not be sent again)", err)
 	}
-	if err := tc.ResolveWrite(b.ctx, "never-issued", runs.WriteDone, "", ""); !errors.Is(err, store.ErrWriteNotFound) {
+	if err := tc.ResolveWrite(b.ctx, "never-issued", "", runs.WriteDone, "", ""); !errors.Is(err, store.ErrWriteNotFound) {
 		t.Errorf("resolve a key never issued: %v, want ErrWriteNotFound", err)
 	}
 
@@ -160,7 +160,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	w3 := write("r1/t1/a2/i0/c0", 2, 0, 0, `{"title":"d"}`)
 	mustIssue(t, tc, ts, w3)
 	// Attempt 1 was superseded: a write it would make now is refused, not recorded.
-	if err := tc.IssueWrite(b.ctx, ts.at(write("r1/t1/a1/i2/c0", 1, 2, 0, `{"title":"late"}`))); !errors.Is(err, runs.ErrAttemptSuperseded) {
+	if err := tc.IssueWrite(b.ctx, ts.at(write("r1/t1/a1/i2/c0", 1, 2, 0, `{"title":"late"}`)), ""); !errors.Is(err, runs.ErrAttemptSuperseded) {
 		t.Errorf("issue a write of the superseded attempt 1: %v, want ErrAttemptSuperseded", err)
 	}
 	mustIssue(t, tc, ts, func() runs.Write { w := write("r1/t2/a1/i0/c0", 1, 0, 0, `{}`); w.TaskID = "t2"; return w }())
@@ -170,7 +170,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 		return w
 	}())
 
-	got, err := tc.Writes(b.ctx, "acme", "r1", "t1")
+	got, err := tc.Writes(b.ctx, "acme", "r1", "t1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	if issued := got[2]; !issued.ResolvedAt.IsZero() || issued.State != runs.WriteIssued {
 		t.Errorf("issued write: %+v, want no resolved time", issued)
 	}
-	if other, err := tc.Writes(b.ctx, "globex", "r1", "t2"); err != nil || len(other) != 0 {
+	if other, err := tc.Writes(b.ctx, "globex", "r1", "t2", ""); err != nil || len(other) != 0 {
 		t.Errorf("writes of another tenant's task: %v, %v; want none", other, err)
 	}
 }
@@ -213,7 +213,7 @@ func TestToolCallsStoreAnyText(t *testing.T) {
 	mustIssue(t, tc, ts, w)
 	long := strings.Repeat("é", store.MaxWriteTextBytes) // 2 bytes each
 	mustResolve(t, tc, w.Key, runs.WriteFailed, long, "bad \xff byte and a \x00 NUL")
-	got, err := tc.Writes(b.ctx, "acme", "r1", "t1")
+	got, err := tc.Writes(b.ctx, "acme", "r1", "t1", "")
 	if err != nil || len(got) != 1 {
 		t.Fatalf("writes: %v, %v", got, err)
 	}
@@ -250,14 +250,14 @@ func TestToolCallsBadInput(t *testing.T) {
 		{with(func(w *runs.Write) { w.Index = -1 }), "Index is -1"},
 		{with(func(w *runs.Write) { w.ArgsDigest = "ABC" }), `ArgsDigest "ABC" is not a hex SHA-256`},
 	} {
-		if err := tc.IssueWrite(b.ctx, ts.at(c.w)); err == nil || !strings.Contains(err.Error(), c.msg) {
+		if err := tc.IssueWrite(b.ctx, ts.at(c.w), ""); err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("IssueWrite: %v; want an error saying %q", err, c.msg)
 		}
 	}
-	if err := tc.ResolveWrite(b.ctx, "k", runs.WriteIssued, "", ""); err == nil || !strings.Contains(err.Error(), `state "issued": must be done, failed or unknown`) {
+	if err := tc.ResolveWrite(b.ctx, "k", "", runs.WriteIssued, "", ""); err == nil || !strings.Contains(err.Error(), `state "issued": must be done, failed or unknown`) {
 		t.Errorf("resolve as issued: %v", err)
 	}
-	if _, err := tc.Writes(b.ctx, "", "r1", "t1"); err == nil || !strings.Contains(err.Error(), "tenant id is empty") {
+	if _, err := tc.Writes(b.ctx, "", "r1", "t1", ""); err == nil || !strings.Contains(err.Error(), "tenant id is empty") {
 		t.Errorf("Writes without a tenant: %v", err)
 	}
 }
@@ -278,12 +278,10 @@ func TestToolCallHistoryIsImmutable(t *testing.T) {
 	for _, c := range []struct {
 		stmt, code string
 	}{
-		// The trigger: one resolution.
-		{"UPDATE tool_call SET state = 'failed', error = 'rewritten' WHERE key = 'resolved'", "23000"},
-		{"UPDATE tool_call SET state = 'unknown' WHERE key = 'resolved'", "23000"},
-		{"UPDATE tool_call SET result = 'rewritten' WHERE key = 'resolved'", "23000"},
-		{"UPDATE tool_call SET result = 'early' WHERE key = 'issued'", "23000"},
-		// The privileges: the call's identity and times are not the node's to set.
+		// The privileges: a node resolves a call through tool_call_resolve
+		// only (migration 0024), and sets nothing else.
+		{"UPDATE tool_call SET state = 'failed', error = 'rewritten' WHERE key = 'resolved'", "42501"},
+		{"UPDATE tool_call SET result = 'early' WHERE key = 'issued'", "42501"},
 		{"UPDATE tool_call SET args_digest = repeat('0', 64) WHERE key = 'issued'", "42501"},
 		{"UPDATE tool_call SET tool = 'other', state = 'done' WHERE key = 'issued'", "42501"},
 		{"UPDATE tool_call SET resolved_at = now() - interval '1 day'", "42501"},
@@ -296,9 +294,13 @@ func TestToolCallHistoryIsImmutable(t *testing.T) {
 			t.Errorf("node role: %s: %v (SQLSTATE %q), want %s", c.stmt, err, sqlState(err), c.code)
 		}
 	}
-	// The owner has every privilege; the trigger still holds.
+	// The owner has every privilege; the trigger still holds: one resolution.
 	for _, stmt := range []string{
 		"UPDATE tool_call SET state = 'failed' WHERE key = 'resolved'",
+		"UPDATE tool_call SET state = 'failed', error = 'rewritten' WHERE key = 'resolved'",
+		"UPDATE tool_call SET state = 'unknown' WHERE key = 'resolved'",
+		"UPDATE tool_call SET result = 'rewritten' WHERE key = 'resolved'",
+		"UPDATE tool_call SET result = 'early' WHERE key = 'issued'",
 		"UPDATE tool_call SET tool = 'other', state = 'done' WHERE key = 'issued'",
 		"UPDATE tool_call SET created_at = now() - interval '1 day', state = 'done' WHERE key = 'issued'",
 	} {
@@ -306,12 +308,12 @@ func TestToolCallHistoryIsImmutable(t *testing.T) {
 			t.Errorf("owner: %s: %v (SQLSTATE %q), want integrity_constraint_violation from the trigger", stmt, err, sqlState(err))
 		}
 	}
-	got, err := tc.Writes(b.ctx, "acme", "r1", "t1")
+	got, err := tc.Writes(b.ctx, "acme", "r1", "t1", "")
 	if err != nil || len(got) != 2 || got[0].State != runs.WriteDone || got[0].Result != "ok" || got[1].State != runs.WriteIssued {
 		t.Errorf("writes after the attempts to rewrite them: %+v, %v; want resolved done \"ok\", then issued", got, err)
 	}
 	// The one resolution the node may make, by hand: resolved_at is the database's.
-	if _, err := node.Exec(b.ctx, "UPDATE tool_call SET state = 'failed', error = 'no' WHERE key = 'issued'"); err != nil {
+	if _, err := node.Exec(b.ctx, "SELECT tool_call_resolve('issued', 'failed', '', 'no')"); err != nil {
 		t.Errorf("node role resolving an issued write: %v", err)
 	}
 	var stamped bool

@@ -122,8 +122,9 @@ func TestUpgradeFromSchema21(t *testing.T) {
 		t.Fatalf("upgrade: %v", err)
 	}
 	// Since schema 21: every versioned migration after the baseline, and
-	// the definitions applied; the one signature that changed since 21
-	// (price_set took a reason, 0022) dropped.
+	// the definitions applied; the signatures that changed since 21
+	// dropped: price_set took a reason (0022), the worker's functions an
+	// attempt's secret (0024).
 	all, err := store.Migrations()
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,14 @@ func TestUpgradeFromSchema21(t *testing.T) {
 			migrated += fmt.Sprintf(",%d", m.Version)
 		}
 	}
-	wantDropped := []string{"function price_set(text,text,timestamp with time zone,numeric,numeric,text)"}
+	wantDropped := []string{
+		"function tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text)",
+		"function price_set(text,text,timestamp with time zone,numeric,numeric,text)",
+		"function ledger_void(bigint,bigint,text)",
+		"function ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint)",
+		"function ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text)",
+		"function ledger_renew(bigint,bigint,interval)",
+	}
 	if fmt.Sprint(done.Versions) != fmt.Sprint(later) || !done.Redefined || fmt.Sprint(done.Dropped) != fmt.Sprint(wantDropped) {
 		t.Errorf("upgrade did %+v; want versions %v, the definitions applied, %v dropped", done, later, wantDropped)
 	}

@@ -42,7 +42,7 @@ func TestServerCancelAfterExhaustionUnderDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ledger.Void(t.Context(), res.ID, res.Lease.Generation); err != nil {
+	if _, err := b.ledger.Void(t.Context(), res.ID, res.Lease.Generation, ""); err != nil {
 		t.Fatal(err)
 	}
 	await(t, heard.Done(), "the watcher hearing the exhaustion")

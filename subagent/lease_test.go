@@ -29,7 +29,7 @@ func (l lateGrantLedger) Reserve(ctx context.Context, p budget.ReserveParams) (b
 	return res, err
 }
 
-func (lateGrantLedger) Renew(ctx context.Context, _ budget.ReservationID, _ int64, _ time.Duration) (budget.Reservation, error) {
+func (lateGrantLedger) Renew(ctx context.Context, _ budget.ReservationID, _ int64, _ time.Duration, _ string) (budget.Reservation, error) {
 	<-ctx.Done()
 	return budget.Reservation{}, ctx.Err()
 }

@@ -72,6 +72,7 @@ type Task struct {
 	MaxIterations  int              // default Loop.MaxIterations
 	AllowedTools   []string         // names in Loop.Tools; others are refused
 	Attempt        int              // dispatch attempt the ledger recorded (BeginAttempt); in reserves and idempotency keys; default 1
+	AttemptSecret  string           // the attempt's secret (budget.Attempt.Secret): a worker's login presents it on every ledger and tool-call write; never logged
 	OnExhaustion   Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
@@ -588,6 +589,7 @@ func (r *run) reserve(ctx context.Context, want, least int64, key string) (budge
 		RunID:    r.task.RunID,
 		TenantID: r.task.TenantID,
 		Attempt:  int64(r.task.Attempt),
+		Secret:   r.task.AttemptSecret,
 		Want:     want,
 		Min:      least,
 		Holder:   r.Holder,
@@ -678,7 +680,7 @@ func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc
 				deadline = stop
 			}
 			rctx, rcancel := context.WithDeadline(callCtx, deadline)
-			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL)
+			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL, r.task.AttemptSecret)
 			rcancel()
 			if err != nil {
 				if callCtx.Err() == nil {
@@ -699,7 +701,8 @@ func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
-		Reservation: res.ID, Generation: res.Lease.Generation, Actual: actual, Estimated: estimated,
+		Reservation: res.ID, Generation: res.Lease.Generation, Secret: r.task.AttemptSecret,
+		Actual: actual, Estimated: estimated,
 		Model:       requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
 		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
 	})
@@ -712,7 +715,7 @@ func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, 
 func (r *run) void(ctx context.Context, res budget.Reservation) {
 	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if _, err := r.Ledger.Void(vctx, res.ID, res.Lease.Generation); err != nil {
+	if _, err := r.Ledger.Void(vctx, res.ID, res.Lease.Generation, r.task.AttemptSecret); err != nil {
 		// The sweeper will count it as spent when its lease runs out.
 		r.Logger.WarnContext(ctx, "void reservation", "reservation", res.ID, "run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
 		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("void reservation %d: %v", res.ID, err))

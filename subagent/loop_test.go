@@ -463,8 +463,8 @@ func TestLoopWritesOneAtATimeWithKeys(t *testing.T) {
 	task := newTask(b, "a")
 	task.AllowedTools = []string{"w"}
 	task.Attempt = 2 // the second dispatch of the task, as the ledger records it
-	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
-		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n.N != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n.N, err)
 	}
 
 	if sum := loop.Run(t.Context(), task); sum.Status != subagent.StatusSucceeded {
@@ -480,7 +480,7 @@ func TestLoopWritesOneAtATimeWithKeys(t *testing.T) {
 // answers: the database is unreachable for it.
 type hangingRenewLedger struct{ budget.Ledger }
 
-func (hangingRenewLedger) Renew(ctx context.Context, _ budget.ReservationID, _ int64, _ time.Duration) (budget.Reservation, error) {
+func (hangingRenewLedger) Renew(ctx context.Context, _ budget.ReservationID, _ int64, _ time.Duration, _ string) (budget.Reservation, error) {
 	<-ctx.Done()
 	return budget.Reservation{}, ctx.Err()
 }

@@ -517,6 +517,7 @@ func taskFromRequest(req *fanoutv1.Dispatch) Task {
 		MaxIterations:  int(t.GetMaxIterations()),
 		AllowedTools:   t.GetAllowedTools(),
 		Attempt:        int(req.GetAttempt()),
+		AttemptSecret:  req.GetAttemptSecret(),
 		OnExhaustion:   policy,
 		ModelName:      req.GetModel().GetModel(),
 		Temperature:    req.GetModel().GetTemperature(),

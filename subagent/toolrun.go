@@ -29,11 +29,12 @@ const (
 // WriteLog records the tool calls with effect write (store.ToolCalls
 // implements it): each is issued before it is sent and resolved once, and
 // a later attempt of the task reads its earlier attempts' writes so that it
-// never sends one again.
+// never sends one again. secret is the attempt's (Task.AttemptSecret),
+// which a worker's database login must present.
 type WriteLog interface {
-	IssueWrite(ctx context.Context, w runs.Write) error
-	ResolveWrite(ctx context.Context, key string, state runs.WriteState, result, errText string) error
-	Writes(ctx context.Context, tenantID, runID, taskID string) ([]runs.Write, error)
+	IssueWrite(ctx context.Context, w runs.Write, secret string) error
+	ResolveWrite(ctx context.Context, key, secret string, state runs.WriteState, result, errText string) error
+	Writes(ctx context.Context, tenantID, runID, taskID, secret string) ([]runs.Write, error)
 }
 
 // errToolTimeout is the cause of a tool call's context when its own
@@ -195,7 +196,7 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 			return replayed(prior)
 		}
 		if r.Writes != nil {
-			if err := r.Writes.IssueWrite(callCtx, w); errors.Is(err, runs.ErrAttemptSuperseded) {
+			if err := r.Writes.IssueWrite(callCtx, w, r.task.AttemptSecret); errors.Is(err, runs.ErrAttemptSuperseded) {
 				o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
 				return o
 			} else if err != nil {
@@ -257,7 +258,7 @@ func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if err := r.Writes.ResolveWrite(rctx, w.Key, state, o.res.Text, errText); err != nil {
+	if err := r.Writes.ResolveWrite(rctx, w.Key, r.task.AttemptSecret, state, o.res.Text, errText); err != nil {
 		// The row stays issued: a later attempt treats it as may have happened.
 		r.Logger.WarnContext(ctx, "resolve tool write", "key", w.Key, "state", state, "err", err)
 	}
@@ -283,7 +284,7 @@ func (r *run) loadPrior(ctx context.Context) error {
 	if r.Writes == nil || r.task.Attempt <= 1 {
 		return nil
 	}
-	ws, err := r.Writes.Writes(ctx, r.task.TenantID, r.task.RunID, r.task.TaskID)
+	ws, err := r.Writes.Writes(ctx, r.task.TenantID, r.task.RunID, r.task.TaskID, r.task.AttemptSecret)
 	if err != nil {
 		return fmt.Errorf("read the writes of earlier attempts: %w", err)
 	}

@@ -277,8 +277,8 @@ func TestRedispatchedTaskDoesNotResendAWrite(t *testing.T) {
 	if !strings.Contains(strings.Join(first.Failed, "\n"), "cut({\"row\":43}): may have happened") {
 		t.Errorf("attempt 1's summary does not say the cut-off write may have happened: %q", first.Failed)
 	}
-	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
-		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n.N != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n.N, err)
 	}
 	task.Attempt = 2
 	m2 := &scripted{calls: []llm.ToolCall{ // the same calls, written differently
@@ -308,7 +308,7 @@ func TestRedispatchedTaskDoesNotResendAWrite(t *testing.T) {
 	if !strings.Contains(res[1].Content, "not sent again") || !strings.Contains(res[1].Content, "may have happened") || !res[1].IsError {
 		t.Errorf("attempt 2's result of the cut-off write = %+v", res[1])
 	}
-	ws, err := log.Writes(t.Context(), "t1", b.runID, "a")
+	ws, err := log.Writes(t.Context(), "t1", b.runID, "a", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestWriteNeverSentMayBeSentByALaterAttempt(t *testing.T) {
 	loop, task := toolLoop(t, b, &scripted{calls: calls("w")}, tool)
 	loop.Writes = log
 	loop.Run(t.Context(), task)
-	ws, err := log.Writes(t.Context(), "t1", b.runID, "a")
+	ws, err := log.Writes(t.Context(), "t1", b.runID, "a", "")
 	if err != nil || len(ws) != 1 || ws[0].State != runs.WriteFailed || !strings.HasPrefix(ws[0].Error, "not sent: ") {
 		t.Fatalf("attempt 1's rows %+v (%v), want one failed write marked not sent", ws, err)
 	}

@@ -86,7 +86,7 @@ func TestNewToolsRejectsDuplicates(t *testing.T) {
 // failingRenew is the real ledger whose lease renewals fail.
 type failingRenew struct{ budget.Ledger }
 
-func (failingRenew) Renew(context.Context, budget.ReservationID, int64, time.Duration) (budget.Reservation, error) {
+func (failingRenew) Renew(context.Context, budget.ReservationID, int64, time.Duration, string) (budget.Reservation, error) {
 	return budget.Reservation{}, budget.ErrLeaseLost
 }
 

@@ -39,7 +39,7 @@ func TestToolErrorTextSayingNotSentIsNotProofOfNotSent(t *testing.T) {
 	loop.Model = &scripted{calls: calls("w")}
 	loop.Run(t.Context(), task)
 	if n := sends.Load(); n != 1 {
-		ws, err := log.Writes(t.Context(), "t1", b.runID, "a")
+		ws, err := log.Writes(t.Context(), "t1", b.runID, "a", "")
 		t.Errorf("the write reached the tool %d times, want once: attempt 1's reached it and was answered "+
 			"(rows %+v, %v)", n, ws, err)
 	}

@@ -67,8 +67,8 @@ func TestSupersededAttemptDoesNotSendAWriteTheNewAttemptAlsoSends(t *testing.T) 
 	await(t, inRead, "attempt 1 reached its slow read")
 
 	// The orchestrator re-dispatches: attempt 2 begins and runs to its end.
-	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
-		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n.N != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n.N, err)
 	}
 	task2 := task
 	task2.Attempt = 2
@@ -162,8 +162,8 @@ func TestDifferentLargeIntegerArgumentsAreDifferentWrites(t *testing.T) {
 	if sum := loop.Run(t.Context(), task); sum.Status != subagent.StatusSucceeded {
 		t.Fatalf("attempt 1: %s %v", sum.Status, sum.Err)
 	}
-	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n != 2 {
-		t.Fatalf("begin attempt 2: %d, %v", n, err)
+	if n, err := b.ledger.BeginAttempt(t.Context(), task.Account, b.runID, "t1"); err != nil || n.N != 2 {
+		t.Fatalf("begin attempt 2: %d, %v", n.N, err)
 	}
 	task.Attempt = 2
 	m2 := &scripted{calls: []llm.ToolCall{{ID: "d0", Name: "refund", Args: json.RawMessage(`{"order":1234567890123456788}`)}}}

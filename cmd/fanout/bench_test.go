@@ -155,7 +155,7 @@ func BenchmarkCancellationLatency(b *testing.B) {
 			}
 			all = append(all, cl.End.Sub(t0))
 		}
-		if _, err := ledger.Void(context.Background(), res.ID, res.Lease.Generation); err != nil {
+		if _, err := ledger.Void(context.Background(), res.ID, res.Lease.Generation, ""); err != nil {
 			b.Fatal(err)
 		}
 		watchAll(b, c.orch.client, runID, nil)

@@ -14,10 +14,13 @@
 -- an account below its min_reservation the account, or for a tenant every
 -- open run under it, is marked exhausted and every node is notified
 -- (ledger_check_exhausted, ledger_exhaust_tenant). p_model names what the
--- tokens pay for, so that an expired reservation can be priced.
+-- tokens pay for, so that an expired reservation can be priced. p_secret is
+-- the attempt's (ledger_begin_attempt), which a worker's login must present
+-- (ledger_secret_ok); the reservation keeps its hash, so that only the
+-- holder of the secret settles, voids or renews it.
 CREATE OR REPLACE FUNCTION ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint,
                                p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text,
-                               p_model text DEFAULT NULL)
+                               p_model text DEFAULT NULL, p_secret text DEFAULT NULL)
 RETURNS ledger_result
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -74,6 +77,10 @@ BEGIN
         RETURN ledger_refusal('denied', p_account,
             format('attempt %s is not the current attempt %s', p_attempt, leaf.attempt));
     END IF;
+    IF NOT ledger_secret_ok(leaf.secret_hash, p_secret) THEN
+        RETURN ledger_refusal('denied', p_account,
+            format('attempt %s was not dispatched with this secret', p_attempt));
+    END IF;
     IF p_key IS NOT NULL THEN
         -- Checked under the chain lock, so a concurrent duplicate has committed.
         SELECT * INTO r FROM reservation WHERE account_id = p_account AND reserve_key = p_key;
@@ -95,7 +102,7 @@ BEGIN
             -- The run was cancelled or closed meanwhile. The holder is asking
             -- again, so it never had the grant and never started a call on
             -- it: free it.
-            PERFORM ledger_void(r.reservation_id, r.generation, 'reserve retried on an ended account');
+            PERFORM ledger_void(r.reservation_id, r.generation, 'reserve retried on an ended account', p_secret);
         END IF;
     END IF;
     IF ended.account_id IS NOT NULL THEN
@@ -133,9 +140,9 @@ BEGIN
     UPDATE account SET reserved = reserved + g, updated_at = now()
      WHERE account_id = ANY (leaf.chain);
     INSERT INTO reservation (tenant_id, run_id, account_id, chain, requested, amount, holder,
-                             lease_expires_at, reserve_key, attempt, model)
+                             lease_expires_at, reserve_key, attempt, model, secret_hash)
     VALUES (leaf.tenant_id, leaf.run_id, leaf.account_id, leaf.chain, p_want, g, p_holder,
-            now() + p_ttl, p_key, p_attempt, nullif(p_model, ''))
+            now() + p_ttl, p_key, p_attempt, nullif(p_model, ''), leaf.secret_hash)
     RETURNING * INTO r;
     INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, reservation_id,
                               kind, delta_reserved, holder, model)
@@ -155,5 +162,5 @@ BEGIN
     res.run_available := run.limit_tokens - run.reserved - g - run.spent;
     RETURN res;
 END $$;
-REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text) TO fanout_app, fanout_worker;
+REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_app, fanout_worker;

@@ -7,10 +7,12 @@
 -- the provider did not report (a cancelled call's full grant); p_model and
 -- the provider's p_input/p_output split price it (money_line). It rolls
 -- the tenant's period over when it has ended, and an overrun that leaves
--- the tenant below its minimum exhausts the tenant's runs.
+-- the tenant below its minimum exhausts the tenant's runs. p_secret is the
+-- secret of the attempt that reserved it (ledger_secret_ok).
 CREATE OR REPLACE FUNCTION ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint,
                               p_estimated boolean, p_model text DEFAULT NULL,
-                              p_input bigint DEFAULT 0, p_output bigint DEFAULT 0)
+                              p_input bigint DEFAULT 0, p_output bigint DEFAULT 0,
+                              p_secret text DEFAULT NULL)
 RETURNS ledger_result
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -35,6 +37,9 @@ BEGIN
     IF NOT FOUND THEN
         res.outcome := 'not_found';
         RETURN res;
+    END IF;
+    IF NOT ledger_secret_ok(r.secret_hash, p_secret) THEN
+        RETURN ledger_refusal('denied', r.account_id, 'the reservation was not granted to this secret');
     END IF;
     FOR a IN SELECT * FROM ledger_lock_chain(r.chain) LOOP
         IF a.kind = 'tenant' THEN
@@ -103,5 +108,5 @@ BEGIN
     res.run_available := run.limit_tokens - (run.reserved - r.amount) - (run.spent + charge);
     RETURN res;
 END $$;
-REVOKE ALL ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint) TO fanout_app, fanout_worker;
+REVOKE ALL ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_app, fanout_worker;

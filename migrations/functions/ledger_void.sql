@@ -1,4 +1,7 @@
-CREATE OR REPLACE FUNCTION ledger_void(p_reservation bigint, p_generation bigint, p_note text)
+-- ledger_void frees a held reservation whole, exactly once. p_secret is
+-- the secret of the attempt that reserved it (ledger_secret_ok).
+CREATE OR REPLACE FUNCTION ledger_void(p_reservation bigint, p_generation bigint, p_note text,
+                            p_secret text DEFAULT NULL)
 RETURNS ledger_result
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -9,6 +12,9 @@ BEGIN
     IF NOT FOUND THEN
         res.outcome := 'not_found';
         RETURN res;
+    END IF;
+    IF NOT ledger_secret_ok(r.secret_hash, p_secret) THEN
+        RETURN ledger_refusal('denied', r.account_id, 'the reservation was not granted to this secret');
     END IF;
     PERFORM FROM ledger_lock_chain(r.chain);
     SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
@@ -36,5 +42,5 @@ BEGIN
     PERFORM ledger_resolved(r);
     RETURN ledger_result_of('ok', r);
 END $$;
-REVOKE ALL ON FUNCTION ledger_void(bigint,bigint,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_void(bigint,bigint,text) TO fanout_app, fanout_worker;
+REVOKE ALL ON FUNCTION ledger_void(bigint,bigint,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_void(bigint,bigint,text,text) TO fanout_app, fanout_worker;

@@ -1,10 +1,15 @@
+-- tool_call_issue records a write tool call as issued, before it is sent,
+-- fenced by the task account's current attempt; p_secret is that
+-- attempt's (ledger_secret_ok), and the call keeps its hash so that only
+-- the attempt that issued it resolves it (tool_call_resolve).
 CREATE OR REPLACE FUNCTION tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text,
                                 p_attempt bigint, p_iteration int, p_index int, p_server text, p_tool text,
-                                p_digest text)
+                                p_digest text, p_secret text DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
     a account;
+    c tool_call;
 BEGIN
     SELECT * INTO a FROM account WHERE account_id = p_account FOR SHARE;
     IF NOT FOUND OR a.run_id IS DISTINCT FROM p_run OR a.tenant_id IS DISTINCT FROM p_tenant
@@ -14,19 +19,27 @@ BEGIN
     -- A retry of an issue whose first try committed (its reply lost) finds
     -- its row, also after a new attempt began: that attempt, which reads
     -- the task's writes after it began, sees the row too.
-    IF EXISTS (SELECT FROM tool_call WHERE key = p_key) THEN
+    SELECT * INTO c FROM tool_call WHERE key = p_key;
+    IF FOUND THEN
+        IF NOT ledger_secret_ok(c.secret_hash, p_secret) THEN
+            RETURN 'denied';
+        END IF;
         RETURN 'exists';
     END IF;
     IF a.attempt IS DISTINCT FROM p_attempt THEN
         RETURN 'superseded';
     END IF;
-    INSERT INTO tool_call (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest)
-    VALUES (p_key, p_tenant, p_run, p_task, p_attempt, p_iteration, p_index, p_server, p_tool, p_digest)
+    IF NOT ledger_secret_ok(a.secret_hash, p_secret) THEN
+        RETURN 'denied';
+    END IF;
+    INSERT INTO tool_call (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest,
+                           secret_hash)
+    VALUES (p_key, p_tenant, p_run, p_task, p_attempt, p_iteration, p_index, p_server, p_tool, p_digest, a.secret_hash)
     ON CONFLICT (key) DO NOTHING;
     IF FOUND THEN
         RETURN 'issued';
     END IF;
     RETURN 'exists';
 END $$;
-REVOKE ALL ON FUNCTION tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text) TO fanout_app, fanout_worker;
+REVOKE ALL ON FUNCTION tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) TO fanout_app, fanout_worker;

@@ -122,7 +122,14 @@ type Dispatch struct {
 	// reserve on task_account_id: an earlier dispatch of the same task is
 	// fenced. Also used in the idempotency keys of the subagent's ledger
 	// operations and write tools.
-	Attempt       int32 `protobuf:"varint,21,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt int32 `protobuf:"varint,21,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Required. The attempt's secret, which the ledger made when it recorded
+	// the attempt and keeps only a hash of. A worker's database login must
+	// present it to reserve on task_account_id, to settle, void or renew what
+	// it reserved, and to issue, resolve or read the task's tool calls: a
+	// worker acts on the tasks dispatched to it and on nothing else. Secret:
+	// never logged.
+	AttemptSecret string `protobuf:"bytes,22,opt,name=attempt_secret,json=attemptSecret,proto3" json:"attempt_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +232,13 @@ func (x *Dispatch) GetAttempt() int32 {
 		return x.Attempt
 	}
 	return 0
+}
+
+func (x *Dispatch) GetAttemptSecret() string {
+	if x != nil {
+		return x.AttemptSecret
+	}
+	return ""
 }
 
 // ExecuteResponse is one message of the SubagentService.Execute stream.
@@ -450,7 +464,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x9b\x03\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xc2\x03\n" +
 	"\bDispatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -462,7 +476,8 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x05model\x18\f \x01(\v2\x18.fanout.v1.ModelSettingsR\x05model\x12@\n" +
 	"\ron_exhaustion\x18\r \x01(\x0e2\x1b.fanout.v1.ExhaustionPolicyR\fonExhaustion\x124\n" +
 	"\rcontext_facts\x18\x14 \x03(\v2\x0f.fanout.v1.FactR\fcontextFacts\x12\x18\n" +
-	"\aattempt\x18\x15 \x01(\x05R\aattempt\"\xc4\x01\n" +
+	"\aattempt\x18\x15 \x01(\x05R\aattempt\x12%\n" +
+	"\x0eattempt_secret\x18\x16 \x01(\tR\rattemptSecret\"\xc4\x01\n" +
 	"\x0fExecuteResponse\x126\n" +
 	"\astarted\x18\x01 \x01(\v2\x1a.fanout.v1.SubagentStartedH\x00R\astarted\x12<\n" +
 	"\titeration\x18\x02 \x01(\v2\x1c.fanout.v1.SubagentIterationH\x00R\titeration\x122\n" +
