@@ -90,6 +90,9 @@ type Authenticator struct {
 	cache   map[string]*cached
 	unknown map[string]time.Time // the negative cache: id -> until when
 	streams map[string]map[*streamEntry]struct{}
+
+	// recheck asks Run to poll now: a notification says something changed.
+	recheck chan struct{}
 }
 
 type streamEntry struct{ cancel context.CancelCauseFunc }
@@ -103,7 +106,8 @@ func NewAuthenticator(keys *store.Keys, cfg Config) *Authenticator {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Authenticator{keys: keys, cfg: cfg, cache: map[string]*cached{}, unknown: map[string]time.Time{}, streams: map[string]map[*streamEntry]struct{}{}}
+	return &Authenticator{keys: keys, cfg: cfg, cache: map[string]*cached{}, unknown: map[string]time.Time{},
+		streams: map[string]map[*streamEntry]struct{}{}, recheck: make(chan struct{}, 1)}
 }
 
 // RevokedError is the cause of a stream ended because its key died.
@@ -187,10 +191,13 @@ func (a *Authenticator) rememberUnknown(id string) {
 }
 
 // Run watches for revoked and expired keys and changed rates until ctx
-// ends: LISTEN on store.KeyRevokedChannel and store.TenantQuotasChannel
-// (reconnecting with backoff) and a poll of the cached keys and the keys
-// with open streams every PollInterval. It
-// returns nil once ctx ends.
+// ends: a poll of the cached keys and the keys with open streams every
+// PollInterval, and at once when a notification on store.KeyRevokedChannel
+// or store.TenantQuotasChannel arrives (LISTEN, reconnecting with
+// backoff). A notification is a hint, never an order: any database login
+// may NOTIFY, so what is done is what the poll reads from the tables (a
+// forged one costs a poll, and however many arrive, one poll runs at a
+// time). It returns nil once ctx ends.
 func (a *Authenticator) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if !a.cfg.DisableNotify {
@@ -206,6 +213,8 @@ func (a *Authenticator) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			a.poll(ctx)
+		case <-a.recheck:
+			a.poll(ctx)
 		}
 	}
 }
@@ -214,7 +223,7 @@ func (a *Authenticator) listen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := a.keys.ListenKeyEvents(ctx, func() { backoff = 100 * time.Millisecond },
-			store.KeyEvents{Revoked: a.kill, QuotasChanged: a.forgetTenant})
+			store.KeyEvents{Revoked: func(string) { a.wake() }, QuotasChanged: func(string) { a.wake() }})
 		if ctx.Err() != nil {
 			return
 		}
@@ -272,15 +281,11 @@ func (a *Authenticator) setRate(id string, rpm int32) {
 	}
 }
 
-// forgetTenant evicts tenant's keys from the cache (their streams stay
-// open): their next calls read their quotas again.
-func (a *Authenticator) forgetTenant(tenant string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, c := range a.cache {
-		if c.rec.TenantID == tenant {
-			delete(a.cache, id)
-		}
+// wake makes Run poll now, or as soon as the poll under way ends.
+func (a *Authenticator) wake() {
+	select {
+	case a.recheck <- struct{}{}:
+	default: // one is pending already
 	}
 }
 
