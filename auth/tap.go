@@ -26,37 +26,38 @@ const (
 	TapVerified
 )
 
-// Tap classifies a call of method with headers md for the tap. It takes
-// the cache's lock for a map read and hashes the secret; it never queries
-// the database. Its answer is advice for admission: the interceptor still
-// authenticates every call.
-func (a *Authenticator) Tap(method string, md metadata.MD) TapClass {
+// Tap classifies a call of method with headers md for the tap, and for a
+// TapVerified call names who it is (the principal the interceptor will
+// find, but for its scopes). It takes the cache's lock for a map read and
+// hashes the secret; it never queries the database. Its answer is advice
+// for admission: the interceptor still authenticates every call.
+func (a *Authenticator) Tap(method string, md metadata.MD) (TapClass, Principal) {
 	_, open, err := methodScope(method)
 	switch {
 	case err != nil: // gRPC answers a method it does not serve; a known one is up to the interceptor
-		return TapUnverified
+		return TapUnverified, Principal{}
 	case open:
-		return TapOpen
+		return TapOpen, Principal{}
 	}
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
-		return TapNoCredential
+		return TapNoCredential, Principal{}
 	}
 	token, ok := strings.CutPrefix(vals[0], "Bearer ")
 	if !ok {
-		return TapNoCredential
+		return TapNoCredential, Principal{}
 	}
 	keyID, digest, err := ParseToken(strings.TrimSpace(token))
 	if err != nil {
-		return TapNoCredential
+		return TapNoCredential, Principal{}
 	}
 	a.mu.Lock()
 	c := a.cache[keyID]
 	a.mu.Unlock()
 	if c == nil || !c.rec.Live || subtle.ConstantTimeCompare(c.rec.SecretSHA256, digest) != 1 {
-		return TapUnverified
+		return TapUnverified, Principal{}
 	}
-	return TapVerified
+	return TapVerified, Principal{Tenant: c.rec.TenantID, KeyID: keyID}
 }
 
 // ErrNoCredential is the status the interceptor answers a call that needs

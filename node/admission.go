@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -20,6 +22,12 @@ import (
 // sets none: 64 MiB, seven calls at the default receive limit of 8 MiB.
 const DefaultUnauthenticatedBytes = 64 << 20
 
+// DefaultUnauthenticatedReadTimeout is how long a call admitted before
+// authentication may take to be authenticated, when BackendConfig sets
+// none: 8 MiB (the default receive limit) sent at under 1 MB/s still makes
+// it, a caller trickling its request holds a share no longer.
+const DefaultUnauthenticatedReadTimeout = 10 * time.Second
+
 // unauthenticatedCalls caps the calls admitted unauthenticated whatever the
 // byte budget allows (a small receive limit would admit thousands).
 const unauthenticatedCalls = 64
@@ -30,16 +38,19 @@ const unauthenticatedCalls = 64
 // hold its receive limit per call; the tap (grpc.InTapHandle) admits such a
 // call against this budget before the body is read, and the call gives it
 // back once authenticated (releaseAdmission) or when it ends. The tap
-// cannot see the body's size: each call is charged the receive limit.
+// cannot see the body's size: each call is charged the receive limit. A
+// call not authenticated within wait is ended (its request is not read
+// further) and gives its share back.
 type preauth struct {
-	max int64 // calls: min(byte budget / receive limit, unauthenticatedCalls)
-	n   atomic.Int64
+	max  int64 // calls: min(byte budget / receive limit, unauthenticatedCalls)
+	n    atomic.Int64
+	wait time.Duration
 	// what names the budget in a refusal.
 	what string
 }
 
-func newPreauth(budgetBytes int64, recvLimit int, what string) *preauth {
-	return &preauth{max: max(1, min(budgetBytes/int64(max(recvLimit, 1)), unauthenticatedCalls)), what: what}
+func newPreauth(budgetBytes int64, recvLimit int, wait time.Duration, what string) *preauth {
+	return &preauth{max: max(1, min(budgetBytes/int64(max(recvLimit, 1)), unauthenticatedCalls)), wait: wait, what: what}
 }
 
 // tryAcquire takes one call's share of the budget, or reports false when
@@ -56,44 +67,74 @@ func (p *preauth) tryAcquire() (release func(), ok bool) {
 type admissionKey struct{}
 
 // admission holds what the tap took for a call until it is given back.
-type admission struct{ release func() }
+type admission struct {
+	release func() // the share of a preauth budget; nil if none
+	// tenantRelease is the tenant's slot the tap took for a verified key:
+	// the call holds it to its end (tenantLimit.afterAuth takes none).
+	tenantRelease func()
+}
 
-// releaseAdmission gives back what the tap took for the call of ctx, if
-// anything: the call is authenticated (or needs no credential).
-func releaseAdmission(ctx context.Context) {
-	if a, ok := ctx.Value(admissionKey{}).(*admission); ok {
+// releaseAdmission gives back what the tap took of a preauth budget for
+// the call of ctx, if anything: the call is authenticated (or needs no
+// credential). It returns the release of the tenant slot the tap took for
+// it, or nil.
+func releaseAdmission(ctx context.Context) (tenantRelease func()) {
+	a, ok := ctx.Value(admissionKey{}).(*admission)
+	if !ok {
+		return nil
+	}
+	if a.release != nil {
 		a.release()
 	}
+	return a.tenantRelease
 }
 
 // callerTap is the tap of the caller-facing server with API keys: a call
 // that carries no credential is refused UNAUTHENTICATED before its body is
-// read; one whose key is cached and verified passes; any other (an
-// unverified key, an open method) takes a share of unverified or open,
-// given back after authentication or when the call ends, and is refused
-// RESOURCE_EXHAUSTED when none is left. It runs on the connection's
-// reader: it never blocks and never queries the database.
-func callerTap(keys *auth.Authenticator, unverified, open *preauth) tap.ServerInHandle {
+// read; one whose key is cached and verified takes a slot of its tenant's
+// quota now, before its body is read, so that a tenant never has more than
+// its quota of requests being read; any other (an unverified key, an open
+// method) takes a share of the unverified or open budget, given back after
+// authentication or when the call ends, and is ended if it is not
+// authenticated within the budget's wait. A call is refused
+// RESOURCE_EXHAUSTED when none is left. It runs on the connection's reader:
+// it never blocks and never queries the database.
+func callerTap(keys *auth.Authenticator, adm callerAdmission) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		var p *preauth
-		switch keys.Tap(info.FullMethodName, info.Header) {
+		switch class, who := keys.Tap(info.FullMethodName, info.Header); class {
 		case auth.TapVerified:
-			return ctx, nil
+			release, err := adm.tenants.tryAcquire(subject(who, true))
+			if err != nil {
+				return nil, err
+			}
+			context.AfterFunc(ctx, release) // the stream's context ends with the call
+			return context.WithValue(ctx, admissionKey{}, &admission{tenantRelease: release}), nil
 		case auth.TapNoCredential:
 			return nil, auth.ErrNoCredential()
 		case auth.TapOpen:
-			p = open
+			p = adm.open
 		default:
-			p = unverified
+			p = adm.unverified
 		}
 		release, ok := p.tryAcquire()
 		if !ok {
 			return nil, p.refusal()
 		}
+		ctx, end := context.WithCancelCause(ctx)
+		late := time.AfterFunc(p.wait, func() { end(errLate) })
 		context.AfterFunc(ctx, release) // the stream's context ends with the call
-		return context.WithValue(ctx, admissionKey{}, &admission{release: release}), nil
+		return context.WithValue(ctx, admissionKey{}, &admission{release: func() {
+			late.Stop()
+			release()
+		}}), nil
 	}
 }
+
+// errLate is the cause of the end of a call not authenticated within its
+// budget's wait. (gRPC answers the caller CANCELLED: it reports a stream
+// context's end without its cause.)
+var errLate = errors.New("not authenticated within --unauthenticated-read-timeout: its request was not sent in time")
 
 func (p *preauth) refusal() error {
 	msg := fmt.Sprintf("this process reads at most %d %s calls at once before authenticating them; retry later", p.max, p.what)
@@ -142,7 +183,12 @@ func subject(p auth.Principal, ok bool) string {
 
 // acquire takes a slot of the call's subject; release gives it back.
 func (l *tenantLimit) acquire(ctx context.Context) (release func(), err error) {
-	who := subject(auth.FromContext(ctx))
+	return l.tryAcquire(subject(auth.FromContext(ctx)))
+}
+
+// tryAcquire takes a slot of subject who ("" takes none); release gives it
+// back, once. It never waits.
+func (l *tenantLimit) tryAcquire(who string) (release func(), err error) {
 	if who == "" {
 		return func() {}, nil
 	}
@@ -159,13 +205,26 @@ func (l *tenantLimit) acquire(ctx context.Context) (release func(), err error) {
 		return nil, st.Err()
 	}
 	l.n[who]++
+	var once sync.Once
 	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.n[who]--; l.n[who] == 0 {
-			delete(l.n, who)
-		}
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.n[who]--; l.n[who] == 0 {
+				delete(l.n, who)
+			}
+		})
 	}, nil
+}
+
+// admitted gives back what the tap took of a preauth budget for the
+// authenticated call of ctx and returns the release of its tenant's slot:
+// the one the tap took, or one taken now.
+func (l *tenantLimit) admitted(ctx context.Context) (release func(), err error) {
+	if held := releaseAdmission(ctx); held != nil {
+		return held, nil
+	}
+	return l.acquire(ctx)
 }
 
 // afterAuth are the interceptors that run once the authenticator's have:
@@ -174,8 +233,7 @@ func (l *tenantLimit) acquire(ctx context.Context) (release func(), err error) {
 func (l *tenantLimit) afterAuth() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			releaseAdmission(ctx)
-			release, err := l.acquire(ctx)
+			release, err := l.admitted(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -183,8 +241,7 @@ func (l *tenantLimit) afterAuth() []grpc.ServerOption {
 			return h(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			releaseAdmission(ss.Context())
-			release, err := l.acquire(ss.Context())
+			release, err := l.admitted(ss.Context())
 			if err != nil {
 				return err
 			}

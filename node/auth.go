@@ -49,7 +49,7 @@ func (a CallerAuth) serverOptions(addr string, keys *auth.Authenticator, adm cal
 			log.Warn("callers' API keys travel in plaintext: give the caller-facing listener TLS (--tls-cert, --tls-key) "+
 				"unless a proxy on this host ends TLS", "listen", addr)
 		}
-		opts = append(opts, grpc.InTapHandle(callerTap(keys, adm.unverified, adm.open)))
+		opts = append(opts, grpc.InTapHandle(callerTap(keys, adm)))
 		opts = append(opts, keys.ServerOptions()...)
 		return append(opts, adm.tenants.afterAuth()...), nil
 	}
@@ -89,8 +89,8 @@ type callerAdmission struct {
 // limit is recvLimit bytes.
 func (b *Backend) admission(recvLimit int) callerAdmission {
 	return callerAdmission{
-		unverified: newPreauth(b.unauthBytes, recvLimit, "unauthenticated"),
-		open:       newPreauth(b.unauthBytes, recvLimit, "health or reflection"),
+		unverified: newPreauth(b.unauthBytes, recvLimit, b.unauthWait, "unauthenticated"),
+		open:       newPreauth(b.unauthBytes, recvLimit, b.unauthWait, "health or reflection"),
 		tenants:    b.tenants,
 	}
 }

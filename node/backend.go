@@ -71,6 +71,13 @@ type BackendConfig struct {
 	// credential is refused UNAUTHENTICATED there. Default
 	// DefaultUnauthenticatedBytes.
 	UnauthenticatedBytes int64
+	// UnauthenticatedReadTimeout is how long a call admitted against that
+	// budget may take to be authenticated (for a unary call: to send its
+	// whole request). A call still unauthenticated then is ended, and its
+	// share given back: a caller that sends headers and then a trickle
+	// holds a share for this long at most. Default
+	// DefaultUnauthenticatedReadTimeout.
+	UnauthenticatedReadTimeout time.Duration
 	// HealthInterval is how often this process checks the database's health
 	// (store.MonitorHealth: conservation, overdue leases, stale runs) for the
 	// alerts of deploy/prometheus. Default store.HealthConfig's (1m);
@@ -88,9 +95,11 @@ type Backend struct {
 	apiPool *store.Pool // the run store's
 	streams *streamLimit
 	// tenants caps each tenant's calls; unauthBytes is the budget of
-	// unauthenticated calls (BackendConfig.UnauthenticatedBytes).
+	// unauthenticated calls (BackendConfig.UnauthenticatedBytes), and
+	// unauthWait how long one may hold its share.
 	tenants     *tenantLimit
 	unauthBytes int64
+	unauthWait  time.Duration
 	ledger      *store.Ledger
 	runs        *store.Runs
 	writes      *store.ToolCalls
@@ -128,6 +137,9 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if cfg.UnauthenticatedBytes <= 0 {
 		cfg.UnauthenticatedBytes = DefaultUnauthenticatedBytes
 	}
+	if cfg.UnauthenticatedReadTimeout <= 0 {
+		cfg.UnauthenticatedReadTimeout = DefaultUnauthenticatedReadTimeout
+	}
 	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: cfg.LedgerPool, Name: "fanout-ledger"})
 	if err != nil {
 		return nil, err
@@ -149,6 +161,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		streams:     newStreamLimit(cfg.MaxStreams),
 		tenants:     newTenantLimit(tenantQuota(cfg.MaxStreams, cfg.TenantMaxStreams)),
 		unauthBytes: cfg.UnauthenticatedBytes,
+		unauthWait:  cfg.UnauthenticatedReadTimeout,
 		ledger:      store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		runs:        store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		writes:      store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),

@@ -33,6 +33,7 @@ type serverFlags struct {
 	maxStreams    int
 	tenantStreams int
 	unauthBytes   int64
+	unauthWait    time.Duration
 	health        time.Duration
 }
 
@@ -52,19 +53,21 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.IntVar(&s.maxStreams, "max-streams", node.DefaultMaxStreams, "most gRPC calls this process serves at once, all connections together (health checks aside); more are RESOURCE_EXHAUSTED")
 	f.IntVar(&s.tenantStreams, "tenant-max-streams", 0, "most calls one tenant holds at once on this process once authenticated (orchestrator with --auth keys); more are RESOURCE_EXHAUSTED; 0: a quarter of --max-streams")
 	f.Int64Var(&s.unauthBytes, "unauthenticated-bytes", node.DefaultUnauthenticatedBytes, "budget of the calls an orchestrator with --auth keys reads before authenticating them, each charged the receive limit (8 MiB by default); more are RESOURCE_EXHAUSTED before their bodies are read")
+	f.DurationVar(&s.unauthWait, "unauthenticated-read-timeout", node.DefaultUnauthenticatedReadTimeout, "how long a call read before authentication may take to send its request (orchestrator with --auth keys); a call still unauthenticated then is ended and its share of --unauthenticated-bytes given back")
 }
 
 func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
 	return node.BackendConfig{
-		DatabaseURL:          s.databaseURL,
-		SweepInterval:        s.sweepInterval,
-		PollInterval:         s.pollInterval,
-		GroupCommit:          s.groupCommit,
-		LedgerPool:           int32(min(max(s.ledgerPool, 0), 1<<20)), //nolint:gosec // clamped
-		APIPool:              int32(min(max(s.apiPool, 0), 1<<20)),    //nolint:gosec // clamped
-		MaxStreams:           s.maxStreams,
-		TenantMaxStreams:     s.tenantStreams,
-		UnauthenticatedBytes: s.unauthBytes,
+		DatabaseURL:                s.databaseURL,
+		SweepInterval:              s.sweepInterval,
+		PollInterval:               s.pollInterval,
+		GroupCommit:                s.groupCommit,
+		LedgerPool:                 int32(min(max(s.ledgerPool, 0), 1<<20)), //nolint:gosec // clamped
+		APIPool:                    int32(min(max(s.apiPool, 0), 1<<20)),    //nolint:gosec // clamped
+		MaxStreams:                 s.maxStreams,
+		TenantMaxStreams:           s.tenantStreams,
+		UnauthenticatedBytes:       s.unauthBytes,
+		UnauthenticatedReadTimeout: s.unauthWait,
 		// 0 turns the check off here; BackendConfig's 0 is its default.
 		HealthInterval: cmp.Or(s.health, -1),
 		Logger:         log,

@@ -1,0 +1,165 @@
+package node_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fanout/fanout/auth"
+	"github.com/fanout/fanout/node"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store/storetest"
+)
+
+// stalledCall opens a StartRun on conn and sends its headers but never its
+// request, as a caller trickling its body would; its channel gets the
+// call's end.
+func stalledCall(t *testing.T, conn *grpc.ClientConn) <-chan error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		fanoutv1.OrchestratorService_StartRun_FullMethodName, grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		var out []byte
+		ended <- s.RecvMsg(&out)
+	}()
+	return ended
+}
+
+// openOrchestrator is an orchestrator wired as `fanout orchestrator --auth
+// keys` wires it, on backend config cfg, with no worker.
+func openOrchestrator(t *testing.T, cfg node.BackendConfig) (*node.Backend, *node.Orchestrator) {
+	t.Helper()
+	orchTrust, _, _, err := node.DevTrust(peerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := backend(t, storetest.NewDB(t), cfg)
+	o, err := node.OpenOrchestrator(t.Context(), b, node.OrchestratorConfig{Workers: "127.0.0.1:1", Trust: orchTrust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = o.Close(ctx)
+	})
+	return b, o
+}
+
+// TestUnauthenticatedCallEndsAfterTheReadTimeout (issue 23, from its
+// review): a call admitted before authentication held its share of
+// --unauthenticated-bytes until it ended, so a caller sending headers and
+// then nothing held every share for as long as it liked, and no new key
+// (nor health check) got in. With a budget of one call and a read timeout
+// of 400 ms: a stalled call with a made-up key takes the share, a second
+// is refused RESOURCE_EXHAUSTED; the stalled one is ended (CANCELLED) in
+// 400 ms to 400 ms + 1 s, and the share serves the next caller.
+func TestUnauthenticatedCallEndsAfterTheReadTimeout(t *testing.T) {
+	t.Parallel()
+	const wait = 400 * time.Millisecond
+	const recvLimit = 8<<20 + 1024 // the default receive limit
+	_, o := openOrchestrator(t, node.BackendConfig{UnauthenticatedBytes: recvLimit, UnauthenticatedReadTimeout: wait})
+	_, token, _, err := auth.NewKey() // well formed, never created: unverified
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialKey(t, o.Addr(), token)
+	start := time.Now()
+	ended := stalledCall(t, conn)
+	// The share is taken: a second unverified call is refused before its
+	// body is read. (Retried until the stalled call's headers have arrived.)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var out []byte
+		body := []byte{}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		err := conn.Invoke(ctx, fanoutv1.OrchestratorService_StartRun_FullMethodName, &body, &out, grpc.ForceCodec(rawCodec{}))
+		cancel()
+		if status.Code(err) == codes.ResourceExhausted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a second unverified call while the first stalls: %v; want RESOURCE_EXHAUSTED", err)
+		}
+	}
+	select {
+	case err := <-ended:
+		took := time.Since(start)
+		t.Logf("the stalled call ended after %s: %v", took, err)
+		if status.Code(err) != codes.Canceled || took < wait || took > wait+time.Second {
+			t.Errorf("the stalled call ended after %s with %v; want CANCELLED after %s to %s", took, err, wait, wait+time.Second)
+		}
+	case <-time.After(wait + 5*time.Second):
+		t.Fatalf("the stalled call still open %s after its start; want it ended after %s", wait+5*time.Second, wait)
+	}
+	var out []byte
+	body := []byte{}
+	if err := conn.Invoke(t.Context(), fanoutv1.OrchestratorService_StartRun_FullMethodName, &body, &out,
+		grpc.ForceCodec(rawCodec{})); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("the next unverified call: %v; want UNAUTHENTICATED (admitted, then refused as an unknown key)", err)
+	}
+}
+
+// TestVerifiedKeyTakesItsTenantsSlotBeforeItsBody (issue 23, from its
+// review): a key verified on this replica skipped the budget read before
+// authentication, and its tenant's quota was taken only once its request
+// had been read, so one tenant could have any number of requests being
+// read at once. Now the tap takes the tenant's slot before the body: with a
+// quota of 2, two stalled calls of acme hold both, a third is refused
+// RESOURCE_EXHAUSTED at once (naming the tenant), and globex is served.
+func TestVerifiedKeyTakesItsTenantsSlotBeforeItsBody(t *testing.T) {
+	t.Parallel()
+	b, o := openOrchestrator(t, node.BackendConfig{MaxStreams: 20, TenantMaxStreams: 2})
+	acmeConn := dialKey(t, o.Addr(), newTenantKey(t, b, "acme"))
+	acme := fanoutv1.NewOrchestratorServiceClient(acmeConn)
+	if _, err := acme.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{}); err != nil { // verified, cached
+		t.Fatalf("ListRuns with acme's key: %v", err)
+	}
+	stalled := []<-chan error{stalledCall(t, acmeConn), stalledCall(t, acmeConn)}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err := acme.ListRuns(ctx, &fanoutv1.ListRunsRequest{})
+		cancel()
+		if status.Code(err) == codes.ResourceExhausted {
+			if st := status.Convert(err); !strings.Contains(st.Message(), "tenant:acme") {
+				t.Errorf("refusal %q does not name tenant:acme", st.Message())
+			}
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("acme's third call while two of its requests are being read: %v; want RESOURCE_EXHAUSTED", err)
+		}
+	}
+	third := stalledCall(t, acmeConn)
+	select {
+	case err := <-third:
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Errorf("acme's third stalled call: %v; want RESOURCE_EXHAUSTED before its body", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("acme's third stalled call still open after 5s: it took no slot before its body")
+	}
+	globex := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), newTenantKey(t, b, "globex")))
+	if _, err := globex.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{}); err != nil {
+		t.Errorf("globex while acme's quota is full: %v", err)
+	}
+	for _, c := range stalled {
+		select {
+		case err := <-c:
+			t.Errorf("a stalled call of a verified key ended: %v; it is authenticated and waits for its body", err)
+		default:
+		}
+	}
+}
