@@ -231,25 +231,29 @@ func (w *Watcher) isNews(sig RunSignal) bool {
 	return n.hear(sig)
 }
 
-// notice delivers a notice heard by the listener. A notice names only the
-// state and the run; when it is news of a watched run, the cause is read
-// from the source's account row (EndedRuns), so a subscriber sees why the
-// run ended ("tenant budget exhausted" or the run's own "budget
-// exhausted") whether the notice or the poll told it first. If that read
-// fails the notice is delivered without a cause: the stop must not wait.
+// notice handles a notice heard by the listener. Any database login may
+// NOTIFY, so a notice is a hint, never an order: when it would be news of
+// a watched run, the run's account row is read (EndedRuns) and what the row
+// says is delivered, with its cause ("tenant budget exhausted" or the
+// run's own "budget exhausted"). A notice of a run the row shows open is
+// dropped; so is one whose read fails, and the poll reads the run again
+// within PollInterval (a run the ledger ended grants nothing meanwhile).
 func (w *Watcher) notice(ctx context.Context, sig RunSignal) {
-	if sig.Cause == "" && sig.State.Ended() && w.isNews(sig) {
-		sigs, err := w.src.EndedRuns(ctx, []string{sig.RunID})
-		if err != nil && ctx.Err() == nil {
-			w.cfg.Logger.Warn("budget watcher: read the cause of a notice", "run_id", sig.RunID, "err", err)
+	if !w.isNews(sig) {
+		return
+	}
+	sigs, err := w.src.EndedRuns(ctx, []string{sig.RunID})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.cfg.Logger.Warn("budget watcher: read the run of a notice; the poll will", "run_id", sig.RunID, "err", err)
 		}
-		for _, s := range sigs {
-			if s.RunID == sig.RunID && s.State == sig.State {
-				sig.Cause = s.Cause
-			}
+		return
+	}
+	for _, s := range sigs {
+		if s.RunID == sig.RunID {
+			w.deliver(s)
 		}
 	}
-	w.deliver(sig)
 }
 
 // watched returns the runs to poll: every watched run not yet heard

@@ -69,6 +69,20 @@ func (s *source) EndedRuns(_ context.Context, ids []string) ([]budget.RunSignal,
 	return out, nil
 }
 
+// notify ends sig's run in the source, as the ledger's transaction does,
+// then sends sig's notice, as its commit does, and waits until the watcher
+// has handled it.
+func (s *source) notify(t *testing.T, sig budget.RunSignal) {
+	t.Helper()
+	s.end(sig)
+	s.notices <- sig
+	select {
+	case <-s.delivered:
+	case <-time.After(patience):
+		t.Fatalf("the watcher did not handle the notice %+v within %v", sig, patience)
+	}
+}
+
 func (s *source) end(sig budget.RunSignal) {
 	s.mu.Lock()
 	s.ended[sig.RunID] = sig
@@ -108,18 +122,6 @@ func waitDone(t *testing.T, s *budget.Subscription) budget.RunSignal {
 	}
 }
 
-// awaitDelivered waits until the watcher has handled n notices.
-func awaitDelivered(t *testing.T, src *source, n int) {
-	t.Helper()
-	for i := range n {
-		select {
-		case <-src.delivered:
-		case <-time.After(patience):
-			t.Fatalf("the watcher handled %d of %d notices within %v", i, n, patience)
-		}
-	}
-}
-
 func TestNoticeReachesEverySubscriberOnce(t *testing.T) {
 	src := newSource()
 	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
@@ -128,9 +130,8 @@ func TestNoticeReachesEverySubscriberOnce(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	defer other.Close()
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted}
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateClosed} // the first news stays the first
-	awaitDelivered(t, src, 2)
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted})
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateClosed}) // the first news stays the first
 	if sig := waitDone(t, a); sig.State != budget.StateExhausted || !errors.Is(sig.Err(), budget.ErrExhausted) {
 		t.Errorf("a got %+v", sig)
 	}
@@ -156,9 +157,8 @@ func TestLaterNewsDoesNotReplaceTheFirst(t *testing.T) {
 	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
 	early := w.Subscribe("r1") // while r1 is watched, the watcher keeps what it heard of it
 	defer early.Close()
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"}
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "caller cancelled"}
-	awaitDelivered(t, src, 2)
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"})
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "caller cancelled"})
 
 	toldFirst := func(who string, s *budget.Subscription) {
 		t.Helper()
@@ -224,9 +224,8 @@ func TestCancelAfterExhaustionIsHeard(t *testing.T) {
 	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
 	s := w.Subscribe("r1")
 	defer s.Close()
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"}
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "exhausted again"}
-	awaitDelivered(t, src, 2)
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"})
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "exhausted again"})
 	if sig := waitDone(t, s); sig.State != budget.StateExhausted || sig.Cause != "budget exhausted" {
 		t.Fatalf("first signal %+v, want the first exhaustion", sig)
 	}
@@ -235,9 +234,8 @@ func TestCancelAfterExhaustionIsHeard(t *testing.T) {
 	defer exhausted.Close()
 	notCancelled(t, "a subscriber after the exhaustion", exhausted)
 
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "cancelled by caller: stop"}
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "again"}
-	awaitDelivered(t, src, 2)
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "cancelled by caller: stop"})
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "again"})
 	for who, sub := range map[string]*budget.Subscription{"the subscriber": s, "a subscriber after the exhaustion": exhausted} {
 		toldCancel(t, who, sub, "cancelled by caller: stop")
 		if sig := sub.Signal(); sig.State != budget.StateExhausted {
@@ -312,7 +310,7 @@ func TestLateSubscriberIsToldAtOnce(t *testing.T) {
 	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
 	first := w.Subscribe("r1")
 	defer first.Close()
-	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateCancelled}
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateCancelled})
 	waitDone(t, first)
 	late := w.Subscribe("r1")
 	defer late.Close()
