@@ -26,6 +26,7 @@ import (
 // limit, while acme's ListRuns, GetRun, StartRun and WatchRun are served.
 // On main globex took every slot of the process and acme was refused.
 func TestTenantQuotaKeepsOtherTenantsServed(t *testing.T) {
+	const readTimeout = 300 * time.Millisecond // --unauthenticated-read-timeout
 	t.Parallel()
 	for _, tc := range []struct {
 		name       string
@@ -49,7 +50,8 @@ func TestTenantQuotaKeepsOtherTenantsServed(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = w.Close(context.Background()) })
-			b := backend(t, url, node.BackendConfig{MaxStreams: tc.maxStreams, TenantMaxStreams: tc.tenantMax})
+			b := backend(t, url, node.BackendConfig{MaxStreams: tc.maxStreams, TenantMaxStreams: tc.tenantMax,
+				UnauthenticatedReadTimeout: readTimeout})
 			o, err := node.OpenOrchestrator(t.Context(), b, node.OrchestratorConfig{Workers: w.Addr(), Trust: orchTrust})
 			if err != nil {
 				t.Fatal(err)
@@ -124,6 +126,11 @@ func TestTenantQuotaKeepsOtherTenantsServed(t *testing.T) {
 			wantQuota("WatchRun", watch(t.Context(), globex, run))
 			_, err = globex.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: run})
 			wantQuota("GetRun", err)
+			// A key of globex never seen on this replica: its first call is
+			// unverified in the tap, and held to the quota once authenticated.
+			fresh := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), newTenantKey(t, b, "globex")))
+			_, err = fresh.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: run})
+			wantQuota("first call of a new key", err)
 
 			// Another tenant is served: unary and streaming.
 			if _, err := acme.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{}); err != nil {
@@ -141,6 +148,31 @@ func TestTenantQuotaKeepsOtherTenantsServed(t *testing.T) {
 			defer acancel()
 			if err := watch(actx, acme, mine); err != nil {
 				t.Errorf("acme's WatchRun while globex holds its quota: %v", err)
+			}
+			// A stream that is a new key's first call was read before
+			// authentication; once authenticated, --unauthenticated-read-timeout
+			// no longer applies to it.
+			newAcme := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), newTenantKey(t, b, "acme")))
+			s, err := newAcme.WatchRun(actx, &fanoutv1.WatchRunRequest{RunId: mine})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Recv(); err != nil {
+				t.Fatalf("a new key's first WatchRun: %v", err)
+			}
+			ended := make(chan error, 1)
+			go func() {
+				for {
+					if _, err := s.Recv(); err != nil {
+						ended <- err
+						return
+					}
+				}
+			}()
+			select {
+			case err := <-ended:
+				t.Errorf("a new key's first WatchRun ended after it was authenticated: %v; want it open past the %s read timeout", err, readTimeout)
+			case <-time.After(readTimeout + time.Second):
 			}
 		})
 	}
