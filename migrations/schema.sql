@@ -383,8 +383,8 @@ CREATE TABLE fanout.semaphore_slot (
 );
 CREATE INDEX semaphore_slot_lease ON fanout.semaphore_slot USING btree (lease_id) WHERE lease_id IS NOT NULL;
 COMMENT ON TABLE fanout.semaphore_slot IS 'Fleet-wide semaphores: slot N of key is held while expires_at > now() (database time).';
+GRANT SELECT (key, slot, expires_at) ON TABLE fanout.semaphore_slot TO fanout_worker;
 GRANT SELECT ON TABLE fanout.semaphore_slot TO fanout_app;
-GRANT SELECT ON TABLE fanout.semaphore_slot TO fanout_worker;
 
 CREATE TABLE fanout.setting (
     name text NOT NULL,
@@ -1028,7 +1028,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_exhaust_tenant(fanout.account) FROM PUB
 CREATE FUNCTION fanout.ledger_expire(p_reservation bigint) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 27 lines, sha256 2abad286c737
+    -- body: 31 lines, sha256 5a8049fbcf8c
 REVOKE EXECUTE ON FUNCTION fanout.ledger_expire(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_worker;
@@ -1092,7 +1092,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 139 lines, sha256 f953864b6441
+    -- body: 145 lines, sha256 21c758ff4f45
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_worker;
@@ -1116,9 +1116,9 @@ CREATE FUNCTION fanout.ledger_roll_period(t fanout.account) RETURNS fanout.accou
 REVOKE EXECUTE ON FUNCTION fanout.ledger_roll_period(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_secret_ok(p_hash bytea, p_secret text) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 3 lines, sha256 587a0b14f36a
+    -- body: 4 lines, sha256 1fdf7f746601
 REVOKE EXECUTE ON FUNCTION fanout.ledger_secret_ok(bytea,text) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_limit bigint, p_kind text, p_every interval, p_min bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
@@ -1174,7 +1174,7 @@ GRANT EXECUTE ON FUNCTION fanout.rate_refill(double precision,bigint,interval,ti
 CREATE FUNCTION fanout.semaphore_acquire(p_lease bigint, p_holder text, p_keys text[], p_limits integer[], p_ttl interval) RETURNS text
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 63 lines, sha256 beb484390987
+    -- body: 69 lines, sha256 2dfa639eee1f
 REVOKE EXECUTE ON FUNCTION fanout.semaphore_acquire(bigint,text,text[],integer[],interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_acquire(bigint,text,text[],integer[],interval) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_acquire(bigint,text,text[],integer[],interval) TO fanout_worker;
@@ -1182,7 +1182,7 @@ GRANT EXECUTE ON FUNCTION fanout.semaphore_acquire(bigint,text,text[],integer[],
 CREATE FUNCTION fanout.semaphore_release(p_lease bigint, p_holder text, p_grace interval) RETURNS integer
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 17 lines, sha256 eb499cb1607b
+    -- body: 19 lines, sha256 d04bde82f140
 REVOKE EXECUTE ON FUNCTION fanout.semaphore_release(bigint,text,interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_release(bigint,text,interval) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_release(bigint,text,interval) TO fanout_worker;
@@ -1190,15 +1190,21 @@ GRANT EXECUTE ON FUNCTION fanout.semaphore_release(bigint,text,interval) TO fano
 CREATE FUNCTION fanout.semaphore_renew(p_lease bigint, p_holder text, p_ttl interval) RETURNS integer
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 12 lines, sha256 d472f5d9fd4b
+    -- body: 13 lines, sha256 107336ed644a
 REVOKE EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.semaphore_renew(bigint,text,interval) TO fanout_worker;
 
+CREATE FUNCTION fanout.session_is_orchestrator() RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 2 lines, sha256 2569d319cd1a
+REVOKE EXECUTE ON FUNCTION fanout.session_is_orchestrator() FROM PUBLIC;
+
 CREATE FUNCTION fanout.tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_iteration integer, p_index integer, p_server text, p_tool text, p_digest text, p_secret text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 34 lines, sha256 c07ad870f0b8
+    -- body: 48 lines, sha256 4de26ab29828
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) TO fanout_worker;
@@ -1206,7 +1212,7 @@ GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigi
 CREATE FUNCTION fanout.tool_call_resolve(p_key text, p_state text, p_result text, p_error text, p_secret text DEFAULT NULL::text) RETURNS TABLE(resolved boolean, state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 16 lines, sha256 765cdb5bf398
+    -- body: 20 lines, sha256 0e2a15a8459f
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO fanout_worker;

@@ -123,11 +123,9 @@ func callerTap(keys *auth.Authenticator, adm callerAdmission) tap.ServerInHandle
 		}
 		ctx, end := context.WithCancelCause(ctx)
 		late := time.AfterFunc(p.wait, func() { end(errLate) })
-		context.AfterFunc(ctx, release) // the stream's context ends with the call
-		return context.WithValue(ctx, admissionKey{}, &admission{release: func() {
-			late.Stop()
-			release()
-		}}), nil
+		done := func() { late.Stop(); release() }
+		context.AfterFunc(ctx, done) // the stream's context ends with the call: nothing outlives it
+		return context.WithValue(ctx, admissionKey{}, &admission{release: done}), nil
 	}
 }
 

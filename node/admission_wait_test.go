@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/fanout/fanout/auth"
@@ -160,6 +161,35 @@ func TestVerifiedKeyTakesItsTenantsSlotBeforeItsBody(t *testing.T) {
 		case err := <-c:
 			t.Errorf("a stalled call of a verified key ended: %v; it is authenticated and waits for its body", err)
 		default:
+		}
+	}
+}
+
+// TestHeadersAreBoundedTo64KiB (issue 23, from its review): the headers of
+// a call are held before anyone knows who sent it, and gRPC allowed 16 MiB
+// of them. A caller's headers of 60 KiB reach authentication (an unknown
+// key: UNAUTHENTICATED); of 70 KiB they are refused before it.
+func TestHeadersAreBoundedTo64KiB(t *testing.T) {
+	t.Parallel()
+	_, o := openOrchestrator(t, node.BackendConfig{})
+	_, token, _, err := auth.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), token))
+	for _, tc := range []struct {
+		size int
+		ok   bool
+	}{{60 << 10, true}, {70 << 10, false}} {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-padding", strings.Repeat("p", tc.size))
+		_, err := c.ListRuns(ctx, &fanoutv1.ListRunsRequest{})
+		authenticated := status.Code(err) == codes.Unauthenticated
+		if authenticated != tc.ok {
+			t.Errorf("a call with %d KiB of headers: %v; want it %s", tc.size>>10, err,
+				map[bool]string{true: "to reach authentication (UNAUTHENTICATED)", false: "refused for its headers' size"}[tc.ok])
+		}
+		if !tc.ok && !strings.Contains(err.Error(), "header list size") {
+			t.Errorf("a call with %d KiB of headers: %v; want a refusal naming the header list size", tc.size>>10, err)
 		}
 	}
 }

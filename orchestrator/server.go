@@ -57,12 +57,17 @@ func NewServer(e *Engine) *Server {
 	return &Server{e: e, log: e.cfg.Logger}
 }
 
+// MaxHeaderBytes bounds a call's headers (HTTP/2 header list), which the
+// server holds before it knows who sent them: an API key and a few ids need
+// well under 1 KiB. gRPC's default is 16 MiB.
+const MaxHeaderBytes = 64 << 10
+
 // ServerOptions returns the options the gRPC server must have for e: a
 // receive limit of twice the largest RunSpec e accepts. A request up to that
 // size is decoded and refused with a field violation naming the spec; a
 // bigger one is refused by gRPC (RESOURCE_EXHAUSTED) before it is decoded.
 func ServerOptions(e *Engine) []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(2*e.cfg.MaxSpecBytes + 1024)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(2*e.cfg.MaxSpecBytes + 1024), grpc.MaxHeaderListSize(MaxHeaderBytes)}
 }
 
 // Shutdown stops accepting runs and waits for the runs this replica drives

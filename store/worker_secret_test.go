@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -108,6 +109,13 @@ func TestWorkerActsOnlyOnTheAttemptsDispatchedToIt(t *testing.T) {
 	if err := writes.IssueWrite(b.ctx, w, mine.Secret); err != nil {
 		t.Fatalf("issue with the attempt's secret: %v", err)
 	}
+	// Globex's worker cannot take the key of acme's next call under its own
+	// task (with its own secret): the key must be its own call's.
+	squat := ts.at(write("r1/t1/a2/i1/c1", 2, 1, 1, `{}`))
+	squat.TenantID, squat.RunID, squat.TaskID, squat.Account = "globex", "g1", "t1", int64(ts["globex/g1/t1"])
+	if err := writes.IssueWrite(b.ctx, squat, theirs.Secret); !errors.Is(err, store.ErrWriteConflict) {
+		t.Errorf("globex's worker issues acme's next key under its own task: %v; want ErrWriteConflict", err)
+	}
 	if err := writes.IssueWrite(b.ctx, w, ""); !errors.Is(err, store.ErrWriteConflict) {
 		t.Errorf("issue again without the secret: %v; want ErrWriteConflict", err)
 	}
@@ -176,5 +184,119 @@ func TestWorkerCannotTouchAKeysRequestBucket(t *testing.T) {
 	var rpm int64
 	if err := b.pool.QueryRow(b.ctx, `SELECT rpm FROM fanout.rate_bucket WHERE bucket = 'key:fk_victim'`).Scan(&rpm); err != nil || rpm != 1 {
 		t.Errorf("the key's bucket has rpm %d (%v) after the worker's tries; want 1", rpm, err)
+	}
+}
+
+// TestWorkerWithoutTheSecretLocksNothing (issue 23, from its review): the
+// functions took their row locks before they asked for the secret, so a
+// worker's login could call them in a transaction it kept open and freeze
+// another tenant's accounts. Each call below is refused (or finds nothing
+// to do) inside a transaction left open, and the rows it would have locked
+// can still be locked at once (NOWAIT) by another session.
+func TestWorkerWithoutTheSecretLocksNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ts := openTasks(t, b)
+	victim, err := b.ledger.BeginAttempt(b.ctx, ts["globex/g1/t1"], "g1", "globex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: ts["globex/g1/t1"], RunID: "g1", TenantID: "globex",
+		Attempt: victim.N, Secret: victim.Secret, Want: 10, Min: 1, Holder: "w", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustIssue(t, nodeToolCalls(t, b), ts, runs.Write{Key: "g1/t1/a2/i1/c0", TenantID: "globex", RunID: "g1", TaskID: "t1",
+		Attempt: 2, Iteration: 1, Server: "crm", Tool: "crm__create_ticket", ArgsDigest: digest("{}")})
+	worker, err := pgx.Connect(b.ctx, storetest.WorkerURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close(b.ctx) //nolint:errcheck // test connection
+	for _, c := range []struct{ name, sql string }{
+		{"reserve", fmt.Sprintf(`SELECT outcome FROM fanout.ledger_reserve(%d, 'g1', 'globex', 2, 10, 1, 'w', '1 minute', 'k', NULL, 'wrong')`, ts["globex/g1/t1"])},
+		{"settle", fmt.Sprintf(`SELECT outcome FROM fanout.ledger_settle(%d, 1, 0, false, NULL, 0, 0, 'wrong')`, held.ID)},
+		{"void", fmt.Sprintf(`SELECT outcome FROM fanout.ledger_void(%d, 1, '', 'wrong')`, held.ID)},
+		{"expire a live lease", fmt.Sprintf(`SELECT outcome FROM fanout.ledger_expire(%d)`, held.ID)},
+		{"issue", fmt.Sprintf(`SELECT fanout.tool_call_issue(%d, 'g1/t1/a2/i1/c1', 'globex', 'g1', 't1', 2, 1, 1, 'crm', 'x', repeat('0', 64), 'wrong')`, ts["globex/g1/t1"])},
+		{"resolve", `SELECT state FROM fanout.tool_call_resolve('g1/t1/a2/i1/c0', 'done', 'forged', '', 'wrong')`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tx, err := worker.Begin(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(b.ctx) //nolint:errcheck // left open on purpose until the end
+			var outcome *string
+			if err := tx.QueryRow(b.ctx, c.sql).Scan(&outcome); err != nil {
+				t.Fatalf("%s as a worker without the secret: %v", c.name, err)
+			}
+			if outcome != nil && *outcome != "denied" && *outcome != "replay" {
+				t.Errorf("%s as a worker without the secret: %q; want denied (or, for a live lease, replay)", c.name, *outcome)
+			}
+			for _, lock := range []string{
+				fmt.Sprintf(`SELECT 1 FROM fanout.account WHERE account_id = ANY ('%s'::bigint[]) FOR UPDATE NOWAIT`, chainOf(t, b, ts["globex/g1/t1"])),
+				fmt.Sprintf(`SELECT 1 FROM fanout.reservation WHERE reservation_id = %d FOR UPDATE NOWAIT`, held.ID),
+				`SELECT 1 FROM fanout.tool_call WHERE key = 'g1/t1/a2/i1/c0' FOR UPDATE NOWAIT`,
+			} {
+				if _, err := b.pool.Exec(b.ctx, lock); err != nil {
+					t.Errorf("after the worker's %s (its transaction open): %s: %v; want the row free", c.name, lock, err)
+				}
+			}
+		})
+	}
+}
+
+// chainOf is the account chain of acct (task, run, tenant), as a SQL array literal.
+func chainOf(t *testing.T, b *testBundle, acct budget.AccountID) string {
+	t.Helper()
+	var chain string
+	if err := b.pool.QueryRow(b.ctx, `SELECT chain::text FROM fanout.account WHERE account_id = $1`, int64(acct)).Scan(&chain); err != nil {
+		t.Fatal(err)
+	}
+	return chain
+}
+
+// TestWorkerCannotTakeATenantsTaskSlots (issue 23, from its review): the
+// orchestrators' cap of a tenant's tasks in flight is a semaphore in the
+// same table as the providers' limits; a worker's login could fill another
+// tenant's slots, or release and renew an orchestrator's lease (its id and
+// holder were readable). Now a worker's login takes, releases and renews
+// no tenant-tasks slot, and reads no lease id or holder; its own keys work.
+func TestWorkerCannotTakeATenantsTaskSlots(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	orch := store.NewSemaphore(b.pool, store.SemaphoreConfig{})
+	lease, err := orch.Acquire(b.ctx, "orchestrator-1", []store.SlotRequest{{Key: "tenant-tasks:globex", Limit: 2}}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := pgx.Connect(b.ctx, storetest.WorkerURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close(b.ctx) //nolint:errcheck // test connection
+	if code := tryRolledBack(b.ctx, worker, `SELECT fanout.semaphore_acquire(99, 'w', ARRAY['tenant-tasks:globex'], ARRAY[2], '1 hour')`, ""); code != "42501" {
+		t.Errorf("a worker takes a tenant's task slot: SQLSTATE %q; want 42501", code)
+	}
+	for _, sql := range []string{
+		fmt.Sprintf(`SELECT fanout.semaphore_release(%d, 'orchestrator-1', '0')`, lease.ID),
+		fmt.Sprintf(`SELECT fanout.semaphore_renew(%d, 'orchestrator-1', '1 hour')`, lease.ID),
+	} {
+		var n int
+		if err := worker.QueryRow(b.ctx, sql).Scan(&n); err != nil || n != 0 {
+			t.Errorf("a worker's %s: %d slots, %v; want 0", sql, n, err)
+		}
+	}
+	var taken int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM fanout.semaphore_slot WHERE key = 'tenant-tasks:globex'
+		AND lease_id = $1 AND expires_at > now() AND expires_at < now() + interval '2 minutes'`, lease.ID).Scan(&taken); err != nil || taken != 1 {
+		t.Errorf("the orchestrator's slot after the worker's tries: %d held as it was, %v; want 1", taken, err)
+	}
+	if code := tryRolledBack(b.ctx, worker, `SELECT lease_id, holder FROM fanout.semaphore_slot`, ""); code != "42501" {
+		t.Errorf("a worker reads lease ids and holders: SQLSTATE %q; want 42501", code)
+	}
+	if code := tryRolledBack(b.ctx, worker, `SELECT fanout.semaphore_acquire(99, 'w', ARRAY['mcp:crm'], ARRAY[2], '1 minute')`, ""); code != "" {
+		t.Errorf("a worker takes its tool's slot: SQLSTATE %q; want it granted", code)
 	}
 }

@@ -56,6 +56,12 @@ BEGIN
         RETURN ledger_refusal('denied', p_account,
             format('not an account of run %s of tenant %s', p_run, p_tenant));
     END IF;
+    -- The secret, before any lock (a caller without it locks nothing), and
+    -- again under the lock below (the attempt may have moved meanwhile).
+    IF NOT ledger_secret_ok(leaf.secret_hash, p_secret) THEN
+        RETURN ledger_refusal('denied', p_account,
+            format('attempt %s was not dispatched with this secret', p_attempt));
+    END IF;
     FOR a IN SELECT * FROM ledger_lock_chain(leaf.chain) LOOP
         IF a.kind = 'tenant' THEN
             -- Its period rolled over already if it had ended (the lock

@@ -26,6 +26,12 @@ BEGIN
             p_lease, p_holder, p_keys, p_limits, p_ttl
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A tenant's task slots (max_tasks_in_flight) are the orchestrators':
+    -- a worker's login takes its providers' and tools' slots only.
+    IF NOT session_is_orchestrator() AND EXISTS (SELECT FROM unnest(p_keys) AS u(k) WHERE u.k LIKE 'tenant-tasks:%') THEN
+        RAISE EXCEPTION 'semaphore_acquire: a tenant''s task slots are taken by orchestrators only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
 
     -- A retry whose earlier try committed: the lease holds its slots.
     UPDATE semaphore_slot SET expires_at = now() + p_ttl

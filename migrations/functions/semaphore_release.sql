@@ -13,10 +13,12 @@ BEGIN
     END IF;
     IF p_grace = interval '0' THEN
         UPDATE semaphore_slot SET lease_id = NULL, expires_at = '-infinity'
-         WHERE lease_id = p_lease AND holder = p_holder;
+         WHERE lease_id = p_lease AND holder = p_holder
+           AND (key NOT LIKE 'tenant-tasks:%' OR session_is_orchestrator());
     ELSE
         UPDATE semaphore_slot SET expires_at = now() + p_grace
-         WHERE lease_id = p_lease AND holder = p_holder;
+         WHERE lease_id = p_lease AND holder = p_holder
+           AND (key NOT LIKE 'tenant-tasks:%' OR session_is_orchestrator());
     END IF;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;

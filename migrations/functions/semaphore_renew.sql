@@ -11,7 +11,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     UPDATE semaphore_slot SET expires_at = now() + p_ttl
-     WHERE lease_id = p_lease AND holder = p_holder AND expires_at > now();
+     WHERE lease_id = p_lease AND holder = p_holder
+           AND (key NOT LIKE 'tenant-tasks:%' OR session_is_orchestrator()) AND expires_at > now();
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END $$;

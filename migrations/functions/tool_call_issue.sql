@@ -11,7 +11,15 @@ DECLARE
     a account;
     c tool_call;
 BEGIN
-    SELECT * INTO a FROM account WHERE account_id = p_account FOR SHARE;
+    -- A worker's login names its call by its place in the task's attempt
+    -- (subagent/toolrun.go): it cannot take another task's key.
+    IF NOT session_is_orchestrator()
+       AND p_key IS DISTINCT FROM format('%s/%s/a%s/i%s/c%s', p_run, p_task, p_attempt, p_iteration, p_index) THEN
+        RETURN 'denied';
+    END IF;
+    -- Everything up to the insert is read without a lock, so that a caller
+    -- without the secret locks nothing.
+    SELECT * INTO a FROM account WHERE account_id = p_account;
     IF NOT FOUND OR a.run_id IS DISTINCT FROM p_run OR a.tenant_id IS DISTINCT FROM p_tenant
        OR a.kind = 'tenant' OR (a.kind = 'task' AND a.task_id IS DISTINCT FROM p_task) THEN
         RETURN 'denied';
@@ -21,16 +29,22 @@ BEGIN
     -- the task's writes after it began, sees the row too.
     SELECT * INTO c FROM tool_call WHERE key = p_key;
     IF FOUND THEN
-        IF NOT ledger_secret_ok(c.secret_hash, p_secret) THEN
+        IF NOT ledger_secret_ok(c.secret_hash, p_secret)
+           OR (c.tenant_id, c.run_id, c.task_id) IS DISTINCT FROM (p_tenant, p_run, p_task) THEN
             RETURN 'denied';
         END IF;
         RETURN 'exists';
     END IF;
     IF a.attempt IS DISTINCT FROM p_attempt THEN
         RETURN 'superseded';
-    END IF;
-    IF NOT ledger_secret_ok(a.secret_hash, p_secret) THEN
+    ELSIF NOT ledger_secret_ok(a.secret_hash, p_secret) THEN
         RETURN 'denied';
+    END IF;
+    -- The insert, under a share lock of the account that
+    -- ledger_begin_attempt waits for: checked again as of the lock.
+    SELECT * INTO a FROM account WHERE account_id = p_account FOR SHARE;
+    IF a.attempt IS DISTINCT FROM p_attempt THEN
+        RETURN 'superseded';
     END IF;
     INSERT INTO tool_call (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest,
                            secret_hash)

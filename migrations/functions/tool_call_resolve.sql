@@ -13,12 +13,16 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp 
 DECLARE
     c tool_call;
 BEGIN
-    SELECT * INTO c FROM tool_call WHERE key = p_key FOR UPDATE;
+    SELECT * INTO c FROM tool_call WHERE key = p_key; -- the secret before the lock
     IF NOT FOUND THEN
         RETURN QUERY SELECT false, NULL::text;
+        RETURN;
     ELSIF NOT ledger_secret_ok(c.secret_hash, p_secret) THEN
         RETURN QUERY SELECT false, 'denied'::text;
-    ELSIF c.state <> 'issued' THEN
+        RETURN;
+    END IF;
+    SELECT * INTO c FROM tool_call WHERE key = p_key FOR UPDATE;
+    IF c.state <> 'issued' THEN
         RETURN QUERY SELECT false, c.state;
     ELSE
         UPDATE tool_call SET state = p_state, result = p_result, error = p_error WHERE key = p_key;

@@ -29,6 +29,11 @@ REVOKE UPDATE ON TABLE fanout.tool_call FROM fanout_app;
 GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest,
               state, created_at, resolved_at) ON TABLE fanout.tool_call TO fanout_worker;
 
+-- A worker reads of the semaphore's slots how many of each key are taken
+-- (its gauge and its waits), not whose leases they are.
+REVOKE SELECT ON TABLE fanout.semaphore_slot FROM fanout_worker;
+GRANT SELECT (key, slot, expires_at) ON TABLE fanout.semaphore_slot TO fanout_worker;
+
 -- Request buckets of API keys ("key:<id>") are the orchestrators' and
 -- AdminService's: a worker defines and debits its providers' buckets only,
 -- so it can neither drain a key's requests nor lift a tenant's rate.
