@@ -30,7 +30,7 @@ func (b *bundle) adminService(t *testing.T) (fanoutv1.AdminServiceClient, contex
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	keys := store.NewKeys(pool, "")
+	keys := store.NewKeys(pool, nil)
 	a := auth.NewAuthenticator(keys, auth.Config{})
 	srv := grpc.NewServer(a.ServerOptions()...)
 	// AdminService logs in as the admin role, as with --admin-database-url.
@@ -39,7 +39,7 @@ func (b *bundle) adminService(t *testing.T) (fanoutv1.AdminServiceClient, contex
 		t.Fatal(err)
 	}
 	t.Cleanup(adminPool.Close)
-	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, ""), store.NewLedger(adminPool), nil))
+	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, nil), store.NewLedger(adminPool), nil))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -82,7 +82,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	b := &bundle{ctx: ctx, url: url, keys: store.NewKeys(pool, url), logs: &syncBuffer{}}
+	b := &bundle{ctx: ctx, url: url, keys: store.NewKeys(pool, nil), logs: &syncBuffer{}}
 	var role string
 	if err := pool.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
 		t.Fatal(err)
@@ -104,7 +104,9 @@ func (b *bundle) replica(t *testing.T, cfg auth.Config) (fanoutv1.OrchestratorSe
 	}
 	t.Cleanup(pool.Close)
 	cfg.Logger = slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	a := auth.NewAuthenticator(store.NewKeys(pool, storetest.NodeURL(t, b.url)), cfg)
+	n := store.NewNotifier(storetest.NodeURL(t, b.url), store.NotifierConfig{})
+	storetest.Background(t, n.Run)
+	a := auth.NewAuthenticator(store.NewKeys(pool, n), cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -424,7 +426,7 @@ func TestAdminServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	keys := store.NewKeys(pool, "")
+	keys := store.NewKeys(pool, nil)
 	a := auth.NewAuthenticator(keys, auth.Config{})
 	srv := grpc.NewServer(a.ServerOptions()...)
 	// AdminService logs in as the admin role, as with --admin-database-url.
@@ -433,7 +435,7 @@ func TestAdminServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(adminPool.Close)
-	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, ""), store.NewLedger(adminPool), nil))
+	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, nil), store.NewLedger(adminPool), nil))
 	fanoutv1.RegisterOrchestratorServiceServer(srv, fakeOrchestrator{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

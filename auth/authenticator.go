@@ -219,21 +219,15 @@ func (a *Authenticator) Run(ctx context.Context) error {
 	}
 }
 
+// listen wakes the poll on every key notification, and each time the
+// process's notifier has (re)connected (what was sent meanwhile is gone),
+// until ctx ends. Without a notifier the poll alone carries changes.
 func (a *Authenticator) listen(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := a.keys.ListenKeyEvents(ctx, func() { backoff = 100 * time.Millisecond },
-			store.KeyEvents{Revoked: func(string) { a.wake() }, QuotasChanged: func(string) { a.wake() }})
-		if ctx.Err() != nil {
-			return
-		}
-		a.cfg.Logger.WarnContext(ctx, "listen for key revocations; the poll covers the gap", "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	err := a.keys.ListenKeyEvents(ctx, a.wake,
+		store.KeyEvents{Revoked: func(string) { a.wake() }, QuotasChanged: func(string) { a.wake() }})
+	if err != nil && ctx.Err() == nil {
+		a.cfg.Logger.WarnContext(ctx, "no key notifications; the poll alone carries revocations", "err", err,
+			"poll_interval", a.cfg.PollInterval)
 	}
 }
 

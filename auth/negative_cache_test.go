@@ -24,7 +24,7 @@ func TestUnknownKeysAreCachedAsUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	a := auth.NewAuthenticator(store.NewKeys(pool, ""), auth.Config{}) // no watcher: nothing else queries
+	a := auth.NewAuthenticator(store.NewKeys(pool, nil), auth.Config{}) // no watcher: nothing else queries
 	const ids, calls = 30, 3000
 	tokens := make([]string, ids)
 	for i := range tokens {

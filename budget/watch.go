@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -32,8 +31,10 @@ func (s RunSignal) Err() error {
 // WatchSource is where a Watcher hears about runs. Package store implements it
 // with LISTEN/NOTIFY on a dedicated connection and a query of run accounts.
 type WatchSource interface {
-	// Listen delivers every run notice until ctx ends or the connection is
-	// lost, and returns why it stopped. It calls ready once it is listening.
+	// Listen delivers every run notice until ctx ends, reconnecting on its
+	// own when its connection is lost, and calls ready each time it is
+	// listening again (what was sent meanwhile is gone). It returns nil
+	// when ctx ends, or an error at once if it cannot listen at all.
 	Listen(ctx context.Context, ready func(), deliver func(RunSignal)) error
 	// EndedRuns returns the signals of those runIDs whose run account has ended.
 	EndedRuns(ctx context.Context, runIDs []string) ([]RunSignal, error)
@@ -46,8 +47,6 @@ const DefaultPollInterval = time.Second
 // WatcherConfig tunes a Watcher. Zero values take the documented defaults.
 type WatcherConfig struct {
 	PollInterval time.Duration // how often watched runs are polled; default DefaultPollInterval
-	MinBackoff   time.Duration // first reconnect delay; default 100ms
-	MaxBackoff   time.Duration // reconnect delay cap; default 5s
 	Logger       *slog.Logger  // default slog.Default()
 }
 
@@ -100,12 +99,6 @@ func (n *runNews) hear(sig RunSignal) bool {
 func NewWatcher(src WatchSource, cfg WatcherConfig) *Watcher {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
-	}
-	if cfg.MinBackoff <= 0 {
-		cfg.MinBackoff = 100 * time.Millisecond
-	}
-	if cfg.MaxBackoff < cfg.MinBackoff {
-		cfg.MaxBackoff = max(5*time.Second, cfg.MinBackoff)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -314,30 +307,18 @@ func (w *Watcher) poll(ctx context.Context) {
 	}
 }
 
+// listen hears notices until ctx ends (the source reconnects on its own
+// and calls ready each time, after which the watcher polls: what was sent
+// while it was away is gone). A source that cannot listen leaves the poll
+// alone to carry changes.
 func (w *Watcher) listen(ctx context.Context) {
-	backoff := w.cfg.MinBackoff
-	for ctx.Err() == nil {
-		connected := false
-		err := w.src.Listen(ctx, func() {
-			connected = true
-			// Anything sent while we were away is gone: look now.
-			if err := w.Poll(ctx); err != nil && ctx.Err() == nil {
-				w.cfg.Logger.Warn("budget watcher: poll after connect", "err", err)
-			}
-		}, func(sig RunSignal) { w.notice(ctx, sig) })
-		if ctx.Err() != nil {
-			return
+	err := w.src.Listen(ctx, func() {
+		if err := w.Poll(ctx); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("budget watcher: poll after connect", "err", err)
 		}
-		if connected {
-			backoff = w.cfg.MinBackoff
-		}
-		w.cfg.Logger.Warn("budget watcher: listener lost, reconnecting", "err", err, "backoff", backoff)
-		// Full jitter: sleep a random time up to the backoff.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(rand.Int64N(int64(backoff)) + 1)):
-		}
-		backoff = min(2*backoff, w.cfg.MaxBackoff)
+	}, func(sig RunSignal) { w.notice(ctx, sig) })
+	if err != nil && ctx.Err() == nil {
+		w.cfg.Logger.Warn("budget watcher: no notices; the poll alone carries run ends", "err", err,
+			"poll_interval", w.cfg.PollInterval)
 	}
 }

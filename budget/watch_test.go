@@ -23,7 +23,7 @@ type source struct {
 	notices   chan budget.RunSignal
 	delivered chan budget.RunSignal // receives each notice once the watcher's deliver returned
 	listens   chan struct{}         // receives each time Listen is (re)entered
-	drop      chan func()           // a send makes the current Listen run it, then fail
+	drop      chan func()           // a send makes the current Listen run it as if disconnected, then reconnect
 }
 
 func newSource() *source {
@@ -44,8 +44,11 @@ func (s *source) Listen(ctx context.Context, ready func(), deliver func(budget.R
 		case <-ctx.Done():
 			return ctx.Err()
 		case f := <-s.drop:
+			// The connection is lost and back: what was sent meanwhile
+			// (f) is gone, and the source says it listens again.
 			f()
-			return errors.New("connection reset")
+			s.listens <- struct{}{}
+			ready()
 		case n := <-s.notices:
 			deliver(n)
 			select {
@@ -285,7 +288,7 @@ func TestPollCoversALostNotice(t *testing.T) {
 
 func TestListenerReconnectsAndLooksAgain(t *testing.T) {
 	src := newSource()
-	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
+	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
 	s := w.Subscribe("r1")
 	defer s.Close()
 	// The run ends while the listener is away (its notice is lost): the poll

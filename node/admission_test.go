@@ -59,7 +59,7 @@ func dialKey(t *testing.T, addr, token string) *grpc.ClientConn {
 // of it, and returns the key's token.
 func newTenantKey(t *testing.T, b *node.Backend, tenant string) string {
 	t.Helper()
-	keys := store.NewKeys(b.Pool(), "")
+	keys := store.NewKeys(b.Pool(), nil)
 	actor := storetest.Actor(t, b.Pool())
 	if _, err := keys.CreateTenant(t.Context(), actor, tenant, store.Quotas{}); err != nil && !errors.Is(err, store.ErrTenantExists) {
 		t.Fatalf("create tenant %s: %v", tenant, err)

@@ -105,9 +105,9 @@ type Backend struct {
 	writes      *store.ToolCalls
 	watcher     *budget.Watcher
 	log         *slog.Logger
-	// databaseURL is what LISTEN connections (the API keys' revocations)
-	// dial on their own.
-	databaseURL string
+	// notifier is the process's one LISTEN connection: run notices for
+	// the watcher, key events for an orchestrator's authenticator.
+	notifier *store.Notifier
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -155,6 +155,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		cfg.Logger.Warn("this node connects as the owner of schema " + store.Schema + ": it could change the ledger " +
 			"outside its functions. Give nodes a login role that is only a member of fanout_app (docs/operations.md)")
 	}
+	notifier := store.NewNotifier(cfg.DatabaseURL, store.NotifierConfig{Logger: cfg.Logger})
 	b := &Backend{
 		pool:        pool,
 		apiPool:     apiPool,
@@ -165,18 +166,19 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		ledger:      store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		runs:        store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		writes:      store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),
-		watcher: budget.NewWatcher(store.NewWatchSource(pool, cfg.DatabaseURL), budget.WatcherConfig{
+		watcher: budget.NewWatcher(store.NewWatchSource(pool, notifier), budget.WatcherConfig{
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,
 		}),
-		log:         cfg.Logger,
-		databaseURL: cfg.DatabaseURL,
+		log:      cfg.Logger,
+		notifier: notifier,
 	}
 	// The backend outlives the call that opened it: Close stops it.
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel
-	b.wg.Add(2)
-	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }() //nolint:errcheck // returns ctx.Err()
+	b.wg.Add(3)
+	go func() { defer b.wg.Done(); b.notifier.Run(bctx) }() //nolint:errcheck // returns nil when bctx ends
+	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }()  //nolint:errcheck // returns ctx.Err()
 	go func() {
 		defer b.wg.Done()
 		budget.SweepWithConfig(bctx, b.ledger, budget.SweepConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger,

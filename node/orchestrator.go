@@ -126,7 +126,7 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	o.closeAdmin = admin.close
 	// Authentication is an API read: its lookups (and the request buckets)
 	// take the API pool, never the ledger's.
-	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.databaseURL), auth.Config{Logger: b.Logger()})
+	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.notifier), auth.Config{Logger: b.Logger()})
 	recvLimit := 2*o.engine.Config().MaxSpecBytes + 1024 // orchestrator.ServerOptions' receive limit
 	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, b.admission(recvLimit), b.Logger())
 	if err != nil {
@@ -257,7 +257,7 @@ func openAdmin(url string, b *Backend) (adminService, error) {
 		return adminService{}, fmt.Errorf("orchestrator: --admin-database-url: %w", err)
 	}
 	ledger := store.NewLedger(pool)
-	srv := auth.NewAdminServer(store.NewKeys(pool, url), ledger, b.Logger())
+	srv := auth.NewAdminServer(store.NewKeys(pool, nil), ledger, b.Logger())
 	return adminService{server: srv, close: func() { ledger.Close(); pool.Close() }}, nil
 }
 

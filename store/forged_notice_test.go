@@ -26,7 +26,7 @@ func TestForgedRunNoticeStopsNothing(t *testing.T) {
 	b := setup(t)
 	b.openRun(t, "victim", 1000, 1, 1000)
 	b.openRun(t, "barrier", 1000, 1, 1000)
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: time.Hour})
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.notifier(t, store.NotifierConfig{})), budget.WatcherConfig{PollInterval: time.Hour})
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { w.Run(ctx) }) //nolint:errcheck // returns when the test ends it

@@ -43,18 +43,6 @@ func (e *AdminError) Error() string { return e.Message }
 // Unwrap returns the kind of refusal (ErrAdminInvalid, ErrTenantNotFound, ...).
 func (e *AdminError) Unwrap() error { return e.kind }
 
-// KeyRevokedChannel is the NOTIFY channel admin_revoke_key signals on; the
-// payload is the key id.
-const KeyRevokedChannel = "fanout_key_revoked"
-
-// TenantQuotasChannel is the NOTIFY channel admin_set_quotas signals on;
-// the payload is the tenant id.
-const TenantQuotasChannel = "fanout_tenant_quotas"
-
-// KeyListenerApplicationName is the application_name of the connection
-// that listens for revocations.
-const KeyListenerApplicationName = "fanout-keys"
-
 // Quotas are a tenant's caps; nil is no cap.
 type Quotas struct {
 	MaxRunTokens         *int64
@@ -120,16 +108,15 @@ type CreateKeyParams struct {
 // same transaction; reads are plain SELECTs (fanout_app may read api_key
 // and tenant).
 type Keys struct {
-	pool *pgxpool.Pool
-	url  string
-	rate *RateLimiter
+	pool     *pgxpool.Pool
+	notifier *Notifier
+	rate     *RateLimiter
 }
 
-// NewKeys returns the key store on pool. databaseURL is what
-// ListenRevocations connects to (its own connection: a pooled one would be
-// reused by others); it may be "" when ListenRevocations is not called.
-func NewKeys(pool *Pool, databaseURL string) *Keys {
-	return &Keys{pool: pool, url: databaseURL, rate: NewRateLimiter(pool)}
+// NewKeys returns the key store on pool, hearing key events from n (nil
+// when ListenKeyEvents is not called).
+func NewKeys(pool *Pool, n *Notifier) *Keys {
+	return &Keys{pool: pool, notifier: n, rate: NewRateLimiter(pool)}
 }
 
 // adminError translates a refusal of an admin function: the functions
@@ -434,41 +421,20 @@ type KeyEvents struct {
 	QuotasChanged func(tenantID string)
 }
 
-// ListenKeyEvents LISTENs on KeyRevokedChannel and TenantQuotasChannel on
-// its own connection, calls ready once listening, then the callback of
-// each notification's channel, until ctx ends or the connection fails (the
-// caller reconnects; its poll of KeyStates covers what was missed
-// meanwhile).
+// ListenKeyEvents hands the notifications of KeyRevokedChannel and
+// TenantQuotasChannel to ev, and calls ready each time the Notifier has
+// (re)connected (the caller's poll of KeyStates covers what was missed
+// meanwhile), until ctx ends. Without a Notifier it returns ErrNoNotifier
+// at once.
 func (k *Keys) ListenKeyEvents(ctx context.Context, ready func(), ev KeyEvents) error {
-	cfg, err := pgx.ParseConfig(k.url)
-	if err != nil {
-		return fmt.Errorf("listen for key events: %w", redactURLError(err))
+	on := map[string]func(string){}
+	if ev.Revoked != nil {
+		on[KeyRevokedChannel] = ev.Revoked
 	}
-	cfg.RuntimeParams["application_name"] = KeyListenerApplicationName
-	setSearchPath(cfg, Schema)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("listen for key events: connect: %w", err)
+	if ev.QuotasChanged != nil {
+		on[TenantQuotasChannel] = ev.QuotasChanged
 	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	for _, ch := range []string{KeyRevokedChannel, TenantQuotasChannel} {
-		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
-			return fmt.Errorf("listen %s: %w", ch, err)
-		}
-	}
-	ready()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for a key event: %w", err)
-		}
-		switch {
-		case n.Channel == KeyRevokedChannel && ev.Revoked != nil:
-			ev.Revoked(n.Payload)
-		case n.Channel == TenantQuotasChannel && ev.QuotasChanged != nil:
-			ev.QuotasChanged(n.Payload)
-		}
-	}
+	return k.notifier.subscribe(ctx, ready, on)
 }
 
 // keyBucketBurst: a key's bucket holds a minute of its rate, so a key of

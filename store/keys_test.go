@@ -58,7 +58,7 @@ func adminLog(t *testing.T, b *testBundle) []adminRow {
 func TestTenantCreateSetQuotasAndLog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	keys := store.NewKeys(b.pool, b.url)
+	keys := store.NewKeys(b.pool, nil)
 	actor := ownerActor(t, b)
 	tn, err := keys.CreateTenant(b.ctx, actor, "acme", store.Quotas{MaxRunTokens: ptr[int64](50_000), KeyRequestsPerMinute: ptr[int32](60)})
 	if err != nil {
@@ -98,7 +98,7 @@ func TestTenantCreateSetQuotasAndLog(t *testing.T) {
 func TestTenantAndKeyValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	keys := store.NewKeys(b.pool, b.url)
+	keys := store.NewKeys(b.pool, nil)
 	actor := ownerActor(t, b)
 	if _, err := keys.CreateTenant(b.ctx, actor, "acme", store.Quotas{}); err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestTenantAndKeyValidation(t *testing.T) {
 func TestKeyLifecycle(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	keys := store.NewKeys(b.pool, b.url)
+	keys := store.NewKeys(b.pool, b.notifier(t, store.NotifierConfig{}))
 	actor := ownerActor(t, b)
 	if _, err := keys.CreateTenant(b.ctx, actor, "acme", store.Quotas{KeyRequestsPerMinute: ptr[int32](30)}); err != nil {
 		t.Fatal(err)
@@ -302,7 +302,7 @@ func hexString(b []byte) string {
 func TestAdminActorChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	keys := store.NewKeys(b.pool, b.url)
+	keys := store.NewKeys(b.pool, nil)
 	owner := ownerActor(t, b)
 	digest := sha256.Sum256([]byte("s"))
 	adminID := "fk_00000000000000ad"
@@ -314,7 +314,7 @@ func TestAdminActorChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nodePool.Close)
-	node := store.NewKeys(nodePool, "")
+	node := store.NewKeys(nodePool, nil)
 	if _, err := node.CreateTenant(b.ctx, "key:"+adminID, "acme", store.Quotas{}); err != nil {
 		t.Errorf("node acting as a live admin key: %v", err)
 	}
@@ -349,7 +349,7 @@ func TestAdminActorChecked(t *testing.T) {
 func TestKeyRateBucket(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	keys := store.NewKeys(b.pool, b.url)
+	keys := store.NewKeys(b.pool, nil)
 	id := "fk_00000000000000c1"
 	if err := keys.DefineKeyRate(b.ctx, id, 3); err != nil {
 		t.Fatal(err)

@@ -52,6 +52,15 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{ctx: ctx, url: url, pool: pool, ledger: store.NewLedger(pool)}
 }
 
+// notifier is a Notifier on the test's database, running until the test
+// ends.
+func (b *testBundle) notifier(t *testing.T, cfg store.NotifierConfig) *store.Notifier {
+	t.Helper()
+	n := store.NewNotifier(b.url, cfg)
+	storetest.Background(t, n.Run)
+	return n
+}
+
 // openRun opens a run with the given task limits, named t0, t1, ...
 func (b *testBundle) openRun(t *testing.T, runID string, limit, minRes int64, taskLimits ...int64) budget.RunAccounts {
 	t.Helper()
@@ -554,11 +563,9 @@ func TestNoticeSurvivesListenerLoss(t *testing.T) {
 	b := setup(t)
 	ra := b.openRun(t, "notice", 1000, 100, 1000)
 	const poll = 300 * time.Millisecond
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{
-		PollInterval: poll,
-		MinBackoff:   time.Minute, // the listener stays away for the whole test
-		MaxBackoff:   time.Minute,
-	})
+	// The listener stays away for the whole test once killed.
+	n := b.notifier(t, store.NotifierConfig{MinBackoff: time.Minute, MaxBackoff: time.Minute})
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, n), budget.WatcherConfig{PollInterval: poll})
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -604,7 +611,7 @@ func TestNoticeIsHeardOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.openRun(t, "cancel-me", 1000, 1, 1000)
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: time.Hour})
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.notifier(t, store.NotifierConfig{})), budget.WatcherConfig{PollInterval: time.Hour})
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -775,7 +782,7 @@ func TestCancelAfterExhaustion(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ra := b.openRun(t, "drained", 1000, 100, 1000)
-	src := store.NewWatchSource(b.pool, b.url)
+	src := store.NewWatchSource(b.pool, b.notifier(t, store.NotifierConfig{}))
 	heard := budget.NewWatcher(src, budget.WatcherConfig{PollInterval: time.Hour}) // notices only
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup

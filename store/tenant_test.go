@@ -246,7 +246,7 @@ func TestTenantExhaustionEndsEveryRun(t *testing.T) {
 
 	// A watcher on the notice path only (its poll is hourly), listening
 	// before anything is exhausted.
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: time.Hour})
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.notifier(t, store.NotifierConfig{})), budget.WatcherConfig{PollInterval: time.Hour})
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wwg sync.WaitGroup
 	wwg.Add(1)
@@ -336,7 +336,7 @@ func TestTenantExhaustionEndsEveryRun(t *testing.T) {
 	if sig := sub.Signal(); sig.State != budget.StateExhausted || sig.Cause != budget.CauseTenantExhausted {
 		t.Errorf("notice path signal = %+v; want exhausted with cause %q", sig, budget.CauseTenantExhausted)
 	}
-	polled := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{})
+	polled := budget.NewWatcher(store.NewWatchSource(b.pool, b.notifier(t, store.NotifierConfig{})), budget.WatcherConfig{})
 	ps := polled.Subscribe("acme-2")
 	defer ps.Close()
 	if err := polled.Poll(b.ctx); err != nil {
@@ -410,7 +410,7 @@ func TestSetTenantBudgetIsLogged(t *testing.T) {
 	b := setup(t)
 	// The first change is made under a live admin key's name.
 	digest := sha256.Sum256([]byte("admin-secret"))
-	if _, err := store.NewKeys(b.pool, b.url).CreateKey(b.ctx, store.CreateKeyParams{Actor: storetest.Actor(t, b.pool),
+	if _, err := store.NewKeys(b.pool, nil).CreateKey(b.ctx, store.CreateKeyParams{Actor: storetest.Actor(t, b.pool),
 		KeyID: "fk_0123456789abcdef", Scopes: []string{"admin"}, SecretSHA256: digest[:]}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,57 +11,29 @@ import (
 	"github.com/fanout/fanout/budget"
 )
 
-// runStateChannel is the NOTIFY channel the ledger functions signal on; the
-// payload is "<state> <run_id>".
-const runStateChannel = "fanout_run_state"
-
-// ListenerApplicationName is the application_name of the listening
-// connection, so operators (and tests) can find it in pg_stat_activity.
-const ListenerApplicationName = "fanout-watch"
-
-// WatchSource implements budget.WatchSource: LISTEN on a dedicated connection
-// for run notices, and a query of run accounts for the poll.
+// WatchSource implements budget.WatchSource: run notices from the
+// process's Notifier, and a query of run accounts for the poll.
 type WatchSource struct {
-	pool *pgxpool.Pool
-	url  string
+	pool     *pgxpool.Pool
+	notifier *Notifier
 }
 
 var _ budget.WatchSource = (*WatchSource)(nil)
 
-// NewWatchSource returns a source that polls through pool and listens on its
-// own connection to databaseURL (a pooled connection would be reused by others).
-func NewWatchSource(pool *pgxpool.Pool, databaseURL string) *WatchSource {
-	return &WatchSource{pool: pool, url: databaseURL}
+// NewWatchSource returns a source that polls through pool and hears run
+// notices from n (nil: the poll alone).
+func NewWatchSource(pool *pgxpool.Pool, n *Notifier) *WatchSource {
+	return &WatchSource{pool: pool, notifier: n}
 }
 
-// Listen implements budget.WatchSource.
+// Listen implements budget.WatchSource: until ctx ends, or ErrNoNotifier at
+// once without a Notifier (which reconnects on its own).
 func (s *WatchSource) Listen(ctx context.Context, ready func(), deliver func(budget.RunSignal)) error {
-	cfg, err := pgx.ParseConfig(s.url)
-	if err != nil {
-		return fmt.Errorf("listen: %w", redactURLError(err))
-	}
-	cfg.RuntimeParams["application_name"] = ListenerApplicationName
-	setSearchPath(cfg, Schema)
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("listen: connect: %w", err)
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+runStateChannel); err != nil {
-		return fmt.Errorf("listen %s: %w", runStateChannel, err)
-	}
-	ready()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
+	return s.notifier.subscribe(ctx, ready, map[string]func(string){runStateChannel: func(payload string) {
+		if state, runID, ok := strings.Cut(payload, " "); ok {
+			deliver(budget.RunSignal{RunID: runID, State: budget.AccountState(state)})
 		}
-		state, runID, ok := strings.Cut(n.Payload, " ")
-		if !ok {
-			continue
-		}
-		deliver(budget.RunSignal{RunID: runID, State: budget.AccountState(state)})
-	}
+	}})
 }
 
 // EndedRuns implements budget.WatchSource.

@@ -21,6 +21,7 @@ import (
 	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -336,7 +337,9 @@ func TestServerShutdown(t *testing.T) {
 // test ends.
 func runWatcher(t *testing.T, b *bundle) *budget.Watcher {
 	t.Helper()
-	w := budget.NewWatcher(store.NewWatchSource(b.pool, b.url), budget.WatcherConfig{PollInterval: 50 * time.Millisecond})
+	notifier := store.NewNotifier(b.url, store.NotifierConfig{})
+	storetest.Background(t, notifier.Run)
+	w := budget.NewWatcher(store.NewWatchSource(b.pool, notifier), budget.WatcherConfig{PollInterval: 50 * time.Millisecond})
 	wctx, stopWatcher := context.WithCancel(context.Background())
 	watcherDone := make(chan struct{})
 	go func() {

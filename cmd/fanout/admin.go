@@ -87,7 +87,7 @@ func (a *adminFlags) connect(ctx context.Context) (context.Context, fanoutv1.Adm
 		pool.Close()
 		return nil, nil, nil, err
 	}
-	srv := auth.NewAdminServer(store.NewKeys(pool, a.databaseURL), store.NewLedger(pool), newLogger(io.Discard, "error"))
+	srv := auth.NewAdminServer(store.NewKeys(pool, nil), store.NewLedger(pool), newLogger(io.Discard, "error"))
 	return auth.NewContext(ctx, auth.Principal{Role: role}), localAdmin{srv}, pool.Close, nil
 }
 

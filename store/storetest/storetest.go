@@ -392,3 +392,19 @@ func Actor(t testing.TB, q Querier) string {
 	}
 	return who
 }
+
+// Background runs run (a Notifier's Run, say) on its own goroutine until
+// the test ends, then cancels its context and waits for it to return.
+func Background(t testing.TB, run func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = run(ctx) // its error after cancel is the cancel's
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
