@@ -16,7 +16,7 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/tenant"
 )
 
 // AdminServer is fanout.v1.AdminService: tenants and keys, for admin keys
@@ -24,7 +24,7 @@ import (
 // the Authenticator guards.
 type AdminServer struct {
 	fanoutv1.UnimplementedAdminServiceServer
-	keys   *store.Keys
+	keys   tenant.Directory
 	ledger budget.TenantLedger
 	log    *slog.Logger
 }
@@ -34,7 +34,7 @@ var _ fanoutv1.AdminServiceServer = (*AdminServer)(nil)
 // NewAdminServer returns the admin service over keys and ledger (whose
 // TenantAccount and SetTenantBudget serve the budgets). log nil:
 // slog.Default().
-func NewAdminServer(keys *store.Keys, ledger budget.TenantLedger, log *slog.Logger) *AdminServer {
+func NewAdminServer(keys tenant.Directory, ledger budget.TenantLedger, log *slog.Logger) *AdminServer {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -74,7 +74,7 @@ func checkText(field, v string) error {
 
 // actor returns the calling admin's actor, or PERMISSION_DENIED.
 func actor(ctx context.Context) (string, error) {
-	p, ok := FromContext(ctx)
+	p, ok := tenant.FromContext(ctx)
 	if !ok || !p.Admin() {
 		return "", status.Error(codes.PermissionDenied, "AdminService needs an admin key")
 	}
@@ -84,10 +84,10 @@ func actor(ctx context.Context) (string, error) {
 // toStatus maps the store's and ledger's errors to a status: the one place
 // that does.
 func (s *AdminServer) toStatus(ctx context.Context, err error) error {
-	var ae *store.AdminError
+	var ae *tenant.AdminError
 	var ve *budget.ValidationError
 	switch {
-	case errors.As(err, &ae) && errors.Is(err, store.ErrAdminInvalid):
+	case errors.As(err, &ae) && errors.Is(err, tenant.ErrAdminInvalid):
 		return invalid(ae.Field, "%s", ae.Message)
 	case errors.As(err, &ve):
 		field := ve.Field
@@ -95,22 +95,22 @@ func (s *AdminServer) toStatus(ctx context.Context, err error) error {
 			field = "budget." + field
 		}
 		return invalid(field, "%s: %s", field, ve.Reason)
-	case errors.Is(err, store.ErrActorRefused):
+	case errors.Is(err, tenant.ErrActorRefused):
 		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, store.ErrTenantNotFound), errors.Is(err, store.ErrKeyNotFound):
+	case errors.Is(err, tenant.ErrTenantNotFound), errors.Is(err, tenant.ErrKeyNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, store.ErrTenantExists), errors.Is(err, store.ErrKeyExists):
+	case errors.Is(err, tenant.ErrTenantExists), errors.Is(err, tenant.ErrKeyExists):
 		return status.Error(codes.AlreadyExists, err.Error())
 	}
 	s.log.ErrorContext(ctx, "admin call", "err", err)
 	return status.Error(codes.Internal, "internal error")
 }
 
-func quotasFromProto(q *fanoutv1.TenantQuotas) store.Quotas {
+func quotasFromProto(q *fanoutv1.TenantQuotas) tenant.Quotas {
 	if q == nil {
-		return store.Quotas{}
+		return tenant.Quotas{}
 	}
-	return store.Quotas{MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
+	return tenant.Quotas{MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
 		MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute}
 }
 
@@ -127,7 +127,7 @@ func optTime(t *time.Time) *timestamppb.Timestamp {
 }
 
 // tenant reads tenant id with its budget (none when the ledger has none).
-func (s *AdminServer) tenant(ctx context.Context, t store.Tenant) (*fanoutv1.Tenant, error) {
+func (s *AdminServer) tenant(ctx context.Context, t tenant.Tenant) (*fanoutv1.Tenant, error) {
 	out := &fanoutv1.Tenant{TenantId: t.ID, CreateTime: timestamppb.New(t.CreatedAt), UpdateTime: timestamppb.New(t.UpdatedAt),
 		Quotas: &fanoutv1.TenantQuotas{MaxRunTokens: t.MaxRunTokens, MaxConcurrentRuns: t.MaxConcurrentRuns,
 			MaxTasksInFlight: t.MaxTasksInFlight, KeyRequestsPerMinute: t.KeyRequestsPerMinute}}
@@ -180,7 +180,7 @@ func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTena
 	if req.GetQuotas() == nil && req.GetBudget() == nil {
 		return nil, invalid("quotas", "quotas, budget: set at least one")
 	}
-	p := store.UpdateTenantParams{Actor: who, TenantID: req.GetTenantId()}
+	p := tenant.UpdateTenantParams{Actor: who, TenantID: req.GetTenantId()}
 	if q := req.GetQuotas(); q != nil {
 		quotas := quotasFromProto(q)
 		p.Quotas = &quotas
@@ -233,7 +233,7 @@ func (s *AdminServer) GetTenant(ctx context.Context, req *fanoutv1.GetTenantRequ
 	return &fanoutv1.GetTenantResponse{Tenant: pt}, nil
 }
 
-func keyToProto(k store.APIKey) *fanoutv1.ApiKey {
+func keyToProto(k tenant.APIKey) *fanoutv1.ApiKey {
 	return &fanoutv1.ApiKey{KeyId: k.ID, TenantId: k.TenantID, Name: k.Name, Scopes: k.Scopes, RequestsPerMinute: k.RequestsPerMinute,
 		CreateTime: timestamppb.New(k.CreatedAt), CreatedBy: k.CreatedBy, ExpireTime: optTime(k.ExpiresAt),
 		RevokeTime: optTime(k.RevokedAt), RevokedBy: k.RevokedBy}
@@ -262,7 +262,7 @@ func (s *AdminServer) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequ
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	p := store.CreateKeyParams{Actor: who, KeyID: id, TenantID: req.GetTenantId(), Name: req.GetName(), Scopes: req.GetScopes(),
+	p := tenant.CreateKeyParams{Actor: who, KeyID: id, TenantID: req.GetTenantId(), Name: req.GetName(), Scopes: req.GetScopes(),
 		SecretSHA256: digest, RequestsPerMinute: req.GetRequestsPerMinute()}
 	if req.GetExpireTime() != nil {
 		p.ExpiresAt = req.GetExpireTime().AsTime()

@@ -24,6 +24,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
+	"github.com/fanout/fanout/tenant"
 )
 
 func TestMain(m *testing.M) {
@@ -38,7 +39,7 @@ type fakeOrchestrator struct {
 }
 
 func (fakeOrchestrator) GetRun(ctx context.Context, _ *fanoutv1.GetRunRequest) (*fanoutv1.GetRunResponse, error) {
-	p, ok := auth.FromContext(ctx)
+	p, ok := tenant.FromContext(ctx)
 	if !ok {
 		return nil, status.Error(codes.Internal, "no principal")
 	}
@@ -88,7 +89,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	b.owner = "role:" + role
-	if _, err := b.keys.CreateTenant(ctx, b.owner, "acme", store.Quotas{}); err != nil {
+	if _, err := b.keys.CreateTenant(ctx, b.owner, "acme", tenant.Quotas{}); err != nil {
 		t.Fatal(err)
 	}
 	return b
@@ -136,13 +137,13 @@ func (b *bundle) replica(t *testing.T, cfg auth.Config) (fanoutv1.OrchestratorSe
 }
 
 // key creates a key and returns its id and token.
-func (b *bundle) key(t *testing.T, tenant string, scopes []string, rpm int32) (string, string) {
+func (b *bundle) key(t *testing.T, tenantID string, scopes []string, rpm int32) (string, string) {
 	t.Helper()
 	id, token, digest, err := auth.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.keys.CreateKey(b.ctx, store.CreateKeyParams{Actor: b.owner, KeyID: id, TenantID: tenant, Scopes: scopes,
+	if _, err := b.keys.CreateKey(b.ctx, tenant.CreateKeyParams{Actor: b.owner, KeyID: id, TenantID: tenantID, Scopes: scopes,
 		SecretSHA256: digest, RequestsPerMinute: rpm}); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestKeyAuthenticate(t *testing.T) {
 	if _, err := a.Authenticate(b.ctx, expToken); code(err) != codes.Unauthenticated {
 		t.Errorf("Authenticate(expired) = %v; want UNAUTHENTICATED", err)
 	}
-	if p, err := a.Authenticate(b.ctx, token); err != nil || p.Tenant != "acme" || p.KeyID != id || !p.Has(auth.ScopeRead) || p.Has(auth.ScopeRun) {
+	if p, err := a.Authenticate(b.ctx, token); err != nil || p.Tenant != "acme" || p.KeyID != id || !p.Has(tenant.ScopeRead) || p.Has(tenant.ScopeRun) {
 		t.Errorf("Authenticate = %+v, %v", p, err)
 	}
 }
@@ -229,9 +230,9 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 // refused, and a key without the scope is PERMISSION_DENIED naming it.
 func TestEveryMethodHasAScope(t *testing.T) {
 	t.Parallel()
-	want := map[string]auth.Scope{
-		"StartRun": auth.ScopeRun, "Run": auth.ScopeRun, "GetRun": auth.ScopeRead,
-		"WatchRun": auth.ScopeRead, "ListRuns": auth.ScopeRead, "CancelRun": auth.ScopeCancel,
+	want := map[string]tenant.Scope{
+		"StartRun": tenant.ScopeRun, "Run": tenant.ScopeRun, "GetRun": tenant.ScopeRead,
+		"WatchRun": tenant.ScopeRead, "ListRuns": tenant.ScopeRead, "CancelRun": tenant.ScopeCancel,
 	}
 	sd := fanoutv1.OrchestratorService_ServiceDesc
 	var names []string
@@ -416,7 +417,7 @@ func TestAdminServer(t *testing.T) {
 	t.Parallel()
 	sd := fanoutv1.AdminService_ServiceDesc
 	for _, m := range sd.Methods {
-		if s, open, err := auth.MethodScope("/" + sd.ServiceName + "/" + m.MethodName); err != nil || open || s != auth.ScopeAdmin {
+		if s, open, err := auth.MethodScope("/" + sd.ServiceName + "/" + m.MethodName); err != nil || open || s != tenant.ScopeAdmin {
 			t.Errorf("%s: scope %q open %v err %v; want admin", m.MethodName, s, open, err)
 		}
 	}

@@ -1,3 +1,10 @@
+// Package auth authenticates the callers of the orchestrator's API: API keys
+// that fanout issues (a key id and a secret shown once, stored as SHA-256),
+// each bound to one tenant and a set of scopes, or an admin key that
+// manages tenants and keys. It works over tenant.KeyLookup (store.Keys
+// implements it); its gRPC interceptors put the caller's tenant.Principal
+// in the call's context, and the services take the tenant from it and from
+// nowhere else. AdminService is its adapter over tenant.Directory.
 package auth
 
 import (
@@ -19,7 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/tenant"
 )
 
 // MaxPollInterval bounds Config.PollInterval. The promise is that a
@@ -66,7 +73,7 @@ func errUnauthenticated(keyID string) error {
 
 // cached is a key as last read, and whether it has died since.
 type cached struct {
-	rec store.KeyRecord
+	rec tenant.KeyRecord
 	// definedRPM is the rate its bucket was last defined at.
 	definedRPM int32
 }
@@ -83,7 +90,7 @@ type cached struct {
 // Expiry is in database time: LookupKey and the poll compare expires_at
 // with the database's now(); between polls a cached key is not re-checked.
 type Authenticator struct {
-	keys *store.Keys
+	keys tenant.KeyLookup
 	cfg  Config
 
 	mu      sync.Mutex
@@ -99,7 +106,7 @@ type streamEntry struct{ cancel context.CancelCauseFunc }
 
 // NewAuthenticator returns an authenticator over keys tuned by cfg. Run its
 // watcher (Run) for as long as it serves.
-func NewAuthenticator(keys *store.Keys, cfg Config) *Authenticator {
+func NewAuthenticator(keys tenant.KeyLookup, cfg Config) *Authenticator {
 	if cfg.PollInterval <= 0 || cfg.PollInterval > MaxPollInterval {
 		cfg.PollInterval = MaxPollInterval
 	}
@@ -118,32 +125,32 @@ func (e *RevokedError) Error() string { return "API key " + e.KeyID + " was revo
 // Authenticate returns the principal of token, or UNAUTHENTICATED for a
 // malformed token, an unknown key, a wrong secret, or a revoked or expired
 // key. The error names the key id at most.
-func (a *Authenticator) Authenticate(ctx context.Context, token string) (Principal, error) {
+func (a *Authenticator) Authenticate(ctx context.Context, token string) (tenant.Principal, error) {
 	p, _, err := a.authenticate(ctx, token)
 	return p, err
 }
 
-func (a *Authenticator) authenticate(ctx context.Context, token string) (Principal, *cached, error) {
+func (a *Authenticator) authenticate(ctx context.Context, token string) (tenant.Principal, *cached, error) {
 	keyID, digest, err := ParseToken(token)
 	if err != nil {
-		return Principal{}, nil, errUnauthenticated("")
+		return tenant.Principal{}, nil, errUnauthenticated("")
 	}
 	a.mu.Lock()
 	c := a.cache[keyID]
 	until, unknown := a.unknown[keyID]
 	a.mu.Unlock()
 	if c == nil && unknown && time.Now().Before(until) {
-		return Principal{}, nil, errUnauthenticated(keyID)
+		return tenant.Principal{}, nil, errUnauthenticated(keyID)
 	}
 	if c == nil {
 		rec, err := a.keys.LookupKey(ctx, keyID)
 		switch {
-		case errors.Is(err, store.ErrKeyNotFound):
+		case errors.Is(err, tenant.ErrKeyNotFound):
 			a.rememberUnknown(keyID)
-			return Principal{}, nil, errUnauthenticated(keyID)
+			return tenant.Principal{}, nil, errUnauthenticated(keyID)
 		case err != nil:
 			a.cfg.Logger.ErrorContext(ctx, "look up API key", "key_id", keyID, "err", err)
-			return Principal{}, nil, status.Error(codes.Unavailable, "cannot check the credential now; retry")
+			return tenant.Principal{}, nil, status.Error(codes.Unavailable, "cannot check the credential now; retry")
 		}
 		c = &cached{rec: rec}
 		if rec.Live {
@@ -157,14 +164,14 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (Princip
 		}
 	}
 	if subtle.ConstantTimeCompare(c.rec.SecretSHA256, digest) != 1 {
-		return Principal{}, nil, errUnauthenticated(keyID)
+		return tenant.Principal{}, nil, errUnauthenticated(keyID)
 	}
 	if !c.rec.Live {
-		return Principal{}, nil, status.Errorf(codes.Unauthenticated, "API key %s was revoked or has expired", keyID)
+		return tenant.Principal{}, nil, status.Errorf(codes.Unauthenticated, "API key %s was revoked or has expired", keyID)
 	}
-	p := Principal{Tenant: c.rec.TenantID, KeyID: keyID}
+	p := tenant.Principal{Tenant: c.rec.TenantID, KeyID: keyID}
 	for _, s := range c.rec.Scopes {
-		p.Scopes = append(p.Scopes, Scope(s))
+		p.Scopes = append(p.Scopes, tenant.Scope(s))
 	}
 	return p, c, nil
 }
@@ -224,7 +231,7 @@ func (a *Authenticator) Run(ctx context.Context) error {
 // until ctx ends. Without a notifier the poll alone carries changes.
 func (a *Authenticator) listen(ctx context.Context) {
 	err := a.keys.ListenKeyEvents(ctx, a.wake,
-		store.KeyEvents{Revoked: func(string) { a.wake() }, QuotasChanged: func(string) { a.wake() }})
+		tenant.KeyEvents{Revoked: func(string) { a.wake() }, QuotasChanged: func(string) { a.wake() }})
 	if err != nil && ctx.Err() == nil {
 		a.cfg.Logger.WarnContext(ctx, "no key notifications; the poll alone carries revocations", "err", err,
 			"poll_interval", a.cfg.PollInterval)
@@ -329,7 +336,7 @@ func (a *Authenticator) check(ctx context.Context, method string) (context.Conte
 	if err := a.takeRequest(ctx, c); err != nil {
 		return nil, nil, err
 	}
-	return NewContext(ctx, p), c, nil
+	return tenant.NewContext(ctx, p), c, nil
 }
 
 // takeRequest takes one request from the key's fleet-wide bucket
@@ -381,27 +388,29 @@ var openPrefixes = []string{
 // methodScopes is the scope each method of the API needs. A method missing
 // here is refused (fail closed): TestEveryMethodHasAScope fails when a
 // service grows one.
-var methodScopes = map[string]Scope{
-	fanoutv1.OrchestratorService_StartRun_FullMethodName:  ScopeRun,
-	fanoutv1.OrchestratorService_Run_FullMethodName:       ScopeRun,
-	fanoutv1.OrchestratorService_GetRun_FullMethodName:    ScopeRead,
-	fanoutv1.OrchestratorService_WatchRun_FullMethodName:  ScopeRead,
-	fanoutv1.OrchestratorService_ListRuns_FullMethodName:  ScopeRead,
-	fanoutv1.OrchestratorService_CancelRun_FullMethodName: ScopeCancel,
-	fanoutv1.AdminService_CreateTenant_FullMethodName:     ScopeAdmin,
-	fanoutv1.AdminService_UpdateTenant_FullMethodName:     ScopeAdmin,
-	fanoutv1.AdminService_GetTenant_FullMethodName:        ScopeAdmin,
-	fanoutv1.AdminService_CreateKey_FullMethodName:        ScopeAdmin,
-	fanoutv1.AdminService_ListKeys_FullMethodName:         ScopeAdmin,
-	fanoutv1.AdminService_RevokeKey_FullMethodName:        ScopeAdmin,
+var methodScopes = map[string]tenant.Scope{
+	fanoutv1.OrchestratorService_StartRun_FullMethodName:  tenant.ScopeRun,
+	fanoutv1.OrchestratorService_Run_FullMethodName:       tenant.ScopeRun,
+	fanoutv1.OrchestratorService_GetRun_FullMethodName:    tenant.ScopeRead,
+	fanoutv1.OrchestratorService_WatchRun_FullMethodName:  tenant.ScopeRead,
+	fanoutv1.OrchestratorService_ListRuns_FullMethodName:  tenant.ScopeRead,
+	fanoutv1.OrchestratorService_CancelRun_FullMethodName: tenant.ScopeCancel,
+	fanoutv1.AdminService_CreateTenant_FullMethodName:     tenant.ScopeAdmin,
+	fanoutv1.AdminService_UpdateTenant_FullMethodName:     tenant.ScopeAdmin,
+	fanoutv1.AdminService_GetTenant_FullMethodName:        tenant.ScopeAdmin,
+	fanoutv1.AdminService_CreateKey_FullMethodName:        tenant.ScopeAdmin,
+	fanoutv1.AdminService_ListKeys_FullMethodName:         tenant.ScopeAdmin,
+	fanoutv1.AdminService_RevokeKey_FullMethodName:        tenant.ScopeAdmin,
 }
 
 // MethodScope returns the scope a call of method (its full name,
 // "/pkg.Service/Method") needs, open when it needs no credential, or
 // PERMISSION_DENIED for a method the table does not know.
-func MethodScope(method string) (scope Scope, open bool, err error) { return methodScope(method) }
+func MethodScope(method string) (scope tenant.Scope, open bool, err error) {
+	return methodScope(method)
+}
 
-func methodScope(method string) (Scope, bool, error) {
+func methodScope(method string) (tenant.Scope, bool, error) {
 	for _, p := range openPrefixes {
 		if strings.HasPrefix(method, p) {
 			return "", true, nil
@@ -473,15 +482,15 @@ type contextStream struct {
 func (s *contextStream) Context() context.Context { return s.ctx }
 
 // NoneServerOptions are the options of --auth none: every call carries an
-// anonymous Principal (every scope, any tenant). For loopback and dev only.
+// anonymous tenant.Principal (every scope, any tenant). For loopback and dev only.
 func NoneServerOptions() []grpc.ServerOption {
-	anon := Principal{Anonymous: true}
+	anon := tenant.Principal{Anonymous: true}
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			return h(NewContext(ctx, anon), req)
+			return h(tenant.NewContext(ctx, anon), req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			return h(srv, &contextStream{ServerStream: ss, ctx: NewContext(ss.Context(), anon)})
+			return h(srv, &contextStream{ServerStream: ss, ctx: tenant.NewContext(ss.Context(), anon)})
 		}),
 	}
 }

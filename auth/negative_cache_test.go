@@ -9,6 +9,7 @@ import (
 	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
+	"github.com/fanout/fanout/tenant"
 )
 
 // TestUnknownKeysAreCachedAsUnknown: 3,000 calls with 30 unknown key ids
@@ -55,7 +56,7 @@ func TestUnknownKeysAreCachedAsUnknown(t *testing.T) {
 		t.Fatalf("a key not yet created: %v; want UNAUTHENTICATED", err)
 	}
 	created := time.Now()
-	if _, err := b.keys.CreateKey(b.ctx, store.CreateKeyParams{Actor: b.owner, KeyID: id, TenantID: "acme",
+	if _, err := b.keys.CreateKey(b.ctx, tenant.CreateKeyParams{Actor: b.owner, KeyID: id, TenantID: "acme",
 		Scopes: []string{"read"}, SecretSHA256: digest}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fanout/fanout/auth"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/tenant"
 )
 
 // quotaPromise is the bound issue 23 item 4 sets: a quota change reaches
@@ -55,7 +55,7 @@ func TestLoweredRateReachesKeysInUse(t *testing.T) {
 			}
 			before := time.Now()
 			if notify {
-				if _, err := b.keys.SetQuotas(b.ctx, b.owner, "acme", store.Quotas{KeyRequestsPerMinute: ptr[int32](1)}); err != nil {
+				if _, err := b.keys.SetQuotas(b.ctx, b.owner, "acme", tenant.Quotas{KeyRequestsPerMinute: ptr[int32](1)}); err != nil {
 					t.Fatal(err)
 				}
 			} else if _, err := owner.Exec(b.ctx, `UPDATE tenant SET key_requests_per_minute = 1 WHERE tenant_id = 'acme'`); err != nil {

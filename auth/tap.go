@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+
+	"github.com/fanout/fanout/tenant"
 )
 
 // TapClass is what a server's tap (grpc.InTapHandle) can tell of a call
@@ -31,33 +33,33 @@ const (
 // find, but for its scopes). It takes the cache's lock for a map read and
 // hashes the secret; it never queries the database. Its answer is advice
 // for admission: the interceptor still authenticates every call.
-func (a *Authenticator) Tap(method string, md metadata.MD) (TapClass, Principal) {
+func (a *Authenticator) Tap(method string, md metadata.MD) (TapClass, tenant.Principal) {
 	_, open, err := methodScope(method)
 	switch {
 	case err != nil: // gRPC answers a method it does not serve; a known one is up to the interceptor
-		return TapUnverified, Principal{}
+		return TapUnverified, tenant.Principal{}
 	case open:
-		return TapOpen, Principal{}
+		return TapOpen, tenant.Principal{}
 	}
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
-		return TapNoCredential, Principal{}
+		return TapNoCredential, tenant.Principal{}
 	}
 	token, ok := strings.CutPrefix(vals[0], "Bearer ")
 	if !ok {
-		return TapNoCredential, Principal{}
+		return TapNoCredential, tenant.Principal{}
 	}
 	keyID, digest, err := ParseToken(strings.TrimSpace(token))
 	if err != nil {
-		return TapNoCredential, Principal{}
+		return TapNoCredential, tenant.Principal{}
 	}
 	a.mu.Lock()
 	c := a.cache[keyID]
 	a.mu.Unlock()
 	if c == nil || !c.rec.Live || subtle.ConstantTimeCompare(c.rec.SecretSHA256, digest) != 1 {
-		return TapUnverified, Principal{}
+		return TapUnverified, tenant.Principal{}
 	}
-	return TapVerified, Principal{Tenant: c.rec.TenantID, KeyID: keyID}
+	return TapVerified, tenant.Principal{Tenant: c.rec.TenantID, KeyID: keyID}
 }
 
 // ErrNoCredential is the status the interceptor answers a call that needs

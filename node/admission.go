@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/fanout/fanout/auth"
+	"github.com/fanout/fanout/tenant"
 )
 
 // DefaultUnauthenticatedBytes is the budget of the calls an orchestrator
@@ -167,7 +168,7 @@ func tenantQuota(maxStreams, set int) int {
 
 // subject is whose quota a call of p counts against: its tenant, an admin
 // key's own; "" for callers no quota applies to (anonymous, open methods).
-func subject(p auth.Principal, ok bool) string {
+func subject(p tenant.Principal, ok bool) string {
 	switch {
 	case !ok || p.Anonymous:
 		return ""
@@ -181,7 +182,7 @@ func subject(p auth.Principal, ok bool) string {
 
 // acquire takes a slot of the call's subject; release gives it back.
 func (l *tenantLimit) acquire(ctx context.Context) (release func(), err error) {
-	return l.tryAcquire(subject(auth.FromContext(ctx)))
+	return l.tryAcquire(subject(tenant.FromContext(ctx)))
 }
 
 // tryAcquire takes a slot of subject who ("" takes none); release gives it

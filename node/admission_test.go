@@ -22,6 +22,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
+	"github.com/fanout/fanout/tenant"
 )
 
 // rawCodec sends a request already encoded (a *[]byte), so that 48 callers
@@ -57,20 +58,20 @@ func dialKey(t *testing.T, addr, token string) *grpc.ClientConn {
 
 // newTenantKey creates tenant (unless it exists) and a run/read/cancel key
 // of it, and returns the key's token.
-func newTenantKey(t *testing.T, b *node.Backend, tenant string) string {
+func newTenantKey(t *testing.T, b *node.Backend, tenantID string) string {
 	t.Helper()
 	keys := store.NewKeys(b.Pool(), nil)
 	actor := storetest.Actor(t, b.Pool())
-	if _, err := keys.CreateTenant(t.Context(), actor, tenant, store.Quotas{}); err != nil && !errors.Is(err, store.ErrTenantExists) {
-		t.Fatalf("create tenant %s: %v", tenant, err)
+	if _, err := keys.CreateTenant(t.Context(), actor, tenantID, tenant.Quotas{}); err != nil && !errors.Is(err, tenant.ErrTenantExists) {
+		t.Fatalf("create tenant %s: %v", tenantID, err)
 	}
 	id, token, digest, err := auth.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := keys.CreateKey(t.Context(), store.CreateKeyParams{Actor: actor, KeyID: id, TenantID: tenant,
+	if _, err := keys.CreateKey(t.Context(), tenant.CreateKeyParams{Actor: actor, KeyID: id, TenantID: tenantID,
 		Name: "test", Scopes: []string{"run", "read", "cancel"}, SecretSHA256: digest}); err != nil {
-		t.Fatalf("create key of %s: %v", tenant, err)
+		t.Fatalf("create key of %s: %v", tenantID, err)
 	}
 	return token
 }

@@ -33,7 +33,7 @@ type CallerAuth struct {
 
 // serverOptions returns the options of the caller-facing server: its
 // transport credentials and the interceptors that put the caller's
-// auth.Principal in every call's context (keys: the authenticator's, whose
+// tenant.Principal in every call's context (keys: the authenticator's, whose
 // revocation watcher the caller runs; none: an anonymous principal).
 //
 // With keys, the tap admits the calls read before authentication against

@@ -8,12 +8,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store/storetest"
 	"github.com/fanout/fanout/subagent/llm"
+	"github.com/fanout/fanout/tenant"
 )
 
 // TestCancelOnlyKeyReadsNoRun (issue 23, item 9): CancelRun answered to a
@@ -34,7 +34,7 @@ func TestCancelOnlyKeyReadsNoRun(t *testing.T) {
 	watchAll(t, n.client, started.GetRunId()) // ended: CancelRun returns it as it is
 	srv := orchestrator.NewServer(n.engine)
 	req := &fanoutv1.CancelRunRequest{RunId: started.GetRunId()}
-	canceller := auth.NewContext(t.Context(), auth.Principal{Tenant: "t1", KeyID: "fk_00000000000000c1", Scopes: []auth.Scope{auth.ScopeCancel}})
+	canceller := tenant.NewContext(t.Context(), tenant.Principal{Tenant: "t1", KeyID: "fk_00000000000000c1", Scopes: []tenant.Scope{tenant.ScopeCancel}})
 	got, err := srv.CancelRun(canceller, req)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestCancelOnlyKeyReadsNoRun(t *testing.T) {
 			t.Errorf("CancelRun for a cancel-only key returned task %s's summary", o.GetTaskId())
 		}
 	}
-	reader := auth.NewContext(t.Context(), auth.Principal{Tenant: "t1", KeyID: "fk_00000000000000c2", Scopes: []auth.Scope{auth.ScopeCancel, auth.ScopeRead}})
+	reader := tenant.NewContext(t.Context(), tenant.Principal{Tenant: "t1", KeyID: "fk_00000000000000c2", Scopes: []tenant.Scope{tenant.ScopeCancel, tenant.ScopeRead}})
 	if got, err := srv.CancelRun(reader, req); err != nil || got.GetRun().GetSpec().GetGoal() != s.GetGoal() || got.GetRun().GetResult() == nil {
 		t.Errorf("CancelRun for a key that may read: %v, %v; want the run whole", got.GetRun().GetSpec(), err)
 	}

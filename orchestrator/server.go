@@ -18,10 +18,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
 
-	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/tenant"
 )
 
 // TenantMetadataKey is the gRPC metadata key an anonymous caller (a node
@@ -85,8 +85,8 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 	if err != nil {
 		return s.toStatus(ctx, err)
 	}
-	tenant := run.GetTenantId()
-	err = s.e.Watch(ctx, tenant, run.GetRunId(), 0, func(ev *fanoutv1.RunEvent) error {
+	tenantID := run.GetTenantId()
+	err = s.e.Watch(ctx, tenantID, run.GetRunId(), 0, func(ev *fanoutv1.RunEvent) error {
 		return stream.Send(&fanoutv1.RunResponse{Event: ev})
 	})
 	if err != nil && ctx.Err() != nil && created {
@@ -94,7 +94,7 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 		// that joined an existing run by its key does not own it.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		if _, cerr := s.e.Cancel(cctx, tenant, run.GetRunId(), "caller cancelled Run"); cerr != nil {
+		if _, cerr := s.e.Cancel(cctx, tenantID, run.GetRunId(), "caller cancelled Run"); cerr != nil {
 			s.log.ErrorContext(ctx, "cancel run of departed caller", "run_id", run.GetRunId(), "err", cerr)
 		}
 	}
@@ -129,11 +129,11 @@ func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStrea
 	if err := v.err(); err != nil {
 		return s.toStatus(ctx, err)
 	}
-	tenant, err := callerTenant(ctx, "", "")
+	tenantID, err := callerTenant(ctx, "", "")
 	if err != nil {
 		return err
 	}
-	err = s.e.Watch(ctx, tenant, req.GetRunId(), req.GetAfterSequence(), func(ev *fanoutv1.RunEvent) error {
+	err = s.e.Watch(ctx, tenantID, req.GetRunId(), req.GetAfterSequence(), func(ev *fanoutv1.RunEvent) error {
 		return stream.Send(&fanoutv1.WatchRunResponse{Event: ev})
 	})
 	return s.toStatus(ctx, err)
@@ -147,11 +147,11 @@ func (s *Server) GetRun(ctx context.Context, req *fanoutv1.GetRunRequest) (*fano
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	tenant, err := callerTenant(ctx, "", "")
+	tenantID, err := callerTenant(ctx, "", "")
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.e.Get(ctx, tenant, req.GetRunId())
+	run, err := s.e.Get(ctx, tenantID, req.GetRunId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -169,7 +169,7 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	tenant, err := callerTenant(ctx, "", "")
+	tenantID, err := callerTenant(ctx, "", "")
 	if err != nil {
 		return nil, err
 	}
@@ -177,13 +177,13 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	if req.GetReason() != "" {
 		cause += ": " + req.GetReason()
 	}
-	run, err := s.e.Cancel(ctx, tenant, req.GetRunId(), cause)
+	run, err := s.e.Cancel(ctx, tenantID, req.GetRunId(), cause)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	// What the run holds (its spec, result and summaries) is for keys that
 	// may read it; a cancel-only key learns what became of the run.
-	if p, _ := auth.FromContext(ctx); !p.Has(auth.ScopeRead) {
+	if p, _ := tenant.FromContext(ctx); !p.Has(tenant.ScopeRead) {
 		summarize(run)
 	}
 	return &fanoutv1.CancelRunResponse{Run: run}, nil
@@ -207,7 +207,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	tenant, err := callerTenant(ctx, "tenant_id", req.GetTenantId())
+	tenantID, err := callerTenant(ctx, "tenant_id", req.GetTenantId())
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 		switch {
 		case err != nil || tok.RunID == "" || textProblem(tok.RunID+tok.Tenant) != "":
 			v.add("page_token", "is not a token from ListRuns")
-		case tok.Tenant != tenant || tok.State != int32(req.GetState()):
+		case tok.Tenant != tenantID || tok.State != int32(req.GetState()):
 			v.add("page_token", "was issued for another tenant_id or state")
 		}
 	}
@@ -241,7 +241,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 	}
 	// Summaries, budgets included, come from one store query on the API's
 	// pool: no per-run ledger read (Engine.List's) on the ledger's pool.
-	found, err := s.e.store.ListRuns(ctx, tenant, req.GetState(), tok.Created, tok.RunID, size+1)
+	found, err := s.e.store.ListRuns(ctx, tenantID, req.GetState(), tok.Created, tok.RunID, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -252,7 +252,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 		n := proto.Size(r)
 		if i == size || (i > 0 && bytes+n > maxListBytes) {
 			last := resp.Runs[len(resp.Runs)-1]
-			raw, err := json.Marshal(pageToken{Tenant: tenant, State: int32(req.GetState()),
+			raw, err := json.Marshal(pageToken{Tenant: tenantID, State: int32(req.GetState()),
 				Created: last.GetCreatedAt().AsTime(), RunID: last.GetRunId()})
 			if err != nil {
 				return nil, s.toStatus(ctx, err)
@@ -285,7 +285,7 @@ func requireRunID(v *validator, id string) {
 }
 
 // callerTenant returns the tenant the call is scoped to: its credential's
-// (auth.Principal), and nothing else's. field is the request field that
+// (tenant.Principal), and nothing else's. field is the request field that
 // names a tenant (asked, "" if none): naming another tenant there, or in the
 // fanout-tenant-id header, is PERMISSION_DENIED, and nothing is read or
 // written. An anonymous caller (--auth none) is the tenant it names (the
@@ -299,7 +299,7 @@ func callerTenant(ctx context.Context, field, asked string) (string, error) {
 	} else if len(asked) > maxTenantIDBytes {
 		return "", badField(field, fmt.Sprintf("must be at most %d bytes, got %d", maxTenantIDBytes, len(asked)))
 	}
-	p, ok := auth.FromContext(ctx)
+	p, ok := tenant.FromContext(ctx)
 	if !ok {
 		return "", status.Error(codes.Unauthenticated, "no credential: this server authenticates no caller")
 	}
@@ -336,13 +336,13 @@ func callerTenant(ctx context.Context, field, asked string) (string, error) {
 // specOfCaller returns spec with its tenant_id set to the caller's tenant
 // (callerTenant), or the PERMISSION_DENIED status when it names another.
 func specOfCaller(ctx context.Context, spec *fanoutv1.RunSpec) (*fanoutv1.RunSpec, error) {
-	tenant, err := callerTenant(ctx, "spec.tenant_id", spec.GetTenantId())
+	tenantID, err := callerTenant(ctx, "spec.tenant_id", spec.GetTenantId())
 	if err != nil || spec == nil {
 		return spec, err
 	}
-	if spec.GetTenantId() != tenant {
+	if spec.GetTenantId() != tenantID {
 		spec = proto.CloneOf(spec)
-		spec.TenantId = tenant
+		spec.TenantId = tenantID
 	}
 	return spec, nil
 }
@@ -366,7 +366,7 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	}
 	var ve *ValidationError
 	var slow *SlowReaderError
-	var quota *runs.QuotaError
+	var quota *tenant.QuotaError
 	switch {
 	case errors.As(err, &quota):
 		return withDetails(codes.ResourceExhausted, quota.Error(), &errdetails.QuotaFailure{

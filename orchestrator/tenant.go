@@ -8,12 +8,12 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/tenant"
 )
 
 // TenantStore reads a tenant's quotas. store.Runs implements it.
 type TenantStore interface {
-	TenantQuotas(ctx context.Context, tenantID string) (runs.Quotas, error)
+	TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas, error)
 }
 
 // TaskSlots bounds a tenant's tasks in flight across the fleet: a
@@ -48,11 +48,13 @@ func (e *Engine) admit(ctx context.Context, p *plan, resumed bool) error {
 		if err != nil {
 			return fmt.Errorf("read the quotas of tenant %s: %w", p.tenantID, err)
 		}
-		p.maxTasksInFlight = q.MaxTasksInFlight
-		if limit := p.spec.GetBudget().GetLimitTokens(); !resumed && q.MaxRunTokens > 0 && limit > q.MaxRunTokens {
+		if q.MaxTasksInFlight != nil {
+			p.maxTasksInFlight = int(*q.MaxTasksInFlight)
+		}
+		if limit := p.spec.GetBudget().GetLimitTokens(); !resumed && q.MaxRunTokens != nil && limit > *q.MaxRunTokens {
 			var v validator
 			v.overCap("spec.budget.limit_tokens", "must be at most %d (tenant %s's max_run_tokens), got %d",
-				q.MaxRunTokens, p.tenantID, limit)
+				*q.MaxRunTokens, p.tenantID, limit)
 			return v.err()
 		}
 	}

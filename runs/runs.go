@@ -93,22 +93,3 @@ func parse(d protoreflect.EnumDescriptor, text string) (protoreflect.EnumNumber,
 func prefix(d protoreflect.EnumDescriptor) string {
 	return strings.TrimSuffix(string(d.Values().ByNumber(0).Name()), "UNSPECIFIED")
 }
-
-// Quotas are a tenant's caps (table tenant); 0 is no cap.
-type Quotas struct {
-	MaxRunTokens      int64 // the largest budget one run may ask for
-	MaxConcurrentRuns int   // runs RUNNING at once
-	MaxTasksInFlight  int   // tasks dispatched at once across the fleet
-}
-
-// QuotaError is a request refused by one of a tenant's quotas.
-type QuotaError struct {
-	Tenant string
-	Quota  string // the tenant column: max_concurrent_runs, ...
-	Limit  int64
-	Used   int64 // what the tenant holds now
-}
-
-func (e *QuotaError) Error() string {
-	return fmt.Sprintf("tenant %s has %d of its %s %d in use", e.Tenant, e.Used, e.Quota, e.Limit)
-}

@@ -13,95 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/tenant"
 )
-
-// Errors of Keys. Validation errors are *AdminError values that unwrap to
-// ErrAdminInvalid.
-var (
-	ErrTenantNotFound = errors.New("tenant not found")
-	ErrTenantExists   = errors.New("tenant exists")
-	ErrKeyNotFound    = errors.New("API key not found")
-	ErrKeyExists      = errors.New("API key id exists")
-	// ErrAdminInvalid: an argument was out of range; nothing was written.
-	ErrAdminInvalid = errors.New("invalid admin argument")
-	// ErrActorRefused: the actor may not act (a revoked or expired admin
-	// key, or a role:NAME other than the session's role).
-	ErrActorRefused = errors.New("actor refused")
-)
-
-// AdminError is a refusal of an admin function: the field it names and why
-// (the database's message, which names the limit), unwrapping to one of the
-// errors above.
-type AdminError struct {
-	Field   string
-	Message string
-	kind    error
-}
-
-func (e *AdminError) Error() string { return e.Message }
-
-// Unwrap returns the kind of refusal (ErrAdminInvalid, ErrTenantNotFound, ...).
-func (e *AdminError) Unwrap() error { return e.kind }
-
-// Quotas are a tenant's caps; nil is no cap.
-type Quotas struct {
-	MaxRunTokens         *int64
-	MaxConcurrentRuns    *int32
-	MaxTasksInFlight     *int32
-	KeyRequestsPerMinute *int32
-}
-
-// Tenant is a tenant's row.
-type Tenant struct {
-	ID string
-	Quotas
-	CreatedAt time.Time
-	UpdatedAt time.Time
-}
-
-// APIKey is what may be shown of a key: never its secret nor its digest.
-type APIKey struct {
-	ID string
-	// TenantID is "" for an admin key.
-	TenantID          string
-	Name              string
-	Scopes            []string
-	RequestsPerMinute *int32
-	CreatedAt         time.Time
-	CreatedBy         string
-	ExpiresAt         *time.Time
-	RevokedAt         *time.Time
-	RevokedBy         string
-}
-
-// KeyRecord is a key as the authenticator needs it: its row with the
-// digest of its secret, whether it is live as of the database's now(), and
-// the request rate that applies to it.
-type KeyRecord struct {
-	APIKey
-	SecretSHA256 []byte
-	// Live: not revoked and not expired as of the database's now() when it
-	// was read. The database's clock is the authority on expiry.
-	Live bool
-	// RequestsPerMinute is the key's own rate, else its tenant's
-	// key_requests_per_minute; 0 when neither caps it.
-	EffectiveRequestsPerMinute int32
-}
-
-// CreateKeyParams are the arguments of CreateKey.
-type CreateKeyParams struct {
-	Actor string
-	KeyID string
-	// TenantID is "" for an admin key (whose Scopes must be exactly admin).
-	TenantID     string
-	Name         string
-	Scopes       []string
-	SecretSHA256 []byte
-	// RequestsPerMinute 0: the tenant's key_requests_per_minute applies.
-	RequestsPerMinute int32
-	// ExpiresAt zero: never.
-	ExpiresAt time.Time
-}
 
 // Keys is the store of tenants and API keys. Every change goes through the
 // admin functions (migrations/functions/admin_*.sql), which log it in admin_action in the
@@ -128,21 +41,21 @@ func adminError(err error) error {
 		return err
 	}
 	field, _, _ := strings.Cut(pgErr.Message, ":")
-	e := &AdminError{Field: field, Message: pgErr.Message}
+	e := &tenant.AdminError{Field: field, Message: pgErr.Message}
 	switch pgErr.Code {
 	case "22023":
-		e.kind = ErrAdminInvalid
+		e.Kind = tenant.ErrAdminInvalid
 	case "42501":
-		e.kind = ErrActorRefused
+		e.Kind = tenant.ErrActorRefused
 	case "P0002":
-		e.kind = ErrTenantNotFound
+		e.Kind = tenant.ErrTenantNotFound
 		if field == "key_id" {
-			e.kind = ErrKeyNotFound
+			e.Kind = tenant.ErrKeyNotFound
 		}
 	case "23505":
-		e.kind = ErrTenantExists
+		e.Kind = tenant.ErrTenantExists
 		if pgErr.ConstraintName == "api_key_pkey" {
-			e.kind, e.Field, e.Message = ErrKeyExists, "key_id", "key_id: a key with this id exists"
+			e.Kind, e.Field, e.Message = tenant.ErrKeyExists, "key_id", "key_id: a key with this id exists"
 		}
 	default:
 		return err
@@ -159,8 +72,8 @@ func optInt32(v int32) *int32 {
 
 const tenantColumns = `tenant_id, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, created_at, updated_at`
 
-func scanTenant(row pgx.Row) (Tenant, error) {
-	var t Tenant
+func scanTenant(row pgx.Row) (tenant.Tenant, error) {
+	var t tenant.Tenant
 	err := row.Scan(&t.ID, &t.MaxRunTokens, &t.MaxConcurrentRuns, &t.MaxTasksInFlight, &t.KeyRequestsPerMinute, &t.CreatedAt, &t.UpdatedAt)
 	return t, err
 }
@@ -168,44 +81,32 @@ func scanTenant(row pgx.Row) (Tenant, error) {
 // CreateTenant creates tenant id with quotas q, logged as actor. A tenant
 // that exists is ErrTenantExists (creates are not idempotent: change an
 // existing tenant's quotas with SetQuotas); bad arguments are
-// ErrAdminInvalid naming the field.
-func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q Quotas) (Tenant, error) {
+// tenant.ErrAdminInvalid naming the field.
+func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
 	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_create_tenant($1, $2, $3, $4, $5, $6)`,
 		actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
 	if err != nil {
-		return Tenant{}, fmt.Errorf("create tenant %s: %w", id, adminError(err))
+		return tenant.Tenant{}, fmt.Errorf("create tenant %s: %w", id, adminError(err))
 	}
 	return t, nil
 }
 
 // SetQuotas sets every quota of tenant id to q (nil: no cap), logged as
-// actor. An unknown tenant is ErrTenantNotFound.
-func (k *Keys) SetQuotas(ctx context.Context, actor, id string, q Quotas) (Tenant, error) {
+// actor. An unknown tenant is tenant.ErrTenantNotFound.
+func (k *Keys) SetQuotas(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
 	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_set_quotas($1, $2, $3, $4, $5, $6)`,
 		actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
 	if err != nil {
-		return Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, adminError(err))
+		return tenant.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, adminError(err))
 	}
 	return t, nil
 }
 
-// UpdateTenantParams are the arguments of UpdateTenant: what is nil is
-// left as it is.
-type UpdateTenantParams struct {
-	Actor    string
-	TenantID string
-	// Quotas, when set, replaces every quota (nil fields: no cap).
-	Quotas *Quotas
-	// Budget, when set, is the tenant's new budget (its TenantID and Actor
-	// are UpdateTenantParams').
-	Budget *budget.TenantBudget
-}
-
 // UpdateTenant sets a tenant's quotas and its budget in one transaction,
 // each logged as p.Actor: both change or neither does. Bad arguments are
-// ErrAdminInvalid naming the field (quotas) or a *budget.ValidationError
-// (budget); an unknown tenant is ErrTenantNotFound.
-func (k *Keys) UpdateTenant(ctx context.Context, p UpdateTenantParams) (Tenant, error) {
+// tenant.ErrAdminInvalid naming the field (quotas) or a *budget.ValidationError
+// (budget); an unknown tenant is tenant.ErrTenantNotFound.
+func (k *Keys) UpdateTenant(ctx context.Context, p tenant.UpdateTenantParams) (tenant.Tenant, error) {
 	var b budget.TenantBudget
 	if p.Budget != nil {
 		b = *p.Budget
@@ -214,18 +115,18 @@ func (k *Keys) UpdateTenant(ctx context.Context, p UpdateTenantParams) (Tenant, 
 			b.Period.Kind = budget.PeriodNone
 		}
 		if err := b.Validate(); err != nil { // before anything is written
-			return Tenant{}, fmt.Errorf("update tenant %s: %w", p.TenantID, err)
+			return tenant.Tenant{}, fmt.Errorf("update tenant %s: %w", p.TenantID, err)
 		}
 	}
-	t, err := retry(ctx, slog.Default(), "admin.update_tenant", unsentOnly, func(ctx context.Context, _ try) (Tenant, error) {
-		var t Tenant
+	t, err := retry(ctx, slog.Default(), "admin.update_tenant", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
+		var t tenant.Tenant
 		err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
 			// The tenant's row first: a missing tenant is refused before the
 			// budget function would create it (tenants are never deleted).
 			var err error
 			if t, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, p.TenantID)); err != nil {
 				if errors.Is(err, pgx.ErrNoRows) {
-					return ErrTenantNotFound
+					return tenant.ErrTenantNotFound
 				}
 				return err
 			}
@@ -257,31 +158,31 @@ func (k *Keys) UpdateTenant(ctx context.Context, p UpdateTenantParams) (Tenant, 
 		return t, err
 	})
 	if err != nil {
-		return Tenant{}, fmt.Errorf("update tenant %s: %w", p.TenantID, err)
+		return tenant.Tenant{}, fmt.Errorf("update tenant %s: %w", p.TenantID, err)
 	}
 	return t, nil
 }
 
-// Tenant returns tenant id's row. An unknown tenant is ErrTenantNotFound.
-func (k *Keys) Tenant(ctx context.Context, id string) (Tenant, error) {
+// Tenant returns tenant id's row. An unknown tenant is tenant.ErrTenantNotFound.
+func (k *Keys) Tenant(ctx context.Context, id string) (tenant.Tenant, error) {
 	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Tenant{}, fmt.Errorf("tenant %s: %w", id, ErrTenantNotFound)
+		return tenant.Tenant{}, fmt.Errorf("tenant %s: %w", id, tenant.ErrTenantNotFound)
 	}
 	if err != nil {
-		return Tenant{}, fmt.Errorf("read tenant %s: %w", id, err)
+		return tenant.Tenant{}, fmt.Errorf("read tenant %s: %w", id, err)
 	}
 	return t, nil
 }
 
 // CreateKey stores a key (its secret only as the digest p.SecretSHA256),
 // logged as p.Actor, and returns it as ListKeys shows it. Bad arguments are
-// ErrAdminInvalid naming the field; an unknown tenant ErrTenantNotFound; a
-// key id in use ErrKeyExists.
-func (k *Keys) CreateKey(ctx context.Context, p CreateKeyParams) (APIKey, error) {
-	var tenant *string
+// tenant.ErrAdminInvalid naming the field; an unknown tenant tenant.ErrTenantNotFound; a
+// key id in use tenant.ErrKeyExists.
+func (k *Keys) CreateKey(ctx context.Context, p tenant.CreateKeyParams) (tenant.APIKey, error) {
+	var tenantID *string
 	if p.TenantID != "" {
-		tenant = &p.TenantID
+		tenantID = &p.TenantID
 	}
 	var expires *time.Time
 	if !p.ExpiresAt.IsZero() {
@@ -289,12 +190,12 @@ func (k *Keys) CreateKey(ctx context.Context, p CreateKeyParams) (APIKey, error)
 	}
 	var created time.Time
 	err := k.pool.QueryRow(ctx, `SELECT admin_create_key($1, $2, $3, $4, $5, $6, $7, $8)`,
-		p.Actor, p.KeyID, tenant, p.Name, p.Scopes, p.SecretSHA256, optInt32(p.RequestsPerMinute), expires).Scan(&created)
+		p.Actor, p.KeyID, tenantID, p.Name, p.Scopes, p.SecretSHA256, optInt32(p.RequestsPerMinute), expires).Scan(&created)
 	if err != nil {
 		// The digest is an argument: it is never part of the error.
-		return APIKey{}, fmt.Errorf("create key %s: %w", p.KeyID, adminError(err))
+		return tenant.APIKey{}, fmt.Errorf("create key %s: %w", p.KeyID, adminError(err))
 	}
-	return APIKey{
+	return tenant.APIKey{
 		ID: p.KeyID, TenantID: p.TenantID, Name: p.Name, Scopes: p.Scopes,
 		RequestsPerMinute: optInt32(p.RequestsPerMinute), CreatedAt: created, CreatedBy: p.Actor, ExpiresAt: expires,
 	}, nil
@@ -303,8 +204,8 @@ func (k *Keys) CreateKey(ctx context.Context, p CreateKeyParams) (APIKey, error)
 const keyColumns = `k.key_id, coalesce(k.tenant_id, ''), k.name, k.scopes, k.requests_per_minute, k.created_at,
 	k.created_by, k.expires_at, k.revoked_at, coalesce(k.revoked_by, '')`
 
-func scanKey(row pgx.Row, extra ...any) (APIKey, error) {
-	var a APIKey
+func scanKey(row pgx.Row, extra ...any) (tenant.APIKey, error) {
+	var a tenant.APIKey
 	err := row.Scan(append([]any{&a.ID, &a.TenantID, &a.Name, &a.Scopes, &a.RequestsPerMinute, &a.CreatedAt, &a.CreatedBy,
 		&a.ExpiresAt, &a.RevokedAt, &a.RevokedBy}, extra...)...)
 	return a, err
@@ -312,13 +213,13 @@ func scanKey(row pgx.Row, extra ...any) (APIKey, error) {
 
 // ListKeys returns the keys of tenantID ("": every key, admin keys
 // included), oldest first, without their digests.
-func (k *Keys) ListKeys(ctx context.Context, tenantID string) ([]APIKey, error) {
+func (k *Keys) ListKeys(ctx context.Context, tenantID string) ([]tenant.APIKey, error) {
 	rows, err := k.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_key k
 		WHERE $1 = '' OR k.tenant_id = $1 ORDER BY k.created_at, k.key_id`, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (APIKey, error) { return scanKey(row) })
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenant.APIKey, error) { return scanKey(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
@@ -328,23 +229,23 @@ func (k *Keys) ListKeys(ctx context.Context, tenantID string) ([]APIKey, error) 
 // RevokeKey revokes key id as of the database's now(), logged as actor, and
 // signals every node on KeyRevokedChannel in the same transaction. A key
 // revoked before keeps its first revocation. It returns the key as revoked;
-// an unknown key is ErrKeyNotFound.
-func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (APIKey, error) {
+// an unknown key is tenant.ErrKeyNotFound.
+func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (tenant.APIKey, error) {
 	if _, err := k.pool.Exec(ctx, `SELECT admin_revoke_key($1, $2)`, actor, id); err != nil {
-		return APIKey{}, fmt.Errorf("revoke key %s: %w", id, adminError(err))
+		return tenant.APIKey{}, fmt.Errorf("revoke key %s: %w", id, adminError(err))
 	}
 	a, err := scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_key k WHERE k.key_id = $1`, id))
 	if err != nil {
-		return APIKey{}, fmt.Errorf("read revoked key %s: %w", id, err)
+		return tenant.APIKey{}, fmt.Errorf("read revoked key %s: %w", id, err)
 	}
 	return a, nil
 }
 
 // LookupKey returns key id with its digest, whether it is live as of the
 // database's now(), and its effective request rate. An unknown key is
-// ErrKeyNotFound.
-func (k *Keys) LookupKey(ctx context.Context, id string) (KeyRecord, error) {
-	var r KeyRecord
+// tenant.ErrKeyNotFound.
+func (k *Keys) LookupKey(ctx context.Context, id string) (tenant.KeyRecord, error) {
+	var r tenant.KeyRecord
 	var rpm int32
 	a, err := scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+`, k.secret_sha256,
 			k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()),
@@ -352,10 +253,10 @@ func (k *Keys) LookupKey(ctx context.Context, id string) (KeyRecord, error) {
 		FROM api_key k LEFT JOIN tenant t USING (tenant_id) WHERE k.key_id = $1`, id),
 		&r.SecretSHA256, &r.Live, &rpm)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return KeyRecord{}, fmt.Errorf("key %s: %w", id, ErrKeyNotFound)
+		return tenant.KeyRecord{}, fmt.Errorf("key %s: %w", id, tenant.ErrKeyNotFound)
 	}
 	if err != nil {
-		return KeyRecord{}, fmt.Errorf("look up key %s: %w", id, err)
+		return tenant.KeyRecord{}, fmt.Errorf("look up key %s: %w", id, err)
 	}
 	r.APIKey, r.EffectiveRequestsPerMinute = a, rpm
 	return r, nil
@@ -378,20 +279,11 @@ func (k *Keys) DeadKeys(ctx context.Context, ids []string) ([]string, error) {
 	return dead, nil
 }
 
-// KeyState is a key's state as the watcher polls it.
-type KeyState struct {
-	ID string
-	// Live: known, not revoked and not expired as of the database's now().
-	Live bool
-	// EffectiveRequestsPerMinute is as in KeyRecord.
-	EffectiveRequestsPerMinute int32
-}
-
 // KeyStates returns the state of each of ids (an unknown id is not Live):
 // the watcher polls it for the keys it caches and the keys with open
 // streams, to stop the dead ones and to carry a changed rate (the key's own
 // or its tenant's) to the keys in use.
-func (k *Keys) KeyStates(ctx context.Context, ids []string) ([]KeyState, error) {
+func (k *Keys) KeyStates(ctx context.Context, ids []string) ([]tenant.KeyState, error) {
 	rows, err := k.pool.Query(ctx, `SELECT id,
 			coalesce(k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()), false),
 			coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
@@ -399,7 +291,7 @@ func (k *Keys) KeyStates(ctx context.Context, ids []string) ([]KeyState, error) 
 	if err != nil {
 		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
 	}
-	states, err := pgx.CollectRows(rows, pgx.RowToStructByPos[KeyState])
+	states, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tenant.KeyState])
 	if err != nil {
 		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
 	}
@@ -408,17 +300,7 @@ func (k *Keys) KeyStates(ctx context.Context, ids []string) ([]KeyState, error) 
 
 // ListenRevocations is ListenKeyEvents for revocations alone.
 func (k *Keys) ListenRevocations(ctx context.Context, ready func(), deliver func(keyID string)) error {
-	return k.ListenKeyEvents(ctx, ready, KeyEvents{Revoked: deliver})
-}
-
-// KeyEvents are the callbacks of ListenKeyEvents; a nil one ignores its
-// channel.
-type KeyEvents struct {
-	// Revoked is called with a key id revoked (KeyRevokedChannel).
-	Revoked func(keyID string)
-	// QuotasChanged is called with a tenant whose quotas changed
-	// (TenantQuotasChannel).
-	QuotasChanged func(tenantID string)
+	return k.ListenKeyEvents(ctx, ready, tenant.KeyEvents{Revoked: deliver})
 }
 
 // ListenKeyEvents hands the notifications of KeyRevokedChannel and
@@ -426,7 +308,7 @@ type KeyEvents struct {
 // (re)connected (the caller's poll of KeyStates covers what was missed
 // meanwhile), until ctx ends. Without a Notifier it returns ErrNoNotifier
 // at once.
-func (k *Keys) ListenKeyEvents(ctx context.Context, ready func(), ev KeyEvents) error {
+func (k *Keys) ListenKeyEvents(ctx context.Context, ready func(), ev tenant.KeyEvents) error {
 	on := map[string]func(string){}
 	if ev.Revoked != nil {
 		on[KeyRevokedChannel] = ev.Revoked

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
+	"github.com/fanout/fanout/tenant"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -60,17 +61,17 @@ func TestTenantCreateSetQuotasAndLog(t *testing.T) {
 	b := setup(t)
 	keys := store.NewKeys(b.pool, nil)
 	actor := ownerActor(t, b)
-	tn, err := keys.CreateTenant(b.ctx, actor, "acme", store.Quotas{MaxRunTokens: ptr[int64](50_000), KeyRequestsPerMinute: ptr[int32](60)})
+	tn, err := keys.CreateTenant(b.ctx, actor, "acme", tenant.Quotas{MaxRunTokens: ptr[int64](50_000), KeyRequestsPerMinute: ptr[int32](60)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tn.ID != "acme" || *tn.MaxRunTokens != 50_000 || tn.MaxConcurrentRuns != nil || *tn.KeyRequestsPerMinute != 60 {
 		t.Errorf("created tenant = %+v", tn)
 	}
-	if _, err := keys.CreateTenant(b.ctx, actor, "acme", store.Quotas{}); !errors.Is(err, store.ErrTenantExists) {
+	if _, err := keys.CreateTenant(b.ctx, actor, "acme", tenant.Quotas{}); !errors.Is(err, tenant.ErrTenantExists) {
 		t.Errorf("second create: %v; want ErrTenantExists", err)
 	}
-	if _, err := keys.SetQuotas(b.ctx, actor, "acme", store.Quotas{MaxConcurrentRuns: ptr[int32](3), MaxTasksInFlight: ptr[int32](20)}); err != nil {
+	if _, err := keys.SetQuotas(b.ctx, actor, "acme", tenant.Quotas{MaxConcurrentRuns: ptr[int32](3), MaxTasksInFlight: ptr[int32](20)}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := keys.Tenant(b.ctx, "acme")
@@ -80,10 +81,10 @@ func TestTenantCreateSetQuotasAndLog(t *testing.T) {
 	if got.MaxRunTokens != nil || *got.MaxConcurrentRuns != 3 || *got.MaxTasksInFlight != 20 || got.KeyRequestsPerMinute != nil {
 		t.Errorf("tenant after SetQuotas = %+v; want exactly the quotas set (nil: no cap)", got)
 	}
-	if _, err := keys.SetQuotas(b.ctx, actor, "nobody", store.Quotas{}); !errors.Is(err, store.ErrTenantNotFound) {
+	if _, err := keys.SetQuotas(b.ctx, actor, "nobody", tenant.Quotas{}); !errors.Is(err, tenant.ErrTenantNotFound) {
 		t.Errorf("SetQuotas on an unknown tenant: %v; want ErrTenantNotFound", err)
 	}
-	if _, err := keys.Tenant(b.ctx, "nobody"); !errors.Is(err, store.ErrTenantNotFound) {
+	if _, err := keys.Tenant(b.ctx, "nobody"); !errors.Is(err, tenant.ErrTenantNotFound) {
 		t.Errorf("Tenant(nobody): %v; want ErrTenantNotFound", err)
 	}
 	log := adminLog(t, b)
@@ -100,56 +101,56 @@ func TestTenantAndKeyValidation(t *testing.T) {
 	b := setup(t)
 	keys := store.NewKeys(b.pool, nil)
 	actor := ownerActor(t, b)
-	if _, err := keys.CreateTenant(b.ctx, actor, "acme", store.Quotas{}); err != nil {
+	if _, err := keys.CreateTenant(b.ctx, actor, "acme", tenant.Quotas{}); err != nil {
 		t.Fatal(err)
 	}
 	digest := sha256.Sum256([]byte("x"))
-	okKey := store.CreateKeyParams{Actor: actor, KeyID: "fk_0123456789abcdef", TenantID: "acme", Scopes: []string{"run"}, SecretSHA256: digest[:]}
+	okKey := tenant.CreateKeyParams{Actor: actor, KeyID: "fk_0123456789abcdef", TenantID: "acme", Scopes: []string{"run"}, SecretSHA256: digest[:]}
 	tenantCases := []struct {
 		name, id, field string
-		q               store.Quotas
+		q               tenant.Quotas
 	}{
-		{"empty id", "", "tenant_id", store.Quotas{}},
-		{"long id", strings.Repeat("é", 65), "tenant_id", store.Quotas{}}, // 130 bytes, 65 characters
-		{"run tokens", "t1", "max_run_tokens", store.Quotas{MaxRunTokens: ptr[int64](0)}},
-		{"concurrent", "t1", "max_concurrent_runs", store.Quotas{MaxConcurrentRuns: ptr[int32](-1)}},
-		{"tasks", "t1", "max_tasks_in_flight", store.Quotas{MaxTasksInFlight: ptr[int32](10_000)}},
-		{"rpm", "t1", "key_requests_per_minute", store.Quotas{KeyRequestsPerMinute: ptr[int32](0)}},
+		{"empty id", "", "tenant_id", tenant.Quotas{}},
+		{"long id", strings.Repeat("é", 65), "tenant_id", tenant.Quotas{}}, // 130 bytes, 65 characters
+		{"run tokens", "t1", "max_run_tokens", tenant.Quotas{MaxRunTokens: ptr[int64](0)}},
+		{"concurrent", "t1", "max_concurrent_runs", tenant.Quotas{MaxConcurrentRuns: ptr[int32](-1)}},
+		{"tasks", "t1", "max_tasks_in_flight", tenant.Quotas{MaxTasksInFlight: ptr[int32](10_000)}},
+		{"rpm", "t1", "key_requests_per_minute", tenant.Quotas{KeyRequestsPerMinute: ptr[int32](0)}},
 	}
 	for _, c := range tenantCases {
 		_, err := keys.CreateTenant(b.ctx, actor, c.id, c.q)
-		var ae *store.AdminError
-		if !errors.As(err, &ae) || !errors.Is(err, store.ErrAdminInvalid) || ae.Field != c.field {
+		var ae *tenant.AdminError
+		if !errors.As(err, &ae) || !errors.Is(err, tenant.ErrAdminInvalid) || ae.Field != c.field {
 			t.Errorf("%s: CreateTenant: %v; want ErrAdminInvalid naming %s", c.name, err, c.field)
 		}
 	}
 	keyCases := []struct {
 		name, field string
-		edit        func(*store.CreateKeyParams)
+		edit        func(*tenant.CreateKeyParams)
 	}{
-		{"bad id", "key_id", func(p *store.CreateKeyParams) { p.KeyID = "fk_XYZ" }},
-		{"long name", "name", func(p *store.CreateKeyParams) { p.Name = strings.Repeat("n", 129) }},
-		{"no scopes", "scopes", func(p *store.CreateKeyParams) { p.Scopes = nil }},
-		{"admin scope on tenant key", "scopes", func(p *store.CreateKeyParams) { p.Scopes = []string{"run", "admin"} }},
-		{"repeated scope", "scopes", func(p *store.CreateKeyParams) { p.Scopes = []string{"run", "run"} }},
-		{"admin key with run", "scopes", func(p *store.CreateKeyParams) { p.TenantID = ""; p.Scopes = []string{"run"} }},
-		{"short digest", "secret_sha256", func(p *store.CreateKeyParams) { p.SecretSHA256 = digest[:16] }},
-		{"rpm", "requests_per_minute", func(p *store.CreateKeyParams) { p.RequestsPerMinute = -1 }},
-		{"expired", "expires_at", func(p *store.CreateKeyParams) { p.ExpiresAt = time.Now().Add(-time.Hour) }},
-		{"actor", "actor", func(p *store.CreateKeyParams) { p.Actor = "" }},
+		{"bad id", "key_id", func(p *tenant.CreateKeyParams) { p.KeyID = "fk_XYZ" }},
+		{"long name", "name", func(p *tenant.CreateKeyParams) { p.Name = strings.Repeat("n", 129) }},
+		{"no scopes", "scopes", func(p *tenant.CreateKeyParams) { p.Scopes = nil }},
+		{"admin scope on tenant key", "scopes", func(p *tenant.CreateKeyParams) { p.Scopes = []string{"run", "admin"} }},
+		{"repeated scope", "scopes", func(p *tenant.CreateKeyParams) { p.Scopes = []string{"run", "run"} }},
+		{"admin key with run", "scopes", func(p *tenant.CreateKeyParams) { p.TenantID = ""; p.Scopes = []string{"run"} }},
+		{"short digest", "secret_sha256", func(p *tenant.CreateKeyParams) { p.SecretSHA256 = digest[:16] }},
+		{"rpm", "requests_per_minute", func(p *tenant.CreateKeyParams) { p.RequestsPerMinute = -1 }},
+		{"expired", "expires_at", func(p *tenant.CreateKeyParams) { p.ExpiresAt = time.Now().Add(-time.Hour) }},
+		{"actor", "actor", func(p *tenant.CreateKeyParams) { p.Actor = "" }},
 	}
 	for _, c := range keyCases {
 		p := okKey
 		c.edit(&p)
 		_, err := keys.CreateKey(b.ctx, p)
-		var ae *store.AdminError
-		if !errors.As(err, &ae) || !errors.Is(err, store.ErrAdminInvalid) || ae.Field != c.field {
+		var ae *tenant.AdminError
+		if !errors.As(err, &ae) || !errors.Is(err, tenant.ErrAdminInvalid) || ae.Field != c.field {
 			t.Errorf("%s: CreateKey: %v; want ErrAdminInvalid naming %s", c.name, err, c.field)
 		}
 	}
 	p := okKey
 	p.TenantID = "nobody"
-	if _, err := keys.CreateKey(b.ctx, p); !errors.Is(err, store.ErrTenantNotFound) {
+	if _, err := keys.CreateKey(b.ctx, p); !errors.Is(err, tenant.ErrTenantNotFound) {
 		t.Errorf("key of an unknown tenant: %v; want ErrTenantNotFound", err)
 	}
 	if n := len(adminLog(t, b)); n != 1 {
@@ -168,19 +169,19 @@ func TestKeyLifecycle(t *testing.T) {
 	b := setup(t)
 	keys := store.NewKeys(b.pool, b.notifier(t, store.NotifierConfig{}))
 	actor := ownerActor(t, b)
-	if _, err := keys.CreateTenant(b.ctx, actor, "acme", store.Quotas{KeyRequestsPerMinute: ptr[int32](30)}); err != nil {
+	if _, err := keys.CreateTenant(b.ctx, actor, "acme", tenant.Quotas{KeyRequestsPerMinute: ptr[int32](30)}); err != nil {
 		t.Fatal(err)
 	}
 	digest := sha256.Sum256([]byte("canary-secret"))
-	p := store.CreateKeyParams{Actor: actor, KeyID: "fk_00000000000000a1", TenantID: "acme", Name: "ci",
+	p := tenant.CreateKeyParams{Actor: actor, KeyID: "fk_00000000000000a1", TenantID: "acme", Name: "ci",
 		Scopes: []string{"run", "read"}, SecretSHA256: digest[:]}
 	if _, err := keys.CreateKey(b.ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := keys.CreateKey(b.ctx, p); !errors.Is(err, store.ErrKeyExists) {
+	if _, err := keys.CreateKey(b.ctx, p); !errors.Is(err, tenant.ErrKeyExists) {
 		t.Errorf("second key with one id: %v; want ErrKeyExists", err)
 	}
-	admin := store.CreateKeyParams{Actor: actor, KeyID: "fk_00000000000000ad", Scopes: []string{"admin"}, SecretSHA256: digest[:], RequestsPerMinute: 5}
+	admin := tenant.CreateKeyParams{Actor: actor, KeyID: "fk_00000000000000ad", Scopes: []string{"admin"}, SecretSHA256: digest[:], RequestsPerMinute: 5}
 	if _, err := keys.CreateKey(b.ctx, admin); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestKeyLifecycle(t *testing.T) {
 	if rec, err := keys.LookupKey(b.ctx, admin.KeyID); err != nil || rec.EffectiveRequestsPerMinute != 5 || rec.TenantID != "" {
 		t.Errorf("LookupKey(admin) = %+v, %v; want its own 5 rpm and no tenant", rec, err)
 	}
-	if _, err := keys.LookupKey(b.ctx, "fk_ffffffffffffffff"); !errors.Is(err, store.ErrKeyNotFound) {
+	if _, err := keys.LookupKey(b.ctx, "fk_ffffffffffffffff"); !errors.Is(err, tenant.ErrKeyNotFound) {
 		t.Errorf("LookupKey(unknown): %v; want ErrKeyNotFound", err)
 	}
 
@@ -236,7 +237,7 @@ func TestKeyLifecycle(t *testing.T) {
 	if again, err := keys.RevokeKey(b.ctx, actor, p.KeyID); err != nil || !again.RevokedAt.Equal(*revoked.RevokedAt) {
 		t.Errorf("second revoke = %+v, %v; want the first revocation kept", again, err)
 	}
-	if _, err := keys.RevokeKey(b.ctx, actor, "fk_ffffffffffffffff"); !errors.Is(err, store.ErrKeyNotFound) {
+	if _, err := keys.RevokeKey(b.ctx, actor, "fk_ffffffffffffffff"); !errors.Is(err, tenant.ErrKeyNotFound) {
 		t.Errorf("revoke unknown: %v; want ErrKeyNotFound", err)
 	}
 	if rec, err := keys.LookupKey(b.ctx, p.KeyID); err != nil || rec.Live {
@@ -306,7 +307,7 @@ func TestAdminActorChecked(t *testing.T) {
 	owner := ownerActor(t, b)
 	digest := sha256.Sum256([]byte("s"))
 	adminID := "fk_00000000000000ad"
-	if _, err := keys.CreateKey(b.ctx, store.CreateKeyParams{Actor: owner, KeyID: adminID, Scopes: []string{"admin"}, SecretSHA256: digest[:]}); err != nil {
+	if _, err := keys.CreateKey(b.ctx, tenant.CreateKeyParams{Actor: owner, KeyID: adminID, Scopes: []string{"admin"}, SecretSHA256: digest[:]}); err != nil {
 		t.Fatal(err)
 	}
 	nodePool, err := store.Open(b.ctx, storetest.AdminURL(t, b.url))
@@ -315,19 +316,19 @@ func TestAdminActorChecked(t *testing.T) {
 	}
 	t.Cleanup(nodePool.Close)
 	node := store.NewKeys(nodePool, nil)
-	if _, err := node.CreateTenant(b.ctx, "key:"+adminID, "acme", store.Quotas{}); err != nil {
+	if _, err := node.CreateTenant(b.ctx, "key:"+adminID, "acme", tenant.Quotas{}); err != nil {
 		t.Errorf("node acting as a live admin key: %v", err)
 	}
-	if _, err := node.CreateTenant(b.ctx, owner, "globex", store.Quotas{}); !errors.Is(err, store.ErrActorRefused) {
+	if _, err := node.CreateTenant(b.ctx, owner, "globex", tenant.Quotas{}); !errors.Is(err, tenant.ErrActorRefused) {
 		t.Errorf("node claiming %s: %v; want ErrActorRefused", owner, err)
 	}
-	if _, err := node.CreateTenant(b.ctx, "key:fk_ffffffffffffffff", "globex", store.Quotas{}); !errors.Is(err, store.ErrActorRefused) {
+	if _, err := node.CreateTenant(b.ctx, "key:fk_ffffffffffffffff", "globex", tenant.Quotas{}); !errors.Is(err, tenant.ErrActorRefused) {
 		t.Errorf("node acting as an unknown key: %v; want ErrActorRefused", err)
 	}
 	if _, err := keys.RevokeKey(b.ctx, owner, adminID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := node.SetQuotas(b.ctx, "key:"+adminID, "acme", store.Quotas{}); !errors.Is(err, store.ErrActorRefused) {
+	if _, err := node.SetQuotas(b.ctx, "key:"+adminID, "acme", tenant.Quotas{}); !errors.Is(err, tenant.ErrActorRefused) {
 		t.Errorf("node acting as a revoked admin key: %v; want ErrActorRefused", err)
 	}
 	for _, stmt := range []string{

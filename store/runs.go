@@ -19,6 +19,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/tenant"
 )
 
 // Runs stores runs, their tasks and their event history (tables run, task
@@ -119,16 +120,16 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	return out, created, err
 }
 
-// TenantQuotas returns the tenant's quotas (zero for a tenant with none,
-// or with no row yet).
-func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (runs.Quotas, error) {
-	return retry(ctx, s.log, "runs.tenant_quotas", idempotent, func(ctx context.Context, _ try) (runs.Quotas, error) {
-		var q runs.Quotas
-		err := s.pool.QueryRow(ctx, `SELECT coalesce(max_run_tokens, 0), coalesce(max_concurrent_runs, 0),
-				coalesce(max_tasks_in_flight, 0)
-			FROM tenant WHERE tenant_id = $1`, tenantID).Scan(&q.MaxRunTokens, &q.MaxConcurrentRuns, &q.MaxTasksInFlight)
+// TenantQuotas returns the tenant's quotas (none for a tenant without a
+// row yet).
+func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas, error) {
+	return retry(ctx, s.log, "runs.tenant_quotas", idempotent, func(ctx context.Context, _ try) (tenant.Quotas, error) {
+		var q tenant.Quotas
+		err := s.pool.QueryRow(ctx, `SELECT max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute
+			FROM tenant WHERE tenant_id = $1`, tenantID).Scan(&q.MaxRunTokens, &q.MaxConcurrentRuns, &q.MaxTasksInFlight,
+			&q.KeyRequestsPerMinute)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return runs.Quotas{}, nil
+			return tenant.Quotas{}, nil
 		}
 		return q, err
 	})
@@ -163,7 +164,7 @@ func admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
 		return err
 	}
 	if running >= int64(*limit) {
-		return &runs.QuotaError{Tenant: run.GetTenantId(), Quota: "max_concurrent_runs", Limit: int64(*limit), Used: running}
+		return &tenant.QuotaError{Tenant: run.GetTenantId(), Quota: "max_concurrent_runs", Limit: int64(*limit), Used: running}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
+	"github.com/fanout/fanout/tenant"
 )
 
 // patience bounds every wait in the tenant tests.
@@ -410,7 +411,7 @@ func TestSetTenantBudgetIsLogged(t *testing.T) {
 	b := setup(t)
 	// The first change is made under a live admin key's name.
 	digest := sha256.Sum256([]byte("admin-secret"))
-	if _, err := store.NewKeys(b.pool, nil).CreateKey(b.ctx, store.CreateKeyParams{Actor: storetest.Actor(t, b.pool),
+	if _, err := store.NewKeys(b.pool, nil).CreateKey(b.ctx, tenant.CreateKeyParams{Actor: storetest.Actor(t, b.pool),
 		KeyID: "fk_0123456789abcdef", Scopes: []string{"admin"}, SecretSHA256: digest[:]}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/fanout/fanout/auth"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/tenant"
 )
 
 const tenantUsage = `
@@ -88,7 +89,7 @@ func (a *adminFlags) connect(ctx context.Context) (context.Context, fanoutv1.Adm
 		return nil, nil, nil, err
 	}
 	srv := auth.NewAdminServer(store.NewKeys(pool, nil), store.NewLedger(pool), newLogger(io.Discard, "error"))
-	return auth.NewContext(ctx, auth.Principal{Role: role}), localAdmin{srv}, pool.Close, nil
+	return tenant.NewContext(ctx, tenant.Principal{Role: role}), localAdmin{srv}, pool.Close, nil
 }
 
 // localAdmin calls an AdminServer in process.
@@ -270,7 +271,7 @@ func cmdKey(ctx context.Context, env *Env, args []string) error {
 		case admin && af.tenant != "":
 			return errors.New("--admin and --tenant: an admin key has no tenant")
 		case admin:
-			req.Scopes = []string{string(auth.ScopeAdmin)}
+			req.Scopes = []string{string(tenant.ScopeAdmin)}
 		case af.tenant == "":
 			return errors.New("--tenant is required (or --admin)")
 		default:

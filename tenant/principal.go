@@ -1,10 +1,4 @@
-// Package auth authenticates the callers of the orchestrator's API: API keys
-// that fanout issues (a key id and a secret shown once, stored as SHA-256),
-// each bound to one tenant and a set of scopes, or an admin key that
-// manages tenants and keys. The gRPC interceptors put the caller's
-// Principal in the call's context; the services take the tenant from it
-// and from nowhere else.
-package auth
+package tenant
 
 import (
 	"context"
