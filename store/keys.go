@@ -24,12 +24,13 @@ type Keys struct {
 	pool     *pgxpool.Pool
 	notifier *Notifier
 	rate     *RateLimiter
+	log      *slog.Logger // its retries'
 }
 
 // NewKeys returns the key store on pool, hearing key events from n (nil
 // when ListenKeyEvents is not called).
 func NewKeys(pool *Pool, n *Notifier) *Keys {
-	return &Keys{pool: pool, notifier: n, rate: NewRateLimiter(pool)}
+	return &Keys{pool: pool, notifier: n, rate: NewRateLimiter(pool), log: slog.Default()}
 }
 
 // adminError translates a refusal of an admin function: the functions
@@ -83,8 +84,10 @@ func scanTenant(row pgx.Row) (tenant.Tenant, error) {
 // existing tenant's quotas with SetQuotas); bad arguments are
 // tenant.ErrAdminInvalid naming the field.
 func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
-	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_create_tenant($1, $2, $3, $4, $5, $6)`,
-		actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+	t, err := retry(ctx, k.log, "admin.create_tenant", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
+		return scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_create_tenant($1, $2, $3, $4, $5, $6)`,
+			actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+	})
 	if err != nil {
 		return tenant.Tenant{}, fmt.Errorf("create tenant %s: %w", id, adminError(err))
 	}
@@ -94,8 +97,10 @@ func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quot
 // SetQuotas sets every quota of tenant id to q (nil: no cap), logged as
 // actor. An unknown tenant is tenant.ErrTenantNotFound.
 func (k *Keys) SetQuotas(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
-	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_set_quotas($1, $2, $3, $4, $5, $6)`,
-		actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+	t, err := retry(ctx, k.log, "admin.set_quotas", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
+		return scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_set_quotas($1, $2, $3, $4, $5, $6)`,
+			actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+	})
 	if err != nil {
 		return tenant.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, adminError(err))
 	}
@@ -118,7 +123,7 @@ func (k *Keys) UpdateTenant(ctx context.Context, p tenant.UpdateTenantParams) (t
 			return tenant.Tenant{}, fmt.Errorf("update tenant %s: %w", p.TenantID, err)
 		}
 	}
-	t, err := retry(ctx, slog.Default(), "admin.update_tenant", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
+	t, err := retry(ctx, k.log, "admin.update_tenant", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
 		var t tenant.Tenant
 		err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
 			// The tenant's row first: a missing tenant is refused before the
@@ -165,7 +170,9 @@ func (k *Keys) UpdateTenant(ctx context.Context, p tenant.UpdateTenantParams) (t
 
 // Tenant returns tenant id's row. An unknown tenant is tenant.ErrTenantNotFound.
 func (k *Keys) Tenant(ctx context.Context, id string) (tenant.Tenant, error) {
-	t, err := scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, id))
+	t, err := retry(ctx, k.log, "keys.tenant", idempotent, func(ctx context.Context, _ try) (tenant.Tenant, error) {
+		return scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, id))
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tenant.Tenant{}, fmt.Errorf("tenant %s: %w", id, tenant.ErrTenantNotFound)
 	}
@@ -188,9 +195,12 @@ func (k *Keys) CreateKey(ctx context.Context, p tenant.CreateKeyParams) (tenant.
 	if !p.ExpiresAt.IsZero() {
 		expires = &p.ExpiresAt
 	}
-	var created time.Time
-	err := k.pool.QueryRow(ctx, `SELECT admin_create_key($1, $2, $3, $4, $5, $6, $7, $8)`,
-		p.Actor, p.KeyID, tenantID, p.Name, p.Scopes, p.SecretSHA256, optInt32(p.RequestsPerMinute), expires).Scan(&created)
+	created, err := retry(ctx, k.log, "admin.create_key", unsentOnly, func(ctx context.Context, _ try) (time.Time, error) {
+		var created time.Time
+		err := k.pool.QueryRow(ctx, `SELECT admin_create_key($1, $2, $3, $4, $5, $6, $7, $8)`,
+			p.Actor, p.KeyID, tenantID, p.Name, p.Scopes, p.SecretSHA256, optInt32(p.RequestsPerMinute), expires).Scan(&created)
+		return created, err
+	})
 	if err != nil {
 		// The digest is an argument: it is never part of the error.
 		return tenant.APIKey{}, fmt.Errorf("create key %s: %w", p.KeyID, adminError(err))
@@ -214,12 +224,14 @@ func scanKey(row pgx.Row, extra ...any) (tenant.APIKey, error) {
 // ListKeys returns the keys of tenantID ("": every key, admin keys
 // included), oldest first, without their digests.
 func (k *Keys) ListKeys(ctx context.Context, tenantID string) ([]tenant.APIKey, error) {
-	rows, err := k.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_key k
-		WHERE $1 = '' OR k.tenant_id = $1 ORDER BY k.created_at, k.key_id`, tenantID)
-	if err != nil {
-		return nil, fmt.Errorf("list keys: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenant.APIKey, error) { return scanKey(row) })
+	keys, err := retry(ctx, k.log, "keys.list", idempotent, func(ctx context.Context, _ try) ([]tenant.APIKey, error) {
+		rows, err := k.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_key k
+			WHERE $1 = '' OR k.tenant_id = $1 ORDER BY k.created_at, k.key_id`, tenantID)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenant.APIKey, error) { return scanKey(row) })
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
@@ -231,10 +243,17 @@ func (k *Keys) ListKeys(ctx context.Context, tenantID string) ([]tenant.APIKey, 
 // revoked before keeps its first revocation. It returns the key as revoked;
 // an unknown key is tenant.ErrKeyNotFound.
 func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (tenant.APIKey, error) {
-	if _, err := k.pool.Exec(ctx, `SELECT admin_revoke_key($1, $2)`, actor, id); err != nil {
+	// A revocation done twice keeps its first: safe to retry whatever
+	// became of the first try.
+	if err := retried(ctx, k.log, "admin.revoke_key", idempotent, func(ctx context.Context, _ try) error {
+		_, err := k.pool.Exec(ctx, `SELECT admin_revoke_key($1, $2)`, actor, id)
+		return err
+	}); err != nil {
 		return tenant.APIKey{}, fmt.Errorf("revoke key %s: %w", id, adminError(err))
 	}
-	a, err := scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_key k WHERE k.key_id = $1`, id))
+	a, err := retry(ctx, k.log, "keys.read_revoked", idempotent, func(ctx context.Context, _ try) (tenant.APIKey, error) {
+		return scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_key k WHERE k.key_id = $1`, id))
+	})
 	if err != nil {
 		return tenant.APIKey{}, fmt.Errorf("read revoked key %s: %w", id, err)
 	}
@@ -247,11 +266,13 @@ func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (tenant.APIKey, 
 func (k *Keys) LookupKey(ctx context.Context, id string) (tenant.KeyRecord, error) {
 	var r tenant.KeyRecord
 	var rpm int32
-	a, err := scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+`, k.secret_sha256,
-			k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()),
-			coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
-		FROM api_key k LEFT JOIN tenant t USING (tenant_id) WHERE k.key_id = $1`, id),
-		&r.SecretSHA256, &r.Live, &rpm)
+	a, err := retry(ctx, k.log, "keys.lookup", idempotent, func(ctx context.Context, _ try) (tenant.APIKey, error) {
+		return scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+`, k.secret_sha256,
+				k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()),
+				coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
+			FROM api_key k LEFT JOIN tenant t USING (tenant_id) WHERE k.key_id = $1`, id),
+			&r.SecretSHA256, &r.Live, &rpm)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tenant.KeyRecord{}, fmt.Errorf("key %s: %w", id, tenant.ErrKeyNotFound)
 	}
@@ -262,36 +283,21 @@ func (k *Keys) LookupKey(ctx context.Context, id string) (tenant.KeyRecord, erro
 	return r, nil
 }
 
-// DeadKeys returns which of ids are revoked or expired as of the database's
-// now(), or unknown: the keys whose callers must stop. The revocation
-// watcher polls it for the keys it caches and the keys with open streams.
-func (k *Keys) DeadKeys(ctx context.Context, ids []string) ([]string, error) {
-	rows, err := k.pool.Query(ctx, `SELECT id FROM unnest($1::text[]) id
-		WHERE NOT EXISTS (SELECT FROM api_key k WHERE k.key_id = id
-			AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()))`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
-	}
-	dead, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
-	}
-	return dead, nil
-}
-
 // KeyStates returns the state of each of ids (an unknown id is not Live):
 // the watcher polls it for the keys it caches and the keys with open
 // streams, to stop the dead ones and to carry a changed rate (the key's own
 // or its tenant's) to the keys in use.
 func (k *Keys) KeyStates(ctx context.Context, ids []string) ([]tenant.KeyState, error) {
-	rows, err := k.pool.Query(ctx, `SELECT id,
-			coalesce(k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()), false),
-			coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
-		FROM unnest($1::text[]) id LEFT JOIN api_key k ON k.key_id = id LEFT JOIN tenant t ON t.tenant_id = k.tenant_id`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
-	}
-	states, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tenant.KeyState])
+	states, err := retry(ctx, k.log, "keys.states", idempotent, func(ctx context.Context, _ try) ([]tenant.KeyState, error) {
+		rows, err := k.pool.Query(ctx, `SELECT id,
+				k.key_id IS NOT NULL AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()),
+				coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
+			FROM unnest($1::text[]) id LEFT JOIN api_key k ON k.key_id = id LEFT JOIN tenant t ON t.tenant_id = k.tenant_id`, ids)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowToStructByPos[tenant.KeyState])
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
 	}
@@ -333,20 +339,7 @@ func (k *Keys) DefineKeyRate(ctx context.Context, id string, rpm int32) error {
 	if rpm <= 0 {
 		return fmt.Errorf("define the request rate of key %s: requests_per_minute must be > 0, got %d", id, rpm)
 	}
-	_, err := k.pool.Exec(ctx, `
-		INSERT INTO rate_bucket AS b (bucket, rpm, tpm, burst, requests)
-		VALUES ($1, $2, 0, $3, rate_capacity($2, $3))
-		ON CONFLICT (bucket) DO UPDATE SET
-			rpm = EXCLUDED.rpm, burst = EXCLUDED.burst,
-			requests = least(rate_capacity(EXCLUDED.rpm, EXCLUDED.burst),
-			                 rate_refill(b.requests, b.rpm, b.burst, b.refilled_at, now())),
-			refilled_at = greatest(b.refilled_at, now())
-		WHERE (b.rpm, b.burst) IS DISTINCT FROM (EXCLUDED.rpm, EXCLUDED.burst)`,
-		KeyBucket(id), int64(rpm), keyBucketBurst)
-	if err != nil {
-		return fmt.Errorf("define the request rate of key %s: %w", id, err)
-	}
-	return nil
+	return k.rate.define(ctx, KeyBucket(id), int64(rpm), 0, keyBucketBurst, true)
 }
 
 // TakeKeyRequest takes one request from key id's bucket (DefineKeyRate

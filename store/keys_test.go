@@ -163,7 +163,7 @@ func TestTenantAndKeyValidation(t *testing.T) {
 
 // TestKeyLifecycle: create, list (no digest), look up (digest, live), a
 // duplicate id refused, revoke (notified, logged once, dead), expiry on the
-// database's clock, and an unknown id in DeadKeys.
+// database's clock, and an unknown id not live in KeyStates.
 func TestKeyLifecycle(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -263,12 +263,18 @@ func TestKeyLifecycle(t *testing.T) {
 	if rec, err := keys.LookupKey(b.ctx, e.KeyID); err != nil || rec.Live {
 		t.Errorf("LookupKey(expired) = %+v, %v; want not live", rec, err)
 	}
-	dead, err := keys.DeadKeys(b.ctx, []string{p.KeyID, e.KeyID, live, "fk_ffffffffffffffff"})
+	states, err := keys.KeyStates(b.ctx, []string{p.KeyID, e.KeyID, live, "fk_ffffffffffffffff"})
+	var dead []string
+	for _, st := range states {
+		if !st.Live {
+			dead = append(dead, st.ID)
+		}
+	}
 	slices.Sort(dead)
 	want := []string{p.KeyID, e.KeyID, "fk_ffffffffffffffff"}
 	slices.Sort(want)
-	if err != nil || !slices.Equal(dead, want) {
-		t.Errorf("DeadKeys = %v, %v; want %v (revoked, expired, unknown; not the live one)", dead, err, want)
+	if err != nil || len(states) != 4 || !slices.Equal(dead, want) {
+		t.Errorf("KeyStates = %+v, %v; want %v not live (revoked, expired, unknown; not the live one)", states, err, want)
 	}
 
 	// The log: every change, never the digest.

@@ -55,9 +55,15 @@ func (r *RateLimiter) Define(ctx context.Context, bucket string, rpm, tpm int64,
 	if rpm < 0 || tpm < 0 || burst <= 0 {
 		return fmt.Errorf("define rate bucket %s: rpm %d, tpm %d, burst %s: limits must be >= 0 and burst > 0", bucket, rpm, tpm, burst)
 	}
+	return r.define(ctx, bucket, rpm, tpm, burst, false)
+}
+
+// define is Define; full creates a new bucket full rather than empty (an
+// API key's: a new key may send its burst at once).
+func (r *RateLimiter) define(ctx context.Context, bucket string, rpm, tpm int64, burst time.Duration, full bool) error {
 	// Idempotent: a second run finds the limits set and changes nothing.
 	err := retried(ctx, r.log, "ratelimit.define", idempotent, func(ctx context.Context, _ try) error {
-		_, err := r.pool.Exec(ctx, defineSQL, bucket, rpm, tpm, burst)
+		_, err := r.pool.Exec(ctx, defineSQL, bucket, rpm, tpm, burst, full)
 		return err
 	})
 	if err != nil {
@@ -66,9 +72,12 @@ func (r *RateLimiter) Define(ctx context.Context, bucket string, rpm, tpm int64,
 	return nil
 }
 
-// defineSQL creates or changes a bucket (Define).
+// defineSQL creates a bucket (empty, or full when $5) or changes its
+// limits, keeping its balances up to the new capacities (define).
 const defineSQL = `
-		INSERT INTO rate_bucket AS b (bucket, rpm, tpm, burst) VALUES ($1, $2, $3, $4)
+		INSERT INTO rate_bucket AS b (bucket, rpm, tpm, burst, requests, tokens)
+		VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN rate_capacity($2, $4) ELSE 0 END,
+		        CASE WHEN $5 THEN rate_capacity($3, $4) ELSE 0 END)
 		ON CONFLICT (bucket) DO UPDATE SET
 			rpm = EXCLUDED.rpm, tpm = EXCLUDED.tpm, burst = EXCLUDED.burst,
 			requests = least(rate_capacity(EXCLUDED.rpm, EXCLUDED.burst),
