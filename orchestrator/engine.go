@@ -382,6 +382,16 @@ func (e *Engine) Get(ctx context.Context, tenantID, runID string) (*fanoutv1.Run
 	return run, nil
 }
 
+// List returns summaries of up to limit of tenantID's runs in state (any
+// for UNSPECIFIED), newest first, before (beforeCreated, beforeID) when
+// beforeCreated is not zero (RunStore.ListRuns). Budgets come from the
+// store's one query on the API's pool: no per-run ledger read on the
+// ledger's.
+func (e *Engine) List(ctx context.Context, tenantID string, state fanoutv1.RunState, beforeCreated time.Time,
+	beforeID string, limit int) ([]*fanoutv1.Run, error) {
+	return e.store.ListRuns(ctx, tenantID, state, beforeCreated, beforeID, limit)
+}
+
 // Cancel cancels a running run, wherever it is driven: the ledger account is
 // cancelled (every node's watcher hears it and the driving node cancels the
 // run with a *CancelError carrying cause), and if this node drives the run

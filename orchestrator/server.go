@@ -239,9 +239,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	// Summaries, budgets included, come from one store query on the API's
-	// pool: no per-run ledger read (Engine.List's) on the ledger's pool.
-	found, err := s.e.store.ListRuns(ctx, tenantID, req.GetState(), tok.Created, tok.RunID, size+1)
+	found, err := s.e.List(ctx, tenantID, req.GetState(), tok.Created, tok.RunID, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
