@@ -499,7 +499,7 @@ CREATE TABLE fanout.tool_call (
     CONSTRAINT tool_call_resolved CHECK ((state = 'issued'::text) = (resolved_at IS NULL)),
     CONSTRAINT tool_call_run_id_check CHECK (run_id <> ''::text),
     CONSTRAINT tool_call_server_check CHECK (octet_length(server) <= 256),
-    CONSTRAINT tool_call_state_check CHECK (state = ANY (ARRAY['issued'::text, 'done'::text, 'failed'::text, 'unknown'::text])),
+    CONSTRAINT tool_call_state_check CHECK (state = ANY (ARRAY['issued'::text, 'done'::text, 'failed'::text, 'unknown'::text, 'not_sent'::text])),
     CONSTRAINT tool_call_task_id_check CHECK (task_id <> ''::text AND octet_length(task_id) <= 64),
     CONSTRAINT tool_call_tenant_id_check CHECK (tenant_id <> ''::text AND octet_length(tenant_id) <= 128),
     CONSTRAINT tool_call_tool_check CHECK (tool <> ''::text AND octet_length(tool) <= 256)

@@ -16,10 +16,11 @@ type WriteState string
 
 // The write states.
 const (
-	WriteIssued  WriteState = "issued"  // recorded; sent or about to be
-	WriteDone    WriteState = "done"    // the tool reported success
-	WriteFailed  WriteState = "failed"  // the tool reported failure, or it was never sent
-	WriteUnknown WriteState = "unknown" // cut off (cancelled, timed out, connection lost): may have happened
+	WriteIssued  WriteState = "issued"   // recorded; sent or about to be
+	WriteDone    WriteState = "done"     // the tool reported success
+	WriteFailed  WriteState = "failed"   // the tool reported failure
+	WriteUnknown WriteState = "unknown"  // cut off (cancelled, timed out, connection lost): may have happened
+	WriteNotSent WriteState = "not_sent" // never reached the tool (refused, over a cap, a rate wait ended): a later attempt may make it
 )
 
 // Write is one tool call with effect write, as the tool_call table keeps it.

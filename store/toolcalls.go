@@ -217,8 +217,8 @@ func storedText(s string) string {
 	return s[:cut] + truncatedMark
 }
 
-// ResolveWrite moves the issued write key to state (done, failed or
-// unknown) with its result and error text. Resolving again to the same
+// ResolveWrite moves the issued write key to state (done, failed,
+// unknown or not_sent) with its result and error text. Resolving again to the same
 // state is a no-op (the first result stands); to another,
 // ErrWriteResolved; a key never issued, ErrWriteNotFound. Text that is not
 // valid UTF-8 or holds NUL bytes is stored with U+FFFD in their place, and
@@ -226,10 +226,10 @@ func storedText(s string) string {
 // another, from a worker's login, is ErrWriteConflict.
 func (t *ToolCalls) ResolveWrite(ctx context.Context, key, secret string, state runs.WriteState, result, errText string) error {
 	switch state {
-	case runs.WriteDone, runs.WriteFailed, runs.WriteUnknown:
+	case runs.WriteDone, runs.WriteFailed, runs.WriteUnknown, runs.WriteNotSent:
 	default:
-		return fmt.Errorf("resolve tool write %s: state %q: must be %s, %s or %s", key, state,
-			runs.WriteDone, runs.WriteFailed, runs.WriteUnknown)
+		return fmt.Errorf("resolve tool write %s: state %q: must be %s, %s, %s or %s", key, state,
+			runs.WriteDone, runs.WriteFailed, runs.WriteUnknown, runs.WriteNotSent)
 	}
 	if key == "" {
 		return errors.New("resolve tool write: key is empty")

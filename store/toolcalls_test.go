@@ -254,7 +254,7 @@ func TestToolCallsBadInput(t *testing.T) {
 			t.Errorf("IssueWrite: %v; want an error saying %q", err, c.msg)
 		}
 	}
-	if err := tc.ResolveWrite(b.ctx, "k", "", runs.WriteIssued, "", ""); err == nil || !strings.Contains(err.Error(), `state "issued": must be done, failed or unknown`) {
+	if err := tc.ResolveWrite(b.ctx, "k", "", runs.WriteIssued, "", ""); err == nil || !strings.Contains(err.Error(), `state "issued": must be done, failed, unknown or not_sent`) {
 		t.Errorf("resolve as issued: %v", err)
 	}
 	if _, err := tc.Writes(b.ctx, "", "r1", "t1", ""); err == nil || !strings.Contains(err.Error(), "tenant id is empty") {

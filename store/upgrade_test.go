@@ -109,6 +109,18 @@ func TestUpgradeFromSchema21(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	// Two failed writes as schema 21 kept them: one never sent (0025 makes
+	// it not_sent), one whose tool's own text says "not sent" (it stays
+	// failed: only the loop's prefix counted).
+	if _, err := pool.Exec(ctx, `INSERT INTO fanout.tool_call (key, tenant_id, run_id, task_id, attempt, iteration,
+			call_index, server, tool, args_digest, state, error, resolved_at)
+		SELECT key || v.suffix, tenant_id, run_id, task_id, attempt, iteration, call_index + v.n, server, tool,
+		       args_digest, 'failed', v.error, now()
+		  FROM (SELECT * FROM fanout.tool_call ORDER BY key LIMIT 1) c,
+		       (VALUES ('/never', 100, 'not sent: no slot within the call''s timeout'),
+		               ('/own', 101, 'the tool reported: not sent: mailbox full')) AS v(suffix, n, error)`); err != nil {
+		t.Fatal(err)
+	}
 	var before, after string
 	if err := pool.QueryRow(ctx, fixtureCounts).Scan(&before); err != nil {
 		t.Fatal(err)
@@ -150,6 +162,14 @@ func TestUpgradeFromSchema21(t *testing.T) {
 	}
 	if err := pool.QueryRow(ctx, fixtureCounts).Scan(&after); err != nil {
 		t.Fatal(err)
+	}
+	var moved string
+	if err := pool.QueryRow(ctx, `SELECT string_agg(state || ': ' || error, ' | ' ORDER BY key) FROM fanout.tool_call
+		WHERE key LIKE '%/never' OR key LIKE '%/own'`).Scan(&moved); err != nil {
+		t.Fatal(err)
+	}
+	if want := "not_sent: no slot within the call's timeout | failed: the tool reported: not sent: mailbox full"; moved != want {
+		t.Errorf("schema 21's failed writes after the upgrade: %q; want %q", moved, want)
 	}
 	if after != before+migrated {
 		t.Errorf("rows after the upgrade:\n  %s\nbefore:\n  %s", after, before)

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -246,11 +245,10 @@ func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	state, errText := runs.WriteDone, ""
 	switch {
 	case o.notSent:
-		state, errText = runs.WriteFailed, notSentPrefix+cmp.Or(o.notRun, fmt.Sprint(o.err))
+		state, errText = runs.WriteNotSent, cmp.Or(o.notRun, fmt.Sprint(o.err))
 	case o.err != nil:
 		state, errText, o.unknown = runs.WriteUnknown, o.err.Error(), true
 	case o.res.IsError:
-		// Never the tool's text first: only the loop writes notSentPrefix.
 		state, errText = runs.WriteFailed, "the tool reported: "+firstLine(o.res.Text)
 	}
 	if r.Writes == nil {
@@ -289,7 +287,7 @@ func (r *run) loadPrior(ctx context.Context) error {
 		return fmt.Errorf("read the writes of earlier attempts: %w", err)
 	}
 	for _, w := range ws {
-		if w.State == runs.WriteFailed && strings.HasPrefix(w.Error, notSentPrefix) {
+		if w.State == runs.WriteNotSent {
 			continue // it never reached the tool: this attempt may make it
 		}
 		if w.Attempt < int64(r.task.Attempt) {
@@ -302,11 +300,6 @@ func (r *run) loadPrior(ctx context.Context) error {
 	}
 	return nil
 }
-
-// notSentPrefix starts the error of a failed write that provably never
-// reached its tool (ErrNotSent, or not recorded): a later attempt may send
-// it, unlike any other recorded write.
-const notSentPrefix = "not sent: "
 
 func priorKey(tool, digest string) string { return tool + "\x00" + digest }
 
