@@ -135,24 +135,10 @@ func idleHeap() uint64 {
 func TestUnauthenticatedFloodHeapIsBounded(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(20))
 	const floodCalls = 48
-	url := storetest.NewDB(t)
-	orchTrust, _, _, err := node.DevTrust(peerDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const maxSpec = 4 << 20 // the default: a receive limit of 8 MiB + 1 KiB
 	recvLimit := 2*maxSpec + 1024
 	budget := 2 * recvLimit // two unauthenticated calls in flight
-	b := backend(t, url, node.BackendConfig{UnauthenticatedBytes: int64(budget)})
-	o, err := node.OpenOrchestrator(t.Context(), b, node.OrchestratorConfig{Workers: "127.0.0.1:1", Trust: orchTrust})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = o.Close(ctx)
-	})
+	b, o := openOrchestrator(t, node.BackendConfig{UnauthenticatedBytes: int64(budget)})
 	token := newTenantKey(t, b, "acme")
 	good := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), token))
 	if _, err := good.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{}); err != nil {

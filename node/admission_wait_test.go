@@ -38,15 +38,23 @@ func stalledCall(t *testing.T, conn *grpc.ClientConn) <-chan error {
 }
 
 // openOrchestrator is an orchestrator wired as `fanout orchestrator --auth
-// keys` wires it, on backend config cfg, with no worker.
+// keys` wires it, on a new database with backend config cfg, with no worker.
 func openOrchestrator(t *testing.T, cfg node.BackendConfig) (*node.Backend, *node.Orchestrator) {
+	t.Helper()
+	b := backend(t, storetest.NewDB(t), cfg)
+	return b, startOrchestrator(t, b, node.OrchestratorConfig{Workers: "127.0.0.1:1"})
+}
+
+// startOrchestrator opens an orchestrator on b with cfg (the test peer
+// keys as its trust) and closes it when the test ends.
+func startOrchestrator(t *testing.T, b *node.Backend, cfg node.OrchestratorConfig) *node.Orchestrator {
 	t.Helper()
 	orchTrust, _, _, err := node.DevTrust(peerDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := backend(t, storetest.NewDB(t), cfg)
-	o, err := node.OpenOrchestrator(t.Context(), b, node.OrchestratorConfig{Workers: "127.0.0.1:1", Trust: orchTrust})
+	cfg.Trust = orchTrust
+	o, err := node.OpenOrchestrator(t.Context(), b, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +63,7 @@ func openOrchestrator(t *testing.T, cfg node.BackendConfig) (*node.Backend, *nod
 		defer cancel()
 		_ = o.Close(ctx)
 	})
-	return b, o
+	return o
 }
 
 // TestUnauthenticatedCallEndsAfterTheReadTimeout (issue 23, from its

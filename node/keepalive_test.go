@@ -168,7 +168,7 @@ func TestClientPingingMoreOftenThanEvery10sIsSentGOAWAY(t *testing.T) {
 // needs) and returns the orchestrator's address.
 func keepaliveOrchestrator(t *testing.T, b *node.Backend) string {
 	t.Helper()
-	orchTrust, workerTrust, _, err := node.DevTrust(peerDir)
+	_, workerTrust, _, err := node.DevTrust(peerDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,17 +177,7 @@ func keepaliveOrchestrator(t *testing.T, b *node.Backend) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
-	o, err := node.OpenOrchestrator(t.Context(), b, node.OrchestratorConfig{Workers: w.Addr(), Trust: orchTrust,
-		Auth: node.CallerAuth{None: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = o.Close(ctx)
-	})
-	return o.Addr()
+	return startOrchestrator(t, b, node.OrchestratorConfig{Workers: w.Addr(), Auth: node.CallerAuth{None: true}}).Addr()
 }
 
 // HTTP/2 (RFC 9113) frame types, flags and error codes the tests use.
