@@ -432,6 +432,11 @@ func (s *Server) validate(req *fanoutv1.Dispatch) error {
 	if req.GetAttempt() < 1 {
 		add("attempt", "must be >= 1 (the attempt the ledger recorded for this dispatch)")
 	}
+	if req.GetAttemptSecret() == "" {
+		add("attempt_secret", "must be set (the secret the ledger made for this attempt, which a worker's login presents)")
+	} else if n := len(req.GetAttemptSecret()); n > 256 {
+		add("attempt_secret", fmt.Sprintf("must be at most 256 bytes, got %d", n))
+	}
 	if n := req.GetModel().GetMaxOutputTokens(); n < 0 || int(n) > s.cfg.MaxOutputTokensCap {
 		add("model.max_output_tokens", fmt.Sprintf("must be in 0..%d", s.cfg.MaxOutputTokensCap))
 	}

@@ -91,7 +91,8 @@ func request(b *bundle, taskID string) *fanoutv1.Dispatch {
 		Task: &fanoutv1.TaskSpec{Id: taskID, Instruction: "find facts", TokenBudget: 50_000,
 			AllowedTools: []string{"search", "fetch"}},
 		TaskAccountId: int64(b.accts.Tasks[taskID]), MinReservationTokens: 50, Attempt: 1,
-		Model: &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 200},
+		AttemptSecret: "the tests' node login is not asked for it",
+		Model:         &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 200},
 	}
 }
 
@@ -155,6 +156,7 @@ func TestServerInvalidArgument(t *testing.T) {
 	}{
 		{"run_id", func(r *fanoutv1.Dispatch) { r.RunId = "" }},
 		{"task_account_id", func(r *fanoutv1.Dispatch) { r.TaskAccountId = 0 }},
+		{"attempt_secret", func(r *fanoutv1.Dispatch) { r.AttemptSecret = "" }},
 		{"task", func(r *fanoutv1.Dispatch) { r.Task = nil }},
 		{"task.instruction", func(r *fanoutv1.Dispatch) { r.Task.Instruction = "" }},
 		{"task.allowed_tools[1]", func(r *fanoutv1.Dispatch) { r.Task.AllowedTools = []string{"search", "rm"} }},
