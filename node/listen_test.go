@@ -1,11 +1,17 @@
 package node_test
 
 import (
+	"bytes"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fanout/fanout/node"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // TestOneListenConnectionPerProcess (issue 24): an orchestrator with API
@@ -34,4 +40,54 @@ func TestOneListenConnectionPerProcess(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling pg_stat_activity
 	}
+}
+
+// TestWorkerOnAnOrchestratorsLoginIsWarned (issue 23, from its second
+// review): an orchestrator's login is not asked for the attempts' secrets,
+// so a worker that logs in as one is not held to its dispatches; it says
+// so when it starts, and a worker on a login only in fanout_worker does not.
+func TestWorkerOnAnOrchestratorsLoginIsWarned(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewDB(t)
+	_, workerTrust, _, err := node.DevTrust(peerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		login string
+		warn  bool
+	}{{storetest.NodeURL(t, url), true}, {storetest.WorkerURL(t, url), false}} {
+		var logs bytes.Buffer
+		var mu sync.Mutex
+		b, err := node.OpenBackend(t.Context(), node.BackendConfig{DatabaseURL: tc.login,
+			Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := node.OpenWorker(t.Context(), b, node.WorkerConfig{Trust: workerTrust})
+		if err != nil {
+			b.Close()
+			t.Fatal(err)
+		}
+		_ = w.Close(t.Context())
+		b.Close()
+		mu.Lock()
+		warned := strings.Contains(logs.String(), "member of fanout_app")
+		mu.Unlock()
+		if warned != tc.warn {
+			t.Errorf("worker on %s: warned %v; want %v (logs: %s)", map[bool]string{true: "an orchestrator's login", false: "a worker's login"}[tc.warn], warned, tc.warn, logs.String())
+		}
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/llm"
 	"github.com/fanout/fanout/subagent/mcp"
@@ -72,6 +73,12 @@ func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<-
 	if err != nil {
 		srv.close()
 		return nil, err
+	}
+	// An orchestrator's login is not asked for the attempts' secrets (it
+	// begins attempts): a worker on one is not held to its dispatches.
+	if in, err := store.InGroup(ctx, b.pool, "fanout_app"); err == nil && in {
+		b.log.Warn("this worker logs in as a member of fanout_app, an orchestrator's group: the database does not hold it " +
+			"to the tasks dispatched to it. Give workers a login that is only in fanout_worker (docs/operations.md)")
 	}
 	w.srv = srv
 	fanoutv1.RegisterSubagentServiceServer(srv.srv, w.sub)

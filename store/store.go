@@ -190,3 +190,13 @@ func OwnsSchema(ctx context.Context, pool *Pool) (bool, error) {
 	}
 	return owns, nil
 }
+
+// InGroup reports whether the pool's login is a member of the database
+// role group (fanout_app, fanout_worker, ...), directly or not.
+func InGroup(ctx context.Context, pool *Pool, group string) (bool, error) {
+	var in bool
+	if err := pool.QueryRow(ctx, `SELECT pg_has_role(current_user, $1, 'USAGE')`, group).Scan(&in); err != nil {
+		return false, fmt.Errorf("check whether this login is in %s: %w", group, err)
+	}
+	return in, nil
+}
