@@ -40,6 +40,9 @@ type WatchSource interface {
 	EndedRuns(ctx context.Context, runIDs []string) ([]RunSignal, error)
 }
 
+// noticeReadTimeout bounds the read of a notice's run (Watcher.notice).
+const noticeReadTimeout = 2 * time.Second
+
 // DefaultPollInterval is how often a Watcher polls the runs it watches
 // when its config sets no interval.
 const DefaultPollInterval = time.Second
@@ -235,7 +238,11 @@ func (w *Watcher) notice(ctx context.Context, sig RunSignal) {
 	if !w.isNews(sig) {
 		return
 	}
-	sigs, err := w.src.EndedRuns(ctx, []string{sig.RunID})
+	// It runs on the listener's goroutine, which every other notice waits
+	// for: bounded, and the poll covers a read that does not finish.
+	rctx, cancel := context.WithTimeout(ctx, noticeReadTimeout)
+	defer cancel()
+	sigs, err := w.src.EndedRuns(rctx, []string{sig.RunID})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.cfg.Logger.Warn("budget watcher: read the run of a notice; the poll will", "run_id", sig.RunID, "err", err)

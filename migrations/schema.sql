@@ -1220,7 +1220,7 @@ GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO 
 CREATE FUNCTION fanout.tool_call_resolve_once() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 20 lines, sha256 41da95eb24db
+    -- body: 20 lines, sha256 290293830986
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_resolve_once() FROM PUBLIC;
 
 CREATE FUNCTION fanout.tool_call_writes(p_tenant text, p_run text, p_task text, p_secret text DEFAULT NULL::text) RETURNS SETOF fanout.tool_call

@@ -89,7 +89,9 @@ func NewNotifier(databaseURL string, cfg NotifierConfig) *Notifier {
 // Subscribe hands the notifications of channel (one of the schema's) to h
 // until the returned function is called. If the notifier is listening
 // already, h.Connected is called at once (on the caller's goroutine): a
-// subscriber always hears that it may have missed something.
+// subscriber always hears, at least once per connection, that it may have
+// missed something (twice if it joins while a lost connection is not yet
+// noticed). A handler may run once more just after its unsubscribe.
 func (n *Notifier) Subscribe(channel string, h Handler) (unsubscribe func()) {
 	hp := &h
 	n.mu.Lock()
@@ -209,13 +211,15 @@ func (n *Notifier) subscribe(ctx context.Context, ready func(), on map[string]fu
 	if n == nil {
 		return ErrNoNotifier
 	}
-	first := true
+	var last string
 	for ch, notify := range on {
-		h := Handler{Notify: notify}
-		if first {
-			h.Connected, first = ready, false
-		}
-		defer n.Subscribe(ch, h)()
+		defer n.Subscribe(ch, Handler{Notify: notify})()
+		last = ch
+	}
+	// ready last, once every channel is heard: a ready called at once (the
+	// notifier listens already) must not poll before a channel is.
+	if ready != nil && last != "" {
+		defer n.Subscribe(last, Handler{Connected: ready})()
 	}
 	<-ctx.Done()
 	return nil

@@ -1,5 +1,5 @@
 -- tool_call_resolve moves the issued write tool call p_key to p_state
--- (done, failed or unknown) with its result and error text, once. It
+-- (done, failed, unknown or not_sent) with its result and error text, once. It
 -- returns whether this call resolved it, and the state the call is in
 -- (NULL when no call has the key). p_secret is the secret of the attempt
 -- that issued it (ledger_secret_ok); a worker that does not hold it gets

@@ -8,7 +8,7 @@ BEGIN
             USING ERRCODE = 'integrity_constraint_violation';
     END IF;
     IF NEW.state = 'issued' THEN
-        RAISE EXCEPTION 'tool call %: an update must resolve it (done, failed or unknown)', OLD.key
+        RAISE EXCEPTION 'tool call %: an update must resolve it (done, failed, unknown or not_sent)', OLD.key
             USING ERRCODE = 'integrity_constraint_violation';
     END IF;
     IF (NEW.key, NEW.tenant_id, NEW.run_id, NEW.task_id, NEW.attempt, NEW.iteration, NEW.call_index,
