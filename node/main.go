@@ -48,7 +48,7 @@ func (m *Main) Open(ctx context.Context) (err error) {
 	}()
 	addrs := make([]string, 0, len(m.cfg.Workers))
 	for _, wc := range m.cfg.Workers {
-		w, err := openWorker(ctx, m.backend, wc, m.exited)
+		w, err := openWorker(ctx, m.backend, wc, m.exited, m.cfg.Orchestrator == nil)
 		if err != nil {
 			return err
 		}

@@ -54,10 +54,12 @@ type Worker struct {
 
 // OpenWorker starts a worker on b and returns once it serves. Call Close to stop it.
 func OpenWorker(ctx context.Context, b *Backend, cfg WorkerConfig) (*Worker, error) {
-	return openWorker(ctx, b, cfg, make(chan error, 1))
+	return openWorker(ctx, b, cfg, make(chan error, 1), true)
 }
 
-func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<- error) (*Worker, error) {
+// openWorker opens a worker on b. alone: no orchestrator shares its
+// process (and so its login).
+func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<- error, alone bool) (*Worker, error) {
 	if cfg.Trust.TLS == nil || cfg.Trust.Keys == nil {
 		return nil, errors.New("worker: peer TLS and the orchestrators' signing keys are required")
 	}
@@ -75,10 +77,14 @@ func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<-
 		return nil, err
 	}
 	// An orchestrator's login is not asked for the attempts' secrets (it
-	// begins attempts): a worker on one is not held to its dispatches.
-	if in, err := store.InGroup(ctx, b.pool, "fanout_app"); err == nil && in {
-		b.log.Warn("this worker logs in as a member of fanout_app, an orchestrator's group: the database does not hold it " +
-			"to the tasks dispatched to it. Give workers a login that is only in fanout_worker (docs/operations.md)")
+	// begins attempts): a worker on one is not held to its dispatches. (In
+	// a process that serves an orchestrator too, as `fanout dev` does, the
+	// login is the orchestrator's anyway.)
+	if alone {
+		if in, err := store.InGroup(ctx, b.pool, "fanout_app"); err == nil && in {
+			b.log.Warn("this worker logs in as a member of fanout_app, an orchestrator's group: the database does not hold it " +
+				"to the tasks dispatched to it. Give workers a login that is only in fanout_worker (docs/operations.md)")
+		}
 	}
 	w.srv = srv
 	fanoutv1.RegisterSubagentServiceServer(srv.srv, w.sub)
