@@ -39,6 +39,8 @@ func TestServerFlagDefaultsAreTheDocumentedBounds(t *testing.T) {
 			{"--sweep-interval", bc.SweepInterval, 2 * time.Second, "README.md:440; operations.md:355"},
 			{"--poll-interval", bc.PollInterval, time.Second, "README.md:441; operations.md:358"},
 			{"--health-interval", bc.HealthInterval, time.Minute, "README.md:551; operations.md:183"},
+			{"--unauthenticated-bytes", bc.UnauthenticatedBytes, 64 << 20, "README.md flags; operations.md limits"},
+			{"--unauthenticated-read-timeout", bc.UnauthenticatedReadTimeout, 10 * time.Second, "README.md flags; operations.md limits"},
 		}
 	}
 
