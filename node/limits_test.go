@@ -69,7 +69,7 @@ func backend(t *testing.T, url string, cfg node.BackendConfig) *node.Backend {
 func TestMaxStreamsPerProcess(t *testing.T) {
 	t.Parallel()
 	url := storetest.NewDB(t)
-	orchTrust, workerTrust, _, err := node.DevTrust(peerDir)
+	_, workerTrust, _, err := node.DevTrust(peerDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,16 +80,8 @@ func TestMaxStreamsPerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
-	o, err := node.OpenOrchestrator(t.Context(), backend(t, url, node.BackendConfig{MaxStreams: 3}),
-		node.OrchestratorConfig{Workers: w.Addr(), Trust: orchTrust, Auth: node.CallerAuth{None: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = o.Close(ctx)
-	})
+	o := startOrchestrator(t, backend(t, url, node.BackendConfig{MaxStreams: 3}),
+		node.OrchestratorConfig{Workers: w.Addr(), Auth: node.CallerAuth{None: true}})
 	conn, err := grpc.NewClient(o.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func TestTenantQuotaKeepsOtherTenantsServed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url := storetest.NewDB(t)
-			orchTrust, workerTrust, _, err := node.DevTrust(peerDir)
+			_, workerTrust, _, err := node.DevTrust(peerDir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,15 +52,7 @@ func TestTenantQuotaKeepsOtherTenantsServed(t *testing.T) {
 			t.Cleanup(func() { _ = w.Close(context.Background()) })
 			b := backend(t, url, node.BackendConfig{MaxStreams: tc.maxStreams, TenantMaxStreams: tc.tenantMax,
 				UnauthenticatedReadTimeout: readTimeout})
-			o, err := node.OpenOrchestrator(t.Context(), b, node.OrchestratorConfig{Workers: w.Addr(), Trust: orchTrust})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				_ = o.Close(ctx)
-			})
+			o := startOrchestrator(t, b, node.OrchestratorConfig{Workers: w.Addr()})
 			globex := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), newTenantKey(t, b, "globex")))
 			acme := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), newTenantKey(t, b, "acme")))
 			start := func(c fanoutv1.OrchestratorServiceClient, key string) (string, error) {
