@@ -57,11 +57,12 @@ $(GOLANGCI_LINT): .tmp/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION)
 	GOBIN=$(CURDIR)/.tmp/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	@rm -f .tmp/bin/.golangci-lint-* && touch $@
 
-generate: ## Regenerate the protobuf Go code (pinned protoc-gen-go, protoc-gen-go-grpc, buf; local plugins only)
+generate: ## Regenerate the protobuf Go code and the store's query code (pinned buf, protoc-gen-go, protoc-gen-go-grpc, sqlc; local plugins only)
 	scripts/generate.sh generate
 
 verify: generate lint ## Check that generated code is current and everything lints
-	@git diff --exit-code -- proto || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- proto store/internal/dbsqlc || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- proto store/internal/dbsqlc)" || { git status --short -- proto store/internal/dbsqlc; echo "generated files are not committed: run make generate and commit"; exit 1; }
 
 bench: ## Benchmarks: ledger hot account vs raw SQL, cancellation latency, fan-out overhead
 	@scripts/ensure-postgres.sh

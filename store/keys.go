@@ -4,33 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
 	"github.com/fanout/fanout/tenant"
 )
 
 // Keys is the store of tenants and API keys. Every change goes through the
 // admin functions (migrations/functions/admin_*.sql), which log it in admin_action in the
 // same transaction; reads are plain SELECTs (fanout_app may read api_key
-// and tenant).
+// and tenant). Its statements are the named queries of queries/keys.sql and
+// queries/tenants.sql.
 type Keys struct {
-	pool     *pgxpool.Pool
+	db
 	notifier *Notifier
 	rate     *RateLimiter
-	log      *slog.Logger // its retries'
 }
 
 // NewKeys returns the key store on pool, hearing key events from n (nil
 // when ListenKeyEvents is not called).
 func NewKeys(pool *Pool, n *Notifier) *Keys {
-	return &Keys{pool: pool, notifier: n, rate: NewRateLimiter(pool), log: slog.Default()}
+	return &Keys{db: newDB(pool, nil), notifier: n, rate: NewRateLimiter(pool)}
 }
 
 // adminError translates a refusal of an admin function: the functions
@@ -71,12 +70,11 @@ func optInt32(v int32) *int32 {
 	return &v
 }
 
-const tenantColumns = `tenant_id, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, created_at, updated_at`
-
-func scanTenant(row pgx.Row) (tenant.Tenant, error) {
-	var t tenant.Tenant
-	err := row.Scan(&t.ID, &t.MaxRunTokens, &t.MaxConcurrentRuns, &t.MaxTasksInFlight, &t.KeyRequestsPerMinute, &t.CreatedAt, &t.UpdatedAt)
-	return t, err
+// tenantOf maps a tenant row to the tenant package's type.
+func tenantOf(r dbsqlc.Tenant) tenant.Tenant {
+	return tenant.Tenant{ID: r.TenantID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Quotas: tenant.Quotas{
+		MaxRunTokens: r.MaxRunTokens, MaxConcurrentRuns: r.MaxConcurrentRuns,
+		MaxTasksInFlight: r.MaxTasksInFlight, KeyRequestsPerMinute: r.KeyRequestsPerMinute}}
 }
 
 // CreateTenant creates tenant id with quotas q, logged as actor. A tenant
@@ -85,8 +83,10 @@ func scanTenant(row pgx.Row) (tenant.Tenant, error) {
 // tenant.ErrAdminInvalid naming the field.
 func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
 	t, err := retry(ctx, k.log, "admin.create_tenant", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
-		return scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_create_tenant($1, $2, $3, $4, $5, $6)`,
-			actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+		r, err := k.q.CreateTenant(ctx, k.pool, dbsqlc.CreateTenantParams{Actor: actor, TenantID: id,
+			MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
+			MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute})
+		return tenantOf(r), err
 	})
 	if err != nil {
 		return tenant.Tenant{}, fmt.Errorf("create tenant %s: %w", id, adminError(err))
@@ -98,8 +98,8 @@ func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quot
 // actor. An unknown tenant is tenant.ErrTenantNotFound.
 func (k *Keys) SetQuotas(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
 	t, err := retry(ctx, k.log, "admin.set_quotas", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
-		return scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_set_quotas($1, $2, $3, $4, $5, $6)`,
-			actor, id, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute))
+		r, err := k.q.SetQuotas(ctx, k.pool, setQuotasParams(actor, id, q))
+		return tenantOf(r), err
 	})
 	if err != nil {
 		return tenant.Tenant{}, fmt.Errorf("set quotas of tenant %s: %w", id, adminError(err))
@@ -128,30 +128,21 @@ func (k *Keys) UpdateTenant(ctx context.Context, p tenant.UpdateTenantParams) (t
 		err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
 			// The tenant's row first: a missing tenant is refused before the
 			// budget function would create it (tenants are never deleted).
-			var err error
-			if t, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, p.TenantID)); err != nil {
-				if errors.Is(err, pgx.ErrNoRows) {
-					return tenant.ErrTenantNotFound
-				}
+			r, err := k.q.Tenant(ctx, tx, p.TenantID)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return tenant.ErrTenantNotFound
+			}
+			if err != nil {
 				return err
 			}
 			if q := p.Quotas; q != nil {
-				if t, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM admin_set_quotas($1, $2, $3, $4, $5, $6)`,
-					p.Actor, p.TenantID, q.MaxRunTokens, q.MaxConcurrentRuns, q.MaxTasksInFlight, q.KeyRequestsPerMinute)); err != nil {
+				if r, err = k.q.SetQuotas(ctx, tx, setQuotasParams(p.Actor, p.TenantID, *q)); err != nil {
 					return adminError(err)
 				}
 			}
+			t = tenantOf(r)
 			if p.Budget != nil {
-				var every *time.Duration
-				if b.Period.Kind == budget.PeriodEvery {
-					every = &b.Period.Every
-				}
-				var minRes *int64
-				if b.MinReservation > 0 {
-					minRes = &b.MinReservation
-				}
-				if _, err := tx.Exec(ctx, `SELECT ledger_set_tenant_budget($1, $2, $3, $4, $5, $6)`,
-					b.Actor, b.TenantID, b.Limit, string(b.Period.Kind), every, minRes); err != nil {
+				if _, err := k.q.SetTenantBudget(ctx, tx, setTenantBudgetParams(b)); err != nil {
 					if isCode(err, "22023") {
 						return &budget.ValidationError{Field: "budget", Reason: pgMessage(err)}
 					}
@@ -171,7 +162,8 @@ func (k *Keys) UpdateTenant(ctx context.Context, p tenant.UpdateTenantParams) (t
 // Tenant returns tenant id's row. An unknown tenant is tenant.ErrTenantNotFound.
 func (k *Keys) Tenant(ctx context.Context, id string) (tenant.Tenant, error) {
 	t, err := retry(ctx, k.log, "keys.tenant", idempotent, func(ctx context.Context, _ try) (tenant.Tenant, error) {
-		return scanTenant(k.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenant WHERE tenant_id = $1`, id))
+		r, err := k.q.Tenant(ctx, k.pool, id)
+		return tenantOf(r), err
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tenant.Tenant{}, fmt.Errorf("tenant %s: %w", id, tenant.ErrTenantNotFound)
@@ -196,10 +188,9 @@ func (k *Keys) CreateKey(ctx context.Context, p tenant.CreateKeyParams) (tenant.
 		expires = &p.ExpiresAt
 	}
 	created, err := retry(ctx, k.log, "admin.create_key", unsentOnly, func(ctx context.Context, _ try) (time.Time, error) {
-		var created time.Time
-		err := k.pool.QueryRow(ctx, `SELECT admin_create_key($1, $2, $3, $4, $5, $6, $7, $8)`,
-			p.Actor, p.KeyID, tenantID, p.Name, p.Scopes, p.SecretSHA256, optInt32(p.RequestsPerMinute), expires).Scan(&created)
-		return created, err
+		return k.q.CreateKey(ctx, k.pool, dbsqlc.CreateKeyParams{Actor: p.Actor, KeyID: p.KeyID, TenantID: tenantID,
+			Name: p.Name, Scopes: p.Scopes, SecretSha256: p.SecretSHA256,
+			RequestsPerMinute: optInt32(p.RequestsPerMinute), ExpiresAt: expires})
 	})
 	if err != nil {
 		// The digest is an argument: it is never part of the error.
@@ -211,26 +202,23 @@ func (k *Keys) CreateKey(ctx context.Context, p tenant.CreateKeyParams) (tenant.
 	}, nil
 }
 
-const keyColumns = `k.key_id, coalesce(k.tenant_id, ''), k.name, k.scopes, k.requests_per_minute, k.created_at,
-	k.created_by, k.expires_at, k.revoked_at, coalesce(k.revoked_by, '')`
-
-func scanKey(row pgx.Row, extra ...any) (tenant.APIKey, error) {
-	var a tenant.APIKey
-	err := row.Scan(append([]any{&a.ID, &a.TenantID, &a.Name, &a.Scopes, &a.RequestsPerMinute, &a.CreatedAt, &a.CreatedBy,
-		&a.ExpiresAt, &a.RevokedAt, &a.RevokedBy}, extra...)...)
-	return a, err
+// keyOf maps a key row to what may be shown of a key.
+func keyOf(r dbsqlc.ListKeysRow) tenant.APIKey {
+	return tenant.APIKey{ID: r.KeyID, TenantID: r.TenantID, Name: r.Name, Scopes: r.Scopes,
+		RequestsPerMinute: r.RequestsPerMinute, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
+		ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt, RevokedBy: r.RevokedBy}
 }
 
 // ListKeys returns the keys of tenantID ("": every key, admin keys
 // included), oldest first, without their digests.
 func (k *Keys) ListKeys(ctx context.Context, tenantID string) ([]tenant.APIKey, error) {
 	keys, err := retry(ctx, k.log, "keys.list", idempotent, func(ctx context.Context, _ try) ([]tenant.APIKey, error) {
-		rows, err := k.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_key k
-			WHERE $1 = '' OR k.tenant_id = $1 ORDER BY k.created_at, k.key_id`, tenantID)
-		if err != nil {
-			return nil, err
+		rows, err := k.q.ListKeys(ctx, k.pool, tenantID)
+		keys := make([]tenant.APIKey, len(rows))
+		for i, r := range rows {
+			keys[i] = keyOf(r)
 		}
-		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenant.APIKey, error) { return scanKey(row) })
+		return keys, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
@@ -246,13 +234,13 @@ func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (tenant.APIKey, 
 	// A revocation done twice keeps its first: safe to retry whatever
 	// became of the first try.
 	if err := retried(ctx, k.log, "admin.revoke_key", idempotent, func(ctx context.Context, _ try) error {
-		_, err := k.pool.Exec(ctx, `SELECT admin_revoke_key($1, $2)`, actor, id)
-		return err
+		return k.q.RevokeKey(ctx, k.pool, dbsqlc.RevokeKeyParams{Actor: actor, KeyID: id})
 	}); err != nil {
 		return tenant.APIKey{}, fmt.Errorf("revoke key %s: %w", id, adminError(err))
 	}
 	a, err := retry(ctx, k.log, "keys.read_revoked", idempotent, func(ctx context.Context, _ try) (tenant.APIKey, error) {
-		return scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_key k WHERE k.key_id = $1`, id))
+		r, err := k.q.Key(ctx, k.pool, id)
+		return keyOf(dbsqlc.ListKeysRow(r)), err
 	})
 	if err != nil {
 		return tenant.APIKey{}, fmt.Errorf("read revoked key %s: %w", id, err)
@@ -264,14 +252,8 @@ func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (tenant.APIKey, 
 // database's now(), and its effective request rate. An unknown key is
 // tenant.ErrKeyNotFound.
 func (k *Keys) LookupKey(ctx context.Context, id string) (tenant.KeyRecord, error) {
-	var r tenant.KeyRecord
-	var rpm int32
-	a, err := retry(ctx, k.log, "keys.lookup", idempotent, func(ctx context.Context, _ try) (tenant.APIKey, error) {
-		return scanKey(k.pool.QueryRow(ctx, `SELECT `+keyColumns+`, k.secret_sha256,
-				k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()),
-				coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
-			FROM api_key k LEFT JOIN tenant t USING (tenant_id) WHERE k.key_id = $1`, id),
-			&r.SecretSHA256, &r.Live, &rpm)
+	r, err := retry(ctx, k.log, "keys.lookup", idempotent, func(ctx context.Context, _ try) (dbsqlc.LookupKeyRow, error) {
+		return k.q.LookupKey(ctx, k.pool, id)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tenant.KeyRecord{}, fmt.Errorf("key %s: %w", id, tenant.ErrKeyNotFound)
@@ -279,8 +261,10 @@ func (k *Keys) LookupKey(ctx context.Context, id string) (tenant.KeyRecord, erro
 	if err != nil {
 		return tenant.KeyRecord{}, fmt.Errorf("look up key %s: %w", id, err)
 	}
-	r.APIKey, r.EffectiveRequestsPerMinute = a, rpm
-	return r, nil
+	return tenant.KeyRecord{APIKey: keyOf(dbsqlc.ListKeysRow{KeyID: r.KeyID, TenantID: r.TenantID, Name: r.Name,
+		Scopes: r.Scopes, RequestsPerMinute: r.RequestsPerMinute, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
+		ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt, RevokedBy: r.RevokedBy}),
+		SecretSHA256: r.SecretSha256, Live: r.Live, EffectiveRequestsPerMinute: r.EffectiveRequestsPerMinute}, nil
 }
 
 // KeyStates returns the state of each of ids (an unknown id is not Live):
@@ -289,14 +273,12 @@ func (k *Keys) LookupKey(ctx context.Context, id string) (tenant.KeyRecord, erro
 // or its tenant's) to the keys in use.
 func (k *Keys) KeyStates(ctx context.Context, ids []string) ([]tenant.KeyState, error) {
 	states, err := retry(ctx, k.log, "keys.states", idempotent, func(ctx context.Context, _ try) ([]tenant.KeyState, error) {
-		rows, err := k.pool.Query(ctx, `SELECT id,
-				k.key_id IS NOT NULL AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now()),
-				coalesce(k.requests_per_minute, t.key_requests_per_minute, 0)
-			FROM unnest($1::text[]) id LEFT JOIN api_key k ON k.key_id = id LEFT JOIN tenant t ON t.tenant_id = k.tenant_id`, ids)
-		if err != nil {
-			return nil, err
+		rows, err := k.q.KeyStates(ctx, k.pool, ids)
+		states := make([]tenant.KeyState, len(rows))
+		for i, r := range rows {
+			states[i] = tenant.KeyState{ID: r.KeyID, Live: r.Live, EffectiveRequestsPerMinute: r.EffectiveRequestsPerMinute}
 		}
-		return pgx.CollectRows(rows, pgx.RowToStructByPos[tenant.KeyState])
+		return states, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the state of %d keys: %w", len(ids), err)
@@ -346,4 +328,10 @@ func (k *Keys) DefineKeyRate(ctx context.Context, id string, rpm int32) error {
 // first), fleet-wide: 0 when granted, else how long until one would be.
 func (k *Keys) TakeKeyRequest(ctx context.Context, id string) (time.Duration, error) {
 	return k.rate.Take(ctx, KeyBucket(id), 1, 0)
+}
+
+func setQuotasParams(actor, id string, q tenant.Quotas) dbsqlc.SetQuotasParams {
+	return dbsqlc.SetQuotasParams{Actor: actor, TenantID: id, MaxRunTokens: q.MaxRunTokens,
+		MaxConcurrentRuns: q.MaxConcurrentRuns, MaxTasksInFlight: q.MaxTasksInFlight,
+		KeyRequestsPerMinute: q.KeyRequestsPerMinute}
 }

@@ -25,9 +25,8 @@ import (
 // is idempotent, by the reservation it names, by the key of a reserve, or
 // by the state it moves a run from.
 type Ledger struct {
-	pool *pgxpool.Pool
+	db
 	exec ledgerExec // chosen once, by NewLedgerWithConfig
-	log  *slog.Logger
 }
 
 var _ budget.Ledger = (*Ledger)(nil)
@@ -64,7 +63,7 @@ func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
 		cfg.Logger = slog.Default()
 	}
 	if !cfg.Coalesce {
-		return &Ledger{pool: pool, exec: directExec{pool: pool}, log: cfg.Logger}
+		return &Ledger{db: newDB(pool, cfg.Logger), exec: directExec{pool: pool}}
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 64
@@ -72,7 +71,7 @@ func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
 	if cfg.Committers <= 0 {
 		cfg.Committers = 1
 	}
-	return &Ledger{pool: pool, exec: newBatchExec(pool, cfg.Committers, cfg.MaxBatch), log: cfg.Logger}
+	return &Ledger{db: newDB(pool, cfg.Logger), exec: newBatchExec(pool, cfg.Committers, cfg.MaxBatch)}
 }
 
 // call runs c on the ledger's executor, retried after a transient error:
@@ -196,9 +195,32 @@ func (r *ledgerResult) err(id budget.ReservationID, need int64) error {
 	return fmt.Errorf("ledger: unknown outcome %q", r.Outcome)
 }
 
-const resultCols = `outcome, info_account, info_kind, info_state, info_available, info,
+// The statements of the ledger functions that return a ledger_result, each
+// selecting its columns in the order ledgerResult.scan reads them. They
+// stay hand-written: group commit queues several of them in one batch of
+// one transaction (ledgerexec.go), which sqlc's per-query code cannot.
+const (
+	reserveSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available`
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	FROM ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+	settleSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
+	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	FROM ledger_settle($1, $2, $3, $4, $5, $6, $7, $8)`
+	voidSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
+	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	FROM ledger_void($1, $2, '', $3)`
+	renewSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
+	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	FROM ledger_renew($1, $2, $3, $4)`
+	expireSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
+	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	FROM ledger_expire($1)`
+)
 
 // Reserve implements budget.Ledger.
 func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budget.Reservation, err error) {
@@ -212,7 +234,7 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 	if key == "" {
 		key = newReserveKey()
 	}
-	r, err = l.call(ctx, "reserve", ledgerCall{fn: "ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+	r, err = l.call(ctx, "reserve", ledgerCall{sql: reserveSQL,
 		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key, p.Model, nullable(p.Secret)},
 		account: p.Account})
 	if err == nil {
@@ -273,7 +295,7 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.
 		AttrActual.Int64(p.Actual), AttrEstimated.Bool(p.Estimated))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, "settle", ledgerCall{fn: "ledger_settle($1, $2, $3, $4, $5, $6, $7, $8)",
+	r, err = l.call(ctx, "settle", ledgerCall{sql: settleSQL,
 		args:        []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated, p.Model, p.InputTokens, p.OutputTokens, nullable(p.Secret)},
 		reservation: p.Reservation})
 	if err == nil && r.Outcome == "ok" {
@@ -297,7 +319,7 @@ func (l *Ledger) Void(ctx context.Context, id budget.ReservationID, generation i
 	ctx, done := observe(ctx, "void", AttrReservationID.Int64(int64(id)))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, "void", ledgerCall{fn: "ledger_void($1, $2, '', $3)", args: []any{int64(id), generation, nullable(secret)}, reservation: id})
+	r, err = l.call(ctx, "void", ledgerCall{sql: voidSQL, args: []any{int64(id), generation, nullable(secret)}, reservation: id})
 	if err == nil {
 		err = r.err(id, 0)
 	}
@@ -314,7 +336,7 @@ func (l *Ledger) Renew(ctx context.Context, id budget.ReservationID, generation 
 		return budget.Reservation{}, &budget.ValidationError{Field: "ttl", Reason: fmt.Sprintf("must be in (0, %s], got %s", budget.MaxLeaseTTL, ttl)}
 	}
 	ctx, done := observe(ctx, "renew", AttrReservationID.Int64(int64(id)))
-	r, err := l.call(ctx, "renew", ledgerCall{fn: "ledger_renew($1, $2, $3, $4)", args: []any{int64(id), generation, ttl, nullable(secret)}})
+	r, err := l.call(ctx, "renew", ledgerCall{sql: renewSQL, args: []any{int64(id), generation, ttl, nullable(secret)}})
 	defer func() { done(&r, err) }()
 	if err == nil {
 		err = r.err(id, 0)
@@ -345,7 +367,7 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 	n := 0
 	for _, id := range ids {
 		ectx, done := observe(ctx, "expire", AttrReservationID.Int64(id))
-		r, err := l.call(ectx, "expire", ledgerCall{fn: "ledger_expire($1)", args: []any{id}})
+		r, err := l.call(ectx, "expire", ledgerCall{sql: expireSQL, args: []any{id}})
 		done(&r, err, AttrEstimated.Bool(true))
 		if err != nil {
 			return n, fmt.Errorf("expire reservation %d: %w", id, err)
@@ -358,9 +380,11 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-const accountCols = `account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-	coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing`
-
+// scanAccount reads an account from a row of the columns every account
+// query below selects, in this order: account_id, tenant_id,
+// coalesce(parent_id, 0), kind, coalesce(run_id, ”), coalesce(task_id,
+// ”), limit_tokens, reserved, spent, min_reservation, state, cause,
+// attempt, closing. (The ledger's SQL stays hand-written: docs/architecture.md.)
 func scanAccount(row pgx.Row) (budget.Account, error) {
 	var a budget.Account
 	err := row.Scan(&a.ID, &a.TenantID, &a.ParentID, &a.Kind, &a.RunID, &a.TaskID,
@@ -374,7 +398,9 @@ func scanAccount(row pgx.Row) (budget.Account, error) {
 // Account implements budget.Ledger.
 func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Account, error) {
 	a, err := retry(ctx, l.log, "ledger.account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE account_id = $1", int64(id)))
+		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			FROM account WHERE account_id = $1`, int64(id)))
 	})
 	if err != nil {
 		return a, fmt.Errorf("read account %d: %w", id, err)
@@ -385,7 +411,9 @@ func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Accou
 // RunAccount implements budget.Ledger.
 func (l *Ledger) RunAccount(ctx context.Context, runID string) (budget.Account, error) {
 	a, err := retry(ctx, l.log, "ledger.run_account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM account WHERE run_id = $1 AND kind = 'run'", runID))
+		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			FROM account WHERE run_id = $1 AND kind = 'run'`, runID))
 	})
 	if err != nil {
 		return a, fmt.Errorf("read run %s account: %w", runID, err)
@@ -407,7 +435,9 @@ func (l *Ledger) endRun(ctx context.Context, runID string, state budget.AccountS
 	// Idempotent: a run already where the call would move it is returned
 	// as it is.
 	a, err := retry(ctx, l.log, "ledger.end_run", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run($1, $2, $3)", runID, string(state), cause))
+		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			FROM ledger_end_run($1, $2, $3)`, runID, string(state), cause))
 	})
 	if err != nil {
 		return a, fmt.Errorf("end run %s (%s): %w", runID, state, err)
@@ -421,7 +451,9 @@ func (l *Ledger) EndRunFenced(ctx context.Context, runID string, state budget.Ac
 	epoch int64) (budget.Account, error) {
 	// Idempotent as ledger_end_run is; the epoch check only reads.
 	a, err := retry(ctx, l.log, "ledger.end_run_fenced", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_end_run_fenced($1, $2, $3, $4)",
+		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			FROM ledger_end_run_fenced($1, $2, $3, $4)`,
 			runID, string(state), cause, epoch))
 	})
 	switch {
@@ -443,7 +475,9 @@ func (l *Ledger) OpenTenant(ctx context.Context, tenantID string, limit int64) (
 	}
 	// Idempotent: an existing tenant account is returned as it is.
 	a, err := retry(ctx, l.log, "ledger.open_tenant", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, "SELECT "+accountCols+" FROM ledger_open_tenant($1, $2)", tenantID, limit))
+		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			FROM ledger_open_tenant($1, $2)`, tenantID, limit))
 	})
 	if err != nil {
 		return a, fmt.Errorf("open tenant %s: %w", tenantID, err)
@@ -490,7 +524,9 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 		id := int64(p.TenantAccount)
 		parent = &id
 	}
-	rows, err := l.pool.Query(ctx, "SELECT "+accountCols+" FROM ledger_open_run($1, $2, $3, $4, $5, $6, $7)",
+	rows, err := l.pool.Query(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			FROM ledger_open_run($1, $2, $3, $4, $5, $6, $7)`,
 		p.RunID, p.TenantID, parent, p.Limit, p.MinReservation, taskIDs, limits)
 	if err != nil {
 		return budget.RunAccounts{}, err
@@ -499,7 +535,9 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 }
 
 func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccounts, error) {
-	rows, err := l.pool.Query(ctx, "SELECT "+accountCols+" FROM account WHERE run_id = $1 ORDER BY account_id", runID)
+	rows, err := l.pool.Query(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			FROM account WHERE run_id = $1 ORDER BY account_id`, runID)
 	if err != nil {
 		return budget.RunAccounts{}, err
 	}

@@ -15,7 +15,7 @@ import (
 
 // ledgerCall is one call of a ledger function that returns a ledger_result.
 type ledgerCall struct {
-	fn   string // e.g. "ledger_void($1, $2, '')"
+	sql  string // the statement: reserveSQL, settleSQL, ...
 	args []any
 	// What the call acts on, for an executor that orders calls by the
 	// accounts they lock: the account a reserve draws on, or the
@@ -36,7 +36,7 @@ type directExec struct{ pool *pgxpool.Pool }
 
 func (d directExec) call(ctx context.Context, c ledgerCall) (ledgerResult, error) {
 	var r ledgerResult
-	err := r.scan(d.pool.QueryRow(ctx, "SELECT "+resultCols+" FROM "+c.fn, c.args...))
+	err := r.scan(d.pool.QueryRow(ctx, c.sql, c.args...))
 	if err != nil && isCheckViolation(err) {
 		// The CHECK is the last line of defence; reaching it is a bug to surface loudly.
 		err = fmt.Errorf("ledger invariant refused by database (bug): %w", err)
@@ -175,7 +175,7 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 	err := pgx.BeginFunc(ctx, b.direct.pool, func(tx pgx.Tx) error {
 		q := &pgx.Batch{}
 		for _, p := range batch {
-			q.Queue("SELECT "+resultCols+" FROM "+p.item.fn, p.item.args...)
+			q.Queue(p.item.sql, p.item.args...)
 		}
 		br := tx.SendBatch(ctx, q)
 		for _, p := range batch {

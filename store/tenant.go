@@ -9,30 +9,40 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
 )
 
 var _ budget.TenantLedger = (*Ledger)(nil)
 
-// tenantCols are the columns of the tenant_budget view (migrations/views/tenant_budget.sql),
-// in the order scanTenantAccount reads them.
-const tenantCols = `account_id, tenant_id, limit_tokens, reserved_tokens, spent_tokens, min_reservation, state,
-	period_kind, coalesce(extract(epoch FROM period_every), 0)::float8, period_limit, period_end, period_spent_tokens`
+// tenantAccountOf maps a row of the tenant_budget view
+// (migrations/views/tenant_budget.sql) to the ledger's type.
+func tenantAccountOf(r dbsqlc.TenantBudgetRow) budget.TenantAccount {
+	t := budget.TenantAccount{
+		Account: budget.Account{ID: budget.AccountID(r.AccountID), TenantID: r.TenantID, Kind: budget.KindTenant,
+			Limit: r.LimitTokens, Reserved: r.ReservedTokens, Spent: r.SpentTokens,
+			MinReservation: r.MinReservation, State: budget.AccountState(r.State)},
+		Period:      budget.Period{Kind: budget.PeriodKind(r.PeriodKind), Every: time.Duration(r.PeriodEverySeconds * float64(time.Second))},
+		PeriodLimit: val(r.PeriodLimit), PeriodSpent: r.PeriodSpentTokens,
+	}
+	if r.PeriodEnd != nil {
+		t.PeriodEnd = *r.PeriodEnd
+	}
+	return t
+}
 
-func scanTenantAccount(row pgx.Row) (budget.TenantAccount, error) {
-	var t budget.TenantAccount
-	var every float64
-	var end *time.Time
-	err := row.Scan(&t.ID, &t.TenantID, &t.Limit, &t.Reserved, &t.Spent, &t.MinReservation, &t.State,
-		&t.Period.Kind, &every, &t.PeriodLimit, &end, &t.PeriodSpent)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, budget.ErrNotFound
+// setTenantBudgetParams are ledger_set_tenant_budget's arguments for b.
+func setTenantBudgetParams(b budget.TenantBudget) dbsqlc.SetTenantBudgetParams {
+	p := dbsqlc.SetTenantBudgetParams{Actor: b.Actor, TenantID: b.TenantID, LimitTokens: b.Limit, PeriodKind: string(b.Period.Kind)}
+	if p.PeriodKind == "" {
+		p.PeriodKind = string(budget.PeriodNone)
 	}
-	t.Kind = budget.KindTenant
-	t.Period.Every = time.Duration(every * float64(time.Second))
-	if end != nil {
-		t.PeriodEnd = *end
+	if b.Period.Kind == budget.PeriodEvery {
+		p.PeriodEvery = &b.Period.Every
 	}
-	return t, err
+	if b.MinReservation > 0 {
+		p.MinReservation = &b.MinReservation
+	}
+	return p
 }
 
 // SetTenantBudget implements budget.TenantLedger: one call of
@@ -44,28 +54,14 @@ func (l *Ledger) SetTenantBudget(ctx context.Context, b budget.TenantBudget) (bu
 	if err := b.Validate(); err != nil {
 		return budget.TenantAccount{}, err
 	}
-	kind := b.Period.Kind
-	if kind == "" {
-		kind = budget.PeriodNone
-	}
-	var every *time.Duration
-	if b.Period.Kind == budget.PeriodEvery {
-		every = &b.Period.Every
-	}
-	var minRes *int64
-	if b.MinReservation > 0 {
-		minRes = &b.MinReservation
-	}
 	t, err := retry(ctx, l.log, "ledger.set_tenant_budget", unsentOnly, func(ctx context.Context, _ try) (budget.TenantAccount, error) {
 		var t budget.TenantAccount
 		err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-			var id int64
-			if err := tx.QueryRow(ctx, "SELECT account_id FROM ledger_set_tenant_budget($1, $2, $3, $4, $5, $6)",
-				b.Actor, b.TenantID, b.Limit, string(kind), every, minRes).Scan(&id); err != nil {
+			if _, err := l.q.SetTenantBudget(ctx, tx, setTenantBudgetParams(b)); err != nil {
 				return err
 			}
-			var err error
-			t, err = scanTenantAccount(tx.QueryRow(ctx, "SELECT "+tenantCols+" FROM tenant_budget WHERE account_id = $1", id))
+			r, err := l.q.TenantBudget(ctx, tx, b.TenantID)
+			t = tenantAccountOf(r)
 			return err
 		})
 		return t, err
@@ -83,7 +79,11 @@ func (l *Ledger) SetTenantBudget(ctx context.Context, b budget.TenantBudget) (bu
 // view, which reports a period whose end has passed as rolled over.
 func (l *Ledger) TenantAccount(ctx context.Context, tenantID string) (budget.TenantAccount, error) {
 	t, err := retry(ctx, l.log, "ledger.tenant_account", idempotent, func(ctx context.Context, _ try) (budget.TenantAccount, error) {
-		return scanTenantAccount(l.pool.QueryRow(ctx, "SELECT "+tenantCols+" FROM tenant_budget WHERE tenant_id = $1", tenantID))
+		r, err := l.q.TenantBudget(ctx, l.pool, tenantID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return budget.TenantAccount{}, budget.ErrNotFound
+		}
+		return tenantAccountOf(r), err
 	})
 	if err != nil {
 		return t, fmt.Errorf("read tenant %s account: %w", tenantID, err)
