@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
 	"github.com/fanout/fanout/tenant"
 )
 
@@ -38,8 +40,7 @@ import (
 // re-reading the row; and event appends, by the key of each event
 // (run_event.event_key).
 type Runs struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	db
 	// events runs appendBatch, the one way events are written: inline (a
 	// batch of one per call) or, with RunsConfig.Coalesce, group commit.
 	events committer[*eventOp]
@@ -66,7 +67,7 @@ func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Runs{pool: pool, log: cfg.Logger}
+	s := &Runs{db: newDB(pool, cfg.Logger)}
 	s.events = inlineCommit[*eventOp]{run: s.appendBatch}
 	if cfg.Coalesce {
 		s.events = newGroupCommit(2, 256, s.appendBatch)
@@ -101,7 +102,7 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	// that finds the key taken by this very run id made the run itself.
 	err = retried(ctx, s.log, "runs.create_run", idempotent, func(ctx context.Context, t try) error {
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-			created, existingID, err = createRun(ctx, tx, run, spec, labels, owner, taskIDs)
+			created, existingID, err = s.createRun(ctx, tx, run, spec, labels, owner, taskIDs)
 			return err
 		})
 		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
@@ -124,14 +125,11 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 // row yet).
 func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas, error) {
 	return retry(ctx, s.log, "runs.tenant_quotas", idempotent, func(ctx context.Context, _ try) (tenant.Quotas, error) {
-		var q tenant.Quotas
-		err := s.pool.QueryRow(ctx, `SELECT max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute
-			FROM tenant WHERE tenant_id = $1`, tenantID).Scan(&q.MaxRunTokens, &q.MaxConcurrentRuns, &q.MaxTasksInFlight,
-			&q.KeyRequestsPerMinute)
+		r, err := s.q.Tenant(ctx, s.pool, tenantID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return tenant.Quotas{}, nil
 		}
-		return q, err
+		return tenantOf(r).Quotas, err
 	})
 }
 
@@ -141,28 +139,23 @@ func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas
 // admission of that tenant takes, so two replicas admitting at once are
 // counted one after the other and cannot both pass the cap. A retry of a
 // run that exists (its idempotency key is taken) is never refused.
-func admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
-	var limit *int
-	err := tx.QueryRow(ctx, `SELECT max_concurrent_runs FROM tenant WHERE tenant_id = $1`, run.GetTenantId()).Scan(&limit)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && limit == nil {
+func (s *Runs) admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
+	t, err := s.q.Tenant(ctx, tx, run.GetTenantId())
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && t.MaxConcurrentRuns == nil {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('fanout.tenant_runs ' || $1, 0))`,
-		run.GetTenantId()); err != nil {
+	limit := t.MaxConcurrentRuns
+	if err := s.q.LockTenantRuns(ctx, tx, run.GetTenantId()); err != nil {
 		return err
 	}
-	var taken bool
-	var running int64
-	err = tx.QueryRow(ctx, `SELECT
-			EXISTS (SELECT FROM run WHERE tenant_id = $1 AND idempotency_key = $2),
-			(SELECT count(*) FROM run WHERE tenant_id = $1 AND state = 'RUNNING')`,
-		run.GetTenantId(), run.GetIdempotencyKey()).Scan(&taken, &running)
-	if err != nil || taken {
+	a, err := s.q.RunAdmission(ctx, tx, dbsqlc.RunAdmissionParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()})
+	if err != nil || a.Taken {
 		return err
 	}
+	running := a.Running
 	if running >= int64(*limit) {
 		return &tenant.QuotaError{Tenant: run.GetTenantId(), Quota: "max_concurrent_runs", Limit: int64(*limit), Used: running}
 	}
@@ -172,31 +165,22 @@ func admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
 // createRun is CreateRun's transaction: it admits the run (admitRun), then
 // inserts it and its tasks (created), or finds the key taken and returns
 // the id of the run that has it.
-func createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, spec, labels []byte, owner string,
+func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, spec, labels []byte, owner string,
 	taskIDs []string) (created bool, existingID string, err error) {
-	if err := admitRun(ctx, tx, run); err != nil {
+	if err := s.admitRun(ctx, tx, run); err != nil {
 		return false, "", err
 	}
-	var createdAt time.Time
-	err = tx.QueryRow(ctx, `
-		INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-		RETURNING created_at`,
-		run.GetRunId(), run.GetTenantId(), run.GetIdempotencyKey(), spec, labels, owner).Scan(&createdAt)
+	_, err = s.q.InsertRun(ctx, tx, dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),
+		IdempotencyKey: run.GetIdempotencyKey(), Spec: spec, Labels: labels, Owner: owner})
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key is taken (perhaps by a transaction that just committed).
-		err = tx.QueryRow(ctx, `SELECT run_id FROM run WHERE tenant_id = $1 AND idempotency_key = $2`,
-			run.GetTenantId(), run.GetIdempotencyKey()).Scan(&existingID)
+		existingID, err = s.q.RunIDByKey(ctx, tx, dbsqlc.RunIDByKeyParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()})
 		return false, existingID, err
 	}
 	if err != nil {
 		return false, "", err
 	}
-	_, err = tx.Exec(ctx, `
-		INSERT INTO task (run_id, task_id, tenant_id, dispatch_index)
-		SELECT $1, t.id, $2, t.n - 1 FROM unnest($3::text[]) WITH ORDINALITY AS t(id, n)`,
-		run.GetRunId(), run.GetTenantId(), taskIDs)
+	err = s.q.InsertTasks(ctx, tx, dbsqlc.InsertTasksParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(), TaskIds: taskIDs})
 	return err == nil, "", err
 }
 
@@ -220,9 +204,6 @@ type runRow struct {
 	FinishedAt     *time.Time `db:"finished_at"`
 }
 
-const runColumns = `run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result,
-	labels, created_at, finished_at`
-
 type taskRow struct {
 	RunID         string     `db:"run_id"`
 	TaskID        string     `db:"task_id"`
@@ -235,7 +216,8 @@ type taskRow struct {
 	FinishedAt    *time.Time `db:"finished_at"`
 }
 
-const taskColumns = `run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at`
+// taskColumns are the columns of taskRow, as the hand-written task writes
+// below return them.
 
 func (r taskRow) outcome() (*fanoutv1.TaskOutcome, error) {
 	o := &fanoutv1.TaskOutcome{}
@@ -319,15 +301,17 @@ func (s *Runs) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Ru
 // RunByKey returns tenantID's run created under idempotency key key, or
 // runs.ErrNotFound: for an idempotent retry that admission would refuse.
 func (s *Runs) RunByKey(ctx context.Context, tenantID, key string) (*fanoutv1.Run, error) {
-	found, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
-		WHERE tenant_id = $1 AND idempotency_key = $2`, tenantID, key)
+	found, err := s.readRun(ctx, func(ctx context.Context) (runRow, error) {
+		r, err := s.q.RunByKey(ctx, s.pool, dbsqlc.RunByKeyParams{TenantID: tenantID, IdempotencyKey: key})
+		return runRow(r), err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("run of tenant %s with that idempotency key: %w", tenantID, runs.ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("find run of tenant %s by its idempotency key: %w", tenantID, err)
 	}
-	if len(found) == 0 {
-		return nil, fmt.Errorf("run of tenant %s with that idempotency key: %w", tenantID, runs.ErrNotFound)
-	}
-	return found[0], nil
+	return found, nil
 }
 
 // ReadRun returns a run of any tenant: for the engine's own paths (adopting
@@ -338,15 +322,17 @@ func (s *Runs) ReadRun(ctx context.Context, runID string) (*fanoutv1.Run, error)
 }
 
 func (s *Runs) getRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {
-	found, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM run
-		WHERE run_id = $1 AND ($2 = '' OR tenant_id = $2)`, runID, tenantID)
+	found, err := s.readRun(ctx, func(ctx context.Context) (runRow, error) {
+		r, err := s.q.RunByID(ctx, s.pool, dbsqlc.RunByIDParams{RunID: runID, TenantID: tenantID})
+		return runRow(r), err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("run %s: %w", runID, runs.ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get run %s: %w", runID, err)
 	}
-	if len(found) == 0 {
-		return nil, fmt.Errorf("run %s: %w", runID, runs.ErrNotFound)
-	}
-	return found[0], nil
+	return found, nil
 }
 
 // ListRuns returns summaries of up to limit runs of tenantID, newest first,
@@ -366,56 +352,20 @@ func (s *Runs) ListRuns(ctx context.Context, tenantID string, state fanoutv1.Run
 	if !beforeCreated.IsZero() {
 		before = &beforeCreated
 	}
-	found, err := s.runSummaries(ctx, `SELECT `+runSummaryColumns+` FROM run r
-		LEFT JOIN account a ON a.run_id = r.run_id AND a.kind = 'run'
-		WHERE r.tenant_id = $1 AND ($2 = '' OR r.state = $2)
-		  AND ($3::timestamptz IS NULL OR (r.created_at, r.run_id) < ($3, $4))
-		ORDER BY r.created_at DESC, r.run_id DESC
-		LIMIT $5`, tenantID, stateName, before, beforeID, limit)
+	found, err := retry(ctx, s.log, "runs.read_summaries", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.Run, error) {
+		return s.readSummaries(ctx, dbsqlc.RunSummariesParams{TenantID: tenantID, State: stateName,
+			BeforeCreated: before, BeforeID: beforeID, MaxRuns: int32(min(limit, math.MaxInt32))})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list runs of tenant %s: %w", tenantID, err)
 	}
 	return found, nil
 }
 
-// summaryRow is a run without its jsonb documents, with its run account.
-type summaryRow struct {
-	RunID          string     `db:"run_id"`
-	TenantID       string     `db:"tenant_id"`
-	IdempotencyKey string     `db:"idempotency_key"`
-	State          string     `db:"state"`
-	CancelCause    string     `db:"cancel_cause"`
-	Labels         []byte     `db:"labels"`
-	CreatedAt      time.Time  `db:"created_at"`
-	FinishedAt     *time.Time `db:"finished_at"`
-	Limit          *int64     `db:"limit_tokens"` // nil: no account (yet)
-	Reserved       int64      `db:"reserved"`
-	Spent          int64      `db:"spent"`
-	Exhausted      bool       `db:"exhausted"`
-}
-
-const runSummaryColumns = `r.run_id, r.tenant_id, r.idempotency_key, r.state, r.cancel_cause, r.labels,
-	r.created_at, r.finished_at, a.limit_tokens, coalesce(a.reserved, 0) AS reserved,
-	coalesce(a.spent, 0) AS spent, coalesce(a.state = 'exhausted', false) AS exhausted`
-
-// taskSummaryColumns are taskColumns without the outcome document.
-const taskSummaryColumns = `run_id, task_id, dispatch_index, status, NULL::jsonb AS outcome, tokens_spent, worker,
-	started_at, finished_at`
-
-// runSummaries reads run summaries (runSummaryColumns) and, in a second
-// query, their tasks without outcomes.
-func (s *Runs) runSummaries(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
-	return retry(ctx, s.log, "runs.read_summaries", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.Run, error) {
-		return s.readSummaries(ctx, sql, args...)
-	})
-}
-
-func (s *Runs) readSummaries(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	sums, err := pgx.CollectRows(rows, pgx.RowToStructByName[summaryRow])
+// readSummaries reads a page of run summaries and, in a second query, their
+// tasks without outcomes.
+func (s *Runs) readSummaries(ctx context.Context, p dbsqlc.RunSummariesParams) ([]*fanoutv1.Run, error) {
+	sums, err := s.q.RunSummaries(ctx, s.pool, p)
 	if err != nil || len(sums) == 0 {
 		return nil, err
 	}
@@ -423,7 +373,7 @@ func (s *Runs) readSummaries(ctx context.Context, sql string, args ...any) ([]*f
 	for i, r := range sums {
 		ids[i] = r.RunID
 	}
-	tasks, err := s.tasksOf(ctx, taskSummaryColumns, ids)
+	tasks, err := s.tasksOf(ctx, ids, false)
 	if err != nil {
 		return nil, err
 	}
@@ -449,9 +399,9 @@ func (s *Runs) readSummaries(ctx context.Context, sql string, args ...any) ([]*f
 			}
 			run.Tasks = append(run.Tasks, o)
 		}
-		if r.Limit != nil {
-			run.Budget = &fanoutv1.BudgetSnapshot{LimitTokens: *r.Limit,
-				AvailableTokens: *r.Limit - r.Reserved - r.Spent, ReservedTokens: r.Reserved,
+		if r.LimitTokens != nil {
+			run.Budget = &fanoutv1.BudgetSnapshot{LimitTokens: *r.LimitTokens,
+				AvailableTokens: *r.LimitTokens - r.Reserved - r.Spent, ReservedTokens: r.Reserved,
 				SpentTokens: r.Spent, Exhausted: r.Exhausted}
 		}
 		out[i] = run
@@ -459,54 +409,43 @@ func (s *Runs) readSummaries(ctx context.Context, sql string, args ...any) ([]*f
 	return out, nil
 }
 
-// queryRuns reads runs and, in a second query, their tasks.
-func (s *Runs) queryRuns(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
-	return retry(ctx, s.log, "runs.read_runs", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.Run, error) {
-		return s.readRuns(ctx, sql, args...)
+// readRun reads one run with read (pgx.ErrNoRows: none) and, in a second
+// query, its tasks, under retry.
+func (s *Runs) readRun(ctx context.Context, read func(context.Context) (runRow, error)) (*fanoutv1.Run, error) {
+	return retry(ctx, s.log, "runs.read_runs", idempotent, func(ctx context.Context, _ try) (*fanoutv1.Run, error) {
+		r, err := read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tasks, err := s.tasksOf(ctx, []string{r.RunID}, true)
+		if err != nil {
+			return nil, err
+		}
+		return r.run(tasks[r.RunID])
 	})
 }
 
-func (s *Runs) readRuns(ctx context.Context, sql string, args ...any) ([]*fanoutv1.Run, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	runRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[runRow])
-	if err != nil {
-		return nil, err
-	}
-	if len(runRows) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, len(runRows))
-	for i, r := range runRows {
-		ids[i] = r.RunID
-	}
-	tasks, err := s.tasksOf(ctx, taskColumns, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*fanoutv1.Run, len(runRows))
-	for i, r := range runRows {
-		if out[i], err = r.run(tasks[r.RunID]); err != nil {
+// tasksOf reads the tasks of runIDs, with their outcomes or without, in one
+// query, by run, in dispatch order.
+func (s *Runs) tasksOf(ctx context.Context, runIDs []string, outcomes bool) (map[string][]taskRow, error) {
+	var taskRows []taskRow
+	if outcomes {
+		rows, err := s.q.Tasks(ctx, s.pool, runIDs)
+		if err != nil {
 			return nil, err
 		}
-	}
-	return out, nil
-}
-
-// tasksOf reads the tasks of runIDs (columns: taskColumns, or
-// taskSummaryColumns without outcomes) in one query, by run, in dispatch
-// order.
-func (s *Runs) tasksOf(ctx context.Context, columns string, runIDs []string) (map[string][]taskRow, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM task
-		WHERE run_id = ANY($1) ORDER BY run_id, dispatch_index`, runIDs)
-	if err != nil {
-		return nil, err
-	}
-	taskRows, err := pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
-	if err != nil {
-		return nil, err
+		for _, r := range rows {
+			taskRows = append(taskRows, taskRow(r))
+		}
+	} else {
+		rows, err := s.q.TaskSummaries(ctx, s.pool, runIDs)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			taskRows = append(taskRows, taskRow{RunID: r.RunID, TaskID: r.TaskID, DispatchIndex: r.DispatchIndex,
+				Status: r.Status, TokensSpent: r.TokensSpent, Worker: r.Worker, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt})
+		}
 	}
 	byRun := make(map[string][]taskRow, len(runIDs))
 	for _, t := range taskRows {
@@ -528,11 +467,12 @@ func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker, owner strin
 
 // startTask is one try of StartTask.
 func (s *Runs) startTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
-	rows, err := s.pool.Query(ctx, `WITH owned AS (`+ownedRun("$4", "SHARE")+`)
+	rows, err := s.pool.Query(ctx, `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $4 FOR SHARE)
 		UPDATE task
 		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
 		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
-		RETURNING `+taskColumns, runID, taskID, worker, owner)
+		RETURNING run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at`,
+		runID, taskID, worker, owner)
 	return s.taskResult(ctx, s.pool, rows, err, runID, taskID, owner, "start")
 }
 
@@ -566,7 +506,8 @@ func (s *Runs) finishedAs(ctx context.Context, runID string, o *fanoutv1.TaskOut
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
+	rows, err := s.pool.Query(ctx, `SELECT run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker,
+			started_at, finished_at FROM task
 		WHERE run_id = $1 AND task_id = $2 AND status = $3 AND outcome = $4 AND tokens_spent = $5 AND worker = $6`,
 		runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker())
 	var row taskRow
@@ -597,11 +538,11 @@ func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.
 		// The run row is locked for the append that follows (which updates
 		// it): taken FOR SHARE here, two FinishTasks of a run would deadlock
 		// upgrading their locks.
-		rows, err := tx.Query(ctx, `WITH owned AS (`+ownedRun("$7", "NO KEY UPDATE")+`)
+		rows, err := tx.Query(ctx, `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $7 FOR NO KEY UPDATE)
 		UPDATE task
 		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
 		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
-		RETURNING `+taskColumns,
+		RETURNING run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at`,
 			runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker(), owner)
 		if out, err = s.taskResult(ctx, tx, rows, err, runID, o.GetTaskId(), owner, "finish"); err != nil {
 			return err
@@ -642,39 +583,33 @@ func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fa
 	return nil
 }
 
-// ownedRun selects the run $1 if the node in the parameter owner (say
-// "$4") drives it, and holds the run's row (FOR lock: SHARE, or NO KEY
-// UPDATE for a transaction that updates the row next) until the
-// statement's transaction ends: an adoption (which updates the row's owner)
-// waits for a task write of the old owner under way, and a task write that
-// waited on an adoption sees the new owner. So once AdoptOrphan has
-// returned, the old owner writes none of the run's tasks, and the adopter
-// reads every task the old owner wrote.
-func ownedRun(owner, lock string) string {
-	return `SELECT FROM run WHERE run_id = $1 AND owner = ` + owner + ` FOR ` + lock
-}
-
-// querier is a pool or a transaction: what taskResult reads with. A
-// transaction's own connection must do its reads, or each refused call
-// would hold two of the pool's connections at once and a few of them
-// would starve the pool.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// The fenced task writes (StartTask, FinishTask, FailTasks) stay
+// hand-written: each is one statement whose CTE "owned" selects the run
+// only if the writing node drives it (run.owner), and holds the run's row
+// (FOR SHARE, or FOR NO KEY UPDATE in a transaction that updates the row
+// next) until the statement's transaction ends: an adoption (which updates
+// the row's owner) waits for a task write of the old owner under way, and
+// a task write that waited on an adoption sees the new owner. So once
+// AdoptOrphan has returned, the old owner writes none of the run's tasks,
+// and the adopter reads every task the old owner wrote. They return
+// taskRow's columns, read by name.
 
 // taskResult reads the task an UPDATE of one live task of a run that owner
 // drives returned, reading with q (the UPDATE's pool or transaction). No row means an unknown task (runs.ErrNotFound), one
 // that has already ended (runs.ErrEnded) or a run that another owner
 // drives now (runs.ErrNotOwner).
-func (s *Runs) taskResult(ctx context.Context, q querier, rows pgx.Rows, err error, runID, taskID, owner, verb string) (*fanoutv1.TaskOutcome, error) {
+//
+// A transaction's own connection must do the reads (q is the UPDATE's pool
+// or transaction), or each refused call would hold two of the pool's
+// connections at once and a few of them would starve the pool.
+func (s *Runs) taskResult(ctx context.Context, q dbsqlc.DBTX, rows pgx.Rows, err error, runID, taskID, owner, verb string) (*fanoutv1.TaskOutcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
 	}
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
 	if errors.Is(err, pgx.ErrNoRows) {
-		var status, runOwner string
-		err := q.QueryRow(ctx, `SELECT t.status, r.owner FROM task t JOIN run r USING (run_id)
-			WHERE t.run_id = $1 AND t.task_id = $2`, runID, taskID).Scan(&status, &runOwner)
+		found, err := s.q.TaskStatusAndOwner(ctx, q, dbsqlc.TaskStatusAndOwnerParams{RunID: runID, TaskID: taskID})
+		status, runOwner := found.Status, found.Owner
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, runs.ErrNotFound)
@@ -762,22 +697,19 @@ func (s *Runs) Heads(ctx context.Context, runIDs []string) (map[string]runs.Head
 		return nil, nil
 	}
 	heads, err := retry(ctx, s.log, "runs.heads", idempotent, func(ctx context.Context, _ try) (map[string]runs.Head, error) {
-		rows, err := s.pool.Query(ctx, `SELECT run_id, last_sequence, state FROM run WHERE run_id = ANY($1)`, runIDs)
+		rows, err := s.q.Heads(ctx, s.pool, runIDs)
 		if err != nil {
 			return nil, err
 		}
-		heads := make(map[string]runs.Head, len(runIDs))
-		var id, state string
-		var seq int64
-		_, err = pgx.ForEachRow(rows, []any{&id, &seq, &state}, func() error {
-			st, err := runs.ParseState(state)
+		heads := make(map[string]runs.Head, len(rows))
+		for _, r := range rows {
+			st, err := runs.ParseState(r.State)
 			if err != nil {
-				return fmt.Errorf("run %s: stored state: %w", id, err)
+				return nil, fmt.Errorf("run %s: stored state: %w", r.RunID, err)
 			}
-			heads[id] = runs.Head{Sequence: seq, State: st}
-			return nil
-		})
-		return heads, err
+			heads[r.RunID] = runs.Head{Sequence: r.LastSequence, State: st}
+		}
+		return heads, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read run heads: %w", err)
@@ -794,17 +726,7 @@ func (s *Runs) Heartbeat(ctx context.Context, owner string, runIDs []string) (lo
 	if len(runIDs) == 0 {
 		return nil, nil
 	}
-	// The SELECT sees the rows as they were before the UPDATE, which does
-	// not change owners.
-	rows, err := s.pool.Query(ctx, `
-		WITH beat AS (
-			UPDATE run SET owner_heartbeat = now()
-			WHERE run_id = ANY($2) AND owner = $1 AND state = 'RUNNING')
-		SELECT run_id FROM run WHERE run_id = ANY($2) AND owner <> $1 AND state = 'RUNNING'`,
-		owner, runIDs)
-	if err == nil {
-		lost, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
+	lost, err = s.q.Heartbeat(ctx, s.pool, dbsqlc.HeartbeatParams{RunIds: runIDs, Owner: owner})
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %d runs of %s: %w", len(runIDs), owner, err)
 	}
@@ -818,19 +740,8 @@ func (s *Runs) Heartbeat(ctx context.Context, owner string, runIDs []string) (lo
 // UPDATE itself, so of several replicas adopting at once exactly one gets
 // each run (the others skip it or find it fresh).
 func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error) {
-	var a runs.Adoption
-	err := s.pool.QueryRow(ctx, `
-		WITH orphan AS (
-			SELECT run_id, owner FROM run
-			WHERE state = 'RUNNING' AND owner_heartbeat < now() - $2 * interval '1 microsecond'
-			ORDER BY owner_heartbeat
-			LIMIT 1
-			FOR UPDATE SKIP LOCKED)
-		UPDATE run SET owner = $1, owner_heartbeat = now(),
-			adoptions = run.adoptions + (orphan.owner <> $1)::int
-		FROM orphan WHERE run.run_id = orphan.run_id
-		RETURNING run.run_id, orphan.owner, run.adoptions, now()`,
-		node, orphanAfter.Microseconds()).Scan(&a.RunID, &a.PrevOwner, &a.Adoptions, &a.At)
+	r, err := s.q.AdoptOrphan(ctx, s.pool, dbsqlc.AdoptOrphanParams{Node: node, OrphanAfter: orphanAfter})
+	a := runs.Adoption{RunID: r.RunID, PrevOwner: r.PrevOwner, Adoptions: int(r.Adoptions), At: r.AdoptedAt}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runs.Adoption{}, nil
 	}
@@ -861,7 +772,8 @@ func (s *Runs) FailTasks(ctx context.Context, runID, owner, reason string) ([]*f
 		if err != nil || len(taskRows) > 0 || !t.ambiguous {
 			return taskRows, err
 		}
-		rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM task
+		rows, err := s.pool.Query(ctx, `SELECT run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker,
+				started_at, finished_at FROM task
 			WHERE run_id = $1 AND status = 'FAILED' AND outcome = $2`, runID, body)
 		if err != nil {
 			return nil, err
@@ -888,13 +800,14 @@ func (s *Runs) failTasks(ctx context.Context, runID, owner string, body []byte) 
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The run row first, as FinishTask takes it: one lock order (run,
 		// then tasks) for every task write.
-		rows, err := tx.Query(ctx, `WITH owned AS (`+ownedRun("$3", "NO KEY UPDATE")+`)
+		rows, err := tx.Query(ctx, `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $3 FOR NO KEY UPDATE)
 			UPDATE task t
 			SET status = 'FAILED', outcome = $2, finished_at = now(),
 			    tokens_spent = coalesce((SELECT a.spent FROM account a
 			        WHERE a.kind = 'task' AND a.run_id = t.run_id AND a.task_id = t.task_id), t.tokens_spent)
 			WHERE t.run_id = $1 AND t.status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
-			RETURNING `+prefixed("t.", taskColumns), runID, body, owner)
+			RETURNING t.run_id, t.task_id, t.dispatch_index, t.status, t.outcome, t.tokens_spent, t.worker,
+				t.started_at, t.finished_at`, runID, body, owner)
 		if err != nil {
 			return err
 		}
@@ -911,15 +824,6 @@ func (s *Runs) failTasks(ctx context.Context, runID, owner string, body []byte) 
 		return appendFinished(ctx, tx, runID, outcomes)
 	})
 	return taskRows, err
-}
-
-// prefixed qualifies each of a comma-separated column list with prefix.
-func prefixed(prefix, columns string) string {
-	cols := strings.Split(columns, ",")
-	for i, c := range cols {
-		cols[i] = prefix + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
 }
 
 // AppendEvent appends ev as the run's next event and returns a copy with its
@@ -989,11 +893,11 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 // the first: a call's events are written all or none) and if so sets op's
 // first sequence and time from them.
 func (s *Runs) appended(ctx context.Context, op *eventOp) (bool, error) {
-	err := s.pool.QueryRow(ctx, `SELECT sequence, created_at FROM run_event WHERE run_id = $1 AND event_key = $2`,
-		op.runID, op.keys[0]).Scan(&op.first, &op.at)
+	r, err := s.q.EventByKey(ctx, s.pool, dbsqlc.EventByKeyParams{RunID: op.runID, EventKey: op.keys[0]})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
+	op.first, op.at = r.Sequence, r.CreatedAt
 	return err == nil, err
 }
 
@@ -1132,26 +1036,21 @@ func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, 
 		return nil, fmt.Errorf("events of run %s: %w", runID, runs.ErrNoTenant)
 	}
 	out, err := retry(ctx, s.log, "runs.events", idempotent, func(ctx context.Context, _ try) ([]*fanoutv1.RunEvent, error) {
-		rows, err := s.pool.Query(ctx, `SELECT sequence, event, created_at FROM run_event
-			WHERE run_id = $1 AND tenant_id = $2 AND sequence > $3
-			ORDER BY sequence LIMIT $4`, runID, tenantID, after, limit)
+		rows, err := s.q.Events(ctx, s.pool, dbsqlc.EventsParams{RunID: runID, TenantID: tenantID, After: after,
+			MaxEvents: int32(min(limit, math.MaxInt32))})
 		if err != nil {
 			return nil, err
 		}
-		var out []*fanoutv1.RunEvent
-		var seq int64
-		var body []byte
-		var at time.Time
-		_, err = pgx.ForEachRow(rows, []any{&seq, &body, &at}, func() error {
+		out := make([]*fanoutv1.RunEvent, len(rows))
+		for i, r := range rows {
 			ev := &fanoutv1.RunEvent{}
-			if err := fromJSONB(body, ev); err != nil {
-				return fmt.Errorf("decode event %d: %w", seq, err)
+			if err := fromJSONB(r.Event, ev); err != nil {
+				return nil, fmt.Errorf("decode event %d: %w", r.Sequence, err)
 			}
-			ev.RunId, ev.Sequence, ev.Time = runID, seq, timestamppb.New(at)
-			out = append(out, ev)
-			return nil
-		})
-		return out, err
+			ev.RunId, ev.Sequence, ev.Time = runID, r.Sequence, timestamppb.New(r.CreatedAt)
+			out[i] = ev
+		}
+		return out, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read events of run %s: %w", runID, err)

@@ -10,10 +10,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
 )
 
 // ErrWriteResolved is returned by ToolCalls.ResolveWrite for a write
@@ -53,8 +53,7 @@ type ToolCallsConfig struct {
 // retried issue finds its own row by key and digest, a retried resolution
 // finds the state it set.
 type ToolCalls struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	db
 }
 
 // NewToolCalls returns the tool call log on pool.
@@ -62,7 +61,7 @@ func NewToolCalls(pool *pgxpool.Pool, cfg ToolCallsConfig) *ToolCalls {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &ToolCalls{pool: pool, log: cfg.Logger}
+	return &ToolCalls{db: newDB(pool, cfg.Logger)}
 }
 
 var digestRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -115,11 +114,10 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string)
 		// The insert, fenced by the task account's current attempt
 		// (migration 0016); then the row as it is (ours, if an earlier try
 		// committed).
-		var outcome string
-		if err := t.pool.QueryRow(ctx, `SELECT tool_call_issue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			w.Account, w.Key, w.TenantID, w.RunID, w.TaskID, w.Attempt, w.Iteration, w.Index, w.Server, w.Tool, w.ArgsDigest,
-			nullable(secret),
-		).Scan(&outcome); err != nil {
+		outcome, err := t.q.IssueToolCall(ctx, t.pool, dbsqlc.IssueToolCallParams{AccountID: w.Account, Key: w.Key,
+			TenantID: w.TenantID, RunID: w.RunID, TaskID: w.TaskID, Attempt: w.Attempt, Iteration: int32(w.Iteration),
+			CallIndex: int32(w.Index), Server: w.Server, Tool: w.Tool, ArgsDigest: w.ArgsDigest, Secret: nullable(secret)})
+		if err != nil {
 			return err
 		}
 		switch outcome {
@@ -130,7 +128,11 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string)
 				w.Account, w.TaskID, w.RunID, w.TenantID, w.Attempt, ErrWriteConflict)
 		}
 		// The row's identity and state (a worker's login reads no result).
-		return t.pool.QueryRow(ctx, `SELECT `+identityColumns+` FROM tool_call WHERE key = $1`, w.Key).Scan(identityDest(&got)...)
+		r, err := t.q.ToolCallIdentity(ctx, t.pool, w.Key)
+		got = writeOf(dbsqlc.ToolCallWritesRow{Key: r.Key, TenantID: r.TenantID, RunID: r.RunID, TaskID: r.TaskID,
+			Attempt: r.Attempt, Iteration: r.Iteration, CallIndex: r.CallIndex, Server: r.Server, Tool: r.Tool,
+			ArgsDigest: r.ArgsDigest, State: r.State, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): %w", w.Key, w.Tool, w.TaskID, w.RunID, err)
@@ -164,42 +166,16 @@ func sameCall(got, w runs.Write) string {
 	return ""
 }
 
-// identityColumns are the tool_call columns that say which call a row is
-// and where it stands (all a worker's login may read of the table), in
-// identityDest's order; writeColumns add its result and error.
-const (
-	identityColumns = `key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool,
-	args_digest, state, created_at, resolved_at`
-	writeColumns = identityColumns + `, result, error`
-)
-
-// identityDest returns the scan targets of identityColumns in w.
-// ResolvedAt is scanned through a pointer that stays nil while issued
-// (zero time).
-func identityDest(w *runs.Write) []any {
-	return []any{&w.Key, &w.TenantID, &w.RunID, &w.TaskID, &w.Attempt, &w.Iteration, &w.Index, &w.Server,
-		&w.Tool, &w.ArgsDigest, (*string)(&w.State), &w.CreatedAt, nullTime{&w.ResolvedAt}}
-}
-
-// writeDest returns the scan targets of writeColumns in w.
-func writeDest(w *runs.Write) []any {
-	return append(identityDest(w), &w.Result, &w.Error)
-}
-
-// nullTime scans a nullable timestamptz into a time.Time, zero for NULL.
-type nullTime struct{ t *time.Time }
-
-// Scan implements sql.Scanner.
-func (n nullTime) Scan(src any) error {
-	switch v := src.(type) {
-	case nil:
-		*n.t = time.Time{}
-	case time.Time:
-		*n.t = v
-	default:
-		return fmt.Errorf("scan %T into a time", src)
+// writeOf maps a tool_call row to the runs package's type; a worker's
+// login reads no result or error (they stay empty).
+func writeOf(r dbsqlc.ToolCallWritesRow) runs.Write {
+	w := runs.Write{Key: r.Key, TenantID: r.TenantID, RunID: r.RunID, TaskID: r.TaskID, Attempt: r.Attempt,
+		Iteration: int(r.Iteration), Index: int(r.CallIndex), Server: r.Server, Tool: r.Tool, ArgsDigest: r.ArgsDigest,
+		State: runs.WriteState(r.State), CreatedAt: r.CreatedAt, Result: r.Result, Error: r.Error}
+	if r.ResolvedAt != nil {
+		w.ResolvedAt = *r.ResolvedAt
 	}
-	return nil
+	return w
 }
 
 // storedText makes s storable as PostgreSQL text: valid UTF-8, no NUL
@@ -270,17 +246,12 @@ func (t *ToolCalls) Writes(ctx context.Context, tenantID, runID, taskID, secret 
 	}
 	var out []runs.Write
 	err := retried(ctx, t.log, "toolcalls.writes", idempotent, func(ctx context.Context, _ try) error {
-		rows, err := t.pool.Query(ctx, `SELECT `+writeColumns+` FROM tool_call_writes($1, $2, $3, $4)`,
-			tenantID, runID, taskID, nullable(secret))
-		if err != nil {
-			return err
+		rows, err := t.q.ToolCallWrites(ctx, t.pool, dbsqlc.ToolCallWritesParams{TenantID: tenantID, RunID: runID,
+			TaskID: taskID, Secret: nullable(secret)})
+		out = make([]runs.Write, len(rows))
+		for i, r := range rows {
+			out[i] = writeOf(r)
 		}
-		out = out[:0]
-		var w runs.Write
-		_, err = pgx.ForEachRow(rows, writeDest(&w), func() error {
-			out = append(out, w)
-			return nil
-		})
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,96 @@
+-- name: RunByID :one
+SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at
+FROM run
+WHERE run_id = @run_id AND (@tenant_id::text = '' OR tenant_id = @tenant_id);
+
+-- name: RunByKey :one
+SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at
+FROM run
+WHERE tenant_id = @tenant_id AND idempotency_key = @idempotency_key;
+
+-- name: RunSummaries :many
+-- A page of a tenant's runs, newest first, without their jsonb documents,
+-- each with its run account (none yet: NULL limit).
+SELECT r.run_id, r.tenant_id, r.idempotency_key, r.state, r.cancel_cause, r.labels, r.created_at, r.finished_at,
+    a.limit_tokens, coalesce(a.reserved, 0)::bigint AS reserved, coalesce(a.spent, 0)::bigint AS spent,
+    coalesce(a.state = 'exhausted', false)::bool AS exhausted
+FROM run r
+LEFT JOIN account a ON a.run_id = r.run_id AND a.kind = 'run'
+WHERE r.tenant_id = @tenant_id AND (@state::text = '' OR r.state = @state)
+  AND (sqlc.narg('before_created')::timestamptz IS NULL
+       OR (r.created_at, r.run_id) < (sqlc.narg('before_created')::timestamptz, @before_id::text))
+ORDER BY r.created_at DESC, r.run_id DESC
+LIMIT @max_runs;
+
+-- name: Tasks :many
+SELECT run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at
+FROM task
+WHERE run_id = ANY(@run_ids::text[])
+ORDER BY run_id, dispatch_index;
+
+-- name: TaskSummaries :many
+-- Tasks without their outcome documents.
+SELECT run_id, task_id, dispatch_index, status, tokens_spent, worker, started_at, finished_at
+FROM task
+WHERE run_id = ANY(@run_ids::text[])
+ORDER BY run_id, dispatch_index;
+
+-- name: TaskStatusAndOwner :one
+SELECT t.status, r.owner
+FROM task t JOIN run r USING (run_id)
+WHERE t.run_id = @run_id AND t.task_id = @task_id;
+
+-- name: LockTenantRuns :exec
+-- The transaction-scoped lock every admission of the tenant's runs takes.
+SELECT pg_advisory_xact_lock(hashtextextended('fanout.tenant_runs ' || @tenant_id::text, 0));
+
+-- name: RunAdmission :one
+SELECT EXISTS (SELECT FROM run k WHERE k.tenant_id = @tenant_id::text AND k.idempotency_key = @idempotency_key::text)::bool AS taken,
+    (SELECT count(*) FROM run r WHERE r.tenant_id = @tenant_id::text AND r.state = 'RUNNING')::bigint AS running;
+
+-- name: InsertRun :one
+INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)
+VALUES (@run_id, @tenant_id, @idempotency_key, @spec, @labels, @owner)
+ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+RETURNING created_at;
+
+-- name: RunIDByKey :one
+SELECT run_id FROM run WHERE tenant_id = @tenant_id AND idempotency_key = @idempotency_key;
+
+-- name: InsertTasks :exec
+INSERT INTO task (run_id, task_id, tenant_id, dispatch_index)
+SELECT @run_id, t.id, @tenant_id, t.n - 1
+FROM unnest(@task_ids::text[]) WITH ORDINALITY AS t(id, n);
+
+-- name: Heads :many
+SELECT run_id, last_sequence, state FROM run WHERE run_id = ANY(@run_ids::text[]);
+
+-- name: Heartbeat :many
+-- Refreshes the lease of the runs of run_ids that owner drives, and returns
+-- those another node drives now. The SELECT sees the rows as they were
+-- before the UPDATE, which does not change owners.
+WITH beat AS (
+    UPDATE run b SET owner_heartbeat = now()
+    WHERE b.run_id = ANY(@run_ids::text[]) AND b.owner = @owner::text AND b.state = 'RUNNING')
+SELECT r.run_id FROM run r WHERE r.run_id = ANY(@run_ids::text[]) AND r.owner <> @owner::text AND r.state = 'RUNNING';
+
+-- name: AdoptOrphan :one
+WITH orphan AS (
+    SELECT run_id, owner FROM run
+    WHERE state = 'RUNNING' AND owner_heartbeat < now() - @orphan_after::interval
+    ORDER BY owner_heartbeat
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+UPDATE run SET owner = @node, owner_heartbeat = now(),
+    adoptions = run.adoptions + (orphan.owner <> @node)::int
+FROM orphan WHERE run.run_id = orphan.run_id
+RETURNING run.run_id, orphan.owner AS prev_owner, run.adoptions, now()::timestamptz AS adopted_at;
+
+-- name: EventByKey :one
+SELECT sequence, created_at FROM run_event WHERE run_id = @run_id AND event_key = CAST(@event_key::text AS uuid);
+
+-- name: Events :many
+SELECT sequence, event, created_at FROM run_event
+WHERE run_id = @run_id AND tenant_id = @tenant_id AND sequence > @after
+ORDER BY sequence
+LIMIT @max_events;
