@@ -59,6 +59,10 @@ install_sqlc() {
   if [[ -x "${SQLC}" ]]; then
     return
   fi
+  if ! command -v gcc >/dev/null; then
+    echo "sqlc links the PostgreSQL parser with cgo and needs a C compiler: apt-get install gcc" >&2
+    exit 1
+  fi
   echo "building github.com/sqlc-dev/sqlc@${SQLC_VERSION} into ${dir} (once per machine, about 3 minutes)" >&2
   mkdir -p "${dir}"
   CGO_ENABLED=1 GOBIN="${dir}.tmp" go install "github.com/sqlc-dev/sqlc/cmd/sqlc@${SQLC_VERSION}"
