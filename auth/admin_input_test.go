@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fanout/fanout/admin"
 	"github.com/fanout/fanout/auth"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
@@ -39,7 +40,7 @@ func (b *bundle) adminService(t *testing.T) (fanoutv1.AdminServiceClient, contex
 		t.Fatal(err)
 	}
 	t.Cleanup(adminPool.Close)
-	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, nil), store.NewLedger(adminPool), nil))
+	fanoutv1.RegisterAdminServiceServer(srv, admin.NewServer(store.NewKeys(adminPool, nil), store.NewLedger(adminPool), nil))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

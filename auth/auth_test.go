@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/fanout/fanout/admin"
 	"github.com/fanout/fanout/auth"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
@@ -436,7 +437,7 @@ func TestAdminServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(adminPool.Close)
-	fanoutv1.RegisterAdminServiceServer(srv, auth.NewAdminServer(store.NewKeys(adminPool, nil), store.NewLedger(adminPool), nil))
+	fanoutv1.RegisterAdminServiceServer(srv, admin.NewServer(store.NewKeys(adminPool, nil), store.NewLedger(adminPool), nil))
 	fanoutv1.RegisterOrchestratorServiceServer(srv, fakeOrchestrator{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

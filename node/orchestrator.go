@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/fanout/fanout/admin"
 	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -257,7 +258,7 @@ func openAdmin(url string, b *Backend) (adminService, error) {
 		return adminService{}, fmt.Errorf("orchestrator: --admin-database-url: %w", err)
 	}
 	ledger := store.NewLedger(pool)
-	srv := auth.NewAdminServer(store.NewKeys(pool, nil), ledger, b.Logger())
+	srv := admin.NewServer(store.NewKeys(pool, nil), ledger, b.Logger())
 	return adminService{server: srv, close: func() { ledger.Close(); pool.Close() }}, nil
 }
 

@@ -13,7 +13,7 @@ import (
 // this walks every dependency, as `go list -deps` does.
 func TestNoDatabaseDriverBehindTheAPI(t *testing.T) {
 	t.Parallel()
-	for _, pkg := range []string{"orchestrator", "subagent", "budget", "tenant", "auth", "runs"} {
+	for _, pkg := range []string{"orchestrator", "subagent", "budget", "tenant", "auth", "admin", "runs"} {
 		out, err := exec.Command("go", "list", "-deps", "github.com/fanout/fanout/"+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v (the go command must be on PATH)", pkg, err)

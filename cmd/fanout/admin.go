@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fanout/fanout/auth"
+	adminsvc "github.com/fanout/fanout/admin"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/tenant"
@@ -88,12 +88,12 @@ func (a *adminFlags) connect(ctx context.Context) (context.Context, fanoutv1.Adm
 		pool.Close()
 		return nil, nil, nil, err
 	}
-	srv := auth.NewAdminServer(store.NewKeys(pool, nil), store.NewLedger(pool), newLogger(io.Discard, "error"))
+	srv := adminsvc.NewServer(store.NewKeys(pool, nil), store.NewLedger(pool), newLogger(io.Discard, "error"))
 	return tenant.NewContext(ctx, tenant.Principal{Role: role}), localAdmin{srv}, pool.Close, nil
 }
 
 // localAdmin calls an AdminServer in process.
-type localAdmin struct{ s *auth.AdminServer }
+type localAdmin struct{ s *adminsvc.Server }
 
 func (l localAdmin) CreateTenant(ctx context.Context, r *fanoutv1.CreateTenantRequest, _ ...grpc.CallOption) (*fanoutv1.CreateTenantResponse, error) {
 	return l.s.CreateTenant(ctx, r)

@@ -1,4 +1,10 @@
-package auth
+// Package admin is fanout.v1.AdminService: tenants, their quotas and
+// budgets, and API keys, for admin keys only. It is the gRPC adapter over
+// tenant.Directory and budget.TenantLedger (which store implements), with
+// one mapping of their errors to status codes (toStatus); who the caller is
+// comes from the tenant.Principal the authenticator (package auth) put in
+// the call's context.
+package admin
 
 import (
 	"context"
@@ -14,31 +20,32 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/tenant"
 )
 
-// AdminServer is fanout.v1.AdminService: tenants and keys, for admin keys
+// Server is fanout.v1.AdminService: tenants and keys, for admin keys
 // only. Register it with fanoutv1.RegisterAdminServiceServer on the server
-// the Authenticator guards.
-type AdminServer struct {
+// the auth.Authenticator guards.
+type Server struct {
 	fanoutv1.UnimplementedAdminServiceServer
 	keys   tenant.Directory
 	ledger budget.TenantLedger
 	log    *slog.Logger
 }
 
-var _ fanoutv1.AdminServiceServer = (*AdminServer)(nil)
+var _ fanoutv1.AdminServiceServer = (*Server)(nil)
 
-// NewAdminServer returns the admin service over keys and ledger (whose
+// NewServer returns the admin service over keys and ledger (whose
 // TenantAccount and SetTenantBudget serve the budgets). log nil:
 // slog.Default().
-func NewAdminServer(keys tenant.Directory, ledger budget.TenantLedger, log *slog.Logger) *AdminServer {
+func NewServer(keys tenant.Directory, ledger budget.TenantLedger, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &AdminServer{keys: keys, ledger: ledger, log: log}
+	return &Server{keys: keys, ledger: ledger, log: log}
 }
 
 // tenantMinReservation is a tenant budget's minimum: below it the tenant
@@ -83,7 +90,7 @@ func actor(ctx context.Context) (string, error) {
 
 // toStatus maps the store's and ledger's errors to a status: the one place
 // that does.
-func (s *AdminServer) toStatus(ctx context.Context, err error) error {
+func (s *Server) toStatus(ctx context.Context, err error) error {
 	var ae *tenant.AdminError
 	var ve *budget.ValidationError
 	switch {
@@ -127,7 +134,7 @@ func optTime(t *time.Time) *timestamppb.Timestamp {
 }
 
 // tenant reads tenant id with its budget (none when the ledger has none).
-func (s *AdminServer) tenant(ctx context.Context, t tenant.Tenant) (*fanoutv1.Tenant, error) {
+func (s *Server) tenant(ctx context.Context, t tenant.Tenant) (*fanoutv1.Tenant, error) {
 	out := &fanoutv1.Tenant{TenantId: t.ID, CreateTime: timestamppb.New(t.CreatedAt), UpdateTime: timestamppb.New(t.UpdatedAt),
 		Quotas: &fanoutv1.TenantQuotas{MaxRunTokens: t.MaxRunTokens, MaxConcurrentRuns: t.MaxConcurrentRuns,
 			MaxTasksInFlight: t.MaxTasksInFlight, KeyRequestsPerMinute: t.KeyRequestsPerMinute}}
@@ -147,7 +154,7 @@ func (s *AdminServer) tenant(ctx context.Context, t tenant.Tenant) (*fanoutv1.Te
 }
 
 // CreateTenant implements fanoutv1.AdminServiceServer.
-func (s *AdminServer) CreateTenant(ctx context.Context, req *fanoutv1.CreateTenantRequest) (*fanoutv1.CreateTenantResponse, error) {
+func (s *Server) CreateTenant(ctx context.Context, req *fanoutv1.CreateTenantRequest) (*fanoutv1.CreateTenantResponse, error) {
 	who, err := actor(ctx)
 	if err != nil {
 		return nil, err
@@ -169,7 +176,7 @@ func (s *AdminServer) CreateTenant(ctx context.Context, req *fanoutv1.CreateTena
 // UpdateTenant implements fanoutv1.AdminServiceServer. The quotas and the
 // budget are validated, then written in one transaction: a refused request
 // changes nothing.
-func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTenantRequest) (*fanoutv1.UpdateTenantResponse, error) {
+func (s *Server) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTenantRequest) (*fanoutv1.UpdateTenantResponse, error) {
 	who, err := actor(ctx)
 	if err != nil {
 		return nil, err
@@ -215,7 +222,7 @@ func (s *AdminServer) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTena
 }
 
 // GetTenant implements fanoutv1.AdminServiceServer.
-func (s *AdminServer) GetTenant(ctx context.Context, req *fanoutv1.GetTenantRequest) (*fanoutv1.GetTenantResponse, error) {
+func (s *Server) GetTenant(ctx context.Context, req *fanoutv1.GetTenantRequest) (*fanoutv1.GetTenantResponse, error) {
 	if _, err := actor(ctx); err != nil {
 		return nil, err
 	}
@@ -240,7 +247,7 @@ func keyToProto(k tenant.APIKey) *fanoutv1.ApiKey {
 }
 
 // CreateKey implements fanoutv1.AdminServiceServer.
-func (s *AdminServer) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequest) (*fanoutv1.CreateKeyResponse, error) {
+func (s *Server) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequest) (*fanoutv1.CreateKeyResponse, error) {
 	who, err := actor(ctx)
 	if err != nil {
 		return nil, err
@@ -258,7 +265,7 @@ func (s *AdminServer) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequ
 	if e := req.GetExpireTime(); e != nil && e.CheckValid() != nil {
 		return nil, invalid("expire_time", "expire_time: must be a valid time in years 1..9999")
 	}
-	id, token, digest, err := NewKey()
+	id, token, digest, err := auth.NewKey()
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -275,7 +282,7 @@ func (s *AdminServer) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequ
 }
 
 // ListKeys implements fanoutv1.AdminServiceServer.
-func (s *AdminServer) ListKeys(ctx context.Context, req *fanoutv1.ListKeysRequest) (*fanoutv1.ListKeysResponse, error) {
+func (s *Server) ListKeys(ctx context.Context, req *fanoutv1.ListKeysRequest) (*fanoutv1.ListKeysResponse, error) {
 	if _, err := actor(ctx); err != nil {
 		return nil, err
 	}
@@ -294,7 +301,7 @@ func (s *AdminServer) ListKeys(ctx context.Context, req *fanoutv1.ListKeysReques
 }
 
 // RevokeKey implements fanoutv1.AdminServiceServer.
-func (s *AdminServer) RevokeKey(ctx context.Context, req *fanoutv1.RevokeKeyRequest) (*fanoutv1.RevokeKeyResponse, error) {
+func (s *Server) RevokeKey(ctx context.Context, req *fanoutv1.RevokeKeyRequest) (*fanoutv1.RevokeKeyResponse, error) {
 	who, err := actor(ctx)
 	if err != nil {
 		return nil, err
