@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/runs"
 )
 
 // The dispatcher sends one call — a task, or a run's synthesis — to a
@@ -67,6 +67,37 @@ const connectWait = 3 * time.Second
 // connect within connectWait.
 var errNotConnected = errors.New("the worker's channel did not connect")
 
+// dispatch is one call — a task, or a run's synthesis — on its way to a
+// worker: built per call by the driver with what the call needs (as River's
+// job executor is built per job), it sends the call, follows it to its
+// outcome and returns that. It never reaches back into the driver: it
+// reports through progress and asks for the run's lease through
+// awaitLease; the driver keeps scheduling and bookkeeping (persisting the
+// outcome, the run's budget, the join).
+type dispatch struct {
+	req   *fanoutv1.Dispatch // its Attempt and AttemptSecret are set per try
+	first Worker             // the worker in turn; the first connected one after it takes the first try
+
+	workers  *WorkerPool
+	ledger   budget.Ledger // BeginAttempt, once per try
+	sign     func(*fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error)
+	progress progress
+	// awaitLease returns nil once the run's lease is held, else why it is
+	// not (the run was lost, ctx ended).
+	awaitLease func(context.Context) error
+
+	log          *slog.Logger
+	retryBackoff time.Duration // Config.RetryBackoff
+	cancelGrace  time.Duration // Config.CancelGrace
+}
+
+// newDispatch builds the dispatch of req for this run.
+func (d *driver) newDispatch(first Worker, req *fanoutv1.Dispatch, p progress) *dispatch {
+	cfg := d.e.cfg
+	return &dispatch{req: req, first: first, workers: d.e.workers, ledger: d.e.ledger, sign: d.e.envelope,
+		progress: p, awaitLease: d.awaitLease, log: cfg.Logger, retryBackoff: cfg.RetryBackoff, cancelGrace: cfg.CancelGrace}
+}
+
 // progress hears how a dispatched call goes. A task records its start and
 // iterations in the store and as run events; synthesis records nothing.
 type progress interface {
@@ -74,38 +105,37 @@ type progress interface {
 	iteration(ctx context.Context, it *fanoutv1.SubagentIteration)
 }
 
-// dispatch sends req to a worker, first (or the first connected worker
+// run sends the call to a worker, first (or the first connected worker
 // after it) and, while workers refuse it or cannot be reached before they
 // start it, to the next ones, until one takes it or ctx — the call's
-// deadline — ends. Each try is a new attempt in the ledger on req's
+// deadline — ends. Each try is a new attempt in the ledger on the call's
 // account, so only the latest can reserve. The outcome has no summary when
 // the call ended before a worker took it, except a failure for want of a
 // worker.
-func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispatch, p progress) *fanoutv1.TaskOutcome {
-	cfg := d.e.cfg
-	pool := d.e.workers
-	backoff := cfg.RetryBackoff
-	next := first
+func (c *dispatch) run(ctx context.Context) *fanoutv1.TaskOutcome {
+	req, pool := c.req, c.workers
+	backoff := c.retryBackoff
+	next := c.first
 	var lastErr error
 	refused := 0 // refusals since the last backoff
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
-			return d.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
+			return c.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
 		}
-		if err := d.awaitLease(ctx); err != nil {
+		if err := c.awaitLease(ctx); err != nil {
 			return &fanoutv1.TaskOutcome{Status: stoppedStatus(err, false)} // it never ran: no summary
 		}
 		w, _ := pool.Connected(next)
 		r := proto.CloneOf(req)
-		a, err := d.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
+		a, err := c.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
 		if err != nil {
 			if ctx.Err() != nil {
-				return d.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
+				return c.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
 			}
-			return d.attemptRefused(ctx, req.GetTask().GetId(), err)
+			return c.attemptRefused(ctx, req.GetTask().GetId(), err)
 		}
 		r.Attempt, r.AttemptSecret = int32(min(a.N, math.MaxInt32)), a.Secret
-		o, retry, err := d.execute(ctx, w, r, p)
+		o, retry, err := c.execute(ctx, w, r)
 		if !retry {
 			return o
 		}
@@ -114,7 +144,7 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 		if ctx.Err() != nil {
 			continue // the loop's top ends it
 		}
-		cfg.Logger.InfoContext(ctx, "worker did not take the call; sending it elsewhere", "run_id", d.runID,
+		c.log.InfoContext(ctx, "worker did not take the call; sending it elsewhere", "run_id", req.GetRunId(),
 			"task_id", req.GetTask().GetId(), "worker", w.Addr, "attempt", attempt, "err", err)
 		if errors.Is(err, errNotConnected) {
 			refused = 0 // it has waited connectWait already
@@ -129,48 +159,18 @@ func (d *driver) dispatch(ctx context.Context, first Worker, req *fanoutv1.Dispa
 	}
 }
 
-// awaitLease makes sure this engine still holds the run's lease before an
-// attempt begins: at once when the engine's heartbeats hold it
-// (leaseHeld), else by renewing this run's lease itself, every
-// HeartbeatInterval until that succeeds in time, ctx ends or the run turns
-// out to be another replica's (then the run is abandoned). It returns why
-// it stopped waiting (nil: the lease holds).
-func (d *driver) awaitLease(ctx context.Context) error {
-	cfg := d.e.cfg
-	for {
-		if d.ar.isLost() {
-			return errRunLost
-		}
-		if d.e.leaseHeld() {
-			return nil
-		}
-		sent := time.Now()
-		lost, err := d.e.store.Heartbeat(ctx, cfg.Node, []string{d.runID})
-		switch {
-		case err == nil && len(lost) > 0:
-			d.lose(ctx, errRunLost)
-			return errRunLost
-		case err == nil && time.Since(sent) < cfg.OrphanAfter/2:
-			return nil
-		}
-		if !sleep(ctx, cfg.HeartbeatInterval) {
-			return context.Cause(ctx)
-		}
-	}
-}
-
 // noWorker is the outcome of a call whose context ended before a worker
 // took it, after attempts tries, the last of which failed with lastErr.
 // When its deadline passed (the task's or the run's) while workers refused
 // it or could not be reached, it failed for want of a worker, and says so;
 // otherwise (a cancel, the budget, or no try yet) its cause stopped it.
-func (d *driver) noWorker(ctx context.Context, taskID string, attempts int, lastErr error) *fanoutv1.TaskOutcome {
+func (c *dispatch) noWorker(ctx context.Context, taskID string, attempts int, lastErr error) *fanoutv1.TaskOutcome {
 	cause := context.Cause(ctx)
 	deadline := errors.Is(cause, errTaskTimeout) || errors.Is(cause, errRunTimeout)
 	if lastErr == nil || !deadline {
-		return d.notStarted(ctx, taskID, lastErr)
+		return c.notStarted(ctx, taskID, lastErr)
 	}
-	d.e.cfg.Logger.WarnContext(ctx, "no worker took the task before its deadline", "run_id", d.runID,
+	c.log.WarnContext(ctx, "no worker took the task before its deadline", "run_id", c.req.GetRunId(),
 		"task_id", taskID, "attempts", attempts, "cause", cause, "last_worker_error", lastErr)
 	tries := "attempts"
 	if attempts == 1 {
@@ -212,11 +212,11 @@ func (e *Engine) envelope(d *fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error
 // only that attempt can reserve on it (an earlier one is fenced). A transient
 // database error is retried with backoff until ctx (the call's deadline)
 // ends; a refusal (the run ended, the account is not the run's) is not.
-func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (budget.Attempt, error) {
-	backoff := d.e.cfg.RetryBackoff
+func (c *dispatch) beginAttempt(ctx context.Context, acct budget.AccountID) (budget.Attempt, error) {
+	backoff := c.retryBackoff
 	for {
 		actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-		a, err := d.e.ledger.BeginAttempt(actx, acct, d.runID, d.p.tenantID)
+		a, err := c.ledger.BeginAttempt(actx, acct, c.req.GetRunId(), c.req.GetTenantId())
 		cancel()
 		switch {
 		case err == nil:
@@ -224,7 +224,7 @@ func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (budge
 		case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrDenied), errors.Is(err, budget.ErrNotFound):
 			return budget.Attempt{}, err
 		}
-		d.e.cfg.Logger.WarnContext(ctx, "begin task attempt; retrying", "run_id", d.runID, "account", acct,
+		c.log.WarnContext(ctx, "begin task attempt; retrying", "run_id", c.req.GetRunId(), "account", acct,
 			"backoff", backoff, "err", err)
 		if !sleep(ctx, backoff) {
 			return budget.Attempt{}, err
@@ -236,23 +236,23 @@ func (d *driver) beginAttempt(ctx context.Context, acct budget.AccountID) (budge
 // attemptRefused is the outcome of a call the ledger would not let start:
 // its run ended (exhausted, cancelled) before the dispatch, its context
 // ended while the ledger could not be reached, or the ledger refused it.
-func (d *driver) attemptRefused(ctx context.Context, taskID string, err error) *fanoutv1.TaskOutcome {
+func (c *dispatch) attemptRefused(ctx context.Context, taskID string, err error) *fanoutv1.TaskOutcome {
 	var ex *budget.ExhaustedError
 	switch {
 	case errors.As(err, &ex):
 		return &fanoutv1.TaskOutcome{Status: stoppedStatus(ex, false)} // it never ran: no summary
 	case ctx.Err() != nil:
-		return d.notStarted(ctx, taskID, err)
+		return c.notStarted(ctx, taskID, err)
 	}
-	d.e.cfg.Logger.ErrorContext(ctx, "begin task attempt", "run_id", d.runID, "task_id", taskID, "err", err)
+	c.log.ErrorContext(ctx, "begin task attempt", "run_id", c.req.GetRunId(), "task_id", taskID, "err", err)
 	return failedOutcome("internal error: the ledger refused to record the dispatch (see the orchestrator's log)")
 }
 
 // notStarted is the outcome of a call whose context ended before a worker
 // started it.
-func (d *driver) notStarted(ctx context.Context, taskID string, lastErr error) *fanoutv1.TaskOutcome {
+func (c *dispatch) notStarted(ctx context.Context, taskID string, lastErr error) *fanoutv1.TaskOutcome {
 	if lastErr != nil {
-		d.e.cfg.Logger.InfoContext(ctx, "task ended before a worker took it", "run_id", d.runID,
+		c.log.InfoContext(ctx, "task ended before a worker took it", "run_id", c.req.GetRunId(),
 			"task_id", taskID, "cause", context.Cause(ctx), "last_worker_error", lastErr)
 	}
 	return &fanoutv1.TaskOutcome{Status: stoppedStatus(context.Cause(ctx), false)} // it never ran: no summary
@@ -261,12 +261,12 @@ func (d *driver) notStarted(ctx context.Context, taskID string, lastErr error) *
 // execute runs req on worker w. retry reports that the call did not
 // start: the worker refused it or could not be reached (within
 // connectWait), or ctx ended first.
-func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, p progress) (o *fanoutv1.TaskOutcome, retry bool, err error) {
-	callCtx, release := d.callContext(ctx)
+func (c *dispatch) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch) (o *fanoutv1.TaskOutcome, retry bool, err error) {
+	callCtx, release := c.callContext(ctx)
 	defer release()
-	env, err := d.e.envelope(req)
+	env, err := c.sign(req)
 	if err != nil {
-		return d.callFailed(ctx, callCtx, w, false, err)
+		return c.callFailed(ctx, callCtx, w, false, err)
 	}
 	// The stream's context: callCtx, cut by the connect bound too.
 	streamCtx, cutStream := context.WithCancelCause(callCtx)
@@ -282,7 +282,7 @@ func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, 
 		return nil, true, fmt.Errorf("%w within %v: %w", errNotConnected, connectWait, err)
 	}
 	if err != nil {
-		return d.callFailed(ctx, callCtx, w, false, err)
+		return c.callFailed(ctx, callCtx, w, false, err)
 	}
 	worker := ""
 	for {
@@ -291,7 +291,7 @@ func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, 
 			if errors.Is(err, io.EOF) {
 				err = errors.New("worker closed the stream without a summary")
 			}
-			o, retry, err := d.callFailed(ctx, callCtx, w, worker != "", err)
+			o, retry, err := c.callFailed(ctx, callCtx, w, worker != "", err)
 			if o != nil { // nil: refused before it started, to be sent elsewhere
 				o.Worker = worker
 			}
@@ -300,9 +300,9 @@ func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, 
 		switch ev := msg.GetEvent().(type) {
 		case *fanoutv1.ExecuteResponse_Started:
 			worker = cmpOr(ev.Started.GetWorker(), w.Addr)
-			p.started(ctx, worker)
+			c.progress.started(ctx, worker)
 		case *fanoutv1.ExecuteResponse_Iteration:
-			p.iteration(ctx, ev.Iteration)
+			c.progress.iteration(ctx, ev.Iteration)
 		case *fanoutv1.ExecuteResponse_Summary:
 			s := ev.Summary
 			if !terminalStatus(s.GetStatus()) {
@@ -319,8 +319,8 @@ func (d *driver) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch, 
 // CancelGrace when the worker hears ctx's cause by itself, so that its
 // summary (what it found before it stopped) still arrives; then it is cut
 // with that cause. release must be called when the call has ended.
-func (d *driver) callContext(ctx context.Context) (callCtx context.Context, release func()) {
-	grace := d.e.cfg.CancelGrace
+func (c *dispatch) callContext(ctx context.Context) (callCtx context.Context, release func()) {
+	grace := c.cancelGrace
 	callCtx, cutCall := context.WithCancelCause(context.WithoutCancel(ctx))
 	streamDone := make(chan struct{})
 	afterDone := make(chan struct{})
@@ -348,7 +348,7 @@ func (d *driver) callContext(ctx context.Context) (callCtx context.Context, rele
 
 // callFailed maps a failed Execute call to an outcome; retry reports a
 // refusal before the worker started, which another worker may take.
-func (d *driver) callFailed(ctx, callCtx context.Context, w Worker, started bool, err error) (o *fanoutv1.TaskOutcome, retry bool, _ error) {
+func (c *dispatch) callFailed(ctx, callCtx context.Context, w Worker, started bool, err error) (o *fanoutv1.TaskOutcome, retry bool, _ error) {
 	if callCtx.Err() != nil {
 		// We cut the call: its context ended.
 		if !started {
@@ -371,39 +371,6 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// taskProgress records a dispatched task's start (in the store, then as a
-// TaskStarted event) and its iterations (TaskIteration events).
-type taskProgress struct {
-	d      *driver
-	taskID string
-}
-
-func (p taskProgress) started(ctx context.Context, worker string) {
-	d := p.d
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	_, err := d.e.store.StartTask(ctx, d.runID, p.taskID, worker, d.e.cfg.Node)
-	switch {
-	case errors.Is(err, runs.ErrNotOwner):
-		d.lose(ctx, err)
-		return
-	case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
-		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
-		return
-	case err != nil:
-		d.e.cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
-	}
-	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
-		TaskId: p.taskID, Worker: worker}}})
-}
-
-func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
-		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
 }
 
 // noProgress is the progress of a call that records none (synthesis).

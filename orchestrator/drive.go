@@ -429,7 +429,7 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 	defer cancel()
 
 	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
-		return d.dispatch(ctx, first, req, taskProgress{d: d, taskID: req.GetTask().GetId()})
+		return d.newDispatch(first, req, taskProgress{d: d, taskID: req.GetTask().GetId()}).run(ctx)
 	})
 	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)
 
@@ -502,4 +502,37 @@ func (d *driver) reportBudget(ctx, runCtx context.Context) {
 // detached from the run's cancellation, bounded by cleanupTimeout.
 func cleanup(runCtx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(runCtx), cleanupTimeout)
+}
+
+// taskProgress records a dispatched task's start (in the store, then as a
+// TaskStarted event) and its iterations (TaskIteration events).
+type taskProgress struct {
+	d      *driver
+	taskID string
+}
+
+func (p taskProgress) started(ctx context.Context, worker string) {
+	d := p.d
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, err := d.e.store.StartTask(ctx, d.runID, p.taskID, worker, d.e.cfg.Node)
+	switch {
+	case errors.Is(err, runs.ErrNotOwner):
+		d.lose(ctx, err)
+		return
+	case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
+		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
+		return
+	case err != nil:
+		d.e.cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
+	}
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
+		TaskId: p.taskID, Worker: worker}}})
+}
+
+func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
+		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
 }

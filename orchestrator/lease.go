@@ -202,3 +202,33 @@ func (e *Engine) stopHeartbeat() {
 	e.stopBeat()
 	<-e.beatDone
 }
+
+// awaitLease makes sure this engine still holds the run's lease before an
+// attempt begins: at once when the engine's heartbeats hold it
+// (leaseHeld), else by renewing this run's lease itself, every
+// HeartbeatInterval until that succeeds in time, ctx ends or the run turns
+// out to be another replica's (then the run is abandoned). It returns why
+// it stopped waiting (nil: the lease holds).
+func (d *driver) awaitLease(ctx context.Context) error {
+	cfg := d.e.cfg
+	for {
+		if d.ar.isLost() {
+			return errRunLost
+		}
+		if d.e.leaseHeld() {
+			return nil
+		}
+		sent := time.Now()
+		lost, err := d.e.store.Heartbeat(ctx, cfg.Node, []string{d.runID})
+		switch {
+		case err == nil && len(lost) > 0:
+			d.lose(ctx, errRunLost)
+			return errRunLost
+		case err == nil && time.Since(sent) < cfg.OrphanAfter/2:
+			return nil
+		}
+		if !sleep(ctx, cfg.HeartbeatInterval) {
+			return context.Cause(ctx)
+		}
+	}
+}

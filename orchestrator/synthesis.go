@@ -52,7 +52,7 @@ func (d *driver) synthesize(runCtx context.Context, runCause error, result *fano
 	if len(result.GetFacts()) == 0 {
 		return "", "no facts to synthesize"
 	}
-	o := d.dispatch(ctx, d.e.workers.Next(), d.synthesisRequest(acct, result), noProgress{})
+	o := d.newDispatch(d.e.workers.Next(), d.synthesisRequest(acct, result), noProgress{}).run(ctx)
 	sum := o.GetSummary()
 	var b strings.Builder
 	for _, f := range sum.GetFacts() {
