@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fanout/fanout/internal/poll"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/tenant"
 )
@@ -98,8 +99,9 @@ type Authenticator struct {
 	unknown map[string]time.Time // the negative cache: id -> until when
 	streams map[string]map[*streamEntry]struct{}
 
-	// recheck asks Run to poll now: a notification says something changed.
-	recheck chan struct{}
+	// loop polls every PollInterval, and at once when a notification says
+	// something changed (wake).
+	loop *poll.Loop
 }
 
 type streamEntry struct{ cancel context.CancelCauseFunc }
@@ -114,7 +116,7 @@ func NewAuthenticator(keys tenant.KeyLookup, cfg Config) *Authenticator {
 		cfg.Logger = slog.Default()
 	}
 	return &Authenticator{keys: keys, cfg: cfg, cache: map[string]*cached{}, unknown: map[string]time.Time{},
-		streams: map[string]map[*streamEntry]struct{}{}, recheck: make(chan struct{}, 1)}
+		streams: map[string]map[*streamEntry]struct{}{}, loop: poll.New()}
 }
 
 // RevokedError is the cause of a stream ended because its key died.
@@ -211,19 +213,9 @@ func (a *Authenticator) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.listen(ctx) }()
 	}
-	t := time.NewTicker(a.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			return nil
-		case <-t.C:
-			a.poll(ctx)
-		case <-a.recheck:
-			a.poll(ctx)
-		}
-	}
+	a.loop.Run(ctx, a.cfg.PollInterval, a.poll)
+	wg.Wait()
+	return nil
 }
 
 // listen wakes the poll on every key notification, and each time the
@@ -283,12 +275,7 @@ func (a *Authenticator) setRate(id string, rpm int32) {
 }
 
 // wake makes Run poll now, or as soon as the poll under way ends.
-func (a *Authenticator) wake() {
-	select {
-	case a.recheck <- struct{}{}:
-	default: // one is pending already
-	}
-}
+func (a *Authenticator) wake() { a.loop.Wake() }
 
 // kill evicts key id from the cache and ends its open streams.
 func (a *Authenticator) kill(id string) {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/fanout/fanout/internal/poll"
 )
 
 // ErrRunCancelled is the cancel cause of work whose run was cancelled
@@ -64,8 +66,9 @@ type WatcherConfig struct {
 // listener was disconnected is lost for good; the poll of watched runs
 // covers that gap, until a run has been heard cancelled or closed.
 type Watcher struct {
-	src WatchSource
-	cfg WatcherConfig
+	src  WatchSource
+	cfg  WatcherConfig
+	loop *poll.Loop // polls every PollInterval, and when a notice or a reconnect wakes it
 
 	mu   sync.Mutex
 	subs map[string]map[*Subscription]struct{}
@@ -109,6 +112,7 @@ func NewWatcher(src WatchSource, cfg WatcherConfig) *Watcher {
 	return &Watcher{
 		src:  src,
 		cfg:  cfg,
+		loop: poll.New(),
 		subs: map[string]map[*Subscription]struct{}{},
 		news: map[string]runNews{},
 	}
@@ -234,6 +238,8 @@ func (w *Watcher) isNews(sig RunSignal) bool {
 // run's own "budget exhausted"). A notice of a run the row shows open is
 // dropped; so is one whose read fails, and the poll reads the run again
 // within PollInterval (a run the ledger ended grants nothing meanwhile).
+// The read is done here, in the order the notices came, so that a run's
+// first end is the one its subscribers hear first.
 func (w *Watcher) notice(ctx context.Context, sig RunSignal) {
 	if !w.isNews(sig) {
 		return
@@ -247,6 +253,7 @@ func (w *Watcher) notice(ctx context.Context, sig RunSignal) {
 		if ctx.Err() == nil {
 			w.cfg.Logger.Warn("budget watcher: read the run of a notice; the poll will", "run_id", sig.RunID, "err", err)
 		}
+		w.loop.Wake()
 		return
 	}
 	for _, s := range sigs {
@@ -300,18 +307,11 @@ func (w *Watcher) Poll(ctx context.Context) error {
 }
 
 func (w *Watcher) poll(ctx context.Context) {
-	t := time.NewTicker(w.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := w.Poll(ctx); err != nil && ctx.Err() == nil {
-				w.cfg.Logger.Warn("budget watcher: poll runs", "err", err)
-			}
+	w.loop.Run(ctx, w.cfg.PollInterval, func(ctx context.Context) {
+		if err := w.Poll(ctx); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("budget watcher: poll runs", "err", err)
 		}
-	}
+	})
 }
 
 // listen hears notices until ctx ends (the source reconnects on its own
@@ -319,11 +319,7 @@ func (w *Watcher) poll(ctx context.Context) {
 // while it was away is gone). A source that cannot listen leaves the poll
 // alone to carry changes.
 func (w *Watcher) listen(ctx context.Context) {
-	err := w.src.Listen(ctx, func() {
-		if err := w.Poll(ctx); err != nil && ctx.Err() == nil {
-			w.cfg.Logger.Warn("budget watcher: poll after connect", "err", err)
-		}
-	}, func(sig RunSignal) { w.notice(ctx, sig) })
+	err := w.src.Listen(ctx, w.loop.Wake, func(sig RunSignal) { w.notice(ctx, sig) })
 	if err != nil && ctx.Err() == nil {
 		w.cfg.Logger.Warn("budget watcher: no notices; the poll alone carries run ends", "err", err,
 			"poll_interval", w.cfg.PollInterval)
