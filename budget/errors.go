@@ -3,6 +3,7 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -94,16 +95,53 @@ func (e *ConflictError) Error() string {
 // Is reports whether target is ErrConflict.
 func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
 
-// ValidationError names the parameter that is out of range and the limit.
+// ValidationError names the parameter (or request field) that is out of
+// range and the limit: fanout's one validation error, from the ledger's
+// parameters to a RunSpec's fields (ValidationErrors holds several).
 type ValidationError struct {
-	Field  string
-	Reason string
+	Field  string // a parameter, or a path from the request: "spec.tasks[3].token_budget"
+	Reason string // what is wrong, with the limit it breaks
+	// OverCap: the value is well-formed but over a server cap, which the
+	// API reports as RESOURCE_EXHAUSTED rather than INVALID_ARGUMENT.
+	OverCap bool
 }
 
 func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
 
 // Is reports whether target is ErrInvalid.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+// ValidationErrors is everything wrong with one request, reported together.
+type ValidationErrors []*ValidationError
+
+func (e ValidationErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, v := range e {
+		parts[i] = v.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap returns each ValidationError, so that errors.Is(err, ErrInvalid)
+// and errors.As(err, **ValidationError) see them.
+func (e ValidationErrors) Unwrap() []error {
+	out := make([]error, len(e))
+	for i, v := range e {
+		out[i] = v
+	}
+	return out
+}
+
+// OverCap reports whether every one of e is over a server cap (and none is
+// malformed).
+func (e ValidationErrors) OverCap() bool {
+	for _, v := range e {
+		if !v.OverCap {
+			return false
+		}
+	}
+	return len(e) > 0
+}
 
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}

@@ -150,7 +150,7 @@ func (e *Engine) Config() Config { return e.cfg }
 // accounts) and starts driving it in the background, or returns the run
 // the tenant already has under spec's idempotency key (created false).
 //
-// Returns a *ValidationError before anything is written, ErrSpecMismatch
+// Returns a budget.ValidationErrors before anything is written, ErrSpecMismatch
 // when the key was used with a different spec, ErrShuttingDown after
 // Shutdown began.
 func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanoutv1.Run, created bool, err error) {

@@ -103,9 +103,9 @@ func TestModelNameOverTheLedgersLimit(t *testing.T) {
 	s := spec("long-model", 1, 1000)
 	s.Model.Model = strings.Repeat("m", budget.MaxModelLen+1)
 	err := (orchestrator.Config{}).Validate(s)
-	var ve *orchestrator.ValidationError
-	if !errors.As(err, &ve) || len(ve.Violations) != 1 || ve.Violations[0].Field != "spec.model.model" ||
-		!strings.Contains(ve.Violations[0].Description, "256") {
+	var ve budget.ValidationErrors
+	if !errors.As(err, &ve) || len(ve) != 1 || ve[0].Field != "spec.model.model" ||
+		!strings.Contains(ve[0].Reason, "256") {
 		t.Errorf("a model name of %d bytes: %v; want one violation of spec.model.model naming the limit 256", len(s.Model.Model), err)
 	}
 	s.Model.Model = strings.Repeat("m", budget.MaxModelLen)

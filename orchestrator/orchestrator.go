@@ -99,7 +99,7 @@ type RunWatcher interface {
 
 var _ RunWatcher = (*budget.Watcher)(nil)
 
-// Errors of the engine, besides budget's sentinels and *ValidationError.
+// Errors of the engine, besides budget's sentinels and budget.ValidationErrors.
 var (
 	// ErrSpecMismatch: the idempotency key was used before with a different spec.
 	ErrSpecMismatch = errors.New("idempotency key already used with a different spec")

@@ -362,7 +362,7 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	var ve *ValidationError
+	var ve budget.ValidationErrors // the request's; a ledger's own *budget.ValidationError is a bug (Internal)
 	var slow *SlowReaderError
 	var quota *tenant.QuotaError
 	switch {
@@ -381,15 +381,15 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 					slow.MaxLag, slow.For, after)}}})
 	case errors.As(err, &ve):
 		br := &errdetails.BadRequest{}
-		for _, fv := range ve.Violations {
+		for _, fv := range ve {
 			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
-				Field: fv.Field, Description: fv.Description})
+				Field: fv.Field, Description: fv.Reason})
 		}
-		if ve.OverCap {
+		if ve.OverCap() {
 			qf := &errdetails.QuotaFailure{}
-			for _, fv := range ve.Violations {
+			for _, fv := range ve {
 				qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
-					Subject: fv.Field, Description: fv.Description})
+					Subject: fv.Field, Description: fv.Reason})
 			}
 			return withDetails(codes.ResourceExhausted, ve.Error(), qf, br)
 		}

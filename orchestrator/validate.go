@@ -25,47 +25,27 @@ const (
 	maxCancelReasonBytes   = 1024
 )
 
-// FieldViolation names one offending field of a request and what is wrong
-// with it, including the limit it breaks.
-type FieldViolation struct {
-	Field       string // path from the request, e.g. "spec.tasks[3].token_budget"
-	Description string
-}
-
-// ValidationError lists everything wrong with a request. OverCap reports that the request is well-formed but
-// exceeds a server cap (RESOURCE_EXHAUSTED rather than INVALID_ARGUMENT).
-type ValidationError struct {
-	Violations []FieldViolation
-	OverCap    bool
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, len(e.Violations))
-	for i, v := range e.Violations {
-		parts[i] = v.Field + ": " + v.Description
-	}
-	return strings.Join(parts, "; ")
-}
-
+// validator collects everything wrong with a request, as the budget
+// package's one validation error type.
 type validator struct {
-	bad  []FieldViolation // malformed
-	caps []FieldViolation // well-formed but over a server cap
+	bad  budget.ValidationErrors // malformed
+	caps budget.ValidationErrors // well-formed but over a server cap
 }
 
 func (v *validator) add(field, format string, args ...any) {
-	v.bad = append(v.bad, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+	v.bad = append(v.bad, &budget.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)})
 }
 
 func (v *validator) overCap(field, format string, args ...any) {
-	v.caps = append(v.caps, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+	v.caps = append(v.caps, &budget.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...), OverCap: true})
 }
 
 func (v *validator) err() error {
 	switch {
 	case len(v.bad) > 0:
-		return &ValidationError{Violations: append(v.bad, v.caps...)}
+		return append(v.bad, v.caps...)
 	case len(v.caps) > 0:
-		return &ValidationError{Violations: v.caps, OverCap: true}
+		return v.caps
 	}
 	return nil
 }
@@ -156,7 +136,7 @@ type plan struct {
 }
 
 // Validate checks spec against the API contract and cfg's caps and returns
-// a *ValidationError naming every offending field (paths start with
+// a budget.ValidationErrors naming every offending field (paths start with
 // "spec."), or nil.
 func (c Config) Validate(spec *fanoutv1.RunSpec) error {
 	_, err := c.withDefaults().plan(spec)
@@ -458,7 +438,7 @@ func findCycle(tasks []*fanoutv1.TaskSpec, deps [][]int) string {
 // batch k-1; each batch lists dispatch indexes in dispatch order. The engine
 // starts each task as soon as its own dependencies have ended, so batches
 // are an upper bound on waiting, not barriers. It returns the same
-// *ValidationError as Validate.
+// budget.ValidationErrors as Validate.
 func (c Config) Plan(spec *fanoutv1.RunSpec) ([][]int, error) {
 	p, err := c.withDefaults().plan(spec)
 	if err != nil {

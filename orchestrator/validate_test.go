@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fanout/fanout/orchestrator"
+	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -222,8 +223,8 @@ func TestValidateCycleNamed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "dependency cycle t00 -> t01 -> t02 -> t00") {
 		t.Errorf("got %v, want the cycle t00 -> t01 -> t02 -> t00 named", err)
 	}
-	var ve *orchestrator.ValidationError
-	if !errors.As(err, &ve) || ve.OverCap {
+	var ve budget.ValidationErrors
+	if !errors.As(err, &ve) || ve.OverCap() {
 		t.Errorf("got %T %+v, want a malformed-request ValidationError", err, err)
 	}
 }
@@ -277,8 +278,8 @@ func FuzzValidate(f *testing.F) {
 		}
 		err := cfg.Validate(s)
 		if err != nil {
-			var ve *orchestrator.ValidationError
-			if !errors.As(err, &ve) || len(ve.Violations) == 0 {
+			var ve budget.ValidationErrors
+			if !errors.As(err, &ve) || len(ve) == 0 {
 				t.Fatalf("error %v is not a ValidationError with violations", err)
 			}
 			return

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/fanout/fanout/orchestrator"
+	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -132,16 +133,16 @@ func TestValidateRejectsBadText(t *testing.T) {
 			s := validSpec()
 			tc.set(s, bad.text)
 			err := cfg.Validate(s)
-			var ve *orchestrator.ValidationError
-			if !errors.As(err, &ve) || ve.OverCap {
+			var ve budget.ValidationErrors
+			if !errors.As(err, &ve) || ve.OverCap() {
 				t.Errorf("%s with %q: got %v, want a malformed-request ValidationError", field, bad.text, err)
 				continue
 			}
-			i := slices.IndexFunc(ve.Violations, func(v orchestrator.FieldViolation) bool {
-				return v.Field == field && strings.Contains(v.Description, bad.want)
+			i := slices.IndexFunc(ve, func(v *budget.ValidationError) bool {
+				return v.Field == field && strings.Contains(v.Reason, bad.want)
 			})
 			if i < 0 {
-				t.Errorf("%s with %q: violations %+v, want one of %s saying %q", field, bad.text, ve.Violations, field, bad.want)
+				t.Errorf("%s with %q: violations %+v, want one of %s saying %q", field, bad.text, ve, field, bad.want)
 			}
 		}
 	}
