@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/runs"
@@ -50,12 +49,31 @@ type RunAudit struct {
 	Broken   int         `json:"accounts_not_conserved"` // of which not conserved (0 on a healthy ledger)
 }
 
-// AuditRun reads one run's spend exactly as an auditor would: as the role
-// fanout_auditor, through the audit views only. ErrNotFound if the tenant
-// has no such run.
-func AuditRun(ctx context.Context, pool *pgxpool.Pool, tenantID, runID string) (RunAudit, error) {
+// Audit is the store of what auditors and operators do: read a run's spend
+// through the audit views, set prices, and grant or revoke tenant auditors.
+type Audit struct {
+	db
+}
+
+// NewAudit returns the audit store on pool (whose login each method names).
+func NewAudit(pool *Pool) *Audit { return &Audit{db: newDB(pool, nil)} }
+
+// Run reads one run's spend exactly as an auditor would: as the role
+// fanout_auditor, through the audit views only. runs.ErrNotFound if the
+// tenant has no such run.
+func (s *Audit) Run(ctx context.Context, tenantID, runID string) (RunAudit, error) {
+	a, err := retry(ctx, s.log, "audit.run", idempotent, func(ctx context.Context, _ try) (RunAudit, error) {
+		return s.readRun(ctx, tenantID, runID)
+	})
+	if err != nil {
+		return a, fmt.Errorf("audit run %s of tenant %s: %w", runID, tenantID, err)
+	}
+	return a, nil
+}
+
+func (s *Audit) readRun(ctx context.Context, tenantID, runID string) (RunAudit, error) {
 	var a RunAudit
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL ROLE fanout_auditor"); err != nil {
 			return err
 		}
@@ -88,10 +106,7 @@ func AuditRun(ctx context.Context, pool *pgxpool.Pool, tenantID, runID string) (
 		return tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT conserved)
 			FROM conservation_check WHERE tenant_id = $1 AND run_id = $2`, tenantID, runID).Scan(&a.Accounts, &a.Broken)
 	})
-	if err != nil {
-		return a, fmt.Errorf("audit run %s of tenant %s: %w", runID, tenantID, err)
-	}
-	return a, nil
+	return a, err
 }
 
 // Price is one row of the price table: what a million tokens of Model cost
@@ -151,20 +166,24 @@ func (p SetPriceParams) Validate() error {
 // SetPrice adds a model's price from p.EffectiveFrom on through price_set,
 // which logs the action to admin_action in the same transaction. Prices
 // are append-only: one effective before now is a correction and needs
-// p.Reason. For the CLI; the pool may be the
-// owner's or AdminService's (fanout_admin may execute price_set).
-func SetPrice(ctx context.Context, pool *pgxpool.Pool, p SetPriceParams) (Price, error) {
+// p.Reason. The pool may be the owner's or AdminService's (fanout_admin
+// may execute price_set). Retried only when the try surely did not commit
+// (each logs an action).
+func (s *Audit) SetPrice(ctx context.Context, p SetPriceParams) (Price, error) {
 	if err := p.Validate(); err != nil {
 		return Price{}, err
 	}
 	if p.Currency == "" {
 		p.Currency = "USD"
 	}
-	var out Price
-	err := pool.QueryRow(ctx, `SELECT model, effective_from, input_per_million::text, output_per_million::text, currency
-		FROM price_set($1, $2, $3, $4::numeric, $5::numeric, $6, $7)`,
-		p.Actor, p.Model, p.EffectiveFrom, p.InputPerMillion, p.OutputPerMillion, p.Currency, nilIfEmpty(p.Reason)).Scan(
-		&out.Model, &out.EffectiveFrom, &out.InputPerMillion, &out.OutputPerMillion, &out.Currency)
+	out, err := retry(ctx, s.log, "audit.set_price", unsentOnly, func(ctx context.Context, _ try) (Price, error) {
+		var out Price
+		err := s.pool.QueryRow(ctx, `SELECT model, effective_from, input_per_million::text, output_per_million::text, currency
+			FROM price_set($1, $2, $3, $4::numeric, $5::numeric, $6, $7)`,
+			p.Actor, p.Model, p.EffectiveFrom, p.InputPerMillion, p.OutputPerMillion, p.Currency, nullable(p.Reason)).Scan(
+			&out.Model, &out.EffectiveFrom, &out.InputPerMillion, &out.OutputPerMillion, &out.Currency)
+		return out, err
+	})
 	if isCode(err, "22023") {
 		err = &budget.ValidationError{Field: "price", Reason: pgMessage(err)}
 	}
@@ -172,12 +191,4 @@ func SetPrice(ctx context.Context, pool *pgxpool.Pool, p SetPriceParams) (Price,
 		return out, fmt.Errorf("set price of model %s from %s: %w", p.Model, p.EffectiveFrom.Format(time.RFC3339), err)
 	}
 	return out, nil
-}
-
-// nilIfEmpty is s, or SQL NULL when s is empty.
-func nilIfEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

@@ -46,7 +46,7 @@ func TestAuditorsMayCallWhatTheirViewsCall(t *testing.T) {
 		Period: budget.Period{Kind: budget.PeriodEvery, Every: time.Second}})
 	b.waitPeriodEnd(t, ten)
 	role := testRole(t, b, "acme_aud")
-	if _, err := store.AuditGrant(b.ctx, b.pool, "acme", role); err != nil {
+	if _, err := store.NewAudit(b.pool).Grant(b.ctx, "acme", role); err != nil {
 		t.Fatal(err)
 	}
 	var n int

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrAuditRefused is what AuditGrant and AuditRevoke return (wrapped, with
@@ -29,14 +27,17 @@ type AuditGrantResult struct {
 // AuditGrant makes role an auditor of tenant: a member of
 // fanout_tenant_auditor that reads, through every audit view, only the rows
 // of the tenants it was granted (row-level security, migration 21). The
-// role is created NOLOGIN if missing. pool must connect as the owner (the
-// role that runs migrations, which may create roles); the action is logged
-// in admin_action as "role:<login>". Returns an error wrapping
+// role is created NOLOGIN if missing. The store's pool must connect as the
+// owner (the role that runs migrations, which may create roles); the action
+// is logged in admin_action as "role:<login>". Returns an error wrapping
 // ErrAuditRefused for a role or tenant it refuses.
-func AuditGrant(ctx context.Context, pool *pgxpool.Pool, tenant, role string) (AuditGrantResult, error) {
-	res := AuditGrantResult{Role: role, Tenant: tenant}
-	err := pool.QueryRow(ctx, `SELECT role_created, already_granted
-		FROM fanout.audit_grant('role:' || session_user, $1, $2)`, tenant, role).Scan(&res.RoleCreated, &res.AlreadyGranted)
+func (s *Audit) Grant(ctx context.Context, tenant, role string) (AuditGrantResult, error) {
+	res, err := retry(ctx, s.log, "audit.grant", unsentOnly, func(ctx context.Context, _ try) (AuditGrantResult, error) {
+		res := AuditGrantResult{Role: role, Tenant: tenant}
+		err := s.pool.QueryRow(ctx, `SELECT role_created, already_granted
+			FROM fanout.audit_grant('role:' || session_user, $1, $2)`, tenant, role).Scan(&res.RoleCreated, &res.AlreadyGranted)
+		return res, err
+	})
 	if err != nil {
 		return res, fmt.Errorf("audit grant of tenant %s to role %s: %w", tenant, role, auditError(err))
 	}
@@ -46,12 +47,15 @@ func AuditGrant(ctx context.Context, pool *pgxpool.Pool, tenant, role string) (A
 // AuditRevoke ends role's reading of tenant. A role left auditing no tenant
 // loses fanout_tenant_auditor and its USAGE on the schema; the role itself
 // is kept (DROP ROLE is the operator's). It returns how many tenants the
-// role still audits. pool must connect as the owner. Returns an error
-// wrapping ErrAuditRefused if the role did not audit the tenant.
-func AuditRevoke(ctx context.Context, pool *pgxpool.Pool, tenant, role string) (int, error) {
-	var left int
-	err := pool.QueryRow(ctx, `SELECT tenants_left
-		FROM fanout.audit_revoke('role:' || session_user, $1, $2)`, tenant, role).Scan(&left)
+// role still audits. The store's pool must connect as the owner. Returns
+// an error wrapping ErrAuditRefused if the role did not audit the tenant.
+func (s *Audit) Revoke(ctx context.Context, tenant, role string) (int, error) {
+	left, err := retry(ctx, s.log, "audit.revoke", unsentOnly, func(ctx context.Context, _ try) (int, error) {
+		var left int
+		err := s.pool.QueryRow(ctx, `SELECT tenants_left
+			FROM fanout.audit_revoke('role:' || session_user, $1, $2)`, tenant, role).Scan(&left)
+		return left, err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("audit revoke of tenant %s from role %s: %w", tenant, role, auditError(err))
 	}

@@ -34,7 +34,7 @@ func TestTenantAuditorLearnsNoTenantsCountFromThePlanner(t *testing.T) {
 		t.Fatal(err)
 	}
 	role := testRole(t, b, "acme_aud")
-	if _, err := store.AuditGrant(b.ctx, b.pool, "acme", role); err != nil {
+	if _, err := store.NewAudit(b.pool).Grant(b.ctx, "acme", role); err != nil {
 		t.Fatal(err)
 	}
 	estimate := func(tenant string) (rows float64) {

@@ -32,7 +32,7 @@ func TestSpendInMoney(t *testing.T) {
 		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow.Add(-time.Hour), InputPerMillion: "3", OutputPerMillion: "15", Reason: "history"},
 		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow.Add(time.Hour), InputPerMillion: "100", OutputPerMillion: "100"},
 	} {
-		if _, err := store.SetPrice(b.ctx, b.pool, p); err != nil {
+		if _, err := store.NewAudit(b.pool).SetPrice(b.ctx, p); err != nil {
 			t.Fatalf("set price %+v: %v", p, err)
 		}
 	}
@@ -45,7 +45,7 @@ func TestSpendInMoney(t *testing.T) {
 		{Actor: finance, Model: "m-a", EffectiveFrom: dbNow, InputPerMillion: "1", OutputPerMillion: "1", Currency: "usd"},
 		{Actor: "", Model: "m-a", EffectiveFrom: dbNow, InputPerMillion: "1", OutputPerMillion: "1"},
 	} {
-		if _, err := store.SetPrice(b.ctx, b.pool, p); !errors.Is(err, budget.ErrInvalid) {
+		if _, err := store.NewAudit(b.pool).SetPrice(b.ctx, p); !errors.Is(err, budget.ErrInvalid) {
 			t.Errorf("SetPrice(%+v) = %v; want a validation error", p, err)
 		}
 	}

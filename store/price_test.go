@@ -28,7 +28,7 @@ func TestPricesAreAppendOnly(t *testing.T) {
 	actor := storetest.Actor(t, b.pool)
 	from := dbNow.Add(-time.Hour)
 	set := func(in, out, reason string) error {
-		_, err := store.SetPrice(b.ctx, b.pool, store.SetPriceParams{Actor: actor, Model: "m-a", EffectiveFrom: from,
+		_, err := store.NewAudit(b.pool).SetPrice(b.ctx, store.SetPriceParams{Actor: actor, Model: "m-a", EffectiveFrom: from,
 			InputPerMillion: in, OutputPerMillion: out, Reason: reason})
 		return err
 	}

@@ -23,8 +23,7 @@ var ErrBucketNotDefined = errors.New("rate limit bucket not defined")
 // Define and Take are retried after a transient database error (retry.go);
 // Refund only when the error proves it did not happen.
 type RateLimiter struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	db
 }
 
 // RateLimiterConfig tunes a RateLimiter.
@@ -42,10 +41,7 @@ func NewRateLimiter(pool *pgxpool.Pool) *RateLimiter {
 
 // NewRateLimiterWithConfig returns a rate limiter on pool tuned by cfg.
 func NewRateLimiterWithConfig(pool *pgxpool.Pool, cfg RateLimiterConfig) *RateLimiter {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	return &RateLimiter{pool: pool, log: cfg.Logger}
+	return &RateLimiter{db: newDB(pool, cfg.Logger)}
 }
 
 // Define creates bucket, empty, or changes its limits (balances are refilled

@@ -154,12 +154,12 @@ func TestTenantAuditorSeesOnlyItsTenant(t *testing.T) {
 	seedTenant(t, b, "globex")
 	acme, globex := testRole(t, b, "acme_aud"), testRole(t, b, "globex_aud")
 	for tenant, role := range map[string]string{"acme": acme, "globex": globex} {
-		res, err := store.AuditGrant(b.ctx, b.pool, tenant, role)
+		res, err := store.NewAudit(b.pool).Grant(b.ctx, tenant, role)
 		if err != nil || !res.RoleCreated || res.AlreadyGranted {
 			t.Fatalf("audit grant %s to %s: %+v, %v; want the role created", tenant, role, res, err)
 		}
 	}
-	if res, err := store.AuditGrant(b.ctx, b.pool, "acme", acme); err != nil || res.RoleCreated || !res.AlreadyGranted {
+	if res, err := store.NewAudit(b.pool).Grant(b.ctx, "acme", acme); err != nil || res.RoleCreated || !res.AlreadyGranted {
 		t.Errorf("audit grant again: %+v, %v; want already granted, nothing created", res, err)
 	}
 
@@ -269,7 +269,7 @@ func TestTenantAuditorSeesOnlyItsTenant(t *testing.T) {
 	}
 
 	// Revoked: the role keeps existing and reads nothing.
-	left, err := store.AuditRevoke(b.ctx, b.pool, "acme", acme)
+	left, err := store.NewAudit(b.pool).Revoke(b.ctx, "acme", acme)
 	if err != nil || left != 0 {
 		t.Fatalf("audit revoke: %d left, %v", left, err)
 	}
@@ -313,7 +313,7 @@ func TestAuditGrantRefusesFanoutRoles(t *testing.T) {
 		{"nope", fresh, "tenant nope: not found"},
 		{"", fresh, "tenant: must be 1 to 128"},
 	} {
-		_, err := store.AuditGrant(b.ctx, b.pool, tc.tenant, tc.role)
+		_, err := store.NewAudit(b.pool).Grant(b.ctx, tc.tenant, tc.role)
 		if !errors.Is(err, store.ErrAuditRefused) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("audit grant %q to %q: %v; want refused with %q", tc.tenant, tc.role, err, tc.want)
 		}
@@ -326,7 +326,7 @@ func TestAuditGrantRefusesFanoutRoles(t *testing.T) {
 	if roles != 0 || logged != 0 || rows != 0 {
 		t.Errorf("after refused grants: role created %d, admin_action rows %d, audit_role rows %d; want none", roles, logged, rows)
 	}
-	if _, err := store.AuditRevoke(b.ctx, b.pool, "acme", fresh); !errors.Is(err, store.ErrAuditRefused) ||
+	if _, err := store.NewAudit(b.pool).Revoke(b.ctx, "acme", fresh); !errors.Is(err, store.ErrAuditRefused) ||
 		!strings.Contains(err.Error(), "does not audit tenant acme") {
 		t.Errorf("revoke of a grant that does not exist: %v, want refused", err)
 	}
@@ -340,7 +340,7 @@ func TestAuditGrantRefusesFanoutRoles(t *testing.T) {
 		if _, err := b.pool.Exec(b.ctx, "CREATE ROLE "+su+" SUPERUSER NOLOGIN"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := store.AuditGrant(b.ctx, b.pool, "acme", su); !errors.Is(err, store.ErrAuditRefused) || !strings.Contains(err.Error(), "superuser") {
+		if _, err := store.NewAudit(b.pool).Grant(b.ctx, "acme", su); !errors.Is(err, store.ErrAuditRefused) || !strings.Contains(err.Error(), "superuser") {
 			t.Errorf("audit grant to a superuser: %v, want refused", err)
 		}
 	}

@@ -82,17 +82,13 @@ type SemaphoreConfig struct {
 // in flight is released at once, best effort; if that release came before
 // the statement committed, the slot is held until its TTL ends.
 type Semaphore struct {
-	pool    *pgxpool.Pool
-	log     *slog.Logger
+	db
 	pollMin time.Duration
 	pollMax time.Duration
 }
 
 // NewSemaphore returns a semaphore on pool.
 func NewSemaphore(pool *pgxpool.Pool, cfg SemaphoreConfig) *Semaphore {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
 	if cfg.PollMin <= 0 {
 		cfg.PollMin = 10 * time.Millisecond
 	}
@@ -100,7 +96,7 @@ func NewSemaphore(pool *pgxpool.Pool, cfg SemaphoreConfig) *Semaphore {
 		cfg.PollMax = 500 * time.Millisecond
 	}
 	cfg.PollMax = max(cfg.PollMax, cfg.PollMin)
-	return &Semaphore{pool: pool, log: cfg.Logger, pollMin: cfg.PollMin, pollMax: cfg.PollMax}
+	return &Semaphore{db: newDB(pool, cfg.Logger), pollMin: cfg.PollMin, pollMax: cfg.PollMax}
 }
 
 // releaseTimeout bounds a Release, which runs even after the caller's

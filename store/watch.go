@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
 )
 
 // WatchSource implements budget.WatchSource: run notices from the
 // process's Notifier, and a query of run accounts for the poll.
 type WatchSource struct {
-	pool     *pgxpool.Pool
+	db
 	notifier *Notifier
 }
 
@@ -23,7 +23,7 @@ var _ budget.WatchSource = (*WatchSource)(nil)
 // NewWatchSource returns a source that polls through pool and hears run
 // notices from n (nil: the poll alone).
 func NewWatchSource(pool *pgxpool.Pool, n *Notifier) *WatchSource {
-	return &WatchSource{pool: pool, notifier: n}
+	return &WatchSource{db: newDB(pool, nil), notifier: n}
 }
 
 // Listen implements budget.WatchSource: until ctx ends, or ErrNoNotifier at
@@ -38,14 +38,15 @@ func (s *WatchSource) Listen(ctx context.Context, ready func(), deliver func(bud
 
 // EndedRuns implements budget.WatchSource.
 func (s *WatchSource) EndedRuns(ctx context.Context, runIDs []string) ([]budget.RunSignal, error) {
-	rows, err := s.pool.Query(ctx, `SELECT run_id, state, cause FROM account
-		WHERE kind = 'run' AND run_id = ANY ($1) AND state <> 'open'`, runIDs)
+	rows, err := retry(ctx, s.log, "watch.ended_runs", idempotent, func(ctx context.Context, _ try) ([]dbsqlc.EndedRunsRow, error) {
+		return s.q.EndedRuns(ctx, s.pool, runIDs)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read run states: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (budget.RunSignal, error) {
-		var sig budget.RunSignal
-		err := row.Scan(&sig.RunID, &sig.State, &sig.Cause)
-		return sig, err
-	})
+	sigs := make([]budget.RunSignal, len(rows))
+	for i, r := range rows {
+		sigs[i] = budget.RunSignal{RunID: r.RunID, State: budget.AccountState(r.State), Cause: r.Cause}
+	}
+	return sigs, nil
 }

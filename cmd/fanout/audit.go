@@ -58,14 +58,14 @@ func cmdAudit(ctx context.Context, env *Env, args []string) error {
 	}
 	defer pool.Close()
 	if verb == "revoke" {
-		left, err := store.AuditRevoke(ctx, pool, tenant, role)
+		left, err := store.NewAudit(pool).Revoke(ctx, tenant, role)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "role %s no longer audits tenant %s (it audits %d other tenant(s); the role itself is kept)\n", role, tenant, left)
 		return nil
 	}
-	res, err := store.AuditGrant(ctx, pool, tenant, role)
+	res, err := store.NewAudit(pool).Grant(ctx, tenant, role)
 	if err != nil {
 		return err
 	}

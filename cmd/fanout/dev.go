@@ -280,7 +280,7 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 		return err
 	}
 	defer auditPool.Close()
-	audit, err := store.AuditRun(ctx, auditPool, tenant, last.GetRunId())
+	audit, err := store.NewAudit(auditPool).Run(ctx, tenant, last.GetRunId())
 	if err != nil {
 		return err
 	}
@@ -350,7 +350,7 @@ func cmdLedger(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	a, err := store.AuditRun(ctx, pool, tenant, runID)
+	a, err := store.NewAudit(pool).Run(ctx, tenant, runID)
 	if err != nil {
 		return err
 	}
