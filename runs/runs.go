@@ -57,10 +57,66 @@ func (h Head) Final() bool {
 	return h.State != fanoutv1.RunState_RUN_STATE_RUNNING && h.State != fanoutv1.RunState_RUN_STATE_UNSPECIFIED
 }
 
-// Text is an enum value's stored text: its name without the enum's prefix,
-// "SUCCEEDED" for RUN_STATE_SUCCEEDED. Columns, metric attributes, logs and
-// the CLI all use it.
+// The stored text of every run state and task status: what run.state and
+// task.status hold (their CHECK constraints, run_state_check and
+// task_status_check, list the same texts) and what metric attributes, logs
+// and the CLI show. Written out rather than derived from the enum names, so
+// that renaming or renumbering a value of the API does not change what is
+// stored; a new value needs its text here and in the CHECK constraint
+// (texts_test.go checks both). The zero values have none: they are never
+// stored.
+var (
+	stateTexts = map[fanoutv1.RunState]string{
+		fanoutv1.RunState_RUN_STATE_RUNNING:          "RUNNING",
+		fanoutv1.RunState_RUN_STATE_SUCCEEDED:        "SUCCEEDED",
+		fanoutv1.RunState_RUN_STATE_FAILED:           "FAILED",
+		fanoutv1.RunState_RUN_STATE_CANCELLED:        "CANCELLED",
+		fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED: "BUDGET_EXHAUSTED",
+		fanoutv1.RunState_RUN_STATE_TIMED_OUT:        "TIMED_OUT",
+	}
+	statusTexts = map[fanoutv1.TaskStatus]string{
+		fanoutv1.TaskStatus_TASK_STATUS_PENDING:          "PENDING",
+		fanoutv1.TaskStatus_TASK_STATUS_RUNNING:          "RUNNING",
+		fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED:        "SUCCEEDED",
+		fanoutv1.TaskStatus_TASK_STATUS_FAILED:           "FAILED",
+		fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT:        "TIMED_OUT",
+		fanoutv1.TaskStatus_TASK_STATUS_CANCELLED:        "CANCELLED",
+		fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED: "BUDGET_EXHAUSTED",
+		fanoutv1.TaskStatus_TASK_STATUS_ITERATION_LIMIT:  "ITERATION_LIMIT",
+		fanoutv1.TaskStatus_TASK_STATUS_SKIPPED:          "SKIPPED",
+	}
+	statesByText   = inverse(stateTexts)
+	statusesByText = inverse(statusTexts)
+)
+
+func inverse[E comparable](texts map[E]string) map[string]E {
+	out := make(map[string]E, len(texts))
+	for e, text := range texts {
+		if _, dup := out[text]; dup {
+			panic("runs: two values stored as " + text)
+		}
+		out[text] = e
+	}
+	return out
+}
+
+// Text is an enum value's stored text: "SUCCEEDED" for RUN_STATE_SUCCEEDED,
+// from the table above for run states and task statuses. Columns, metric
+// attributes, logs and the CLI all use it. Any other enum (a join policy in
+// a metric attribute), and a state or status with no stored text (the zero
+// value, or a number this binary does not know), shows as its name without
+// the enum's prefix, or its number: for display only, never stored.
 func Text(e protoreflect.Enum) string {
+	switch v := e.(type) {
+	case fanoutv1.RunState:
+		if text, ok := stateTexts[v]; ok {
+			return text
+		}
+	case fanoutv1.TaskStatus:
+		if text, ok := statusTexts[v]; ok {
+			return text
+		}
+	}
 	v := e.Descriptor().Values().ByNumber(e.Number())
 	if v == nil {
 		return fmt.Sprint(e.Number())
@@ -70,25 +126,21 @@ func Text(e protoreflect.Enum) string {
 
 // ParseState reads a run state's stored text (case-insensitive).
 func ParseState(text string) (fanoutv1.RunState, error) {
-	n, err := parse(fanoutv1.RunState(0).Descriptor(), text)
-	return fanoutv1.RunState(n), err
+	if s, ok := statesByText[strings.ToUpper(text)]; ok {
+		return s, nil
+	}
+	return 0, fmt.Errorf("%q is not a RunState", text)
 }
 
 // ParseStatus reads a task status's stored text (case-insensitive).
 func ParseStatus(text string) (fanoutv1.TaskStatus, error) {
-	n, err := parse(fanoutv1.TaskStatus(0).Descriptor(), text)
-	return fanoutv1.TaskStatus(n), err
-}
-
-func parse(d protoreflect.EnumDescriptor, text string) (protoreflect.EnumNumber, error) {
-	v := d.Values().ByName(protoreflect.Name(prefix(d) + strings.ToUpper(text)))
-	if v == nil || v.Number() == 0 {
-		return 0, fmt.Errorf("%q is not a %s", text, d.Name())
+	if s, ok := statusesByText[strings.ToUpper(text)]; ok {
+		return s, nil
 	}
-	return v.Number(), nil
+	return 0, fmt.Errorf("%q is not a TaskStatus", text)
 }
 
-// prefix is the enum's value prefix, "RUN_STATE_": buf lint requires the
+// prefix is the enum's value prefix, "JOIN_POLICY_": buf lint requires the
 // zero value to be PREFIX_UNSPECIFIED.
 func prefix(d protoreflect.EnumDescriptor) string {
 	return strings.TrimSuffix(string(d.Values().ByNumber(0).Name()), "UNSPECIFIED")
