@@ -29,8 +29,9 @@ import (
 // tenant when the caller gives one; an empty tenant id matches any tenant
 // (for the node that drives the run, which knows it owns it).
 //
-// Specs, outcomes, joined results and events are kept as protojson in jsonb
-// columns (see toJSONB), so that SQL can read them; amounts stay typed columns.
+// Specs, outcomes, joined results and events are kept in jsonb columns as
+// the store's own records (records.go), mapped from and to the API's
+// messages here, so that SQL can read them; amounts stay typed columns.
 //
 // Unknown runs are reported as runs.ErrNotFound.
 //
@@ -84,7 +85,7 @@ func (s *Runs) Close() { s.events.close() }
 // a run with the same idempotency key, it writes nothing and returns that
 // run with created false; comparing specs is the caller's business.
 func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (*fanoutv1.Run, bool, error) {
-	spec, err := toJSONB(run.GetSpec())
+	spec, err := encodeSpec(run.GetSpec())
 	if err != nil {
 		return nil, false, fmt.Errorf("create run %s: encode spec: %w", run.GetRunId(), err)
 	}
@@ -222,7 +223,8 @@ type taskRow struct {
 func (r taskRow) outcome() (*fanoutv1.TaskOutcome, error) {
 	o := &fanoutv1.TaskOutcome{}
 	if r.Outcome != nil {
-		if err := fromJSONB(r.Outcome, o); err != nil {
+		var err error
+		if o, err = decodeOutcome(r.Outcome); err != nil {
 			return nil, fmt.Errorf("decode outcome of task %s: %w", r.TaskID, err)
 		}
 	}
@@ -258,16 +260,14 @@ func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
 		IdempotencyKey: r.IdempotencyKey,
 		State:          state,
 		CancelCause:    r.CancelCause,
-		Spec:           &fanoutv1.RunSpec{},
 		CreatedAt:      timestamppb.New(r.CreatedAt),
 		FinishedAt:     timestamp(r.FinishedAt),
 	}
-	if err := fromJSONB(r.Spec, out.Spec); err != nil {
+	if out.Spec, err = decodeSpec(r.Spec); err != nil {
 		return nil, fmt.Errorf("decode spec of run %s: %w", r.RunID, err)
 	}
 	if r.Result != nil {
-		out.Result = &fanoutv1.JoinedResult{}
-		if err := fromJSONB(r.Result, out.Result); err != nil {
+		if out.Result, err = decodeResult(r.Result); err != nil {
 			return nil, fmt.Errorf("decode result of run %s: %w", r.RunID, err)
 		}
 	}
@@ -502,7 +502,7 @@ func (s *Runs) FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.
 func (s *Runs) finishedAs(ctx context.Context, runID string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil
-	body, err := toJSONB(stored)
+	body, err := encodeOutcome(stored)
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
 	}
@@ -529,7 +529,7 @@ func (s *Runs) finishedAs(ctx context.Context, runID string, o *fanoutv1.TaskOut
 func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
 	stored := proto.CloneOf(o)
 	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
-	body, err := toJSONB(stored)
+	body, err := encodeOutcome(stored)
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
 	}
@@ -564,7 +564,7 @@ func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fa
 	bodies := make([][]byte, len(outcomes))
 	keys := make([]string, len(outcomes))
 	for i, o := range outcomes {
-		body, err := toJSONB(&fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
+		body, err := encodeEvent(&fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
 			TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}})
 		if err != nil {
 			return fmt.Errorf("append TaskFinished to run %s: encode: %w", runID, err)
@@ -652,14 +652,14 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 // ended the run, and returns no run.
 func (s *Runs) finishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult, t try) (run *fanoutv1.Run, ended bool, err error) {
-	body, err := toJSONB(result)
+	body, err := encodeResult(result)
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: encode result: %w", runID, err)
 	}
 	if result == nil {
 		body = nil
 	}
-	event, err := toJSONB(&fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{
+	event, err := encodeEvent(&fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{
 		RunFinished: &fanoutv1.RunFinished{State: state, CancelCause: cause, Result: result}}})
 	if err != nil {
 		return nil, false, fmt.Errorf("finish run %s: encode RunFinished: %w", runID, err)
@@ -759,7 +759,7 @@ func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Du
 // keep their outcomes. It returns the tasks it ended, in dispatch order. An
 // unknown run has no tasks to end.
 func (s *Runs) FailTasks(ctx context.Context, runID, owner, reason string) ([]*fanoutv1.TaskOutcome, error) {
-	body, err := toJSONB(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
+	body, err := encodeOutcome(&fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED,
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, Error: reason}})
 	if err != nil {
 		return nil, fmt.Errorf("fail tasks of run %s: encode outcome: %w", runID, err)
@@ -854,7 +854,7 @@ func (s *Runs) AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.R
 	for i, ev := range evs {
 		out := proto.CloneOf(ev)
 		out.RunId, out.Sequence, out.Time = "", 0, nil // the columns hold them
-		body, err := toJSONB(out)
+		body, err := encodeEvent(out)
 		if err != nil {
 			return nil, fmt.Errorf("append events to run %s: encode: %w", runID, err)
 		}
@@ -914,7 +914,7 @@ func newEventKey() string {
 // eventOp is one AppendEvents call waiting for its batch.
 type eventOp struct {
 	runID  string
-	bodies [][]byte // protojson, in order
+	bodies [][]byte // eventRecords, in order
 	keys   []string // each body's event_key
 	first  int64    // the sequence of bodies[0], once appended
 	at     time.Time
@@ -1043,8 +1043,8 @@ func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, 
 		}
 		out := make([]*fanoutv1.RunEvent, len(rows))
 		for i, r := range rows {
-			ev := &fanoutv1.RunEvent{}
-			if err := fromJSONB(r.Event, ev); err != nil {
+			ev, err := decodeEvent(r.Event)
+			if err != nil {
 				return nil, fmt.Errorf("decode event %d: %w", r.Sequence, err)
 			}
 			ev.RunId, ev.Sequence, ev.Time = runID, r.Sequence, timestamppb.New(r.CreatedAt)

@@ -1,0 +1,898 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// The documents in jsonb columns (run.spec, run.result, task.outcome,
+// run_event.event) are the store's own records, below: Go structs whose
+// JSON names are written out in their tags, mapped from and to the API's
+// messages by the functions beside them, at the store's edge. So renaming
+// or renumbering a field or an enum value of the API changes nothing
+// stored; a new field is stored once its record has it (records_test.go
+// fails until then).
+//
+// Their shape is the one the store wrote before it had records, protojson
+// with the proto field names, so that rows written then read back the
+// same and SQL reads them as it did (spec->>'goal', the generated column
+// task.outcome_error, outcome->'summary'->>'error'): snake_case names; a
+// zero scalar, an empty list or map and an unset message left out; int64
+// as a JSON string ("42"); enums by their value names
+// ("TASK_STATUS_FAILED"); Timestamp and Duration as protojson's strings
+// ("2024-05-01T10:00:00.250Z", "1.5s"). Unknown names are skipped on read
+// (a newer binary wrote them).
+
+// encodeSpec, encodeOutcome, encodeResult and encodeEvent encode a message
+// as its record for a jsonb column; a nil message is {}.
+func encodeSpec(m *fanoutv1.RunSpec) ([]byte, error) { return encodeRecord(m, specRecordOf(m)) }
+
+func encodeOutcome(m *fanoutv1.TaskOutcome) ([]byte, error) {
+	return encodeRecord(m, outcomeRecordOf(m))
+}
+
+func encodeResult(m *fanoutv1.JoinedResult) ([]byte, error) {
+	return encodeRecord(m, resultRecordOf(m))
+}
+
+func encodeEvent(m *fanoutv1.RunEvent) ([]byte, error) {
+	r := eventRecordOf(m)
+	if m.GetEvent() != nil && !r.set() {
+		return nil, fmt.Errorf("no record for an event %T", m.GetEvent())
+	}
+	return encodeRecord(m, r)
+}
+
+// decodeSpec, decodeOutcome, decodeResult and decodeEvent read a jsonb
+// column's record into its message.
+func decodeSpec(b []byte) (*fanoutv1.RunSpec, error) { return decodeRecord(b, (*specRecord).proto) }
+
+func decodeOutcome(b []byte) (*fanoutv1.TaskOutcome, error) {
+	return decodeRecord(b, (*outcomeRecord).proto)
+}
+
+func decodeResult(b []byte) (*fanoutv1.JoinedResult, error) {
+	return decodeRecord(b, (*resultRecord).proto)
+}
+
+func decodeEvent(b []byte) (*fanoutv1.RunEvent, error) { return decodeRecord(b, (*eventRecord).proto) }
+
+func encodeRecord(m proto.Message, r any) ([]byte, error) {
+	if m == nil || !m.ProtoReflect().IsValid() {
+		return []byte("{}"), nil
+	}
+	// protojson refused a string that is not UTF-8; encoding/json would
+	// store U+FFFD instead of the bad bytes.
+	if err := checkUTF8(m.ProtoReflect()); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // "<" as "<", not "\u003c", as protojson wrote it
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+func decodeRecord[R, M any](b []byte, message func(*R) *M) (*M, error) {
+	r := new(R)
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, err
+	}
+	return message(r), nil
+}
+
+func checkUTF8(m protoreflect.Message) (err error) {
+	check := func(fd protoreflect.FieldDescriptor, v protoreflect.Value) error {
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			if !utf8.ValidString(v.String()) {
+				return fmt.Errorf("field %s holds invalid UTF-8", fd.FullName())
+			}
+		case protoreflect.MessageKind:
+			return checkUTF8(v.Message())
+		}
+		return nil
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList():
+			for i := 0; i < v.List().Len() && err == nil; i++ {
+				err = check(fd, v.List().Get(i))
+			}
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+				if err = check(fd.MapKey(), k.Value()); err == nil {
+					err = check(fd.MapValue(), v)
+				}
+				return err == nil
+			})
+		default:
+			err = check(fd, v)
+		}
+		return err == nil
+	})
+	return err
+}
+
+// each maps a list of messages or records; an element that maps to nil
+// (a nil element) is an empty one, as protojson wrote it ({}).
+func each[T, U any](in []*T, f func(*T) *U) []*U {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]*U, len(in))
+	for i, x := range in {
+		if out[i] = f(x); out[i] == nil {
+			out[i] = new(U)
+		}
+	}
+	return out
+}
+
+// specRecord is a fanout.v1.RunSpec: run.spec.
+type specRecord struct {
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	TenantID       string            `json:"tenant_id,omitempty"`
+	Goal           string            `json:"goal,omitempty"`
+	Tasks          []*taskSpecRecord `json:"tasks,omitempty"`
+	Budget         *budgetRecord     `json:"budget,omitempty"`
+	Limits         *limitsRecord     `json:"limits,omitempty"`
+	OnExhaustion   exhaustionJSON    `json:"on_exhaustion,omitzero"`
+	JoinPolicy     joinPolicyJSON    `json:"join_policy,omitzero"`
+	Synthesize     bool              `json:"synthesize,omitempty"`
+	Model          *modelRecord      `json:"model,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+}
+
+func specRecordOf(m *fanoutv1.RunSpec) *specRecord {
+	if m == nil {
+		return nil
+	}
+	return &specRecord{IdempotencyKey: m.GetIdempotencyKey(), TenantID: m.GetTenantId(), Goal: m.GetGoal(),
+		Tasks: each(m.GetTasks(), taskSpecRecordOf), Budget: budgetRecordOf(m.GetBudget()),
+		Limits: limitsRecordOf(m.GetLimits()), OnExhaustion: exhaustionJSON(m.GetOnExhaustion()),
+		JoinPolicy: joinPolicyJSON(m.GetJoinPolicy()), Synthesize: m.GetSynthesize(),
+		Model: modelRecordOf(m.GetModel()), Labels: m.GetLabels()}
+}
+
+func (r *specRecord) proto() *fanoutv1.RunSpec {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.RunSpec{IdempotencyKey: r.IdempotencyKey, TenantId: r.TenantID, Goal: r.Goal,
+		Tasks: each(r.Tasks, (*taskSpecRecord).proto), Budget: r.Budget.proto(), Limits: r.Limits.proto(),
+		OnExhaustion: fanoutv1.ExhaustionPolicy(r.OnExhaustion), JoinPolicy: fanoutv1.JoinPolicy(r.JoinPolicy),
+		Synthesize: r.Synthesize, Model: r.Model.proto(), Labels: r.Labels}
+}
+
+// taskSpecRecord is a fanout.v1.TaskSpec.
+type taskSpecRecord struct {
+	ID            string        `json:"id,omitempty"`
+	Instruction   string        `json:"instruction,omitempty"`
+	TokenBudget   int64JSON     `json:"token_budget,omitzero"`
+	MaxIterations int32         `json:"max_iterations,omitempty"`
+	AllowedTools  []string      `json:"allowed_tools,omitempty"`
+	DependsOn     []string      `json:"depends_on,omitempty"`
+	Timeout       *durationJSON `json:"timeout,omitempty"`
+}
+
+func taskSpecRecordOf(m *fanoutv1.TaskSpec) *taskSpecRecord {
+	if m == nil {
+		return nil
+	}
+	return &taskSpecRecord{ID: m.GetId(), Instruction: m.GetInstruction(), TokenBudget: int64JSON(m.GetTokenBudget()),
+		MaxIterations: m.GetMaxIterations(), AllowedTools: m.GetAllowedTools(), DependsOn: m.GetDependsOn(),
+		Timeout: durationOf(m.GetTimeout())}
+}
+
+func (r *taskSpecRecord) proto() *fanoutv1.TaskSpec {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.TaskSpec{Id: r.ID, Instruction: r.Instruction, TokenBudget: int64(r.TokenBudget),
+		MaxIterations: r.MaxIterations, AllowedTools: r.AllowedTools, DependsOn: r.DependsOn,
+		Timeout: r.Timeout.proto()}
+}
+
+// budgetRecord is a fanout.v1.Budget.
+type budgetRecord struct {
+	LimitTokens          int64JSON `json:"limit_tokens,omitzero"`
+	MinReservationTokens int64JSON `json:"min_reservation_tokens,omitzero"`
+}
+
+func budgetRecordOf(m *fanoutv1.Budget) *budgetRecord {
+	if m == nil {
+		return nil
+	}
+	return &budgetRecord{LimitTokens: int64JSON(m.GetLimitTokens()), MinReservationTokens: int64JSON(m.GetMinReservationTokens())}
+}
+
+func (r *budgetRecord) proto() *fanoutv1.Budget {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.Budget{LimitTokens: int64(r.LimitTokens), MinReservationTokens: int64(r.MinReservationTokens)}
+}
+
+// limitsRecord is a fanout.v1.Limits.
+type limitsRecord struct {
+	MaxConcurrency int32         `json:"max_concurrency,omitempty"`
+	RunTimeout     *durationJSON `json:"run_timeout,omitempty"`
+}
+
+func limitsRecordOf(m *fanoutv1.Limits) *limitsRecord {
+	if m == nil {
+		return nil
+	}
+	return &limitsRecord{MaxConcurrency: m.GetMaxConcurrency(), RunTimeout: durationOf(m.GetRunTimeout())}
+}
+
+func (r *limitsRecord) proto() *fanoutv1.Limits {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.Limits{MaxConcurrency: r.MaxConcurrency, RunTimeout: r.RunTimeout.proto()}
+}
+
+// modelRecord is a fanout.v1.ModelSettings.
+type modelRecord struct {
+	Provider        string     `json:"provider,omitempty"`
+	Model           string     `json:"model,omitempty"`
+	Temperature     doubleJSON `json:"temperature,omitzero"`
+	MaxOutputTokens int32      `json:"max_output_tokens,omitempty"`
+	Seed            int64JSON  `json:"seed,omitzero"`
+}
+
+func modelRecordOf(m *fanoutv1.ModelSettings) *modelRecord {
+	if m == nil {
+		return nil
+	}
+	return &modelRecord{Provider: m.GetProvider(), Model: m.GetModel(), Temperature: doubleJSON(m.GetTemperature()),
+		MaxOutputTokens: m.GetMaxOutputTokens(), Seed: int64JSON(m.GetSeed())}
+}
+
+func (r *modelRecord) proto() *fanoutv1.ModelSettings {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.ModelSettings{Provider: r.Provider, Model: r.Model, Temperature: float64(r.Temperature),
+		MaxOutputTokens: r.MaxOutputTokens, Seed: int64(r.Seed)}
+}
+
+// factRecord is a fanout.v1.Fact.
+type factRecord struct {
+	Text    string   `json:"text,omitempty"`
+	Sources []string `json:"sources,omitempty"`
+}
+
+func factRecordOf(m *fanoutv1.Fact) *factRecord {
+	if m == nil {
+		return nil
+	}
+	return &factRecord{Text: m.GetText(), Sources: m.GetSources()}
+}
+
+func (r *factRecord) proto() *fanoutv1.Fact {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.Fact{Text: r.Text, Sources: r.Sources}
+}
+
+// summaryRecord is a fanout.v1.FactSummary.
+type summaryRecord struct {
+	Facts       []*factRecord  `json:"facts,omitempty"`
+	Tried       []string       `json:"tried,omitempty"`
+	Failed      []string       `json:"failed,omitempty"`
+	TokensSpent int64JSON      `json:"tokens_spent,omitzero"`
+	Iterations  int32          `json:"iterations,omitempty"`
+	Status      taskStatusJSON `json:"status,omitzero"`
+	Error       string         `json:"error,omitempty"` // task.outcome_error
+}
+
+func summaryRecordOf(m *fanoutv1.FactSummary) *summaryRecord {
+	if m == nil {
+		return nil
+	}
+	return &summaryRecord{Facts: each(m.GetFacts(), factRecordOf), Tried: m.GetTried(), Failed: m.GetFailed(),
+		TokensSpent: int64JSON(m.GetTokensSpent()), Iterations: m.GetIterations(),
+		Status: taskStatusJSON(m.GetStatus()), Error: m.GetError()}
+}
+
+func (r *summaryRecord) proto() *fanoutv1.FactSummary {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.FactSummary{Facts: each(r.Facts, (*factRecord).proto), Tried: r.Tried, Failed: r.Failed,
+		TokensSpent: int64(r.TokensSpent), Iterations: r.Iterations, Status: fanoutv1.TaskStatus(r.Status),
+		Error: r.Error}
+}
+
+// outcomeRecord is a fanout.v1.TaskOutcome: task.outcome (without its
+// times, which are columns), and a task in a result or an event.
+type outcomeRecord struct {
+	TaskID        string         `json:"task_id,omitempty"`
+	DispatchIndex int32          `json:"dispatch_index,omitempty"`
+	Status        taskStatusJSON `json:"status,omitzero"`
+	Summary       *summaryRecord `json:"summary,omitempty"`
+	TokensSpent   int64JSON      `json:"tokens_spent,omitzero"`
+	Worker        string         `json:"worker,omitempty"`
+	StartedAt     *timestampJSON `json:"started_at,omitempty"`
+	FinishedAt    *timestampJSON `json:"finished_at,omitempty"`
+}
+
+func outcomeRecordOf(m *fanoutv1.TaskOutcome) *outcomeRecord {
+	if m == nil {
+		return nil
+	}
+	return &outcomeRecord{TaskID: m.GetTaskId(), DispatchIndex: m.GetDispatchIndex(),
+		Status: taskStatusJSON(m.GetStatus()), Summary: summaryRecordOf(m.GetSummary()),
+		TokensSpent: int64JSON(m.GetTokensSpent()), Worker: m.GetWorker(),
+		StartedAt: timestampOf(m.GetStartedAt()), FinishedAt: timestampOf(m.GetFinishedAt())}
+}
+
+func (r *outcomeRecord) proto() *fanoutv1.TaskOutcome {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.TaskOutcome{TaskId: r.TaskID, DispatchIndex: r.DispatchIndex,
+		Status: fanoutv1.TaskStatus(r.Status), Summary: r.Summary.proto(), TokensSpent: int64(r.TokensSpent),
+		Worker: r.Worker, StartedAt: r.StartedAt.proto(), FinishedAt: r.FinishedAt.proto()}
+}
+
+// snapshotRecord is a fanout.v1.BudgetSnapshot.
+type snapshotRecord struct {
+	LimitTokens     int64JSON `json:"limit_tokens,omitzero"`
+	AvailableTokens int64JSON `json:"available_tokens,omitzero"`
+	ReservedTokens  int64JSON `json:"reserved_tokens,omitzero"`
+	SpentTokens     int64JSON `json:"spent_tokens,omitzero"`
+	Exhausted       bool      `json:"exhausted,omitempty"`
+}
+
+func snapshotRecordOf(m *fanoutv1.BudgetSnapshot) *snapshotRecord {
+	if m == nil {
+		return nil
+	}
+	return &snapshotRecord{LimitTokens: int64JSON(m.GetLimitTokens()), AvailableTokens: int64JSON(m.GetAvailableTokens()),
+		ReservedTokens: int64JSON(m.GetReservedTokens()), SpentTokens: int64JSON(m.GetSpentTokens()),
+		Exhausted: m.GetExhausted()}
+}
+
+func (r *snapshotRecord) proto() *fanoutv1.BudgetSnapshot {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.BudgetSnapshot{LimitTokens: int64(r.LimitTokens), AvailableTokens: int64(r.AvailableTokens),
+		ReservedTokens: int64(r.ReservedTokens), SpentTokens: int64(r.SpentTokens), Exhausted: r.Exhausted}
+}
+
+// resultRecord is a fanout.v1.JoinedResult: run.result.
+type resultRecord struct {
+	Facts                  []*factRecord    `json:"facts,omitempty"`
+	Tasks                  []*outcomeRecord `json:"tasks,omitempty"`
+	TotalTokens            int64JSON        `json:"total_tokens,omitzero"`
+	Synthesis              string           `json:"synthesis,omitempty"`
+	SynthesisSkippedReason string           `json:"synthesis_skipped_reason,omitempty"`
+}
+
+func resultRecordOf(m *fanoutv1.JoinedResult) *resultRecord {
+	if m == nil {
+		return nil
+	}
+	return &resultRecord{Facts: each(m.GetFacts(), factRecordOf), Tasks: each(m.GetTasks(), outcomeRecordOf),
+		TotalTokens: int64JSON(m.GetTotalTokens()), Synthesis: m.GetSynthesis(),
+		SynthesisSkippedReason: m.GetSynthesisSkippedReason()}
+}
+
+func (r *resultRecord) proto() *fanoutv1.JoinedResult {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.JoinedResult{Facts: each(r.Facts, (*factRecord).proto), Tasks: each(r.Tasks, (*outcomeRecord).proto),
+		TotalTokens: int64(r.TotalTokens), Synthesis: r.Synthesis, SynthesisSkippedReason: r.SynthesisSkippedReason}
+}
+
+// runRecord is a fanout.v1.Run, in a RunStarted event.
+type runRecord struct {
+	RunID          string            `json:"run_id,omitempty"`
+	TenantID       string            `json:"tenant_id,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	State          runStateJSON      `json:"state,omitzero"`
+	CancelCause    string            `json:"cancel_cause,omitempty"`
+	Spec           *specRecord       `json:"spec,omitempty"`
+	Budget         *snapshotRecord   `json:"budget,omitempty"`
+	Tasks          []*outcomeRecord  `json:"tasks,omitempty"`
+	Result         *resultRecord     `json:"result,omitempty"`
+	CreatedAt      *timestampJSON    `json:"created_at,omitempty"`
+	FinishedAt     *timestampJSON    `json:"finished_at,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+}
+
+func runRecordOf(m *fanoutv1.Run) *runRecord {
+	if m == nil {
+		return nil
+	}
+	return &runRecord{RunID: m.GetRunId(), TenantID: m.GetTenantId(), IdempotencyKey: m.GetIdempotencyKey(),
+		State: runStateJSON(m.GetState()), CancelCause: m.GetCancelCause(), Spec: specRecordOf(m.GetSpec()),
+		Budget: snapshotRecordOf(m.GetBudget()), Tasks: each(m.GetTasks(), outcomeRecordOf),
+		Result: resultRecordOf(m.GetResult()), CreatedAt: timestampOf(m.GetCreatedAt()),
+		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels()}
+}
+
+func (r *runRecord) proto() *fanoutv1.Run {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.Run{RunId: r.RunID, TenantId: r.TenantID, IdempotencyKey: r.IdempotencyKey,
+		State: fanoutv1.RunState(r.State), CancelCause: r.CancelCause, Spec: r.Spec.proto(), Budget: r.Budget.proto(),
+		Tasks: each(r.Tasks, (*outcomeRecord).proto), Result: r.Result.proto(), CreatedAt: r.CreatedAt.proto(),
+		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels}
+}
+
+// eventRecord is a fanout.v1.RunEvent: run_event.event (stored without its
+// sequence, run and time, which are columns). One of the members after
+// Time is set, as in the event's oneof.
+type eventRecord struct {
+	Sequence        int64JSON            `json:"sequence,omitzero"`
+	RunID           string               `json:"run_id,omitempty"`
+	Time            *timestampJSON       `json:"time,omitempty"`
+	RunStarted      *runStartedRecord    `json:"run_started,omitempty"`
+	TaskQueued      *taskQueuedRecord    `json:"task_queued,omitempty"`
+	TaskStarted     *taskStartedRecord   `json:"task_started,omitempty"`
+	TaskIteration   *taskIterationRecord `json:"task_iteration,omitempty"`
+	TaskFinished    *taskFinishedRecord  `json:"task_finished,omitempty"`
+	BudgetUpdate    *budgetEventRecord   `json:"budget_update,omitempty"`
+	BudgetExhausted *budgetEventRecord   `json:"budget_exhausted,omitempty"`
+	RunFinished     *runFinishedRecord   `json:"run_finished,omitempty"`
+	RunAdopted      *runAdoptedRecord    `json:"run_adopted,omitempty"`
+}
+
+// The members of an event; each is its API message of the same name, but
+// budgetEventRecord, which is BudgetUpdate and BudgetExhausted alike.
+type (
+	runStartedRecord struct {
+		Run *runRecord `json:"run,omitempty"`
+	}
+	taskQueuedRecord struct {
+		TaskID        string `json:"task_id,omitempty"`
+		DispatchIndex int32  `json:"dispatch_index,omitempty"`
+	}
+	taskStartedRecord struct {
+		TaskID string `json:"task_id,omitempty"`
+		Worker string `json:"worker,omitempty"`
+	}
+	taskIterationRecord struct {
+		TaskID      string    `json:"task_id,omitempty"`
+		Iteration   int32     `json:"iteration,omitempty"`
+		TokensSpent int64JSON `json:"tokens_spent,omitzero"`
+		ToolCalls   int32     `json:"tool_calls,omitempty"`
+	}
+	taskFinishedRecord struct {
+		Outcome *outcomeRecord `json:"outcome,omitempty"`
+	}
+	budgetEventRecord struct {
+		Budget *snapshotRecord `json:"budget,omitempty"`
+	}
+	runFinishedRecord struct {
+		State       runStateJSON  `json:"state,omitzero"`
+		CancelCause string        `json:"cancel_cause,omitempty"`
+		Result      *resultRecord `json:"result,omitempty"`
+	}
+	runAdoptedRecord struct {
+		PreviousOwner  string   `json:"previous_owner,omitempty"`
+		Owner          string   `json:"owner,omitempty"`
+		Adoptions      int32    `json:"adoptions,omitempty"`
+		ResumedTaskIDs []string `json:"resumed_task_ids,omitempty"`
+	}
+)
+
+// eventRecordOf maps an event; a member set to a nil message is an empty
+// one, as protojson wrote it. A member it does not know leaves the record
+// without one (encodeEvent refuses it).
+func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
+	if m == nil {
+		return nil
+	}
+	r := &eventRecord{Sequence: int64JSON(m.GetSequence()), RunID: m.GetRunId(), Time: timestampOf(m.GetTime())}
+	switch e := m.GetEvent().(type) {
+	case *fanoutv1.RunEvent_RunStarted:
+		r.RunStarted = &runStartedRecord{Run: runRecordOf(e.RunStarted.GetRun())}
+	case *fanoutv1.RunEvent_TaskQueued:
+		r.TaskQueued = &taskQueuedRecord{TaskID: e.TaskQueued.GetTaskId(), DispatchIndex: e.TaskQueued.GetDispatchIndex()}
+	case *fanoutv1.RunEvent_TaskStarted:
+		r.TaskStarted = &taskStartedRecord{TaskID: e.TaskStarted.GetTaskId(), Worker: e.TaskStarted.GetWorker()}
+	case *fanoutv1.RunEvent_TaskIteration:
+		it := e.TaskIteration
+		r.TaskIteration = &taskIterationRecord{TaskID: it.GetTaskId(), Iteration: it.GetIteration(),
+			TokensSpent: int64JSON(it.GetTokensSpent()), ToolCalls: it.GetToolCalls()}
+	case *fanoutv1.RunEvent_TaskFinished:
+		r.TaskFinished = &taskFinishedRecord{Outcome: outcomeRecordOf(e.TaskFinished.GetOutcome())}
+	case *fanoutv1.RunEvent_BudgetUpdate:
+		r.BudgetUpdate = &budgetEventRecord{Budget: snapshotRecordOf(e.BudgetUpdate.GetBudget())}
+	case *fanoutv1.RunEvent_BudgetExhausted:
+		r.BudgetExhausted = &budgetEventRecord{Budget: snapshotRecordOf(e.BudgetExhausted.GetBudget())}
+	case *fanoutv1.RunEvent_RunFinished:
+		f := e.RunFinished
+		r.RunFinished = &runFinishedRecord{State: runStateJSON(f.GetState()), CancelCause: f.GetCancelCause(),
+			Result: resultRecordOf(f.GetResult())}
+	case *fanoutv1.RunEvent_RunAdopted:
+		a := e.RunAdopted
+		r.RunAdopted = &runAdoptedRecord{PreviousOwner: a.GetPreviousOwner(), Owner: a.GetOwner(),
+			Adoptions: a.GetAdoptions(), ResumedTaskIDs: a.GetResumedTaskIds()}
+	}
+	return r
+}
+
+// set reports whether one of the record's members is set.
+func (r *eventRecord) set() bool {
+	return r.RunStarted != nil || r.TaskQueued != nil || r.TaskStarted != nil || r.TaskIteration != nil ||
+		r.TaskFinished != nil || r.BudgetUpdate != nil || r.BudgetExhausted != nil || r.RunFinished != nil ||
+		r.RunAdopted != nil
+}
+
+func (r *eventRecord) proto() *fanoutv1.RunEvent {
+	if r == nil {
+		return nil
+	}
+	m := &fanoutv1.RunEvent{Sequence: int64(r.Sequence), RunId: r.RunID, Time: r.Time.proto()}
+	switch {
+	case r.RunStarted != nil:
+		m.Event = &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: r.RunStarted.Run.proto()}}
+	case r.TaskQueued != nil:
+		m.Event = &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: r.TaskQueued.TaskID,
+			DispatchIndex: r.TaskQueued.DispatchIndex}}
+	case r.TaskStarted != nil:
+		m.Event = &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{TaskId: r.TaskStarted.TaskID,
+			Worker: r.TaskStarted.Worker}}
+	case r.TaskIteration != nil:
+		it := r.TaskIteration
+		m.Event = &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{TaskId: it.TaskID,
+			Iteration: it.Iteration, TokensSpent: int64(it.TokensSpent), ToolCalls: it.ToolCalls}}
+	case r.TaskFinished != nil:
+		m.Event = &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{
+			Outcome: r.TaskFinished.Outcome.proto()}}
+	case r.BudgetUpdate != nil:
+		m.Event = &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{
+			Budget: r.BudgetUpdate.Budget.proto()}}
+	case r.BudgetExhausted != nil:
+		m.Event = &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: &fanoutv1.BudgetExhausted{
+			Budget: r.BudgetExhausted.Budget.proto()}}
+	case r.RunFinished != nil:
+		f := r.RunFinished
+		m.Event = &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{
+			State: fanoutv1.RunState(f.State), CancelCause: f.CancelCause, Result: f.Result.proto()}}
+	case r.RunAdopted != nil:
+		a := r.RunAdopted
+		m.Event = &fanoutv1.RunEvent_RunAdopted{RunAdopted: &fanoutv1.RunAdopted{PreviousOwner: a.PreviousOwner,
+			Owner: a.Owner, Adoptions: a.Adoptions, ResumedTaskIds: a.ResumedTaskIDs}}
+	}
+	return m
+}
+
+// int64JSON is an int64 as protojson writes one: a JSON string, "42". It
+// reads a string or a number.
+type int64JSON int64
+
+func (n int64JSON) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, strconv.FormatInt(int64(n), 10)), nil
+}
+
+func (n *int64JSON) UnmarshalJSON(b []byte) error {
+	s, err := unquoteNumber(b)
+	if err != nil || s == "" {
+		return err
+	}
+	i, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		// A number written with a fraction or an exponent ("1e3"), as
+		// protojson also read it; exact up to 2^53.
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			return fmt.Errorf("%s is not an int64", b)
+		}
+		i = int64(f)
+	}
+	*n = int64JSON(i)
+	return nil
+}
+
+// unquoteNumber returns the text of a JSON number, or of a string that
+// holds one; "" for null.
+func unquoteNumber(b []byte) (string, error) {
+	if string(b) == "null" {
+		return "", nil
+	}
+	if len(b) == 0 || b[0] != '"' {
+		return string(b), nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return "", err
+	}
+	if s == "" || strings.TrimSpace(s) != s {
+		return "", fmt.Errorf("%s is not a number", b)
+	}
+	return s, nil
+}
+
+// doubleJSON is a double as protojson writes one: a JSON number, or "NaN",
+// "Infinity", "-Infinity"; -0 is not zero (it is written).
+type doubleJSON float64
+
+func (d doubleJSON) IsZero() bool { return math.Float64bits(float64(d)) == 0 }
+
+func (d doubleJSON) MarshalJSON() ([]byte, error) {
+	switch f := float64(d); {
+	case math.IsNaN(f):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(f, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(f, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return json.Marshal(float64(d))
+}
+
+func (d *doubleJSON) UnmarshalJSON(b []byte) error {
+	s, err := unquoteNumber(b)
+	if err != nil || s == "" {
+		return err
+	}
+	switch s {
+	case "NaN":
+		*d = doubleJSON(math.NaN())
+	case "Infinity":
+		*d = doubleJSON(math.Inf(1))
+	case "-Infinity":
+		*d = doubleJSON(math.Inf(-1))
+	default:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("%s is not a double", b)
+		}
+		*d = doubleJSON(f)
+	}
+	return nil
+}
+
+// timestampJSON is a google.protobuf.Timestamp as protojson writes one:
+// RFC 3339 in UTC, with 0, 3, 6 or 9 fractional digits.
+type timestampJSON struct {
+	seconds int64
+	nanos   int32
+}
+
+// The range of a Timestamp: years 1 to 9999.
+const minTimestamp, maxTimestamp = -62135596800, 253402300799
+
+func timestampOf(t *timestamppb.Timestamp) *timestampJSON {
+	if t == nil {
+		return nil
+	}
+	return &timestampJSON{t.GetSeconds(), t.GetNanos()}
+}
+
+func (t *timestampJSON) proto() *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return &timestamppb.Timestamp{Seconds: t.seconds, Nanos: t.nanos}
+}
+
+func (t timestampJSON) MarshalJSON() ([]byte, error) {
+	if t.seconds < minTimestamp || t.seconds > maxTimestamp || t.nanos < 0 || t.nanos > 999_999_999 {
+		return nil, fmt.Errorf("timestamp out of range: %d s %d ns", t.seconds, t.nanos)
+	}
+	s := time.Unix(t.seconds, int64(t.nanos)).UTC().Format("2006-01-02T15:04:05.000000000")
+	return strconv.AppendQuote(nil, trimFraction(s)+"Z"), nil
+}
+
+func (t *timestampJSON) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("timestamp %s: %w", b, err)
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	frac, zone := strings.LastIndexByte(s, '.'), strings.LastIndexAny(s, "Z-+")
+	switch {
+	case err != nil:
+		return fmt.Errorf("timestamp %s: %w", b, err)
+	case v.Unix() < minTimestamp || v.Unix() > maxTimestamp,
+		frac >= 0 && zone >= frac && zone-frac > len(".999999999"):
+		return fmt.Errorf("timestamp %s out of range", b)
+	}
+	*t = timestampJSON{v.Unix(), int32(v.Nanosecond())}
+	return nil
+}
+
+// trimFraction drops trailing groups of three zeros from the nine
+// fractional digits, and the point if none are left, as protojson does.
+func trimFraction(s string) string {
+	s = strings.TrimSuffix(s, "000")
+	s = strings.TrimSuffix(s, "000")
+	return strings.TrimSuffix(s, ".000")
+}
+
+// durationJSON is a google.protobuf.Duration as protojson writes one:
+// seconds with 0, 3, 6 or 9 fractional digits and the suffix s, "-1.500s".
+type durationJSON struct {
+	seconds int64
+	nanos   int32
+}
+
+// maxDuration is the range of a Duration in seconds, either way: 10,000
+// years.
+const maxDuration = 315576000000
+
+func durationOf(d *durationpb.Duration) *durationJSON {
+	if d == nil {
+		return nil
+	}
+	return &durationJSON{d.GetSeconds(), d.GetNanos()}
+}
+
+func (d *durationJSON) proto() *durationpb.Duration {
+	if d == nil {
+		return nil
+	}
+	return &durationpb.Duration{Seconds: d.seconds, Nanos: d.nanos}
+}
+
+func (d durationJSON) MarshalJSON() ([]byte, error) {
+	secs, nanos := d.seconds, d.nanos
+	if secs < -maxDuration || secs > maxDuration || nanos < -999_999_999 || nanos > 999_999_999 ||
+		secs > 0 && nanos < 0 || secs < 0 && nanos > 0 {
+		return nil, fmt.Errorf("duration out of range: %d s %d ns", secs, nanos)
+	}
+	sign := ""
+	if secs < 0 || nanos < 0 {
+		sign, secs, nanos = "-", -secs, -nanos
+	}
+	return strconv.AppendQuote(nil, trimFraction(fmt.Sprintf("%s%d.%09d", sign, secs, nanos))+"s"), nil
+}
+
+// durationText is what protojson reads as a Duration: a sign, an integer
+// part, a fraction of at most nine digits (either part may be missing, not
+// both) and s.
+var durationText = regexp.MustCompile(`^([+-]?)(0|[1-9][0-9]*)?(?:(\.)([0-9]{0,9}))?s$`)
+
+func (d *durationJSON) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration %s: %w", b, err)
+	}
+	m := durationText.FindStringSubmatch(s)
+	if m == nil || m[2] == "" && m[3] == "" {
+		return fmt.Errorf("%s is not a duration", b)
+	}
+	var secs, nanos int64
+	var err error
+	if m[2] != "" {
+		secs, err = strconv.ParseInt(m[2], 10, 64)
+	}
+	if err != nil || secs > maxDuration {
+		return fmt.Errorf("duration %s out of range", b)
+	}
+	if m[4] != "" {
+		nanos, _ = strconv.ParseInt((m[4] + "00000000")[:9], 10, 64)
+	}
+	if m[1] == "-" {
+		secs, nanos = -secs, -nanos
+	}
+	*d = durationJSON{secs, int32(nanos)}
+	return nil
+}
+
+// The enums of the documents, by their value names. The names are written
+// out in these tables (records_test.go checks them against the API's), so
+// that a renamed value of the API is still stored as before. A value not
+// in a table is written as its number, as protojson wrote it; a name not in
+// a table reads as unset, as protojson (discarding what it did not know)
+// read it.
+type (
+	runStateJSON   fanoutv1.RunState
+	taskStatusJSON fanoutv1.TaskStatus
+	exhaustionJSON fanoutv1.ExhaustionPolicy
+	joinPolicyJSON fanoutv1.JoinPolicy
+)
+
+var (
+	stateNames = enumNamesOf(map[fanoutv1.RunState]string{
+		fanoutv1.RunState_RUN_STATE_UNSPECIFIED:      "RUN_STATE_UNSPECIFIED",
+		fanoutv1.RunState_RUN_STATE_RUNNING:          "RUN_STATE_RUNNING",
+		fanoutv1.RunState_RUN_STATE_SUCCEEDED:        "RUN_STATE_SUCCEEDED",
+		fanoutv1.RunState_RUN_STATE_FAILED:           "RUN_STATE_FAILED",
+		fanoutv1.RunState_RUN_STATE_CANCELLED:        "RUN_STATE_CANCELLED",
+		fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED: "RUN_STATE_BUDGET_EXHAUSTED",
+		fanoutv1.RunState_RUN_STATE_TIMED_OUT:        "RUN_STATE_TIMED_OUT",
+	})
+	statusNames = enumNamesOf(map[fanoutv1.TaskStatus]string{
+		fanoutv1.TaskStatus_TASK_STATUS_UNSPECIFIED:      "TASK_STATUS_UNSPECIFIED",
+		fanoutv1.TaskStatus_TASK_STATUS_PENDING:          "TASK_STATUS_PENDING",
+		fanoutv1.TaskStatus_TASK_STATUS_RUNNING:          "TASK_STATUS_RUNNING",
+		fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED:        "TASK_STATUS_SUCCEEDED",
+		fanoutv1.TaskStatus_TASK_STATUS_FAILED:           "TASK_STATUS_FAILED",
+		fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT:        "TASK_STATUS_TIMED_OUT",
+		fanoutv1.TaskStatus_TASK_STATUS_CANCELLED:        "TASK_STATUS_CANCELLED",
+		fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED: "TASK_STATUS_BUDGET_EXHAUSTED",
+		fanoutv1.TaskStatus_TASK_STATUS_ITERATION_LIMIT:  "TASK_STATUS_ITERATION_LIMIT",
+		fanoutv1.TaskStatus_TASK_STATUS_SKIPPED:          "TASK_STATUS_SKIPPED",
+	})
+	exhaustNames = enumNamesOf(map[fanoutv1.ExhaustionPolicy]string{
+		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_UNSPECIFIED: "EXHAUSTION_POLICY_UNSPECIFIED",
+		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_CANCEL:      "EXHAUSTION_POLICY_CANCEL",
+		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN:       "EXHAUSTION_POLICY_DRAIN",
+	})
+	joinNames = enumNamesOf(map[fanoutv1.JoinPolicy]string{
+		fanoutv1.JoinPolicy_JOIN_POLICY_UNSPECIFIED:   "JOIN_POLICY_UNSPECIFIED",
+		fanoutv1.JoinPolicy_JOIN_POLICY_ALL_SETTLED:   "JOIN_POLICY_ALL_SETTLED",
+		fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST:     "JOIN_POLICY_FAIL_FAST",
+		fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS: "JOIN_POLICY_FIRST_SUCCESS",
+	})
+)
+
+func (v runStateJSON) MarshalJSON() ([]byte, error)    { return stateNames.marshal(int32(v)) }
+func (v *runStateJSON) UnmarshalJSON(b []byte) error   { return stateNames.unmarshal(b, (*int32)(v)) }
+func (v taskStatusJSON) MarshalJSON() ([]byte, error)  { return statusNames.marshal(int32(v)) }
+func (v *taskStatusJSON) UnmarshalJSON(b []byte) error { return statusNames.unmarshal(b, (*int32)(v)) }
+func (v exhaustionJSON) MarshalJSON() ([]byte, error)  { return exhaustNames.marshal(int32(v)) }
+func (v *exhaustionJSON) UnmarshalJSON(b []byte) error { return exhaustNames.unmarshal(b, (*int32)(v)) }
+func (v joinPolicyJSON) MarshalJSON() ([]byte, error)  { return joinNames.marshal(int32(v)) }
+func (v *joinPolicyJSON) UnmarshalJSON(b []byte) error { return joinNames.unmarshal(b, (*int32)(v)) }
+
+// enumNames is one enum's table, both ways.
+type enumNames struct {
+	name   map[int32]string
+	number map[string]int32
+}
+
+func enumNamesOf[E ~int32](names map[E]string) enumNames {
+	t := enumNames{name: make(map[int32]string, len(names)), number: make(map[string]int32, len(names))}
+	for n, name := range names {
+		t.name[int32(n)], t.number[name] = name, int32(n)
+	}
+	return t
+}
+
+func (t enumNames) marshal(n int32) ([]byte, error) {
+	if name, ok := t.name[n]; ok {
+		return strconv.AppendQuote(nil, name), nil
+	}
+	return strconv.AppendInt(nil, int64(n), 10), nil
+}
+
+func (t enumNames) unmarshal(b []byte, n *int32) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var name string
+		if err := json.Unmarshal(b, &name); err != nil {
+			return err
+		}
+		*n = t.number[name] // 0 for a name this binary does not know
+		return nil
+	}
+	v, err := strconv.ParseInt(string(b), 10, 32)
+	if err != nil {
+		return fmt.Errorf("%s is not an enum value", b)
+	}
+	*n = int32(v)
+	return nil
+}
