@@ -66,11 +66,15 @@ type Account struct {
 	// Closing is set on a run account whose close waits for held
 	// reservations to resolve: it closes when the last one settles or expires.
 	Closing bool
+	// Held is what a run account holds back for its synthesis (a tenant
+	// account: the sum of its runs'): counted against Limit, available to
+	// no subagent; only a reserve with ReserveParams.FromHeld draws on it.
+	Held int64
 }
 
 // Available reports the tokens that can still be reserved on the account alone
-// (ancestors may have less).
-func (a Account) Available() int64 { return a.Limit - a.Reserved - a.Spent }
+// (ancestors may have less); what it holds for a synthesis is not.
+func (a Account) Available() int64 { return a.Limit - a.Reserved - a.Spent - a.Held }
 
 // ReservationState is the lifecycle of a reservation. Each reservation leaves
 // StateHeld exactly once.
@@ -117,6 +121,10 @@ type OpenRunParams struct {
 	Limit          int64 // run budget in tokens, > 0
 	MinReservation int64 // the run is exhausted when available < MinReservation; >= 1
 	Tasks          []TaskBudget
+	// Held is what the run holds back for its synthesis: 0..Limit-MinReservation.
+	// Under a tenant budget the tenant holds it too, and no more than it
+	// has available: RunAccounts.Run.Held says what was held.
+	Held int64
 }
 
 // TaskBudget is one task's slice of a run. Task limits may add up to more than
@@ -171,6 +179,11 @@ type ReserveParams struct {
 	// kept on the reservation so that its spend can be priced even when
 	// it expires unsettled. May be empty (the spend is then unpriced).
 	Model string
+	// FromHeld draws the grant on what the run holds for its synthesis
+	// (Account.Held) instead of what is available: only on a run account,
+	// also once the run is exhausted, never once it is cancelled or closed.
+	// What such a reservation does not spend is held again.
+	FromHeld bool
 }
 
 // SettleParams post the real usage of a reservation.

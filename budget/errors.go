@@ -214,6 +214,8 @@ func (p OpenRunParams) Validate() error {
 		return invalid("min_reservation", "must be in 1..limit (%d), got %d", p.Limit, p.MinReservation)
 	case len(p.Tasks) > MaxTasksPerRun:
 		return invalid("tasks", "at most %d tasks, got %d", MaxTasksPerRun, len(p.Tasks))
+	case p.Held < 0 || p.Held > p.Limit-p.MinReservation:
+		return invalid("held", "must be in 0..limit - min_reservation (%d), got %d", p.Limit-p.MinReservation, p.Held)
 	}
 	seen := make(map[string]bool, len(p.Tasks))
 	for i, t := range p.Tasks {

@@ -70,7 +70,9 @@ CREATE TABLE fanout.account (
     period_base bigint DEFAULT 0 NOT NULL,
     period_end timestamp with time zone,
     secret_hash bytea,
+    held bigint DEFAULT 0 NOT NULL,
     CONSTRAINT account_attempt_check CHECK (attempt >= 0),
+    CONSTRAINT account_held_check CHECK (held >= 0 AND (held = 0 OR kind <> 'task'::text)),
     CONSTRAINT account_kind_check CHECK (kind = ANY (ARRAY['tenant'::text, 'run'::text, 'task'::text])),
     CONSTRAINT account_kind_keys CHECK (kind = 'tenant'::text AND run_id IS NULL AND task_id IS NULL OR kind = 'run'::text AND run_id IS NOT NULL AND task_id IS NULL OR kind = 'task'::text AND run_id IS NOT NULL AND task_id IS NOT NULL),
     CONSTRAINT account_limit_tokens_check CHECK (limit_tokens > 0),
@@ -84,7 +86,7 @@ CREATE TABLE fanout.account (
     CONSTRAINT account_pkey PRIMARY KEY (account_id),
     CONSTRAINT account_state_check CHECK (state = ANY (ARRAY['open'::text, 'exhausted'::text, 'cancelled'::text, 'closed'::text])),
     CONSTRAINT account_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES fanout.tenant(tenant_id),
-    CONSTRAINT account_within_limit CHECK (reserved >= 0 AND spent >= 0 AND (reserved + spent) <= limit_tokens)
+    CONSTRAINT account_within_limit CHECK (reserved >= 0 AND spent >= 0 AND (reserved + spent + held) <= limit_tokens)
 );
 ALTER TABLE fanout.account ENABLE ROW LEVEL SECURITY;
 CREATE INDEX account_parent_open_run ON fanout.account USING btree (parent_id) WHERE kind = 'run'::text AND state = 'open'::text;
@@ -98,8 +100,9 @@ COMMENT ON COLUMN fanout.account.period_limit IS 'Tenant accounts: the tokens th
 COMMENT ON COLUMN fanout.account.period_base IS 'Tenant accounts: spent at the current period''s start; limit_tokens = period_base + period_limit, clamped to reserved + spent.';
 COMMENT ON COLUMN fanout.account.period_end IS 'Tenant accounts: when the current period ends (database time); NULL for period none.';
 COMMENT ON COLUMN fanout.account.secret_hash IS 'SHA-256 of the current attempt''s secret (ledger_begin_attempt); NULL before the first attempt.';
-GRANT SELECT (account_id, tenant_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end) ON TABLE fanout.account TO fanout_auditor;
-GRANT SELECT (account_id, tenant_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end) ON TABLE fanout.account TO fanout_tenant_auditor;
+COMMENT ON COLUMN fanout.account.held IS 'Tokens held back for the run''s synthesis (a tenant account: the sum of its runs''); counted against limit_tokens, available to no subagent.';
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
 GRANT SELECT ON TABLE fanout.account TO fanout_app;
 GRANT SELECT ON TABLE fanout.account TO fanout_worker;
@@ -194,8 +197,9 @@ CREATE TABLE fanout.ledger_entry (
     model text,
     input_tokens bigint,
     output_tokens bigint,
+    delta_held bigint DEFAULT 0 NOT NULL,
     CONSTRAINT ledger_entry_input_tokens_check CHECK (input_tokens >= 0),
-    CONSTRAINT ledger_entry_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'reserve'::text, 'settle'::text, 'void'::text, 'expire'::text, 'exhaust'::text, 'cancel'::text, 'close'::text, 'period'::text, 'adjust'::text])),
+    CONSTRAINT ledger_entry_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'reserve'::text, 'settle'::text, 'void'::text, 'expire'::text, 'exhaust'::text, 'cancel'::text, 'close'::text, 'period'::text, 'adjust'::text, 'hold'::text, 'release'::text])),
     CONSTRAINT ledger_entry_output_tokens_check CHECK (output_tokens >= 0),
     CONSTRAINT ledger_entry_pkey PRIMARY KEY (entry_id)
 );
@@ -207,9 +211,9 @@ CREATE TRIGGER ledger_entry_no_update BEFORE DELETE OR UPDATE ON fanout.ledger_e
 CREATE POLICY fanout_app_all ON fanout.ledger_entry FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.ledger_entry FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.ledger_entry FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
-GRANT SELECT (chain, delta_limit, delta_reserved, delta_spent) ON TABLE fanout.ledger_entry TO fanout_worker;
-GRANT SELECT (entry_id, tenant_id, run_id, task_id, account_id, chain, reservation_id, kind, delta_limit, delta_reserved, delta_spent, actual, overrun, estimated, holder, note, created_at, model, input_tokens, output_tokens) ON TABLE fanout.ledger_entry TO fanout_auditor;
-GRANT SELECT (entry_id, tenant_id, run_id, task_id, account_id, chain, reservation_id, kind, delta_limit, delta_reserved, delta_spent, actual, overrun, estimated, holder, note, created_at, model, input_tokens, output_tokens) ON TABLE fanout.ledger_entry TO fanout_tenant_auditor;
+GRANT SELECT (chain, delta_limit, delta_reserved, delta_spent, delta_held) ON TABLE fanout.ledger_entry TO fanout_worker;
+GRANT SELECT (entry_id, tenant_id, run_id, task_id, account_id, chain, reservation_id, kind, delta_limit, delta_reserved, delta_spent, actual, overrun, estimated, holder, note, created_at, model, input_tokens, output_tokens, delta_held) ON TABLE fanout.ledger_entry TO fanout_auditor;
+GRANT SELECT (entry_id, tenant_id, run_id, task_id, account_id, chain, reservation_id, kind, delta_limit, delta_reserved, delta_spent, actual, overrun, estimated, holder, note, created_at, model, input_tokens, output_tokens, delta_held) ON TABLE fanout.ledger_entry TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.ledger_entry TO fanout_app;
 
 CREATE TABLE fanout.price (
@@ -284,6 +288,7 @@ CREATE TABLE fanout.reservation (
     input_tokens bigint,
     output_tokens bigint,
     secret_hash bytea,
+    from_held boolean DEFAULT false NOT NULL,
     CONSTRAINT reservation_account_id_fkey FOREIGN KEY (account_id) REFERENCES fanout.account(account_id),
     CONSTRAINT reservation_account_id_reserve_key_key UNIQUE (account_id, reserve_key),
     CONSTRAINT reservation_actual_check CHECK (actual >= 0),
@@ -306,8 +311,8 @@ CREATE POLICY fanout_app_all ON fanout.reservation FOR ALL TO fanout_admin, fano
 CREATE POLICY fanout_auditor_read ON fanout.reservation FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.reservation FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.reservation.secret_hash IS 'SHA-256 of the secret of the attempt the reservation was granted to.';
-GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at) ON TABLE fanout.reservation TO fanout_auditor;
-GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at) ON TABLE fanout.reservation TO fanout_tenant_auditor;
+GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at, from_held) ON TABLE fanout.reservation TO fanout_auditor;
+GRANT SELECT (reservation_id, tenant_id, run_id, account_id, chain, amount, holder, generation, lease_expires_at, state, spent, overrun, estimated, created_at, from_held) ON TABLE fanout.reservation TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.reservation TO fanout_app;
 GRANT SELECT ON TABLE fanout.reservation TO fanout_worker;
 
@@ -582,18 +587,21 @@ CREATE VIEW fanout.conservation_check WITH (security_invoker=true) AS
     a.account_id,
     a.kind,
     a.limit_tokens,
-    a.limit_tokens - a.reserved - a.spent AS available_tokens,
+    a.limit_tokens - a.reserved - a.spent - a.held AS available_tokens,
     a.reserved AS reserved_tokens,
     a.spent AS spent_tokens,
+    a.held AS held_tokens,
     COALESCE(e.limit_tokens, 0::numeric) AS entries_limit,
     COALESCE(e.reserved, 0::numeric) AS entries_reserved,
     COALESCE(e.spent, 0::numeric) AS entries_spent,
-    a.limit_tokens::numeric = COALESCE(e.limit_tokens, 0::numeric) AND a.reserved::numeric = COALESCE(e.reserved, 0::numeric) AND a.spent::numeric = COALESCE(e.spent, 0::numeric) AND (a.reserved + a.spent) <= a.limit_tokens AND a.reserved::numeric = COALESCE(h.held, 0::numeric) AS conserved
+    COALESCE(e.held, 0::numeric) AS entries_held,
+    a.limit_tokens::numeric = COALESCE(e.limit_tokens, 0::numeric) AND a.reserved::numeric = COALESCE(e.reserved, 0::numeric) AND a.spent::numeric = COALESCE(e.spent, 0::numeric) AND a.held::numeric = COALESCE(e.held, 0::numeric) AND (a.reserved + a.spent + a.held) <= a.limit_tokens AND a.reserved::numeric = COALESCE(h.held, 0::numeric) AND (a.kind <> 'tenant'::text OR a.held::numeric = COALESCE(k.kept, 0::numeric)) AS conserved
    FROM fanout.account a
      LEFT JOIN ( SELECT c.account_id,
             sum(le.delta_limit) AS limit_tokens,
             sum(le.delta_reserved) AS reserved,
-            sum(le.delta_spent) AS spent
+            sum(le.delta_spent) AS spent,
+            sum(le.delta_held) AS held
            FROM fanout.ledger_entry le
              CROSS JOIN LATERAL unnest(le.chain) c(account_id)
           GROUP BY c.account_id) e USING (account_id)
@@ -602,7 +610,12 @@ CREATE VIEW fanout.conservation_check WITH (security_invoker=true) AS
            FROM fanout.reservation r
              CROSS JOIN LATERAL unnest(r.chain) c(account_id)
           WHERE r.state = 'held'::text
-          GROUP BY c.account_id) h USING (account_id);
+          GROUP BY c.account_id) h USING (account_id)
+     LEFT JOIN ( SELECT account.parent_id AS account_id,
+            sum(account.held) AS kept
+           FROM fanout.account
+          WHERE account.kind = 'run'::text AND account.parent_id IS NOT NULL
+          GROUP BY account.parent_id) k USING (account_id);
 GRANT SELECT ON TABLE fanout.conservation_check TO fanout_app;
 GRANT SELECT ON TABLE fanout.conservation_check TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.conservation_check TO fanout_tenant_auditor;
@@ -673,7 +686,7 @@ CREATE VIEW fanout.run_spend WITH (security_invoker=true) AS
     a.limit_tokens,
     a.reserved AS reserved_tokens,
     a.spent AS spent_tokens,
-    a.limit_tokens - a.reserved - a.spent AS available_tokens,
+    a.limit_tokens - a.reserved - a.spent - a.held AS available_tokens,
     a.state,
     a.cause,
     COALESCE(r.reported, 0::numeric) AS reported_tokens,
@@ -681,13 +694,16 @@ CREATE VIEW fanout.run_spend WITH (security_invoker=true) AS
     COALESCE(r.overrun, 0::numeric) AS overrun_tokens,
     COALESCE(r.reservations, 0::bigint) AS reservations,
     a.created_at,
-    a.updated_at
+    a.updated_at,
+    a.held AS held_tokens,
+    COALESCE(r.synthesis, 0::numeric) AS synthesis_tokens
    FROM fanout.account a
      LEFT JOIN ( SELECT reservation.run_id,
             sum(reservation.spent) FILTER (WHERE NOT reservation.estimated) AS reported,
             sum(reservation.spent) FILTER (WHERE reservation.estimated) AS estimated,
             sum(reservation.overrun) AS overrun,
-            count(*) AS reservations
+            count(*) AS reservations,
+            sum(reservation.spent) FILTER (WHERE reservation.from_held) AS synthesis
            FROM fanout.reservation
           GROUP BY reservation.run_id) r USING (run_id)
   WHERE a.kind = 'run'::text;
@@ -780,7 +796,7 @@ CREATE VIEW fanout.tenant_budget WITH (security_invoker=true) AS
     a.reserved AS reserved_tokens,
     a.spent AS spent_tokens,
         CASE
-            WHEN d.due THEN GREATEST(a.spent + a.period_limit, a.spent + a.reserved)
+            WHEN d.due THEN GREATEST(a.spent + a.period_limit, a.spent + a.reserved + a.held)
             ELSE a.limit_tokens
         END AS limit_tokens,
         CASE
@@ -793,7 +809,8 @@ CREATE VIEW fanout.tenant_budget WITH (security_invoker=true) AS
         END AS period_end,
     a.state,
     a.created_at,
-    a.updated_at
+    a.updated_at,
+    a.held AS held_tokens
    FROM fanout.account a
      CROSS JOIN LATERAL ( SELECT a.period_end IS NOT NULL AND now() >= a.period_end AS due) d
   WHERE a.kind = 'tenant'::text;
@@ -978,20 +995,20 @@ GRANT EXECUTE ON FUNCTION fanout.audit_tenants() TO fanout_tenant_auditor;
 CREATE FUNCTION fanout.ledger_adopt_runs(t fanout.account) RETURNS fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 29 lines, sha256 68f6f3488981
+    -- body: 31 lines, sha256 6c2797a0f3de
 REVOKE EXECUTE ON FUNCTION fanout.ledger_adopt_runs(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_begin_attempt(p_account bigint, p_run text, p_tenant text) RETURNS TABLE(outcome text, attempt bigint, info_kind text, info_state text, secret text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 38 lines, sha256 176ce1763fb2
+    -- body: 39 lines, sha256 92ff08d9b8fe
 REVOKE EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_check_exhausted(p_chain bigint[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 972399da61fa
+    -- body: 15 lines, sha256 61938abd5492
 REVOKE EXECUTE ON FUNCTION fanout.ledger_check_exhausted(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_close_run(p_run_account bigint, p_note text) RETURNS void
@@ -1003,7 +1020,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_close_run(bigint,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_end_run(p_run text, p_state text, p_cause text) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 37 lines, sha256 91c1a8ca3a54
+    -- body: 45 lines, sha256 4f79e449a49d
 REVOKE EXECUTE ON FUNCTION fanout.ledger_end_run(text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_end_run(text,text,text) TO fanout_app;
 
@@ -1022,7 +1039,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_entry_append_only() FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_exhaust_tenant(t fanout.account) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 13 lines, sha256 e2b1b153ac4b
+    -- body: 13 lines, sha256 e487ca442f11
 REVOKE EXECUTE ON FUNCTION fanout.ledger_exhaust_tenant(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_expire(p_reservation bigint) RETURNS fanout.ledger_result
@@ -1036,7 +1053,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_worker;
 CREATE FUNCTION fanout.ledger_give_back(p_chain bigint[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 23 lines, sha256 890840d9a253
+    -- body: 23 lines, sha256 bf09220387d4
 REVOKE EXECUTE ON FUNCTION fanout.ledger_give_back(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.account
@@ -1045,12 +1062,12 @@ CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.
     -- body: 18 lines, sha256 ac618556d8a4
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 
-CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[]) RETURNS SETOF fanout.account
+CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 55 lines, sha256 8e3023426287
-REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) TO fanout_app;
+    -- body: 66 lines, sha256 e421cc284143
+REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_open_tenant(p_tenant text, p_limit bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1081,6 +1098,12 @@ CREATE FUNCTION fanout.ledger_refusal(p_outcome text, p_account bigint, p_info t
     -- body: 8 lines, sha256 c2aec8bc2745
 REVOKE EXECUTE ON FUNCTION fanout.ledger_refusal(text,bigint,text) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_rehold(r fanout.reservation, p_amount bigint) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 11 lines, sha256 b9ee66e50ac4
+REVOKE EXECUTE ON FUNCTION fanout.ledger_rehold(fanout.reservation,bigint) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_renew(p_reservation bigint, p_generation bigint, p_ttl interval, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1089,13 +1112,13 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) FROM
 GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fanout_worker;
 
-CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
+CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 145 lines, sha256 21c758ff4f45
-REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_app;
-GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_worker;
+    -- body: 177 lines, sha256 8f9fa00709a4
+REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
 
 CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -1112,7 +1135,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_result_of(text,fanout.reservation) FROM
 CREATE FUNCTION fanout.ledger_roll_period(t fanout.account) RETURNS fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 24 lines, sha256 88d30aa0debb
+    -- body: 24 lines, sha256 665c46528847
 REVOKE EXECUTE ON FUNCTION fanout.ledger_roll_period(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_secret_ok(p_hash bytea, p_secret text) RETURNS boolean
@@ -1124,14 +1147,14 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_secret_ok(bytea,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_limit bigint, p_kind text, p_every interval, p_min bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 93 lines, sha256 d0d19d349bb7
+    -- body: 93 lines, sha256 13232fc1a8d6
 REVOKE EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_admin;
 
 CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 93 lines, sha256 409d8847b368
+    -- body: 99 lines, sha256 87461e8223fe
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_worker;
@@ -1139,7 +1162,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text
 CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_note text, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 38 lines, sha256 d29e42920056
+    -- body: 40 lines, sha256 6207452e236f
 REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_worker;

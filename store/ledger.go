@@ -203,7 +203,7 @@ const (
 	reserveSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
 	lease_expires_at, state, actual, spent, overrun, estimated, run_available
-	FROM ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+	FROM ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	settleSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
 	lease_expires_at, state, actual, spent, overrun, estimated, run_available
@@ -235,7 +235,7 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 		key = newReserveKey()
 	}
 	r, err = l.call(ctx, "reserve", ledgerCall{sql: reserveSQL,
-		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key, p.Model, nullable(p.Secret)},
+		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key, p.Model, nullable(p.Secret), p.FromHeld},
 		account: p.Account})
 	if err == nil {
 		err = r.err(0, p.Min)
@@ -381,14 +381,14 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 }
 
 // scanAccount reads an account from a row of the columns every account
-// query below selects, in this order: account_id, tenant_id,
-// coalesce(parent_id, 0), kind, coalesce(run_id, ”), coalesce(task_id,
-// ”), limit_tokens, reserved, spent, min_reservation, state, cause,
-// attempt, closing. (The ledger's SQL stays hand-written: docs/architecture.md.)
+// query below selects, in this order: account_id, tenant_id, parent_id (0
+// for none), kind, run_id and task_id (empty for none), limit_tokens,
+// reserved, spent, min_reservation, state, cause, attempt, closing, held.
+// (The ledger's SQL stays hand-written: docs/architecture.md.)
 func scanAccount(row pgx.Row) (budget.Account, error) {
 	var a budget.Account
 	err := row.Scan(&a.ID, &a.TenantID, &a.ParentID, &a.Kind, &a.RunID, &a.TaskID,
-		&a.Limit, &a.Reserved, &a.Spent, &a.MinReservation, &a.State, &a.Cause, &a.Attempt, &a.Closing)
+		&a.Limit, &a.Reserved, &a.Spent, &a.MinReservation, &a.State, &a.Cause, &a.Attempt, &a.Closing, &a.Held)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, budget.ErrNotFound
 	}
@@ -399,7 +399,7 @@ func scanAccount(row pgx.Row) (budget.Account, error) {
 func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Account, error) {
 	a, err := retry(ctx, l.log, "ledger.account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
 		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
 			FROM account WHERE account_id = $1`, int64(id)))
 	})
 	if err != nil {
@@ -412,7 +412,7 @@ func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Accou
 func (l *Ledger) RunAccount(ctx context.Context, runID string) (budget.Account, error) {
 	a, err := retry(ctx, l.log, "ledger.run_account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
 		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
 			FROM account WHERE run_id = $1 AND kind = 'run'`, runID))
 	})
 	if err != nil {
@@ -436,7 +436,7 @@ func (l *Ledger) endRun(ctx context.Context, runID string, state budget.AccountS
 	// as it is.
 	a, err := retry(ctx, l.log, "ledger.end_run", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
 		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
 			FROM ledger_end_run($1, $2, $3)`, runID, string(state), cause))
 	})
 	if err != nil {
@@ -452,7 +452,7 @@ func (l *Ledger) EndRunFenced(ctx context.Context, runID string, state budget.Ac
 	// Idempotent as ledger_end_run is; the epoch check only reads.
 	a, err := retry(ctx, l.log, "ledger.end_run_fenced", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
 		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
 			FROM ledger_end_run_fenced($1, $2, $3, $4)`,
 			runID, string(state), cause, epoch))
 	})
@@ -476,7 +476,7 @@ func (l *Ledger) OpenTenant(ctx context.Context, tenantID string, limit int64) (
 	// Idempotent: an existing tenant account is returned as it is.
 	a, err := retry(ctx, l.log, "ledger.open_tenant", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
 		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
 			FROM ledger_open_tenant($1, $2)`, tenantID, limit))
 	})
 	if err != nil {
@@ -525,9 +525,9 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 		parent = &id
 	}
 	rows, err := l.pool.Query(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
-			FROM ledger_open_run($1, $2, $3, $4, $5, $6, $7)`,
-		p.RunID, p.TenantID, parent, p.Limit, p.MinReservation, taskIDs, limits)
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
+			FROM ledger_open_run($1, $2, $3, $4, $5, $6, $7, $8)`,
+		p.RunID, p.TenantID, parent, p.Limit, p.MinReservation, taskIDs, limits, p.Held)
 	if err != nil {
 		return budget.RunAccounts{}, err
 	}
@@ -536,7 +536,7 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 
 func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccounts, error) {
 	rows, err := l.pool.Query(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing
+			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
 			FROM account WHERE run_id = $1 ORDER BY account_id`, runID)
 	if err != nil {
 		return budget.RunAccounts{}, err

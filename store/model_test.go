@@ -19,19 +19,21 @@ type model struct {
 	chain    map[budget.AccountID][]budget.AccountID // root first
 	res      map[budget.ReservationID]*budget.Reservation
 	resChain map[budget.ReservationID][]budget.AccountID
+	fromHeld map[budget.ReservationID]bool // drawn on what the run holds for its synthesis
 	run      budget.AccountID
 	closing  bool // the run closes when its last held reservation resolves
 }
 
 type modelAccount struct {
 	limit, reserved, spent, minRes int64
+	held                           int64 // kept for the run's synthesis (a tenant: its runs')
 	kind                           budget.AccountKind
 	state                          budget.AccountState
 }
 
 func (m *model) avail(id budget.AccountID) int64 {
 	a := m.accounts[id]
-	return a.limit - a.reserved - a.spent
+	return a.limit - a.reserved - a.spent - a.held
 }
 
 func (m *model) checkExhausted() {
@@ -58,6 +60,34 @@ func outcome(err error) string {
 		return "invalid"
 	}
 	return "error: " + err.Error()
+}
+
+// reserveHeld is a reserve with FromHeld on the run account: the
+// synthesis drawing on what the run holds, also once it is exhausted.
+func (m *model) reserveHeld(want, minimum int64) (int64, string) {
+	run := m.accounts[m.run]
+	if run.state != budget.StateOpen && run.state != budget.StateExhausted || min(want, run.held) < minimum {
+		return 0, "exhausted"
+	}
+	g := min(want, run.held)
+	for _, id := range m.chain[m.run] {
+		m.accounts[id].held -= g
+		m.accounts[id].reserved += g
+	}
+	return g, "ok"
+}
+
+// rehold gives amount of reservation id back to what its run holds, while
+// the run may still draw on it (ledger_rehold).
+func (m *model) rehold(id budget.ReservationID, amount int64) {
+	run := m.accounts[m.run]
+	if !m.fromHeld[id] || amount <= 0 || m.closing ||
+		run.state != budget.StateOpen && run.state != budget.StateExhausted {
+		return
+	}
+	for _, a := range m.resChain[id] {
+		m.accounts[a].held += amount
+	}
 }
 
 func (m *model) reserve(acct budget.AccountID, want, minimum int64) (int64, string) {
@@ -95,12 +125,13 @@ func (m *model) settle(id budget.ReservationID, gen, actual int64) string {
 	charge := actual
 	for _, a := range m.resChain[id] {
 		acc := m.accounts[a]
-		charge = min(charge, acc.limit-(acc.reserved-r.Amount)-acc.spent)
+		charge = min(charge, acc.limit-(acc.reserved-r.Amount)-acc.spent-acc.held)
 	}
 	for _, a := range m.resChain[id] {
 		m.accounts[a].reserved -= r.Amount
 		m.accounts[a].spent += charge
 	}
+	m.rehold(id, r.Amount-charge)
 	r.State, r.Actual, r.Spent, r.Overrun = budget.ReservationSettled, actual, charge, max(actual-r.Amount, 0)
 	if charge > r.Amount {
 		m.checkExhausted()
@@ -122,6 +153,7 @@ func (m *model) void(id budget.ReservationID, gen int64) string {
 	for _, a := range m.resChain[id] {
 		m.accounts[a].reserved -= r.Amount
 	}
+	m.rehold(id, r.Amount)
 	r.State = budget.ReservationVoided
 	m.resolved()
 	return "ok"
@@ -148,6 +180,11 @@ func (m *model) endRun(state budget.AccountState) {
 	run := m.accounts[m.run]
 	if run.state == budget.StateClosed {
 		return
+	}
+	// What the run held for its synthesis is released.
+	released := run.held
+	for _, id := range m.chain[m.run] {
+		m.accounts[id].held -= released
 	}
 	if state == budget.StateClosed && run.reserved == 0 {
 		m.close()
@@ -187,6 +224,7 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 		chain:    map[budget.AccountID][]budget.AccountID{},
 		res:      map[budget.ReservationID]*budget.Reservation{},
 		resChain: map[budget.ReservationID][]budget.AccountID{},
+		fromHeld: map[budget.ReservationID]bool{},
 	}
 	var root []budget.AccountID
 	p := budget.OpenRunParams{RunID: runID, TenantID: "tenant-m", Limit: 500 + rng.Int64N(5000), MinReservation: 1 + rng.Int64N(100)}
@@ -203,13 +241,25 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 	for i := range 1 + rng.IntN(4) {
 		p.Tasks = append(p.Tasks, budget.TaskBudget{TaskID: fmt.Sprint("t", i), Limit: 100 + rng.Int64N(3000)})
 	}
+	if rng.IntN(2) == 0 { // a run that asks for synthesis holds its allowance
+		p.Held = rng.Int64N(p.Limit - p.MinReservation + 1)
+	}
 	ra, err := b.ledger.OpenRun(b.ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	beginAttempts(t, b.ledger, ra)
 	m.run = ra.Run.ID
-	m.accounts[ra.Run.ID] = &modelAccount{limit: p.Limit, minRes: p.MinReservation, kind: budget.KindRun, state: budget.StateOpen}
+	held := p.Held
+	if withTenant {
+		held = min(held, m.avail(root[0])) // the tenant holds it too: no more than it has
+		m.accounts[root[0]].held += held
+	}
+	if ra.Run.Held != held {
+		t.Fatalf("opened run holds %d, model %d", ra.Run.Held, held)
+	}
+	m.accounts[ra.Run.ID] = &modelAccount{limit: p.Limit, minRes: p.MinReservation, kind: budget.KindRun, state: budget.StateOpen,
+		held: held}
 	runChain := append(root, ra.Run.ID)
 	m.chain[ra.Run.ID] = runChain
 	var tasks []budget.AccountID
@@ -253,9 +303,17 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 			if boundary > 0 {
 				wantTok, minTok = boundary, boundary
 			}
-			desc = fmt.Sprintf("reserve(%d, want %d, min %d)", acct, wantTok, minTok)
-			r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: wantTok, Min: minTok, Holder: "m", TTL: time.Hour}))
-			g, w := m.reserve(acct, wantTok, minTok)
+			fromHeld := acct == ra.Run.ID && boundary == 0 && rng.IntN(2) == 0
+			desc = fmt.Sprintf("reserve(%d, want %d, min %d, from held %v)", acct, wantTok, minTok, fromHeld)
+			r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: acct, Want: wantTok, Min: minTok,
+				Holder: "m", TTL: time.Hour, FromHeld: fromHeld}))
+			var g int64
+			var w string
+			if fromHeld {
+				g, w = m.reserveHeld(wantTok, minTok)
+			} else {
+				g, w = m.reserve(acct, wantTok, minTok)
+			}
 			got, want = outcome(err), w
 			if err == nil {
 				if r.Amount != g {
@@ -264,6 +322,7 @@ func runModel(t *testing.T, b *testBundle, runID string, rng *rand.Rand, n int) 
 				cp := r
 				m.res[r.ID] = &cp
 				m.resChain[r.ID] = m.chain[acct]
+				m.fromHeld[r.ID] = fromHeld
 				resIDs = append(resIDs, r.ID)
 			}
 		case op < 65: // settle, sometimes with a stale generation or over the grant
@@ -352,9 +411,9 @@ func compareModel(t *testing.T, b *testBundle, m *model, step int, desc string) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.Reserved != want.reserved || a.Spent != want.spent || a.State != want.state {
-			t.Fatalf("after step %d %s: account %d (%s) reserved/spent/state = %d/%d/%s, model %d/%d/%s",
-				step, desc, id, a.Kind, a.Reserved, a.Spent, a.State, want.reserved, want.spent, want.state)
+		if a.Reserved != want.reserved || a.Spent != want.spent || a.State != want.state || a.Held != want.held {
+			t.Fatalf("after step %d %s: account %d (%s) reserved/spent/held/state = %d/%d/%d/%s, model %d/%d/%d/%s",
+				step, desc, id, a.Kind, a.Reserved, a.Spent, a.Held, a.State, want.reserved, want.spent, want.held, want.state)
 		}
 	}
 	rows, err := b.pool.Query(b.ctx, "SELECT reservation_id, state, spent, generation FROM reservation")

@@ -20,7 +20,7 @@ func tenantAccountOf(r dbsqlc.TenantBudgetRow) budget.TenantAccount {
 	t := budget.TenantAccount{
 		Account: budget.Account{ID: budget.AccountID(r.AccountID), TenantID: r.TenantID, Kind: budget.KindTenant,
 			Limit: r.LimitTokens, Reserved: r.ReservedTokens, Spent: r.SpentTokens,
-			MinReservation: r.MinReservation, State: budget.AccountState(r.State)},
+			MinReservation: r.MinReservation, State: budget.AccountState(r.State), Held: r.HeldTokens},
 		Period:      budget.Period{Kind: budget.PeriodKind(r.PeriodKind), Every: time.Duration(r.PeriodEverySeconds * float64(time.Second))},
 		PeriodLimit: val(r.PeriodLimit), PeriodSpent: r.PeriodSpentTokens,
 	}

@@ -3,7 +3,9 @@
 -- secret: a random 244-bit secret of which the account keeps only the
 -- SHA-256. A worker's login must present it to reserve on the account and
 -- to settle, void or renew what it reserved (ledger_secret_ok). Earlier
--- attempts can no longer reserve.
+-- attempts can no longer reserve. An open run's accounts begin attempts;
+-- so does an exhausted run's own account while it holds tokens for its
+-- synthesis (which draws on them: ledger_reserve's p_from_held).
 DROP FUNCTION IF EXISTS ledger_begin_attempt(bigint,text,text); -- its result gained the secret (0024)
 CREATE FUNCTION ledger_begin_attempt(p_account bigint, p_run text, p_tenant text)
 RETURNS TABLE (outcome text, attempt bigint, info_kind text, info_state text, secret text)
@@ -24,19 +26,20 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO run FROM account WHERE run_id = p_run AND kind = 'run';
-    IF run.state = 'open' AND a.state = 'open' THEN
+    IF (run.state = 'open' AND a.state = 'open') OR (a.kind = 'run' AND a.state = 'exhausted' AND a.held > 0) THEN
         -- Waits for a reserve on this account that is under way, then
         -- re-reads the row: an account that left 'open' meanwhile is not bumped.
         UPDATE account SET attempt = account.attempt + 1, secret_hash = sha256(convert_to(s, 'UTF8')), updated_at = now()
-         WHERE account_id = p_account AND state = 'open'
+         WHERE account_id = p_account
+           AND (state = 'open' OR (kind = 'run' AND state = 'exhausted' AND held > 0))
         RETURNING * INTO a;
         IF FOUND THEN
             -- Read the run again: a cancel that committed while this
             -- statement waited changed only the run's row. (An attempt begun
             -- and refused here fences nothing that was not fenced already.)
             SELECT * INTO run FROM account WHERE run_id = p_run AND kind = 'run';
-            IF run.state = 'open' THEN
-                RETURN QUERY SELECT 'ok', a.attempt, a.kind, 'open'::text, s;
+            IF run.state = 'open' OR (a.kind = 'run' AND run.state = 'exhausted' AND run.held > 0) THEN
+                RETURN QUERY SELECT 'ok', a.attempt, a.kind, run.state, s;
                 RETURN;
             END IF;
         ELSE

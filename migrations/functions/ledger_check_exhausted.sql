@@ -1,5 +1,6 @@
 -- ledger_check_exhausted marks the run in chain exhausted, once, when its
--- available tokens fall below its min_reservation, and notifies every node.
+-- available tokens (what it holds for its synthesis is not) fall below its
+-- min_reservation, and notifies every node.
 -- Callers hold the chain's row locks.
 CREATE OR REPLACE FUNCTION ledger_check_exhausted(p_chain bigint[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, fanout, pg_temp AS $$
@@ -8,13 +9,13 @@ DECLARE
 BEGIN
     UPDATE account SET state = 'exhausted', cause = 'budget exhausted', updated_at = now()
      WHERE account_id = ANY (p_chain) AND kind = 'run' AND state = 'open'
-       AND limit_tokens - reserved - spent < min_reservation
+       AND limit_tokens - reserved - spent - held < min_reservation
     RETURNING * INTO a;
     IF FOUND THEN
         INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, kind, note)
         VALUES (a.tenant_id, a.run_id, a.account_id, ARRAY[a.account_id], 'exhaust',
                 format('available %s < min_reservation %s',
-                       a.limit_tokens - a.reserved - a.spent, a.min_reservation));
+                       a.limit_tokens - a.reserved - a.spent - a.held, a.min_reservation));
         PERFORM pg_notify('fanout_run_state', 'exhausted ' || a.run_id);
     END IF;
 END $$;

@@ -4,8 +4,9 @@
 -- (its call may have spent): asked to close a run that still holds some, it
 -- cancels an open run (nothing more is granted; an exhausted run stays
 -- exhausted) and marks it closing; the run closes when the last held
--- reservation is settled by its holder or expired by the sweeper. Returns
--- the run account.
+-- reservation is settled by its holder or expired by the sweeper. What the
+-- run held back for its synthesis is released, on the run's account and its
+-- tenant's (an ended run draws on it no more). Returns the run account.
 CREATE OR REPLACE FUNCTION ledger_end_run(p_run text, p_state text, p_cause text)
 RETURNS SETOF account
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
@@ -26,6 +27,14 @@ BEGIN
     IF a.state = 'closed' THEN
         RETURN QUERY SELECT * FROM account WHERE account_id = a.account_id;
         RETURN;
+    END IF;
+    IF a.held > 0 THEN
+        UPDATE account SET held = held - a.held, updated_at = now() WHERE account_id = ANY (a.chain);
+        INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, kind, delta_held, note)
+        VALUES (a.tenant_id, p_run, a.account_id, a.chain, 'release', -a.held,
+                format('the run ended %s; what it held for its synthesis is released', p_state));
+        a.held := 0;
+        PERFORM ledger_give_back(a.chain);
     END IF;
     IF p_state = 'closed' AND a.reserved = 0 THEN
         PERFORM ledger_close_run(a.account_id, p_cause);

@@ -16,7 +16,7 @@ BEGIN
     IF NOT FOUND OR t.period_limit IS NULL THEN
         RETURN;
     END IF;
-    new_limit := greatest(t.period_base + t.period_limit, t.spent + t.reserved);
+    new_limit := greatest(t.period_base + t.period_limit, t.spent + t.reserved + t.held);
     IF new_limit >= t.limit_tokens THEN
         RETURN;
     END IF;
@@ -27,7 +27,7 @@ BEGIN
     UPDATE account SET limit_tokens = new_limit, updated_at = now()
      WHERE account_id = t.account_id
     RETURNING * INTO t;
-    IF t.limit_tokens - t.reserved - t.spent < t.min_reservation THEN
+    IF t.limit_tokens - t.reserved - t.spent - t.held < t.min_reservation THEN
         PERFORM ledger_exhaust_tenant(t);
     END IF;
 END $$;

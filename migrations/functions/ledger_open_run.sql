@@ -4,9 +4,14 @@
 -- account first, then its tasks. A tenant account of another tenant is
 -- refused (SQLSTATE 22023, "belongs to tenant"); an unknown one is
 -- foreign_key_violation. It locks the tenant account and rolls its budget
--- period over when it has ended.
+-- period over when it has ended. The run holds p_held tokens back for its
+-- synthesis (account.held, migration 0026): at most p_limit - p_min, and
+-- under a tenant budget at most what the tenant has available, which holds
+-- the same amount (the run account returned says what was held).
+DROP FUNCTION IF EXISTS ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]);
 CREATE OR REPLACE FUNCTION ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint,
-                                p_min bigint, p_task_ids text[], p_task_limits bigint[])
+                                p_min bigint, p_task_ids text[], p_task_limits bigint[],
+                                p_held bigint DEFAULT 0)
 RETURNS SETOF account
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -15,11 +20,14 @@ DECLARE
     run_acct bigint;
     run_chain bigint[];
     parent account;
+    v_held bigint := coalesce(p_held, 0);
 BEGIN
     IF p_run IS NULL OR p_run = '' OR p_tenant IS NULL OR p_tenant = '' OR p_limit IS NULL OR p_limit <= 0
        OR p_min IS NULL OR p_min <= 0 OR p_min > p_limit
-       OR cardinality(p_task_ids) IS DISTINCT FROM cardinality(p_task_limits) THEN
-        RAISE EXCEPTION 'ledger_open_run: run %, tenant %, limit %, min % out of range', p_run, p_tenant, p_limit, p_min
+       OR cardinality(p_task_ids) IS DISTINCT FROM cardinality(p_task_limits)
+       OR v_held < 0 OR v_held > p_limit - p_min THEN
+        RAISE EXCEPTION 'ledger_open_run: run %, tenant %, limit %, min %, held % out of range (held at most limit - min)',
+            p_run, p_tenant, p_limit, p_min, v_held
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF NOT EXISTS (SELECT FROM account WHERE run_id = p_run AND kind = 'run') THEN
@@ -46,11 +54,13 @@ BEGIN
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
             IF parent.period_end IS NOT NULL AND now() >= parent.period_end THEN
-                PERFORM ledger_roll_period(parent);
+                parent := ledger_roll_period(parent);
             END IF;
+            -- The tenant holds what its run holds: no more than it has.
+            v_held := least(v_held, greatest(parent.limit_tokens - parent.reserved - parent.spent - parent.held, 0));
         END IF;
-        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation)
-        VALUES (p_tenant, p_tenant_account, '{}', 'run', p_run, p_limit, p_min)
+        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation, held)
+        VALUES (p_tenant, p_tenant_account, '{}', 'run', p_run, p_limit, p_min, v_held)
         RETURNING account_id INTO run_acct;
         run_chain := parent_chain || run_acct;
         UPDATE account SET chain = run_chain WHERE account_id = run_acct;
@@ -61,8 +71,14 @@ BEGIN
         INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, kind, delta_limit)
         SELECT tenant_id, run_id, task_id, account_id, ARRAY[account_id], 'open', limit_tokens
           FROM account WHERE run_id = p_run ORDER BY account_id;
+        IF v_held > 0 THEN
+            UPDATE account SET held = held + v_held, updated_at = now()
+             WHERE account_id = ANY (parent_chain);
+            INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, kind, delta_held, note)
+            VALUES (p_tenant, p_run, run_acct, run_chain, 'hold', v_held, 'held back for the run''s synthesis');
+        END IF;
     END IF;
     RETURN QUERY SELECT * FROM account WHERE run_id = p_run ORDER BY (kind = 'task'), account_id;
 END $$;
-REVOKE ALL ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]) TO fanout_app;
+REVOKE ALL ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) TO fanout_app;

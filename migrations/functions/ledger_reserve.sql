@@ -18,9 +18,17 @@
 -- the attempt's (ledger_begin_attempt), which a worker's login must present
 -- (ledger_secret_ok); the reservation keeps its hash, so that only the
 -- holder of the secret settles, voids or renews it.
+--
+-- What a run holds back for its synthesis (account.held, here and on its
+-- tenant's account) is available to no call, except one with p_from_held on
+-- the run account itself: the synthesis's, which draws the grant from held
+-- (also once the run is exhausted, never once it is cancelled or closed).
+-- What such a reservation does not spend goes back to held (ledger_rehold).
+DROP FUNCTION IF EXISTS ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text);
 CREATE OR REPLACE FUNCTION ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint,
                                p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text,
-                               p_model text DEFAULT NULL, p_secret text DEFAULT NULL)
+                               p_model text DEFAULT NULL, p_secret text DEFAULT NULL,
+                               p_from_held boolean DEFAULT false)
 RETURNS ledger_result
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -111,7 +119,8 @@ BEGIN
             PERFORM ledger_void(r.reservation_id, r.generation, 'reserve retried on an ended account', p_secret);
         END IF;
     END IF;
-    IF ended.account_id IS NOT NULL THEN
+    IF ended.account_id IS NOT NULL
+       AND NOT (p_from_held AND ended.account_id = leaf.account_id AND ended.state = 'exhausted') THEN
         IF ended.kind = 'run' AND ended.state = 'exhausted' AND ended.cause = 'tenant budget exhausted'
            AND tenant.account_id IS NOT NULL THEN
             -- What ran out is the tenant's budget: name that account.
@@ -121,26 +130,57 @@ BEGIN
         res.info_account := ended.account_id;
         res.info_kind := ended.kind;
         res.info_state := ended.state;
-        res.info_available := ended.limit_tokens - ended.reserved - ended.spent;
+        res.info_available := ended.limit_tokens - ended.reserved - ended.spent - ended.held;
+        RETURN res;
+    END IF;
+    IF p_from_held THEN
+        IF leaf.kind <> 'run' THEN
+            RETURN ledger_refusal('denied', p_account, 'only a run account holds tokens for its synthesis');
+        END IF;
+        IF least(g, leaf.held) < p_min THEN
+            res.outcome := 'exhausted';
+            res.info_account := leaf.account_id;
+            res.info_kind := leaf.kind;
+            res.info_state := leaf.state;
+            res.info_available := leaf.held;
+            res.info := format('the run holds %s for its synthesis, less than the call''s minimum %s', leaf.held, p_min);
+            RETURN res;
+        END IF;
+        g := least(g, leaf.held);
+        -- The run's chain (its tenant's account, if any, and the run's)
+        -- holds it: both move it from held to reserved.
+        UPDATE account SET reserved = reserved + g, held = held - g, updated_at = now()
+         WHERE account_id = ANY (leaf.chain);
+        INSERT INTO reservation (tenant_id, run_id, account_id, chain, requested, amount, holder,
+                                 lease_expires_at, reserve_key, attempt, model, secret_hash, from_held)
+        VALUES (leaf.tenant_id, leaf.run_id, leaf.account_id, leaf.chain, p_want, g, p_holder,
+                now() + p_ttl, p_key, p_attempt, nullif(p_model, ''), leaf.secret_hash, true)
+        RETURNING * INTO r;
+        INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, reservation_id,
+                                  kind, delta_reserved, delta_held, holder, model, note)
+        VALUES (leaf.tenant_id, leaf.run_id, leaf.account_id, leaf.chain,
+                r.reservation_id, 'reserve', g, -g, p_holder, r.model, 'drawn on what the run holds for its synthesis');
+        res := ledger_result_of('ok', r);
+        res.run_available := leaf.limit_tokens - leaf.reserved - leaf.spent - leaf.held;
         RETURN res;
     END IF;
     FOREACH a IN ARRAY locked LOOP
         -- A tenant below its own minimum grants nothing, whatever this
         -- call's minimum: it is exhausted for every run under it, also one
         -- opened after (admission refuses new runs; this holds without it).
-        IF least(g, a.limit_tokens - a.reserved - a.spent) < p_min
-           OR (a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent < a.min_reservation) THEN
-            IF a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent < a.min_reservation THEN
+        IF least(g, a.limit_tokens - a.reserved - a.spent - a.held) < p_min
+           OR (a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent - a.held < a.min_reservation) THEN
+            IF a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent - a.held < a.min_reservation THEN
                 PERFORM ledger_exhaust_tenant(a);
             END IF;
             res.outcome := 'exhausted';
             res.info_account := a.account_id;
             res.info_kind := a.kind;
             res.info_state := a.state;
-            res.info_available := a.limit_tokens - a.reserved - a.spent;
+            res.info_available := a.limit_tokens - a.reserved - a.spent - a.held;
             RETURN res;
         END IF;
-        g := least(g, a.limit_tokens - a.reserved - a.spent);
+        g := least(g, a.limit_tokens - a.reserved - a.spent - a.held);
     END LOOP;
 
     UPDATE account SET reserved = reserved + g, updated_at = now()
@@ -156,17 +196,17 @@ BEGIN
             r.reservation_id, 'reserve', g, p_holder, r.model);
     -- Only a grant that takes the run below its minimum ends it (saves a
     -- statement on the hot path).
-    IF run.account_id IS NOT NULL AND run.limit_tokens - run.reserved - g - run.spent < run.min_reservation THEN
+    IF run.account_id IS NOT NULL AND run.limit_tokens - run.reserved - g - run.spent - run.held < run.min_reservation THEN
         PERFORM ledger_check_exhausted(leaf.chain);
     END IF;
     IF tenant.account_id IS NOT NULL
-       AND tenant.limit_tokens - tenant.reserved - g - tenant.spent < tenant.min_reservation THEN
+       AND tenant.limit_tokens - tenant.reserved - g - tenant.spent - tenant.held < tenant.min_reservation THEN
         tenant.reserved := tenant.reserved + g;
         PERFORM ledger_exhaust_tenant(tenant);
     END IF;
     res := ledger_result_of('ok', r);
-    res.run_available := run.limit_tokens - run.reserved - g - run.spent;
+    res.run_available := run.limit_tokens - run.reserved - g - run.spent - run.held;
     RETURN res;
 END $$;
-REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text) TO fanout_app, fanout_worker;
+REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app, fanout_worker;

@@ -12,7 +12,7 @@ BEGIN
     END IF;
     new_end := ledger_period_next_end(t.period_kind, t.period_every, t.period_end, now());
     -- Clamped: what is held across the boundary stays within the limit.
-    new_limit := greatest(t.spent + t.period_limit, t.spent + t.reserved);
+    new_limit := greatest(t.spent + t.period_limit, t.spent + t.reserved + t.held);
     INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, note)
     VALUES (t.tenant_id, t.account_id, ARRAY[t.account_id], 'period', new_limit - t.limit_tokens,
             format('period %s ended %s; next ends %s; limit = spent %s + period limit %s',

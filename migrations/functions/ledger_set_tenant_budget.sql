@@ -65,7 +65,7 @@ BEGIN
         IF t.period_kind IS DISTINCT FROM p_kind OR t.period_every IS DISTINCT FROM p_every THEN
             -- A new kind of period starts now, from what is spent now.
             new_end := CASE WHEN p_kind = 'none' THEN NULL ELSE ledger_period_next_end(p_kind, p_every, now(), now()) END;
-            new_limit := greatest(t.spent + p_limit, t.spent + t.reserved);
+            new_limit := greatest(t.spent + p_limit, t.spent + t.reserved + t.held);
             INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, note)
             VALUES (p_tenant, t.account_id, t.chain, 'adjust', new_limit - t.limit_tokens,
                     format('budget set to %s per %s%s by %s; a new period starts', p_limit, p_kind,
@@ -82,7 +82,7 @@ BEGIN
              WHERE account_id = t.account_id
             RETURNING * INTO t;
         ELSE
-            new_limit := greatest(t.period_base + p_limit, t.spent + t.reserved);
+            new_limit := greatest(t.period_base + p_limit, t.spent + t.reserved + t.held);
             INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, note)
             VALUES (p_tenant, t.account_id, t.chain, 'adjust', new_limit - t.limit_tokens,
                     format('budget set to %s per %s%s by %s', p_limit, p_kind,
@@ -95,7 +95,7 @@ BEGIN
     END IF;
     -- Its runs in flight are under it from this commit, whatever they hold.
     t := ledger_adopt_runs(t);
-    IF t.limit_tokens - t.reserved - t.spent < t.min_reservation THEN
+    IF t.limit_tokens - t.reserved - t.spent - t.held < t.min_reservation THEN
         PERFORM ledger_exhaust_tenant(t);
     END IF;
     PERFORM admin_log(p_actor, 'tenant.set_budget', p_tenant,

@@ -22,6 +22,7 @@ DECLARE
     tenant account;
     charge bigint := p_actual;
     res    ledger_result;
+    rehold bigint;
 BEGIN
     IF p_actual IS NULL OR p_actual < 0 THEN
         RAISE EXCEPTION 'ledger_settle: actual % out of range', p_actual USING ERRCODE = 'invalid_parameter_value';
@@ -47,7 +48,9 @@ BEGIN
             -- period: the lock rolled it over already.
             tenant := a;
         END IF;
-        charge := least(charge, a.limit_tokens - (a.reserved - r.amount) - a.spent);
+        -- An overrun is paid from what is available: never from what a
+        -- run holds for its synthesis.
+        charge := least(charge, a.limit_tokens - (a.reserved - r.amount) - a.spent - a.held);
         IF a.kind = 'run' THEN
             run := a;
         END IF;
@@ -72,6 +75,9 @@ BEGIN
 
     UPDATE account SET reserved = reserved - r.amount, spent = spent + charge, updated_at = now()
      WHERE account_id = ANY (r.chain);
+    -- What a synthesis call drawn on its run's allowance did not spend is
+    -- held again, for its next call.
+    rehold := ledger_rehold(r, r.amount - charge);
     -- Only a tenant whose limit was raised above its budget has anything
     -- to give back: no extra read on an ordinary settle.
     IF charge < r.amount AND tenant.limit_tokens > tenant.period_base + tenant.period_limit THEN
@@ -85,17 +91,17 @@ BEGIN
      WHERE reservation_id = p_reservation
     RETURNING * INTO r;
     INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, reservation_id, kind,
-                              delta_reserved, delta_spent, actual, overrun, estimated, holder,
+                              delta_reserved, delta_spent, delta_held, actual, overrun, estimated, holder,
                               model, input_tokens, output_tokens, note)
     SELECT r.tenant_id, r.run_id, l.task_id, r.account_id, r.chain, r.reservation_id, 'settle',
-           -r.amount, charge, p_actual, r.overrun, p_estimated, r.holder,
+           -r.amount, charge, rehold, p_actual, r.overrun, p_estimated, r.holder,
            r.model, r.input_tokens, r.output_tokens,
            CASE WHEN p_actual > charge THEN format('%s tokens over every limit left unpaid', p_actual - charge) ELSE '' END
       FROM account l WHERE l.account_id = r.account_id;
     IF charge > r.amount THEN
         PERFORM ledger_check_exhausted(r.chain);
         IF tenant.account_id IS NOT NULL
-           AND tenant.limit_tokens - (tenant.reserved - r.amount) - (tenant.spent + charge) < tenant.min_reservation THEN
+           AND tenant.limit_tokens - (tenant.reserved - r.amount) - (tenant.spent + charge) - tenant.held < tenant.min_reservation THEN
             tenant.reserved := tenant.reserved - r.amount;
             tenant.spent := tenant.spent + charge;
             PERFORM ledger_exhaust_tenant(tenant);
@@ -105,7 +111,7 @@ BEGIN
         PERFORM ledger_resolved(r);
     END IF;
     res := ledger_result_of('ok', r);
-    res.run_available := run.limit_tokens - (run.reserved - r.amount) - (run.spent + charge);
+    res.run_available := run.limit_tokens - (run.reserved - r.amount) - (run.spent + charge) - run.held - rehold;
     RETURN res;
 END $$;
 REVOKE ALL ON FUNCTION ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) FROM PUBLIC;

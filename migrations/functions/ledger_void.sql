@@ -5,8 +5,9 @@ CREATE OR REPLACE FUNCTION ledger_void(p_reservation bigint, p_generation bigint
 RETURNS ledger_result
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
-    r   reservation;
-    res ledger_result;
+    r      reservation;
+    res    ledger_result;
+    rehold bigint;
 BEGIN
     SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation;
     IF NOT FOUND THEN
@@ -31,13 +32,14 @@ BEGIN
     END IF;
     UPDATE account SET reserved = reserved - r.amount, updated_at = now()
      WHERE account_id = ANY (r.chain);
+    rehold := ledger_rehold(r, r.amount);
     PERFORM ledger_give_back(r.chain);
     UPDATE reservation SET state = 'voided', resolved_at = now()
      WHERE reservation_id = p_reservation RETURNING * INTO r;
     INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, reservation_id, kind,
-                              delta_reserved, holder, note)
+                              delta_reserved, delta_held, holder, note)
     SELECT r.tenant_id, r.run_id, l.task_id, r.account_id, r.chain, r.reservation_id, 'void',
-           -r.amount, r.holder, coalesce(p_note, '')
+           -r.amount, rehold, r.holder, coalesce(p_note, '')
       FROM account l WHERE l.account_id = r.account_id;
     PERFORM ledger_resolved(r);
     RETURN ledger_result_of('ok', r);

@@ -19,5 +19,5 @@ SELECT account_id FROM ledger_set_tenant_budget(@actor, @tenant_id, @limit_token
 SELECT account_id, tenant_id, limit_tokens::bigint AS limit_tokens, reserved_tokens, spent_tokens,
     min_reservation, state, period_kind,
     coalesce(extract(epoch FROM period_every), 0)::float8 AS period_every_seconds,
-    period_limit, period_end, period_spent_tokens::bigint AS period_spent_tokens
+    period_limit, period_end, period_spent_tokens::bigint AS period_spent_tokens, held_tokens
 FROM tenant_budget WHERE tenant_id = @tenant_id;

@@ -38,6 +38,8 @@ type Account struct {
 	PeriodEnd *time.Time
 	// SHA-256 of the current attempt's secret (ledger_begin_attempt); NULL before the first attempt.
 	SecretHash []byte
+	// Tokens held back for the run's synthesis (a tenant account: the sum of its runs'); counted against limit_tokens, available to no subagent.
+	Held int64
 }
 
 type AdminAction struct {
@@ -113,9 +115,11 @@ type ConservationCheck struct {
 	AvailableTokens int32
 	ReservedTokens  int64
 	SpentTokens     int64
+	HeldTokens      int64
 	EntriesLimit    int64
 	EntriesReserved int64
 	EntriesSpent    int64
+	EntriesHeld     int64
 	Conserved       *bool
 }
 
@@ -140,6 +144,7 @@ type LedgerEntry struct {
 	Model         *string
 	InputTokens   *int64
 	OutputTokens  *int64
+	DeltaHeld     int64
 }
 
 type MoneyLine struct {
@@ -222,6 +227,7 @@ type Reservation struct {
 	OutputTokens   *int64
 	// SHA-256 of the secret of the attempt the reservation was granted to.
 	SecretHash []byte
+	FromHeld   bool
 }
 
 type Run struct {
@@ -269,6 +275,8 @@ type RunSpend struct {
 	Reservations    int64
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	HeldTokens      int64
+	SynthesisTokens int64
 }
 
 type RunSpendMoney struct {
@@ -385,6 +393,7 @@ type TenantBudget struct {
 	State             string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	HeldTokens        int64
 }
 
 type TenantPeriod struct {

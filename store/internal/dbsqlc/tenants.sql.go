@@ -135,7 +135,7 @@ const tenantBudget = `-- name: TenantBudget :one
 SELECT account_id, tenant_id, limit_tokens::bigint AS limit_tokens, reserved_tokens, spent_tokens,
     min_reservation, state, period_kind,
     coalesce(extract(epoch FROM period_every), 0)::float8 AS period_every_seconds,
-    period_limit, period_end, period_spent_tokens::bigint AS period_spent_tokens
+    period_limit, period_end, period_spent_tokens::bigint AS period_spent_tokens, held_tokens
 FROM tenant_budget WHERE tenant_id = $1
 `
 
@@ -152,6 +152,7 @@ type TenantBudgetRow struct {
 	PeriodLimit        *int64
 	PeriodEnd          *time.Time
 	PeriodSpentTokens  int64
+	HeldTokens         int64
 }
 
 func (q *Queries) TenantBudget(ctx context.Context, db DBTX, tenantID string) (TenantBudgetRow, error) {
@@ -170,6 +171,7 @@ func (q *Queries) TenantBudget(ctx context.Context, db DBTX, tenantID string) (T
 		&i.PeriodLimit,
 		&i.PeriodEnd,
 		&i.PeriodSpentTokens,
+		&i.HeldTokens,
 	)
 	return i, err
 }
