@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// ErrAuditRefused is what AuditGrant and AuditRevoke return (wrapped, with
+// ErrAuditRefused is what Audit.Grant and Audit.Revoke return (wrapped, with
 // the database's reason naming the field) for a role or tenant they refuse:
 // a malformed name, one of fanout's own roles or a role that already reads
 // every tenant, an unknown tenant, or a revoke of a grant that does not
@@ -24,7 +24,7 @@ type AuditGrantResult struct {
 	AlreadyGranted bool
 }
 
-// AuditGrant makes role an auditor of tenant: a member of
+// Grant makes role an auditor of tenant: a member of
 // fanout_tenant_auditor that reads, through every audit view, only the rows
 // of the tenants it was granted (row-level security, migration 21). The
 // role is created NOLOGIN if missing. The store's pool must connect as the
@@ -44,7 +44,7 @@ func (s *Audit) Grant(ctx context.Context, tenant, role string) (AuditGrantResul
 	return res, nil
 }
 
-// AuditRevoke ends role's reading of tenant. A role left auditing no tenant
+// Revoke ends role's reading of tenant. A role left auditing no tenant
 // loses fanout_tenant_auditor and its USAGE on the schema; the role itself
 // is kept (DROP ROLE is the operator's). It returns how many tenants the
 // role still audits. The store's pool must connect as the owner. Returns
