@@ -574,7 +574,8 @@ CREATE VIEW fanout.audit_ledger_entry WITH (security_invoker=true) AS
     ledger_entry.created_at,
     ledger_entry.model,
     ledger_entry.input_tokens,
-    ledger_entry.output_tokens
+    ledger_entry.output_tokens,
+    ledger_entry.delta_held
    FROM fanout.ledger_entry;
 GRANT SELECT ON TABLE fanout.audit_ledger_entry TO fanout_app;
 GRANT SELECT ON TABLE fanout.audit_ledger_entry TO fanout_auditor;
