@@ -8,10 +8,12 @@
 #   lint      install tools, run buf lint
 #   all       both
 #
-# sqlc links the PostgreSQL parser (cgo): its build takes about 3 minutes on
-# two cores, so it is built once per machine into ${FANOUT_TOOLS_CACHE}
-# (default ~/.cache/fanout-tools), outside the checkout, and reused by every
-# clone.
+# sqlc links the PostgreSQL parser (cgo, so it needs a C compiler: installed
+# with apt-get when this runs as root, as ensure-postgres.sh does): its build
+# takes about 3 minutes on two cores, so it is built once per machine into
+# ${FANOUT_TOOLS_CACHE} (default ${XDG_CACHE_HOME:-~/.cache}/fanout-tools, or
+# .tmp/tools in the checkout when that cannot be written), outside the
+# checkout, and reused by every clone. Only generate needs it; lint does not.
 set -euo pipefail
 
 BUF_VERSION=v1.75.0
@@ -54,14 +56,27 @@ tool_reports_version() {
 # install_sqlc builds sqlc at SQLC_VERSION into the per-machine cache
 # unless it is there, and sets SQLC to its path.
 install_sqlc() {
-  local dir="${FANOUT_TOOLS_CACHE:-${HOME}/.cache/fanout-tools}/sqlc-${SQLC_VERSION}"
+  local cache="${FANOUT_TOOLS_CACHE:-${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/fanout-tools}"
+  if ! mkdir -p "${cache}" 2>/dev/null || [[ ! -w "${cache}" ]]; then
+    echo "cannot write ${cache} (set FANOUT_TOOLS_CACHE to choose another place): building sqlc into .tmp/tools" >&2
+    cache="${ROOT}/.tmp/tools"
+  fi
+  local dir="${cache}/sqlc-${SQLC_VERSION}"
   SQLC="${dir}/sqlc"
   if [[ -x "${SQLC}" ]]; then
     return
   fi
-  if ! command -v gcc >/dev/null; then
-    echo "sqlc links the PostgreSQL parser with cgo and needs a C compiler: apt-get install gcc" >&2
-    exit 1
+  local cc
+  cc="$(go env CC)"
+  if ! command -v "${cc%% *}" >/dev/null; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+      echo "no C compiler (${cc}) for sqlc's cgo build: installing gcc (apt-get install -y gcc)" >&2
+      apt-get update -qq && apt-get install -y -qq gcc >/dev/null
+      cc=gcc
+    else
+      echo "sqlc links the PostgreSQL parser with cgo and needs a C compiler (go env CC: ${cc}): sudo apt-get install -y gcc" >&2
+      exit 1
+    fi
   fi
   echo "building github.com/sqlc-dev/sqlc@${SQLC_VERSION} into ${dir} (once per machine, about 3 minutes)" >&2
   mkdir -p "${dir}"
@@ -73,7 +88,6 @@ install_tools() {
   install_tool buf github.com/bufbuild/buf/cmd/buf "${BUF_VERSION}"
   install_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "${PROTOC_GEN_GO_VERSION}"
   install_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "${PROTOC_GEN_GO_GRPC_VERSION}"
-  install_sqlc
 }
 
 generate() {
@@ -87,8 +101,22 @@ generate() {
   mkdir -p .tmp/sqlc
   cat migrations/versioned/*.sql migrations/functions/*.sql migrations/views/*.sql |
     sed -E 's/\bfanout\.//g' >.tmp/sqlc/schema.sql
-  rm -rf store/internal/dbsqlc
-  (cd store && "${SQLC}" generate)
+  # The old output is kept aside until sqlc succeeds: a query it refuses
+  # leaves the committed code in place, not a broken build.
+  rm -rf .tmp/sqlc/dbsqlc.old
+  mkdir -p .tmp/sqlc/dbsqlc.old
+  if [[ -d store/internal/dbsqlc ]]; then
+    mv store/internal/dbsqlc/* .tmp/sqlc/dbsqlc.old/
+    rmdir store/internal/dbsqlc
+  fi
+  if ! (cd store && "${SQLC}" generate); then
+    rm -rf store/internal/dbsqlc
+    mkdir -p store/internal/dbsqlc
+    mv .tmp/sqlc/dbsqlc.old/* store/internal/dbsqlc/
+    echo "sqlc refused the queries (above); store/internal/dbsqlc is left as it was" >&2
+    exit 1
+  fi
+  rm -rf .tmp/sqlc/dbsqlc.old
 }
 
 lint() {
@@ -97,8 +125,8 @@ lint() {
 
 cmd="${1:-all}"
 case "${cmd}" in
-  generate) install_tools; generate ;;
+  generate) install_tools; install_sqlc; generate ;;
   lint) install_tools; lint ;;
-  all) install_tools; generate; lint ;;
+  all) install_tools; install_sqlc; generate; lint ;;
   *) echo "usage: $0 [generate|lint|all]" >&2; exit 2 ;;
 esac

@@ -95,6 +95,7 @@ type AuditLedgerEntry struct {
 	Model         *string
 	InputTokens   *int64
 	OutputTokens  *int64
+	DeltaHeld     int64
 }
 
 // Per-tenant auditors: role_name (a member of fanout_tenant_auditor) reads the rows of tenant_id.
