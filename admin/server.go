@@ -108,6 +108,10 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, tenant.ErrTenantExists), errors.Is(err, tenant.ErrKeyExists):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "call cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	}
 	s.log.ErrorContext(ctx, "admin call", "err", err)
 	return status.Error(codes.Internal, "internal error")

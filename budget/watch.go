@@ -42,8 +42,9 @@ type WatchSource interface {
 	EndedRuns(ctx context.Context, runIDs []string) ([]RunSignal, error)
 }
 
-// noticeReadTimeout bounds the read of a notice's run (Watcher.notice).
-const noticeReadTimeout = 2 * time.Second
+// minPollTimeout is the least time a poll's reads may take (twice
+// PollInterval, when that is longer).
+const minPollTimeout = 2 * time.Second
 
 // DefaultPollInterval is how often a Watcher polls the runs it watches
 // when its config sets no interval.
@@ -231,35 +232,17 @@ func (w *Watcher) isNews(sig RunSignal) bool {
 	return n.hear(sig)
 }
 
-// notice handles a notice heard by the listener. Any database login may
-// NOTIFY, so a notice is a hint, never an order: when it would be news of
-// a watched run, the run's account row is read (EndedRuns) and what the row
-// says is delivered, with its cause ("tenant budget exhausted" or the
-// run's own "budget exhausted"). A notice of a run the row shows open is
-// dropped; so is one whose read fails, and the poll reads the run again
-// within PollInterval (a run the ledger ended grants nothing meanwhile).
-// The read is done here, in the order the notices came, so that a run's
-// first end is the one its subscribers hear first.
-func (w *Watcher) notice(ctx context.Context, sig RunSignal) {
-	if !w.isNews(sig) {
-		return
-	}
-	// It runs on the listener's goroutine, which every other notice waits
-	// for: bounded, and the poll covers a read that does not finish.
-	rctx, cancel := context.WithTimeout(ctx, noticeReadTimeout)
-	defer cancel()
-	sigs, err := w.src.EndedRuns(rctx, []string{sig.RunID})
-	if err != nil {
-		if ctx.Err() == nil {
-			w.cfg.Logger.Warn("budget watcher: read the run of a notice; the poll will", "run_id", sig.RunID, "err", err)
-		}
+// notice handles a notice heard by the listener: it only wakes the poll
+// when the notice would be news of a watched run. Any database login may
+// NOTIFY, so a notice is a hint, never an order: the poll reads every
+// watched run's account row (EndedRuns) and delivers what the rows say,
+// with their causes ("tenant budget exhausted" or the run's own "budget
+// exhausted"); a notice of a run the row shows open changes nothing. The
+// listener's goroutine, which every node's other notifications (key
+// revocations) share, never waits on the database.
+func (w *Watcher) notice(sig RunSignal) {
+	if w.isNews(sig) {
 		w.loop.Wake()
-		return
-	}
-	for _, s := range sigs {
-		if s.RunID == sig.RunID {
-			w.deliver(s)
-		}
 	}
 }
 
@@ -308,7 +291,11 @@ func (w *Watcher) Poll(ctx context.Context) error {
 
 func (w *Watcher) poll(ctx context.Context) {
 	w.loop.Run(ctx, w.cfg.PollInterval, func(ctx context.Context) {
-		if err := w.Poll(ctx); err != nil && ctx.Err() == nil {
+		// Bounded: the reads retry a transient error only as long as this
+		// allows, and the next poll tries again.
+		pctx, cancel := context.WithTimeout(ctx, max(2*w.cfg.PollInterval, minPollTimeout))
+		defer cancel()
+		if err := w.Poll(pctx); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Warn("budget watcher: poll runs", "err", err)
 		}
 	})
@@ -319,7 +306,7 @@ func (w *Watcher) poll(ctx context.Context) {
 // while it was away is gone). A source that cannot listen leaves the poll
 // alone to carry changes.
 func (w *Watcher) listen(ctx context.Context) {
-	err := w.src.Listen(ctx, w.loop.Wake, func(sig RunSignal) { w.notice(ctx, sig) })
+	err := w.src.Listen(ctx, w.loop.Wake, w.notice)
 	if err != nil && ctx.Err() == nil {
 		w.cfg.Logger.Warn("budget watcher: no notices; the poll alone carries run ends", "err", err,
 			"poll_interval", w.cfg.PollInterval)

@@ -74,7 +74,8 @@ func (s *source) EndedRuns(_ context.Context, ids []string) ([]budget.RunSignal,
 
 // notify ends sig's run in the source, as the ledger's transaction does,
 // then sends sig's notice, as its commit does, and waits until the watcher
-// has handled it.
+// has handled it: woken its poll, which reads and delivers on its own
+// goroutine (the tests wait on the subscriptions for that).
 func (s *source) notify(t *testing.T, sig budget.RunSignal) {
 	t.Helper()
 	s.end(sig)
@@ -114,6 +115,16 @@ func start(t *testing.T, src *source, cfg budget.WatcherConfig) *budget.Watcher 
 	return w
 }
 
+// waitCancelled waits until s is told that its run was cancelled or closed.
+func waitCancelled(t *testing.T, s *budget.Subscription) {
+	t.Helper()
+	select {
+	case <-s.Cancelled():
+	case <-time.After(patience):
+		t.Fatalf("no cancel within %v", patience)
+	}
+}
+
 func waitDone(t *testing.T, s *budget.Subscription) budget.RunSignal {
 	t.Helper()
 	select {
@@ -134,6 +145,7 @@ func TestNoticeReachesEverySubscriberOnce(t *testing.T) {
 	defer b.Close()
 	defer other.Close()
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted})
+	waitDone(t, a)                                                          // the notice woke the poll, which delivered it
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateClosed}) // the first news stays the first
 	if sig := waitDone(t, a); sig.State != budget.StateExhausted || !errors.Is(sig.Err(), budget.ErrExhausted) {
 		t.Errorf("a got %+v", sig)
@@ -161,7 +173,9 @@ func TestLaterNewsDoesNotReplaceTheFirst(t *testing.T) {
 	early := w.Subscribe("r1") // while r1 is watched, the watcher keeps what it heard of it
 	defer early.Close()
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"})
+	waitDone(t, early)
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "caller cancelled"})
+	waitCancelled(t, early)
 
 	toldFirst := func(who string, s *budget.Subscription) {
 		t.Helper()
@@ -228,6 +242,7 @@ func TestCancelAfterExhaustionIsHeard(t *testing.T) {
 	s := w.Subscribe("r1")
 	defer s.Close()
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "budget exhausted"})
+	waitDone(t, s)
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted, Cause: "exhausted again"})
 	if sig := waitDone(t, s); sig.State != budget.StateExhausted || sig.Cause != "budget exhausted" {
 		t.Fatalf("first signal %+v, want the first exhaustion", sig)
@@ -238,6 +253,7 @@ func TestCancelAfterExhaustionIsHeard(t *testing.T) {
 	notCancelled(t, "a subscriber after the exhaustion", exhausted)
 
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "cancelled by caller: stop"})
+	waitCancelled(t, s)
 	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateCancelled, Cause: "again"})
 	for who, sub := range map[string]*budget.Subscription{"the subscriber": s, "a subscriber after the exhaustion": exhausted} {
 		toldCancel(t, who, sub, "cancelled by caller: stop")

@@ -70,9 +70,10 @@ var errNotConnected = errors.New("the worker's channel did not connect")
 // dispatch is one call — a task, or a run's synthesis — on its way to a
 // worker: built per call by the driver with what the call needs (as River's
 // job executor is built per job), it sends the call, follows it to its
-// outcome and returns that. It never reaches back into the driver: it
-// reports through progress and asks for the run's lease through
-// awaitLease; the driver keeps scheduling and bookkeeping (persisting the
+// outcome and returns that. It holds no driver: what it needs of the run
+// comes in as two narrow dependencies, progress (where a task's start and
+// iterations are recorded) and awaitLease (the run's lease, which the
+// driver keeps); the driver keeps scheduling and bookkeeping (persisting the
 // outcome, the run's budget, the join).
 type dispatch struct {
 	req   *fanoutv1.Dispatch // its Attempt and AttemptSecret are set per try

@@ -24,8 +24,13 @@ const (
 	TenantQuotasChannel = "fanout_tenant_quotas"
 )
 
-// notifyChannels are the channels every Notifier LISTENs on.
-var notifyChannels = []string{runStateChannel, KeyRevokedChannel, TenantQuotasChannel}
+// notifyChannels are the channels every Notifier LISTENs on, each with its
+// statement (LISTEN takes no parameter: the names are constants).
+var notifyChannels = []struct{ name, listen string }{
+	{runStateChannel, "LISTEN " + runStateChannel},
+	{KeyRevokedChannel, "LISTEN " + KeyRevokedChannel},
+	{TenantQuotasChannel, "LISTEN " + TenantQuotasChannel},
+}
 
 // ListenerApplicationName is the application_name of the Notifier's
 // connection, so operators (and tests) can find it in pg_stat_activity.
@@ -166,8 +171,8 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	for _, ch := range notifyChannels {
-		if _, err := conn.Exec(ctx, "LISTEN "+ch); err != nil {
-			return false, fmt.Errorf("listen %s: %w", ch, err)
+		if _, err := conn.Exec(ctx, ch.listen); err != nil {
+			return false, fmt.Errorf("listen %s: %w", ch.name, err)
 		}
 	}
 	// The subscribers as of the moment it is listening: one that

@@ -205,6 +205,9 @@ type runRow struct {
 	FinishedAt     *time.Time `db:"finished_at"`
 }
 
+// taskRow is a task as the store reads it: from the named queries Tasks and
+// TaskSummaries, and by column name from what the hand-written task writes
+// return.
 type taskRow struct {
 	RunID         string     `db:"run_id"`
 	TaskID        string     `db:"task_id"`
@@ -216,9 +219,6 @@ type taskRow struct {
 	StartedAt     *time.Time `db:"started_at"`
 	FinishedAt    *time.Time `db:"finished_at"`
 }
-
-// taskColumns are the columns of taskRow, as the hand-written task writes
-// below return them.
 
 func (r taskRow) outcome() (*fanoutv1.TaskOutcome, error) {
 	o := &fanoutv1.TaskOutcome{}
@@ -726,7 +726,10 @@ func (s *Runs) Heartbeat(ctx context.Context, owner string, runIDs []string) (lo
 	if len(runIDs) == 0 {
 		return nil, nil
 	}
-	lost, err = s.q.Heartbeat(ctx, s.pool, dbsqlc.HeartbeatParams{RunIds: runIDs, Owner: owner})
+	// Idempotent: a second refresh of the same leases changes nothing more.
+	lost, err = retry(ctx, s.log, "runs.heartbeat", idempotent, func(ctx context.Context, _ try) ([]string, error) {
+		return s.q.Heartbeat(ctx, s.pool, dbsqlc.HeartbeatParams{RunIds: runIDs, Owner: owner})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat %d runs of %s: %w", len(runIDs), owner, err)
 	}
@@ -740,7 +743,11 @@ func (s *Runs) Heartbeat(ctx context.Context, owner string, runIDs []string) (lo
 // UPDATE itself, so of several replicas adopting at once exactly one gets
 // each run (the others skip it or find it fresh).
 func (s *Runs) AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error) {
-	r, err := s.q.AdoptOrphan(ctx, s.pool, dbsqlc.AdoptOrphanParams{Node: node, OrphanAfter: orphanAfter})
+	// Retried only when surely not done: an adoption that committed unheard
+	// leaves the run to this node's next sweep once its lease lapses again.
+	r, err := retry(ctx, s.log, "runs.adopt_orphan", unsentOnly, func(ctx context.Context, _ try) (dbsqlc.AdoptOrphanRow, error) {
+		return s.q.AdoptOrphan(ctx, s.pool, dbsqlc.AdoptOrphanParams{Node: node, OrphanAfter: orphanAfter})
+	})
 	a := runs.Adoption{RunID: r.RunID, PrevOwner: r.PrevOwner, Adoptions: int(r.Adoptions), At: r.AdoptedAt}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runs.Adoption{}, nil

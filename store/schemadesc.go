@@ -41,7 +41,7 @@ func DescribeSchema(ctx context.Context, db TxBeginner) (string, error) {
 	}
 	var lines []descLine
 	for _, q := range describeQueries {
-		rows, err := tx.Query(ctx, "WITH "+describeCTEs+q.sql, Schema)
+		rows, err := tx.Query(ctx, q.sql, Schema)
 		if err != nil {
 			return "", fmt.Errorf("describe schema: %s: %w", q.name, err)
 		}
@@ -186,11 +186,12 @@ funcs AS (
 // and kinds of object the migrations do not make (rules, extended
 // statistics, operators, collations, text search, foreign tables,
 // extensions).
+// describeQueries are constants, each the CTEs and its own query.
 var describeQueries = []struct{ name, sql string }{
-	{"schema", `
+	{"schema", "WITH " + describeCTEs + `
 SELECT 10, '', 10, '', format('CREATE SCHEMA %I;', nspname) FROM pg_namespace WHERE nspname = $1`},
 
-	{"types", `
+	{"types", "WITH " + describeCTEs + `
 SELECT 30, name, 10, '', CASE typtype
 	WHEN 'c' THEN format('CREATE TYPE %s AS (', name)
 	WHEN 'e' THEN format('CREATE TYPE %s AS ENUM (%s);', name,
@@ -213,7 +214,7 @@ UNION ALL
 SELECT 30, name, 40, '~', format('ALTER %s %s OWNER TO %s;', kw, name, (SELECT r.name FROM roles r WHERE r.oid = owner))
   FROM types WHERE owner <> (SELECT oid FROM own)`},
 
-	{"sequences", `
+	{"sequences", "WITH " + describeCTEs + `
 SELECT 40, c.name, 10, '', format('CREATE SEQUENCE %s AS %s INCREMENT %s MINVALUE %s MAXVALUE %s START %s CACHE %s%s%s;',
 	c.name, format_type(s.seqtypid, NULL), s.seqincrement, s.seqmin, s.seqmax, s.seqstart, s.seqcache,
 	CASE WHEN s.seqcycle THEN ' CYCLE' END,
@@ -223,7 +224,7 @@ SELECT 40, c.name, 10, '', format('CREATE SEQUENCE %s AS %s INCREMENT %s MINVALU
 	    AND d.deptype = 'a'))
   FROM rels c JOIN pg_sequence s ON s.seqrelid = c.oid`},
 
-	{"relations", `
+	{"relations", "WITH " + describeCTEs + `
 SELECT sect, name, 10, '', CASE relkind
 	WHEN 'v' THEN format(E'CREATE VIEW %s%s AS\n%s', name, opts, pg_get_viewdef(oid, true))
 	WHEN 'm' THEN format(E'CREATE MATERIALIZED VIEW %s%s AS\n%s', name, opts, pg_get_viewdef(oid, true))
@@ -246,7 +247,7 @@ SELECT sect, name, 40, 'd', format('ALTER %s %s OWNER TO %s;', kw, name, (SELECT
 
 	// Only the order of the columns shows, not their attnum: a dropped
 	// column leaves a gap that a database created afresh does not have.
-	{"columns", `
+	{"columns", "WITH " + describeCTEs + `
 SELECT c.sect, c.name, 20, lpad(a.attnum::text, 5, '0'), concat('    ', quote_ident(a.attname), ' ',
 	format_type(a.atttypid, a.atttypmod),
 	CASE WHEN a.attcollation <> t.typcollation THEN ' COLLATE ' || a.attcollation::regcollation::text END,
@@ -262,19 +263,19 @@ SELECT c.sect, c.name, 20, lpad(a.attnum::text, 5, '0'), concat('    ', quote_id
 
 	// PostgreSQL 18 lists NOT NULL as constraints too, named; the columns
 	// say it already, the same way on every version.
-	{"constraints", `
+	{"constraints", "WITH " + describeCTEs + `
 SELECT c.sect, c.name, 21, k.conname::text, format('    CONSTRAINT %I %s', k.conname, pg_get_constraintdef(k.oid, true))
   FROM rels c JOIN pg_constraint k ON k.conrelid = c.oid
  WHERE c.relkind IN ('r', 'p') AND k.contype <> 'n'`},
 
 	// An index that implements a constraint is that constraint.
-	{"indexes", `
+	{"indexes", "WITH " + describeCTEs + `
 SELECT c.sect, c.name, 50, i.relname::text, pg_get_indexdef(x.indexrelid, 0, true) || ';'
   FROM rels c JOIN pg_index x ON x.indrelid = c.oid JOIN pg_class i ON i.oid = x.indexrelid
  WHERE NOT EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = c.oid AND k.conindid = x.indexrelid
                                                 AND k.contype IN ('p', 'u', 'x'))`},
 
-	{"triggers", `
+	{"triggers", "WITH " + describeCTEs + `
 SELECT c.sect, c.name, 60, t.tgname || ' 1', pg_get_triggerdef(t.oid, true) || ';'
   FROM rels c JOIN pg_trigger t ON t.tgrelid = c.oid WHERE NOT t.tgisinternal
 UNION ALL
@@ -282,7 +283,7 @@ SELECT c.sect, c.name, 60, t.tgname || ' 2', format('ALTER TABLE %s %s TRIGGER %
 	CASE t.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'R' THEN 'ENABLE REPLICA' ELSE 'ENABLE ALWAYS' END, t.tgname)
   FROM rels c JOIN pg_trigger t ON t.tgrelid = c.oid WHERE NOT t.tgisinternal AND t.tgenabled <> 'O'`},
 
-	{"policies", `
+	{"policies", "WITH " + describeCTEs + `
 SELECT c.sect, c.name, 70, p.polname::text, format('CREATE POLICY %I ON %s%s FOR %s TO %s%s%s;', p.polname, c.name,
 	CASE WHEN NOT p.polpermissive THEN ' AS RESTRICTIVE' END,
 	CASE p.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE' WHEN 'd' THEN 'DELETE' ELSE 'ALL' END,
@@ -291,7 +292,7 @@ SELECT c.sect, c.name, 70, p.polname::text, format('CREATE POLICY %I ON %s%s FOR
 	' WITH CHECK (' || pg_get_expr(p.polwithcheck, p.polrelid, true) || ')')
   FROM rels c JOIN pg_policy p ON p.polrelid = c.oid`},
 
-	{"comments", `
+	{"comments", "WITH " + describeCTEs + `
 SELECT sect, obj, 80, sub, format('COMMENT ON %s IS %L;', target, d) FROM (
 	SELECT 10 AS sect, '' AS obj, '' AS sub, format('SCHEMA %I', nspname) AS target,
 	       obj_description(oid, 'pg_namespace') AS d
@@ -328,7 +329,7 @@ SELECT sect, obj, 80, sub, format('COMMENT ON %s IS %L;', target, d) FROM (
 
 	// The body is in migrations/; a copy here would be a second one to
 	// keep in step. The hash still shows every change to it.
-	{"functions", `
+	{"functions", "WITH " + describeCTEs + `
 SELECT 70, name, 10, '', CASE WHEN prokind = 'a' THEN format('CREATE AGGREGATE %s; -- not described further', name)
 	ELSE format(E'CREATE %s %s(%s)%s\n    %s%s;\n    -- body: %s, sha256 %s',
 		kw, qname, pg_get_function_arguments(oid),
@@ -355,7 +356,7 @@ SELECT 70, name, 40, '', format('ALTER %s %s OWNER TO %s;', kw, name, (SELECT r.
 	// and REVOKE statements that would make the difference: aclexplode
 	// undoes the order grants were given in, and the defaults of NULL and
 	// of an ACL that only spells them out are the same.
-	{"privileges", `,
+	{"privileges", "WITH " + describeCTEs + `,
 acls AS (
 	SELECT 10 AS sect, '' AS obj, '' AS prefix, format('SCHEMA %I', nspname) AS target, NULL::name AS col, 0 AS colnum,
 	       nspowner AS owner, coalesce(nspacl, acldefault('n', nspowner)) AS acl, acldefault('n', nspowner) AS base

@@ -33,10 +33,11 @@ func (l *Loop) Wake() {
 	}
 }
 
-// Run calls poll every interval, and after each Wake, until ctx ends. poll
-// runs on Run's goroutine, one call at a time.
+// Run calls poll interval after the end of the last poll, and after each
+// Wake, until ctx ends. poll runs on Run's goroutine, one call at a time:
+// call Run once per Loop.
 func (l *Loop) Run(ctx context.Context, interval time.Duration, poll func(context.Context)) {
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -45,6 +46,13 @@ func (l *Loop) Run(ctx context.Context, interval time.Duration, poll func(contex
 		case <-t.C:
 		case <-l.wake:
 		}
+		// This poll answers every wake so far (one that came with the
+		// tick too); a wake during it asks for one more.
+		select {
+		case <-l.wake:
+		default:
+		}
 		poll(ctx)
+		t.Reset(interval)
 	}
 }
