@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
 )
 
 // Ledger implements budget.Ledger on PostgreSQL. Each operation is one call of
@@ -380,27 +381,28 @@ func (l *Ledger) ExpireLeases(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// scanAccount reads an account from a row of the columns every account
-// query below selects, in this order: account_id, tenant_id, parent_id (0
-// for none), kind, run_id and task_id (empty for none), limit_tokens,
-// reserved, spent, min_reservation, state, cause, attempt, closing, held.
-// (The ledger's SQL stays hand-written: docs/architecture.md.)
-func scanAccount(row pgx.Row) (budget.Account, error) {
-	var a budget.Account
-	err := row.Scan(&a.ID, &a.TenantID, &a.ParentID, &a.Kind, &a.RunID, &a.TaskID,
-		&a.Limit, &a.Reserved, &a.Spent, &a.MinReservation, &a.State, &a.Cause, &a.Attempt, &a.Closing, &a.Held)
+// accountOf maps an account row of the named queries (queries/accounts.sql,
+// which all select the same columns) to the ledger's type.
+func accountOf(r dbsqlc.AccountRow) budget.Account {
+	return budget.Account{ID: budget.AccountID(r.AccountID), TenantID: r.TenantID, ParentID: budget.AccountID(r.ParentID),
+		Kind: budget.AccountKind(r.Kind), RunID: r.RunID, TaskID: r.TaskID, Limit: r.LimitTokens, Reserved: r.Reserved,
+		Spent: r.Spent, MinReservation: r.MinReservation, State: budget.AccountState(r.State), Cause: r.Cause,
+		Attempt: r.Attempt, Closing: r.Closing, Held: r.Held}
+}
+
+// readAccount is the account a query returned; pgx.ErrNoRows is
+// budget.ErrNotFound.
+func readAccount(r dbsqlc.AccountRow, err error) (budget.Account, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return a, budget.ErrNotFound
+		return budget.Account{}, budget.ErrNotFound
 	}
-	return a, err
+	return accountOf(r), err
 }
 
 // Account implements budget.Ledger.
 func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Account, error) {
 	a, err := retry(ctx, l.log, "ledger.account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
-			FROM account WHERE account_id = $1`, int64(id)))
+		return readAccount(l.q.Account(ctx, l.pool, int64(id)))
 	})
 	if err != nil {
 		return a, fmt.Errorf("read account %d: %w", id, err)
@@ -411,9 +413,8 @@ func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Accou
 // RunAccount implements budget.Ledger.
 func (l *Ledger) RunAccount(ctx context.Context, runID string) (budget.Account, error) {
 	a, err := retry(ctx, l.log, "ledger.run_account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
-			FROM account WHERE run_id = $1 AND kind = 'run'`, runID))
+		r, err := l.q.RunAccount(ctx, l.pool, runID)
+		return readAccount(dbsqlc.AccountRow(r), err)
 	})
 	if err != nil {
 		return a, fmt.Errorf("read run %s account: %w", runID, err)
@@ -435,9 +436,8 @@ func (l *Ledger) endRun(ctx context.Context, runID string, state budget.AccountS
 	// Idempotent: a run already where the call would move it is returned
 	// as it is.
 	a, err := retry(ctx, l.log, "ledger.end_run", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
-			FROM ledger_end_run($1, $2, $3)`, runID, string(state), cause))
+		r, err := l.q.EndRun(ctx, l.pool, dbsqlc.EndRunParams{RunID: runID, State: string(state), Cause: cause})
+		return readAccount(dbsqlc.AccountRow(r), err)
 	})
 	if err != nil {
 		return a, fmt.Errorf("end run %s (%s): %w", runID, state, err)
@@ -451,10 +451,9 @@ func (l *Ledger) EndRunFenced(ctx context.Context, runID string, state budget.Ac
 	epoch int64) (budget.Account, error) {
 	// Idempotent as ledger_end_run is; the epoch check only reads.
 	a, err := retry(ctx, l.log, "ledger.end_run_fenced", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
-			FROM ledger_end_run_fenced($1, $2, $3, $4)`,
-			runID, string(state), cause, epoch))
+		r, err := l.q.EndRunFenced(ctx, l.pool, dbsqlc.EndRunFencedParams{RunID: runID, State: string(state), Cause: cause,
+			Epoch: epoch})
+		return readAccount(dbsqlc.AccountRow(r), err)
 	})
 	switch {
 	case isCode(err, "FA001"):
@@ -475,9 +474,8 @@ func (l *Ledger) OpenTenant(ctx context.Context, tenantID string, limit int64) (
 	}
 	// Idempotent: an existing tenant account is returned as it is.
 	a, err := retry(ctx, l.log, "ledger.open_tenant", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
-		return scanAccount(l.pool.QueryRow(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
-			FROM ledger_open_tenant($1, $2)`, tenantID, limit))
+		r, err := l.q.OpenTenant(ctx, l.pool, dbsqlc.OpenTenantParams{TenantID: tenantID, LimitTokens: limit})
+		return readAccount(dbsqlc.AccountRow(r), err)
 	})
 	if err != nil {
 		return a, fmt.Errorf("open tenant %s: %w", tenantID, err)
@@ -524,43 +522,39 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 		id := int64(p.TenantAccount)
 		parent = &id
 	}
-	rows, err := l.pool.Query(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
-			FROM ledger_open_run($1, $2, $3, $4, $5, $6, $7, $8)`,
-		p.RunID, p.TenantID, parent, p.Limit, p.MinReservation, taskIDs, limits, p.Held)
-	if err != nil {
-		return budget.RunAccounts{}, err
+	rows, err := l.q.OpenRun(ctx, l.pool, dbsqlc.OpenRunParams{RunID: p.RunID, TenantID: p.TenantID, TenantAccount: parent,
+		LimitTokens: p.Limit, MinReservation: p.MinReservation, TaskIds: taskIDs, TaskLimits: limits, Held: p.Held})
+	accounts := make([]dbsqlc.AccountRow, len(rows))
+	for i, r := range rows {
+		accounts[i] = dbsqlc.AccountRow(r)
 	}
-	return collectRunAccounts(rows)
+	return collectRunAccounts(accounts, err)
 }
 
 func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccounts, error) {
-	rows, err := l.pool.Query(ctx, `SELECT account_id, tenant_id, coalesce(parent_id, 0), kind, coalesce(run_id, ''),
-			coalesce(task_id, ''), limit_tokens, reserved, spent, min_reservation, state, cause, attempt, closing, held
-			FROM account WHERE run_id = $1 ORDER BY account_id`, runID)
-	if err != nil {
-		return budget.RunAccounts{}, err
+	rows, err := l.q.RunAccounts(ctx, l.pool, runID)
+	accounts := make([]dbsqlc.AccountRow, len(rows))
+	for i, r := range rows {
+		accounts[i] = dbsqlc.AccountRow(r)
 	}
-	return collectRunAccounts(rows)
+	return collectRunAccounts(accounts, err)
 }
 
-func collectRunAccounts(rows pgx.Rows) (budget.RunAccounts, error) {
-	defer rows.Close()
+// collectRunAccounts is a run's accounts as OpenRun returns them: the run's
+// and its tasks', or budget.ErrNotFound without the run's.
+func collectRunAccounts(rows []dbsqlc.AccountRow, err error) (budget.RunAccounts, error) {
 	out := budget.RunAccounts{Tasks: map[string]budget.AccountID{}}
+	if err != nil {
+		return out, err
+	}
 	found := false
-	for rows.Next() {
-		a, err := scanAccount(rows)
-		if err != nil {
-			return out, err
-		}
+	for _, r := range rows {
+		a := accountOf(r)
 		if a.Kind == budget.KindRun {
 			out.Run, found = a, true
 		} else {
 			out.Tasks[a.TaskID] = a.ID
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return out, err
 	}
 	if !found {
 		return out, budget.ErrNotFound
