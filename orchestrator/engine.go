@@ -283,6 +283,7 @@ func openRunParams(runID string, p *plan) budget.OpenRunParams {
 		Limit:          p.spec.GetBudget().GetLimitTokens(),
 		MinReservation: p.minReservation,
 		Tasks:          tasks,
+		Held:           p.synthesisHeld,
 	}
 }
 

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -46,7 +47,10 @@ func (d *driver) synthesize(runCtx context.Context, runCause error, result *fano
 	if reason := d.synthesisUnaffordable(acct); reason != "" {
 		return "", reason
 	}
-	if runCause != nil {
+	// A run whose tasks the budget stopped still has what it held back for
+	// its synthesis: it ends with an answer. Any other stop (a cancel, a
+	// timeout) skips it.
+	if runCause != nil && !(acct.Held > 0 && errors.Is(runCause, budget.ErrExhausted)) {
 		return "", "the run did not finish its tasks: " + runCause.Error()
 	}
 	if len(result.GetFacts()) == 0 {
@@ -77,16 +81,35 @@ func (d *driver) synthesize(runCtx context.Context, runCause error, result *fano
 	return "", fmt.Sprintf("the synthesis call ended %s without an answer: %s", runs.Text(sum.GetStatus()), sum.GetError())
 }
 
-// synthesisRequest is the dispatch of a run's synthesis: paid from the run
-// account acct, given the joined facts.
+// synthesisRequest is the dispatch of a run's synthesis, paid from the run
+// account acct: from what the run holds back for it when it holds any (the
+// worker's reserves draw on it), else from what is available. It is given
+// the joined facts, as many as fit in what pays for it (fitFacts); the
+// instruction says how many were left out.
 func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedResult) *fanoutv1.Dispatch {
+	pay := acct.Available()
+	if acct.Held > 0 {
+		pay = acct.Held
+	}
+	instruction := synthesisInstruction + taskReport(result.GetTasks())
+	out := int64(defaultSynthesisOutput)
+	if n := d.p.spec.GetModel().GetMaxOutputTokens(); n > 0 {
+		out = int64(n)
+	}
+	room := pay - min(out, pay/2) - int64(len(instruction)+len(d.p.spec.GetGoal())) - synthesisPromptBytes
+	facts, left := fitFacts(result.GetFacts(), room)
+	if left > 0 {
+		instruction += fmt.Sprintf("\n\n%d of the %d facts found were left out: the synthesis's budget pays for "+
+			"the first %d, in the order the tasks were dispatched. Say that the answer rests on part of what was found.",
+			left, len(result.GetFacts()), len(facts))
+	}
 	return &fanoutv1.Dispatch{
 		RunId:    d.runID,
 		TenantId: d.p.tenantID,
 		Task: &fanoutv1.TaskSpec{
 			Id:            synthesisTaskID,
-			Instruction:   synthesisInstruction + taskReport(result.GetTasks()),
-			TokenBudget:   acct.Available(),
+			Instruction:   instruction,
+			TokenBudget:   pay,
 			MaxIterations: 1,
 			Timeout:       durationpb.New(d.e.cfg.DefaultTaskTimeout),
 		},
@@ -95,8 +118,30 @@ func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedRe
 		MinReservationTokens: d.p.minReservation,
 		Model:                d.p.spec.GetModel(),
 		OnExhaustion:         d.p.spec.GetOnExhaustion(),
-		ContextFacts:         result.GetFacts(),
+		ContextFacts:         facts,
+		DrawOnHeld:           acct.Held > 0,
 	}
+}
+
+// synthesisPromptBytes bounds what the worker adds to the synthesis call's
+// input besides the instruction, the goal and the facts (its system prompt
+// and message framing); the worker's input bound counts a token per byte.
+const synthesisPromptBytes = 512
+
+// fitFacts returns the facts, in order, whose lines in the worker's prompt
+// ("- text [source, ...]") fit in room bytes, and how many were left out.
+func fitFacts(facts []*fanoutv1.Fact, room int64) (kept []*fanoutv1.Fact, left int) {
+	for i, f := range facts {
+		n := int64(len(f.GetText()) + 6)
+		for _, s := range f.GetSources() {
+			n += int64(len(s) + 2)
+		}
+		if n > room {
+			return facts[:i], len(facts) - i
+		}
+		room -= n
+	}
+	return facts, 0
 }
 
 // taskReport tells the synthesis call how every task ended, so that it
@@ -125,9 +170,17 @@ func taskReport(tasks []*fanoutv1.TaskOutcome) string {
 const reportErrorBytes = 300
 
 // synthesisUnaffordable says why the run account acct cannot pay for
-// synthesis, or "" when it can.
+// synthesis, or "" when it can: from what it holds back for it (also once
+// the run is exhausted), else from what is available.
 func (d *driver) synthesisUnaffordable(acct budget.Account) string {
 	switch {
+	case acct.Held > 0 && acct.State != budget.StateOpen && acct.State != budget.StateExhausted:
+		return "the run's budget was " + string(acct.State)
+	case acct.Held > 0 && acct.Held < d.p.minReservation:
+		return fmt.Sprintf("the run holds %d tokens for its synthesis, less than its minimum reservation %d",
+			acct.Held, d.p.minReservation)
+	case acct.Held > 0:
+		return ""
 	case acct.State == budget.StateExhausted:
 		return "the run's budget was exhausted: the ledger grants it nothing more"
 	case acct.State != budget.StateOpen:

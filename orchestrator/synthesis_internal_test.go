@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,5 +37,58 @@ func TestSynthesisIsToldHowEveryTaskEnded(t *testing.T) {
 	if i := strings.Index(got, "- slow: TIMED_OUT: "); i < 0 || !strings.HasSuffix(got[:strings.Index(got, "\n- skipped")], "…") ||
 		len(got[i:strings.Index(got, "\n- skipped")]) > len("- slow: TIMED_OUT: ")+reportErrorBytes+len("…") {
 		t.Errorf("the timed-out task's error is not listed cut at %d bytes:\n%s", reportErrorBytes, got)
+	}
+}
+
+// TestSynthesisAllowanceIsSized: without budget.synthesis_tokens a run that
+// asks for synthesis holds back the output cap plus 256 per task and 512,
+// at most a quarter of its budget and never the tasks' minimum; with it,
+// what it says; without synthesis, nothing.
+func TestSynthesisAllowanceIsSized(t *testing.T) {
+	c := Config{}.withDefaults()
+	spec := func(limit, held int64, synthesize bool, tasks int) *fanoutv1.RunSpec {
+		s := &fanoutv1.RunSpec{IdempotencyKey: "k", Synthesize: synthesize,
+			Budget: &fanoutv1.Budget{LimitTokens: limit, MinReservationTokens: 100, SynthesisTokens: held}}
+		for i := range tasks {
+			s.Tasks = append(s.Tasks, &fanoutv1.TaskSpec{Id: fmt.Sprint("t", i), Instruction: "x", TokenBudget: 1000})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name        string
+		limit, held int64
+		synthesize  bool
+		tasks       int
+		want        int64
+	}{
+		{"sized", 100_000, 0, true, 8, 1024 + 8*256 + 512},
+		{"a quarter of a small budget", 12_000, 0, true, 8, 3000},
+		{"set in the spec", 12_000, 5000, true, 8, 5000},
+		{"no synthesis", 12_000, 0, false, 8, 0},
+	} {
+		p, err := c.plan(spec(tc.limit, tc.held, tc.synthesize, tc.tasks))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if p.synthesisHeld != tc.want {
+			t.Errorf("%s: holds %d, want %d", tc.name, p.synthesisHeld, tc.want)
+		}
+	}
+}
+
+// TestFitFactsKeepsDispatchOrder: the facts that fit are the first ones;
+// the count of the rest is returned.
+func TestFitFactsKeepsDispatchOrder(t *testing.T) {
+	facts := []*fanoutv1.Fact{{Text: "aaaa"}, {Text: "bbbb", Sources: []string{"s"}}, {Text: "cccc"}}
+	// "aaaa" costs 4+6, "bbbb [s]" 4+6+3.
+	kept, left := fitFacts(facts, 10+13)
+	if len(kept) != 2 || kept[1].GetText() != "bbbb" || left != 1 {
+		t.Errorf("kept %v, left %d; want the first two kept, one left", kept, left)
+	}
+	if kept, left := fitFacts(facts, 1000); len(kept) != 3 || left != 0 {
+		t.Errorf("with room for all: kept %d, left %d", len(kept), left)
+	}
+	if kept, left := fitFacts(facts, 9); len(kept) != 0 || left != 3 {
+		t.Errorf("with room for none: kept %d, left %d", len(kept), left)
 	}
 }

@@ -124,6 +124,7 @@ type plan struct {
 	spec           *fanoutv1.RunSpec
 	tenantID       string
 	minReservation int64
+	synthesisHeld  int64 // tokens held back for the synthesis from the start (0 without synthesize)
 	concurrency    int
 	runTimeout     time.Duration
 	taskTimeouts   []time.Duration
@@ -183,6 +184,7 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 		if cycle := findCycle(spec.GetTasks(), p.deps); cycle != "" {
 			v.add("spec.tasks", "dependency cycle %s", cycle)
 		}
+		c.planSynthesis(&v, p)
 	}
 	if err := v.err(); err != nil {
 		return nil, err
@@ -208,6 +210,42 @@ func (c Config) planBudget(v *validator, p *plan) {
 		v.add("spec.budget.min_reservation_tokens", "must not exceed limit_tokens (%d), got %d", limit, p.minReservation)
 	case p.minReservation == 0:
 		p.minReservation = max(1, min(c.DefaultMinReservation, limit))
+	}
+}
+
+// Sizing of the synthesis allowance when the spec sets none
+// (Budget.synthesis_tokens): the output cap, plus what the joined facts and
+// the instruction are expected to take, at most a quarter of the budget.
+const (
+	defaultSynthesisOutput  = 1024 // the worker's default max_output_tokens
+	synthesisTokensPerTask  = 256
+	synthesisInstructionTok = 512
+)
+
+// planSynthesis sets what the run holds back for its synthesis (I19): the
+// spec's budget.synthesis_tokens, or a size from the output cap and the
+// tasks, never more than limit - min_reservation.
+func (c Config) planSynthesis(v *validator, p *plan) {
+	spec := p.spec
+	limit := spec.GetBudget().GetLimitTokens()
+	held := spec.GetBudget().GetSynthesisTokens()
+	room := limit - p.minReservation
+	switch {
+	case held < 0:
+		v.add("spec.budget.synthesis_tokens", "must be >= 0, got %d", held)
+	case held > 0 && !spec.GetSynthesize():
+		v.add("spec.budget.synthesis_tokens", "is for a run with synthesize set, got %d without it", held)
+	case held > room:
+		v.add("spec.budget.synthesis_tokens", "must be at most limit_tokens - min_reservation_tokens (%d), got %d", room, held)
+	case held > 0:
+		p.synthesisHeld = held
+	case spec.GetSynthesize():
+		out := int64(defaultSynthesisOutput)
+		if n := spec.GetModel().GetMaxOutputTokens(); n > 0 {
+			out = int64(n)
+		}
+		size := out + synthesisTokensPerTask*int64(len(spec.GetTasks())) + synthesisInstructionTok
+		p.synthesisHeld = max(0, min(size, limit/4, room))
 	}
 }
 

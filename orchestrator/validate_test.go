@@ -42,6 +42,15 @@ func badCases() []badCase {
 	add("no tasks", inv, "spec.tasks", func(s *fanoutv1.RunSpec) { s.Tasks = nil })
 	add("no budget", inv, "spec.budget.limit_tokens", func(s *fanoutv1.RunSpec) { s.Budget = nil })
 	add("negative min reservation", inv, "spec.budget.min_reservation_tokens", func(s *fanoutv1.RunSpec) { s.Budget.MinReservationTokens = -1 })
+	add("negative synthesis tokens", inv, "spec.budget.synthesis_tokens", func(s *fanoutv1.RunSpec) {
+		s.Synthesize, s.Budget.SynthesisTokens = true, -1
+	})
+	add("synthesis tokens without synthesis", inv, "spec.budget.synthesis_tokens", func(s *fanoutv1.RunSpec) {
+		s.Synthesize, s.Budget.SynthesisTokens = false, 100
+	})
+	add("synthesis tokens leave the tasks less than the minimum", inv, "spec.budget.synthesis_tokens", func(s *fanoutv1.RunSpec) {
+		s.Synthesize, s.Budget.SynthesisTokens = true, s.Budget.LimitTokens
+	})
 	add("negative concurrency", inv, "spec.limits.max_concurrency", func(s *fanoutv1.RunSpec) {
 		s.Limits = &fanoutv1.Limits{MaxConcurrency: -1}
 	})

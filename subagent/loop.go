@@ -73,7 +73,10 @@ type Task struct {
 	AllowedTools   []string         // names in Loop.Tools; others are refused
 	Attempt        int              // dispatch attempt the ledger recorded (BeginAttempt); in reserves and idempotency keys; default 1
 	AttemptSecret  string           // the attempt's secret (budget.Attempt.Secret): a worker's login presents it on every ledger and tool-call write; never logged
-	OnExhaustion   Policy
+	// FromHeld makes every reserve draw on what the run holds back for its
+	// synthesis (Account is then the run's account): the run's synthesis.
+	FromHeld     bool
+	OnExhaustion Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
 	// cancels it under either policy, also when it was exhausted first.
@@ -596,6 +599,7 @@ func (r *run) reserve(ctx context.Context, want, least int64, key string) (budge
 		TTL:      r.LeaseTTL,
 		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
 		Model:    requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
+		FromHeld: r.task.FromHeld,
 	})
 }
 

@@ -253,6 +253,9 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 		sub := s.cfg.Watcher.Subscribe(req.GetRunId())
 		defer sub.Close()
 		task.Watch = sub
+		if req.GetDrawOnHeld() {
+			task.Watch = cancelOnly{sub}
+		}
 	}
 	sum := s.newLoop(model, req, stream).Run(ctx, task)
 	s.cfg.Logger.InfoContext(ctx, "subagent ended", "run_id", req.GetRunId(), "task_id", req.GetTask().GetId(),
@@ -523,6 +526,7 @@ func taskFromRequest(req *fanoutv1.Dispatch) Task {
 		AllowedTools:   t.GetAllowedTools(),
 		Attempt:        int(req.GetAttempt()),
 		AttemptSecret:  req.GetAttemptSecret(),
+		FromHeld:       req.GetDrawOnHeld(),
 		OnExhaustion:   policy,
 		ModelName:      req.GetModel().GetModel(),
 		Temperature:    req.GetModel().GetTemperature(),
@@ -557,3 +561,15 @@ func (st Status) Proto() fanoutv1.TaskStatus {
 	}
 	return fanoutv1.TaskStatus_TASK_STATUS_FAILED
 }
+
+// cancelOnly is the run watch of a dispatch that draws on what its run
+// holds back for its synthesis: the run's exhaustion does not end it (the
+// allowance is outside what the run's subagents are exhausted at); the
+// run's cancel or close does, as for any call.
+type cancelOnly struct{ RunWatch }
+
+// Done implements RunWatch: closed when the run is cancelled or closed.
+func (c cancelOnly) Done() <-chan struct{} { return c.Cancelled() }
+
+// Signal implements RunWatch: the cancel or close.
+func (c cancelOnly) Signal() budget.RunSignal { return c.CancelSignal() }

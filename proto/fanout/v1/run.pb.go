@@ -575,8 +575,18 @@ type Budget struct {
 	// policy is applied. 0 means the default, 256. Must not exceed
 	// limit_tokens.
 	MinReservationTokens int64 `protobuf:"varint,2,opt,name=min_reservation_tokens,json=minReservationTokens,proto3" json:"min_reservation_tokens,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Tokens the run holds back for its synthesis from the start (only with
+	// synthesize): no subagent can spend them (the run is exhausted for its
+	// tasks at limit_tokens minus these), and the synthesis draws on them
+	// after the join, also when the tasks exhausted the rest. 0 means sized by
+	// the server: the synthesis's output cap (model.max_output_tokens, else
+	// 1,024) plus 256 per task for the joined facts and 512 for the
+	// instruction, at most a quarter of limit_tokens. At most limit_tokens -
+	// min_reservation_tokens. Under a tenant budget the tenant holds them
+	// too, as far as it can.
+	SynthesisTokens int64 `protobuf:"varint,3,opt,name=synthesis_tokens,json=synthesisTokens,proto3" json:"synthesis_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -619,6 +629,13 @@ func (x *Budget) GetLimitTokens() int64 {
 func (x *Budget) GetMinReservationTokens() int64 {
 	if x != nil {
 		return x.MinReservationTokens
+	}
+	return 0
+}
+
+func (x *Budget) GetSynthesisTokens() int64 {
+	if x != nil {
+		return x.SynthesisTokens
 	}
 	return 0
 }
@@ -2142,10 +2159,11 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\rallowed_tools\x18\x05 \x03(\tR\fallowedTools\x12\x1d\n" +
 	"\n" +
 	"depends_on\x18\x06 \x03(\tR\tdependsOn\x123\n" +
-	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\"a\n" +
+	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x8c\x01\n" +
 	"\x06Budget\x12!\n" +
 	"\flimit_tokens\x18\x01 \x01(\x03R\vlimitTokens\x124\n" +
-	"\x16min_reservation_tokens\x18\x02 \x01(\x03R\x14minReservationTokens\"m\n" +
+	"\x16min_reservation_tokens\x18\x02 \x01(\x03R\x14minReservationTokens\x12)\n" +
+	"\x10synthesis_tokens\x18\x03 \x01(\x03R\x0fsynthesisTokens\"m\n" +
 	"\x06Limits\x12'\n" +
 	"\x0fmax_concurrency\x18\x01 \x01(\x05R\x0emaxConcurrency\x12:\n" +
 	"\vrun_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +

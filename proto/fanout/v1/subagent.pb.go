@@ -130,6 +130,12 @@ type Dispatch struct {
 	// worker acts on the tasks dispatched to it and on nothing else. Secret:
 	// never logged.
 	AttemptSecret string `protobuf:"bytes,22,opt,name=attempt_secret,json=attemptSecret,proto3" json:"attempt_secret,omitempty"`
+	// The dispatch is the run's synthesis, paid from what the run holds back
+	// for it: task_account_id is the run's account, and every reserve draws
+	// on the tokens it holds (the ledger's held amount), also once the run's
+	// budget is exhausted for its subagents. The run being cancelled or closed
+	// still stops it.
+	DrawOnHeld    bool `protobuf:"varint,23,opt,name=draw_on_held,json=drawOnHeld,proto3" json:"draw_on_held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -239,6 +245,13 @@ func (x *Dispatch) GetAttemptSecret() string {
 		return x.AttemptSecret
 	}
 	return ""
+}
+
+func (x *Dispatch) GetDrawOnHeld() bool {
+	if x != nil {
+		return x.DrawOnHeld
+	}
+	return false
 }
 
 // ExecuteResponse is one message of the SubagentService.Execute stream.
@@ -464,7 +477,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xc2\x03\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xe4\x03\n" +
 	"\bDispatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -477,7 +490,9 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\ron_exhaustion\x18\r \x01(\x0e2\x1b.fanout.v1.ExhaustionPolicyR\fonExhaustion\x124\n" +
 	"\rcontext_facts\x18\x14 \x03(\v2\x0f.fanout.v1.FactR\fcontextFacts\x12\x18\n" +
 	"\aattempt\x18\x15 \x01(\x05R\aattempt\x12%\n" +
-	"\x0eattempt_secret\x18\x16 \x01(\tR\rattemptSecret\"\xc4\x01\n" +
+	"\x0eattempt_secret\x18\x16 \x01(\tR\rattemptSecret\x12 \n" +
+	"\fdraw_on_held\x18\x17 \x01(\bR\n" +
+	"drawOnHeld\"\xc4\x01\n" +
 	"\x0fExecuteResponse\x126\n" +
 	"\astarted\x18\x01 \x01(\v2\x1a.fanout.v1.SubagentStartedH\x00R\astarted\x12<\n" +
 	"\titeration\x18\x02 \x01(\v2\x1c.fanout.v1.SubagentIterationH\x00R\titeration\x122\n" +
