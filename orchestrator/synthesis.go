@@ -81,16 +81,24 @@ func (d *driver) synthesize(runCtx context.Context, runCause error, result *fano
 	return "", fmt.Sprintf("the synthesis call ended %s without an answer: %s", runs.Text(sum.GetStatus()), sum.GetError())
 }
 
-// synthesisRequest is the dispatch of a run's synthesis, paid from the run
-// account acct: from what the run holds back for it when it holds any (the
-// worker's reserves draw on it), else from what is available. It is given
-// the joined facts, as many as fit in what pays for it (fitFacts); the
-// instruction says how many were left out.
-func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedResult) *fanoutv1.Dispatch {
-	pay := acct.Available()
-	if acct.Held > 0 {
-		pay = acct.Held
+// synthesisPay is what pays for a run's synthesis on its account acct, and
+// whether it is what the run held back for it: that, once the run is
+// exhausted or when it is the larger; else what is still available (a run
+// that finished its tasks within budget gives its synthesis all that is
+// left, and releases the allowance at its close).
+func synthesisPay(acct budget.Account) (pay int64, fromHeld bool) {
+	if acct.Held > 0 && (acct.State == budget.StateExhausted || acct.Held > acct.Available()) {
+		return acct.Held, true
 	}
+	return acct.Available(), false
+}
+
+// synthesisRequest is the dispatch of a run's synthesis, paid from the run
+// account acct (synthesisPay). It is given the joined facts, as many as fit
+// in what pays for it (fitFacts); the instruction says how many were left
+// out.
+func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedResult) *fanoutv1.Dispatch {
+	pay, fromHeld := synthesisPay(acct)
 	instruction := synthesisInstruction + taskReport(result.GetTasks())
 	out := int64(defaultSynthesisOutput)
 	if n := d.p.spec.GetModel().GetMaxOutputTokens(); n > 0 {
@@ -119,7 +127,7 @@ func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedRe
 		Model:                d.p.spec.GetModel(),
 		OnExhaustion:         d.p.spec.GetOnExhaustion(),
 		ContextFacts:         facts,
-		DrawOnHeld:           acct.Held > 0,
+		DrawOnHeld:           fromHeld,
 	}
 }
 
@@ -176,10 +184,11 @@ func (d *driver) synthesisUnaffordable(acct budget.Account) string {
 	switch {
 	case acct.Held > 0 && acct.State != budget.StateOpen && acct.State != budget.StateExhausted:
 		return "the run's budget was " + string(acct.State)
-	case acct.Held > 0 && acct.Held < d.p.minReservation:
-		return fmt.Sprintf("the run holds %d tokens for its synthesis, less than its minimum reservation %d",
-			acct.Held, d.p.minReservation)
 	case acct.Held > 0:
+		if pay, _ := synthesisPay(acct); pay < d.p.minReservation {
+			return fmt.Sprintf("the run holds %d tokens for its synthesis and %d are available, less than its minimum reservation %d",
+				acct.Held, acct.Available(), d.p.minReservation)
+		}
 		return ""
 	case acct.State == budget.StateExhausted:
 		return "the run's budget was exhausted: the ledger grants it nothing more"

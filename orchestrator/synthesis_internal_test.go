@@ -92,3 +92,24 @@ func TestFitFactsKeepsDispatchOrder(t *testing.T) {
 		t.Errorf("with room for none: kept %d, left %d", len(kept), left)
 	}
 }
+
+// TestSynthesisIsPaidFromTheLarger: an exhausted run's synthesis is paid
+// from what it held back; an open run's from what is left when that is
+// more (the allowance is released at its close), else from the allowance.
+func TestSynthesisIsPaidFromTheLarger(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		acct     budget.Account
+		pay      int64
+		fromHeld bool
+	}{
+		{"exhausted", budget.Account{Limit: 1000, Spent: 900, Held: 100, State: budget.StateExhausted}, 100, true},
+		{"open, more left than held", budget.Account{Limit: 1000, Spent: 100, Held: 300, State: budget.StateOpen}, 600, false},
+		{"open, less left than held", budget.Account{Limit: 1000, Spent: 650, Held: 300, State: budget.StateOpen}, 300, true},
+		{"nothing held", budget.Account{Limit: 1000, Spent: 100, State: budget.StateOpen}, 900, false},
+	} {
+		if pay, fromHeld := synthesisPay(tc.acct); pay != tc.pay || fromHeld != tc.fromHeld {
+			t.Errorf("%s: pays %d from held %v; want %d, %v", tc.name, pay, fromHeld, tc.pay, tc.fromHeld)
+		}
+	}
+}
