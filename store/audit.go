@@ -27,6 +27,8 @@ type RunSpend struct {
 	Reserved     int64  `json:"reserved_tokens"`
 	Available    int64  `json:"available_tokens"`
 	Reservations int64  `json:"reservations"`
+	Held         int64  `json:"held_tokens"`      // still held back for the synthesis
+	Synthesis    int64  `json:"synthesis_tokens"` // what the synthesis spent of what was held back
 }
 
 // TaskSpend is one row of the task_spend view.
@@ -79,10 +81,11 @@ func (s *Audit) readRun(ctx context.Context, tenantID, runID string) (RunAudit, 
 		}
 		r := &a.Run
 		err := tx.QueryRow(ctx, `SELECT tenant_id, run_id, state, cause, limit_tokens, spent_tokens,
-			reported_tokens, estimated_tokens, overrun_tokens, reserved_tokens, available_tokens, reservations
+			reported_tokens, estimated_tokens, overrun_tokens, reserved_tokens, available_tokens, reservations,
+			held_tokens, synthesis_tokens
 			FROM run_spend WHERE tenant_id = $1 AND run_id = $2`, tenantID, runID).Scan(
 			&r.TenantID, &r.RunID, &r.State, &r.Cause, &r.Limit, &r.Spent, &r.Reported, &r.Estimated,
-			&r.Overrun, &r.Reserved, &r.Available, &r.Reservations)
+			&r.Overrun, &r.Reserved, &r.Available, &r.Reservations, &r.Held, &r.Synthesis)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return runs.ErrNotFound
 		}

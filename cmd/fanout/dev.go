@@ -300,7 +300,10 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 func printAudit(w io.Writer, a store.RunAudit) {
 	r := a.Run
 	fmt.Fprintf(w, "run_spend   %s (tenant %s): %s\n", r.RunID, r.TenantID, r.State)
-	fmt.Fprintf(w, "  limit %d = spent %d + reserved %d + available %d\n", r.Limit, r.Spent, r.Reserved, r.Available)
+	fmt.Fprintf(w, "  limit %d = spent %d + reserved %d + held %d + available %d\n", r.Limit, r.Spent, r.Reserved, r.Held, r.Available)
+	if r.Synthesis > 0 {
+		fmt.Fprintf(w, "  the synthesis spent %d, from what the run held back for it\n", r.Synthesis)
+	}
 	fmt.Fprintf(w, "  spent: %d reported by the model, %d estimated (cancelled in flight), %d overrun; %d reservations\n",
 		r.Reported, r.Estimated, r.Overrun, r.Reservations)
 	fmt.Fprintf(w, "task_spend\n  %-16s %8s %8s %9s %9s %6s\n", "task", "limit", "spent", "reported", "estimated", "calls")
@@ -311,7 +314,7 @@ func printAudit(w io.Writer, a store.RunAudit) {
 	if a.Broken > 0 {
 		verdict = fmt.Sprintf("NOT CONSERVED on %d", a.Broken)
 	}
-	fmt.Fprintf(w, "conservation_check: %d accounts, %s (limit = available + reserved + spent; entries sum to rows)\n", a.Accounts, verdict)
+	fmt.Fprintf(w, "conservation_check: %d accounts, %s (limit = available + reserved + spent + held; entries sum to rows)\n", a.Accounts, verdict)
 }
 
 const ledgerUsage = `
