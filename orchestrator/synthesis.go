@@ -50,7 +50,7 @@ func (d *driver) synthesize(runCtx context.Context, runCause error, result *fano
 	// A run whose tasks the budget stopped still has what it held back for
 	// its synthesis: it ends with an answer. Any other stop (a cancel, a
 	// timeout) skips it.
-	if runCause != nil && !(acct.Held > 0 && errors.Is(runCause, budget.ErrExhausted)) {
+	if runCause != nil && (acct.Held == 0 || !errors.Is(runCause, budget.ErrExhausted)) {
 		return "", "the run did not finish its tasks: " + runCause.Error()
 	}
 	if len(result.GetFacts()) == 0 {
