@@ -214,20 +214,23 @@ func (r *taskSpecRecord) proto() *fanoutv1.TaskSpec {
 type budgetRecord struct {
 	LimitTokens          int64JSON `json:"limit_tokens,omitzero"`
 	MinReservationTokens int64JSON `json:"min_reservation_tokens,omitzero"`
+	SynthesisTokens      int64JSON `json:"synthesis_tokens,omitzero"`
 }
 
 func budgetRecordOf(m *fanoutv1.Budget) *budgetRecord {
 	if m == nil {
 		return nil
 	}
-	return &budgetRecord{LimitTokens: int64JSON(m.GetLimitTokens()), MinReservationTokens: int64JSON(m.GetMinReservationTokens())}
+	return &budgetRecord{LimitTokens: int64JSON(m.GetLimitTokens()), MinReservationTokens: int64JSON(m.GetMinReservationTokens()),
+		SynthesisTokens: int64JSON(m.GetSynthesisTokens())}
 }
 
 func (r *budgetRecord) proto() *fanoutv1.Budget {
 	if r == nil {
 		return nil
 	}
-	return &fanoutv1.Budget{LimitTokens: int64(r.LimitTokens), MinReservationTokens: int64(r.MinReservationTokens)}
+	return &fanoutv1.Budget{LimitTokens: int64(r.LimitTokens), MinReservationTokens: int64(r.MinReservationTokens),
+		SynthesisTokens: int64(r.SynthesisTokens)}
 }
 
 // limitsRecord is a fanout.v1.Limits.
