@@ -111,6 +111,9 @@ type Reservation struct {
 	Spent     int64 // what was posted as spent when it resolved
 	Overrun   int64 // Actual - Amount when positive: usage beyond the grant
 	Estimated bool  // spent was not reported by the provider (cancelled call, expired lease)
+	// WindDown, on a grant, says that the run is winding down (Ledger.WindDown):
+	// the call it pays for is to be the task's last, made without tools.
+	WindDown bool
 }
 
 // OpenRunParams describe a run's accounts.
@@ -281,6 +284,13 @@ type Ledger interface {
 	// created it. If the run changed hands since, nothing changes and it
 	// returns a *DeniedError.
 	EndRunFenced(ctx context.Context, runID string, state AccountState, cause string, epoch int64) (Account, error)
+
+	// WindDown marks the run as winding down, fenced like EndRunFenced by
+	// the owner's epoch (a *DeniedError if the run changed hands): what it
+	// has left pays only for final answers, and every grant on it from then
+	// on says so (Reservation.WindDown). Idempotent; an ended run is left
+	// as it is.
+	WindDown(ctx context.Context, runID string, epoch int64) error
 
 	// Account returns one account. ErrNotFound if it does not exist.
 	Account(ctx context.Context, id AccountID) (Account, error)

@@ -41,7 +41,8 @@ CREATE TYPE fanout.ledger_result AS (
     spent bigint,
     overrun bigint,
     estimated boolean,
-    run_available bigint
+    run_available bigint,
+    run_wind_down boolean
 );
 
 -- Tables
@@ -71,6 +72,7 @@ CREATE TABLE fanout.account (
     period_end timestamp with time zone,
     secret_hash bytea,
     held bigint DEFAULT 0 NOT NULL,
+    wind_down boolean DEFAULT false NOT NULL,
     CONSTRAINT account_attempt_check CHECK (attempt >= 0),
     CONSTRAINT account_held_check CHECK (held >= 0 AND (held = 0 OR kind <> 'task'::text)),
     CONSTRAINT account_kind_check CHECK (kind = ANY (ARRAY['tenant'::text, 'run'::text, 'task'::text])),
@@ -86,6 +88,7 @@ CREATE TABLE fanout.account (
     CONSTRAINT account_pkey PRIMARY KEY (account_id),
     CONSTRAINT account_state_check CHECK (state = ANY (ARRAY['open'::text, 'exhausted'::text, 'cancelled'::text, 'closed'::text])),
     CONSTRAINT account_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES fanout.tenant(tenant_id),
+    CONSTRAINT account_wind_down_check CHECK (NOT wind_down OR kind = 'run'::text),
     CONSTRAINT account_within_limit CHECK (reserved >= 0 AND spent >= 0 AND (reserved + spent + held) <= limit_tokens)
 );
 ALTER TABLE fanout.account ENABLE ROW LEVEL SECURITY;
@@ -101,6 +104,7 @@ COMMENT ON COLUMN fanout.account.period_base IS 'Tenant accounts: spent at the c
 COMMENT ON COLUMN fanout.account.period_end IS 'Tenant accounts: when the current period ends (database time); NULL for period none.';
 COMMENT ON COLUMN fanout.account.secret_hash IS 'SHA-256 of the current attempt''s secret (ledger_begin_attempt); NULL before the first attempt.';
 COMMENT ON COLUMN fanout.account.held IS 'Tokens held back for the run''s synthesis (a tenant account: the sum of its runs''); counted against limit_tokens, available to no subagent.';
+COMMENT ON COLUMN fanout.account.wind_down IS 'The run''s orchestrator wound it down: what is left pays only for final answers; every grant on the run says so.';
 GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_auditor;
 GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
@@ -418,7 +422,7 @@ CREATE TABLE fanout.task (
     CONSTRAINT task_outcome_object CHECK (jsonb_typeof(outcome) = 'object'::text),
     CONSTRAINT task_pkey PRIMARY KEY (run_id, task_id),
     CONSTRAINT task_run_id_fkey FOREIGN KEY (run_id) REFERENCES fanout.run(run_id) ON DELETE CASCADE,
-    CONSTRAINT task_status_check CHECK (status = ANY (ARRAY['PENDING'::text, 'RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'TIMED_OUT'::text, 'CANCELLED'::text, 'BUDGET_EXHAUSTED'::text, 'ITERATION_LIMIT'::text, 'SKIPPED'::text])),
+    CONSTRAINT task_status_check CHECK (status = ANY (ARRAY['PENDING'::text, 'RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'TIMED_OUT'::text, 'CANCELLED'::text, 'BUDGET_EXHAUSTED'::text, 'ITERATION_LIMIT'::text, 'SKIPPED'::text, 'NOT_STARTED'::text])),
     CONSTRAINT task_task_id_check CHECK (task_id <> ''::text AND octet_length(task_id) <= 64),
     CONSTRAINT task_tokens_spent_check CHECK (tokens_spent >= 0)
 );
@@ -1116,7 +1120,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 177 lines, sha256 8f9fa00709a4
+    -- body: 180 lines, sha256 376aae66fa3e
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
@@ -1130,7 +1134,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_resolved(fanout.reservation) FROM PUBLI
 CREATE FUNCTION fanout.ledger_result_of(p_outcome text, r fanout.reservation) RETURNS fanout.ledger_result
     LANGUAGE sql IMMUTABLE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 4 lines, sha256 67b032a9f7ec
+    -- body: 4 lines, sha256 4cdb439c6a69
 REVOKE EXECUTE ON FUNCTION fanout.ledger_result_of(text,fanout.reservation) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_roll_period(t fanout.account) RETURNS fanout.account
@@ -1167,6 +1171,13 @@ CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_
 REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_worker;
+
+CREATE FUNCTION fanout.ledger_wind_down(p_run text, p_epoch bigint) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 15 lines, sha256 f7fec54b7bbd
+REVOKE EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint) TO fanout_app;
 
 CREATE FUNCTION fanout.price_append_only() RETURNS trigger
     LANGUAGE plpgsql VOLATILE

@@ -84,6 +84,7 @@ var (
 		fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED: "BUDGET_EXHAUSTED",
 		fanoutv1.TaskStatus_TASK_STATUS_ITERATION_LIMIT:  "ITERATION_LIMIT",
 		fanoutv1.TaskStatus_TASK_STATUS_SKIPPED:          "SKIPPED",
+		fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED:      "NOT_STARTED",
 	}
 	statesByText   = inverse(stateTexts)
 	statusesByText = inverse(statusTexts)

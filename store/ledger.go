@@ -122,13 +122,14 @@ type ledgerResult struct {
 	Overrun        *int64
 	Estimated      *bool
 	RunAvailable   *int64
+	RunWindDown    *bool
 }
 
 func (r *ledgerResult) scan(row pgx.Row) error {
 	return row.Scan(&r.Outcome, &r.InfoAccount, &r.InfoKind, &r.InfoState, &r.InfoAvailable, &r.Info,
 		&r.ReservationID, &r.AccountID, &r.RunID, &r.TenantID, &r.Requested, &r.Amount,
 		&r.Holder, &r.Generation, &r.LeaseExpiresAt, &r.State, &r.Actual, &r.Spent,
-		&r.Overrun, &r.Estimated, &r.RunAvailable)
+		&r.Overrun, &r.Estimated, &r.RunAvailable, &r.RunWindDown)
 }
 
 func val[T any](p *T) T {
@@ -165,6 +166,7 @@ func (r *ledgerResult) reservation() budget.Reservation {
 		Spent:     val(r.Spent),
 		Overrun:   val(r.Overrun),
 		Estimated: val(r.Estimated),
+		WindDown:  val(r.RunWindDown),
 	}
 }
 
@@ -203,23 +205,23 @@ func (r *ledgerResult) err(id budget.ReservationID, need int64) error {
 const (
 	reserveSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
 	FROM ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	settleSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
 	FROM ledger_settle($1, $2, $3, $4, $5, $6, $7, $8)`
 	voidSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
 	FROM ledger_void($1, $2, '', $3)`
 	renewSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
 	FROM ledger_renew($1, $2, $3, $4)`
 	expireSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
 	FROM ledger_expire($1)`
 )
 
@@ -462,6 +464,22 @@ func (l *Ledger) EndRunFenced(ctx context.Context, runID string, state budget.Ac
 		return a, fmt.Errorf("end run %s (%s): %w", runID, state, err)
 	}
 	return a, nil
+}
+
+// WindDown implements budget.Ledger: ledger_wind_down, which raises FA001
+// when epoch is not the run's adoption count.
+func (l *Ledger) WindDown(ctx context.Context, runID string, epoch int64) error {
+	// Idempotent: marking a marked run changes nothing.
+	_, err := retry(ctx, l.log, "ledger.wind_down", idempotent, func(ctx context.Context, _ try) (bool, error) {
+		return l.q.WindDown(ctx, l.pool, dbsqlc.WindDownParams{RunID: runID, Epoch: epoch})
+	})
+	switch {
+	case isCode(err, "FA001"):
+		return fmt.Errorf("wind down run %s: %w", runID, &budget.DeniedError{Reason: pgMessage(err)})
+	case err != nil:
+		return fmt.Errorf("wind down run %s: %w", runID, err)
+	}
+	return nil
 }
 
 // OpenTenant implements budget.Ledger.

@@ -212,9 +212,10 @@ func (r *taskSpecRecord) proto() *fanoutv1.TaskSpec {
 
 // budgetRecord is a fanout.v1.Budget.
 type budgetRecord struct {
-	LimitTokens          int64JSON `json:"limit_tokens,omitzero"`
-	MinReservationTokens int64JSON `json:"min_reservation_tokens,omitzero"`
-	SynthesisTokens      int64JSON `json:"synthesis_tokens,omitzero"`
+	LimitTokens          int64JSON     `json:"limit_tokens,omitzero"`
+	MinReservationTokens int64JSON     `json:"min_reservation_tokens,omitzero"`
+	SynthesisTokens      int64JSON     `json:"synthesis_tokens,omitzero"`
+	Admission            admissionJSON `json:"admission,omitzero"`
 }
 
 func budgetRecordOf(m *fanoutv1.Budget) *budgetRecord {
@@ -222,7 +223,7 @@ func budgetRecordOf(m *fanoutv1.Budget) *budgetRecord {
 		return nil
 	}
 	return &budgetRecord{LimitTokens: int64JSON(m.GetLimitTokens()), MinReservationTokens: int64JSON(m.GetMinReservationTokens()),
-		SynthesisTokens: int64JSON(m.GetSynthesisTokens())}
+		SynthesisTokens: int64JSON(m.GetSynthesisTokens()), Admission: admissionJSON(m.GetAdmission())}
 }
 
 func (r *budgetRecord) proto() *fanoutv1.Budget {
@@ -230,7 +231,7 @@ func (r *budgetRecord) proto() *fanoutv1.Budget {
 		return nil
 	}
 	return &fanoutv1.Budget{LimitTokens: int64(r.LimitTokens), MinReservationTokens: int64(r.MinReservationTokens),
-		SynthesisTokens: int64(r.SynthesisTokens)}
+		SynthesisTokens: int64(r.SynthesisTokens), Admission: fanoutv1.AdmissionPolicy(r.Admission)}
 }
 
 // limitsRecord is a fanout.v1.Limits.
@@ -307,6 +308,7 @@ type summaryRecord struct {
 	Iterations  int32          `json:"iterations,omitempty"`
 	Status      taskStatusJSON `json:"status,omitzero"`
 	Error       string         `json:"error,omitempty"` // task.outcome_error
+	WoundDown   bool           `json:"wound_down,omitempty"`
 }
 
 func summaryRecordOf(m *fanoutv1.FactSummary) *summaryRecord {
@@ -315,7 +317,7 @@ func summaryRecordOf(m *fanoutv1.FactSummary) *summaryRecord {
 	}
 	return &summaryRecord{Facts: each(m.GetFacts(), factRecordOf), Tried: m.GetTried(), Failed: m.GetFailed(),
 		TokensSpent: int64JSON(m.GetTokensSpent()), Iterations: m.GetIterations(),
-		Status: taskStatusJSON(m.GetStatus()), Error: m.GetError()}
+		Status: taskStatusJSON(m.GetStatus()), Error: m.GetError(), WoundDown: m.GetWoundDown()}
 }
 
 func (r *summaryRecord) proto() *fanoutv1.FactSummary {
@@ -324,20 +326,21 @@ func (r *summaryRecord) proto() *fanoutv1.FactSummary {
 	}
 	return &fanoutv1.FactSummary{Facts: each(r.Facts, (*factRecord).proto), Tried: r.Tried, Failed: r.Failed,
 		TokensSpent: int64(r.TokensSpent), Iterations: r.Iterations, Status: fanoutv1.TaskStatus(r.Status),
-		Error: r.Error}
+		Error: r.Error, WoundDown: r.WoundDown}
 }
 
 // outcomeRecord is a fanout.v1.TaskOutcome: task.outcome (without its
 // times, which are columns), and a task in a result or an event.
 type outcomeRecord struct {
-	TaskID        string         `json:"task_id,omitempty"`
-	DispatchIndex int32          `json:"dispatch_index,omitempty"`
-	Status        taskStatusJSON `json:"status,omitzero"`
-	Summary       *summaryRecord `json:"summary,omitempty"`
-	TokensSpent   int64JSON      `json:"tokens_spent,omitzero"`
-	Worker        string         `json:"worker,omitempty"`
-	StartedAt     *timestampJSON `json:"started_at,omitempty"`
-	FinishedAt    *timestampJSON `json:"finished_at,omitempty"`
+	TaskID         string         `json:"task_id,omitempty"`
+	DispatchIndex  int32          `json:"dispatch_index,omitempty"`
+	Status         taskStatusJSON `json:"status,omitzero"`
+	Summary        *summaryRecord `json:"summary,omitempty"`
+	TokensSpent    int64JSON      `json:"tokens_spent,omitzero"`
+	Worker         string         `json:"worker,omitempty"`
+	StartedAt      *timestampJSON `json:"started_at,omitempty"`
+	FinishedAt     *timestampJSON `json:"finished_at,omitempty"`
+	ForecastTokens int64JSON      `json:"forecast_tokens,omitzero"`
 }
 
 func outcomeRecordOf(m *fanoutv1.TaskOutcome) *outcomeRecord {
@@ -347,7 +350,8 @@ func outcomeRecordOf(m *fanoutv1.TaskOutcome) *outcomeRecord {
 	return &outcomeRecord{TaskID: m.GetTaskId(), DispatchIndex: m.GetDispatchIndex(),
 		Status: taskStatusJSON(m.GetStatus()), Summary: summaryRecordOf(m.GetSummary()),
 		TokensSpent: int64JSON(m.GetTokensSpent()), Worker: m.GetWorker(),
-		StartedAt: timestampOf(m.GetStartedAt()), FinishedAt: timestampOf(m.GetFinishedAt())}
+		StartedAt: timestampOf(m.GetStartedAt()), FinishedAt: timestampOf(m.GetFinishedAt()),
+		ForecastTokens: int64JSON(m.GetForecastTokens())}
 }
 
 func (r *outcomeRecord) proto() *fanoutv1.TaskOutcome {
@@ -356,7 +360,8 @@ func (r *outcomeRecord) proto() *fanoutv1.TaskOutcome {
 	}
 	return &fanoutv1.TaskOutcome{TaskId: r.TaskID, DispatchIndex: r.DispatchIndex,
 		Status: fanoutv1.TaskStatus(r.Status), Summary: r.Summary.proto(), TokensSpent: int64(r.TokensSpent),
-		Worker: r.Worker, StartedAt: r.StartedAt.proto(), FinishedAt: r.FinishedAt.proto()}
+		Worker: r.Worker, StartedAt: r.StartedAt.proto(), FinishedAt: r.FinishedAt.proto(),
+		ForecastTokens: int64(r.ForecastTokens)}
 }
 
 // snapshotRecord is a fanout.v1.BudgetSnapshot.
@@ -366,6 +371,7 @@ type snapshotRecord struct {
 	ReservedTokens  int64JSON `json:"reserved_tokens,omitzero"`
 	SpentTokens     int64JSON `json:"spent_tokens,omitzero"`
 	Exhausted       bool      `json:"exhausted,omitempty"`
+	HeldTokens      int64JSON `json:"held_tokens,omitzero"`
 }
 
 func snapshotRecordOf(m *fanoutv1.BudgetSnapshot) *snapshotRecord {
@@ -374,7 +380,7 @@ func snapshotRecordOf(m *fanoutv1.BudgetSnapshot) *snapshotRecord {
 	}
 	return &snapshotRecord{LimitTokens: int64JSON(m.GetLimitTokens()), AvailableTokens: int64JSON(m.GetAvailableTokens()),
 		ReservedTokens: int64JSON(m.GetReservedTokens()), SpentTokens: int64JSON(m.GetSpentTokens()),
-		Exhausted: m.GetExhausted()}
+		Exhausted: m.GetExhausted(), HeldTokens: int64JSON(m.GetHeldTokens())}
 }
 
 func (r *snapshotRecord) proto() *fanoutv1.BudgetSnapshot {
@@ -382,7 +388,8 @@ func (r *snapshotRecord) proto() *fanoutv1.BudgetSnapshot {
 		return nil
 	}
 	return &fanoutv1.BudgetSnapshot{LimitTokens: int64(r.LimitTokens), AvailableTokens: int64(r.AvailableTokens),
-		ReservedTokens: int64(r.ReservedTokens), SpentTokens: int64(r.SpentTokens), Exhausted: r.Exhausted}
+		ReservedTokens: int64(r.ReservedTokens), SpentTokens: int64(r.SpentTokens), Exhausted: r.Exhausted,
+		HeldTokens: int64(r.HeldTokens)}
 }
 
 // resultRecord is a fanout.v1.JoinedResult: run.result.
@@ -477,8 +484,9 @@ type (
 		DispatchIndex int32  `json:"dispatch_index,omitempty"`
 	}
 	taskStartedRecord struct {
-		TaskID string `json:"task_id,omitempty"`
-		Worker string `json:"worker,omitempty"`
+		TaskID         string    `json:"task_id,omitempty"`
+		Worker         string    `json:"worker,omitempty"`
+		ForecastTokens int64JSON `json:"forecast_tokens,omitzero"`
 	}
 	taskIterationRecord struct {
 		TaskID      string    `json:"task_id,omitempty"`
@@ -519,7 +527,8 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 	case *fanoutv1.RunEvent_TaskQueued:
 		r.TaskQueued = &taskQueuedRecord{TaskID: e.TaskQueued.GetTaskId(), DispatchIndex: e.TaskQueued.GetDispatchIndex()}
 	case *fanoutv1.RunEvent_TaskStarted:
-		r.TaskStarted = &taskStartedRecord{TaskID: e.TaskStarted.GetTaskId(), Worker: e.TaskStarted.GetWorker()}
+		r.TaskStarted = &taskStartedRecord{TaskID: e.TaskStarted.GetTaskId(), Worker: e.TaskStarted.GetWorker(),
+			ForecastTokens: int64JSON(e.TaskStarted.GetForecastTokens())}
 	case *fanoutv1.RunEvent_TaskIteration:
 		it := e.TaskIteration
 		r.TaskIteration = &taskIterationRecord{TaskID: it.GetTaskId(), Iteration: it.GetIteration(),
@@ -562,7 +571,7 @@ func (r *eventRecord) proto() *fanoutv1.RunEvent {
 			DispatchIndex: r.TaskQueued.DispatchIndex}}
 	case r.TaskStarted != nil:
 		m.Event = &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{TaskId: r.TaskStarted.TaskID,
-			Worker: r.TaskStarted.Worker}}
+			Worker: r.TaskStarted.Worker, ForecastTokens: int64(r.TaskStarted.ForecastTokens)}}
 	case r.TaskIteration != nil:
 		it := r.TaskIteration
 		m.Event = &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{TaskId: it.TaskID,
@@ -812,6 +821,7 @@ type (
 	runStateJSON   fanoutv1.RunState
 	taskStatusJSON fanoutv1.TaskStatus
 	exhaustionJSON fanoutv1.ExhaustionPolicy
+	admissionJSON  fanoutv1.AdmissionPolicy
 	joinPolicyJSON fanoutv1.JoinPolicy
 )
 
@@ -836,11 +846,17 @@ var (
 		fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED: "TASK_STATUS_BUDGET_EXHAUSTED",
 		fanoutv1.TaskStatus_TASK_STATUS_ITERATION_LIMIT:  "TASK_STATUS_ITERATION_LIMIT",
 		fanoutv1.TaskStatus_TASK_STATUS_SKIPPED:          "TASK_STATUS_SKIPPED",
+		fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED:      "TASK_STATUS_NOT_STARTED",
 	})
 	exhaustNames = enumNamesOf(map[fanoutv1.ExhaustionPolicy]string{
 		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_UNSPECIFIED: "EXHAUSTION_POLICY_UNSPECIFIED",
 		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_CANCEL:      "EXHAUSTION_POLICY_CANCEL",
 		fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN:       "EXHAUSTION_POLICY_DRAIN",
+	})
+	admissionNames = enumNamesOf(map[fanoutv1.AdmissionPolicy]string{
+		fanoutv1.AdmissionPolicy_ADMISSION_POLICY_UNSPECIFIED: "ADMISSION_POLICY_UNSPECIFIED",
+		fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST:    "ADMISSION_POLICY_FORECAST",
+		fanoutv1.AdmissionPolicy_ADMISSION_POLICY_GREEDY:      "ADMISSION_POLICY_GREEDY",
 	})
 	joinNames = enumNamesOf(map[fanoutv1.JoinPolicy]string{
 		fanoutv1.JoinPolicy_JOIN_POLICY_UNSPECIFIED:   "JOIN_POLICY_UNSPECIFIED",
@@ -856,6 +872,10 @@ func (v taskStatusJSON) MarshalJSON() ([]byte, error)  { return statusNames.mars
 func (v *taskStatusJSON) UnmarshalJSON(b []byte) error { return statusNames.unmarshal(b, (*int32)(v)) }
 func (v exhaustionJSON) MarshalJSON() ([]byte, error)  { return exhaustNames.marshal(int32(v)) }
 func (v *exhaustionJSON) UnmarshalJSON(b []byte) error { return exhaustNames.unmarshal(b, (*int32)(v)) }
+func (v admissionJSON) MarshalJSON() ([]byte, error)   { return admissionNames.marshal(int32(v)) }
+func (v *admissionJSON) UnmarshalJSON(b []byte) error {
+	return admissionNames.unmarshal(b, (*int32)(v))
+}
 func (v joinPolicyJSON) MarshalJSON() ([]byte, error)  { return joinNames.marshal(int32(v)) }
 func (v *joinPolicyJSON) UnmarshalJSON(b []byte) error { return joinNames.unmarshal(b, (*int32)(v)) }
 

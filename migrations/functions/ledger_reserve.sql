@@ -24,6 +24,10 @@
 -- the run account itself: the synthesis's, which draws the grant from held
 -- (also once the run is exhausted, never once it is cancelled or closed).
 -- What such a reservation does not spend goes back to held (ledger_rehold).
+--
+-- A grant says whether the run is winding down (run_wind_down,
+-- ledger_wind_down): the call it pays for is then the task's last, made
+-- without tools.
 DROP FUNCTION IF EXISTS ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text);
 CREATE OR REPLACE FUNCTION ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint,
                                p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text,
@@ -111,7 +115,9 @@ BEGIN
                 -- A retry of a granted call whose reply was lost gets its
                 -- reservation back (also when that grant exhausted the run:
                 -- under DRAIN it may still be used).
-                RETURN ledger_result_of('replay', r);
+                res := ledger_result_of('replay', r);
+                res.run_wind_down := run.wind_down;
+                RETURN res;
             END IF;
             -- The run was cancelled or closed meanwhile. The holder is asking
             -- again, so it never had the grant and never started a call on
@@ -206,6 +212,7 @@ BEGIN
     END IF;
     res := ledger_result_of('ok', r);
     res.run_available := run.limit_tokens - run.reserved - g - run.spent - run.held;
+    res.run_wind_down := run.wind_down;
     RETURN res;
 END $$;
 REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;

@@ -28,6 +28,9 @@ SELECT account_id, tenant_id, coalesce(parent_id, 0)::bigint AS parent_id, kind,
     min_reservation, state, cause, attempt, closing, held
 FROM ledger_end_run_fenced(@run_id, @state, @cause, @epoch);
 
+-- name: WindDown :one
+SELECT ledger_wind_down(@run_id, @epoch)::boolean AS marked;
+
 -- name: OpenTenant :one
 SELECT account_id, tenant_id, coalesce(parent_id, 0)::bigint AS parent_id, kind,
     coalesce(run_id, '')::text AS run_id, coalesce(task_id, '')::text AS task_id, limit_tokens, reserved, spent,

@@ -173,21 +173,28 @@ const (
 	TaskStatus_TASK_STATUS_ITERATION_LIMIT TaskStatus = 8
 	// Never started because a task it depends on did not succeed.
 	TaskStatus_TASK_STATUS_SKIPPED TaskStatus = 9
+	// Never started because the run could not afford it to its end
+	// (ADMISSION_POLICY_FORECAST): what the run had left, less what it holds
+	// for its synthesis and what its tasks in flight were forecast to still
+	// spend, was below this task's forecast. FactSummary.error gives the
+	// figures. Unlike BUDGET_EXHAUSTED, nothing was spent on it.
+	TaskStatus_TASK_STATUS_NOT_STARTED TaskStatus = 10
 )
 
 // Enum value maps for TaskStatus.
 var (
 	TaskStatus_name = map[int32]string{
-		0: "TASK_STATUS_UNSPECIFIED",
-		1: "TASK_STATUS_PENDING",
-		2: "TASK_STATUS_RUNNING",
-		3: "TASK_STATUS_SUCCEEDED",
-		4: "TASK_STATUS_FAILED",
-		5: "TASK_STATUS_TIMED_OUT",
-		6: "TASK_STATUS_CANCELLED",
-		7: "TASK_STATUS_BUDGET_EXHAUSTED",
-		8: "TASK_STATUS_ITERATION_LIMIT",
-		9: "TASK_STATUS_SKIPPED",
+		0:  "TASK_STATUS_UNSPECIFIED",
+		1:  "TASK_STATUS_PENDING",
+		2:  "TASK_STATUS_RUNNING",
+		3:  "TASK_STATUS_SUCCEEDED",
+		4:  "TASK_STATUS_FAILED",
+		5:  "TASK_STATUS_TIMED_OUT",
+		6:  "TASK_STATUS_CANCELLED",
+		7:  "TASK_STATUS_BUDGET_EXHAUSTED",
+		8:  "TASK_STATUS_ITERATION_LIMIT",
+		9:  "TASK_STATUS_SKIPPED",
+		10: "TASK_STATUS_NOT_STARTED",
 	}
 	TaskStatus_value = map[string]int32{
 		"TASK_STATUS_UNSPECIFIED":      0,
@@ -200,6 +207,7 @@ var (
 		"TASK_STATUS_BUDGET_EXHAUSTED": 7,
 		"TASK_STATUS_ITERATION_LIMIT":  8,
 		"TASK_STATUS_SKIPPED":          9,
+		"TASK_STATUS_NOT_STARTED":      10,
 	}
 )
 
@@ -228,6 +236,72 @@ func (x TaskStatus) Number() protoreflect.EnumNumber {
 // Deprecated: Use TaskStatus.Descriptor instead.
 func (TaskStatus) EnumDescriptor() ([]byte, []int) {
 	return file_fanout_v1_run_proto_rawDescGZIP(), []int{2}
+}
+
+// AdmissionPolicy says when the orchestrator starts a task of a run whose
+// budget may not pay for all of them.
+type AdmissionPolicy int32
+
+const (
+	// Not set; treated as ADMISSION_POLICY_FORECAST.
+	AdmissionPolicy_ADMISSION_POLICY_UNSPECIFIED AdmissionPolicy = 0
+	// Start a task only when the run can afford it to its end by forecast:
+	// what the run has left, less what it holds for its synthesis and what
+	// its tasks in flight are forecast to still spend, must cover the
+	// task's forecast. A task's forecast is what the run's tasks that ran to
+	// an answer cost on average (capped at the task's token_budget); before
+	// any has, its token_budget, or an even share of the run's budget for
+	// tasks without one. A task that cannot be afforded waits while tasks
+	// are in flight (they may cost less than forecast) and is not started
+	// (NOT_STARTED) once none is. When what is left can pay only for final
+	// answers, the tasks in flight are wound down: their next iteration is
+	// their last, without tools (FactSummary.wound_down).
+	AdmissionPolicy_ADMISSION_POLICY_FORECAST AdmissionPolicy = 1
+	// Start every task as soon as a concurrency slot is free; the budget
+	// stops them when it runs out (the exhaustion policy), possibly in
+	// flight.
+	AdmissionPolicy_ADMISSION_POLICY_GREEDY AdmissionPolicy = 2
+)
+
+// Enum value maps for AdmissionPolicy.
+var (
+	AdmissionPolicy_name = map[int32]string{
+		0: "ADMISSION_POLICY_UNSPECIFIED",
+		1: "ADMISSION_POLICY_FORECAST",
+		2: "ADMISSION_POLICY_GREEDY",
+	}
+	AdmissionPolicy_value = map[string]int32{
+		"ADMISSION_POLICY_UNSPECIFIED": 0,
+		"ADMISSION_POLICY_FORECAST":    1,
+		"ADMISSION_POLICY_GREEDY":      2,
+	}
+)
+
+func (x AdmissionPolicy) Enum() *AdmissionPolicy {
+	p := new(AdmissionPolicy)
+	*p = x
+	return p
+}
+
+func (x AdmissionPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdmissionPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_fanout_v1_run_proto_enumTypes[3].Descriptor()
+}
+
+func (AdmissionPolicy) Type() protoreflect.EnumType {
+	return &file_fanout_v1_run_proto_enumTypes[3]
+}
+
+func (x AdmissionPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdmissionPolicy.Descriptor instead.
+func (AdmissionPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 // RunState is the state of a run. RUNNING is the only non-terminal state.
@@ -288,11 +362,11 @@ func (x RunState) String() string {
 }
 
 func (RunState) Descriptor() protoreflect.EnumDescriptor {
-	return file_fanout_v1_run_proto_enumTypes[3].Descriptor()
+	return file_fanout_v1_run_proto_enumTypes[4].Descriptor()
 }
 
 func (RunState) Type() protoreflect.EnumType {
-	return &file_fanout_v1_run_proto_enumTypes[3]
+	return &file_fanout_v1_run_proto_enumTypes[4]
 }
 
 func (x RunState) Number() protoreflect.EnumNumber {
@@ -301,7 +375,7 @@ func (x RunState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 // RunSpec is everything a caller submits to start a run. It is stored with
@@ -585,8 +659,10 @@ type Budget struct {
 	// min_reservation_tokens. Under a tenant budget the tenant holds them
 	// too, as far as it can.
 	SynthesisTokens int64 `protobuf:"varint,3,opt,name=synthesis_tokens,json=synthesisTokens,proto3" json:"synthesis_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When a task may start. Default ADMISSION_POLICY_FORECAST.
+	Admission     AdmissionPolicy `protobuf:"varint,4,opt,name=admission,proto3,enum=fanout.v1.AdmissionPolicy" json:"admission,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Budget) Reset() {
@@ -638,6 +714,13 @@ func (x *Budget) GetSynthesisTokens() int64 {
 		return x.SynthesisTokens
 	}
 	return 0
+}
+
+func (x *Budget) GetAdmission() AdmissionPolicy {
+	if x != nil {
+		return x.Admission
+	}
+	return AdmissionPolicy_ADMISSION_POLICY_UNSPECIFIED
 }
 
 // Limits bounds a run's concurrency and duration.
@@ -859,10 +942,15 @@ type FactSummary struct {
 	TokensSpent int64 `protobuf:"varint,4,opt,name=tokens_spent,json=tokensSpent,proto3" json:"tokens_spent,omitempty"`
 	// Model-call iterations the agent loop ran.
 	Iterations int32 `protobuf:"varint,5,opt,name=iterations,proto3" json:"iterations,omitempty"`
-	// Terminal status of the subagent (never PENDING, RUNNING or SKIPPED).
+	// Terminal status of the subagent (never PENDING, RUNNING or SKIPPED; a
+	// NOT_STARTED task's summary only says why, in error).
 	Status TaskStatus `protobuf:"varint,6,opt,name=status,proto3,enum=fanout.v1.TaskStatus" json:"status,omitempty"`
 	// Why it ended, if status is not SUCCEEDED. Empty on success.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// The run wound the task down (ADMISSION_POLICY_FORECAST): what was left
+	// could pay only for final answers, so its last iteration was made
+	// without tools and its answer is what it had found by then.
+	WoundDown     bool `protobuf:"varint,8,opt,name=wound_down,json=woundDown,proto3" json:"wound_down,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -946,6 +1034,13 @@ func (x *FactSummary) GetError() string {
 	return ""
 }
 
+func (x *FactSummary) GetWoundDown() bool {
+	if x != nil {
+		return x.WoundDown
+	}
+	return false
+}
+
 // TaskOutcome is how one task of a run ended (or is doing, while running).
 type TaskOutcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -957,7 +1052,8 @@ type TaskOutcome struct {
 	// Current or terminal status of the task.
 	Status TaskStatus `protobuf:"varint,3,opt,name=status,proto3,enum=fanout.v1.TaskStatus" json:"status,omitempty"`
 	// The subagent's summary. Unset while the task is pending or running, and
-	// for tasks that never ran (SKIPPED, or cancelled before dispatch).
+	// for tasks that never ran (SKIPPED, or cancelled before dispatch),
+	// except NOT_STARTED, whose summary says why in error.
 	Summary *FactSummary `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
 	// Tokens the task spent, settled in the ledger.
 	TokensSpent int64 `protobuf:"varint,5,opt,name=tokens_spent,json=tokensSpent,proto3" json:"tokens_spent,omitempty"`
@@ -967,9 +1063,13 @@ type TaskOutcome struct {
 	// When the task started running on a worker. Unset if it never ran.
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	// When the task ended. Unset while pending or running.
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// What the run forecast the task would cost when it was admitted (or,
+	// for NOT_STARTED, refused), in tokens; 0 under ADMISSION_POLICY_GREEDY
+	// and for tasks never considered.
+	ForecastTokens int64 `protobuf:"varint,7,opt,name=forecast_tokens,json=forecastTokens,proto3" json:"forecast_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskOutcome) Reset() {
@@ -1058,8 +1158,16 @@ func (x *TaskOutcome) GetFinishedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TaskOutcome) GetForecastTokens() int64 {
+	if x != nil {
+		return x.ForecastTokens
+	}
+	return 0
+}
+
 // BudgetSnapshot is the state of a run's ledger account at one point in
-// time. limit_tokens = available_tokens + reserved_tokens + spent_tokens.
+// time. limit_tokens = available_tokens + reserved_tokens + spent_tokens +
+// held_tokens.
 type BudgetSnapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The run's total budget, in tokens.
@@ -1072,7 +1180,10 @@ type BudgetSnapshot struct {
 	SpentTokens int64 `protobuf:"varint,4,opt,name=spent_tokens,json=spentTokens,proto3" json:"spent_tokens,omitempty"`
 	// Whether the account is exhausted (available fell below the minimum
 	// reservation); once true it stays true.
-	Exhausted     bool `protobuf:"varint,5,opt,name=exhausted,proto3" json:"exhausted,omitempty"`
+	Exhausted bool `protobuf:"varint,5,opt,name=exhausted,proto3" json:"exhausted,omitempty"`
+	// Tokens held back for the run's synthesis: available to no task, drawn
+	// on by the synthesis (Budget.synthesis_tokens).
+	HeldTokens    int64 `protobuf:"varint,6,opt,name=held_tokens,json=heldTokens,proto3" json:"held_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,6 +1251,13 @@ func (x *BudgetSnapshot) GetExhausted() bool {
 		return x.Exhausted
 	}
 	return false
+}
+
+func (x *BudgetSnapshot) GetHeldTokens() int64 {
+	if x != nil {
+		return x.HeldTokens
+	}
+	return 0
 }
 
 // JoinedResult is the outcome of a run's join.
@@ -1802,9 +1920,12 @@ type TaskStarted struct {
 	// The task's id.
 	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// Address of the worker running it.
-	Worker        string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Worker string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	// What the run forecast the task would cost when it admitted it, in
+	// tokens (0 under ADMISSION_POLICY_GREEDY).
+	ForecastTokens int64 `protobuf:"varint,3,opt,name=forecast_tokens,json=forecastTokens,proto3" json:"forecast_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskStarted) Reset() {
@@ -1849,6 +1970,13 @@ func (x *TaskStarted) GetWorker() string {
 		return x.Worker
 	}
 	return ""
+}
+
+func (x *TaskStarted) GetForecastTokens() int64 {
+	if x != nil {
+		return x.ForecastTokens
+	}
+	return 0
 }
 
 // TaskIteration reports progress of a running task.
@@ -2159,11 +2287,12 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\rallowed_tools\x18\x05 \x03(\tR\fallowedTools\x12\x1d\n" +
 	"\n" +
 	"depends_on\x18\x06 \x03(\tR\tdependsOn\x123\n" +
-	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x8c\x01\n" +
+	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xc6\x01\n" +
 	"\x06Budget\x12!\n" +
 	"\flimit_tokens\x18\x01 \x01(\x03R\vlimitTokens\x124\n" +
 	"\x16min_reservation_tokens\x18\x02 \x01(\x03R\x14minReservationTokens\x12)\n" +
-	"\x10synthesis_tokens\x18\x03 \x01(\x03R\x0fsynthesisTokens\"m\n" +
+	"\x10synthesis_tokens\x18\x03 \x01(\x03R\x0fsynthesisTokens\x128\n" +
+	"\tadmission\x18\x04 \x01(\x0e2\x1a.fanout.v1.AdmissionPolicyR\tadmission\"m\n" +
 	"\x06Limits\x12'\n" +
 	"\x0fmax_concurrency\x18\x01 \x01(\x05R\x0emaxConcurrency\x12:\n" +
 	"\vrun_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
@@ -2176,7 +2305,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x04seed\x18\x05 \x01(\x03R\x04seed\"4\n" +
 	"\x04Fact\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
-	"\asources\x18\x02 \x03(\tR\asources\"\xea\x01\n" +
+	"\asources\x18\x02 \x03(\tR\asources\"\x89\x02\n" +
 	"\vFactSummary\x12%\n" +
 	"\x05facts\x18\x01 \x03(\v2\x0f.fanout.v1.FactR\x05facts\x12\x14\n" +
 	"\x05tried\x18\x02 \x03(\tR\x05tried\x12\x16\n" +
@@ -2186,7 +2315,9 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"iterations\x18\x05 \x01(\x05R\n" +
 	"iterations\x12-\n" +
 	"\x06status\x18\x06 \x01(\x0e2\x15.fanout.v1.TaskStatusR\x06status\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\xe1\x02\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"wound_down\x18\b \x01(\bR\twoundDown\"\x8a\x03\n" +
 	"\vTaskOutcome\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\x12-\n" +
@@ -2198,13 +2329,16 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"started_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"\xc8\x01\n" +
+	"finishedAt\x12'\n" +
+	"\x0fforecast_tokens\x18\a \x01(\x03R\x0eforecastTokens\"\xe9\x01\n" +
 	"\x0eBudgetSnapshot\x12!\n" +
 	"\flimit_tokens\x18\x01 \x01(\x03R\vlimitTokens\x12)\n" +
 	"\x10available_tokens\x18\x02 \x01(\x03R\x0favailableTokens\x12'\n" +
 	"\x0freserved_tokens\x18\x03 \x01(\x03R\x0ereservedTokens\x12!\n" +
 	"\fspent_tokens\x18\x04 \x01(\x03R\vspentTokens\x12\x1c\n" +
-	"\texhausted\x18\x05 \x01(\bR\texhausted\"\xde\x01\n" +
+	"\texhausted\x18\x05 \x01(\bR\texhausted\x12\x1f\n" +
+	"\vheld_tokens\x18\x06 \x01(\x03R\n" +
+	"heldTokens\"\xde\x01\n" +
 	"\fJoinedResult\x12%\n" +
 	"\x05facts\x18\x01 \x03(\v2\x0f.fanout.v1.FactR\x05facts\x12,\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x16.fanout.v1.TaskOutcomeR\x05tasks\x12!\n" +
@@ -2260,10 +2394,11 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"TaskQueued\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
-	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\">\n" +
+	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\"g\n" +
 	"\vTaskStarted\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06worker\x18\x02 \x01(\tR\x06worker\"\x88\x01\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12'\n" +
+	"\x0fforecast_tokens\x18\x03 \x01(\x03R\x0eforecastTokens\"\x88\x01\n" +
 	"\rTaskIteration\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\titeration\x18\x02 \x01(\x05R\titeration\x12!\n" +
@@ -2289,7 +2424,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x17JOIN_POLICY_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17JOIN_POLICY_ALL_SETTLED\x10\x01\x12\x19\n" +
 	"\x15JOIN_POLICY_FAIL_FAST\x10\x02\x12\x1d\n" +
-	"\x19JOIN_POLICY_FIRST_SUCCESS\x10\x03*\xa0\x02\n" +
+	"\x19JOIN_POLICY_FIRST_SUCCESS\x10\x03*\xbd\x02\n" +
 	"\n" +
 	"TaskStatus\x12\x1b\n" +
 	"\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2301,7 +2436,13 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x15TASK_STATUS_CANCELLED\x10\x06\x12 \n" +
 	"\x1cTASK_STATUS_BUDGET_EXHAUSTED\x10\a\x12\x1f\n" +
 	"\x1bTASK_STATUS_ITERATION_LIMIT\x10\b\x12\x17\n" +
-	"\x13TASK_STATUS_SKIPPED\x10\t*\xbd\x01\n" +
+	"\x13TASK_STATUS_SKIPPED\x10\t\x12\x1b\n" +
+	"\x17TASK_STATUS_NOT_STARTED\x10\n" +
+	"*o\n" +
+	"\x0fAdmissionPolicy\x12 \n" +
+	"\x1cADMISSION_POLICY_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19ADMISSION_POLICY_FORECAST\x10\x01\x12\x1b\n" +
+	"\x17ADMISSION_POLICY_GREEDY\x10\x02*\xbd\x01\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x17\n" +
@@ -2323,86 +2464,88 @@ func file_fanout_v1_run_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_run_proto_rawDescData
 }
 
-var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_fanout_v1_run_proto_goTypes = []any{
 	(ExhaustionPolicy)(0),         // 0: fanout.v1.ExhaustionPolicy
 	(JoinPolicy)(0),               // 1: fanout.v1.JoinPolicy
 	(TaskStatus)(0),               // 2: fanout.v1.TaskStatus
-	(RunState)(0),                 // 3: fanout.v1.RunState
-	(*RunSpec)(nil),               // 4: fanout.v1.RunSpec
-	(*TaskSpec)(nil),              // 5: fanout.v1.TaskSpec
-	(*Budget)(nil),                // 6: fanout.v1.Budget
-	(*Limits)(nil),                // 7: fanout.v1.Limits
-	(*ModelSettings)(nil),         // 8: fanout.v1.ModelSettings
-	(*Fact)(nil),                  // 9: fanout.v1.Fact
-	(*FactSummary)(nil),           // 10: fanout.v1.FactSummary
-	(*TaskOutcome)(nil),           // 11: fanout.v1.TaskOutcome
-	(*BudgetSnapshot)(nil),        // 12: fanout.v1.BudgetSnapshot
-	(*JoinedResult)(nil),          // 13: fanout.v1.JoinedResult
-	(*Run)(nil),                   // 14: fanout.v1.Run
-	(*RunEvent)(nil),              // 15: fanout.v1.RunEvent
-	(*RunAdopted)(nil),            // 16: fanout.v1.RunAdopted
-	(*RunStarted)(nil),            // 17: fanout.v1.RunStarted
-	(*TaskQueued)(nil),            // 18: fanout.v1.TaskQueued
-	(*TaskStarted)(nil),           // 19: fanout.v1.TaskStarted
-	(*TaskIteration)(nil),         // 20: fanout.v1.TaskIteration
-	(*TaskFinished)(nil),          // 21: fanout.v1.TaskFinished
-	(*BudgetUpdate)(nil),          // 22: fanout.v1.BudgetUpdate
-	(*BudgetExhausted)(nil),       // 23: fanout.v1.BudgetExhausted
-	(*RunFinished)(nil),           // 24: fanout.v1.RunFinished
-	nil,                           // 25: fanout.v1.RunSpec.LabelsEntry
-	nil,                           // 26: fanout.v1.Run.LabelsEntry
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(AdmissionPolicy)(0),          // 3: fanout.v1.AdmissionPolicy
+	(RunState)(0),                 // 4: fanout.v1.RunState
+	(*RunSpec)(nil),               // 5: fanout.v1.RunSpec
+	(*TaskSpec)(nil),              // 6: fanout.v1.TaskSpec
+	(*Budget)(nil),                // 7: fanout.v1.Budget
+	(*Limits)(nil),                // 8: fanout.v1.Limits
+	(*ModelSettings)(nil),         // 9: fanout.v1.ModelSettings
+	(*Fact)(nil),                  // 10: fanout.v1.Fact
+	(*FactSummary)(nil),           // 11: fanout.v1.FactSummary
+	(*TaskOutcome)(nil),           // 12: fanout.v1.TaskOutcome
+	(*BudgetSnapshot)(nil),        // 13: fanout.v1.BudgetSnapshot
+	(*JoinedResult)(nil),          // 14: fanout.v1.JoinedResult
+	(*Run)(nil),                   // 15: fanout.v1.Run
+	(*RunEvent)(nil),              // 16: fanout.v1.RunEvent
+	(*RunAdopted)(nil),            // 17: fanout.v1.RunAdopted
+	(*RunStarted)(nil),            // 18: fanout.v1.RunStarted
+	(*TaskQueued)(nil),            // 19: fanout.v1.TaskQueued
+	(*TaskStarted)(nil),           // 20: fanout.v1.TaskStarted
+	(*TaskIteration)(nil),         // 21: fanout.v1.TaskIteration
+	(*TaskFinished)(nil),          // 22: fanout.v1.TaskFinished
+	(*BudgetUpdate)(nil),          // 23: fanout.v1.BudgetUpdate
+	(*BudgetExhausted)(nil),       // 24: fanout.v1.BudgetExhausted
+	(*RunFinished)(nil),           // 25: fanout.v1.RunFinished
+	nil,                           // 26: fanout.v1.RunSpec.LabelsEntry
+	nil,                           // 27: fanout.v1.Run.LabelsEntry
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_fanout_v1_run_proto_depIdxs = []int32{
-	5,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
-	6,  // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
-	7,  // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
+	6,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
+	7,  // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
+	8,  // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
 	0,  // 3: fanout.v1.RunSpec.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
 	1,  // 4: fanout.v1.RunSpec.join_policy:type_name -> fanout.v1.JoinPolicy
-	8,  // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
-	25, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
-	27, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
-	27, // 8: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
-	9,  // 9: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
-	2,  // 10: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
-	2,  // 11: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
-	10, // 12: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
-	28, // 13: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
-	28, // 14: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
-	9,  // 15: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
-	11, // 16: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
-	3,  // 17: fanout.v1.Run.state:type_name -> fanout.v1.RunState
-	4,  // 18: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
-	12, // 19: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
-	11, // 20: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
-	13, // 21: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
-	28, // 22: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	28, // 23: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	26, // 24: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	28, // 25: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 26: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	18, // 27: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	19, // 28: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	20, // 29: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	21, // 30: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	22, // 31: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	23, // 32: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	24, // 33: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
-	16, // 34: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
-	14, // 35: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	11, // 36: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	12, // 37: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	12, // 38: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	3,  // 39: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	13, // 40: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	9,  // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
+	26, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
+	28, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	3,  // 8: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
+	28, // 9: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
+	10, // 10: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
+	2,  // 11: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
+	2,  // 12: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
+	11, // 13: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
+	29, // 14: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
+	29, // 15: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
+	10, // 16: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
+	12, // 17: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
+	4,  // 18: fanout.v1.Run.state:type_name -> fanout.v1.RunState
+	5,  // 19: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
+	13, // 20: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
+	12, // 21: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
+	14, // 22: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
+	29, // 23: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	29, // 24: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	27, // 25: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	29, // 26: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	18, // 27: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	19, // 28: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	20, // 29: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	21, // 30: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	22, // 31: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	23, // 32: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	24, // 33: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	25, // 34: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	17, // 35: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
+	15, // 36: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	12, // 37: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	13, // 38: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	13, // 39: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	4,  // 40: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	14, // 41: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }
@@ -2426,7 +2569,7 @@ func file_fanout_v1_run_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_run_proto_rawDesc), len(file_fanout_v1_run_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,

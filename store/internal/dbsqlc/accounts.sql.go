@@ -414,3 +414,19 @@ func (q *Queries) RunAccounts(ctx context.Context, db DBTX, runID string) ([]Run
 	}
 	return items, nil
 }
+
+const windDown = `-- name: WindDown :one
+SELECT ledger_wind_down($1, $2)::boolean AS marked
+`
+
+type WindDownParams struct {
+	RunID string
+	Epoch int64
+}
+
+func (q *Queries) WindDown(ctx context.Context, db DBTX, arg WindDownParams) (bool, error) {
+	row := db.QueryRow(ctx, windDown, arg.RunID, arg.Epoch)
+	var marked bool
+	err := row.Scan(&marked)
+	return marked, err
+}
