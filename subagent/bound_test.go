@@ -66,7 +66,9 @@ func TestLoopReservationBoundsWorstCaseUsage(t *testing.T) {
 // max_tokens must be what its grant leaves after the input bound, exactly
 // the loop's rule min(grant - input bound, allowance), with the input
 // bound the loop's own (llm.Estimator: every byte of the first prompt,
-// then the last reported usage plus what was appended since), recomputed
+// then the last reported usage plus what was appended since; for a call
+// that offers tools, the larger of that and the bound of the same call
+// wound down, without tools and with subagent.WindDownMessage), recomputed
 // here from the requests and the reported usage.
 func TestPartialGrantShrinksMaxTokens(t *testing.T) {
 	t.Parallel()
@@ -104,6 +106,9 @@ func TestPartialGrantShrinksMaxTokens(t *testing.T) {
 	var est llm.Estimator
 	for i, req := range reqs {
 		input := est.Bound(req.Messages, req.Tools...)
+		if len(req.Tools) > 0 { // the bound covers the call wound down too: no tools, WindDownMessage
+			input = max(input, est.Bound(append(req.Messages[:len(req.Messages):len(req.Messages)], subagent.WindDownMessage)))
+		}
 		g, ok := grants[req.Meta.ReservationID]
 		switch {
 		case !ok:

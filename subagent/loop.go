@@ -102,8 +102,15 @@ type Summary struct {
 	// retries of a call that may have been billed belong to its iteration;
 	// the compression call is none.
 	Iterations int
-	Status     Status
-	Err        error // why it ended, if Status is not StatusSucceeded
+	// WoundDown: the run wound the task down (a grant said
+	// Reservation.WindDown), so its last iteration was made without tools
+	// and its answer is what it had by then; no compression call follows.
+	WoundDown bool
+	// Peak is the most the task had spent and reserved at once: its spend
+	// before a call plus that call's grant.
+	Peak   int64
+	Status Status
+	Err    error // why it ended, if Status is not StatusSucceeded
 }
 
 // Progress reports one finished iteration.
@@ -111,6 +118,8 @@ type Progress struct {
 	Iteration   int
 	TokensSpent int64 // cumulative
 	ToolCalls   int   // in this iteration
+	Peak        int64 // Summary.Peak so far
+	Granted     int64 // this iteration's (last) grant
 }
 
 // Loop runs subagents: reserve, call the model, settle, run tools, repeat;
@@ -315,11 +324,12 @@ type run struct {
 	// oldest first for the prompt.
 	prior      map[string]runs.Write
 	priorOrder []runs.Write
+	granted    int64 // the last grant (Progress.Granted)
 }
 
 func (r *run) loop(ctx context.Context) Summary {
 	r.work(ctx)
-	if sm, ok := r.Model.(llm.StructuredModel); ok && r.sum.Iterations > 0 {
+	if sm, ok := r.Model.(llm.StructuredModel); ok && r.sum.Iterations > 0 && !r.sum.WoundDown {
 		if err := r.compress(ctx, sm); err != nil {
 			r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("compress: %v; kept the local summary", err))
 		}
@@ -341,8 +351,13 @@ func (r *run) work(ctx context.Context) {
 			r.finish(ctx, err)
 			return
 		}
-		if len(resp.ToolCalls) == 0 {
+		if len(resp.ToolCalls) == 0 || r.sum.WoundDown {
+			// A wound-down iteration is the last: it was offered no tool,
+			// and a tool call it made anyway is never run.
 			r.sum.Facts = parseFacts(resp.Content)
+			if len(r.sum.Facts) == 0 {
+				r.sum.Facts = r.found
+			}
 			r.sum.Status = StatusSucceeded
 			r.progress(it, 0)
 			return
@@ -355,7 +370,8 @@ func (r *run) work(ctx context.Context) {
 
 func (r *run) progress(it, toolCalls int) {
 	if r.ProgressFunc != nil {
-		r.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls})
+		r.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls,
+			Peak: r.sum.Peak, Granted: r.granted})
 	}
 }
 
@@ -364,7 +380,7 @@ func (r *run) progress(it, toolCalls int) {
 // not model calls: the retries of a call that may have been billed belong
 // to its iteration.
 func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
-	resp, _, err := r.paid(ctx, paidCall{
+	c := paidCall{
 		name:      fmt.Sprintf("iteration %d", it),
 		key:       fmt.Sprintf("i%d", it),
 		iteration: it,
@@ -376,7 +392,20 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 			r.sum.Iterations = it
 			return r.Model.Call(ctx, req)
 		},
-	})
+	}
+	if len(r.tools) > 0 {
+		// The grant may say the run winds down: the call is then made
+		// without tools, told to answer. Its input bound covers that
+		// request too.
+		c.input = max(c.input, r.est.Bound(append(r.msgs[:len(r.msgs):len(r.msgs)], WindDownMessage)))
+		c.windDown = func() {
+			if !r.sum.WoundDown { // once, also when a billed retry's grant says it again
+				r.sum.WoundDown = true
+				r.msgs = append(r.msgs, WindDownMessage)
+			}
+		}
+	}
+	resp, _, err := r.paid(ctx, c)
 	if err != nil {
 		return llm.Response{}, err
 	}
@@ -384,6 +413,12 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 	r.msgs = append(r.msgs, llm.Message{Role: llm.RoleAssistant, Content: resp.Content, ToolCalls: resp.ToolCalls})
 	return resp, nil
 }
+
+// WindDownMessage ends the conversation of a task the run wound down. The
+// input bound of every call that offers tools covers the request without
+// them and with this message instead (the grant decides which is sent).
+var WindDownMessage = llm.Message{Role: llm.RoleUser, Content: "The run's budget is nearly spent: this is your last turn " +
+	"and no tool can be called. Answer now, in the JSON form asked for, with what you have found."}
 
 // compress makes the compression call (see Run) and puts its facts in
 // r.sum. It returns why it kept the local facts instead, if it did.
@@ -459,6 +494,11 @@ type paidCall struct {
 	do func(ctx context.Context, req llm.Request) (llm.Response, error)
 	// shown, if set, returns req as do sends it, for the chat span.
 	shown func(req llm.Request) llm.Request
+	// windDown, if set, is called when the grant says the run winds down
+	// (Reservation.WindDown), before the request is built: the call is
+	// then made without tools. Its input bound must cover what windDown
+	// adds.
+	windDown func()
 }
 
 // paid makes c under the ledger's discipline: reserve input bound plus
@@ -483,6 +523,8 @@ func (r *run) paid(ctx context.Context, c paidCall) (resp llm.Response, started 
 		if err != nil {
 			return llm.Response{}, n > 1, err
 		}
+		r.granted = res.Amount
+		r.sum.Peak = max(r.sum.Peak, r.sum.TokensSpent+res.Amount)
 		resp, billed, err := r.callAndPay(ctx, c, res, asked)
 		if billed == nil {
 			return resp, true, err
@@ -543,6 +585,10 @@ func (r *run) grant(ctx context.Context, c paidCall, key string) (budget.Reserva
 // and ctx has not ended, it returns the call's error as billed too, for
 // paid to retry.
 func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation, asked time.Time) (llm.Response, *llm.StatusError, error) {
+	if res.WindDown && c.windDown != nil {
+		c.windDown()
+		c.windDown, c.tools = nil, nil
+	}
 	req := llm.Request{
 		Model:       r.task.ModelName,
 		Messages:    r.msgs,

@@ -58,9 +58,20 @@ func TestLoopHappyPath(t *testing.T) {
 	if len(sum.Tried) != 4 || !strings.HasPrefix(sum.Tried[0], "search(") || !strings.HasPrefix(sum.Tried[1], "fetch(") {
 		t.Errorf("tried = %q, want search, fetch twice", sum.Tried)
 	}
-	want := []subagent.Progress{{1, 150, 2}, {2, 300, 2}, {3, 450, 0}}
-	if fmt.Sprint(progress) != fmt.Sprint(want) {
-		t.Errorf("progress = %v, want %v", progress, want)
+	want := []subagent.Progress{{Iteration: 1, TokensSpent: 150, ToolCalls: 2}, {Iteration: 2, TokensSpent: 300, ToolCalls: 2},
+		{Iteration: 3, TokensSpent: 450, ToolCalls: 0}}
+	var got []subagent.Progress
+	for _, p := range progress {
+		// What each call was granted and the peak (spend before a call
+		// plus its grant) are bounds: above the spend, never below.
+		if p.Granted <= 150 || p.Peak < p.TokensSpent-150+p.Granted {
+			t.Errorf("progress %+v: want a grant above the call's 150 tokens and the peak at least the spend before it plus that grant", p)
+		}
+		p.Granted, p.Peak = 0, 0
+		got = append(got, p)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("progress = %v, want %v", got, want)
 	}
 	// Each call's log entry names the reservation that paid for it.
 	res := b.reservations(t)

@@ -285,7 +285,8 @@ func (s *Server) newLoop(model llm.Model, req *fanoutv1.Dispatch, stream grpc.Se
 			// A failed send means the client is gone, which cancels ctx.
 			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
 				Iteration: &fanoutv1.SubagentIteration{
-					Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls)}}})
+					Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls),
+					PeakTokens: p.Peak, GrantedTokens: p.Granted}}})
 		},
 	}
 	if n := req.GetModel().GetMaxOutputTokens(); n > 0 {
@@ -547,6 +548,8 @@ func (sum Summary) Proto() *fanoutv1.FactSummary {
 		TokensSpent: sum.TokensSpent,
 		Iterations:  int32(sum.Iterations),
 		Status:      sum.Status.Proto(),
+		WoundDown:   sum.WoundDown,
+		PeakTokens:  sum.Peak,
 	}
 	if sum.Status != StatusSucceeded && sum.Err != nil {
 		out.Error = sum.Err.Error()

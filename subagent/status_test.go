@@ -67,7 +67,8 @@ func TestStatusTextIsTheEnumsText(t *testing.T) {
 	}
 	notTerminal := map[fanoutv1.TaskStatus]bool{fanoutv1.TaskStatus_TASK_STATUS_UNSPECIFIED: true,
 		fanoutv1.TaskStatus_TASK_STATUS_PENDING: true, fanoutv1.TaskStatus_TASK_STATUS_RUNNING: true,
-		fanoutv1.TaskStatus_TASK_STATUS_SKIPPED: true} // SKIPPED: the orchestrator's, for a task never dispatched
+		// SKIPPED and NOT_STARTED: the orchestrator's, for a task never dispatched
+		fanoutv1.TaskStatus_TASK_STATUS_SKIPPED: true, fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED: true}
 	values := fanoutv1.TaskStatus(0).Descriptor().Values()
 	for i := range values.Len() {
 		v := fanoutv1.TaskStatus(values.Get(i).Number())

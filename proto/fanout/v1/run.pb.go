@@ -249,9 +249,10 @@ const (
 	// what the run has left, less what it holds for its synthesis and what
 	// its tasks in flight are forecast to still spend, must cover the
 	// task's forecast. A task's forecast is what the run's tasks that ran to
-	// an answer cost on average (capped at the task's token_budget); before
-	// any has, its token_budget, or an even share of the run's budget for
-	// tasks without one. A task that cannot be afforded waits while tasks
+	// an answer needed of the budget on average (their spend plus their
+	// largest grant outstanding at once: FactSummary.peak_tokens), capped at
+	// the task's token_budget; before any has, its token_budget, or for a
+	// task without one an even share of the run's budget. A task that cannot be afforded waits while tasks
 	// are in flight (they may cost less than forecast) and is not started
 	// (NOT_STARTED) once none is. When what is left can pay only for final
 	// answers, the tasks in flight are wound down: their next iteration is
@@ -950,7 +951,11 @@ type FactSummary struct {
 	// The run wound the task down (ADMISSION_POLICY_FORECAST): what was left
 	// could pay only for final answers, so its last iteration was made
 	// without tools and its answer is what it had found by then.
-	WoundDown     bool `protobuf:"varint,8,opt,name=wound_down,json=woundDown,proto3" json:"wound_down,omitempty"`
+	WoundDown bool `protobuf:"varint,8,opt,name=wound_down,json=woundDown,proto3" json:"wound_down,omitempty"`
+	// The most the subagent had spent and reserved at once (its spend before
+	// a call plus that call's grant): what it needed of the run's budget,
+	// which is more than it spent. The run's forecast rests on it.
+	PeakTokens    int64 `protobuf:"varint,9,opt,name=peak_tokens,json=peakTokens,proto3" json:"peak_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1039,6 +1044,13 @@ func (x *FactSummary) GetWoundDown() bool {
 		return x.WoundDown
 	}
 	return false
+}
+
+func (x *FactSummary) GetPeakTokens() int64 {
+	if x != nil {
+		return x.PeakTokens
+	}
+	return 0
 }
 
 // TaskOutcome is how one task of a run ended (or is doing, while running).
@@ -2305,7 +2317,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x04seed\x18\x05 \x01(\x03R\x04seed\"4\n" +
 	"\x04Fact\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
-	"\asources\x18\x02 \x03(\tR\asources\"\x89\x02\n" +
+	"\asources\x18\x02 \x03(\tR\asources\"\xaa\x02\n" +
 	"\vFactSummary\x12%\n" +
 	"\x05facts\x18\x01 \x03(\v2\x0f.fanout.v1.FactR\x05facts\x12\x14\n" +
 	"\x05tried\x18\x02 \x03(\tR\x05tried\x12\x16\n" +
@@ -2317,7 +2329,9 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06status\x18\x06 \x01(\x0e2\x15.fanout.v1.TaskStatusR\x06status\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"wound_down\x18\b \x01(\bR\twoundDown\"\x8a\x03\n" +
+	"wound_down\x18\b \x01(\bR\twoundDown\x12\x1f\n" +
+	"\vpeak_tokens\x18\t \x01(\x03R\n" +
+	"peakTokens\"\x8a\x03\n" +
 	"\vTaskOutcome\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\x12-\n" +

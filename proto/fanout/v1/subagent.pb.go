@@ -413,7 +413,14 @@ type SubagentIteration struct {
 	// Tokens the subagent has spent so far (cumulative, settled).
 	TokensSpent int64 `protobuf:"varint,2,opt,name=tokens_spent,json=tokensSpent,proto3" json:"tokens_spent,omitempty"`
 	// Tool calls made in this iteration.
-	ToolCalls     int32 `protobuf:"varint,3,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ToolCalls int32 `protobuf:"varint,3,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// The most the subagent has had spent and reserved at once so far (its
+	// spend before a call plus that call's grant): what it has needed of the
+	// run's budget. The run's forecast rests on it.
+	PeakTokens int64 `protobuf:"varint,4,opt,name=peak_tokens,json=peakTokens,proto3" json:"peak_tokens,omitempty"`
+	// What this iteration's model call was granted (its last grant, if it
+	// was retried): about what the next one will need.
+	GrantedTokens int64 `protobuf:"varint,5,opt,name=granted_tokens,json=grantedTokens,proto3" json:"granted_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -469,6 +476,20 @@ func (x *SubagentIteration) GetToolCalls() int32 {
 	return 0
 }
 
+func (x *SubagentIteration) GetPeakTokens() int64 {
+	if x != nil {
+		return x.PeakTokens
+	}
+	return 0
+}
+
+func (x *SubagentIteration) GetGrantedTokens() int64 {
+	if x != nil {
+		return x.GrantedTokens
+	}
+	return 0
+}
+
 var File_fanout_v1_subagent_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_subagent_proto_rawDesc = "" +
@@ -499,12 +520,15 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\asummary\x18\x03 \x01(\v2\x16.fanout.v1.FactSummaryH\x00R\asummaryB\a\n" +
 	"\x05event\")\n" +
 	"\x0fSubagentStarted\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"s\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xbb\x01\n" +
 	"\x11SubagentIteration\x12\x1c\n" +
 	"\titeration\x18\x01 \x01(\x05R\titeration\x12!\n" +
 	"\ftokens_spent\x18\x02 \x01(\x03R\vtokensSpent\x12\x1d\n" +
 	"\n" +
-	"tool_calls\x18\x03 \x01(\x05R\ttoolCalls2U\n" +
+	"tool_calls\x18\x03 \x01(\x05R\ttoolCalls\x12\x1f\n" +
+	"\vpeak_tokens\x18\x04 \x01(\x03R\n" +
+	"peakTokens\x12%\n" +
+	"\x0egranted_tokens\x18\x05 \x01(\x03R\rgrantedTokens2U\n" +
 	"\x0fSubagentService\x12B\n" +
 	"\aExecute\x12\x19.fanout.v1.ExecuteRequest\x1a\x1a.fanout.v1.ExecuteResponse0\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
