@@ -124,7 +124,7 @@ func (c *dispatch) run(ctx context.Context) *fanoutv1.TaskOutcome {
 			return c.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
 		}
 		if err := c.awaitLease(ctx); err != nil {
-			return &fanoutv1.TaskOutcome{Status: stoppedStatus(err, false)} // it never ran: no summary
+			return unstarted(err) // it never ran
 		}
 		w, _ := pool.Connected(next)
 		r := proto.CloneOf(req)
@@ -241,7 +241,7 @@ func (c *dispatch) attemptRefused(ctx context.Context, taskID string, err error)
 	var ex *budget.ExhaustedError
 	switch {
 	case errors.As(err, &ex):
-		return &fanoutv1.TaskOutcome{Status: stoppedStatus(ex, false)} // it never ran: no summary
+		return unstarted(ex) // it never ran
 	case ctx.Err() != nil:
 		return c.notStarted(ctx, taskID, err)
 	}
@@ -256,7 +256,7 @@ func (c *dispatch) notStarted(ctx context.Context, taskID string, lastErr error)
 		c.log.InfoContext(ctx, "task ended before a worker took it", "run_id", c.req.GetRunId(),
 			"task_id", taskID, "cause", context.Cause(ctx), "last_worker_error", lastErr)
 	}
-	return &fanoutv1.TaskOutcome{Status: stoppedStatus(context.Cause(ctx), false)} // it never ran: no summary
+	return unstarted(context.Cause(ctx)) // it never ran
 }
 
 // execute runs req on worker w. retry reports that the call did not

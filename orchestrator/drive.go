@@ -45,6 +45,14 @@ type driver struct {
 	running int
 	results chan taskResult
 	tasks   sync.WaitGroup
+	// fc plans the run's budget (admission by forecast, wind-down); nil
+	// under ADMISSION_POLICY_GREEDY.
+	fc *forecaster
+	// refused counts the tasks the forecast did not start.
+	refused int
+	// windDown is called once, from a task's goroutine, when the forecast
+	// says the run must wind down.
+	windDown sync.Once
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
@@ -56,9 +64,13 @@ type driver struct {
 
 func newDriver(e *Engine, p *plan, runID string, accounts budget.RunAccounts, ar *activeRun, span trace.Span) *driver {
 	n := len(p.spec.GetTasks())
-	return &driver{e: e, p: p, runID: runID, accounts: accounts, ar: ar, span: span,
+	d := &driver{e: e, p: p, runID: runID, accounts: accounts, ar: ar, span: span,
 		sched: newScheduler(p.deps), outcomes: make([]*fanoutv1.TaskOutcome, n),
 		results: make(chan taskResult, n), drain: make(chan struct{})}
+	if p.spec.GetBudget().GetAdmission() != fanoutv1.AdmissionPolicy_ADMISSION_POLICY_GREEDY {
+		d.fc = newForecaster(p, accounts.Run.Limit, accounts.Run.Held)
+	}
+	return d
 }
 
 // taskResult is how one dispatched task ended.
@@ -94,6 +106,13 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseFunc) {
 	d.skip(runCtx, d.pendingSkips)
 	d.replayPolicy(cancelRun)
+	if d.fc != nil { // a resumed run's ended tasks
+		for i, o := range d.outcomes {
+			if o != nil {
+				d.fc.ended(i, o.GetTokensSpent(), o.GetSummary().GetPeakTokens(), ranToAnswer(o))
+			}
+		}
+	}
 	d.queue(runCtx, d.sched.Ready()) // the first wave in one write
 	runDone, drain := runCtx.Done(), (<-chan struct{})(d.drain)
 	for d.startReady(runCtx); !d.sched.Done(); d.startReady(runCtx) {
@@ -112,15 +131,32 @@ func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseF
 // context ended, or DRAIN began) queued tasks end without a dispatch.
 func (d *driver) startReady(runCtx context.Context) {
 	for d.running < d.p.concurrency || d.stopping(runCtx) {
-		i, ok := d.sched.Next()
+		i, ok := d.sched.Peek()
 		if !ok {
 			return
 		}
 		if d.stopping(runCtx) {
-			d.endUndispatched(runCtx, i, stoppedStatus(d.stopCause(runCtx), false))
+			d.sched.Next()
+			d.endUndispatched(runCtx, i, unstarted(d.stopCause(runCtx)))
 			d.skip(runCtx, d.sched.Failed(i))
 			continue
 		}
+		if d.fc != nil {
+			verdict, forecast, why := d.fc.admit(i)
+			switch verdict {
+			case hold:
+				return // a task in flight ends first
+			case refuse:
+				d.sched.Next()
+				d.refused++
+				d.endUndispatched(runCtx, i, &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED,
+					ForecastTokens: forecast, Summary: &fanoutv1.FactSummary{
+						Status: fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED, Error: why}})
+				d.skip(runCtx, d.sched.Failed(i))
+				continue
+			}
+		}
+		d.sched.Next()
 		req := d.request(runCtx, i)
 		w := d.e.workers.Next() // here, so that round-robin follows dispatch order
 		d.running++
@@ -137,6 +173,9 @@ func (d *driver) startReady(runCtx context.Context) {
 func (d *driver) taskEnded(runCtx context.Context, r taskResult, cancelRun context.CancelCauseFunc) {
 	d.running--
 	d.outcomes[r.index] = r.outcome
+	if d.fc != nil {
+		d.fc.ended(r.index, r.outcome.GetTokensSpent(), r.outcome.GetSummary().GetPeakTokens(), ranToAnswer(r.outcome))
+	}
 	st := r.outcome.GetStatus()
 	if st == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
 		d.queue(runCtx, d.sched.Succeeded(r.index))
@@ -161,10 +200,18 @@ func (d *driver) joinPolicy(o *fanoutv1.TaskOutcome, cancelRun context.CancelCau
 	}
 }
 
+// ranToAnswer reports whether a task's spend is what a task costs to its
+// end: it answered, or ran all its iterations.
+func ranToAnswer(o *fanoutv1.TaskOutcome) bool {
+	st := o.GetStatus()
+	return o.GetSummary().GetIterations() > 0 &&
+		(st == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || st == fanoutv1.TaskStatus_TASK_STATUS_ITERATION_LIMIT)
+}
+
 // skip ends tasks that wait on one that did not succeed as SKIPPED.
 func (d *driver) skip(runCtx context.Context, skipped []int) {
 	for _, j := range skipped {
-		d.endUndispatched(runCtx, j, fanoutv1.TaskStatus_TASK_STATUS_SKIPPED)
+		d.endUndispatched(runCtx, j, &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_SKIPPED})
 	}
 }
 
@@ -189,14 +236,17 @@ func (d *driver) queue(runCtx context.Context, ready []int) {
 	d.e.wake(d.runID)
 }
 
-// endUndispatched records a task that ends without being dispatched (it
-// has no summary: it never ran).
-func (d *driver) endUndispatched(runCtx context.Context, i int, status fanoutv1.TaskStatus) {
+// endUndispatched records task i, which ends as o says without being
+// dispatched (it never ran: at most a NOT_STARTED summary says why).
+func (d *driver) endUndispatched(runCtx context.Context, i int, o *fanoutv1.TaskOutcome) {
 	ctx, cancel := cleanup(runCtx)
 	defer cancel()
-	o := &fanoutv1.TaskOutcome{TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i), Status: status}
+	o.TaskId, o.DispatchIndex = d.p.spec.GetTasks()[i].GetId(), int32(i)
 	if d.resumed != nil && d.resumed[i] { // the lost orchestrator's attempt may have spent
 		o.TokensSpent = d.settledSpend(ctx, d.accounts.Tasks[o.GetTaskId()])
+		if o.GetTokensSpent() > 0 && o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
+			o.Status, o.Summary = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED, nil // it had started there
+		}
 	}
 	d.outcomes[i] = d.finishTask(ctx, o)
 }
@@ -429,9 +479,10 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 	defer cancel()
 
 	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
-		return d.newDispatch(first, req, taskProgress{d: d, taskID: req.GetTask().GetId()}).run(ctx)
+		return d.newDispatch(first, req, taskProgress{d: d, index: i, taskID: req.GetTask().GetId()}).run(ctx)
 	})
 	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)
+	o.ForecastTokens = d.fc.forecastOf(i)
 
 	ctx, cancelCleanup := cleanup(runCtx)
 	defer cancelCleanup()
@@ -508,6 +559,7 @@ func cleanup(runCtx context.Context) (context.Context, context.CancelFunc) {
 // TaskStarted event) and its iterations (TaskIteration events).
 type taskProgress struct {
 	d      *driver
+	index  int
 	taskID string
 }
 
@@ -527,7 +579,7 @@ func (p taskProgress) started(ctx context.Context, worker string) {
 		d.e.cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
 	}
 	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
-		TaskId: p.taskID, Worker: worker}}})
+		TaskId: p.taskID, Worker: worker, ForecastTokens: d.fc.forecastOf(p.index)}}})
 }
 
 func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
@@ -535,4 +587,22 @@ func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIterat
 	defer cancel()
 	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
 		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
+	if p.d.fc != nil && p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens()) {
+		p.d.windDown.Do(func() { p.d.woundDown(ctx) })
+	}
+}
+
+// woundDown marks the run as winding down in the ledger: every grant from
+// now on says so, and the task that asked makes that iteration its last.
+func (d *driver) woundDown(ctx context.Context) {
+	d.span.AddEvent("budget.wind_down")
+	err := d.e.ledger.WindDown(ctx, d.runID, d.epoch)
+	switch {
+	case errors.Is(err, budget.ErrDenied):
+		d.lose(ctx, err)
+	case err != nil:
+		d.e.cfg.Logger.WarnContext(ctx, "wind down run; its tasks run on until the budget stops them", "run_id", d.runID, "err", err)
+	default:
+		d.e.cfg.Logger.InfoContext(ctx, "run winds down: what is left pays only for final answers", "run_id", d.runID)
+	}
 }

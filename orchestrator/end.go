@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -171,7 +172,12 @@ func (d *driver) end(runCtx context.Context) {
 	}
 	d.recordStopLatency(runCtx)
 	runCause := d.finalCause(runCtx)
-	state, cause := runState(d.p, runCause, d.exhaustedCause(), d.outcomes)
+	exhausted := d.exhaustedCause()
+	if exhausted == "" && d.refused > 0 {
+		// The budget could not pay for every task: it ran out, by forecast.
+		exhausted = fmt.Sprintf("budget exhausted: %d of %d tasks not started, by forecast", d.refused, len(d.outcomes))
+	}
+	state, cause := runState(d.p, runCause, exhausted, d.outcomes)
 	d.countDiscarded(runCtx, runCause)
 	result := join(d.outcomes)
 	if d.p.spec.GetSynthesize() {

@@ -352,6 +352,7 @@ func snapshot(a budget.Account) *fanoutv1.BudgetSnapshot {
 		ReservedTokens:  a.Reserved,
 		SpentTokens:     a.Spent,
 		Exhausted:       a.State == budget.StateExhausted,
+		HeldTokens:      a.Held,
 	}
 }
 

@@ -42,6 +42,15 @@ func newScheduler(deps [][]int) *scheduler {
 // The slice is the scheduler's: read it before the next call.
 func (s *scheduler) Ready() []int { return s.ready }
 
+// Peek returns the ready task with the lowest dispatch index, leaving it
+// ready.
+func (s *scheduler) Peek() (i int, ok bool) {
+	if len(s.ready) == 0 {
+		return 0, false
+	}
+	return s.ready[0], true
+}
+
 // Next takes the ready task with the lowest dispatch index.
 func (s *scheduler) Next() (i int, ok bool) {
 	if len(s.ready) == 0 {

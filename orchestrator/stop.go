@@ -90,24 +90,43 @@ func runState(p *plan, cause error, exhausted string, outcomes []*fanoutv1.TaskO
 
 // stoppedStatus is the status of a task stopped by cause before it ended
 // by itself. started says whether a worker had started it: a task that
-// never started did not time out because its run did (it was cancelled).
-// A ledger refusal (*budget.ExhaustedError) is BUDGET_EXHAUSTED only when
-// the run's budget was; a cancelled or closed run cancels the task.
+// never started did not time out because its run did (it was cancelled),
+// and was not cut off by the budget (it is NOT_STARTED: nothing was spent
+// on it). A ledger refusal (*budget.ExhaustedError) is BUDGET_EXHAUSTED
+// only when the run's budget was; a cancelled or closed run cancels the
+// task.
 func stoppedStatus(cause error, started bool) fanoutv1.TaskStatus {
 	var ex *budget.ExhaustedError
+	exhausted := fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
+	if !started {
+		exhausted = fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED
+	}
 	switch {
 	case errors.As(cause, &ex):
 		if ex.State == budget.StateExhausted {
-			return fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
+			return exhausted
 		}
 		return fanoutv1.TaskStatus_TASK_STATUS_CANCELLED
 	case errors.Is(cause, budget.ErrExhausted):
-		return fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
+		return exhausted
 	case errors.Is(cause, errTaskTimeout), started && errors.Is(cause, errRunTimeout):
 		return fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT
 	default:
 		return fanoutv1.TaskStatus_TASK_STATUS_CANCELLED
 	}
+}
+
+// unstarted is the outcome of a task that never ran, stopped by cause. It
+// has no summary (nothing ran), except when the budget stopped it: a
+// NOT_STARTED task says why.
+func unstarted(cause error) *fanoutv1.TaskOutcome {
+	st := stoppedStatus(cause, false)
+	o := &fanoutv1.TaskOutcome{Status: st}
+	if st == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
+		o.Summary = &fanoutv1.FactSummary{Status: st,
+			Error: fmt.Sprintf("not started: the run's budget ran out before it could start (%v)", cause)}
+	}
+	return o
 }
 
 // workerHears reports whether a worker learns of cause by itself (through

@@ -17,6 +17,9 @@ func TestStoppedStatus(t *testing.T) {
 		exhausted = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
 		timedOut  = fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT
 		cancelled = fanoutv1.TaskStatus_TASK_STATUS_CANCELLED
+		// A task the budget stopped before it started was not cut off:
+		// nothing was spent on it.
+		notStarted = fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED
 	)
 	for _, c := range []struct {
 		name    string
@@ -25,8 +28,9 @@ func TestStoppedStatus(t *testing.T) {
 		want    fanoutv1.TaskStatus
 	}{
 		{"budget exhausted", budget.ErrExhausted, true, exhausted},
-		{"budget exhausted, never started", fmt.Errorf("run: %w", budget.ErrExhausted), false, exhausted},
-		{"ledger refused: run exhausted", &budget.ExhaustedError{State: budget.StateExhausted}, false, exhausted},
+		{"budget exhausted, never started", fmt.Errorf("run: %w", budget.ErrExhausted), false, notStarted},
+		{"ledger refused: run exhausted", &budget.ExhaustedError{State: budget.StateExhausted}, false, notStarted},
+		{"ledger refused: run exhausted, started", &budget.ExhaustedError{State: budget.StateExhausted}, true, exhausted},
 		{"ledger refused: run cancelled", &budget.ExhaustedError{State: budget.StateCancelled}, false, cancelled},
 		{"ledger refused: run closed", &budget.ExhaustedError{State: budget.StateClosed}, false, cancelled},
 		{"task timeout", errTaskTimeout, true, timedOut},

@@ -85,12 +85,15 @@ func (d *driver) synthesize(runCtx context.Context, runCause error, result *fano
 // whether it is what the run held back for it: that, once the run is
 // exhausted or when it is the larger; else what is still available (a run
 // that finished its tasks within budget gives its synthesis all that is
-// left, and releases the allowance at its close).
+// left, and releases the allowance at its close) less the run's
+// min_reservation: a grant that took the run below it would exhaust the
+// run, and under EXHAUSTION_POLICY_CANCEL cut off the synthesis itself.
 func synthesisPay(acct budget.Account) (pay int64, fromHeld bool) {
-	if acct.Held > 0 && (acct.State == budget.StateExhausted || acct.Held > acct.Available()) {
+	room := max(0, acct.Available()-acct.MinReservation)
+	if acct.Held > 0 && (acct.State == budget.StateExhausted || acct.Held >= room) {
 		return acct.Held, true
 	}
-	return acct.Available(), false
+	return room, false
 }
 
 // synthesisRequest is the dispatch of a run's synthesis, paid from the run
@@ -104,7 +107,7 @@ func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedRe
 	if n := d.p.spec.GetModel().GetMaxOutputTokens(); n > 0 {
 		out = int64(n)
 	}
-	room := pay - min(out, pay/2) - int64(len(instruction)+len(d.p.spec.GetGoal())) - synthesisPromptBytes
+	room := pay - min(out, pay/2) - int64(len(instruction)+len(d.p.spec.GetGoal())) - synthesisPromptBytes - leftOutNoteBytes
 	facts, left := fitFacts(result.GetFacts(), room)
 	if left > 0 {
 		instruction += fmt.Sprintf("\n\n%d of the %d facts found were left out: the synthesis's budget pays for "+
@@ -136,6 +139,9 @@ func (d *driver) synthesisRequest(acct budget.Account, result *fanoutv1.JoinedRe
 // and message framing); the worker's input bound counts a token per byte.
 const synthesisPromptBytes = 512
 
+// leftOutNoteBytes bounds the note that says how many facts were left out.
+const leftOutNoteBytes = 256
+
 // fitFacts returns the facts, in order, whose lines in the worker's prompt
 // ("- text [source, ...]") fit in room bytes, and how many were left out.
 func fitFacts(facts []*fanoutv1.Fact, room int64) (kept []*fanoutv1.Fact, left int) {
@@ -162,14 +168,25 @@ func taskReport(tasks []*fanoutv1.TaskOutcome) string {
 	}
 	var b strings.Builder
 	b.WriteString("\n\nHow the tasks ended (facts come only from those that found some):")
+	var notStarted []string
 	for _, t := range tasks {
+		if t.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
+			notStarted = append(notStarted, t.GetTaskId()) // one line for all: their reasons say the same
+			continue
+		}
 		fmt.Fprintf(&b, "\n- %s: %s", t.GetTaskId(), runs.Text(t.GetStatus()))
+		if t.GetSummary().GetWoundDown() {
+			b.WriteString(" (wound down: it answered early, without tools, for want of budget)")
+		}
 		if e := t.GetSummary().GetError(); e != "" && t.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
 			if len(e) > reportErrorBytes {
 				e = strings.ToValidUTF8(e[:reportErrorBytes], "") + "…"
 			}
 			fmt.Fprintf(&b, ": %s", e)
 		}
+	}
+	if len(notStarted) > 0 {
+		fmt.Fprintf(&b, "\n- not started, for want of budget (they found nothing): %s", strings.Join(notStarted, ", "))
 	}
 	return b.String()
 }

@@ -95,7 +95,9 @@ func TestFitFactsKeepsDispatchOrder(t *testing.T) {
 
 // TestSynthesisIsPaidFromTheLarger: an exhausted run's synthesis is paid
 // from what it held back; an open run's from what is left when that is
-// more (the allowance is released at its close), else from the allowance.
+// more (the allowance is released at its close), else from the allowance;
+// never with a grant that would exhaust the run (its min_reservation is
+// kept), which would cut the synthesis off.
 func TestSynthesisIsPaidFromTheLarger(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -103,10 +105,12 @@ func TestSynthesisIsPaidFromTheLarger(t *testing.T) {
 		pay      int64
 		fromHeld bool
 	}{
-		{"exhausted", budget.Account{Limit: 1000, Spent: 900, Held: 100, State: budget.StateExhausted}, 100, true},
-		{"open, more left than held", budget.Account{Limit: 1000, Spent: 100, Held: 300, State: budget.StateOpen}, 600, false},
-		{"open, less left than held", budget.Account{Limit: 1000, Spent: 650, Held: 300, State: budget.StateOpen}, 300, true},
-		{"nothing held", budget.Account{Limit: 1000, Spent: 100, State: budget.StateOpen}, 900, false},
+		{"exhausted", budget.Account{Limit: 1000, Spent: 900, Held: 100, MinReservation: 50, State: budget.StateExhausted}, 100, true},
+		{"open, more left than held", budget.Account{Limit: 1000, Spent: 100, Held: 300, MinReservation: 50, State: budget.StateOpen}, 550, false},
+		// 350 are available, but a grant of more than 300 would exhaust
+		// the run under its synthesis.
+		{"open, less left than held", budget.Account{Limit: 1000, Spent: 350, Held: 300, MinReservation: 50, State: budget.StateOpen}, 300, true},
+		{"nothing held", budget.Account{Limit: 1000, Spent: 100, MinReservation: 50, State: budget.StateOpen}, 850, false},
 	} {
 		if pay, fromHeld := synthesisPay(tc.acct); pay != tc.pay || fromHeld != tc.fromHeld {
 			t.Errorf("%s: pays %d from held %v; want %d, %v", tc.name, pay, fromHeld, tc.pay, tc.fromHeld)

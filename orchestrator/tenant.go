@@ -107,7 +107,7 @@ func (d *driver) holdTaskSlot(ctx context.Context, taskID string, do func(ctx co
 	case o != nil:
 		return o
 	case ctx.Err() != nil:
-		return &fanoutv1.TaskOutcome{Status: stoppedStatus(context.Cause(ctx), false)} // it never ran: no summary
+		return unstarted(context.Cause(ctx)) // it never ran
 	}
 	return failedOutcome(fmt.Sprintf("no slot of tenant %s's max_tasks_in_flight (%d): %v",
 		d.p.tenantID, d.p.maxTasksInFlight, err))

@@ -513,9 +513,12 @@ func e2eSpec(key string, n int, limit int64) *fanoutv1.RunSpec {
 		IdempotencyKey: key,
 		TenantId:       "e2e",
 		Goal:           "find facts",
-		Budget:         &fanoutv1.Budget{LimitTokens: limit, MinReservationTokens: 300},
-		Limits:         &fanoutv1.Limits{MaxConcurrency: 16},
-		Model:          &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 200, Seed: 7},
+		// Greedy: these runs prove what the budget does to work in flight
+		// when it runs out (I6); by forecast, little would be in flight.
+		Budget: &fanoutv1.Budget{LimitTokens: limit, MinReservationTokens: 300,
+			Admission: fanoutv1.AdmissionPolicy_ADMISSION_POLICY_GREEDY},
+		Limits: &fanoutv1.Limits{MaxConcurrency: 16},
+		Model:  &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 200, Seed: 7},
 	}
 	for i := range n {
 		s.Tasks = append(s.Tasks, &fanoutv1.TaskSpec{

@@ -1,0 +1,216 @@
+package orchestrator
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Admission by forecast (DESIGN §9; fanout.v1.AdmissionPolicy). The
+// forecaster is a run's budget plan as its driver sees it: what the tasks
+// may claim (the run's limit less what it holds for its synthesis and less
+// its min_reservation, below which the run counts as exhausted), what the
+// tasks that ended spent, what the tasks in flight have spent so far and
+// what each task is forecast to need. It knows this from the outcomes and
+// the iterations the workers already report (spend from settle results,
+// grants from reserve replies); it never reads the ledger, which stays the
+// only enforcement: a wrong forecast costs a cut-off call (the exhaustion
+// policy), never a token over the budget.
+//
+// What a task needs of the budget is its peak, not its spend: each call
+// reserves an upper bound of its input plus its output cap, so a task
+// holds its spend so far plus its current grant (FactSummary.peak_tokens),
+// and tasks in flight together must fit, or the ledger exhausts the run
+// under them. A task's forecast is the average peak of the run's tasks that
+// ran to an answer (SUCCEEDED, ITERATION_LIMIT), capped at the task's own
+// token_budget; before any has, the task's token_budget (the caller's word
+// for what it may need), or for a task without one an even share of what
+// the tasks may claim; never more than that. A cap taken for a forecast
+// starts the first tasks fewer at a time than the budget might allow,
+// until one answers; a share that is too small would let more start than
+// the budget pays for, whose reservations (each an upper bound) then
+// exhaust the run under them: a task's first iterations are over before
+// the run could tell it to wind down. The driver starts the next task in dispatch order
+// only when what is left, less what the tasks in flight are forecast to
+// still need, covers its forecast; otherwise the task waits while tasks
+// are in flight (they may need less than forecast, and their outcomes
+// sharpen the forecast), and is NOT_STARTED once none is.
+//
+// Wind-down: when what is left no longer pays for what the tasks in flight
+// still need, the run winds down: each task's next grant says so, and that
+// iteration is its last, without tools; no task starts after. A task in
+// flight still needs its next call (forecast from its own last grant plus
+// that grant's growth over the one before, else from the largest grant any
+// task of the run reported) and, after it, what its forecast says is left
+// of its need: before any task has answered (when a forecast is only a
+// cap), one more call.
+type forecaster struct {
+	mu       sync.Mutex
+	budget   int64   // what the tasks may claim: the run's limit less what it holds and its min_reservation
+	held     int64   // what the run holds for its synthesis
+	caps     []int64 // caps[i]: task i's token_budget, 0 if none
+	share    int64   // an even share of budget over the tasks
+	min      int64   // the run's min_reservation: no forecast is below it
+	spent    int64   // what the tasks that ended spent
+	answered int64   // tasks that ran to an answer
+	cost     int64   // what those needed (their peaks), in all
+	maxGrant int64   // the largest grant any task reported
+	flight   map[int]*inFlight
+	wound    bool // the run was wound down
+}
+
+// inFlight is what the forecaster knows of a task in flight.
+type inFlight struct {
+	forecast int64 // at admission
+	spent    int64 // so far, from its iterations
+	last     int64 // its last iteration's grant
+	prev     int64 // the one before
+}
+
+func newForecaster(p *plan, limit, held int64) *forecaster {
+	tasks := p.spec.GetTasks()
+	f := &forecaster{budget: max(0, limit-held-p.minReservation), held: held, caps: make([]int64, len(tasks)),
+		min: p.minReservation, flight: map[int]*inFlight{}}
+	for i, t := range tasks {
+		f.caps[i] = t.GetTokenBudget()
+	}
+	f.share = f.budget / int64(max(1, len(tasks)))
+	return f
+}
+
+// forecast is what task i is forecast to cost, and on what it rests.
+func (f *forecaster) forecast(i int) (int64, string) {
+	var n int64
+	var basis string
+	switch {
+	case f.answered > 0:
+		n = (f.cost + f.answered - 1) / f.answered
+		basis = fmt.Sprintf("the average need of the %d tasks that ran to an answer", f.answered)
+		if c := f.caps[i]; c > 0 && c < n {
+			n, basis = c, "its token_budget"
+		}
+	case f.caps[i] > 0:
+		n, basis = f.caps[i], "its token_budget (no task has answered yet)"
+	default:
+		n, basis = f.share, "an even share of the run's budget (no task has answered yet)"
+	}
+	// No task needs more than the run lets its tasks claim, nor less than
+	// one minimal grant.
+	return max(min(n, f.budget), f.min), basis
+}
+
+// left is what the tasks may still spend, by what the forecaster knows.
+func (f *forecaster) left() int64 {
+	left := f.budget - f.spent
+	for _, t := range f.flight {
+		left -= t.spent
+	}
+	return left
+}
+
+// committed is what the tasks in flight are forecast to still spend.
+func (f *forecaster) committed() int64 {
+	var n int64
+	for i, t := range f.flight {
+		now, _ := f.forecast(i) // as the run's history says now
+		n += max(0, min(now, t.forecast)-t.spent)
+	}
+	return n
+}
+
+// admission is the forecaster's answer for the next task.
+type admission int
+
+const (
+	admit  admission = iota // start it
+	hold                    // wait: tasks in flight may free enough
+	refuse                  // never start it: nothing is in flight
+)
+
+// admit decides whether task i starts now. On admit the task counts as in
+// flight until ended. forecast is the task's forecast; why, on refuse,
+// says it with the figures.
+func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, basis := f.forecast(i)
+	left, committed := f.left(), f.committed()
+	switch {
+	case f.wound && len(f.flight) > 0:
+		return hold, n, ""
+	case f.wound:
+		return refuse, n, fmt.Sprintf("not started: the run wound down (what was left paid only for final answers), "+
+			"and it was forecast to cost %d tokens (%s)", n, basis)
+	case left-committed >= n:
+		f.flight[i] = &inFlight{forecast: n}
+		return admit, n, ""
+	case len(f.flight) > 0:
+		return hold, n, ""
+	}
+	why = fmt.Sprintf("not started: forecast to cost %d tokens (%s), but the run had %d left for its tasks", n, basis, max(0, left))
+	if f.held > 0 {
+		why += fmt.Sprintf(" (%d more are held for its synthesis)", f.held)
+	}
+	return refuse, n, why
+}
+
+// progress records that task i in flight has spent spent so far, after an
+// iteration whose call was granted granted. It reports whether the run
+// should wind down now (once).
+func (f *forecaster) progress(i int, spent, granted int64) (windDown bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.flight[i]
+	if t == nil {
+		return false
+	}
+	t.prev, t.last = t.last, granted
+	t.spent = spent
+	f.maxGrant = max(f.maxGrant, granted)
+	if f.wound {
+		return false
+	}
+	var need int64 // what the tasks in flight still need
+	for j, t := range f.flight {
+		next := f.maxGrant
+		if t.last > 0 {
+			next = t.last + max(0, t.last-t.prev)
+		}
+		after := next
+		if f.answered > 0 {
+			now, _ := f.forecast(j)
+			after = max(0, min(now, t.forecast)-t.spent-next)
+		}
+		need += next + after
+	}
+	if f.left() >= need {
+		return false
+	}
+	f.wound = true
+	return true
+}
+
+// ended records how task i ended: what it spent and needed at its peak,
+// and whether it ran to an answer (its need then informs the forecasts).
+func (f *forecaster) ended(i int, spent, peak int64, answered bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.flight, i)
+	f.spent += spent
+	if answered {
+		f.answered++
+		f.cost += max(peak, spent)
+	}
+}
+
+// forecastOf is task i's forecast at admission, 0 if it is not in flight.
+func (f *forecaster) forecastOf(i int) int64 {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.flight[i]; t != nil {
+		return t.forecast
+	}
+	return 0
+}
