@@ -536,8 +536,12 @@ func printRun(w io.Writer, r *fanoutv1.Run) {
 		fmt.Fprintf(w, " (%s)", c)
 	}
 	b := r.GetBudget()
-	fmt.Fprintf(w, "\nbudget: %d of %d tokens spent, %d reserved, %d available\n",
-		b.GetSpentTokens(), b.GetLimitTokens(), b.GetReservedTokens(), b.GetAvailableTokens())
+	fmt.Fprintf(w, "\nbudget: %d of %d tokens spent, %d reserved, %d available", b.GetSpentTokens(), b.GetLimitTokens(),
+		b.GetReservedTokens(), b.GetAvailableTokens())
+	if h := b.GetHeldTokens(); h > 0 {
+		fmt.Fprintf(w, ", %d held for the synthesis", h)
+	}
+	fmt.Fprintln(w)
 	res := r.GetResult()
 	if res == nil {
 		return
@@ -553,6 +557,12 @@ func printRun(w io.Writer, r *fanoutv1.Run) {
 	for _, t := range res.GetTasks() {
 		line := fmt.Sprintf("  %-16s %-17s %3d iterations %7d tokens", t.GetTaskId(), runs.Text(t.GetStatus()),
 			t.GetSummary().GetIterations(), t.GetTokensSpent())
+		if f := t.GetForecastTokens(); f > 0 {
+			line += fmt.Sprintf("  (forecast %d)", f)
+		}
+		if t.GetSummary().GetWoundDown() {
+			line += "  wound down: answered without tools"
+		}
 		if e := t.GetSummary().GetError(); e != "" {
 			line += "  " + e
 		}

@@ -63,12 +63,18 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 			p.task(t.GetId())
 		}
 		line = fmt.Sprintf("run %s started: %d tasks, budget %d tokens", r.GetRunId(), len(r.GetSpec().GetTasks()), r.GetSpec().GetBudget().GetLimitTokens())
+		if h := r.GetBudget().GetHeldTokens(); h > 0 {
+			line += fmt.Sprintf(", %d of them held for the synthesis", h)
+		}
 	case *fanoutv1.RunEvent_TaskQueued:
 		p.task(e.TaskQueued.GetTaskId()).status = "QUEUED"
 	case *fanoutv1.RunEvent_TaskStarted:
 		t := p.task(e.TaskStarted.GetTaskId())
 		t.status, t.worker = "RUNNING", e.TaskStarted.GetWorker()
 		line = fmt.Sprintf("%-16s started on %s", e.TaskStarted.GetTaskId(), t.worker)
+		if f := e.TaskStarted.GetForecastTokens(); f > 0 {
+			line += fmt.Sprintf(", forecast to need %d tokens", f)
+		}
 	case *fanoutv1.RunEvent_TaskIteration:
 		t := p.task(e.TaskIteration.GetTaskId())
 		t.iteration, t.tokens = e.TaskIteration.GetIteration(), e.TaskIteration.GetTokensSpent()
@@ -81,6 +87,12 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 			t.iteration = n
 		}
 		line = fmt.Sprintf("%-16s %s after %d iterations, %d tokens", o.GetTaskId(), t.status, t.iteration, t.tokens)
+		switch {
+		case o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED:
+			line = fmt.Sprintf("%-16s %s (%s)", o.GetTaskId(), t.status, o.GetSummary().GetError())
+		case o.GetSummary().GetWoundDown():
+			line += " (wound down: its last iteration answered without tools)"
+		}
 	case *fanoutv1.RunEvent_BudgetUpdate:
 		p.budget = e.BudgetUpdate.GetBudget()
 	case *fanoutv1.RunEvent_BudgetExhausted:

@@ -69,6 +69,7 @@ type traceRow struct {
 	end      time.Time
 	status   string
 	tokens   int64
+	wound    bool // wound down: its last iteration answered without tools
 }
 
 // drawTimeline renders events of one run as rows on a shared time axis.
@@ -110,6 +111,7 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 			o := e.TaskFinished.GetOutcome()
 			r := row(o.GetTaskId())
 			r.end, r.status, r.tokens = at, runs.Text(o.GetStatus()), o.GetTokensSpent()
+			r.wound = o.GetSummary().GetWoundDown()
 		case *fanoutv1.RunEvent_BudgetExhausted:
 			if exhaustedAt.IsZero() {
 				exhaustedAt = at
@@ -167,6 +169,12 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 				}
 			}
 		}
+		if r.wound && len(r.segments) > 0 {
+			line[col(r.segments[len(r.segments)-1].end)] = 'w'
+		}
+		if r.start.IsZero() && r.status == "NOT_STARTED" && !r.end.IsZero() {
+			line[col(r.end)] = 'x'
+		}
 		if exCol >= 0 {
 			line[exCol] = '!'
 		}
@@ -174,4 +182,5 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 	}
 	fmt.Fprintf(w, "%-*s  0%s%s\n", nameW, "", strings.Repeat(" ", max(width-len(span.Round(time.Millisecond).String())-1, 1)), span.Round(time.Millisecond))
 	fmt.Fprintf(w, "%-*s  digits: iteration number; +: the iteration ran tools; ~: cut short or summarising; !: budget exhausted\n", nameW, "")
+	fmt.Fprintf(w, "%-*s  w: wound down (its last iteration answered without tools); x: not started (the run could not afford it)\n", nameW, "")
 }
