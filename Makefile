@@ -13,7 +13,7 @@ GOLANGCI_LINT := .tmp/bin/golangci-lint
 # bench/langgraph/package-lock.json; npm ci again when the lock changes.
 LANGGRAPH_DIR := bench/langgraph
 
-.PHONY: help demo test test/race mutants lint generate verify bench bench-compare tidy build clean
+.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ bench-compare: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## fanout vs Lan
 
 $(LANGGRAPH_DIR)/node_modules/.package-lock.json: $(LANGGRAPH_DIR)/package.json $(LANGGRAPH_DIR)/package-lock.json
 	cd $(LANGGRAPH_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+
+budget-compare: ## Admission by forecast vs greedy on the demo's spec at budgets 6k, 12k, 24k, 48k (docs/budget.md)
+	FANOUT_BUDGET_COMPARE=1 $(GO) test -count=1 -run '^TestBudgetUseComparison$$' -v ./orchestrator/
 
 tidy: ## go mod tidy
 	$(GO) mod tidy
