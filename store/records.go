@@ -309,6 +309,7 @@ type summaryRecord struct {
 	Status      taskStatusJSON `json:"status,omitzero"`
 	Error       string         `json:"error,omitempty"` // task.outcome_error
 	WoundDown   bool           `json:"wound_down,omitempty"`
+	PeakTokens  int64JSON      `json:"peak_tokens,omitzero"`
 }
 
 func summaryRecordOf(m *fanoutv1.FactSummary) *summaryRecord {
@@ -317,7 +318,8 @@ func summaryRecordOf(m *fanoutv1.FactSummary) *summaryRecord {
 	}
 	return &summaryRecord{Facts: each(m.GetFacts(), factRecordOf), Tried: m.GetTried(), Failed: m.GetFailed(),
 		TokensSpent: int64JSON(m.GetTokensSpent()), Iterations: m.GetIterations(),
-		Status: taskStatusJSON(m.GetStatus()), Error: m.GetError(), WoundDown: m.GetWoundDown()}
+		Status: taskStatusJSON(m.GetStatus()), Error: m.GetError(), WoundDown: m.GetWoundDown(),
+		PeakTokens: int64JSON(m.GetPeakTokens())}
 }
 
 func (r *summaryRecord) proto() *fanoutv1.FactSummary {
@@ -326,7 +328,7 @@ func (r *summaryRecord) proto() *fanoutv1.FactSummary {
 	}
 	return &fanoutv1.FactSummary{Facts: each(r.Facts, (*factRecord).proto), Tried: r.Tried, Failed: r.Failed,
 		TokensSpent: int64(r.TokensSpent), Iterations: r.Iterations, Status: fanoutv1.TaskStatus(r.Status),
-		Error: r.Error, WoundDown: r.WoundDown}
+		Error: r.Error, WoundDown: r.WoundDown, PeakTokens: int64(r.PeakTokens)}
 }
 
 // outcomeRecord is a fanout.v1.TaskOutcome: task.outcome (without its
