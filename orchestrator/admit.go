@@ -137,16 +137,17 @@ func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string
 	switch {
 	case f.wound && len(f.flight) > 0:
 		return hold, n, ""
-	case f.wound:
-		return refuse, n, fmt.Sprintf("not started: the run wound down (what was left paid only for final answers), "+
-			"and it was forecast to cost %d tokens (%s)", n, basis)
-	case left-committed >= n:
+	case left-committed >= n && !f.wound:
 		f.flight[i] = &inFlight{forecast: n}
 		return admit, n, ""
 	case len(f.flight) > 0:
 		return hold, n, ""
 	}
 	why = fmt.Sprintf("not started: forecast to cost %d tokens (%s), but the run had %d left for its tasks", n, basis, max(0, left))
+	if f.wound {
+		why = fmt.Sprintf("not started: the run had wound down (what was left paid only for final answers); "+
+			"forecast to cost %d tokens (%s), with %d left for its tasks", n, basis, max(0, left))
+	}
 	if f.held > 0 {
 		why += fmt.Sprintf(" (%d more are held for its synthesis)", f.held)
 	}

@@ -97,7 +97,7 @@ func TestWindDownWhenWhatIsLeftPaysOnlyForFinalAnswers(t *testing.T) {
 	}
 	f.ended(0, 2_500, 3_000, true)
 	f.ended(1, 2_500, 3_000, true)
-	if v, _, why := f.admit(2); v != refuse || !strings.Contains(why, "wound down") {
+	if v, _, why := f.admit(2); v != refuse || !strings.Contains(why, "wound down") || !strings.Contains(why, "with 5000 left") {
 		t.Fatalf("task 2 after the wind-down: %v (%q); want refused, saying the run wound down", v, why)
 	}
 }
