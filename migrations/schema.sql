@@ -1016,6 +1016,12 @@ CREATE FUNCTION fanout.ledger_check_exhausted(p_chain bigint[]) RETURNS void
     -- body: 15 lines, sha256 61938abd5492
 REVOKE EXECUTE ON FUNCTION fanout.ledger_check_exhausted(bigint[]) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_check_owner(p_run text, p_epoch bigint, p_op text) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 10 lines, sha256 91931f0eb109
+REVOKE EXECUTE ON FUNCTION fanout.ledger_check_owner(text,bigint,text) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_close_run(p_run_account bigint, p_note text) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1032,7 +1038,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_end_run(text,text,text) TO fanout_app;
 CREATE FUNCTION fanout.ledger_end_run_fenced(p_run text, p_state text, p_cause text, p_epoch bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 11 lines, sha256 663e7f529269
+    -- body: 4 lines, sha256 969a06e03fd2
 REVOKE EXECUTE ON FUNCTION fanout.ledger_end_run_fenced(text,text,text,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_end_run_fenced(text,text,text,bigint) TO fanout_app;
 
@@ -1175,7 +1181,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_
 CREATE FUNCTION fanout.ledger_wind_down(p_run text, p_epoch bigint) RETURNS boolean
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 f7fec54b7bbd
+    -- body: 9 lines, sha256 8e8215445405
 REVOKE EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint) TO fanout_app;
 

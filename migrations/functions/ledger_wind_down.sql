@@ -9,15 +9,9 @@ CREATE OR REPLACE FUNCTION ledger_wind_down(p_run text, p_epoch bigint)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
-    epoch bigint;
     marked boolean;
 BEGIN
-    SELECT r.adoptions INTO epoch FROM run r WHERE r.run_id = p_run FOR SHARE;
-    IF FOUND AND epoch IS DISTINCT FROM p_epoch THEN
-        RAISE EXCEPTION 'ledger_wind_down: run % changed hands % times, not %: another orchestrator drives it',
-            p_run, epoch, p_epoch
-            USING ERRCODE = 'FA001';
-    END IF;
+    PERFORM ledger_check_owner(p_run, p_epoch, 'ledger_wind_down');
     UPDATE account a SET wind_down = true, updated_at = now()
      WHERE a.kind = 'run' AND a.run_id = p_run AND a.state IN ('open', 'exhausted') AND NOT a.wind_down;
     SELECT a.wind_down INTO marked FROM account a WHERE a.kind = 'run' AND a.run_id = p_run;
