@@ -385,3 +385,26 @@ func TestAdoptionFencesTheLostAttempts(t *testing.T) {
 	}
 	checkResumed(t, b, r.client, s, "fence-run", "ghost", "r")
 }
+
+// TestOnlyTheOwnerWindsDown: ledger_wind_down is fenced like the run's end:
+// an owner whose epoch is not the run's (another replica adopted it since)
+// is refused and marks nothing; the owner marks the run account, once.
+func TestOnlyTheOwnerWindsDown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ghost(t, b, "wind-run", spec("wind", 1, 10_000))
+	marked := func() (m bool) {
+		if err := b.pool.QueryRow(t.Context(), `SELECT wind_down FROM account WHERE kind = 'run' AND run_id = 'wind-run'`).Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if err := b.ledger.WindDown(t.Context(), "wind-run", 1); !errors.Is(err, budget.ErrDenied) || marked() {
+		t.Fatalf("a stale owner's wind-down: %v, marked %v; want denied, nothing marked", err, marked())
+	}
+	for range 2 {
+		if err := b.ledger.WindDown(t.Context(), "wind-run", 0); err != nil || !marked() {
+			t.Fatalf("the owner's wind-down: %v, marked %v; want it marked", err, marked())
+		}
+	}
+}
