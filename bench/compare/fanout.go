@@ -283,7 +283,10 @@ func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanou
 	for i := range n {
 		spec.Tasks = append(spec.Tasks, &fanoutv1.TaskSpec{
 			Id: fmt.Sprintf("t%04d", i), Instruction: fmt.Sprintf("look up item %d", i),
-			TokenBudget: 10_000, MaxIterations: 1,
+			// Half the run's share: the default admission by forecast then
+			// starts every task at once (their caps add up to half the
+			// budget), as LangGraph.js does; a task needs under 1,000.
+			TokenBudget: 5_000, MaxIterations: 1,
 		})
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
