@@ -111,8 +111,8 @@ type Reservation struct {
 	Spent     int64 // what was posted as spent when it resolved
 	Overrun   int64 // Actual - Amount when positive: usage beyond the grant
 	Estimated bool  // spent was not reported by the provider (cancelled call, expired lease)
-	// WindDown, on a grant, says that the run is winding down (Ledger.WindDown):
-	// the call it pays for is to be the task's last, made without tools.
+	// WindDown, on a grant, says that the task is wound down (Ledger.WindDown):
+	// the call it pays for is to be its last, made without tools.
 	WindDown bool
 }
 
@@ -285,12 +285,12 @@ type Ledger interface {
 	// returns a *DeniedError.
 	EndRunFenced(ctx context.Context, runID string, state AccountState, cause string, epoch int64) (Account, error)
 
-	// WindDown marks the run as winding down, fenced like EndRunFenced by
-	// the owner's epoch (a *DeniedError if the run changed hands): what it
-	// has left pays only for final answers, and every grant on it from then
-	// on says so (Reservation.WindDown). Idempotent; an ended run is left
-	// as it is.
-	WindDown(ctx context.Context, runID string, epoch int64) error
+	// WindDown marks the tasks taskIDs of the run as winding down, fenced
+	// like EndRunFenced by the owner's epoch (a *DeniedError if the run
+	// changed hands): what the run has left pays only for their final
+	// answers, and every grant on their accounts from then on says so
+	// (Reservation.WindDown). Idempotent; ended tasks are left as they are.
+	WindDown(ctx context.Context, runID string, epoch int64, taskIDs []string) error
 
 	// Account returns one account. ErrNotFound if it does not exist.
 	Account(ctx context.Context, id AccountID) (Account, error)

@@ -42,7 +42,7 @@ CREATE TYPE fanout.ledger_result AS (
     overrun bigint,
     estimated boolean,
     run_available bigint,
-    run_wind_down boolean
+    wind_down boolean
 );
 
 -- Tables
@@ -88,7 +88,7 @@ CREATE TABLE fanout.account (
     CONSTRAINT account_pkey PRIMARY KEY (account_id),
     CONSTRAINT account_state_check CHECK (state = ANY (ARRAY['open'::text, 'exhausted'::text, 'cancelled'::text, 'closed'::text])),
     CONSTRAINT account_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES fanout.tenant(tenant_id),
-    CONSTRAINT account_wind_down_check CHECK (NOT wind_down OR kind = 'run'::text),
+    CONSTRAINT account_wind_down_check CHECK (NOT wind_down OR kind = 'task'::text),
     CONSTRAINT account_within_limit CHECK (reserved >= 0 AND spent >= 0 AND (reserved + spent + held) <= limit_tokens)
 );
 ALTER TABLE fanout.account ENABLE ROW LEVEL SECURITY;
@@ -104,7 +104,7 @@ COMMENT ON COLUMN fanout.account.period_base IS 'Tenant accounts: spent at the c
 COMMENT ON COLUMN fanout.account.period_end IS 'Tenant accounts: when the current period ends (database time); NULL for period none.';
 COMMENT ON COLUMN fanout.account.secret_hash IS 'SHA-256 of the current attempt''s secret (ledger_begin_attempt); NULL before the first attempt.';
 COMMENT ON COLUMN fanout.account.held IS 'Tokens held back for the run''s synthesis (a tenant account: the sum of its runs''); counted against limit_tokens, available to no subagent.';
-COMMENT ON COLUMN fanout.account.wind_down IS 'The run''s orchestrator wound it down: what is left pays only for final answers; every grant on the run says so.';
+COMMENT ON COLUMN fanout.account.wind_down IS 'The run''s orchestrator wound this task down: what is left pays only for final answers; every grant on it says so.';
 GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_auditor;
 GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
@@ -1126,7 +1126,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 180 lines, sha256 376aae66fa3e
+    -- body: 180 lines, sha256 a5d212f8338c
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
@@ -1178,12 +1178,12 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) FROM PUBL
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_worker;
 
-CREATE FUNCTION fanout.ledger_wind_down(p_run text, p_epoch bigint) RETURNS boolean
+CREATE FUNCTION fanout.ledger_wind_down(p_run text, p_epoch bigint, p_tasks text[]) RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 9 lines, sha256 8e8215445405
-REVOKE EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint) TO fanout_app;
+    -- body: 10 lines, sha256 d57d6a39d83c
+REVOKE EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint,text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint,text[]) TO fanout_app;
 
 CREATE FUNCTION fanout.price_append_only() RETURNS trigger
     LANGUAGE plpgsql VOLATILE

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -36,13 +37,14 @@ import (
 // sharpen the forecast), and is NOT_STARTED once none is.
 //
 // Wind-down: when what is left no longer pays for what the tasks in flight
-// still need, the run winds down: each task's next grant says so, and that
-// iteration is its last, without tools; no task starts after. A task in
-// flight still needs its next call (forecast from its own last grant plus
-// that grant's growth over the one before, else from the largest grant any
-// task of the run reported) and, after it, what its forecast says is left
-// of its need: before any task has answered (when a forecast is only a
-// cap), one more call.
+// still need, they are wound down: each one's next grant says so, and that
+// iteration is its last, without tools; no task starts until they have
+// all ended, and then only as the forecast allows (a task started after a
+// wind-down is not wound down). A task in flight still needs its next call
+// (forecast from its own last grant plus that grant's growth over the one
+// before, else from the largest grant any task of the run reported) and,
+// after it, what its forecast says is left of its need: before any task
+// has answered (when a forecast is only a cap), one more call.
 type forecaster struct {
 	mu       sync.Mutex
 	budget   int64   // what the tasks may claim: the run's limit less what it holds and its min_reservation
@@ -55,7 +57,7 @@ type forecaster struct {
 	cost     int64   // what those needed (their peaks), in all
 	maxGrant int64   // the largest grant any task reported
 	flight   map[int]*inFlight
-	wound    bool // the run was wound down
+	wound    bool // the tasks in flight were wound down; cleared when none is left
 }
 
 // inFlight is what the forecaster knows of a task in flight.
@@ -112,7 +114,8 @@ func (f *forecaster) committed() int64 {
 	var n int64
 	for i, t := range f.flight {
 		now, _ := f.forecast(i) // as the run's history says now
-		n += max(0, min(now, t.forecast)-t.spent)
+		// At least its next call: a task past its forecast still runs.
+		n += max(t.last, min(now, t.forecast)-t.spent)
 	}
 	return n
 }
@@ -135,19 +138,15 @@ func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string
 	n, basis := f.forecast(i)
 	left, committed := f.left(), f.committed()
 	switch {
-	case f.wound && len(f.flight) > 0:
-		return hold, n, ""
-	case left-committed >= n && !f.wound:
+	case f.wound:
+		return hold, n, "" // until the tasks wound down have ended
+	case left-committed >= n:
 		f.flight[i] = &inFlight{forecast: n}
 		return admit, n, ""
 	case len(f.flight) > 0:
 		return hold, n, ""
 	}
 	why = fmt.Sprintf("not started: forecast to cost %d tokens (%s), but the run had %d left for its tasks", n, basis, max(0, left))
-	if f.wound {
-		why = fmt.Sprintf("not started: the run had wound down (what was left paid only for final answers); "+
-			"forecast to cost %d tokens (%s), with %d left for its tasks", n, basis, max(0, left))
-	}
 	if f.held > 0 {
 		why += fmt.Sprintf(" (%d more are held for its synthesis)", f.held)
 	}
@@ -155,26 +154,29 @@ func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string
 }
 
 // progress records that task i in flight has spent spent so far, after an
-// iteration whose call was granted granted. It reports whether the run
-// should wind down now (once).
-func (f *forecaster) progress(i int, spent, granted int64) (windDown bool) {
+// iteration whose call was granted granted. It returns the tasks in flight
+// to wind down now, if they must be (once until they have all ended).
+func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.flight[i]
 	if t == nil {
-		return false
+		return nil
 	}
 	t.prev, t.last = t.last, granted
 	t.spent = spent
 	f.maxGrant = max(f.maxGrant, granted)
 	if f.wound {
-		return false
+		return nil
 	}
 	var need int64 // what the tasks in flight still need
 	for j, t := range f.flight {
 		next := f.maxGrant
 		if t.last > 0 {
-			next = t.last + max(0, t.last-t.prev)
+			next = t.last
+		}
+		if t.prev > 0 {
+			next += max(0, t.last-t.prev) // calls grow as the conversation does
 		}
 		after := next
 		if f.answered > 0 {
@@ -184,10 +186,14 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown bool) {
 		need += next + after
 	}
 	if f.left() >= need {
-		return false
+		return nil
 	}
 	f.wound = true
-	return true
+	for j := range f.flight {
+		windDown = append(windDown, j)
+	}
+	slices.Sort(windDown)
+	return windDown
 }
 
 // ended records how task i ended: what it spent and needed at its peak,
@@ -196,6 +202,9 @@ func (f *forecaster) ended(i int, spent, peak int64, answered bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.flight, i)
+	if len(f.flight) == 0 {
+		f.wound = false // what is left is for tasks started from now on
+	}
 	f.spent += spent
 	if answered {
 		f.answered++

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,32 +73,39 @@ func TestAdmissionByForecast(t *testing.T) {
 	}
 }
 
-// TestWindDownWhenWhatIsLeftPaysOnlyForFinalAnswers: the run winds down
-// once what is left no longer pays for what the tasks in flight still
-// need: each its next call (its last grant plus that grant's growth) and
-// the rest of its forecast (before any task answered, one more call).
-// Once wound down, no task starts.
+// TestWindDownWhenWhatIsLeftPaysOnlyForFinalAnswers: the tasks in flight
+// are wound down once what is left no longer pays for what they still
+// need: each its next call (its last grant, plus that grant's growth over
+// the one before) and the rest of its forecast (before any task answered,
+// one more call). No task starts until they have ended; then tasks start
+// as the forecast allows, and are not wound down.
 func TestWindDownWhenWhatIsLeftPaysOnlyForFinalAnswers(t *testing.T) {
-	f := forecasterOf(10_500, 0, 500, 5_000, 5_000, 5_000) // 10,000 to claim
+	f := forecasterOf(10_500, 0, 500, 5_000, 5_000, 2_000) // 10,000 to claim
 	f.admit(0)
 	f.admit(1)
-	// Each spent 1,000 under a grant of 1,500: 8,000 left; each still
-	// needs 2 x (1,500 + 1,500) = 6,000 before any answered.
-	if f.progress(0, 1_000, 1_500) {
-		t.Fatal("wound down with 9,000 left for 6,000 + 3,000 needed")
+	// Each spent 1,000 under a first grant of 1,500 and still needs
+	// 2 x 1,500 before any answered: 6,000 of the 8,000 left.
+	if got := f.progress(0, 1_000, 1_500); got != nil {
+		t.Fatalf("wound down %v with 9,000 left for 3,000 + 3,000 needed", got)
 	}
-	if !f.progress(1, 1_000, 1_500) {
-		t.Fatal("not wound down with 8,000 left for 12,000 needed")
+	if got := f.progress(1, 1_000, 1_500); got != nil {
+		t.Fatalf("wound down %v with 8,000 left for 6,000 needed", got)
 	}
-	if f.progress(0, 2_000, 1_500) {
-		t.Fatal("wound down twice")
+	// Task 0's next grant grew to 2,500: it needs 2 x (2,500 + 1,000),
+	// task 1 3,000: 10,000 of the 6,000 left.
+	if got := f.progress(0, 3_000, 2_500); !slices.Equal(got, []int{0, 1}) {
+		t.Fatalf("wound down %v with 6,000 left for 10,000 needed; want tasks 0 and 1", got)
+	}
+	if got := f.progress(1, 2_000, 1_500); got != nil {
+		t.Fatalf("wound down %v again", got)
 	}
 	if v, _, _ := f.admit(2); v != hold {
-		t.Fatalf("task 2 after the wind-down, two in flight: %v; want held", v)
+		t.Fatalf("task 2 while the wound-down tasks run: %v; want held", v)
 	}
-	f.ended(0, 2_500, 3_000, true)
-	f.ended(1, 2_500, 3_000, true)
-	if v, _, why := f.admit(2); v != refuse || !strings.Contains(why, "wound down") || !strings.Contains(why, "with 5000 left") {
-		t.Fatalf("task 2 after the wind-down: %v (%q); want refused, saying the run wound down", v, why)
+	f.ended(0, 3_500, 5_500, true)
+	f.ended(1, 2_500, 3_500, true)
+	// 10,000 - 6,000 = 4,000 left; task 2's forecast is its 2,000 cap.
+	if v, n, _ := f.admit(2); v != admit || n != 2_000 {
+		t.Fatalf("task 2 once they ended: %v, forecast %d; want admitted at 2,000", v, n)
 	}
 }

@@ -50,9 +50,6 @@ type driver struct {
 	fc *forecaster
 	// refused counts the tasks the forecast did not start.
 	refused int
-	// windDown is called once, from a task's goroutine, when the forecast
-	// says the run must wind down.
-	windDown sync.Once
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
@@ -108,8 +105,12 @@ func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseF
 	d.replayPolicy(cancelRun)
 	if d.fc != nil { // a resumed run's ended tasks
 		for i, o := range d.outcomes {
-			if o != nil {
-				d.fc.ended(i, o.GetTokensSpent(), o.GetSummary().GetPeakTokens(), ranToAnswer(o))
+			if o == nil {
+				continue
+			}
+			d.fc.ended(i, o.GetTokensSpent(), o.GetSummary().GetPeakTokens(), ranToAnswer(o))
+			if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
+				d.refused++
 			}
 		}
 	}
@@ -153,6 +154,7 @@ func (d *driver) startReady(runCtx context.Context) {
 					ForecastTokens: forecast, Summary: &fanoutv1.FactSummary{
 						Status: fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED, Error: why}})
 				d.skip(runCtx, d.sched.Failed(i))
+				d.joinPolicy(d.outcomes[i], d.ar.cancel) // FAIL_FAST: a task that did not succeed
 				continue
 			}
 		}
@@ -244,11 +246,20 @@ func (d *driver) endUndispatched(runCtx context.Context, i int, o *fanoutv1.Task
 	o.TaskId, o.DispatchIndex = d.p.spec.GetTasks()[i].GetId(), int32(i)
 	if d.resumed != nil && d.resumed[i] { // the lost orchestrator's attempt may have spent
 		o.TokensSpent = d.settledSpend(ctx, d.accounts.Tasks[o.GetTaskId()])
-		if o.GetTokensSpent() > 0 && o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
-			o.Status, o.Summary = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED, nil // it had started there
-		}
+		startedBefore(o)
 	}
 	d.outcomes[i] = d.finishTask(ctx, o)
+}
+
+// startedBefore corrects the outcome o of a resumed task that this driver
+// never started, once what it spent is known: if the lost orchestrator's
+// attempt spent on it, it had started there, and the budget that stopped
+// it here cut it off (BUDGET_EXHAUSTED), so it is not NOT_STARTED, which
+// says nothing was spent on it.
+func startedBefore(o *fanoutv1.TaskOutcome) {
+	if o.GetTokensSpent() > 0 && o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
+		o.Status, o.Summary = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED, nil
+	}
 }
 
 // stopping reports whether the run was told to stop: its context ended or
@@ -493,6 +504,7 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 		// worker's leases are left to the sweeper and counted at the run's
 		// end).
 		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
+		startedBefore(o)
 	}
 	stored := d.finishTask(ctx, o)
 	d.reportBudget(ctx, runCtx)
@@ -585,24 +597,32 @@ func (p taskProgress) started(ctx context.Context, worker string) {
 func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	if p.d.fc != nil { // first: the task asks for its next grant as soon as it sent this
+		if tasks := p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens()); len(tasks) > 0 {
+			p.d.windDown(ctx, tasks)
+		}
+	}
 	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
 		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
-	if p.d.fc != nil && p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens()) {
-		p.d.windDown.Do(func() { p.d.woundDown(ctx) })
-	}
 }
 
-// woundDown marks the run as winding down in the ledger: every grant from
-// now on says so, and the task that asked makes that iteration its last.
-func (d *driver) woundDown(ctx context.Context) {
+// windDown marks tasks (dispatch indexes) as wound down in the ledger:
+// every grant on their accounts from now on says so, and each makes the
+// iteration it asked for its last.
+func (d *driver) windDown(ctx context.Context, tasks []int) {
+	ids := make([]string, len(tasks))
+	for k, i := range tasks {
+		ids[k] = d.p.spec.GetTasks()[i].GetId()
+	}
 	d.span.AddEvent("budget.wind_down")
-	err := d.e.ledger.WindDown(ctx, d.runID, d.epoch)
+	err := d.e.ledger.WindDown(ctx, d.runID, d.epoch, ids)
 	switch {
 	case errors.Is(err, budget.ErrDenied):
 		d.lose(ctx, err)
 	case err != nil:
 		d.e.cfg.Logger.WarnContext(ctx, "wind down run; its tasks run on until the budget stops them", "run_id", d.runID, "err", err)
 	default:
-		d.e.cfg.Logger.InfoContext(ctx, "run winds down: what is left pays only for final answers", "run_id", d.runID)
+		d.e.cfg.Logger.InfoContext(ctx, "tasks wound down: what is left pays only for their final answers",
+			"run_id", d.runID, "tasks", ids)
 	}
 }

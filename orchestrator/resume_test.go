@@ -7,6 +7,7 @@ package orchestrator_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -388,23 +389,34 @@ func TestAdoptionFencesTheLostAttempts(t *testing.T) {
 
 // TestOnlyTheOwnerWindsDown: ledger_wind_down is fenced like the run's end:
 // an owner whose epoch is not the run's (another replica adopted it since)
-// is refused and marks nothing; the owner marks the run account, once.
+// is refused and marks nothing; the owner marks the task accounts it names,
+// once, and no other.
 func TestOnlyTheOwnerWindsDown(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ghost(t, b, "wind-run", spec("wind", 1, 10_000))
-	marked := func() (m bool) {
-		if err := b.pool.QueryRow(t.Context(), `SELECT wind_down FROM account WHERE kind = 'run' AND run_id = 'wind-run'`).Scan(&m); err != nil {
+	ghost(t, b, "wind-run", spec("wind", 2, 10_000))
+	marked := func() (ids []string) {
+		rows, err := b.pool.Query(t.Context(), `SELECT task_id FROM account
+			WHERE run_id = 'wind-run' AND wind_down ORDER BY task_id`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return m
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		return ids
 	}
-	if err := b.ledger.WindDown(t.Context(), "wind-run", 1); !errors.Is(err, budget.ErrDenied) || marked() {
+	if err := b.ledger.WindDown(t.Context(), "wind-run", 1, []string{"t00"}); !errors.Is(err, budget.ErrDenied) || marked() != nil {
 		t.Fatalf("a stale owner's wind-down: %v, marked %v; want denied, nothing marked", err, marked())
 	}
 	for range 2 {
-		if err := b.ledger.WindDown(t.Context(), "wind-run", 0); err != nil || !marked() {
-			t.Fatalf("the owner's wind-down: %v, marked %v; want it marked", err, marked())
+		if err := b.ledger.WindDown(t.Context(), "wind-run", 0, []string{"t00"}); err != nil || !slices.Equal(marked(), []string{"t00"}) {
+			t.Fatalf("the owner's wind-down of t00: %v, marked %v; want t00 alone", err, marked())
 		}
 	}
 }

@@ -276,6 +276,9 @@ func (c Config) planLimits(v *validator, p *plan) {
 	if _, ok := fanoutv1.ExhaustionPolicy_name[int32(spec.GetOnExhaustion())]; !ok {
 		v.add("spec.on_exhaustion", "unknown policy %d", spec.GetOnExhaustion())
 	}
+	if _, ok := fanoutv1.AdmissionPolicy_name[int32(spec.GetBudget().GetAdmission())]; !ok {
+		v.add("spec.budget.admission", "unknown policy %d", spec.GetBudget().GetAdmission())
+	}
 	if _, ok := fanoutv1.JoinPolicy_name[int32(spec.GetJoinPolicy())]; !ok {
 		v.add("spec.join_policy", "unknown policy %d", spec.GetJoinPolicy())
 	}

@@ -62,6 +62,7 @@ func badCases() []badCase {
 	})
 	add("unknown exhaustion policy", inv, "spec.on_exhaustion", func(s *fanoutv1.RunSpec) { s.OnExhaustion = 9 })
 	add("unknown join policy", inv, "spec.join_policy", func(s *fanoutv1.RunSpec) { s.JoinPolicy = 9 })
+	add("unknown admission policy", inv, "spec.budget.admission", func(s *fanoutv1.RunSpec) { s.Budget.Admission = 9 })
 	add("unknown provider", inv, "spec.model.provider", func(s *fanoutv1.RunSpec) { s.Model.Provider = "oracle" })
 	add("NaN temperature", inv, "spec.model.temperature", func(s *fanoutv1.RunSpec) { s.Model.Temperature = math.NaN() })
 	add("hot temperature", inv, "spec.model.temperature", func(s *fanoutv1.RunSpec) { s.Model.Temperature = 2.5 })

@@ -122,14 +122,14 @@ type ledgerResult struct {
 	Overrun        *int64
 	Estimated      *bool
 	RunAvailable   *int64
-	RunWindDown    *bool
+	WindDown       *bool
 }
 
 func (r *ledgerResult) scan(row pgx.Row) error {
 	return row.Scan(&r.Outcome, &r.InfoAccount, &r.InfoKind, &r.InfoState, &r.InfoAvailable, &r.Info,
 		&r.ReservationID, &r.AccountID, &r.RunID, &r.TenantID, &r.Requested, &r.Amount,
 		&r.Holder, &r.Generation, &r.LeaseExpiresAt, &r.State, &r.Actual, &r.Spent,
-		&r.Overrun, &r.Estimated, &r.RunAvailable, &r.RunWindDown)
+		&r.Overrun, &r.Estimated, &r.RunAvailable, &r.WindDown)
 }
 
 func val[T any](p *T) T {
@@ -166,7 +166,7 @@ func (r *ledgerResult) reservation() budget.Reservation {
 		Spent:     val(r.Spent),
 		Overrun:   val(r.Overrun),
 		Estimated: val(r.Estimated),
-		WindDown:  val(r.RunWindDown),
+		WindDown:  val(r.WindDown),
 	}
 }
 
@@ -205,23 +205,23 @@ func (r *ledgerResult) err(id budget.ReservationID, need int64) error {
 const (
 	reserveSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
 	FROM ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 	settleSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
 	FROM ledger_settle($1, $2, $3, $4, $5, $6, $7, $8)`
 	voidSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
 	FROM ledger_void($1, $2, '', $3)`
 	renewSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
 	FROM ledger_renew($1, $2, $3, $4)`
 	expireSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, run_wind_down
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
 	FROM ledger_expire($1)`
 )
 
@@ -468,10 +468,10 @@ func (l *Ledger) EndRunFenced(ctx context.Context, runID string, state budget.Ac
 
 // WindDown implements budget.Ledger: ledger_wind_down, which raises FA001
 // when epoch is not the run's adoption count.
-func (l *Ledger) WindDown(ctx context.Context, runID string, epoch int64) error {
-	// Idempotent: marking a marked run changes nothing.
-	_, err := retry(ctx, l.log, "ledger.wind_down", idempotent, func(ctx context.Context, _ try) (bool, error) {
-		return l.q.WindDown(ctx, l.pool, dbsqlc.WindDownParams{RunID: runID, Epoch: epoch})
+func (l *Ledger) WindDown(ctx context.Context, runID string, epoch int64, taskIDs []string) error {
+	// Idempotent: marking a marked task changes nothing.
+	_, err := retry(ctx, l.log, "ledger.wind_down", idempotent, func(ctx context.Context, _ try) (int64, error) {
+		return l.q.WindDown(ctx, l.pool, dbsqlc.WindDownParams{RunID: runID, Epoch: epoch, TaskIds: taskIDs})
 	})
 	switch {
 	case isCode(err, "FA001"):

@@ -355,8 +355,8 @@ func (r *run) work(ctx context.Context) {
 			// A wound-down iteration is the last: it was offered no tool,
 			// and a tool call it made anyway is never run.
 			r.sum.Facts = parseFacts(resp.Content)
-			if len(r.sum.Facts) == 0 {
-				r.sum.Facts = r.found
+			if len(r.sum.Facts) == 0 && r.sum.WoundDown {
+				r.sum.Facts = r.found // it was cut short: what it found stands
 			}
 			r.sum.Status = StatusSucceeded
 			r.progress(it, 0)
@@ -393,10 +393,12 @@ func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
 			return r.Model.Call(ctx, req)
 		},
 	}
+	// The grant may say the task is wound down: the call is then its last,
+	// made without tools and told to answer (a task without tools makes
+	// its call as it is), and no compression call follows.
+	c.windDown = func() { r.sum.WoundDown = true }
 	if len(r.tools) > 0 {
-		// The grant may say the run winds down: the call is then made
-		// without tools, told to answer. Its input bound covers that
-		// request too.
+		// The input bound covers the wound-down request too.
 		c.input = max(c.input, r.est.Bound(append(r.msgs[:len(r.msgs):len(r.msgs)], WindDownMessage)))
 		c.windDown = func() {
 			if !r.sum.WoundDown { // once, also when a billed retry's grant says it again

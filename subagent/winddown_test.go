@@ -11,21 +11,25 @@ import (
 	"github.com/fanout/fanout/subagent/llm"
 )
 
-// TestWoundDownTaskAnswersWithoutTools: the run winds down (its
-// orchestrator says so in the ledger, as the forecast decides) after the
-// task's first iteration. The next grant says so, and that iteration is
+// TestWoundDownTaskAnswersWithoutTools: the task is wound down (its run's
+// orchestrator says so in the ledger, as the forecast decides) after its
+// first iteration. The next grant says so, and that iteration is
 // the task's last: its call offers no tool and is told to answer, no tool
 // runs after it, no compression call follows, and the task hands back what
-// it found by then as SUCCEEDED, marked wound down.
+// it found by then as SUCCEEDED, marked wound down; billed a token per
+// byte, every call stays within its grant.
 func TestWoundDownTaskAnswersWithoutTools(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
-	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 2, FinishAfter: 4, Facts: 3, InputTokens: 100, OutputTokens: 50})
+	// Usage as the worst tokenizer bills it (a token per byte): the
+	// wound-down call, with the message and without the tools, must stay
+	// within what its grant reserved for it.
+	sim := newSim(t, llm.SimConfig{ToolCallsPerIteration: 2, FinishAfter: 4, Facts: 3, WorstCaseTokens: true})
 	rec := &recordingSim{Sim: sim} // a structured model: a compression call would be made
 	loop := newLoop(b, rec)
 	loop.ProgressFunc = func(p subagent.Progress) {
 		if p.Iteration == 1 { // before the task asks for its next grant
-			if err := b.ledger.WindDown(t.Context(), b.runID, 0); err != nil {
+			if err := b.ledger.WindDown(t.Context(), b.runID, 0, []string{"a"}); err != nil {
 				t.Error(err)
 			}
 		}
@@ -53,6 +57,11 @@ func TestWoundDownTaskAnswersWithoutTools(t *testing.T) {
 	}
 	if len(sum.Facts) == 0 {
 		t.Error("no facts: a wound-down task hands back what it found")
+	}
+	for _, r := range b.reservations(t) {
+		if r.Overrun != 0 || r.Estimated || r.State != "settled" {
+			t.Errorf("reservation %+v: want settled with reported usage within its grant", r)
+		}
 	}
 	if got := b.account(t, "a").Spent; got != sum.TokensSpent {
 		t.Errorf("ledger spent %d, summary says %d", got, sum.TokensSpent)

@@ -25,7 +25,7 @@
 -- (also once the run is exhausted, never once it is cancelled or closed).
 -- What such a reservation does not spend goes back to held (ledger_rehold).
 --
--- A grant says whether the run is winding down (run_wind_down,
+-- A grant says whether the task is wound down (wind_down,
 -- ledger_wind_down): the call it pays for is then the task's last, made
 -- without tools.
 DROP FUNCTION IF EXISTS ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text);
@@ -116,7 +116,7 @@ BEGIN
                 -- reservation back (also when that grant exhausted the run:
                 -- under DRAIN it may still be used).
                 res := ledger_result_of('replay', r);
-                res.run_wind_down := run.wind_down;
+                res.wind_down := leaf.wind_down;
                 RETURN res;
             END IF;
             -- The run was cancelled or closed meanwhile. The holder is asking
@@ -212,7 +212,7 @@ BEGIN
     END IF;
     res := ledger_result_of('ok', r);
     res.run_available := run.limit_tokens - run.reserved - g - run.spent - run.held;
-    res.run_wind_down := run.wind_down;
+    res.wind_down := leaf.wind_down;
     RETURN res;
 END $$;
 REVOKE ALL ON FUNCTION ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;

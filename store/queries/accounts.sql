@@ -29,7 +29,7 @@ SELECT account_id, tenant_id, coalesce(parent_id, 0)::bigint AS parent_id, kind,
 FROM ledger_end_run_fenced(@run_id, @state, @cause, @epoch);
 
 -- name: WindDown :one
-SELECT ledger_wind_down(@run_id, @epoch)::boolean AS marked;
+SELECT ledger_wind_down(@run_id, @epoch, @task_ids::text[])::bigint AS marked;
 
 -- name: OpenTenant :one
 SELECT account_id, tenant_id, coalesce(parent_id, 0)::bigint AS parent_id, kind,

@@ -173,11 +173,13 @@ const (
 	TaskStatus_TASK_STATUS_ITERATION_LIMIT TaskStatus = 8
 	// Never started because a task it depends on did not succeed.
 	TaskStatus_TASK_STATUS_SKIPPED TaskStatus = 9
-	// Never started because the run could not afford it to its end
-	// (ADMISSION_POLICY_FORECAST): what the run had left, less what it holds
-	// for its synthesis and what its tasks in flight were forecast to still
-	// spend, was below this task's forecast. FactSummary.error gives the
-	// figures. Unlike BUDGET_EXHAUSTED, nothing was spent on it.
+	// Never started for want of budget: the run could not afford it to its
+	// end (ADMISSION_POLICY_FORECAST: what the run had left, less what it
+	// holds for its synthesis and what its tasks in flight were forecast to
+	// still need, was below this task's forecast), or, under either policy,
+	// the budget ran out before a worker started it. FactSummary.error says
+	// which, with the figures. Unlike BUDGET_EXHAUSTED, nothing was spent on
+	// it.
 	TaskStatus_TASK_STATUS_NOT_STARTED TaskStatus = 10
 )
 
@@ -256,7 +258,8 @@ const (
 	// are in flight (they may cost less than forecast) and is not started
 	// (NOT_STARTED) once none is. When what is left can pay only for final
 	// answers, the tasks in flight are wound down: their next iteration is
-	// their last, without tools (FactSummary.wound_down).
+	// their last, without tools (FactSummary.wound_down), and no task starts
+	// until they have ended.
 	AdmissionPolicy_ADMISSION_POLICY_FORECAST AdmissionPolicy = 1
 	// Start every task as soon as a concurrency slot is free; the budget
 	// stops them when it runs out (the exhaustion policy), possibly in
@@ -950,7 +953,8 @@ type FactSummary struct {
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// The run wound the task down (ADMISSION_POLICY_FORECAST): what was left
 	// could pay only for final answers, so its last iteration was made
-	// without tools and its answer is what it had found by then.
+	// without tools (and no compression call followed), and its answer is
+	// what it had found by then.
 	WoundDown bool `protobuf:"varint,8,opt,name=wound_down,json=woundDown,proto3" json:"wound_down,omitempty"`
 	// The most the subagent had spent and reserved at once (its spend before
 	// a call plus that call's grant): what it needed of the run's budget,

@@ -416,17 +416,18 @@ func (q *Queries) RunAccounts(ctx context.Context, db DBTX, runID string) ([]Run
 }
 
 const windDown = `-- name: WindDown :one
-SELECT ledger_wind_down($1, $2)::boolean AS marked
+SELECT ledger_wind_down($1, $2, $3::text[])::bigint AS marked
 `
 
 type WindDownParams struct {
-	RunID string
-	Epoch int64
+	RunID   string
+	Epoch   int64
+	TaskIds []string
 }
 
-func (q *Queries) WindDown(ctx context.Context, db DBTX, arg WindDownParams) (bool, error) {
-	row := db.QueryRow(ctx, windDown, arg.RunID, arg.Epoch)
-	var marked bool
+func (q *Queries) WindDown(ctx context.Context, db DBTX, arg WindDownParams) (int64, error) {
+	row := db.QueryRow(ctx, windDown, arg.RunID, arg.Epoch, arg.TaskIds)
+	var marked int64
 	err := row.Scan(&marked)
 	return marked, err
 }

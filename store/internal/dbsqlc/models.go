@@ -40,7 +40,7 @@ type Account struct {
 	SecretHash []byte
 	// Tokens held back for the run's synthesis (a tenant account: the sum of its runs'); counted against limit_tokens, available to no subagent.
 	Held int64
-	// The run's orchestrator wound it down: what is left pays only for final answers; every grant on the run says so.
+	// The run's orchestrator wound this task down: what is left pays only for final answers; every grant on it says so.
 	WindDown bool
 }
 
