@@ -151,7 +151,7 @@ func (b *batchExec) accountChain(ctx context.Context, account budget.AccountID) 
 	return ch, nil
 }
 
-// run executes batch in one transaction. The calls are ordered by their
+// run executes batch in one transaction, in one round trip. The calls are ordered by their
 // account chains (a stable sort, so arrival order holds within a chain):
 // every transaction then takes row locks in one global order, tree preorder,
 // and batches on different nodes cannot deadlock. If the transaction fails
@@ -172,12 +172,15 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 		return
 	}
 	slices.SortStableFunc(batch, func(x, y *pending[*batchedCall]) int { return slices.Compare(x.item.chain, y.item.chain) })
-	err := pgx.BeginFunc(ctx, b.direct.pool, func(tx pgx.Tx) error {
-		q := &pgx.Batch{}
-		for _, p := range batch {
-			q.Queue(p.item.sql, p.item.args...)
-		}
-		br := tx.SendBatch(ctx, q)
+	// One round trip: a batch sent without BEGIN runs in one implicit
+	// transaction (the extended protocol's Sync commits it, or rolls all
+	// of it back on an error), as BEGIN, the calls and COMMIT did in three.
+	q := &pgx.Batch{}
+	for _, p := range batch {
+		q.Queue(p.item.sql, p.item.args...)
+	}
+	err := func() error {
+		br := b.direct.pool.SendBatch(ctx, q)
 		for _, p := range batch {
 			if err := p.item.res.scan(br.QueryRow()); err != nil {
 				_ = br.Close()
@@ -185,7 +188,7 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 			}
 		}
 		return br.Close()
-	})
+	}()
 	if class, _ := classify(err); class != permanent {
 		for _, p := range batch {
 			p.item.err = err
