@@ -40,7 +40,10 @@ type fanoutSide struct {
 	// reservations counts a run's reservations, and those settled, as
 	// the database's owner; closeDB closes its pool.
 	reservations func(ctx context.Context, runID string) (total, settled int, err error)
-	closeDB      func()
+	// nextXID is the server's next transaction id: how many transactions
+	// that wrote (the durable commits) began between two reads.
+	nextXID func(ctx context.Context) (int64, error)
+	closeDB func()
 }
 
 type fanoutConfig struct {
@@ -130,6 +133,12 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 		err = owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'settled')
 			FROM reservation WHERE run_id = $1`, runID).Scan(&total, &settled)
 		return total, settled, err
+	}
+	f.nextXID = func(ctx context.Context) (next int64, err error) {
+		// A transaction gets an id when it first writes: read-only ones
+		// (a watcher's poll, a GetRun) take none, and this read neither.
+		err = owner.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&next)
+		return next, err
 	}
 	return f, nil
 }
@@ -291,6 +300,10 @@ func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanou
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
+	xidBefore, err := f.nextXID(ctx)
+	if err != nil {
+		return fanoutRun{}, fmt.Errorf("read the next transaction id: %w", err)
+	}
 	start := time.Now()
 	stream, err := f.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec})
 	if err != nil {
@@ -331,10 +344,14 @@ func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanou
 				r.runID, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations())
 		}
 	}
+	xidAfter, err := f.nextXID(ctx)
+	if err != nil {
+		return r, fmt.Errorf("read the next transaction id: %w", err)
+	}
 	if err := f.checkCalls(ctx, r.runID, n); err != nil {
 		return r, err
 	}
-	r.phases = phases(start, evs)
+	r.phases = phases(start, evs) + writes(xidAfter-xidBefore, n)
 	return r, nil
 }
 
@@ -382,6 +399,14 @@ func phases(start time.Time, evs []*fanoutv1.RunEvent) string {
 	r := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	return fmt.Sprintf("accepted %s, last queued %s, started %s..%s, finished %s..%s, run finished %s ms (%d events)",
 		r(accepted), r(lastQueued), r(firstStarted), r(lastStarted), r(firstFinished), r(lastFinished), r(runFinished), len(evs))
+}
+
+// writes says how many transactions that wrote (the durable commits, on
+// the whole server) began from before Run was sent to after RunFinished,
+// and how many that is per task: the nodes' idle heartbeats and polls in
+// that time are in it too.
+func writes(xids int64, n int) string {
+	return fmt.Sprintf("; %d write transactions, %.1f per task", xids, float64(xids)/float64(n))
 }
 
 // roleURL returns ownerURL logging in as role.
