@@ -45,6 +45,9 @@ type Runs struct {
 	// events runs appendBatch, the one way events are written: inline (a
 	// batch of one per call) or, with RunsConfig.Coalesce, group commit.
 	events committer[*eventOp]
+	// finishes runs finishBatch: FinishTask's calls, inline or, with
+	// Coalesce, the ones that arrive together in one transaction.
+	finishes committer[*finishOp]
 }
 
 // NewRuns returns the run store on pool; each event write is its own
@@ -54,8 +57,9 @@ func NewRuns(pool *pgxpool.Pool) *Runs { return NewRunsWithConfig(pool, RunsConf
 // RunsConfig tunes a Runs.
 type RunsConfig struct {
 	// Coalesce appends events that arrive together in one transaction (group
-	// commit): a run's events all take its row lock for their sequence, so
-	// a wide fan-out otherwise queues thousands of transactions on one row.
+	// commit), and ends the tasks that end together (FinishTask) in one: a
+	// run's events all take its row lock for their sequence, so a wide
+	// fan-out otherwise queues thousands of transactions on one row.
 	// A Runs with Coalesce must be closed with Close.
 	Coalesce bool
 	// Logger receives a warning for every retried database error. Default
@@ -70,14 +74,19 @@ func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
 	}
 	s := &Runs{db: newDB(pool, cfg.Logger)}
 	s.events = inlineCommit[*eventOp]{run: s.appendBatch}
+	s.finishes = inlineCommit[*finishOp]{run: s.finishBatch}
 	if cfg.Coalesce {
 		s.events = newGroupCommit(2, 256, s.appendBatch)
+		s.finishes = newGroupCommit(2, 256, s.finishBatch)
 	}
 	return s
 }
 
-// Close stops the event committers; a no-op without Coalesce.
-func (s *Runs) Close() { s.events.close() }
+// Close stops the event and task committers; a no-op without Coalesce.
+func (s *Runs) Close() {
+	s.events.close()
+	s.finishes.close()
+}
 
 // CreateRun stores run (run_id, tenant_id, idempotency_key, spec, labels and
 // its tasks in dispatch order) in state RUNNING with every task PENDING, and
@@ -487,7 +496,11 @@ func (s *Runs) FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.
 	// A task ends once, so a try after an ambiguous commit that finds it
 	// ended re-reads it: ended with this very outcome, it was that try.
 	return retry(ctx, s.log, "runs.finish_task", idempotent, func(ctx context.Context, t try) (*fanoutv1.TaskOutcome, error) {
-		out, err := s.finishTask(ctx, runID, owner, o)
+		op, err := s.finishes.do(ctx, &finishOp{runID: runID, owner: owner, o: o})
+		out := op.out
+		if err == nil {
+			err = op.err
+		}
 		if t.ambiguous && errors.Is(err, runs.ErrEnded) {
 			if mine, rerr := s.finishedAs(ctx, runID, o); mine != nil || rerr != nil {
 				return mine, rerr
@@ -523,27 +536,46 @@ func (s *Runs) finishedAs(ctx context.Context, runID string, o *fanoutv1.TaskOut
 	return row.outcome()
 }
 
-// finishTask is one try of FinishTask: the task's outcome and its
-// TaskFinished event in one transaction, so that no follower (nor the
-// replica that adopts the run) sees a task ended without its event.
-func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+// finishSQL ends one live task of a run that $7 drives. The run row is
+// locked for the append that follows (which updates it): taken FOR SHARE
+// here, two FinishTasks of a run would deadlock upgrading their locks.
+const finishSQL = `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $7 FOR NO KEY UPDATE)
+		UPDATE task
+		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
+		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
+		RETURNING run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at`
+
+// finishOp is one FinishTask call on its way through s.finishes.
+type finishOp struct {
+	runID, owner string
+	o            *fanoutv1.TaskOutcome
+	out          *fanoutv1.TaskOutcome // as stored
+	err          error
+}
+
+// finishArgs are finishSQL's arguments for o, whose outcome is stored
+// without its times (the columns hold them).
+func finishArgs(runID, owner string, o *fanoutv1.TaskOutcome) ([]any, error) {
 	stored := proto.CloneOf(o)
-	stored.StartedAt, stored.FinishedAt = nil, nil // the columns hold them
+	stored.StartedAt, stored.FinishedAt = nil, nil
 	body, err := encodeOutcome(stored)
 	if err != nil {
 		return nil, fmt.Errorf("finish task %s of run %s: encode outcome: %w", o.GetTaskId(), runID, err)
 	}
+	return []any{runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker(), owner}, nil
+}
+
+// finishTask ends one task: its outcome and its TaskFinished event in one
+// transaction, so that no follower (nor the replica that adopts the run)
+// sees a task ended without its event.
+func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+	args, err := finishArgs(runID, owner, o)
+	if err != nil {
+		return nil, err
+	}
 	var out *fanoutv1.TaskOutcome
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The run row is locked for the append that follows (which updates
-		// it): taken FOR SHARE here, two FinishTasks of a run would deadlock
-		// upgrading their locks.
-		rows, err := tx.Query(ctx, `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $7 FOR NO KEY UPDATE)
-		UPDATE task
-		SET status = $3, outcome = $4, tokens_spent = $5, worker = $6, finished_at = now()
-		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
-		RETURNING run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at`,
-			runID, o.GetTaskId(), runs.Text(o.GetStatus()), body, o.GetTokensSpent(), o.GetWorker(), owner)
+		rows, err := tx.Query(ctx, finishSQL, args...)
 		if out, err = s.taskResult(ctx, tx, rows, err, runID, o.GetTaskId(), owner, "finish"); err != nil {
 			return err
 		}
@@ -553,6 +585,103 @@ func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.
 		return nil, err
 	}
 	return out, nil
+}
+
+// finishBatch ends the tasks of a batch of FinishTask calls in one
+// transaction of two round trips: every task's UPDATE in one pgx batch,
+// then one TaskFinished append per run (appendSQL) with all its tasks'
+// events, runs in id order (so run rows are locked in one order, as
+// appendBatch does). A run row is locked and its commit waited for once per
+// batch, where one transaction per task queued them on the row one after
+// another. A call whose task the batch did not end (unknown, ended, or a
+// run another replica drives) and every call of a batch that failed as a
+// whole (a run that ended under it, a server error) is done again on its
+// own, which says why; a transient error fails every call instead, for
+// FinishTask to retry under its caller's deadline.
+func (s *Runs) finishBatch(ctx context.Context, batch []*pending[*finishOp]) {
+	defer func() {
+		for _, p := range batch {
+			close(p.done)
+		}
+	}()
+	alone := func(op *finishOp) { op.out, op.err = s.finishTask(ctx, op.runID, op.owner, op.o) }
+	if len(batch) == 1 {
+		alone(batch[0].item)
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *pending[*finishOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
+	var redo []*finishOp
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		redo = redo[:0]
+		q := &pgx.Batch{}
+		var queued []*finishOp
+		for _, p := range batch {
+			op := p.item
+			op.out, op.err = nil, nil
+			args, err := finishArgs(op.runID, op.owner, op.o)
+			if err != nil {
+				op.err = err
+				continue
+			}
+			q.Queue(finishSQL, args...)
+			queued = append(queued, op)
+		}
+		br := tx.SendBatch(ctx, q)
+		for _, op := range queued {
+			rows, err := br.Query()
+			var row []taskRow
+			if err == nil {
+				row, err = pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
+			}
+			if err != nil {
+				_ = br.Close()
+				return err
+			}
+			if len(row) == 0 {
+				redo = append(redo, op) // finishTask says why
+				continue
+			}
+			if op.out, err = row[0].outcome(); err != nil {
+				_ = br.Close()
+				return err
+			}
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		for i := 0; i < len(queued); {
+			j := i
+			var outs []*fanoutv1.TaskOutcome
+			for ; j < len(queued) && queued[j].runID == queued[i].runID; j++ {
+				if queued[j].out != nil {
+					outs = append(outs, queued[j].out)
+				}
+			}
+			if err := appendFinished(ctx, tx, queued[i].runID, outs); err != nil {
+				return err
+			}
+			i = j
+		}
+		return nil
+	})
+	switch class, _ := classify(err); {
+	case err == nil:
+		for _, op := range redo {
+			alone(op)
+		}
+	case class != permanent:
+		for _, p := range batch {
+			if p.item.err == nil {
+				p.item.out, p.item.err = nil, err
+			}
+		}
+	default:
+		for _, p := range batch {
+			if p.item.err == nil {
+				alone(p.item)
+			}
+		}
+	}
 }
 
 // appendFinished appends a TaskFinished event for each of outcomes, in

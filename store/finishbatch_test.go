@@ -1,0 +1,87 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store"
+)
+
+// TestCoalescedFinishTasks: with group commit, the tasks that end together
+// end in shared transactions: 40 tasks of a run, ended at once, each end
+// once with its outcome and database times and exactly one TaskFinished
+// event, the run's events numbered without a gap; in the same burst, ends
+// of another replica's run are refused ErrNotOwner, and a task that had
+// ended already is refused ErrEnded, without failing the others.
+func TestCoalescedFinishTasks(t *testing.T) {
+	b := setup(t)
+	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: true})
+	t.Cleanup(rs.Close)
+	var ids []string
+	for i := range 40 {
+		ids = append(ids, fmt.Sprintf("t%02d", i))
+	}
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("r", "ten", "k1", append(ids, "done")...), "me"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("other", "ten", "k2", "x", "y"), "them"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.FinishTask(b.ctx, "r", "me", &fanoutv1.TaskOutcome{TaskId: "done",
+		Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	outs := make([]*fanoutv1.TaskOutcome, len(ids))
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Go(func() {
+			outs[i], errs[i] = rs.FinishTask(b.ctx, "r", "me", &fanoutv1.TaskOutcome{TaskId: id,
+				Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: int64(i), Worker: "w"})
+		})
+	}
+	var stale [2]error
+	for k, id := range []string{"x", "y"} {
+		wg.Go(func() {
+			_, stale[k] = rs.FinishTask(b.ctx, "other", "me", &fanoutv1.TaskOutcome{TaskId: id,
+				Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED})
+		})
+	}
+	var again error
+	wg.Go(func() {
+		_, again = rs.FinishTask(b.ctx, "r", "me", &fanoutv1.TaskOutcome{TaskId: "done",
+			Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED})
+	})
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || outs[i].GetTokensSpent() != int64(i) || outs[i].GetFinishedAt() == nil ||
+			outs[i].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			t.Errorf("FinishTask %s: %v, %v; want it ended with its outcome and a finished_at", ids[i], outs[i], err)
+		}
+	}
+	for k, err := range stale {
+		if !errors.Is(err, runs.ErrNotOwner) {
+			t.Errorf("FinishTask of another replica's run (%d): %v, want ErrNotOwner", k, err)
+		}
+	}
+	if !errors.Is(again, runs.ErrEnded) {
+		t.Errorf("FinishTask of an ended task: %v, want ErrEnded", again)
+	}
+	var n, distinct, first, last int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*), count(DISTINCT event->'task_finished'->'outcome'->>'task_id'),
+			min(sequence), max(sequence)
+		FROM run_event WHERE run_id = 'r' AND event ? 'task_finished'`).Scan(&n, &distinct, &first, &last); err != nil {
+		t.Fatal(err)
+	}
+	if n != 41 || distinct != 41 || first != 1 || last != 41 {
+		t.Errorf("run r has %d TaskFinished events for %d tasks, sequences %d..%d; want 41 for 41, 1..41", n, distinct, first, last)
+	}
+	var ended int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM task WHERE run_id = 'other' AND status <> 'PENDING'`).Scan(&ended); err != nil || ended != 0 {
+		t.Errorf("another replica's run has %d tasks ended (%v); want none", ended, err)
+	}
+}
