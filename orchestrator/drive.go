@@ -579,19 +579,20 @@ func (p taskProgress) started(ctx context.Context, worker string) {
 	d := p.d
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, err := d.e.store.StartTask(ctx, d.runID, p.taskID, worker, d.e.cfg.Node)
+	started := &fanoutv1.TaskStarted{TaskId: p.taskID, Worker: worker, ForecastTokens: d.fc.forecastOf(p.index)}
+	_, err := d.e.store.StartTask(ctx, d.runID, d.e.cfg.Node, started) // and its TaskStarted
 	switch {
+	case err == nil:
+		d.e.wake(d.runID)
 	case errors.Is(err, runs.ErrNotOwner):
 		d.lose(ctx, err)
-		return
 	case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
 		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
-		return
-	case err != nil:
+	default:
+		// The task runs on; followers hear of it by its event, at least.
 		d.e.cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
+		d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: started}})
 	}
-	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: &fanoutv1.TaskStarted{
-		TaskId: p.taskID, Worker: worker, ForecastTokens: d.fc.forecastOf(p.index)}}})
 }
 
 func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {

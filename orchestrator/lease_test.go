@@ -55,11 +55,11 @@ func (s cutStore) ListRuns(ctx context.Context, tenantID string, state fanoutv1.
 	return s.RunStore.ListRuns(ctx, tenantID, state, beforeCreated, beforeID, limit)
 }
 
-func (s cutStore) StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
+func (s cutStore) StartTask(ctx context.Context, runID, owner string, started *fanoutv1.TaskStarted) (*fanoutv1.TaskOutcome, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return s.RunStore.StartTask(ctx, runID, taskID, worker, owner)
+	return s.RunStore.StartTask(ctx, runID, owner, started)
 }
 
 func (s cutStore) FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
@@ -555,7 +555,7 @@ func TestRacingReplicasAdoptOnce(t *testing.T) {
 	if _, err := runs.FinishTask(ctx, "ghost-run", "ghost", done); err != nil { // and its TaskFinished
 		t.Fatal(err)
 	}
-	if _, err := runs.StartTask(ctx, "ghost-run", "t01", "dead-worker", "ghost"); err != nil {
+	if _, err := runs.StartTask(ctx, "ghost-run", "ghost", &fanoutv1.TaskStarted{TaskId: "t01", Worker: "dead-worker"}); err != nil {
 		t.Fatal(err)
 	}
 	// The dead worker's reservation is never settled: its lease runs out and

@@ -42,10 +42,12 @@ type RunStore interface {
 	// it must not cost their size.
 	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
-	// StartTask marks a task RUNNING on worker, stamping started_at, if
-	// owner drives the run. Returns runs.ErrEnded if the task has already
-	// ended, runs.ErrNotOwner if another orchestrator drives the run now.
-	StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error)
+	// StartTask marks started's task RUNNING on its worker, stamping
+	// started_at, and appends started (its TaskStarted event) in the same
+	// write, if owner drives the run. Returns runs.ErrEnded if the task has
+	// already ended, runs.ErrNotOwner if another orchestrator drives the run
+	// now.
+	StartTask(ctx context.Context, runID, owner string, started *fanoutv1.TaskStarted) (*fanoutv1.TaskOutcome, error)
 	// FinishTask stores a task's terminal outcome, stamping finished_at, and
 	// its TaskFinished event, in one write, if owner drives the run, and
 	// returns it as stored. A terminal outcome is

@@ -187,7 +187,7 @@ func TestOrphanedPastDeadline(t *testing.T) {
 	accts := ghost(t, b, "late-run", s)
 	ctx := t.Context()
 	rs := store.NewRuns(b.pool)
-	if _, err := rs.StartTask(ctx, "late-run", "t01", "dead-worker", "ghost"); err != nil {
+	if _, err := rs.StartTask(ctx, "late-run", "ghost", &fanoutv1.TaskStarted{TaskId: "t01", Worker: "dead-worker"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := lostAttempt(t, b, accts, "t01", "dead-worker", time.Second)(); err != nil {
@@ -355,7 +355,7 @@ func TestAdoptionFencesTheLostAttempts(t *testing.T) {
 	s := spec("fence", 2, 100_000)
 	accts := ghost(t, b, "fence-run", s)
 	ctx := t.Context()
-	if _, err := store.NewRuns(b.pool).StartTask(ctx, "fence-run", "t01", "old-worker", "ghost"); err != nil {
+	if _, err := store.NewRuns(b.pool).StartTask(ctx, "fence-run", "ghost", &fanoutv1.TaskStarted{TaskId: "t01", Worker: "old-worker"}); err != nil {
 		t.Fatal(err)
 	}
 	reserve := lostAttempt(t, b, accts, "t01", "old-worker", time.Hour)

@@ -49,7 +49,7 @@ func TestTaskOutcomeView(t *testing.T) {
 	}
 	finish := func(run, task string, st fanoutv1.TaskStatus, tokens int64, errText string) {
 		t.Helper()
-		if _, err := rs.StartTask(b.ctx, run, task, "worker-"+task, "n"); err != nil {
+		if _, err := rs.StartTask(b.ctx, run, "n", &fanoutv1.TaskStarted{TaskId: task, Worker: "worker-" + task}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := rs.FinishTask(b.ctx, run, "n", &fanoutv1.TaskOutcome{TaskId: task, Status: st, TokensSpent: tokens, Worker: "worker-" + task,
@@ -62,7 +62,7 @@ func TestTaskOutcomeView(t *testing.T) {
 	finish("r1", "slow", fanoutv1.TaskStatus_TASK_STATUS_TIMED_OUT, 30, "deadline exceeded")
 	finish("r1", "old", fanoutv1.TaskStatus_TASK_STATUS_FAILED, 99, "long ago")
 	finish("r2", "boom", fanoutv1.TaskStatus_TASK_STATUS_FAILED, 50, "other tenant")
-	if _, err := rs.StartTask(b.ctx, "r1", "running", "worker-running", "n"); err != nil {
+	if _, err := rs.StartTask(b.ctx, "r1", "n", &fanoutv1.TaskStarted{TaskId: "running", Worker: "worker-running"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `UPDATE task SET started_at = started_at - interval '8 days',

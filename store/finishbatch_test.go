@@ -85,3 +85,68 @@ func TestCoalescedFinishTasks(t *testing.T) {
 		t.Errorf("another replica's run has %d tasks ended (%v); want none", ended, err)
 	}
 }
+
+// TestCoalescedStartTasks: with group commit, the tasks that start
+// together start in shared transactions, each with exactly one TaskStarted
+// event in the same write, the run's events numbered without a gap; a
+// task started again on the same worker (a retry after a lost reply) gets
+// no second event, on another worker (a new dispatch) it does; in the same
+// burst, another replica's run and an ended task are refused.
+func TestCoalescedStartTasks(t *testing.T) {
+	b := setup(t)
+	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: true})
+	t.Cleanup(rs.Close)
+	var ids []string
+	for i := range 40 {
+		ids = append(ids, fmt.Sprintf("t%02d", i))
+	}
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("r", "ten", "k1", append(ids, "done")...), "me"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rs.CreateRun(b.ctx, draftRun("other", "ten", "k2", "x"), "them"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.FinishTask(b.ctx, "r", "me", &fanoutv1.TaskOutcome{TaskId: "done",
+		Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(runID, task, worker string) (*fanoutv1.TaskOutcome, error) {
+		return rs.StartTask(b.ctx, runID, "me", &fanoutv1.TaskStarted{TaskId: task, Worker: worker, ForecastTokens: 7})
+	}
+	var wg sync.WaitGroup
+	outs := make([]*fanoutv1.TaskOutcome, len(ids))
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Go(func() { outs[i], errs[i] = start("r", id, "w1") })
+	}
+	var stale, ended error
+	wg.Go(func() { _, stale = start("other", "x", "w1") })
+	wg.Go(func() { _, ended = start("r", "done", "w1") })
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || outs[i].GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_RUNNING || outs[i].GetStartedAt() == nil {
+			t.Errorf("StartTask %s: %v, %v; want RUNNING with a started_at", ids[i], outs[i], err)
+		}
+	}
+	if !errors.Is(stale, runs.ErrNotOwner) || !errors.Is(ended, runs.ErrEnded) {
+		t.Errorf("StartTask of another replica's run: %v (want ErrNotOwner); of an ended task: %v (want ErrEnded)", stale, ended)
+	}
+	if _, err := start("r", "t00", "w1"); err != nil { // a retry: no news
+		t.Fatal(err)
+	}
+	if _, err := start("r", "t01", "w2"); err != nil { // dispatched anew
+		t.Fatal(err)
+	}
+	var n, distinct, first, last int64
+	var forecast7 bool
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*), count(DISTINCT event->'task_started'->>'task_id'),
+			min(sequence), max(sequence), bool_and((event->'task_started'->>'forecast_tokens')::bigint = 7)
+		FROM run_event WHERE run_id = 'r' AND event ? 'task_started'`).Scan(&n, &distinct, &first, &last, &forecast7); err != nil {
+		t.Fatal(err)
+	}
+	// Sequence 1 is done's TaskFinished.
+	if n != 41 || distinct != 40 || first != 2 || last != 42 || !forecast7 {
+		t.Errorf("run r has %d TaskStarted events for %d tasks, sequences %d..%d, forecasts kept %v; "+
+			"want 41 (40, and t01 again on w2) for 40, 2..42, kept", n, distinct, first, last, forecast7)
+	}
+}

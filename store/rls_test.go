@@ -99,7 +99,7 @@ func seedTenant(t *testing.T, b *testBundle, tenant string) {
 	if _, _, err := rs.CreateRun(b.ctx, run, "n"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.StartTask(b.ctx, "R-"+tenant, "t0", "w", "n"); err != nil {
+	if _, err := rs.StartTask(b.ctx, "R-"+tenant, "n", &fanoutv1.TaskStarted{TaskId: "t0", Worker: "w"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rs.FinishTask(b.ctx, "R-"+tenant, "n", &fanoutv1.TaskOutcome{TaskId: "t0",

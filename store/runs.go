@@ -45,8 +45,10 @@ type Runs struct {
 	// events runs appendBatch, the one way events are written: inline (a
 	// batch of one per call) or, with RunsConfig.Coalesce, group commit.
 	events committer[*eventOp]
-	// finishes runs finishBatch: FinishTask's calls, inline or, with
-	// Coalesce, the ones that arrive together in one transaction.
+	// starts and finishes run startBatch and finishBatch: StartTask's and
+	// FinishTask's calls, inline or, with Coalesce, the ones that arrive
+	// together in one transaction.
+	starts   committer[*startOp]
 	finishes committer[*finishOp]
 }
 
@@ -74,9 +76,11 @@ func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
 	}
 	s := &Runs{db: newDB(pool, cfg.Logger)}
 	s.events = inlineCommit[*eventOp]{run: s.appendBatch}
+	s.starts = inlineCommit[*startOp]{run: s.startBatch}
 	s.finishes = inlineCommit[*finishOp]{run: s.finishBatch}
 	if cfg.Coalesce {
 		s.events = newGroupCommit(2, 256, s.appendBatch)
+		s.starts = newGroupCommit(2, 256, s.startBatch)
 		s.finishes = newGroupCommit(2, 256, s.finishBatch)
 	}
 	return s
@@ -85,6 +89,7 @@ func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
 // Close stops the event and task committers; a no-op without Coalesce.
 func (s *Runs) Close() {
 	s.events.close()
+	s.starts.close()
 	s.finishes.close()
 }
 
@@ -463,26 +468,178 @@ func (s *Runs) tasksOf(ctx context.Context, runIDs []string, outcomes bool) (map
 	return byRun, nil
 }
 
-// StartTask marks a task RUNNING on worker and stamps started_at (database
-// time) the first time, if owner drives the run. Returns runs.ErrNotFound
-// for an unknown task, runs.ErrEnded for a task that has already ended and
-// runs.ErrNotOwner when another orchestrator drives the run now.
-func (s *Runs) StartTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
-	// Idempotent: a task already RUNNING stays so, its started_at kept.
+// StartTask marks a task RUNNING on started's worker and stamps started_at
+// (database time) the first time, and appends the event started (its
+// TaskStarted) in the same transaction, if owner drives the run; with
+// group commit, the tasks that start together do so in one transaction.
+// Returns runs.ErrNotFound for an unknown task, runs.ErrEnded for a task
+// that has already ended and runs.ErrNotOwner when another orchestrator
+// drives the run now.
+func (s *Runs) StartTask(ctx context.Context, runID, owner string, started *fanoutv1.TaskStarted) (*fanoutv1.TaskOutcome, error) {
+	// Idempotent: a task already RUNNING on this worker stays so, its
+	// started_at kept, and gets no second event (a try after an ambiguous
+	// commit finds it so).
 	return retry(ctx, s.log, "runs.start_task", idempotent, func(ctx context.Context, _ try) (*fanoutv1.TaskOutcome, error) {
-		return s.startTask(ctx, runID, taskID, worker, owner)
+		op, err := s.starts.do(ctx, &startOp{runID: runID, owner: owner, started: started})
+		if err == nil {
+			err = op.err
+		}
+		return op.out, err
 	})
 }
 
-// startTask is one try of StartTask.
-func (s *Runs) startTask(ctx context.Context, runID, taskID, worker, owner string) (*fanoutv1.TaskOutcome, error) {
-	rows, err := s.pool.Query(ctx, `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $4 FOR SHARE)
-		UPDATE task
-		SET status = 'RUNNING', worker = $3, started_at = coalesce(started_at, now())
-		WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
-		RETURNING run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at`,
-		runID, taskID, worker, owner)
-	return s.taskResult(ctx, s.pool, rows, err, runID, taskID, owner, "start")
+// startSQL marks one live task of a run that $4 drives RUNNING on worker
+// $3, and says whether that is news (fresh: it was not RUNNING on that
+// worker), which gets a TaskStarted event. The run row is locked for that
+// append (which updates it), as finishSQL does.
+const startSQL = `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $4 FOR NO KEY UPDATE),
+	was AS (SELECT status, worker FROM task
+	         WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
+	         FOR UPDATE)
+	UPDATE task t
+	SET status = 'RUNNING', worker = $3, started_at = coalesce(t.started_at, now())
+	FROM was
+	WHERE t.run_id = $1 AND t.task_id = $2
+	RETURNING t.run_id, t.task_id, t.dispatch_index, t.status, t.outcome, t.tokens_spent, t.worker, t.started_at,
+	          t.finished_at, (was.status <> 'RUNNING' OR was.worker IS DISTINCT FROM $3) AS fresh`
+
+// startRow is what startSQL returns.
+type startRow struct {
+	taskRow
+	Fresh bool `db:"fresh"`
+}
+
+// startOp is one StartTask call on its way through s.starts.
+type startOp struct {
+	runID, owner string
+	started      *fanoutv1.TaskStarted
+	out          *fanoutv1.TaskOutcome // as stored
+	fresh        bool
+	err          error
+}
+
+// startTask starts one task and appends its TaskStarted if that is news,
+// in one transaction.
+func (s *Runs) startTask(ctx context.Context, op *startOp) (*fanoutv1.TaskOutcome, error) {
+	taskID := op.started.GetTaskId()
+	var out *fanoutv1.TaskOutcome
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, startSQL, op.runID, taskID, op.started.GetWorker(), op.owner)
+		var got []startRow
+		if err == nil {
+			got, err = pgx.CollectRows(rows, pgx.RowToStructByName[startRow])
+		}
+		switch {
+		case err != nil:
+			return fmt.Errorf("start task %s of run %s: %w", taskID, op.runID, err)
+		case len(got) == 0:
+			return s.whyNot(ctx, tx, op.runID, taskID, op.owner, "start")
+		}
+		if out, err = got[0].outcome(); err != nil {
+			return err
+		}
+		if !got[0].Fresh {
+			return nil
+		}
+		return appendStarted(ctx, tx, op.runID, []*fanoutv1.TaskStarted{op.started})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// appendStarted appends a TaskStarted event for each of started, in order,
+// within tx (appendSQL).
+func appendStarted(ctx context.Context, tx pgx.Tx, runID string, started []*fanoutv1.TaskStarted) error {
+	evs := make([]*fanoutv1.RunEvent, len(started))
+	for i, e := range started {
+		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: e}}
+	}
+	return appendInTx(ctx, tx, runID, "TaskStarted", evs)
+}
+
+// startBatch starts the tasks of a batch of StartTask calls in one
+// transaction of two round trips, as finishBatch ends them: every task's
+// UPDATE in one pgx batch, then one TaskStarted append per run for those
+// that are news, runs in id order. A call the batch did not start, and
+// every call of a batch that failed as a whole, is done again on its own,
+// which says why; a transient error fails every call instead.
+func (s *Runs) startBatch(ctx context.Context, batch []*pending[*startOp]) {
+	defer func() {
+		for _, p := range batch {
+			close(p.done)
+		}
+	}()
+	alone := func(op *startOp) { op.out, op.err = s.startTask(ctx, op) }
+	if len(batch) == 1 {
+		alone(batch[0].item)
+		return
+	}
+	slices.SortStableFunc(batch, func(a, b *pending[*startOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
+	var redo []*startOp
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		redo = redo[:0]
+		q := &pgx.Batch{}
+		for _, p := range batch {
+			op := p.item
+			op.out, op.fresh, op.err = nil, false, nil
+			q.Queue(startSQL, op.runID, op.started.GetTaskId(), op.started.GetWorker(), op.owner)
+		}
+		br := tx.SendBatch(ctx, q)
+		for _, p := range batch {
+			op := p.item
+			rows, err := br.Query()
+			var got []startRow
+			if err == nil {
+				got, err = pgx.CollectRows(rows, pgx.RowToStructByName[startRow])
+			}
+			if err == nil && len(got) > 0 {
+				op.fresh = got[0].Fresh
+				op.out, err = got[0].outcome()
+			}
+			if err != nil {
+				_ = br.Close()
+				return err
+			}
+			if len(got) == 0 {
+				redo = append(redo, op) // startTask says why
+			}
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		for i := 0; i < len(batch); {
+			j := i
+			var started []*fanoutv1.TaskStarted
+			for ; j < len(batch) && batch[j].item.runID == batch[i].item.runID; j++ {
+				if op := batch[j].item; op.out != nil && op.fresh {
+					started = append(started, op.started)
+				}
+			}
+			if len(started) > 0 {
+				if err := appendStarted(ctx, tx, batch[i].item.runID, started); err != nil {
+					return err
+				}
+			}
+			i = j
+		}
+		return nil
+	})
+	switch class, _ := classify(err); {
+	case err == nil:
+		for _, op := range redo {
+			alone(op)
+		}
+	case class != permanent:
+		for _, p := range batch {
+			p.item.out, p.item.err = nil, err
+		}
+	default:
+		for _, p := range batch {
+			alone(p.item)
+		}
+	}
 }
 
 // FinishTask stores a task's terminal outcome (status, summary, tokens,
@@ -687,16 +844,25 @@ func (s *Runs) finishBatch(ctx context.Context, batch []*pending[*finishOp]) {
 // appendFinished appends a TaskFinished event for each of outcomes, in
 // order, within tx (appendSQL, as AppendEvents does).
 func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fanoutv1.TaskOutcome) error {
-	if len(outcomes) == 0 {
+	evs := make([]*fanoutv1.RunEvent, len(outcomes))
+	for i, o := range outcomes {
+		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}
+	}
+	return appendInTx(ctx, tx, runID, "TaskFinished", evs)
+}
+
+// appendInTx appends evs (of one kind, named what) to the run, in order,
+// within tx (appendSQL). A run that has ended takes none: runs.ErrEnded.
+func appendInTx(ctx context.Context, tx pgx.Tx, runID, what string, evs []*fanoutv1.RunEvent) error {
+	if len(evs) == 0 {
 		return nil
 	}
-	bodies := make([][]byte, len(outcomes))
-	keys := make([]string, len(outcomes))
-	for i, o := range outcomes {
-		body, err := encodeEvent(&fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{
-			TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}})
+	bodies := make([][]byte, len(evs))
+	keys := make([]string, len(evs))
+	for i, ev := range evs {
+		body, err := encodeEvent(ev)
 		if err != nil {
-			return fmt.Errorf("append TaskFinished to run %s: encode: %w", runID, err)
+			return fmt.Errorf("append %s to run %s: encode: %w", what, runID, err)
 		}
 		bodies[i], keys[i] = body, newEventKey()
 	}
@@ -704,10 +870,10 @@ func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fa
 	var last int64
 	var at time.Time
 	if err := tx.QueryRow(ctx, appendSQL, runID, bodies, keys).Scan(&state, &last, &at); err != nil {
-		return fmt.Errorf("append TaskFinished to run %s: %w", runID, err)
+		return fmt.Errorf("append %s to run %s: %w", what, runID, err)
 	}
 	if state != "RUNNING" {
-		return fmt.Errorf("append TaskFinished to run %s: the run has ended %s: %w", runID, state, runs.ErrEnded)
+		return fmt.Errorf("append %s to run %s: the run has ended %s: %w", what, runID, state, runs.ErrEnded)
 	}
 	return nil
 }
@@ -737,22 +903,30 @@ func (s *Runs) taskResult(ctx context.Context, q dbsqlc.DBTX, rows pgx.Rows, err
 	}
 	row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
 	if errors.Is(err, pgx.ErrNoRows) {
-		found, err := s.q.TaskStatusAndOwner(ctx, q, dbsqlc.TaskStatusAndOwnerParams{RunID: runID, TaskID: taskID})
-		status, runOwner := found.Status, found.Owner
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, runs.ErrNotFound)
-		case err != nil:
-			return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
-		case runOwner != owner:
-			return nil, fmt.Errorf("%s task %s of run %s: %s drives it now: %w", verb, taskID, runID, runOwner, runs.ErrNotOwner)
-		}
-		return nil, fmt.Errorf("%s task %s of run %s: it already ended %s: %w", verb, taskID, runID, status, runs.ErrEnded)
+		return nil, s.whyNot(ctx, q, runID, taskID, owner, verb)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
 	}
 	return row.outcome()
+}
+
+// whyNot says why a fenced write of one live task (verb: "start",
+// "finish") changed no row, reading with q: an unknown task
+// (runs.ErrNotFound), a run another owner drives now (runs.ErrNotOwner),
+// or a task that has already ended (runs.ErrEnded).
+func (s *Runs) whyNot(ctx context.Context, q dbsqlc.DBTX, runID, taskID, owner, verb string) error {
+	found, err := s.q.TaskStatusAndOwner(ctx, q, dbsqlc.TaskStatusAndOwnerParams{RunID: runID, TaskID: taskID})
+	status, runOwner := found.Status, found.Owner
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, runs.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("%s task %s of run %s: %w", verb, taskID, runID, err)
+	case runOwner != owner:
+		return fmt.Errorf("%s task %s of run %s: %s drives it now: %w", verb, taskID, runID, runOwner, runs.ErrNotOwner)
+	}
+	return fmt.Errorf("%s task %s of run %s: it already ended %s: %w", verb, taskID, runID, status, runs.ErrEnded)
 }
 
 // FinishRun ends the run with a terminal state, cause and joined result,

@@ -132,7 +132,7 @@ func TestRunsTasksAndFinish(t *testing.T) {
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "n"); err != nil {
 		t.Fatal(err)
 	}
-	started, err := rs.StartTask(b.ctx, "r1", "a", "w1", "n")
+	started, err := rs.StartTask(b.ctx, "r1", "n", &fanoutv1.TaskStarted{TaskId: "a", Worker: "w1"})
 	if err != nil || started.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_RUNNING || started.GetStartedAt() == nil {
 		t.Fatalf("start: %v, %v", started, err)
 	}
@@ -221,7 +221,7 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, TokensSpent: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r1", "b", "w1", "n"); err != nil {
+	if _, err := rs.StartTask(b.ctx, "r1", "n", &fanoutv1.TaskStarted{TaskId: "b", Worker: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	failed, err := rs.FailTasks(b.ctx, "r1", "n", "orchestrator lost")
@@ -242,10 +242,10 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "b", Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("finish an ended task: %v, want ErrConflict", err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r1", "c", "w2", "n"); !errors.Is(err, runs.ErrEnded) {
+	if _, err := rs.StartTask(b.ctx, "r1", "n", &fanoutv1.TaskStarted{TaskId: "c", Worker: "w2"}); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("start an ended task: %v, want ErrConflict", err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r1", "zz", "w2", "n"); !errors.Is(err, runs.ErrNotFound) {
+	if _, err := rs.StartTask(b.ctx, "r1", "n", &fanoutv1.TaskStarted{TaskId: "zz", Worker: "w2"}); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("start an unknown task: %v, want ErrNotFound", err)
 	}
 	r, err := rs.GetRun(b.ctx, "ten", "r1")
@@ -267,10 +267,10 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if _, err := rs.AppendEvent(b.ctx, "r1", queued); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("event after the run ended: %v, want ErrConflict", err)
 	}
-	// Each task's end wrote its TaskFinished with it (a, then b and c by
-	// FailTasks), and the end is one write: FinishRun stored the
-	// RunFinished, the last event; a second one is refused like any other
-	// event after the end.
+	// Each task's start and end wrote its TaskStarted and TaskFinished
+	// with it (a ended, b started, b and c ended by FailTasks), and the end
+	// is one write: FinishRun stored the RunFinished, the last event; a
+	// second one is refused like any other event after the end.
 	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10)
 	var finished []string
 	for _, ev := range evs {
@@ -281,9 +281,10 @@ func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	if !slices.Equal(finished, []string{"a=SUCCEEDED", "b=FAILED", "c=FAILED"}) {
 		t.Errorf("TaskFinished events %v, want a=SUCCEEDED b=FAILED c=FAILED, each written with its outcome", finished)
 	}
-	if err != nil || len(evs) != 5 || evs[4].GetRunFinished().GetState() != fanoutv1.RunState_RUN_STATE_FAILED ||
-		evs[4].GetRunFinished().GetCancelCause() != "lost" || evs[4].GetSequence() != 5 {
-		t.Errorf("events after FinishRun: %v, %v; want three TaskFinished, TaskQueued, then RunFinished FAILED \"lost\" at sequence 5", evs, err)
+	if err != nil || len(evs) != 6 || evs[1].GetTaskStarted().GetTaskId() != "b" ||
+		evs[5].GetRunFinished().GetState() != fanoutv1.RunState_RUN_STATE_FAILED ||
+		evs[5].GetRunFinished().GetCancelCause() != "lost" || evs[5].GetSequence() != 6 {
+		t.Errorf("events after FinishRun: %v, %v; want TaskFinished, b's TaskStarted, two TaskFinished, TaskQueued, then RunFinished FAILED \"lost\" at sequence 6", evs, err)
 	}
 	if _, err := rs.AppendEvent(b.ctx, "r1", &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunFinished{RunFinished: &fanoutv1.RunFinished{}}}); !errors.Is(err, runs.ErrEnded) {
 		t.Errorf("a second RunFinished after the run ended: %v, want ErrEnded", err)
@@ -366,14 +367,14 @@ func TestRunsLeases(t *testing.T) {
 	if _, ended, err := rs.FinishRun(b.ctx, "r0", "dead", fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", nil); err != nil || ended {
 		t.Errorf("the old owner ended an adopted run: %v, %v", ended, err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r0", "a", "w1", "dead"); !errors.Is(err, runs.ErrNotOwner) {
+	if _, err := rs.StartTask(b.ctx, "r0", "dead", &fanoutv1.TaskStarted{TaskId: "a", Worker: "w1"}); !errors.Is(err, runs.ErrNotOwner) {
 		t.Errorf("the old owner started a task of an adopted run: %v, want ErrNotOwner", err)
 	}
 	if _, err := rs.FinishTask(b.ctx, "r0", "dead", &fanoutv1.TaskOutcome{TaskId: "a",
 		Status: fanoutv1.TaskStatus_TASK_STATUS_CANCELLED}); !errors.Is(err, runs.ErrNotOwner) {
 		t.Errorf("the old owner ended a task of an adopted run: %v, want ErrNotOwner", err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r0", "a", "w1", adopted["r0"]); err != nil {
+	if _, err := rs.StartTask(b.ctx, "r0", adopted["r0"], &fanoutv1.TaskStarted{TaskId: "a", Worker: "w1"}); err != nil {
 		t.Errorf("the new owner could not start a task: %v", err)
 	}
 	if lost, err := rs.Heartbeat(b.ctx, "dead", []string{"r0", "r1", "r3"}); err != nil || len(lost) != 2 {

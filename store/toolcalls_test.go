@@ -396,7 +396,7 @@ func TestToolCallsView(t *testing.T) {
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "acme", "k1", "t1"), "n"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.StartTask(b.ctx, "r1", "t1", "w", "n"); err != nil {
+	if _, err := rs.StartTask(b.ctx, "r1", "n", &fanoutv1.TaskStarted{TaskId: "t1", Worker: "w"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rs.FinishTask(b.ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "t1", Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED}); err != nil {
