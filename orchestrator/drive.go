@@ -50,6 +50,9 @@ type driver struct {
 	fc *forecaster
 	// refused counts the tasks the forecast did not start.
 	refused int
+	// queued: the first wave's TaskQueued events were written with the
+	// run (Engine.Submit), not by the driver.
+	queued bool
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
@@ -114,7 +117,9 @@ func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseF
 			}
 		}
 	}
-	d.queue(runCtx, d.sched.Ready()) // the first wave in one write
+	if !d.queued {
+		d.queue(runCtx, d.sched.Ready()) // the first wave in one write
+	}
 	runDone, drain := runCtx.Done(), (<-chan struct{})(d.drain)
 	for d.startReady(runCtx); !d.sched.Done(); d.startReady(runCtx) {
 		select {
@@ -222,12 +227,7 @@ func (d *driver) queue(runCtx context.Context, ready []int) {
 	if len(ready) == 0 {
 		return
 	}
-	evs := make([]*fanoutv1.RunEvent, len(ready))
-	for k, i := range ready {
-		evs[k] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{
-			TaskId: d.p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i),
-		}}}
-	}
+	evs := queuedEvents(d.p, ready)
 	if d.ar.isLost() {
 		return // another replica drives the run and tells its story
 	}
@@ -236,6 +236,17 @@ func (d *driver) queue(runCtx context.Context, ready []int) {
 	_, err := d.e.store.AppendEvents(ctx, d.runID, evs)
 	d.e.logAppend(ctx, d.runID, err)
 	d.e.wake(d.runID)
+}
+
+// queuedEvents are the TaskQueued events of plan p's tasks ready.
+func queuedEvents(p *plan, ready []int) []*fanoutv1.RunEvent {
+	evs := make([]*fanoutv1.RunEvent, len(ready))
+	for k, i := range ready {
+		evs[k] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{
+			TaskId: p.spec.GetTasks()[i].GetId(), DispatchIndex: int32(i),
+		}}}
+	}
+	return evs
 }
 
 // endUndispatched records task i, which ends as o says without being

@@ -174,21 +174,25 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	// Once the run row exists, finish creating it even if the caller leaves.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	run, created, err = e.store.CreateRun(ctx, draftRun(newRunID(), p), e.cfg.Node)
+	// The run, its ledger accounts, its RunStarted and its first wave's
+	// TaskQueued: one write.
+	runID := newRunID()
+	ready := newScheduler(p.deps).Ready()
+	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p),
+		func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent {
+			stored.Budget = snapshot(accounts.Run)
+			return append([]*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: stored}}}},
+				queuedEvents(p, ready)...)
+		})
 	if err != nil {
 		return nil, false, err
 	}
 	if !created {
 		return e.existing(run, spec)
 	}
-	span := e.startRunSpan(ctx, start, run.GetRunId(), p)
+	e.wake(runID)
+	span := e.startRunSpan(ctx, start, runID, p)
 	ctx = trace.ContextWithSpan(ctx, span) // the ledger and store calls below are the run's
-	accounts, err := e.openAccounts(ctx, run, p)
-	if err != nil {
-		span.RecordError(err)
-		endRunSpan(span, fanoutv1.RunState_RUN_STATE_FAILED, err.Error(), nil, nil, nil)
-		return nil, false, err
-	}
 	run.Budget = snapshot(accounts.Run)
 	if err := e.start(ctx, run, p, accounts, span); err != nil {
 		return nil, false, err
@@ -258,18 +262,6 @@ func draftRun(runID string, p *plan) *fanoutv1.Run {
 	return draft
 }
 
-// openAccounts opens the run's ledger accounts; if the ledger refuses, the
-// run ends FAILED.
-func (e *Engine) openAccounts(ctx context.Context, run *fanoutv1.Run, p *plan) (budget.RunAccounts, error) {
-	accounts, err := e.ledger.OpenRun(ctx, openRunParams(run.GetRunId(), p))
-	if err != nil {
-		e.finishRun(ctx, run.GetRunId(), fanoutv1.RunState_RUN_STATE_FAILED,
-			fmt.Sprintf("open ledger accounts: %v", err), join(run.GetTasks()))
-		return budget.RunAccounts{}, fmt.Errorf("open ledger accounts of run %s: %w", run.GetRunId(), err)
-	}
-	return accounts, nil
-}
-
 // openRunParams are the ledger accounts of run runID planned as p.
 func openRunParams(runID string, p *plan) budget.OpenRunParams {
 	tasks := make([]budget.TaskBudget, len(p.spec.GetTasks()))
@@ -308,14 +300,10 @@ func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts
 	e.wg.Add(1)
 	e.mu.Unlock()
 
-	if _, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{
-		Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: run}},
-	}); err != nil {
-		e.cfg.Logger.ErrorContext(ctx, "append RunStarted", "run_id", runID, "err", err)
-	}
 	e.cfg.Logger.InfoContext(ctx, "run started", "run_id", runID, "tenant_id", p.tenantID,
 		"tasks", len(p.spec.GetTasks()), "limit_tokens", p.spec.GetBudget().GetLimitTokens())
 	d := newDriver(e, p, runID, accounts, ar, span)
+	d.queued = true // OpenRun wrote the first wave's TaskQueued
 	go func() {
 		defer e.wg.Done()
 		d.drive(runCtx, cancelRun)

@@ -22,11 +22,18 @@ import (
 //
 // Unknown runs and tasks are reported as runs.ErrNotFound.
 type RunStore interface {
-	// CreateRun stores run (id, tenant, idempotency key, spec, labels and
-	// tasks in dispatch order) as RUNNING with every task PENDING, and
-	// returns it with created true. If the tenant already has a run with the
-	// same idempotency key it writes nothing and returns that run, created false.
-	CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (stored *fanoutv1.Run, created bool, err error)
+	// OpenRun stores run (id, tenant, idempotency key, spec, labels and
+	// tasks in dispatch order) as RUNNING with every task PENDING, driven by
+	// owner, and returns it with created true; in the same write it opens
+	// the run's ledger accounts as open says (budget.Ledger.OpenRun) and
+	// appends the events first returns, given the run as stored and its
+	// accounts, as its first events. If the tenant already has a run with
+	// the same idempotency key it writes nothing and returns that run,
+	// created false, without accounts. A refusal of the ledger writes
+	// nothing.
+	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
+		first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
+		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
 	// GetRun returns a run of the tenant and its tasks' outcomes in dispatch order.
 	GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error)
 	// RunByKey returns tenantID's run created under idempotency key key,

@@ -517,19 +517,30 @@ func (l *Ledger) OpenRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 		}
 		return out, err
 	})
-	switch {
-	case isCode(err, "23503"): // foreign_key_violation: the tenant account
-		err = fmt.Errorf("tenant account %d: %w", p.TenantAccount, budget.ErrNotFound)
-	case isCode(err, "22023"): // invalid_parameter_value
-		err = &budget.ValidationError{Field: "tenant_account", Reason: pgMessage(err)}
-	}
 	if err != nil {
-		return out, fmt.Errorf("open run %s: %w", p.RunID, err)
+		return out, fmt.Errorf("open run %s: %w", p.RunID, openRunError(p, err))
 	}
 	return out, nil
 }
 
+// openRunError says what ledger_open_run's refusal of p means.
+func openRunError(p budget.OpenRunParams, err error) error {
+	switch {
+	case isCode(err, "23503"): // foreign_key_violation: the tenant account
+		return fmt.Errorf("tenant account %d: %w", p.TenantAccount, budget.ErrNotFound)
+	case isCode(err, "22023"): // invalid_parameter_value
+		return &budget.ValidationError{Field: "tenant_account", Reason: pgMessage(err)}
+	}
+	return err
+}
+
 func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.RunAccounts, error) {
+	return openRunIn(ctx, l.q, l.pool, p)
+}
+
+// openRunIn is one call of ledger_open_run with db, a pool or the
+// transaction that creates the run (Runs.OpenRun).
+func openRunIn(ctx context.Context, q *dbsqlc.Queries, db dbsqlc.DBTX, p budget.OpenRunParams) (budget.RunAccounts, error) {
 	taskIDs := make([]string, len(p.Tasks))
 	limits := make([]int64, len(p.Tasks))
 	for i, t := range p.Tasks {
@@ -540,7 +551,7 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 		id := int64(p.TenantAccount)
 		parent = &id
 	}
-	rows, err := l.q.OpenRun(ctx, l.pool, dbsqlc.OpenRunParams{RunID: p.RunID, TenantID: p.TenantID, TenantAccount: parent,
+	rows, err := q.OpenRun(ctx, db, dbsqlc.OpenRunParams{RunID: p.RunID, TenantID: p.TenantID, TenantAccount: parent,
 		LimitTokens: p.Limit, MinReservation: p.MinReservation, TaskIds: taskIDs, TaskLimits: limits, Held: p.Held})
 	accounts := make([]dbsqlc.AccountRow, len(rows))
 	for i, r := range rows {
@@ -550,7 +561,12 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 }
 
 func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccounts, error) {
-	rows, err := l.q.RunAccounts(ctx, l.pool, runID)
+	return readRunAccounts(ctx, l.q, l.pool, runID)
+}
+
+// readRunAccounts reads a run's accounts as OpenRun returns them.
+func readRunAccounts(ctx context.Context, q *dbsqlc.Queries, db dbsqlc.DBTX, runID string) (budget.RunAccounts, error) {
+	rows, err := q.RunAccounts(ctx, db, runID)
 	accounts := make([]dbsqlc.AccountRow, len(rows))
 	for i, r := range rows {
 		accounts[i] = dbsqlc.AccountRow(r)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store/internal/dbsqlc"
@@ -99,17 +100,9 @@ func (s *Runs) Close() {
 // a run with the same idempotency key, it writes nothing and returns that
 // run with created false; comparing specs is the caller's business.
 func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (*fanoutv1.Run, bool, error) {
-	spec, err := encodeSpec(run.GetSpec())
+	a, err := newRunArgs(run)
 	if err != nil {
-		return nil, false, fmt.Errorf("create run %s: encode spec: %w", run.GetRunId(), err)
-	}
-	labels, err := json.Marshal(nonNilMap(run.GetLabels()))
-	if err != nil {
-		return nil, false, fmt.Errorf("create run %s: encode labels: %w", run.GetRunId(), err)
-	}
-	taskIDs := make([]string, len(run.GetTasks()))
-	for i, t := range run.GetTasks() {
-		taskIDs[i] = t.GetTaskId()
+		return nil, false, err
 	}
 	var created bool
 	var existingID string
@@ -117,7 +110,7 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	// that finds the key taken by this very run id made the run itself.
 	err = retried(ctx, s.log, "runs.create_run", idempotent, func(ctx context.Context, t try) error {
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-			created, existingID, err = s.createRun(ctx, tx, run, spec, labels, owner, taskIDs)
+			created, existingID, _, err = s.createRun(ctx, tx, run, a, owner)
 			return err
 		})
 		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
@@ -136,6 +129,90 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	return out, created, err
 }
 
+// OpenRun creates run as CreateRun does and, when it creates it, in the
+// same transaction opens its ledger accounts as open says (what
+// Ledger.OpenRun does) and appends the events first returns, given the run
+// as stored and its accounts, as the run's first events. A run is never
+// stored without its accounts and its first events, and the three cost one
+// commit. A run the tenant already has under run's idempotency key is
+// returned as CreateRun returns it (created false, no accounts); a refusal
+// of the ledger writes nothing (budget.ErrNotFound for an unknown tenant
+// account, a budget.ValidationError for one that cannot hold the run).
+func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
+	first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
+	stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error) {
+	if open.RunID != run.GetRunId() || open.TenantID != run.GetTenantId() {
+		return nil, accounts, false, fmt.Errorf("open run %s of tenant %s: its accounts are of run %s of tenant %s",
+			run.GetRunId(), run.GetTenantId(), open.RunID, open.TenantID)
+	}
+	if err := open.Validate(); err != nil {
+		return nil, accounts, false, err
+	}
+	a, err := newRunArgs(run)
+	if err != nil {
+		return nil, accounts, false, err
+	}
+	var existingID string
+	// As CreateRun: a try after an ambiguous commit that finds the key
+	// taken by this very run id made the run, its accounts and its events.
+	err = retried(ctx, s.log, "runs.open_run", idempotent, func(ctx context.Context, t try) error {
+		stored = nil
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var createdAt time.Time
+			var err error
+			created, existingID, createdAt, err = s.createRun(ctx, tx, run, a, owner)
+			if err != nil || !created {
+				return err
+			}
+			if accounts, err = openRunIn(ctx, s.q, tx, open); err != nil {
+				return openRunError(open, err)
+			}
+			stored = proto.CloneOf(run)
+			stored.CreatedAt = timestamppb.New(createdAt)
+			return appendInTx(ctx, tx, run.GetRunId(), "first events", first(proto.CloneOf(stored), accounts))
+		})
+		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
+			created = true
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, budget.RunAccounts{}, false, fmt.Errorf("create run %s: %w", run.GetRunId(), err)
+	case !created:
+		stored, err = s.GetRun(ctx, run.GetTenantId(), existingID)
+		return stored, budget.RunAccounts{}, false, err
+	case stored == nil: // made by a try whose commit was ambiguous
+		if stored, err = s.GetRun(ctx, run.GetTenantId(), run.GetRunId()); err == nil {
+			accounts, err = readRunAccounts(ctx, s.q, s.pool, run.GetRunId())
+		}
+		return stored, accounts, err == nil, err
+	}
+	return stored, accounts, true, nil
+}
+
+// runArgs are a new run's columns as CreateRun writes them.
+type runArgs struct {
+	spec, labels []byte
+	taskIDs      []string
+}
+
+func newRunArgs(run *fanoutv1.Run) (runArgs, error) {
+	spec, err := encodeSpec(run.GetSpec())
+	if err != nil {
+		return runArgs{}, fmt.Errorf("create run %s: encode spec: %w", run.GetRunId(), err)
+	}
+	labels, err := json.Marshal(nonNilMap(run.GetLabels()))
+	if err != nil {
+		return runArgs{}, fmt.Errorf("create run %s: encode labels: %w", run.GetRunId(), err)
+	}
+	taskIDs := make([]string, len(run.GetTasks()))
+	for i, t := range run.GetTasks() {
+		taskIDs[i] = t.GetTaskId()
+	}
+	return runArgs{spec: spec, labels: labels, taskIDs: taskIDs}, nil
+}
+
 // TenantQuotas returns the tenant's quotas (none for a tenant without a
 // row yet).
 func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas, error) {
@@ -149,7 +226,7 @@ func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas
 }
 
 // admitRun enforces the tenant's max_concurrent_runs on a run about to be
-// created, in CreateRun's transaction: it counts the tenant's RUNNING runs
+// created, in CreateRun's (or OpenRun's) transaction: it counts the tenant's RUNNING runs
 // under a transaction-scoped advisory lock of the tenant, which every
 // admission of that tenant takes, so two replicas admitting at once are
 // counted one after the other and cannot both pass the cap. A retry of a
@@ -180,23 +257,23 @@ func (s *Runs) admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error
 // createRun is CreateRun's transaction: it admits the run (admitRun), then
 // inserts it and its tasks (created), or finds the key taken and returns
 // the id of the run that has it.
-func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, spec, labels []byte, owner string,
-	taskIDs []string) (created bool, existingID string, err error) {
+func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, a runArgs, owner string) (
+	created bool, existingID string, createdAt time.Time, err error) {
 	if err := s.admitRun(ctx, tx, run); err != nil {
-		return false, "", err
+		return false, "", createdAt, err
 	}
-	_, err = s.q.InsertRun(ctx, tx, dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),
-		IdempotencyKey: run.GetIdempotencyKey(), Spec: spec, Labels: labels, Owner: owner})
+	createdAt, err = s.q.InsertRun(ctx, tx, dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),
+		IdempotencyKey: run.GetIdempotencyKey(), Spec: a.spec, Labels: a.labels, Owner: owner})
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key is taken (perhaps by a transaction that just committed).
 		existingID, err = s.q.RunIDByKey(ctx, tx, dbsqlc.RunIDByKeyParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()})
-		return false, existingID, err
+		return false, existingID, createdAt, err
 	}
 	if err != nil {
-		return false, "", err
+		return false, "", createdAt, err
 	}
-	err = s.q.InsertTasks(ctx, tx, dbsqlc.InsertTasksParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(), TaskIds: taskIDs})
-	return err == nil, "", err
+	err = s.q.InsertTasks(ctx, tx, dbsqlc.InsertTasksParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(), TaskIds: a.taskIDs})
+	return err == nil, "", createdAt, err
 }
 
 func nonNilMap(m map[string]string) map[string]string {
