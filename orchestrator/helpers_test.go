@@ -249,6 +249,21 @@ func checkEvents(t *testing.T, evs []*fanoutv1.RunEvent) *fanoutv1.RunFinished {
 	if evs[0].GetRunStarted() == nil {
 		t.Errorf("first event is %T, want RunStarted", evs[0].GetEvent())
 	}
+	// A task is queued once by each owner of the run (an adopter queues
+	// again what it dispatches).
+	queued := map[string]bool{}
+	for _, ev := range evs {
+		switch {
+		case ev.GetRunAdopted() != nil:
+			clear(queued)
+		case ev.GetTaskQueued() != nil:
+			id := ev.GetTaskQueued().GetTaskId()
+			if queued[id] {
+				t.Errorf("event %d queues task %s a second time", ev.GetSequence(), id)
+			}
+			queued[id] = true
+		}
+	}
 	fin := evs[len(evs)-1].GetRunFinished()
 	if fin == nil {
 		t.Fatalf("last event is %T, want RunFinished", evs[len(evs)-1].GetEvent())
