@@ -78,23 +78,19 @@ func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (close
 		e.cfg.Logger.ErrorContext(ctx, "join run", "run_id", runID, "err", err)
 		return nil, nil, false
 	}
-	acct, err := e.ledger.EndRunFenced(ctx, runID, budget.StateClosed, "run closed", end.epoch)
-	switch {
-	case e.fencedOut(ctx, runID, err):
+	// One write: the ledger run closed (the ledger is the truth: its spend
+	// also counts calls cut off before their worker could report, settled
+	// at their full reservation, and becomes the result's total), the
+	// final BudgetUpdate that followers' budget views end with, and the end.
+	stored, closed, ended, err := e.store.CloseRun(ctx, runID, e.cfg.Node, end.epoch, end.state, end.cause, result,
+		func(acct budget.Account) []*fanoutv1.RunEvent {
+			return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{
+				BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}}}
+		})
+	if e.fencedOut(ctx, runID, err) {
 		return nil, nil, false
-	case err == nil:
-		// The ledger is the truth: it also counts calls cut off before their
-		// worker could report (settled at their full reservation), and
-		// followers' budget views end with it.
-		closed = &acct
-		result.TotalTokens = acct.Spent
-		_, err := e.appendEvent(ctx, runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{
-			BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}})
-		e.logAppend(ctx, runID, err)
-	case !errors.Is(err, budget.ErrNotFound):
-		e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", runID, "err", err)
 	}
-	return closed, result, e.finishRun(ctx, runID, end.state, end.cause, result)
+	return closed, result, e.finished(ctx, runID, end.state, stored, ended, err)
 }
 
 // awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
@@ -142,6 +138,14 @@ func (e *Engine) awaitHeld(parent context.Context, runID string) {
 func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) bool {
 	stored, ended, err := e.store.FinishRun(ctx, runID, e.cfg.Node, state, cause, result)
+	return e.finished(ctx, runID, state, stored, ended, err)
+}
+
+// finished reports what FinishRun or CloseRun said of ending the run as
+// state: whether this engine ended it, with its metrics and a wake of its
+// followers if it did.
+func (e *Engine) finished(ctx context.Context, runID string, state fanoutv1.RunState, stored *fanoutv1.Run,
+	ended bool, err error) bool {
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "finish run", "run_id", runID, "err", err)
 		return false

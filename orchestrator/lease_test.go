@@ -78,6 +78,14 @@ func (s cutStore) FinishRun(ctx context.Context, runID, owner string, state fano
 	return s.RunStore.FinishRun(ctx, runID, owner, state, cause, result)
 }
 
+func (s cutStore) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
+	result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (*fanoutv1.Run, *budget.Account, bool, error) {
+	if err := s.check(); err != nil {
+		return nil, nil, false, err
+	}
+	return s.RunStore.CloseRun(ctx, runID, owner, epoch, state, cause, result, closed)
+}
+
 func (s cutStore) Heartbeat(ctx context.Context, owner string, runIDs []string) ([]string, error) {
 	if err := s.check(); err != nil {
 		return nil, err

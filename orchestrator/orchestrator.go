@@ -67,6 +67,17 @@ type RunStore interface {
 	// writes nothing and returns the run unchanged, ended false.
 	FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 		result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error)
+	// CloseRun ends the run as FinishRun does and, in the same write, first
+	// closes its ledger run (budget.Ledger.EndRunFenced to
+	// budget.StateClosed, with owner epoch epoch), sets result's
+	// TotalTokens to the closed account's spend and appends the events
+	// closed returns, given that account, before the RunFinished. It
+	// returns the closed account (nil for a run without accounts, when
+	// closed is not called). A run that changed hands since epoch is a
+	// budget.DeniedError, and nothing is written.
+	CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
+		result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (
+		run *fanoutv1.Run, acct *budget.Account, ended bool, err error)
 	// Heartbeat refreshes, in database time and one statement, the lease of
 	// the runs of runIDs that owner drives (RUNNING, owned by owner), and
 	// returns those of runIDs that another node owns now (adopted while

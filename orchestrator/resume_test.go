@@ -220,21 +220,22 @@ func TestOrphanedPastDeadline(t *testing.T) {
 	}
 }
 
-// gatedLedger pauses the old owner just before it closes a ledger run.
-type gatedLedger struct {
-	budget.Ledger
+// gatedStore pauses the old owner just before it closes a run (its ledger
+// run and its end: one write).
+type gatedStore struct {
+	orchestrator.RunStore
 	entered chan struct{}
 	gate    chan struct{}
 }
 
-func (l gatedLedger) EndRunFenced(ctx context.Context, runID string, state budget.AccountState, cause string,
-	attempt int64) (budget.Account, error) {
+func (s gatedStore) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
+	result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (*fanoutv1.Run, *budget.Account, bool, error) {
 	select {
-	case l.entered <- struct{}{}:
+	case s.entered <- struct{}{}:
 	default:
 	}
-	<-l.gate
-	return l.Ledger.EndRunFenced(ctx, runID, state, cause, attempt)
+	<-s.gate
+	return s.RunStore.CloseRun(ctx, runID, owner, epoch, state, cause, result, closed)
 }
 
 // TestLostOwnerDoesNotCloseAdoptersLedger: a's driver has joined and
@@ -248,11 +249,10 @@ func TestLostOwnerDoesNotCloseAdoptersLedger(t *testing.T) {
 	b := setup(t)
 	w, _ := b.worker(t, "w", resumeSim, 8)
 	var paused atomic.Bool
-	gl := gatedLedger{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	gs := gatedStore{entered: make(chan struct{}, 1), gate: make(chan struct{})}
 	a := b.orchestratorWith(t, "a", leaseConfig(), func(p *orchestrator.EngineParams) {
-		p.Store = beatlessStore{RunStore: p.Store, off: &paused}
-		gl.Ledger = p.Ledger
-		p.Ledger = gl
+		gs.RunStore = beatlessStore{RunStore: p.Store, off: &paused}
+		p.Store = gs
 	}, w)
 	other := b.orchestrator(t, "b", leaseConfig(), w)
 	s := spec("close", 2, 1_000_000)
@@ -262,11 +262,11 @@ func TestLostOwnerDoesNotCloseAdoptersLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	runID := start.GetRunId()
-	await(t, gl.entered, "a reaching CloseRun")
+	await(t, gs.entered, "a reaching CloseRun")
 	paused.Store(true) // a is paused: its heartbeats stop reaching the database
 	waitOwner(t, b, runID, "b")
 	paused.Store(false)
-	close(gl.gate) // a wakes up
+	close(gs.gate) // a wakes up
 
 	fin := checkEvents(t, watchAll(t, other.client, runID))
 	if fin.GetResult().GetSynthesis() == "" {

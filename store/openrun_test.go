@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -84,5 +85,90 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 	}
 	if _, err := b.ledger.RunAccount(b.ctx, "r3"); !errors.Is(err, budget.ErrNotFound) {
 		t.Errorf("the refused run's account: %v, want budget.ErrNotFound", err)
+	}
+}
+
+// TestCloseRunIsOneWrite: CloseRun closes the ledger run, appends the
+// closing events and ends the run in one transaction (the run account, the
+// run's row and its last two events carry one xmin), with the result's total
+// the ledger's spend; an owner epoch the run has left writes nothing.
+func TestCloseRunIsOneWrite(t *testing.T) {
+	b := setup(t)
+	rs := store.NewRuns(b.pool)
+	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
+		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open,
+		func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := b.ledger.BeginAttempt(b.ctx, accounts.Tasks["a"], "r1", "ten")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: accounts.Tasks["a"], RunID: "r1", TenantID: "ten",
+		Attempt: att.N, Secret: att.Secret, Want: 100, Min: 10, Holder: "w", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.Settle(b.ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation,
+		Actual: 70, Secret: att.Secret}); err != nil {
+		t.Fatal(err)
+	}
+
+	closing := func(a budget.Account) []*fanoutv1.RunEvent {
+		return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{
+			Budget: &fanoutv1.BudgetSnapshot{SpentTokens: a.Spent}}}}}
+	}
+	// A stale owner epoch: refused, nothing written.
+	_, _, _, err = rs.CloseRun(b.ctx, "r1", "node1", 3, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
+		&fanoutv1.JoinedResult{}, closing)
+	if !errors.Is(err, budget.ErrDenied) {
+		t.Errorf("close with a stale epoch: %v, want budget.ErrDenied", err)
+	}
+	if a, err := b.ledger.RunAccount(b.ctx, "r1"); err != nil || a.State != budget.StateOpen {
+		t.Errorf("after a refused close the run account is %v (%v), want open", a.State, err)
+	}
+
+	result := &fanoutv1.JoinedResult{}
+	run, acct, ended, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", result, closing)
+	if err != nil || !ended || acct == nil || acct.State != budget.StateClosed || acct.Spent != 70 {
+		t.Fatalf("close: ended %v, account %+v, err %v; want ended, closed with 70 spent", ended, acct, err)
+	}
+	if run.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || run.GetResult().GetTotalTokens() != 70 || result.GetTotalTokens() != 70 {
+		t.Errorf("closed run %s, total %d (result %d); want SUCCEEDED, 70", run.GetState(), run.GetResult().GetTotalTokens(),
+			result.GetTotalTokens())
+	}
+	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10)
+	if err != nil || len(evs) != 2 || evs[0].GetBudgetUpdate().GetBudget().GetSpentTokens() != 70 || evs[1].GetRunFinished() == nil {
+		t.Fatalf("events %v (%v): want BudgetUpdate (70 spent) then RunFinished", evs, err)
+	}
+	var xmins []string
+	rows, err := b.pool.Query(b.ctx, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
+		UNION SELECT xmin::text FROM fanout.account WHERE run_id = 'r1' AND kind = 'run'
+		UNION SELECT xmin::text FROM fanout.run_event WHERE run_id = 'r1'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var x string
+		if err := rows.Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		xmins = append(xmins, x)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(xmins) != 1 {
+		t.Errorf("run account close, events and run end written by transactions %v: want one", xmins)
+	}
+	// Again (a retry): nothing more.
+	if _, _, ended, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
+		&fanoutv1.JoinedResult{}, closing); err != nil || ended {
+		t.Errorf("close again: ended %v, %v; want not ended, no error", ended, err)
+	}
+	if evs, _ := rs.Events(b.ctx, "ten", "r1", 0, 10); len(evs) != 2 {
+		t.Errorf("close again appended: %d events, want 2", len(evs))
 	}
 }
