@@ -81,24 +81,41 @@ func newForecaster(p *plan, limit, held int64) *forecaster {
 
 // forecast is what task i is forecast to cost, and on what it rests.
 func (f *forecaster) forecast(i int) (int64, string) {
+	n := f.need(i)
+	switch {
+	case f.answered > 0 && (f.caps[i] == 0 || f.caps[i] >= f.average()):
+		return n, fmt.Sprintf("the average need of the %d tasks that ran to an answer", f.answered)
+	case f.answered > 0:
+		return n, "its token_budget"
+	case f.caps[i] > 0:
+		return n, "its token_budget (no task has answered yet)"
+	}
+	return n, "an even share of the run's budget (no task has answered yet)"
+}
+
+// need is forecast's figure alone: it is asked for every task in flight
+// at every admission and iteration, so it builds no text.
+func (f *forecaster) need(i int) int64 {
 	var n int64
-	var basis string
 	switch {
 	case f.answered > 0:
-		n = (f.cost + f.answered - 1) / f.answered
-		basis = fmt.Sprintf("the average need of the %d tasks that ran to an answer", f.answered)
+		n = f.average()
 		if c := f.caps[i]; c > 0 && c < n {
-			n, basis = c, "its token_budget"
+			n = c
 		}
 	case f.caps[i] > 0:
-		n, basis = f.caps[i], "its token_budget (no task has answered yet)"
+		n = f.caps[i]
 	default:
-		n, basis = f.share, "an even share of the run's budget (no task has answered yet)"
+		n = f.share
 	}
 	// No task needs more than the run lets its tasks claim, nor less than
 	// one minimal grant.
-	return max(min(n, f.budget), f.min), basis
+	return max(min(n, f.budget), f.min)
 }
+
+// average is the average need of the tasks that ran to an answer (at
+// least one has).
+func (f *forecaster) average() int64 { return (f.cost + f.answered - 1) / f.answered }
 
 // left is what the tasks may still spend, by what the forecaster knows.
 func (f *forecaster) left() int64 {
@@ -113,7 +130,7 @@ func (f *forecaster) left() int64 {
 func (f *forecaster) committed() int64 {
 	var n int64
 	for i, t := range f.flight {
-		now, _ := f.forecast(i) // as the run's history says now
+		now := f.need(i) // as the run's history says now
 		// At least its next call: a task past its forecast still runs.
 		n += max(t.last, min(now, t.forecast)-t.spent)
 	}
@@ -180,7 +197,7 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 		}
 		after := next
 		if f.answered > 0 {
-			now, _ := f.forecast(j)
+			now := f.need(j)
 			after = max(0, min(now, t.forecast)-t.spent-next)
 		}
 		need += next + after

@@ -72,8 +72,9 @@ type RunStore interface {
 	// budget.StateClosed, with owner epoch epoch), sets result's
 	// TotalTokens to the closed account's spend and appends the events
 	// closed returns, given that account, before the RunFinished. It
-	// returns the closed account (nil for a run without accounts, when
-	// closed is not called). A run that changed hands since epoch is a
+	// returns the run's row (state, cause and times, not its tasks) and
+	// the closed account (nil for a run without accounts, when closed is
+	// not called). A run that changed hands since epoch is a
 	// budget.DeniedError, and nothing is written.
 	CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
 		result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (

@@ -135,9 +135,11 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	if err != nil || !ended || acct == nil || acct.State != budget.StateClosed || acct.Spent != 70 {
 		t.Fatalf("close: ended %v, account %+v, err %v; want ended, closed with 70 spent", ended, acct, err)
 	}
-	if run.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || run.GetResult().GetTotalTokens() != 70 || result.GetTotalTokens() != 70 {
-		t.Errorf("closed run %s, total %d (result %d); want SUCCEEDED, 70", run.GetState(), run.GetResult().GetTotalTokens(),
-			result.GetTotalTokens())
+	if run.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || run.GetFinishedAt() == nil || result.GetTotalTokens() != 70 {
+		t.Errorf("closed run %v, result total %d; want SUCCEEDED with its end time, 70", run, result.GetTotalTokens())
+	}
+	if stored, err := rs.GetRun(b.ctx, "ten", "r1"); err != nil || stored.GetResult().GetTotalTokens() != 70 {
+		t.Errorf("stored result total %d (%v), want 70", stored.GetResult().GetTotalTokens(), err)
 	}
 	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10)
 	if err != nil || len(evs) != 2 || evs[0].GetBudgetUpdate().GetBudget().GetSpentTokens() != 70 || evs[1].GetRunFinished() == nil {

@@ -1034,8 +1034,9 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 // spend and appends the events closed returns, given that account, before
 // the RunFinished: the run's close, its last budget view and its end cost
 // one commit, and the end is never durable before the ledger's close. It
-// returns the closed account, or nil for a run without ledger accounts
-// (then closed is not called). If the run changed hands since epoch (its
+// returns the run's row (its state, cause and times, without its tasks)
+// and the closed account, or nil for a run without ledger accounts (then
+// closed is not called). If the run changed hands since epoch (its
 // owner epoch) it writes nothing and returns a budget.DeniedError.
 func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (
@@ -1071,8 +1072,18 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("close run %s: %w", runID, err)
 	}
-	run, err = s.ReadRun(ctx, runID)
-	return run, acct, err == nil && ended, err
+	// Its row, not its tasks: reading back a wide run's outcomes would
+	// delay its end for nothing.
+	r, err := s.q.RunEnd(ctx, s.pool, runID)
+	if err != nil {
+		return nil, acct, false, fmt.Errorf("close run %s: read its end: %w", runID, err)
+	}
+	st, err := runs.ParseState(r.State)
+	if err != nil {
+		return nil, acct, false, fmt.Errorf("close run %s: stored state: %w", runID, err)
+	}
+	return &fanoutv1.Run{RunId: runID, State: st, CancelCause: r.CancelCause, CreatedAt: timestamppb.New(r.CreatedAt),
+		FinishedAt: timestamp(r.FinishedAt)}, acct, ended, nil
 }
 
 // finishRun is one try of FinishRun's write, with db (the pool, or

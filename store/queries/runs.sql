@@ -3,6 +3,11 @@ SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, la
 FROM run
 WHERE run_id = @run_id AND (@tenant_id::text = '' OR tenant_id = @tenant_id);
 
+-- name: RunEnd :one
+SELECT state, cancel_cause, created_at, finished_at
+FROM run
+WHERE run_id = @run_id;
+
 -- name: RunByKey :one
 SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at
 FROM run

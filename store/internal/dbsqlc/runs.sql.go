@@ -341,6 +341,31 @@ func (q *Queries) RunByKey(ctx context.Context, db DBTX, arg RunByKeyParams) (Ru
 	return i, err
 }
 
+const runEnd = `-- name: RunEnd :one
+SELECT state, cancel_cause, created_at, finished_at
+FROM run
+WHERE run_id = $1
+`
+
+type RunEndRow struct {
+	State       string
+	CancelCause string
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+}
+
+func (q *Queries) RunEnd(ctx context.Context, db DBTX, runID string) (RunEndRow, error) {
+	row := db.QueryRow(ctx, runEnd, runID)
+	var i RunEndRow
+	err := row.Scan(
+		&i.State,
+		&i.CancelCause,
+		&i.CreatedAt,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
 const runIDByKey = `-- name: RunIDByKey :one
 SELECT run_id FROM run WHERE tenant_id = $1 AND idempotency_key = $2
 `
