@@ -1138,9 +1138,9 @@ CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void
 REVOKE EXECUTE ON FUNCTION fanout.ledger_resolved(fanout.reservation) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_result_of(p_outcome text, r fanout.reservation) RETURNS fanout.ledger_result
-    LANGUAGE sql IMMUTABLE
+    LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 4 lines, sha256 4cdb439c6a69
+    -- body: 6 lines, sha256 8898a492863f
 REVOKE EXECUTE ON FUNCTION fanout.ledger_result_of(text,fanout.reservation) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_roll_period(t fanout.account) RETURNS fanout.account
