@@ -141,6 +141,11 @@ type TaskBudget struct {
 type RunAccounts struct {
 	Run   Account
 	Tasks map[string]AccountID // by task id
+	// Attempts are the first attempts begun with the run, by task id: a
+	// run store that opens a run's accounts may begin its first
+	// dispatches in the same write (orchestrator.RunStore.OpenRun).
+	// Ledger.OpenRun begins none.
+	Attempts map[string]Attempt
 }
 
 // Attempt is a dispatch of a task (or of a run's synthesis) the ledger

@@ -37,7 +37,11 @@ func TestDispatchRetriesATransientAttemptError(t *testing.T) {
 		flaky.Ledger = p.Ledger
 		p.Ledger = flaky
 	}, w)
-	fin := checkEvents(t, runStream(t, n.client, spec("flaky", 1, 1_000_000)))
+	// Two tasks, one at a time: the first's attempt is begun with the run,
+	// the second's by its dispatch, which hits the error.
+	s := spec("flaky", 2, 1_000_000)
+	s.Limits = &fanoutv1.Limits{MaxConcurrency: 1}
+	fin := checkEvents(t, runStream(t, n.client, s))
 	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		t.Errorf("run ended %s (%s), want SUCCEEDED after the retried attempt", fin.GetState(), fin.GetCancelCause())
 	}
@@ -49,4 +53,56 @@ func TestDispatchRetriesATransientAttemptError(t *testing.T) {
 	if got := flaky.n.Load(); got < 2 {
 		t.Errorf("BeginAttempt called %d times, want the failed call retried", got)
 	}
+}
+
+// countingBegin counts BeginAttempt calls.
+type countingBegin struct {
+	budget.Ledger
+	n atomic.Int32
+}
+
+func (c *countingBegin) BeginAttempt(ctx context.Context, a budget.AccountID, run, tenant string) (budget.Attempt, error) {
+	c.n.Add(1)
+	return c.Ledger.BeginAttempt(ctx, a, run, tenant)
+}
+
+// TestFirstAttemptsBegunWithTheRun: the tasks that can start when a run is
+// created (its first wave, up to its concurrency) have their first attempt
+// begun in the write that creates the run; only the others, dispatched
+// later, begin one each. Every task reserves with the attempt it was given.
+func TestFirstAttemptsBegunWithTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w1", llm.SimConfig{}, 8)
+	counting := &countingBegin{}
+	n := b.orchestratorWith(t, "o1", orchestrator.Config{}, func(p *orchestrator.EngineParams) {
+		counting.Ledger = p.Ledger
+		p.Ledger = counting
+	}, w)
+	s := spec("begun", 5, 1_000_000)
+	s.Limits = &fanoutv1.Limits{MaxConcurrency: 3}
+	fin := checkEvents(t, runStream(t, n.client, s))
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("run ended %s (%s), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	for _, o := range fin.GetResult().GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetTokensSpent() == 0 {
+			t.Errorf("task %s: %s, %d tokens (%q), want SUCCEEDED with spend", o.GetTaskId(), o.GetStatus(),
+				o.GetTokensSpent(), o.GetSummary().GetError())
+		}
+	}
+	if got := counting.n.Load(); got != 2 {
+		t.Errorf("BeginAttempt called %d times, want 2: the 3 tasks of the first wave began theirs with the run", got)
+	}
+	var attempts []int64
+	if err := b.pool.QueryRow(t.Context(), `SELECT array_agg(attempt ORDER BY task_id) FROM account
+		WHERE run_id = (SELECT run_id FROM run WHERE idempotency_key = 'begun') AND kind = 'task'`).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range attempts {
+		if a != 1 {
+			t.Errorf("task %d's account is at attempt %d, want 1 (one dispatch each)", i, a)
+		}
+	}
+	b.checkLedger(t)
 }

@@ -81,6 +81,9 @@ type dispatch struct {
 
 	workers  *WorkerPool
 	ledger   budget.Ledger // BeginAttempt, once per try
+	// begun, if set, is the attempt begun for the first try already (with
+	// the run: RunAccounts.Attempts); later tries begin their own.
+	begun *budget.Attempt
 	sign     func(*fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error)
 	progress progress
 	// awaitLease returns nil once the run's lease is held, else why it is
@@ -128,7 +131,7 @@ func (c *dispatch) run(ctx context.Context) *fanoutv1.TaskOutcome {
 		}
 		w, _ := pool.Connected(next)
 		r := proto.CloneOf(req)
-		a, err := c.beginAttempt(ctx, budget.AccountID(req.GetTaskAccountId()))
+		a, err := c.attempt(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return c.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
@@ -206,6 +209,16 @@ func (e *Engine) envelope(d *fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error
 		return nil, fmt.Errorf("encode dispatch of task %s: %w", d.GetTask().GetId(), err)
 	}
 	return &fanoutv1.ExecuteRequest{Dispatch: b, Signature: e.signer.SignDispatch(b), KeyId: e.signer.KeyID()}, nil
+}
+
+// attempt is this try's attempt: the one begun with the run for the first
+// try, if there is one, else a new one (beginAttempt).
+func (c *dispatch) attempt(ctx context.Context) (budget.Attempt, error) {
+	if a := c.begun; a != nil {
+		c.begun = nil
+		return *a, nil
+	}
+	return c.beginAttempt(ctx, budget.AccountID(c.req.GetTaskAccountId()))
 }
 
 // beginAttempt records a new dispatch of the task (or synthesis) whose

@@ -53,6 +53,9 @@ type driver struct {
 	// queued: the first wave's TaskQueued events were written with the
 	// run (Engine.Submit), not by the driver.
 	queued bool
+	// begun are the attempts begun with the run (RunAccounts.Attempts), by
+	// task index: each task's first try takes its own, once.
+	begun map[int]budget.Attempt
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out
@@ -67,6 +70,14 @@ func newDriver(e *Engine, p *plan, runID string, accounts budget.RunAccounts, ar
 	d := &driver{e: e, p: p, runID: runID, accounts: accounts, ar: ar, span: span,
 		sched: newScheduler(p.deps), outcomes: make([]*fanoutv1.TaskOutcome, n),
 		results: make(chan taskResult, n), drain: make(chan struct{})}
+	for i, t := range p.spec.GetTasks() {
+		if a, ok := accounts.Attempts[t.GetId()]; ok {
+			if d.begun == nil {
+				d.begun = map[int]budget.Attempt{}
+			}
+			d.begun[i] = a
+		}
+	}
 	if p.spec.GetBudget().GetAdmission() != fanoutv1.AdmissionPolicy_ADMISSION_POLICY_GREEDY {
 		d.fc = newForecaster(p, accounts.Run.Limit, accounts.Run.Held)
 	}
@@ -166,11 +177,17 @@ func (d *driver) startReady(runCtx context.Context) {
 		d.sched.Next()
 		req := d.request(runCtx, i)
 		w := d.e.workers.Next() // here, so that round-robin follows dispatch order
+		begun, ok := d.begun[i]
+		delete(d.begun, i)
 		d.running++
 		d.tasks.Add(1)
 		go func() {
 			defer d.tasks.Done()
-			d.results <- taskResult{index: i, outcome: d.runTask(runCtx, i, w, req)}
+			var a *budget.Attempt
+			if ok {
+				a = &begun
+			}
+			d.results <- taskResult{index: i, outcome: d.runTask(runCtx, i, w, req, a)}
 		}()
 	}
 }
@@ -496,12 +513,15 @@ func (d *driver) request(runCtx context.Context, i int) *fanoutv1.Dispatch {
 
 // runTask dispatches task i (to first, then others while they refuse it),
 // persists its outcome and reports the run's budget.
-func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanoutv1.Dispatch) *fanoutv1.TaskOutcome {
+func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanoutv1.Dispatch,
+	begun *budget.Attempt) *fanoutv1.TaskOutcome {
 	taskCtx, cancel := context.WithTimeoutCause(runCtx, req.GetTask().GetTimeout().AsDuration(), errTaskTimeout)
 	defer cancel()
 
 	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
-		return d.newDispatch(first, req, taskProgress{d: d, index: i, taskID: req.GetTask().GetId()}).run(ctx)
+		c := d.newDispatch(first, req, taskProgress{d: d, index: i, taskID: req.GetTask().GetId()})
+		c.begun = begun
+		return c.run(ctx)
 	})
 	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)
 	o.ForecastTokens = d.fc.forecastOf(i)

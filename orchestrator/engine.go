@@ -174,11 +174,16 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	// Once the run row exists, finish creating it even if the caller leaves.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	// The run, its ledger accounts, its RunStarted and its first wave's
-	// TaskQueued: one write.
+	// The run, its ledger accounts, its RunStarted, its first wave's
+	// TaskQueued and the attempts of the tasks that can start at once: one
+	// write.
 	runID := newRunID()
 	ready := newScheduler(p.deps).Ready()
-	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p),
+	var begin []string
+	for _, i := range ready[:min(len(ready), p.concurrency)] {
+		begin = append(begin, p.spec.GetTasks()[i].GetId())
+	}
+	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p), begin,
 		func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent {
 			stored.Budget = snapshot(accounts.Run)
 			return append([]*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: stored}}}},

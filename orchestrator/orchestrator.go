@@ -30,8 +30,10 @@ type RunStore interface {
 	// accounts, as its first events. If the tenant already has a run with
 	// the same idempotency key it writes nothing and returns that run,
 	// created false, without accounts. A refusal of the ledger writes
-	// nothing.
-	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
+	// nothing. It also begins (budget.Ledger.BeginAttempt) the first attempt
+	// of each task named in begin, returned in accounts.Attempts (which
+	// may lack some: their dispatch begins its own).
+	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, begin []string,
 		first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
 		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
 	// GetRun returns a run of the tenant and its tasks' outcomes in dispatch order.

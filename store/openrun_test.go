@@ -32,12 +32,18 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 			{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "a"}}},
 		}
 	}
-	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, first)
+	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, []string{"b"}, first)
 	if err != nil || !created || asked != 1 {
 		t.Fatalf("open: %v, created %v, first asked %d times", err, created, asked)
 	}
 	if run.GetRunId() != "r1" || run.GetCreatedAt() == nil || accounts.Run.ID == 0 || accounts.Tasks["b"] == 0 {
 		t.Errorf("opened run %v, accounts %+v", run, accounts)
+	}
+	// b's first attempt was begun with the run: it reserves with it, and
+	// only b's.
+	begun, ok := accounts.Attempts["b"]
+	if len(accounts.Attempts) != 1 || !ok || begun.N != 1 || begun.Secret == "" {
+		t.Fatalf("attempts begun with the run: %+v, want b's first", accounts.Attempts)
 	}
 	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10)
 	if err != nil || len(evs) != 2 || evs[0].GetRunStarted() == nil || evs[1].GetTaskQueued().GetTaskId() != "a" ||
@@ -47,7 +53,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 	var xmins []string
 	rows, err := b.pool.Query(b.ctx, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
 		UNION SELECT xmin::text FROM fanout.task WHERE run_id = 'r1'
-		UNION SELECT xmin::text FROM fanout.account WHERE run_id = 'r1'
+		UNION SELECT xmin::text FROM fanout.account WHERE run_id = 'r1' AND (kind = 'run' OR task_id IN ('a', 'b'))
 		UNION SELECT xmin::text FROM fanout.run_event WHERE run_id = 'r1'`)
 	if err != nil {
 		t.Fatal(err)
@@ -65,10 +71,18 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 	if len(xmins) != 1 {
 		t.Errorf("run, tasks, accounts and events written by transactions %v: want one", xmins)
 	}
+	if _, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: accounts.Tasks["b"], RunID: "r1", TenantID: "ten",
+		Attempt: begun.N, Secret: begun.Secret, Want: 100, Min: 10, Holder: "w", TTL: time.Minute}); err != nil {
+		t.Errorf("reserve with the attempt begun with the run: %v", err)
+	}
+	if _, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: accounts.Tasks["a"], RunID: "r1", TenantID: "ten",
+		Attempt: 1, Secret: begun.Secret, Want: 100, Min: 10, Holder: "w", TTL: time.Minute}); !errors.Is(err, budget.ErrDenied) {
+		t.Errorf("reserve on a, which has no attempt, with b's secret: %v, want budget.ErrDenied", err)
+	}
 
 	again, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r2", "ten", "k", "a", "b"), "node2",
 		budget.OpenRunParams{RunID: "r2", TenantID: "ten", Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, first)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, []string{"a"}, first)
 	if err != nil || created || again.GetRunId() != "r1" || accounts.Run.ID != 0 || asked != 1 {
 		t.Errorf("same key: run %s, created %v, accounts %+v, err %v, first asked %d times; want r1, false, none, 1",
 			again.GetRunId(), created, accounts, err, asked)
@@ -76,7 +90,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 
 	_, _, _, err = rs.OpenRun(b.ctx, draftRun("r3", "ten", "k3", "a"), "node1",
 		budget.OpenRunParams{RunID: "r3", TenantID: "ten", TenantAccount: 1 << 40, Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, first)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, nil, first)
 	if !errors.Is(err, budget.ErrNotFound) {
 		t.Errorf("unknown tenant account: %v, want budget.ErrNotFound", err)
 	}
@@ -97,15 +111,12 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	rs := store.NewRuns(b.pool)
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
-	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open,
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open, []string{"a"},
 		func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := b.ledger.BeginAttempt(b.ctx, accounts.Tasks["a"], "r1", "ten")
-	if err != nil {
-		t.Fatal(err)
-	}
+	att := accounts.Attempts["a"]
 	r, err := b.ledger.Reserve(b.ctx, budget.ReserveParams{Account: accounts.Tasks["a"], RunID: "r1", TenantID: "ten",
 		Attempt: att.N, Secret: att.Secret, Want: 100, Min: 10, Holder: "w", TTL: time.Minute})
 	if err != nil {

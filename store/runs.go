@@ -134,11 +134,13 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 // Ledger.OpenRun does) and appends the events first returns, given the run
 // as stored and its accounts, as the run's first events. A run is never
 // stored without its accounts and its first events, and the three cost one
-// commit. A run the tenant already has under run's idempotency key is
+// commit. It also begins the first attempt of each task named in begin
+// (accounts.Attempts), so that the run's first dispatches cost no write of
+// their own. A run the tenant already has under run's idempotency key is
 // returned as CreateRun returns it (created false, no accounts); a refusal
 // of the ledger writes nothing (budget.ErrNotFound for an unknown tenant
 // account, a budget.ValidationError for one that cannot hold the run).
-func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
+func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, begin []string,
 	first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
 	stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error) {
 	if open.RunID != run.GetRunId() || open.TenantID != run.GetTenantId() {
@@ -167,6 +169,9 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 			if accounts, err = openRunIn(ctx, s.q, tx, open); err != nil {
 				return openRunError(open, err)
 			}
+			if accounts.Attempts, err = beginAttempts(ctx, tx, open, accounts, begin); err != nil {
+				return err
+			}
 			stored = proto.CloneOf(run)
 			stored.CreatedAt = timestamppb.New(createdAt)
 			return appendInTx(ctx, tx, run.GetRunId(), "first events", first(proto.CloneOf(stored), accounts))
@@ -189,6 +194,50 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 		return stored, accounts, err == nil, err
 	}
 	return stored, accounts, true, nil
+}
+
+// beginAttemptsSQL begins the first attempt of each of a new run's task
+// accounts ($1, ascending) in one statement.
+const beginAttemptsSQL = `SELECT account_id, outcome, attempt, secret FROM ledger_begin_attempts($1, $2, $3)`
+
+// beginAttempts begins, in tx, the first attempt of each of the tasks
+// named in begin (of the run open opened as accounts), and returns them by
+// task id. An account the ledger refuses (none of a run just opened is)
+// gets none: its dispatch begins one, and hears why.
+func beginAttempts(ctx context.Context, tx pgx.Tx, open budget.OpenRunParams, accounts budget.RunAccounts,
+	begin []string) (map[string]budget.Attempt, error) {
+	if len(begin) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(begin))
+	task := make(map[int64]string, len(begin))
+	for _, t := range begin {
+		id, ok := accounts.Tasks[t]
+		if !ok {
+			return nil, fmt.Errorf("begin attempts of run %s: no task %q", open.RunID, t)
+		}
+		ids = append(ids, int64(id))
+		task[int64(id)] = t
+	}
+	slices.Sort(ids) // the lock order of the ledger's batches
+	rows, err := tx.Query(ctx, beginAttemptsSQL, ids, open.RunID, open.TenantID)
+	if err != nil {
+		return nil, fmt.Errorf("begin attempts of run %s: %w", open.RunID, err)
+	}
+	out := make(map[string]budget.Attempt, len(begin))
+	var id, n int64
+	var outcome string
+	var secret *string
+	_, err = pgx.ForEachRow(rows, []any{&id, &outcome, &n, &secret}, func() error {
+		if outcome == "ok" && secret != nil {
+			out[task[id]] = budget.Attempt{N: n, Secret: *secret}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("begin attempts of run %s: %w", open.RunID, err)
+	}
+	return out, nil
 }
 
 // runArgs are a new run's columns as CreateRun writes them.
