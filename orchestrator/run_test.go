@@ -529,5 +529,17 @@ func TestTasksGoElsewhereWhenAWorkerRefuses(t *testing.T) {
 	if byWorker["live"] == 0 || byWorker["full"] > 3 || len(byWorker) > 2 {
 		t.Errorf("tasks by worker %v: want them on live (and at most a few on full), none on the dead address", byWorker)
 	}
+	// A try sent elsewhere is a new attempt (fencing the one refused),
+	// also after a first attempt begun with the run: full, which runs one
+	// subagent at a time, refused at least one of the tasks sent to it at once.
+	var retried int
+	if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM account
+		WHERE run_id = (SELECT run_id FROM run WHERE idempotency_key = 'elsewhere') AND kind = 'task' AND attempt > 1`).
+		Scan(&retried); err != nil {
+		t.Fatal(err)
+	}
+	if retried == 0 {
+		t.Error("no task account is past its first attempt: a try sent elsewhere must begin a new one")
+	}
 	b.checkLedger(t)
 }
