@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // TestOpenRunIsOneWrite: OpenRun stores the run, opens its ledger accounts
@@ -183,5 +185,88 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	}
 	if evs, _ := rs.Events(b.ctx, "ten", "r1", 0, 10); len(evs) != 2 {
 		t.Errorf("close again appended: %d events, want 2", len(evs))
+	}
+}
+
+// TestBeginAttemptsAnswersAsBeginAttempt: ledger_begin_attempts begins the
+// open task accounts of an open run in one statement, each with its own
+// secret, and answers every other account as ledger_begin_attempt would;
+// once the run is cancelled it begins none; accounts named twice are refused.
+func TestBeginAttemptsAnswersAsBeginAttempt(t *testing.T) {
+	b := setup(t)
+	open := func(id string, tasks ...string) budget.RunAccounts {
+		t.Helper()
+		p := budget.OpenRunParams{RunID: id, TenantID: "tenant-a", Limit: 1000, MinReservation: 10}
+		for _, task := range tasks {
+			p.Tasks = append(p.Tasks, budget.TaskBudget{TaskID: task, Limit: 100})
+		}
+		ra, err := b.ledger.OpenRun(b.ctx, p) // no attempt begun
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ra
+	}
+	r1, r2 := open("r1", "t0", "t1", "t2"), open("r2", "t0")
+	type row struct {
+		outcome string
+		attempt int64
+		secret  *string
+	}
+	begin := func(ids ...int64) map[int64]row {
+		t.Helper()
+		out := map[int64]row{}
+		rows, err := b.pool.Query(b.ctx, `SELECT account_id, outcome, attempt, secret FROM ledger_begin_attempts($1, 'r1', 'tenant-a')`, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			var r row
+			if err := rows.Scan(&id, &r.outcome, &r.attempt, &r.secret); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = r
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	t0, t1, other := int64(r1.Tasks["t0"]), int64(r1.Tasks["t1"]), int64(r2.Tasks["t0"])
+	got := begin(t1, t0, other, 1<<40)
+	if len(got) != 4 || got[t0].outcome != "ok" || got[t0].attempt != 1 || got[t1].outcome != "ok" ||
+		got[t0].secret == nil || got[t1].secret == nil || *got[t0].secret == *got[t1].secret ||
+		got[other].outcome != "denied" || got[1<<40].outcome != "not_found" {
+		t.Fatalf("begin t1, t0, another run's task, an unknown account: %+v", got)
+	}
+	// Each secret is its own account's: a worker's login holding t0's
+	// reserves on t0, not on t1.
+	pool, err := store.OpenPool(b.ctx, storetest.WorkerURL(t, b.url), store.PoolConfig{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	worker := store.NewLedger(pool)
+	if _, err := worker.Reserve(b.ctx, budget.ReserveParams{Account: r1.Tasks["t0"], RunID: "r1", TenantID: "tenant-a",
+		Attempt: 1, Secret: *got[t0].secret, Want: 50, Min: 10, Holder: "w", TTL: time.Minute}); err != nil {
+		t.Errorf("reserve on t0 with its secret: %v", err)
+	}
+	if _, err := worker.Reserve(b.ctx, budget.ReserveParams{Account: r1.Tasks["t1"], RunID: "r1", TenantID: "tenant-a",
+		Attempt: 1, Secret: *got[t0].secret, Want: 50, Min: 10, Holder: "w", TTL: time.Minute}); !errors.Is(err, budget.ErrDenied) {
+		t.Errorf("reserve on t1 with t0's secret: %v, want budget.ErrDenied", err)
+	}
+	// Again: attempt 2, fencing the first.
+	if again := begin(t0); again[t0].outcome != "ok" || again[t0].attempt != 2 {
+		t.Errorf("begin t0 again: %+v, want attempt 2", again)
+	}
+	if _, err := b.pool.Exec(b.ctx, `SELECT ledger_begin_attempts(ARRAY[$1, $1]::bigint[], 'r1', 'tenant-a')`, t0); err == nil ||
+		!strings.Contains(err.Error(), "not distinct") {
+		t.Errorf("an account named twice: %v, want refused as not distinct", err)
+	}
+	if _, err := b.ledger.CancelRun(b.ctx, "r1", "cancelled by caller"); err != nil {
+		t.Fatal(err)
+	}
+	if got := begin(int64(r1.Tasks["t2"])); got[int64(r1.Tasks["t2"])].outcome != "exhausted" || got[int64(r1.Tasks["t2"])].secret != nil {
+		t.Errorf("begin on a cancelled run: %+v, want exhausted without a secret", got)
 	}
 }
