@@ -79,11 +79,11 @@ type dispatch struct {
 	req   *fanoutv1.Dispatch // its Attempt and AttemptSecret are set per try
 	first Worker             // the worker in turn; the first connected one after it takes the first try
 
-	workers  *WorkerPool
-	ledger   budget.Ledger // BeginAttempt, once per try
+	workers *WorkerPool
+	ledger  budget.Ledger // BeginAttempt, once per try
 	// begun, if set, is the attempt begun for the first try already (with
 	// the run: RunAccounts.Attempts); later tries begin their own.
-	begun *budget.Attempt
+	begun    *budget.Attempt
 	sign     func(*fanoutv1.Dispatch) (*fanoutv1.ExecuteRequest, error)
 	progress progress
 	// awaitLease returns nil once the run's lease is held, else why it is
