@@ -1013,7 +1013,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) TO fanou
 CREATE FUNCTION fanout.ledger_begin_attempts(p_accounts bigint[], p_run text, p_tenant text) RETURNS TABLE(account_id bigint, outcome text, attempt bigint, info_kind text, info_state text, secret text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 48 lines, sha256 e8a9d437211e
+    -- body: 56 lines, sha256 be537f39ca86
 REVOKE EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) TO fanout_app;
 

@@ -99,6 +99,9 @@ func TestFirstAttemptsBegunWithTheRun(t *testing.T) {
 		WHERE run_id = (SELECT run_id FROM run WHERE idempotency_key = 'begun') AND kind = 'task'`).Scan(&attempts); err != nil {
 		t.Fatal(err)
 	}
+	if len(attempts) != 5 {
+		t.Fatalf("task accounts' attempts %v, want 5", attempts)
+	}
 	for i, a := range attempts {
 		if a != 1 {
 			t.Errorf("task %d's account is at attempt %d, want 1 (one dispatch each)", i, a)

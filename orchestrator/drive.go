@@ -520,7 +520,11 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 
 	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
 		c := d.newDispatch(first, req, taskProgress{d: d, index: i, taskID: req.GetTask().GetId()})
-		c.begun = begun
+		if !d.stopping(runCtx) {
+			// Not once the run was told to stop while this task waited (for
+			// a tenant slot): its dispatch asks the ledger, which says why.
+			c.begun = begun
+		}
 		return c.run(ctx)
 	})
 	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)

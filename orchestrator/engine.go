@@ -294,10 +294,14 @@ func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts
 	if e.closing {
 		e.mu.Unlock()
 		cancelRun(errShutdown)
-		e.finishRun(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error(), join(run.GetTasks()))
-		if _, err := e.ledger.CloseRun(ctx, runID); err != nil {
-			e.cfg.Logger.ErrorContext(ctx, "close ledger run", "run_id", runID, "err", err)
-		}
+		// Its ledger run closed and its end in one write, as endRun does (a
+		// run this engine just created has changed hands 0 times).
+		stored, _, ended, err := e.store.CloseRun(ctx, runID, e.cfg.Node, 0, fanoutv1.RunState_RUN_STATE_CANCELLED,
+			errShutdown.Error(), join(run.GetTasks()), func(acct budget.Account) []*fanoutv1.RunEvent {
+				return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{
+					BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}}}
+			})
+		e.finished(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, stored, ended, err)
 		endRunSpan(span, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error(), errShutdown, nil, nil)
 		return ErrShuttingDown
 	}

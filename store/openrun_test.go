@@ -259,9 +259,17 @@ func TestBeginAttemptsAnswersAsBeginAttempt(t *testing.T) {
 	if again := begin(t0); again[t0].outcome != "ok" || again[t0].attempt != 2 {
 		t.Errorf("begin t0 again: %+v, want attempt 2", again)
 	}
-	if _, err := b.pool.Exec(b.ctx, `SELECT ledger_begin_attempts(ARRAY[$1, $1]::bigint[], 'r1', 'tenant-a')`, t0); err == nil ||
-		!strings.Contains(err.Error(), "not distinct") {
-		t.Errorf("an account named twice: %v, want refused as not distinct", err)
+	for _, bad := range []struct {
+		sql, want string
+	}{
+		{`SELECT ledger_begin_attempts(ARRAY[$1, $1]::bigint[], 'r1', 'tenant-a')`, "not distinct"},
+		{`SELECT ledger_begin_attempts(ARRAY[$1, NULL]::bigint[], 'r1', 'tenant-a')`, "include NULL"},
+		{`SELECT ledger_begin_attempts(ARRAY[$1, (SELECT account_id FROM account WHERE run_id = 'r1' AND kind = 'run')], 'r1', 'tenant-a')`,
+			"not a task's"},
+	} {
+		if _, err := b.pool.Exec(b.ctx, bad.sql, t0); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want refused (%s)", bad.sql, err, bad.want)
+		}
 	}
 	if _, err := b.ledger.CancelRun(b.ctx, "r1", "cancelled by caller"); err != nil {
 		t.Fatal(err)

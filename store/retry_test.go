@@ -276,6 +276,13 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 		}
 		return err
 	})
+	step("start task", commit, func() error {
+		o, err := rs.StartTask(ctx, "r1", "n", &fanoutv1.TaskStarted{TaskId: "a", Worker: "w1"})
+		if err == nil && o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_RUNNING {
+			err = fmt.Errorf("returned %v", o)
+		}
+		return err
+	})
 	step("finish task", bind, func() error {
 		o, err := rs.FinishTask(ctx, "r1", "n", &fanoutv1.TaskOutcome{TaskId: "a", Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED,
 			TokensSpent: 7, Worker: "w1"})
@@ -298,12 +305,43 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 		}
 		return err
 	})
-	var finished int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM run_event WHERE run_id = 'r1' AND event ? 'run_finished'`).Scan(&finished); err != nil {
-		t.Fatal(err)
-	}
-	if finished != 1 {
-		t.Errorf("%d RunFinished events, want 1", finished)
+	// A run opened, and closed, by writes whose replies were lost.
+	open := budget.OpenRunParams{RunID: "r2", TenantID: "ten", Limit: 1000, MinReservation: 10,
+		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 100}}}
+	step("open run", commit, func() error {
+		_, accounts, created, err := rs.OpenRun(ctx, draftRun("r2", "ten", "k2", "a"), "n", open, []string{"a"},
+			func(stored *fanoutv1.Run, _ budget.RunAccounts) []*fanoutv1.RunEvent {
+				return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: stored}}}}
+			})
+		switch {
+		case err == nil && !created:
+			err = errors.New("created false: it reports its own run as another's")
+		case err == nil && (accounts.Run.ID == 0 || accounts.Tasks["a"] == 0):
+			err = fmt.Errorf("returned accounts %+v, want the run's", accounts)
+		}
+		return err
+	})
+	step("close run", commit, func() error {
+		_, acct, ended, err := rs.CloseRun(ctx, "r2", "n", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{},
+			func(budget.Account) []*fanoutv1.RunEvent {
+				return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{}}}}
+			})
+		if err == nil && (!ended || acct == nil || acct.State != budget.StateClosed) {
+			err = fmt.Errorf("ended %v, account %+v: it reports its own end as another's", ended, acct)
+		}
+		return err
+	})
+	for _, c := range []struct {
+		run, kind string
+		want      int
+	}{{"r1", "task_started", 1}, {"r1", "run_finished", 1}, {"r2", "run_started", 1}, {"r2", "budget_update", 1}, {"r2", "run_finished", 1}} {
+		var n int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM run_event WHERE run_id = $1 AND event ? $2`, c.run, c.kind).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != c.want {
+			t.Errorf("run %s: %d %s events, want %d", c.run, n, c.kind, c.want)
+		}
 	}
 }
 

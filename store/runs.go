@@ -602,11 +602,21 @@ func (s *Runs) tasksOf(ctx context.Context, runIDs []string, outcomes bool) (map
 // that has already ended and runs.ErrNotOwner when another orchestrator
 // drives the run now.
 func (s *Runs) StartTask(ctx context.Context, runID, owner string, started *fanoutv1.TaskStarted) (*fanoutv1.TaskOutcome, error) {
-	// Idempotent: a task already RUNNING on this worker stays so, its
-	// started_at kept, and gets no second event (a try after an ambiguous
-	// commit finds it so).
-	return retry(ctx, s.log, "runs.start_task", idempotent, func(ctx context.Context, _ try) (*fanoutv1.TaskOutcome, error) {
-		op, err := s.starts.do(ctx, &startOp{runID: runID, owner: owner, started: started})
+	// Idempotent by its event's key: a task already RUNNING on this worker
+	// stays so, its started_at kept, and a try after an ambiguous commit
+	// that finds the event stored appends it no second time. Every other
+	// start is news, also a start on the worker a lost owner had started
+	// the task on.
+	key, skip := newEventKey(), false
+	return retry(ctx, s.log, "runs.start_task", idempotent, func(ctx context.Context, t try) (*fanoutv1.TaskOutcome, error) {
+		if t.ambiguous && !skip {
+			found, err := s.appended(ctx, &eventOp{runID: runID, keys: []string{key}})
+			if err != nil {
+				return nil, err
+			}
+			skip = found
+		}
+		op, err := s.starts.do(ctx, &startOp{runID: runID, owner: owner, started: started, key: key, stored: skip})
 		if err == nil {
 			err = op.err
 		}
@@ -615,45 +625,35 @@ func (s *Runs) StartTask(ctx context.Context, runID, owner string, started *fano
 }
 
 // startSQL marks one live task of a run that $4 drives RUNNING on worker
-// $3, and says whether that is news (fresh: it was not RUNNING on that
-// worker), which gets a TaskStarted event. The run row is locked for that
-// append (which updates it), as finishSQL does.
-const startSQL = `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $4 FOR NO KEY UPDATE),
-	was AS (SELECT status, worker FROM task
-	         WHERE run_id = $1 AND task_id = $2 AND status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
-	         FOR UPDATE)
+// $3. The run row is locked for the TaskStarted append that follows in
+// the same transaction (which updates it), as finishSQL does.
+const startSQL = `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $4 FOR NO KEY UPDATE)
 	UPDATE task t
 	SET status = 'RUNNING', worker = $3, started_at = coalesce(t.started_at, now())
-	FROM was
-	WHERE t.run_id = $1 AND t.task_id = $2
+	WHERE t.run_id = $1 AND t.task_id = $2 AND t.status IN ('PENDING', 'RUNNING') AND EXISTS (SELECT FROM owned)
 	RETURNING t.run_id, t.task_id, t.dispatch_index, t.status, t.outcome, t.tokens_spent, t.worker, t.started_at,
-	          t.finished_at, (was.status <> 'RUNNING' OR was.worker IS DISTINCT FROM $3) AS fresh`
-
-// startRow is what startSQL returns.
-type startRow struct {
-	taskRow
-	Fresh bool `db:"fresh"`
-}
+	          t.finished_at`
 
 // startOp is one StartTask call on its way through s.starts.
 type startOp struct {
 	runID, owner string
 	started      *fanoutv1.TaskStarted
+	key          string // its TaskStarted's event key
+	stored       bool   // its TaskStarted is stored (by a try whose reply was lost)
 	out          *fanoutv1.TaskOutcome // as stored
-	fresh        bool
 	err          error
 }
 
-// startTask starts one task and appends its TaskStarted if that is news,
+// startTask starts one task and appends its TaskStarted (unless stored),
 // in one transaction.
 func (s *Runs) startTask(ctx context.Context, op *startOp) (*fanoutv1.TaskOutcome, error) {
 	taskID := op.started.GetTaskId()
 	var out *fanoutv1.TaskOutcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, startSQL, op.runID, taskID, op.started.GetWorker(), op.owner)
-		var got []startRow
+		var got []taskRow
 		if err == nil {
-			got, err = pgx.CollectRows(rows, pgx.RowToStructByName[startRow])
+			got, err = pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
 		}
 		switch {
 		case err != nil:
@@ -664,10 +664,10 @@ func (s *Runs) startTask(ctx context.Context, op *startOp) (*fanoutv1.TaskOutcom
 		if out, err = got[0].outcome(); err != nil {
 			return err
 		}
-		if !got[0].Fresh {
+		if op.stored {
 			return nil
 		}
-		return appendStarted(ctx, tx, op.runID, []*fanoutv1.TaskStarted{op.started})
+		return appendStarted(ctx, tx, op.runID, []*startOp{op})
 	})
 	if err != nil {
 		return nil, err
@@ -675,20 +675,22 @@ func (s *Runs) startTask(ctx context.Context, op *startOp) (*fanoutv1.TaskOutcom
 	return out, nil
 }
 
-// appendStarted appends a TaskStarted event for each of started, in order,
-// within tx (appendSQL).
-func appendStarted(ctx context.Context, tx pgx.Tx, runID string, started []*fanoutv1.TaskStarted) error {
-	evs := make([]*fanoutv1.RunEvent, len(started))
-	for i, e := range started {
-		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: e}}
+// appendStarted appends the TaskStarted event of each of ops, in order and
+// under its key, within tx (appendSQL).
+func appendStarted(ctx context.Context, tx pgx.Tx, runID string, ops []*startOp) error {
+	evs := make([]*fanoutv1.RunEvent, len(ops))
+	keys := make([]string, len(ops))
+	for i, op := range ops {
+		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: op.started}}
+		keys[i] = op.key
 	}
-	return appendInTx(ctx, tx, runID, "TaskStarted", evs)
+	return appendKeyed(ctx, tx, runID, "TaskStarted", evs, keys)
 }
 
 // startBatch starts the tasks of a batch of StartTask calls in one
 // transaction of two round trips, as finishBatch ends them: every task's
 // UPDATE in one pgx batch, then one TaskStarted append per run for those
-// that are news, runs in id order. A call the batch did not start, and
+// not stored already, runs in id order. A call the batch did not start, and
 // every call of a batch that failed as a whole, is done again on its own,
 // which says why; a transient error fails every call instead.
 func (s *Runs) startBatch(ctx context.Context, batch []*pending[*startOp]) {
@@ -709,19 +711,18 @@ func (s *Runs) startBatch(ctx context.Context, batch []*pending[*startOp]) {
 		q := &pgx.Batch{}
 		for _, p := range batch {
 			op := p.item
-			op.out, op.fresh, op.err = nil, false, nil
+			op.out, op.err = nil, nil
 			q.Queue(startSQL, op.runID, op.started.GetTaskId(), op.started.GetWorker(), op.owner)
 		}
 		br := tx.SendBatch(ctx, q)
 		for _, p := range batch {
 			op := p.item
 			rows, err := br.Query()
-			var got []startRow
+			var got []taskRow
 			if err == nil {
-				got, err = pgx.CollectRows(rows, pgx.RowToStructByName[startRow])
+				got, err = pgx.CollectRows(rows, pgx.RowToStructByName[taskRow])
 			}
 			if err == nil && len(got) > 0 {
-				op.fresh = got[0].Fresh
 				op.out, err = got[0].outcome()
 			}
 			if err != nil {
@@ -737,10 +738,10 @@ func (s *Runs) startBatch(ctx context.Context, batch []*pending[*startOp]) {
 		}
 		for i := 0; i < len(batch); {
 			j := i
-			var started []*fanoutv1.TaskStarted
+			var started []*startOp
 			for ; j < len(batch) && batch[j].item.runID == batch[i].item.runID; j++ {
-				if op := batch[j].item; op.out != nil && op.fresh {
-					started = append(started, op.started)
+				if op := batch[j].item; op.out != nil && !op.stored {
+					started = append(started, op)
 				}
 			}
 			if len(started) > 0 {
@@ -980,17 +981,25 @@ func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fa
 // appendInTx appends evs (of one kind, named what) to the run, in order,
 // within tx (appendSQL). A run that has ended takes none: runs.ErrEnded.
 func appendInTx(ctx context.Context, tx pgx.Tx, runID, what string, evs []*fanoutv1.RunEvent) error {
+	keys := make([]string, len(evs))
+	for i := range keys {
+		keys[i] = newEventKey()
+	}
+	return appendKeyed(ctx, tx, runID, what, evs, keys)
+}
+
+// appendKeyed is appendInTx with each event's key given.
+func appendKeyed(ctx context.Context, tx pgx.Tx, runID, what string, evs []*fanoutv1.RunEvent, keys []string) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	bodies := make([][]byte, len(evs))
-	keys := make([]string, len(evs))
 	for i, ev := range evs {
 		body, err := encodeEvent(ev)
 		if err != nil {
 			return fmt.Errorf("append %s to run %s: encode: %w", what, runID, err)
 		}
-		bodies[i], keys[i] = body, newEventKey()
+		bodies[i] = body
 	}
 	var state string
 	var last int64
@@ -1123,7 +1132,9 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 	}
 	// Its row, not its tasks: reading back a wide run's outcomes would
 	// delay its end for nothing.
-	r, err := s.q.RunEnd(ctx, s.pool, runID)
+	r, err := retry(ctx, s.log, "runs.run_end", idempotent, func(ctx context.Context, _ try) (dbsqlc.RunEndRow, error) {
+		return s.q.RunEnd(ctx, s.pool, runID)
+	})
 	if err != nil {
 		return nil, acct, false, fmt.Errorf("close run %s: read its end: %w", runID, err)
 	}

@@ -1,6 +1,8 @@
 -- ledger_begin_attempts begins an attempt on each of p_accounts (distinct
--- account ids), as ledger_begin_attempt does for one, and returns one row
--- for each: the account with ledger_begin_attempt's result. A new run's first dispatches are begun this way in the
+-- task account ids), as ledger_begin_attempt does for one, and returns one
+-- row for each: the account with ledger_begin_attempt's result. A run's
+-- own account (its synthesis) is refused: ledger_begin_attempt begins it,
+-- alone, so that no call locks it after its tasks' accounts. A new run's first dispatches are begun this way in the
 -- transaction that opens it (store.Runs.OpenRun): one statement instead of
 -- one transaction per task.
 --
@@ -18,8 +20,16 @@ DECLARE
     attempts bigint[] := '{}';
     secrets  text[] := '{}';
 BEGIN
+    IF array_position(p_accounts, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ledger_begin_attempts: the accounts % include NULL', p_accounts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF (SELECT count(DISTINCT u) FROM unnest(p_accounts) AS u) <> coalesce(cardinality(p_accounts), 0) THEN
         RAISE EXCEPTION 'ledger_begin_attempts: the accounts % are not distinct', p_accounts
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT FROM account a WHERE a.account_id = ANY (p_accounts) AND a.kind <> 'task') THEN
+        RAISE EXCEPTION 'ledger_begin_attempts: the accounts % include one that is not a task''s (begin it with ledger_begin_attempt)', p_accounts
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM 1 FROM account a
