@@ -638,8 +638,8 @@ const startSQL = `WITH owned AS (SELECT FROM run WHERE run_id = $1 AND owner = $
 type startOp struct {
 	runID, owner string
 	started      *fanoutv1.TaskStarted
-	key          string // its TaskStarted's event key
-	stored       bool   // its TaskStarted is stored (by a try whose reply was lost)
+	key          string                // its TaskStarted's event key
+	stored       bool                  // its TaskStarted is stored (by a try whose reply was lost)
 	out          *fanoutv1.TaskOutcome // as stored
 	err          error
 }
