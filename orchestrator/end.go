@@ -129,21 +129,12 @@ func (e *Engine) awaitHeld(parent context.Context, runID string) {
 	}
 }
 
-// finishRun ends the run if this engine owns it and it is RUNNING — its
-// state, result and RunFinished in one write — and reports whether it
-// ended the run. A run that
-// another replica adopted (or that ended otherwise) is left as it is: its
-// RunFinished is the other's to append. If the write fails the run stays
-// RUNNING; once this engine stops heartbeating it, it is adopted and ended.
-func (e *Engine) finishRun(ctx context.Context, runID string, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult) bool {
-	stored, ended, err := e.store.FinishRun(ctx, runID, e.cfg.Node, state, cause, result)
-	return e.finished(ctx, runID, state, stored, ended, err)
-}
-
-// finished reports what FinishRun or CloseRun said of ending the run as
-// state: whether this engine ended it, with its metrics and a wake of its
-// followers if it did.
+// finished reports what CloseRun said of ending the run as state: whether
+// this engine ended it, with its metrics and a wake of its followers if it
+// did. A run that another replica adopted (or that ended otherwise) is
+// left as it is: its RunFinished is the other's to append. If the write
+// failed the run stays RUNNING; once this engine stops heartbeating it, it
+// is adopted and ended.
 func (e *Engine) finished(ctx context.Context, runID string, state fanoutv1.RunState, stored *fanoutv1.Run,
 	ended bool, err error) bool {
 	if err != nil {

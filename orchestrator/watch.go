@@ -438,7 +438,7 @@ func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 			continue // a page from the tail may end before the log does
 		}
 		if head.Final() {
-			// The end is one write (FinishRun): read after a final head, the
+			// The end is one write (CloseRun): read after a final head, the
 			// log holds the RunFinished if it has one.
 			return e.sendRebuiltEnd(ctx, tenantID, runID, sender)
 		}
