@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
@@ -108,4 +109,51 @@ func TestFirstAttemptsBegunWithTheRun(t *testing.T) {
 		}
 	}
 	b.checkLedger(t)
+}
+
+// TestHeldTaskAsksTheLedgerOnceTheRunStopped: a first-wave task that waits
+// for its tenant's only task slot while the run is exhausted under DRAIN
+// does not use the attempt begun with the run when the slot frees: its
+// dispatch asks the ledger, which refuses, and the task ends NOT_STARTED
+// without reaching a worker (no TaskStarted, no model call).
+func TestHeldTaskAsksTheLedgerOnceTheRunStopped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, sim := b.worker(t, "w", llm.SimConfig{Latency: 2 * time.Second}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+	b.setQuotas(t, nil, nil, 1)
+	s := spec("held", 2, 100_000)
+	s.OnExhaustion = fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN
+	s.Limits = &fanoutv1.Limits{MaxConcurrency: 2}
+	start, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(patience)
+	for len(sim.Calls()) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no model call started within %v", patience)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the sim's call log
+	}
+	exhaust(t, b, start.GetRunId(), s.GetTenantId())
+	evs := watchAll(t, n.client, start.GetRunId())
+	fin := checkEvents(t, evs)
+	var held *fanoutv1.TaskOutcome
+	for _, o := range fin.GetResult().GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			held = o
+		}
+	}
+	if held == nil || held.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED || held.GetWorker() != "" {
+		t.Fatalf("tasks %v: want one SUCCEEDED and the held one NOT_STARTED on no worker", fin.GetResult().GetTasks())
+	}
+	for _, ev := range evs {
+		if ev.GetTaskStarted().GetTaskId() == held.GetTaskId() {
+			t.Errorf("event %d starts %s, which the ledger refused", ev.GetSequence(), held.GetTaskId())
+		}
+	}
+	if calls := len(sim.Calls()); calls != 1 {
+		t.Errorf("%d model calls, want 1", calls)
+	}
 }
