@@ -58,7 +58,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.tmpDir, "tmp-dir", "", "parent of the run's temporary directory (PostgreSQL cluster, credentials); default the system's")
 	fs.StringVar(&c.pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
 	fs.StringVar(&sizes, "n", "10,100,1000", "task counts, comma-separated")
-	fs.StringVar(&reps, "reps", "5,5,3", "measured repetitions per task count (after the warm-ups)")
+	fs.StringVar(&reps, "reps", "5,5,5", "measured repetitions per task count (after the warm-ups)")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up runs per task count and side, not measured")
 	fs.DurationVar(&c.latency, "latency", 700*time.Millisecond, "latency of the one sim call each task makes")
 	fs.IntVar(&c.workers, "workers", 3, "fanout worker processes")

@@ -34,7 +34,7 @@ func TestDefaultsMeasureAfterOneWarmUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.smoke || !slices.Equal(c.sizes, []int{10, 100, 1000}) || !slices.Equal(c.reps, []int{5, 5, 3}) || c.warmup != 1 {
+	if c.smoke || !slices.Equal(c.sizes, []int{10, 100, 1000}) || !slices.Equal(c.reps, []int{5, 5, 5}) || c.warmup != 1 {
 		t.Errorf("defaults: smoke %v, sizes %v, reps %v, warmup %d", c.smoke, c.sizes, c.reps, c.warmup)
 	}
 	if _, err := parseConfig([]string{"-warmup", "-1"}); err == nil {
