@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
@@ -52,24 +54,10 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 		evs[0].GetSequence() != 1 || evs[1].GetSequence() != 2 {
 		t.Fatalf("events: %v, %v; want RunStarted then TaskQueued, sequences 1 and 2", evs, err)
 	}
-	var xmins []string
-	rows, err := b.pool.Query(b.ctx, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
+	xmins := b.xmins(t, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
 		UNION SELECT xmin::text FROM fanout.task WHERE run_id = 'r1'
 		UNION SELECT xmin::text FROM fanout.account WHERE run_id = 'r1' AND (kind = 'run' OR task_id IN ('a', 'b'))
 		UNION SELECT xmin::text FROM fanout.run_event WHERE run_id = 'r1'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var x string
-		if err := rows.Scan(&x); err != nil {
-			t.Fatal(err)
-		}
-		xmins = append(xmins, x)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
 	if len(xmins) != 1 {
 		t.Errorf("run, tasks, accounts and events written by transactions %v: want one", xmins)
 	}
@@ -158,23 +146,9 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	if err != nil || len(evs) != 2 || evs[0].GetBudgetUpdate().GetBudget().GetSpentTokens() != 70 || evs[1].GetRunFinished() == nil {
 		t.Fatalf("events %v (%v): want BudgetUpdate (70 spent) then RunFinished", evs, err)
 	}
-	var xmins []string
-	rows, err := b.pool.Query(b.ctx, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
+	xmins := b.xmins(t, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
 		UNION SELECT xmin::text FROM fanout.account WHERE run_id = 'r1' AND kind = 'run'
 		UNION SELECT xmin::text FROM fanout.run_event WHERE run_id = 'r1'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var x string
-		if err := rows.Scan(&x); err != nil {
-			t.Fatal(err)
-		}
-		xmins = append(xmins, x)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
 	if len(xmins) != 1 {
 		t.Errorf("run account close, events and run end written by transactions %v: want one", xmins)
 	}
@@ -277,4 +251,19 @@ func TestBeginAttemptsAnswersAsBeginAttempt(t *testing.T) {
 	if got := begin(int64(r1.Tasks["t2"])); got[int64(r1.Tasks["t2"])].outcome != "exhausted" || got[int64(r1.Tasks["t2"])].secret != nil {
 		t.Errorf("begin on a cancelled run: %+v, want exhausted without a secret", got)
 	}
+}
+
+// xmins returns the distinct transactions (xmin) that wrote the rows query
+// selects (one xmin::text column).
+func (b *testBundle) xmins(t *testing.T, query string) []string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xmins, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xmins
 }
