@@ -1138,6 +1138,14 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
 
+CREATE FUNCTION fanout.ledger_reserve_batch(p_accounts bigint[], p_runs text[], p_tenants text[], p_attempts bigint[], p_wants bigint[], p_mins bigint[], p_holders text[], p_ttls interval[], p_keys text[], p_models text[], p_secrets text[], p_from_held boolean[]) RETURNS SETOF fanout.ledger_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 175 lines, sha256 821a59073c39
+REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_worker;
+
 CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;

@@ -237,9 +237,9 @@ func (l *Ledger) Reserve(ctx context.Context, p budget.ReserveParams) (res budge
 	if key == "" {
 		key = newReserveKey()
 	}
-	r, err = l.call(ctx, "reserve", ledgerCall{sql: reserveSQL,
-		args:    []any{int64(p.Account), p.RunID, p.TenantID, p.Attempt, p.Want, p.Min, p.Holder, p.TTL, key, p.Model, nullable(p.Secret), p.FromHeld},
-		account: p.Account})
+	a := &reserveArgs{account: int64(p.Account), run: p.RunID, tenant: p.TenantID, attempt: p.Attempt, want: p.Want, min: p.Min,
+		holder: p.Holder, ttl: p.TTL, key: key, model: p.Model, secret: nullable(p.Secret), fromHeld: p.FromHeld}
+	r, err = l.call(ctx, "reserve", ledgerCall{sql: reserveSQL, args: a.args(), account: p.Account, reserve: a})
 	if err == nil {
 		err = r.err(0, p.Min)
 	}

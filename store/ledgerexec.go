@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +23,54 @@ type ledgerCall struct {
 	// reservation a settle or void resolves. Neither for the other calls.
 	account     budget.AccountID
 	reservation budget.ReservationID
+	// reserve is a reserve's arguments, typed: a batch writes consecutive
+	// reserves with one call of ledger_reserve_batch.
+	reserve *reserveArgs
+}
+
+// reserveArgs are the arguments of one ledger_reserve call, in its order.
+type reserveArgs struct {
+	account, attempt, want, min int64
+	run, tenant, holder, key    string
+	ttl                         time.Duration
+	model                       string
+	secret                      *string
+	fromHeld                    bool
+}
+
+func (a *reserveArgs) args() []any {
+	return []any{a.account, a.run, a.tenant, a.attempt, a.want, a.min, a.holder, a.ttl, a.key, a.model, a.secret, a.fromHeld}
+}
+
+// reserveBatchSQL makes consecutive reserves of a batch in one statement
+// (migrations/functions/ledger_reserve_batch.sql): row i is call i's result.
+const reserveBatchSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
+	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
+	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
+	FROM ledger_reserve_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
+// queueReserves queues calls, all reserves, as one ledger_reserve_batch.
+func queueReserves(q *pgx.Batch, calls []*pending[*batchedCall]) {
+	n := len(calls)
+	accounts, attempts, wants, mins := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	runs, tenants, holders, keys, models := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ttls, secrets, fromHeld := make([]time.Duration, n), make([]*string, n), make([]bool, n)
+	for i, p := range calls {
+		a := p.item.reserve
+		accounts[i], attempts[i], wants[i], mins[i] = a.account, a.attempt, a.want, a.min
+		runs[i], tenants[i], holders[i], keys[i], models[i] = a.run, a.tenant, a.holder, a.key, a.model
+		ttls[i], secrets[i], fromHeld[i] = a.ttl, a.secret, a.fromHeld
+	}
+	q.Queue(reserveBatchSQL, accounts, runs, tenants, attempts, wants, mins, holders, ttls, keys, models, secrets, fromHeld)
+}
+
+// reserveRun is the length of the run of reserves batch starts with.
+func reserveRun(batch []*pending[*batchedCall]) int {
+	n := 0
+	for n < len(batch) && batch[n].item.reserve != nil {
+		n++
+	}
+	return n
 }
 
 // ledgerExec runs ledger calls. A Ledger holds one, chosen at construction:
@@ -175,14 +224,23 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 	// One round trip: a batch sent without BEGIN runs in one implicit
 	// transaction (the extended protocol's Sync commits it, or rolls all
 	// of it back on an error), as BEGIN, the calls and COMMIT did in three.
+	// Consecutive reserves (two or more) are one statement, set-based.
 	q := &pgx.Batch{}
-	for _, p := range batch {
-		q.Queue(p.item.sql, p.item.args...)
+	var stmts [][]*pending[*batchedCall] // the calls each statement answers, in order
+	for rest := batch; len(rest) > 0; {
+		n := max(reserveRun(rest), 1)
+		if n > 1 {
+			queueReserves(q, rest[:n])
+		} else {
+			q.Queue(rest[0].item.sql, rest[0].item.args...)
+		}
+		stmts = append(stmts, rest[:n])
+		rest = rest[n:]
 	}
 	err := func() error {
 		br := b.direct.pool.SendBatch(ctx, q)
-		for _, p := range batch {
-			if err := p.item.res.scan(br.QueryRow()); err != nil {
+		for _, calls := range stmts {
+			if err := scanResults(br, calls); err != nil {
 				_ = br.Close()
 				return err
 			}
@@ -200,6 +258,34 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 			p.item.res, p.item.err = b.direct.call(ctx, p.item.ledgerCall)
 		}
 	}
+}
+
+// scanResults reads the next statement's answer to calls: one row each, in order.
+func scanResults(br pgx.BatchResults, calls []*pending[*batchedCall]) error {
+	if len(calls) == 1 {
+		return calls[0].item.res.scan(br.QueryRow())
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for _, p := range calls {
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("ledger_reserve_batch answered fewer than its %d calls", len(calls))
+		}
+		if err := p.item.res.scan(rows); err != nil {
+			return err
+		}
+	}
+	if rows.Next() {
+		return fmt.Errorf("ledger_reserve_batch answered more than its %d calls", len(calls))
+	}
+	rows.Close()
+	return rows.Err()
 }
 
 func (b *batchExec) close() { b.g.close() }

@@ -34,6 +34,7 @@ func processRoleProbes() []processProbe {
 	return []processProbe{
 		// The ledger calls of a dispatched task (and the synthesis, on the orchestrator).
 		{"ledger_reserve", `SELECT fanout.ledger_reserve(0, '', '', 0, 0, 0, '', interval '1 second', '', '')`, []string{w, o}},
+		{"ledger_reserve_batch", `SELECT fanout.ledger_reserve_batch('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')`, []string{w, o}},
 		{"ledger_settle", `SELECT fanout.ledger_settle(0, 0, 0, false)`, []string{w, o}},
 		{"ledger_void", `SELECT fanout.ledger_void(0, 0, '')`, []string{w, o}},
 		{"ledger_renew", `SELECT fanout.ledger_renew(0, 0, interval '1 second')`, []string{w, o}},
