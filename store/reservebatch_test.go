@@ -320,3 +320,56 @@ func TestReserveBatchAsksAWorkerForTheSecret(t *testing.T) {
 		t.Fatalf("t0 with its secret, t1 with t0's, t1 with none: %v, want %v", outcomes, want)
 	}
 }
+
+// TestCoalescedReservesGetTheirOwnGrants: reserves that a coalescing
+// ledger writes with one ledger_reserve_batch each get their own grant
+// back. Rounds of concurrent reserves on distinct accounts, each asking
+// for its own amount, until a round shows reserves that shared a
+// transaction (the same created_at, now()).
+func TestCoalescedReservesGetTheirOwnGrants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := make([]int64, 16)
+	for i := range limits {
+		limits[i] = 1 << 20
+	}
+	ra := b.openRun(t, "r", 1<<30, 1, limits...)
+	beginAttempts(t, b.ledger, ra)
+	l := store.NewLedgerWithConfig(b.pool, store.LedgerConfig{Coalesce: true})
+	t.Cleanup(l.Close)
+	for round := 0; ; round++ {
+		if round == 50 {
+			t.Fatal("50 rounds of 16 concurrent reserves and none shared a transaction: the batch path was not exercised")
+		}
+		got := make([]budget.Reservation, len(limits))
+		errs := make(chan error, len(limits))
+		for i := range limits {
+			go func() {
+				var err error
+				got[i], err = l.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks[fmt.Sprintf("t%d", i)],
+					Want: int64(100 + i), Min: 1, Holder: "w", TTL: time.Minute}))
+				errs <- err
+			}()
+		}
+		for range limits {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids := make([]int64, len(got))
+		for i, r := range got {
+			if r.AccountID != ra.Tasks[fmt.Sprintf("t%d", i)] || r.Amount != int64(100+i) {
+				t.Fatalf("round %d: reserve %d of %d tokens on account %d got %+v", round, i, 100+i, ra.Tasks[fmt.Sprintf("t%d", i)], r)
+			}
+			ids[i] = int64(r.ID)
+		}
+		var shared bool
+		if err := b.pool.QueryRow(b.ctx, `SELECT count(DISTINCT created_at) < count(*) FROM reservation WHERE reservation_id = ANY ($1)`,
+			ids).Scan(&shared); err != nil {
+			t.Fatal(err)
+		}
+		if shared {
+			return
+		}
+	}
+}
