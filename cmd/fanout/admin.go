@@ -62,7 +62,7 @@ type adminFlags struct {
 
 func (a *adminFlags) register(f *flags) {
 	a.clientFlags.register(f)
-	f.StringVar(&a.databaseURL, "database-url", "", "act directly as this PostgreSQL role (the schema's owner) instead of calling --addr with an admin key")
+	f.secretVar(&a.databaseURL, "database-url", "act directly as this PostgreSQL role (the schema's owner) instead of calling --addr with an admin key")
 }
 
 // connect returns the AdminService: over gRPC, or in process on the

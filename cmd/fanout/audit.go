@@ -37,7 +37,7 @@ func cmdAudit(ctx context.Context, env *Env, args []string) error {
 	verb := args[0]
 	f := newFlags("audit "+verb, auditUsage, env.Stderr)
 	var url, tenant, role string
-	f.StringVar(&url, "database-url", "", "PostgreSQL URL of the owner role")
+	f.secretVar(&url, "database-url", "PostgreSQL URL of the owner role")
 	f.alsoEnv("database-url", "DATABASE_URL")
 	f.StringVar(&tenant, "tenant", "", "the tenant whose rows the role reads")
 	f.StringVar(&role, "role", "", "the database role (lowercase letters, digits, underscores; at most 63)")
@@ -46,7 +46,7 @@ func cmdAudit(ctx context.Context, env *Env, args []string) error {
 	}
 	switch {
 	case url == "":
-		return fmt.Errorf("--database-url (or FANOUT_DATABASE_URL, DATABASE_URL) is required: the owner role's")
+		return fmt.Errorf("--database-url or --database-url-file (or FANOUT_DATABASE_URL, DATABASE_URL, FANOUT_DATABASE_URL_FILE) is required: the owner role's")
 	case tenant == "":
 		return fmt.Errorf("--tenant is required")
 	case role == "":

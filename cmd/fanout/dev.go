@@ -332,7 +332,7 @@ Example:
 func cmdLedger(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("ledger", ledgerUsage, env.Stderr)
 	var url, tenant, dataDir string
-	f.StringVar(&url, "database-url", "", "PostgreSQL URL (default: the one `fanout dev` wrote in --data-dir)")
+	f.secretVar(&url, "database-url", "PostgreSQL URL (default: the one `fanout dev` wrote in --data-dir)")
 	f.alsoEnv("database-url", "DATABASE_URL")
 	f.StringVar(&tenant, "tenant", "default", "the run's tenant")
 	f.StringVar(&dataDir, "data-dir", ".fanout", "the data dir of `fanout dev`")
@@ -344,7 +344,7 @@ func cmdLedger(ctx context.Context, env *Env, args []string) error {
 	if url == "" {
 		b, err := os.ReadFile(filepath.Join(dataDir, databaseURLFile))
 		if err != nil {
-			return fmt.Errorf("--database-url (or DATABASE_URL) is required: no `fanout dev` URL in %s", dataDir)
+			return fmt.Errorf("--database-url or --database-url-file (or DATABASE_URL) is required: no `fanout dev` URL in %s", dataDir)
 		}
 		url = strings.TrimSpace(string(b))
 	}

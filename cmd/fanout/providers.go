@@ -125,14 +125,22 @@ func (p *providerFlags) models(env *Env, pool *store.Pool, sim llm.Model, log *s
 			Logger:      log,
 		}
 	}
-	if key := env.Getenv("OPENAI_API_KEY"); key != "" {
+	openaiKey, err := secretEnv(env, "OPENAI_API_KEY")
+	if err != nil {
+		return nil, err
+	}
+	anthropicKey, err := secretEnv(env, "ANTHROPIC_API_KEY")
+	if err != nil {
+		return nil, err
+	}
+	if key := openaiKey; key != "" {
 		m, err := llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: base(key, env.Getenv("OPENAI_BASE_URL"), p.openaiModel, openaiLimit), Stream: p.openaiStream})
 		if err != nil {
 			return nil, err
 		}
 		byName["openai"] = m
 	}
-	if key := env.Getenv("ANTHROPIC_API_KEY"); key != "" {
+	if key := anthropicKey; key != "" {
 		m, err := llm.NewAnthropic(llm.AnthropicConfig{ProviderConfig: base(key, env.Getenv("ANTHROPIC_BASE_URL"), p.anthropicMdl, anthropicLimit)})
 		if err != nil {
 			return nil, err
@@ -142,12 +150,31 @@ func (p *providerFlags) models(env *Env, pool *store.Pool, sim llm.Model, log *s
 	if _, ok := byName[p.provider]; !ok {
 		switch p.provider {
 		case "openai":
-			return nil, fmt.Errorf("--provider openai: set OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible server)")
+			return nil, fmt.Errorf("--provider openai: set OPENAI_API_KEY or OPENAI_API_KEY_FILE (and OPENAI_BASE_URL for a compatible server)")
 		case "anthropic":
-			return nil, fmt.Errorf("--provider anthropic: set ANTHROPIC_API_KEY")
+			return nil, fmt.Errorf("--provider anthropic: set ANTHROPIC_API_KEY or ANTHROPIC_API_KEY_FILE")
 		default:
 			return nil, fmt.Errorf("--provider %q: not one of sim, openai, anthropic", p.provider)
 		}
 	}
 	return subagent.ProviderModels(byName, p.provider), nil
+}
+
+// secretEnv is the secret in environment variable name, or read from the
+// file named by name_FILE (a mounted Secret: nothing secret in the
+// environment), or "" when neither is set. Both set is an error; so is a
+// file that is empty or cannot be read. No error says what the secret is.
+func secretEnv(env *Env, name string) (string, error) {
+	v, file := env.Getenv(name), env.Getenv(name+"_FILE")
+	switch {
+	case file == "":
+		return v, nil
+	case v != "":
+		return "", fmt.Errorf("%s and %s_FILE are both set: give one", name, name)
+	}
+	v, err := readSecretFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s_FILE: %w", name, err)
+	}
+	return v, nil
 }
