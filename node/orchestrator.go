@@ -29,6 +29,10 @@ type OrchestratorConfig struct {
 	// Listen is the gRPC address callers use (HOST:PORT). Default
 	// 127.0.0.1:0, a free loopback port.
 	Listen string
+	// ProbeListen, if set, is where the health service is served alone, in
+	// plaintext and without an API key, for the kubelet's gRPC probes.
+	// Default: off.
+	ProbeListen string
 	// Workers is the workers' gRPC target: host:port,host:port (one client
 	// each) or dns:///name:port (one round-robin client). Required, except
 	// in a Main that serves workers itself: empty there means those.
@@ -143,6 +147,15 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		admin.close()
 		return nil, err
 	}
+	if cfg.ProbeListen != "" {
+		if _, err := o.srv.serveProbe(cfg.ProbeListen); err != nil {
+			o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
+			o.closeWorkers()
+			admin.close()
+			o.srv.close()
+			return nil, err
+		}
+	}
 	fanoutv1.RegisterOrchestratorServiceServer(o.srv.srv, orchestrator.NewServer(o.engine))
 	fanoutv1.RegisterAdminServiceServer(o.srv.srv, admin.server)
 	if !cfg.Auth.None {
@@ -218,6 +231,9 @@ func (o *Orchestrator) closeWorkers() {
 
 // Addr is the address the orchestrator listens on (with the real port for ":0").
 func (o *Orchestrator) Addr() string { return o.srv.addr() }
+
+// ProbeAddr is the address of the health probe port (OrchestratorConfig.ProbeListen), or "".
+func (o *Orchestrator) ProbeAddr() string { return o.srv.probeAddr }
 
 // Engine is the orchestrator's engine.
 func (o *Orchestrator) Engine() *orchestrator.Engine { return o.engine }

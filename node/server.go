@@ -120,8 +120,11 @@ type server struct {
 	srv    *grpc.Server
 	health *health.Server
 	lis    net.Listener
-	exited chan<- error  // gets Serve's error once it returns
-	served chan struct{} // closed once Serve returned
+	// probe, if not nil, serves health alone in plaintext (serveProbe) on probeAddr.
+	probe     *grpc.Server
+	probeAddr string
+	exited    chan<- error  // gets Serve's error once it returns
+	served    chan struct{} // closed once Serve returned
 }
 
 // listen makes a server listening on addr (defaultListen if empty), held to
@@ -142,6 +145,29 @@ func listen(role, addr string, limit *streamLimit, exited chan<- error, opts ...
 	reflection.Register(srv)
 	return &server{srv: srv, health: h, lis: lis, exited: exited, served: make(chan struct{})}, nil
 }
+
+// serveProbe serves the health service alone, in plaintext, on addr: the
+// kubelet's gRPC probes speak neither TLS nor API keys, and a worker's own
+// port admits only orchestrators. It answers as the server does: SERVING
+// once it serves, NOT_SERVING from the moment it drains (stop). Nothing
+// else is served there. It returns the address it listens on.
+func (s *server) serveProbe(addr string) (string, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("health probe: listen on %s: %w", addr, err)
+	}
+	s.probe = grpc.NewServer(grpc.MaxConcurrentStreams(probeStreams), grpc.MaxRecvMsgSize(probeRecvBytes))
+	healthpb.RegisterHealthServer(s.probe, s.health)
+	go func() { _ = s.probe.Serve(lis) }()
+	s.probeAddr = lis.Addr().String()
+	return s.probeAddr, nil
+}
+
+// The probe port's bounds: a health check is one small request.
+const (
+	probeStreams   = 16
+	probeRecvBytes = 4 << 10
+)
 
 // addr is the address the server listens on (with the real port for ":0").
 func (s *server) addr() string { return s.lis.Addr().String() }
@@ -176,8 +202,16 @@ func (s *server) stop(ctx context.Context, drain func(context.Context) error) er
 		<-stopped
 	}
 	<-s.served
+	if s.probe != nil {
+		s.probe.Stop()
+	}
 	return err
 }
 
 // close releases a server that never served.
-func (s *server) close() { _ = s.lis.Close() }
+func (s *server) close() {
+	_ = s.lis.Close()
+	if s.probe != nil {
+		s.probe.Stop()
+	}
+}

@@ -21,6 +21,10 @@ type WorkerConfig struct {
 	// Listen is the gRPC address (HOST:PORT). Default 127.0.0.1:0, a free
 	// loopback port.
 	Listen string
+	// ProbeListen, if set, is where the health service is served alone, in
+	// plaintext, for the kubelet's gRPC probes (the worker's own port
+	// admits only orchestrators). Default: off.
+	ProbeListen string
 	// Trust is the worker's side of the peer trust: mutual TLS that admits
 	// only orchestrators, and their dispatch keys. Required.
 	Trust WorkerTrust
@@ -70,6 +74,12 @@ func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<-
 		grpc.MaxConcurrentStreams(perConn))
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ProbeListen != "" {
+		if _, err := srv.serveProbe(cfg.ProbeListen); err != nil {
+			srv.close()
+			return nil, err
+		}
 	}
 	w, err := newWorker(ctx, b, cfg, srv.addr())
 	if err != nil {
@@ -144,6 +154,9 @@ func newWorker(ctx context.Context, b *Backend, cfg WorkerConfig, addr string) (
 
 // Addr is the address the worker listens on (with the real port for ":0").
 func (w *Worker) Addr() string { return w.srv.addr() }
+
+// ProbeAddr is the address of the health probe port (WorkerConfig.ProbeListen), or "".
+func (w *Worker) ProbeAddr() string { return w.srv.probeAddr }
 
 // Name is the worker's name in the ledger and in run events.
 func (w *Worker) Name() string { return w.name }

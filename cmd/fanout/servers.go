@@ -28,6 +28,7 @@ type serverFlags struct {
 	pollInterval  time.Duration
 	groupCommit   bool
 	metricsListen string
+	probeListen   string
 	ledgerPool    int
 	apiPool       int
 	maxStreams    int
@@ -40,7 +41,8 @@ type serverFlags struct {
 func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.StringVar(&s.listen, "listen", listen, "address to serve gRPC on (HOST:PORT)")
 	f.StringVar(&s.metricsListen, "metrics-listen", metrics, "address to serve Prometheus /metrics on (empty: off)")
-	f.StringVar(&s.databaseURL, "database-url", "", "PostgreSQL URL (postgres://user:pass@host:5432/db)")
+	f.StringVar(&s.probeListen, "probe-listen", "", "address to serve the gRPC health service alone on, in plaintext, for Kubernetes probes (empty: off)")
+	f.secretVar(&s.databaseURL, "database-url", "PostgreSQL URL (postgres://user:pass@host:5432/db)")
 	f.alsoEnv("database-url", "DATABASE_URL")
 	f.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&s.grace, "shutdown-grace", defaultGrace, "how long to drain on SIGTERM before cancelling what is left")
@@ -86,7 +88,7 @@ type process struct {
 // backend the flags describe. Call stop when done.
 func (s *serverFlags) start(ctx context.Context, env *Env, service string, cfg node.Config) (*process, error) {
 	if s.databaseURL == "" {
-		return nil, fmt.Errorf("--database-url (or DATABASE_URL) is required")
+		return nil, fmt.Errorf("--database-url or --database-url-file (or DATABASE_URL, FANOUT_DATABASE_URL_FILE) is required")
 	}
 	log := newLogger(env.Stderr, s.logLevel)
 	tel, err := setupTelemetry(ctx, env, service, s.metricsListen, log)
@@ -201,7 +203,7 @@ func parseOrchestrator(env *Env, args []string) (*orchestratorCommand, error) {
 	c.sf.register(f, "127.0.0.1:50051", "127.0.0.1:9464")
 	f.StringVar(&c.oc.Workers, "workers", "", "workers' gRPC target: host:port,host:port or dns:///name:port")
 	f.StringVar(&c.oc.Engine.Node, "name", "", "this replica's name, as owner of the runs it drives (default hostname-pid; make it unique per process)")
-	f.StringVar(&c.oc.AdminDatabaseURL, "admin-database-url", "", "PostgreSQL URL of a login in role fanout_admin, for AdminService (empty: AdminService is off)")
+	f.secretVar(&c.oc.AdminDatabaseURL, "admin-database-url", "PostgreSQL URL of a login in role fanout_admin, for AdminService (empty: AdminService is off)")
 	f.alsoEnv("admin-database-url", "ADMIN_DATABASE_URL")
 	applyEngine := registerEngineFlags(f, &c.oc.Engine)
 	c.tf.registerConfig(f)
@@ -211,7 +213,7 @@ func parseOrchestrator(env *Env, args []string) (*orchestratorCommand, error) {
 		return nil, err
 	}
 	applyEngine()
-	c.oc.Listen = c.sf.listen
+	c.oc.Listen, c.oc.ProbeListen = c.sf.listen, c.sf.probeListen
 	return c, nil
 }
 
@@ -283,7 +285,7 @@ func parseWorker(env *Env, args []string) (*workerCommand, error) {
 		return nil, err
 	}
 	c.tf.apply(&c.wc.Server)
-	c.wc.Listen, c.wc.Sim, c.wc.ModelsFunc = c.sf.listen, sim.config(), c.prov.modelsFunc(env)
+	c.wc.Listen, c.wc.ProbeListen, c.wc.Sim, c.wc.ModelsFunc = c.sf.listen, c.sf.probeListen, sim.config(), c.prov.modelsFunc(env)
 	return c, nil
 }
 
@@ -325,13 +327,13 @@ Example:
 func cmdMigrate(ctx context.Context, env *Env, args []string) error {
 	f := newFlags("migrate", migrateUsage, env.Stderr)
 	var url string
-	f.StringVar(&url, "database-url", "", "PostgreSQL URL")
+	f.secretVar(&url, "database-url", "PostgreSQL URL")
 	f.alsoEnv("database-url", "DATABASE_URL")
 	if err := parseFlags(f, args, env); err != nil {
 		return err
 	}
 	if url == "" {
-		return fmt.Errorf("--database-url (or DATABASE_URL) is required")
+		return fmt.Errorf("--database-url or --database-url-file (or DATABASE_URL, FANOUT_DATABASE_URL_FILE) is required")
 	}
 	done, err := store.Apply(ctx, url)
 	if err != nil {
