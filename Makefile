@@ -13,7 +13,7 @@ GOLANGCI_LINT := .tmp/bin/golangci-lint
 # bench/langgraph/package-lock.json; npm ci again when the lock changes.
 LANGGRAPH_DIR := bench/langgraph
 
-.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean
+.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -31,8 +31,15 @@ test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## Vet and run every test
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	@$(MAKE) chart-test
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 	$(GO) run ./bench/compare --smoke --fanout .tmp/bin/fanout --langgraph $(LANGGRAPH_DIR)
+
+chart-test: ## The Helm chart offline (deploy/, its own go.mod): render, lint, values schema, strict API types, rules, golden files
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+image: ## Build the container image with podman, reproducibly (deploy/image/Containerfile); prints its id
+	scripts/image.sh
 
 test/race: ## Run the suite 3 times with the race detector, to shake out flakes
 	@scripts/ensure-postgres.sh

@@ -1,0 +1,361 @@
+// Package deploy_test checks the Helm chart offline (issue 27, tier 1):
+// rendered across value sets with the Helm library, linted, held to its
+// values schema, every object decoded strictly into the Kubernetes and
+// CloudNativePG API types, held to the project's own rules, and compared
+// with golden files (go test ./... -update writes them).
+package deploy_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	cnpgv1 "github.com/cloudnative-pg/api/pkg/api/v1"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/engine"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "write the golden files of the rendered manifests")
+
+const chartDir = "helm/fanout"
+
+// valueSets are the value sets the chart is rendered with: each a name (its
+// golden file) and the values over the chart's defaults.
+var valueSets = []struct {
+	name   string
+	values string
+}{
+	{"default", ``},
+	{"full", `
+image: {digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"}
+database:
+  admin: {secret: fanout-db-admin, key: url}
+orchestrator: {replicas: 3, shutdownGraceSeconds: 60, extraArgs: ["--log-level=debug"]}
+worker:
+  replicas: 5
+  provider: openai
+  providerSecret: fanout-providers
+  providerKeys: [OPENAI_API_KEY, ANTHROPIC_API_KEY]
+mcp:
+  config: |
+    servers:
+      - name: github
+        transport: http
+        url: https://mcp.example.com/mcp
+        token_file: /etc/fanout/mcp-secrets/github-mcp/token
+  secrets: [github-mcp]
+metrics: {serviceMonitor: true, prometheusRule: true}
+networkPolicy:
+  callers: [{namespaceSelector: {matchLabels: {team: checkout}}}]
+`},
+	{"cnpg", `
+database:
+  cnpg: {enabled: true, instances: 3, synchronousStandbys: 1}
+  admin: {secret: fanout-db-admin, key: url}
+`},
+}
+
+// render renders the chart with the values over its defaults.
+func render(t *testing.T, values string) map[string]string {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{}
+	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+		t.Fatal(err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, vals, common.ReleaseOptions{Name: "fanout", Namespace: "fanout", Revision: 1, IsInstall: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.Render(ch, rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// objects decodes every document of the rendered templates strictly (an
+// unknown or misspelled field is an error) into its API type.
+func objects(t *testing.T, rendered map[string]string) []runtime.Object {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientscheme.AddToScheme, cnpgv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decode := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	var objs []runtime.Object
+	for _, name := range slices.Sorted(maps.Keys(rendered)) {
+		for i, doc := range strings.Split(rendered[name], "\n---") {
+			if strings.TrimSpace(stripComments(doc)) == "" {
+				continue
+			}
+			var head struct{ APIVersion, Kind string }
+			if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+				t.Fatalf("%s document %d: %v", name, i, err)
+			}
+			if head.APIVersion == "monitoring.coreos.com/v1" {
+				continue // the Prometheus operator's types are not a dependency here
+			}
+			obj, _, err := decode.Decode([]byte(doc), nil, nil)
+			if err != nil {
+				t.Fatalf("%s document %d (%s): %v", name, i, head.Kind, err)
+			}
+			objs = append(objs, obj)
+		}
+	}
+	return objs
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// TestChartLints: helm lint, with each value set, finds nothing.
+func TestChartLints(t *testing.T) {
+	for _, vs := range valueSets {
+		vals := map[string]any{}
+		if err := yaml.Unmarshal([]byte(vs.values), &vals); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range lint.RunAll(chartDir, vals, "fanout").Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("%s: %s", vs.name, m)
+			}
+		}
+	}
+}
+
+// TestChartValuesSchema: the schema refuses a misspelled key, a value of
+// the wrong type and one outside its enum, naming it.
+func TestChartValuesSchema(t *testing.T) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct{ values, want string }{
+		{`worker: {replica: 3}`, "replica"},
+		{`worker: {replicas: "3"}`, "replicas"},
+		{`worker: {provider: gemini}`, "provider"},
+		{`image: {digest: "latest"}`, "digest"},
+		{`orchestrator: {auth: maybe}`, "auth"},
+		{`database: {cnpg: {instances: 1}}`, "instances"},
+		{`worker: {extraArgs: ["log-level=debug"]}`, "extraArgs"},
+	} {
+		vals := map[string]any{}
+		if err := yaml.Unmarshal([]byte(bad.values), &vals); err != nil {
+			t.Fatal(err)
+		}
+		_, err := chartutil.ToRenderValues(ch, vals, common.ReleaseOptions{Name: "fanout", Namespace: "fanout"}, nil)
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("values %s: %v; want refused, naming %s", bad.values, err, bad.want)
+		}
+	}
+}
+
+// TestChartManifests: every value set renders objects that decode strictly
+// and keep the project's rules; they match their golden files.
+func TestChartManifests(t *testing.T) {
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			rendered := render(t, vs.values)
+			objs := objects(t, rendered)
+			checkRules(t, objs)
+			golden(t, vs.name, rendered)
+		})
+	}
+}
+
+// checkRules holds the objects to the chart's rules (docs/kubernetes.md):
+// every container probed over gRPC on the probe port, secret mounts
+// read-only, no secret in an environment variable, a grace period longer
+// than the drain, the pod and container security contexts, resources, the
+// worker Service headless, each PodDisruptionBudget selecting exactly one
+// Deployment, CloudNativePG's synchronous standbys fewer than its instances.
+func checkRules(t *testing.T, objs []runtime.Object) {
+	t.Helper()
+	var deployments []*appsv1.Deployment
+	var pdbs []*policyv1.PodDisruptionBudget
+	var jobs, services, clusters int
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *appsv1.Deployment:
+			deployments = append(deployments, o)
+			checkPod(t, "Deployment "+o.Name, &o.Spec.Template.Spec, true)
+		case *batchv1.Job:
+			jobs++
+			checkPod(t, "Job "+o.Name, &o.Spec.Template.Spec, false)
+		case *policyv1.PodDisruptionBudget:
+			pdbs = append(pdbs, o)
+			if o.Spec.MaxUnavailable == nil || o.Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("PodDisruptionBudget %s: maxUnavailable %v, want 1", o.Name, o.Spec.MaxUnavailable)
+			}
+		case *corev1.Service:
+			services++
+			if strings.HasSuffix(o.Name, "-worker") && o.Spec.ClusterIP != corev1.ClusterIPNone {
+				t.Errorf("Service %s: clusterIP %q, want None (headless: the orchestrators' dns:/// target)", o.Name, o.Spec.ClusterIP)
+			}
+		case *cnpgv1.Cluster:
+			clusters++
+			sync := o.Spec.PostgresConfiguration.Synchronous
+			if sync == nil || sync.Number < 1 || sync.Number >= o.Spec.Instances {
+				t.Errorf("Cluster %s: synchronous %+v with %d instances; want 1 <= standbys < instances", o.Name, sync, o.Spec.Instances)
+			}
+		}
+	}
+	if len(deployments) != 2 || jobs != 1 || services != 2 || len(pdbs) != 2 {
+		t.Errorf("%d Deployments, %d Jobs, %d Services, %d PodDisruptionBudgets; want 2, 1, 2, 2", len(deployments), jobs, services, len(pdbs))
+	}
+	for _, p := range pdbs {
+		sel := labels.SelectorFromSet(p.Spec.Selector.MatchLabels)
+		n := 0
+		for _, d := range deployments {
+			if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("PodDisruptionBudget %s selects %d Deployments' pods; want exactly 1", p.Name, n)
+		}
+	}
+}
+
+var graceArg = regexp.MustCompile(`^--shutdown-grace=(\d+)s$`)
+
+func checkPod(t *testing.T, what string, pod *corev1.PodSpec, server bool) {
+	t.Helper()
+	sc := pod.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil ||
+		sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod security context %+v; want runAsNonRoot and seccomp RuntimeDefault", what, sc)
+	}
+	secretVolumes := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.Secret != nil {
+			secretVolumes[v.Name] = true
+		}
+	}
+	for _, c := range pod.Containers {
+		cs := c.SecurityContext
+		if cs == nil || cs.ReadOnlyRootFilesystem == nil || !*cs.ReadOnlyRootFilesystem || cs.AllowPrivilegeEscalation == nil ||
+			*cs.AllowPrivilegeEscalation || cs.Capabilities == nil || !slices.Equal(cs.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("%s/%s: security context %+v; want a read-only root, no privilege escalation, every capability dropped", what, c.Name, cs)
+		}
+		if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() ||
+			c.Resources.Limits.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("%s/%s: resources %+v; want CPU and memory requests and limits", what, c.Name, c.Resources)
+		}
+		for _, m := range c.VolumeMounts {
+			if secretVolumes[m.Name] && !m.ReadOnly {
+				t.Errorf("%s/%s: secret volume %s mounted writable", what, c.Name, m.Name)
+			}
+		}
+		for _, e := range c.Env {
+			if e.Value != "" && !strings.HasSuffix(e.Name, "_FILE") {
+				t.Errorf("%s/%s: environment variable %s set to a value; a secret belongs in a mounted file", what, c.Name, e.Name)
+			}
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				t.Errorf("%s/%s: environment variable %s from a Secret; mount it as a file", what, c.Name, e.Name)
+			}
+		}
+		if !server {
+			continue
+		}
+		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+			if p == nil || p.GRPC == nil || !slices.ContainsFunc(c.Args, func(a string) bool {
+				return a == "--probe-listen=0.0.0.0:"+strconv.Itoa(int(p.GRPC.Port))
+			}) {
+				t.Errorf("%s/%s: %s probe %+v; want a gRPC probe on the --probe-listen port", what, c.Name, name, p)
+			}
+		}
+		grace := -1
+		for _, a := range c.Args {
+			if m := graceArg.FindStringSubmatch(a); m != nil {
+				grace, _ = strconv.Atoi(m[1])
+			}
+		}
+		if grace < 0 || pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= int64(grace) {
+			t.Errorf("%s/%s: terminationGracePeriodSeconds %v with --shutdown-grace %ds; want it longer", what, c.Name, pod.TerminationGracePeriodSeconds, grace)
+		}
+		if lp := c.LivenessProbe; lp != nil && int(lp.PeriodSeconds*lp.FailureThreshold) <= grace {
+			t.Errorf("%s/%s: liveness fails after %ds, within the %ds drain (NOT_SERVING while draining): a restart mid-drain",
+				what, c.Name, lp.PeriodSeconds*lp.FailureThreshold, grace)
+		}
+	}
+}
+
+// golden compares the rendered manifests with testdata/golden/NAME.yaml.
+func golden(t *testing.T, name string, rendered map[string]string) {
+	t.Helper()
+	var b bytes.Buffer
+	for _, f := range slices.Sorted(maps.Keys(rendered)) {
+		if strings.TrimSpace(stripComments(rendered[f])) == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "# Source: %s\n%s\n---\n", f, strings.TrimSpace(rendered[f]))
+	}
+	path := filepath.Join("testdata", "golden", name+".yaml")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./... -update writes it)", err)
+	}
+	if !bytes.Equal(want, b.Bytes()) {
+		t.Errorf("%s differs from the rendered manifests: review the change and run go test ./... -update", path)
+	}
+}
+
+// TestChartAlertRulesAreTheProjects: the chart's PrometheusRule carries
+// deploy/prometheus/fanout-rules.yaml unchanged.
+func TestChartAlertRulesAreTheProjects(t *testing.T) {
+	a, err := os.ReadFile(filepath.Join(chartDir, "files", "fanout-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("prometheus", "fanout-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Error("helm/fanout/files/fanout-rules.yaml differs from prometheus/fanout-rules.yaml: copy it")
+	}
+}
