@@ -71,7 +71,7 @@ func TestProbePortServesHealthAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	cctx, ccancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer ccancel()
 	if resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{}); err == nil {
