@@ -203,26 +203,16 @@ func (r *ledgerResult) err(id budget.ReservationID, need int64) error {
 // stay hand-written: group commit queues several of them in one batch of
 // one transaction (ledgerexec.go), which sqlc's per-query code cannot.
 const (
-	reserveSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
+	// resultColumns selects a ledger_result's columns in ledgerResult.scan's order.
+	resultColumns = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
 	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
 	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
-	FROM ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
-	settleSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
-	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
-	FROM ledger_settle($1, $2, $3, $4, $5, $6, $7, $8)`
-	voidSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
-	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
-	FROM ledger_void($1, $2, '', $3)`
-	renewSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
-	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
-	FROM ledger_renew($1, $2, $3, $4)`
-	expireSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
-	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
-	FROM ledger_expire($1)`
+	FROM `
+	reserveSQL = resultColumns + `ledger_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+	settleSQL  = resultColumns + `ledger_settle($1, $2, $3, $4, $5, $6, $7, $8)`
+	voidSQL    = resultColumns + `ledger_void($1, $2, '', $3)`
+	renewSQL   = resultColumns + `ledger_renew($1, $2, $3, $4)`
+	expireSQL  = resultColumns + `ledger_expire($1)`
 )
 
 // Reserve implements budget.Ledger.

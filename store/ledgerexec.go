@@ -44,10 +44,7 @@ func (a *reserveArgs) args() []any {
 
 // reserveBatchSQL makes consecutive reserves of a batch in one statement
 // (migrations/functions/ledger_reserve_batch.sql): row i is call i's result.
-const reserveBatchSQL = `SELECT outcome, info_account, info_kind, info_state, info_available, info,
-	reservation_id, account_id, run_id, tenant_id, requested, amount, holder, generation,
-	lease_expires_at, state, actual, spent, overrun, estimated, run_available, wind_down
-	FROM ledger_reserve_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+const reserveBatchSQL = resultColumns + `ledger_reserve_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
 
 // queueReserves queues calls, all reserves, as one ledger_reserve_batch.
 func queueReserves(q *pgx.Batch, calls []*pending[*batchedCall]) {

@@ -133,15 +133,15 @@ func (p *providerFlags) models(env *Env, pool *store.Pool, sim llm.Model, log *s
 	if err != nil {
 		return nil, err
 	}
-	if key := openaiKey; key != "" {
-		m, err := llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: base(key, env.Getenv("OPENAI_BASE_URL"), p.openaiModel, openaiLimit), Stream: p.openaiStream})
+	if openaiKey != "" {
+		m, err := llm.NewOpenAI(llm.OpenAIConfig{ProviderConfig: base(openaiKey, env.Getenv("OPENAI_BASE_URL"), p.openaiModel, openaiLimit), Stream: p.openaiStream})
 		if err != nil {
 			return nil, err
 		}
 		byName["openai"] = m
 	}
-	if key := anthropicKey; key != "" {
-		m, err := llm.NewAnthropic(llm.AnthropicConfig{ProviderConfig: base(key, env.Getenv("ANTHROPIC_BASE_URL"), p.anthropicMdl, anthropicLimit)})
+	if anthropicKey != "" {
+		m, err := llm.NewAnthropic(llm.AnthropicConfig{ProviderConfig: base(anthropicKey, env.Getenv("ANTHROPIC_BASE_URL"), p.anthropicMdl, anthropicLimit)})
 		if err != nil {
 			return nil, err
 		}
