@@ -13,7 +13,7 @@ GOLANGCI_LINT := .tmp/bin/golangci-lint
 # bench/langgraph/package-lock.json; npm ci again when the lock changes.
 LANGGRAPH_DIR := bench/langgraph
 
-.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test
+.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test k8s-e2e
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -40,6 +40,10 @@ chart-test: ## The Helm chart offline (deploy/, its own go.mod): render, lint, v
 
 image: ## Build the container image with podman, reproducibly (deploy/image/Containerfile); prints its id
 	scripts/image.sh
+
+k8s-e2e: image ## The chart on a real cluster: API server + kwok nodes (tier 2), a real node with containerd running the image (tier 3); builds the Kubernetes binaries once per machine (.ci/k8s/build.sh); root
+	bin=$$(.ci/k8s/build.sh) && cd deploy && $(GO) vet -tags cluster . && \
+		FANOUT_K8S_BIN=$$bin $(GO) test -tags cluster -count=1 -timeout 20m -v -run 'TestCluster' .
 
 test/race: ## Run the suite 3 times with the race detector, to shake out flakes
 	@scripts/ensure-postgres.sh

@@ -235,8 +235,8 @@ func runProcess(t *testing.T, dir, name, bin string, args ...string) *exec.Cmd {
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
+			if len(b) > 2500 {
+				b = b[len(b)-2500:]
 			}
 			t.Logf("--- end of %s's log (%s) ---\n%s", name, logPath, b)
 		}

@@ -1,10 +1,12 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -28,6 +30,14 @@ type WorkerConfig struct {
 	// Trust is the worker's side of the peer trust: mutual TLS that admits
 	// only orchestrators, and their dispatch keys. Required.
 	Trust WorkerTrust
+	// MaxConnectionAge is how long an orchestrator's connection to this
+	// worker lives before the worker asks it to reconnect (a GOAWAY; calls
+	// in flight run to their end on the old connection). A dns:/// client
+	// resolves its target again only when a connection ends, so this bounds
+	// how long a worker added behind a headless Service (a scale-up, a pod
+	// that became ready after the orchestrator resolved) goes unused.
+	// Default DefaultMaxConnectionAge; gRPC adds ±10% jitter.
+	MaxConnectionAge time.Duration
 	// Sim configures the deterministic sim model every worker has.
 	Sim llm.SimConfig
 	// ModelsFunc builds the worker's models around its sim (adding real
@@ -45,6 +55,10 @@ type WorkerConfig struct {
 	// as the ledger tells holders apart by name) and Logger (the backend's).
 	Server subagent.ServerConfig
 }
+
+// DefaultMaxConnectionAge is WorkerConfig.MaxConnectionAge's default: a new
+// worker behind a dns:/// target takes work within about this long.
+const DefaultMaxConnectionAge = 30 * time.Second
 
 // Worker serves fanout.v1.SubagentService: it runs subagents for the
 // orchestrators, paying every model call from the backend's ledger.
@@ -64,14 +78,19 @@ func OpenWorker(ctx context.Context, b *Backend, cfg WorkerConfig) (*Worker, err
 // openWorker opens a worker on b. alone: no orchestrator shares its
 // process (and so its login).
 func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<- error, alone bool) (*Worker, error) {
+	if cfg.MaxConnectionAge < 0 || (cfg.MaxConnectionAge > 0 && cfg.MaxConnectionAge < time.Second) {
+		return nil, fmt.Errorf("worker: max connection age %s: must be at least 1s (or 0 for the default %s)", cfg.MaxConnectionAge, DefaultMaxConnectionAge)
+	}
 	if cfg.Trust.TLS == nil || cfg.Trust.Keys == nil {
 		return nil, errors.New("worker: peer TLS and the orchestrators' signing keys are required")
 	}
 	// One orchestrator holds one connection to a worker: let it fill the
 	// worker's capacity on it.
 	perConn := uint32(max(StreamsPerConn, cfg.Server.Capacity)) //nolint:gosec // a capacity is far below 2^32
+	ka := b.streams.keepalive
+	ka.MaxConnectionAge = cmp.Or(cfg.MaxConnectionAge, DefaultMaxConnectionAge)
 	srv, err := listen("worker", cfg.Listen, b.streams, exited, grpc.Creds(credentials.NewTLS(cfg.Trust.TLS)),
-		grpc.MaxConcurrentStreams(perConn))
+		grpc.MaxConcurrentStreams(perConn), grpc.KeepaliveParams(ka))
 	if err != nil {
 		return nil, err
 	}

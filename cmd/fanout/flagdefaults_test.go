@@ -53,6 +53,7 @@ func TestServerFlagDefaultsAreTheDocumentedBounds(t *testing.T) {
 		check(t, []want{
 			{"--capacity", c.wc.Server.Capacity, 64, "README.md:458"},
 			{"--lease-ttl", c.wc.Server.LeaseTTL, 30 * time.Second, "README.md:459; operations.md:87, 216"},
+			{"--max-connection-age", c.wc.MaxConnectionAge, 30 * time.Second, "README.md flags; kubernetes.md Scale"},
 			{"--compress-max-tokens", c.wc.Server.CompressMaxTokens, 512, "README.md:461"},
 			{"--max-model-calls", c.prov.modelCalls, 32, "README.md:503"},
 			{"--call-timeout", c.prov.callTimeout, 2 * time.Minute, "README.md:504"},

@@ -274,6 +274,8 @@ func parseWorker(env *Env, args []string) (*workerCommand, error) {
 	f.StringVar(&c.wc.Server.Name, "name", "", "worker name in the ledger and events, unique per process (default worker-HOSTNAME-PID@ADDR)")
 	f.IntVar(&c.wc.Server.Capacity, "capacity", def.Capacity, "most subagents at once; beyond it the worker answers RESOURCE_EXHAUSTED")
 	f.DurationVar(&c.wc.Server.LeaseTTL, "lease-ttl", def.LeaseTTL, "lease of each reservation; renewed during long calls")
+	f.DurationVar(&c.wc.MaxConnectionAge, "max-connection-age", node.DefaultMaxConnectionAge,
+		"an orchestrator's connection lives this long, then reconnects (calls in flight finish): how soon a dns:/// orchestrator finds a new worker")
 	f.BoolVar(&c.wc.Server.CaptureContent, "capture-content", false, "record prompt and completion text on traces (off: never recorded)")
 	f.IntVar(&c.wc.Server.CompressMaxTokens, "compress-max-tokens", def.CompressMaxTokens, "output cap of the structured-output call that compresses a subagent's work (real providers)")
 	var sim simFlags
