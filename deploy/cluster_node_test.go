@@ -453,7 +453,6 @@ func tcpProxy(t *testing.T, listen, target string) {
 	})
 }
 
-
 // dumpPods logs every pod's phase and containers' states, and the end of
 // each container's log (the kubelet's podLogsDir), for a failed test.
 func (cp *controlPlane) dumpPods(t *testing.T) {
