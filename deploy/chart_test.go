@@ -359,3 +359,24 @@ func TestChartAlertRulesAreTheProjects(t *testing.T) {
 		t.Error("helm/fanout/files/fanout-rules.yaml differs from prometheus/fanout-rules.yaml: copy it")
 	}
 }
+
+// TestChartSchemaVersionIsTheBinarys: the chart's schema-version annotation,
+// which decides whether an upgrade rolls or recreates the Deployments, is
+// the highest versioned migration of this tree.
+func TestChartSchemaVersionIsTheBinarys(t *testing.T) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("../migrations/versioned/[0-9][0-9][0-9][0-9]_*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no versioned migrations found (%v)", err)
+	}
+	latest, err := strconv.Atoi(filepath.Base(files[len(files)-1])[:4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ch.Metadata.Annotations["fanout.dev/schema-version"]; got != strconv.Itoa(latest) {
+		t.Errorf("Chart.yaml annotation fanout.dev/schema-version is %q; the migrations are at %d: update it", got, latest)
+	}
+}

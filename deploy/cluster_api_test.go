@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/kube"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,7 +48,8 @@ const (
 // is refused, and the chart installed with Helm on kwok's fake nodes comes
 // up: the migrate hook Job completes, the Deployments become Available, the
 // headless worker Service lists every worker, and an eviction past a
-// PodDisruptionBudget is refused.
+// PodDisruptionBudget is refused. An upgrade rolls a Deployment whose pods
+// run this schema version and recreates one whose pods run another.
 func TestClusterAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -79,8 +82,9 @@ func TestClusterAPIServer(t *testing.T) {
 		}
 	})
 
+	parent := t // kwok outlives the install's subtest: the upgrade's needs it
 	t.Run("InstallOnKwokNodes", func(t *testing.T) {
-		cp.run(t, "kwok", filepath.Join(cp.bin, "kwok"),
+		cp.run(parent, "kwok", filepath.Join(cp.bin, "kwok"),
 			"--kubeconfig="+cp.kubeconfig,
 			"--config="+mustAbs(t, "testdata/kwok/stages.yaml"),
 			"--manage-all-nodes=false",
@@ -137,6 +141,31 @@ func TestClusterAPIServer(t *testing.T) {
 			}
 			return err == nil, err
 		})
+	})
+
+	t.Run("UpgradeRecreatesAcrossSchemaVersions", func(t *testing.T) {
+		// The same schema: rolled.
+		cp.helmUpgrade(t, ctx, map[string]any{})
+		for _, d := range []string{"fanout-orchestrator", "fanout-worker"} {
+			if s := cp.strategy(t, ctx, d); s != appsv1.RollingUpdateDeploymentStrategyType {
+				t.Errorf("%s after an upgrade within one schema version: %s, want RollingUpdate", d, s)
+			}
+		}
+		// The workers run the previous schema version: recreated; the
+		// orchestrators, already on this one, rolled.
+		patch := `{"spec":{"template":{"metadata":{"annotations":{"fanout.dev/schema-version":"26"}}}}}`
+		if _, err := cp.cs.AppsV1().Deployments(releaseNamespace).Patch(ctx, "fanout-worker", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cp.readyPods(t, ctx, "app.kubernetes.io/component=worker", 3)
+		cp.helmUpgrade(t, ctx, map[string]any{})
+		if s := cp.strategy(t, ctx, "fanout-worker"); s != appsv1.RecreateDeploymentStrategyType {
+			t.Errorf("fanout-worker upgraded from schema 26: %s, want Recreate", s)
+		}
+		if s := cp.strategy(t, ctx, "fanout-orchestrator"); s != appsv1.RollingUpdateDeploymentStrategyType {
+			t.Errorf("fanout-orchestrator upgraded within its schema version: %s, want RollingUpdate", s)
+		}
+		cp.readyPods(t, ctx, "app.kubernetes.io/component=worker", 3)
 	})
 }
 
@@ -254,18 +283,7 @@ func (cp *controlPlane) createKwokNode(t *testing.T, ctx context.Context, name s
 // until every resource is ready.
 func (cp *controlPlane) helmInstall(t *testing.T, ctx context.Context, vals map[string]any) *releasev1.Release {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig = &cp.kubeconfig
-	ns := releaseNamespace
-	flags.Namespace = &ns
-	cfg := action.NewConfiguration()
-	if err := cfg.Init(flags, releaseNamespace, "secret"); err != nil {
-		t.Fatal(err)
-	}
+	ch, cfg := cp.helm(t)
 	install := action.NewInstall(cfg)
 	install.ReleaseName = "fanout"
 	install.Namespace = releaseNamespace
@@ -282,6 +300,51 @@ func (cp *controlPlane) helmInstall(t *testing.T, ctx context.Context, vals map[
 		t.Fatalf("helm install returned a %T", r)
 	}
 	return rel
+}
+
+// helmUpgrade upgrades release "fanout" to the chart with the values over
+// its defaults, waiting until every resource is ready.
+func (cp *controlPlane) helmUpgrade(t *testing.T, ctx context.Context, vals map[string]any) {
+	t.Helper()
+	ch, cfg := cp.helm(t)
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace = releaseNamespace
+	upgrade.WaitStrategy = kube.StatusWatcherStrategy
+	upgrade.WaitForJobs = true
+	upgrade.Timeout = 4 * time.Minute
+	upgrade.ServerSideApply = "true"
+	upgrade.ForceConflicts = true
+	if _, err := upgrade.RunWithContext(ctx, "fanout", ch, vals); err != nil {
+		t.Fatalf("helm upgrade: %v", err)
+	}
+}
+
+// helm loads the chart and a Helm configuration for the release namespace.
+func (cp *controlPlane) helm(t *testing.T) (*chartv2.Chart, *action.Configuration) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig = &cp.kubeconfig
+	ns := releaseNamespace
+	flags.Namespace = &ns
+	cfg := action.NewConfiguration()
+	if err := cfg.Init(flags, releaseNamespace, "secret"); err != nil {
+		t.Fatal(err)
+	}
+	return ch, cfg
+}
+
+// strategy returns a Deployment's update strategy type.
+func (cp *controlPlane) strategy(t *testing.T, ctx context.Context, name string) appsv1.DeploymentStrategyType {
+	t.Helper()
+	d, err := cp.cs.AppsV1().Deployments(releaseNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Strategy.Type
 }
 
 // readyPods waits until exactly n pods match the selector, all Ready and

@@ -130,7 +130,7 @@ current-context: test
 		"--kubeconfig="+cp.kubeconfig, "--leader-elect=false", "--secure-port=0",
 		"--service-account-private-key-file="+p("sa.key"), "--root-ca-file="+p("ca.crt"),
 		"--use-service-account-credentials=false", "--controllers=*",
-		"--node-monitor-grace-period=20s", "--concurrent-deployment-syncs=2")
+		"--node-monitor-grace-period=10m", "--concurrent-deployment-syncs=2")
 	cp.run(t, "kube-scheduler", filepath.Join(cp.bin, "kube-scheduler"),
 		"--kubeconfig="+cp.kubeconfig, "--leader-elect=false", "--secure-port=0")
 	poll(t, ctx, time.Minute, "the default service account", func() (bool, error) {

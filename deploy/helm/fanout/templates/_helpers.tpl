@@ -55,3 +55,26 @@ capabilities:
 {{- define "fanout.cnpgName" -}}
 {{ include "fanout.fullname" . }}-db
 {{- end -}}
+
+{{- /*
+The update strategy of a Deployment (dict "root" . "component" NAME): rolled
+one pod at a time while the schema version stays the same; recreated (every
+old pod gone before a new one starts) when the live Deployment's pods run
+another schema version, so that no old node runs beside a new one on the
+new schema (docs/kubernetes.md "Upgrade"). The live object is read with
+lookup: `helm template` and a first install see none and roll.
+*/ -}}
+{{- define "fanout.strategy" -}}
+{{- $schema := index .root.Chart.Annotations "fanout.dev/schema-version" -}}
+{{- $live := lookup "apps/v1" "Deployment" .root.Release.Namespace (printf "%s-%s" (include "fanout.fullname" .root) .component) -}}
+{{- $liveSchema := "" -}}
+{{- if $live -}}
+{{- $liveSchema = index ($live.spec.template.metadata.annotations | default dict) "fanout.dev/schema-version" | default "" -}}
+{{- end -}}
+{{- if and $live (ne $liveSchema $schema) -}}
+type: Recreate
+{{- else -}}
+type: RollingUpdate
+rollingUpdate: {maxUnavailable: 1, maxSurge: 1}
+{{- end -}}
+{{- end -}}
