@@ -82,10 +82,14 @@ func TestClusterNode(t *testing.T) {
 	cp.createSecret(t, ctx, "fanout-db-owner", map[string]string{"url": "postgres://postgres@" + pgHost + "/fanout?sslmode=disable"})
 	cp.createSecret(t, ctx, "fanout-db-orchestrator", map[string]string{"url": "postgres://k8s_orchestrator:orchestrator-pw@" + pgHost + "/fanout?sslmode=disable"})
 	cp.createSecret(t, ctx, "fanout-db-worker", map[string]string{"url": "postgres://k8s_worker:worker-pw@" + pgHost + "/fanout?sslmode=disable"})
+	cp.createSecret(t, ctx, "fanout-db-admin", map[string]string{"url": "postgres://k8s_admin:admin-pw@" + pgHost + "/fanout?sslmode=disable"})
 	cp.createPeerSecrets(t, ctx)
 
+	// The README's values (the image by digest, AdminService's login), the
+	// image already on the node (no registry here), and a small fleet.
 	rel := cp.helmInstall(t, ctx, map[string]any{
-		"image": map[string]any{"repository": "localhost/fanout", "digest": digest, "pullPolicy": "Never"},
+		"image":    map[string]any{"repository": "localhost/fanout", "digest": digest, "pullPolicy": "Never"},
+		"database": map[string]any{"admin": map[string]any{"secret": "fanout-db-admin"}},
 		"orchestrator": map[string]any{
 			"replicas": 2, "shutdownGraceSeconds": 10,
 			"resources": smallResources(),
@@ -112,8 +116,8 @@ func TestClusterNode(t *testing.T) {
 	}
 	t.Logf("schema version %d, migrated by the hook Job", version)
 
-	key := createKey(t, ctx, pg.URL("fanout"))
-	call := func() fanoutv1.OrchestratorServiceClient {
+	key := createKey(t, ctx, pg.URL("fanout"), "--tenant", "k8s", "--scopes", "run,read")
+	dial := func(key string) *grpc.ClientConn {
 		pods := cp.readyPods(t, ctx, "app.kubernetes.io/component=orchestrator", 2)
 		conn, err := grpc.NewClient(pods[0].Status.PodIP+":50051",
 			grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer(key)))
@@ -121,8 +125,18 @@ func TestClusterNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
-		return fanoutv1.NewOrchestratorServiceClient(conn)
+		return conn
 	}
+	call := func() fanoutv1.OrchestratorServiceClient { return fanoutv1.NewOrchestratorServiceClient(dial(key)) }
+
+	t.Run("AdminServiceOnItsOwnLogin", func(t *testing.T) {
+		admin := fanoutv1.NewAdminServiceClient(dial(createKey(t, ctx, pg.URL("fanout"), "--admin")))
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := admin.GetTenant(rctx, &fanoutv1.GetTenantRequest{TenantId: "k8s"}); err != nil {
+			t.Fatalf("AdminService.GetTenant through an orchestrator pod (--admin-database-url-file): %v", err)
+		}
+	})
 
 	t.Run("FanOutReachesEveryWorkerPod", func(t *testing.T) {
 		// A third worker joins the headless Service after the orchestrators
@@ -270,6 +284,8 @@ func prepareDatabase(t *testing.T, ctx context.Context, pg *pglocal.Server) *pgx
 		`CREATE ROLE fanout_worker NOLOGIN`,
 		`CREATE ROLE k8s_orchestrator LOGIN PASSWORD 'orchestrator-pw' IN ROLE fanout_app`,
 		`CREATE ROLE k8s_worker LOGIN PASSWORD 'worker-pw' IN ROLE fanout_worker`,
+		`CREATE ROLE fanout_admin NOLOGIN`,
+		`CREATE ROLE k8s_admin LOGIN PASSWORD 'admin-pw' IN ROLE fanout_admin`,
 	} {
 		if _, err := admin.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -302,7 +318,7 @@ func (cp *controlPlane) createPeerSecrets(t *testing.T, ctx context.Context) {
 
 // createKey makes a tenant and an API key with the host's fanout binary as
 // the schema's owner, as an operator makes a fleet's first ones.
-func createKey(t *testing.T, ctx context.Context, ownerURL string) string {
+func createKey(t *testing.T, ctx context.Context, ownerURL string, keyArgs ...string) string {
 	t.Helper()
 	run := func(args ...string) string {
 		out, err := exec.CommandContext(ctx, imageBinary, append(args, "--database-url", ownerURL)...).Output()
@@ -311,8 +327,14 @@ func createKey(t *testing.T, ctx context.Context, ownerURL string) string {
 		}
 		return string(out)
 	}
-	run("tenant", "create", "k8s")
-	fields := strings.Fields(run("key", "create", "--tenant", "k8s", "--name", "k8s-e2e", "--scopes", "run,read"))
+	var exists int
+	if err := pgxQueryRow(ctx, ownerURL, `SELECT count(*) FROM fanout.tenant WHERE tenant_id = 'k8s'`, &exists); err != nil {
+		t.Fatal(err)
+	}
+	if exists == 0 {
+		run("tenant", "create", "k8s")
+	}
+	fields := strings.Fields(run(append([]string{"key", "create", "--name", "k8s-e2e"}, keyArgs...)...))
 	if len(fields) == 0 || !strings.HasPrefix(fields[len(fields)-1], "fanout_fk_") {
 		t.Fatal("fanout key create printed no token")
 	}
@@ -444,4 +466,13 @@ func overlaps(a, b []string) bool {
 		}
 	}
 	return false
+}
+
+func pgxQueryRow(ctx context.Context, url, sql string, dest ...any) error {
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	return c.QueryRow(ctx, sql).Scan(dest...)
 }
