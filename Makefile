@@ -43,7 +43,7 @@ image: ## Build the container image with podman, reproducibly (deploy/image/Cont
 
 k8s-e2e: image ## The chart on a real cluster: API server + kwok nodes (tier 2), a real node with containerd running the image (tier 3); builds the Kubernetes binaries once per machine (.ci/k8s/build.sh); root
 	bin=$$(.ci/k8s/build.sh) && cd deploy && $(GO) vet -tags cluster . && \
-		FANOUT_K8S_BIN=$$bin $(GO) test -tags cluster -count=1 -timeout 20m -v -run 'TestCluster' .
+		FANOUT_K8S_BIN=$$bin $(GO) test -tags cluster -count=1 -timeout 30m -v -run 'TestCluster' .
 
 test/race: ## Run the suite 3 times with the race detector, to shake out flakes
 	@scripts/ensure-postgres.sh

@@ -96,7 +96,7 @@ func TestClusterNode(t *testing.T) {
 		},
 		"worker": map[string]any{
 			"replicas": 2, "shutdownGraceSeconds": 10,
-			"extraArgs": []any{"--sim-latency=200ms", "--sim-tool-calls=1", "--sim-finish-after=2", "--max-connection-age=3s"},
+			"extraArgs": []any{"--sim-latency=400ms", "--sim-tool-calls=1", "--sim-finish-after=2", "--max-connection-age=3s"},
 			"resources": smallResources(),
 		},
 	})
@@ -193,21 +193,31 @@ func TestClusterNode(t *testing.T) {
 			return len(inFlight) > 0, err
 		})
 		// kubectl delete pod: SIGTERM, the worker drains (finishes what it
-		// runs, refuses what comes), the ReplicaSet replaces it.
+		// runs, refuses what comes), the ReplicaSet replaces it. A task takes
+		// about 2 s (5 model calls of 400 ms), so what ran at the delete still
+		// runs when the kubelet's SIGTERM arrives.
 		if err := cp.cs.CoreV1().Pods(releaseNamespace).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var deleted time.Time
+		if err := owner.QueryRow(ctx, `SELECT now()`).Scan(&deleted); err != nil {
 			t.Fatal(err)
 		}
 		waitRun(t, ctx, owner, runID)
 		checkRun(t, ctx, owner, runID, 48)
-		var drained int
-		if err := owner.QueryRow(ctx, `SELECT count(*) FROM fanout.task WHERE run_id = $1 AND task_id = ANY($2) AND worker = $3 AND status = 'SUCCEEDED'`,
-			runID, inFlight, victim).Scan(&drained); err != nil {
+		var drained, after int
+		if err := owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE finished_at > $4) FROM fanout.task
+			WHERE run_id = $1 AND task_id = ANY($2) AND worker = $3 AND status = 'SUCCEEDED'`,
+			runID, inFlight, victim, deleted).Scan(&drained, &after); err != nil {
 			t.Fatal(err)
 		}
 		if drained != len(inFlight) {
 			t.Errorf("%d of the %d tasks %s ran when it was deleted finished there", drained, len(inFlight), victim)
 		}
-		t.Logf("48 tasks SUCCEEDED; %d in flight on the deleted pod finished in its drain; %d sent again after it refused them", len(inFlight), resent(t, ctx, owner, runID))
+		if after == 0 {
+			t.Errorf("none of the tasks %s ran finished after it was deleted: the drain was not exercised", victim)
+		}
+		t.Logf("48 tasks SUCCEEDED; %d in flight on the deleted pod finished there (%d after the delete); %d sent again after it refused them", len(inFlight), after, resent(t, ctx, owner, runID))
 	})
 }
 
@@ -396,8 +406,8 @@ func waitRun(t *testing.T, ctx context.Context, db *pgx.Conn, runID string) {
 }
 
 // checkRun checks that the run succeeded with every one of its n tasks,
-// that its ledger is conserved with nothing left held, and that it spent
-// within its limit.
+// that its ledger is conserved with nothing left reserved or held (no open
+// reservation), and that it spent within its limit.
 func checkRun(t *testing.T, ctx context.Context, db *pgx.Conn, runID string, n int) {
 	t.Helper()
 	var state string
@@ -424,12 +434,14 @@ func checkRun(t *testing.T, ctx context.Context, db *pgx.Conn, runID string, n i
 	if accounts == 0 || !conserved {
 		t.Errorf("run %s: conservation_check over %d of its accounts: conserved=%v", runID, accounts, conserved)
 	}
-	var spent, limit, held int64
-	if err := db.QueryRow(ctx, `SELECT spent_tokens, limit_tokens, held_tokens FROM fanout.run_spend WHERE run_id = $1`, runID).Scan(&spent, &limit, &held); err != nil {
+	var spent, limit, reserved, held, open int64
+	if err := db.QueryRow(ctx, `SELECT spent_tokens, limit_tokens, reserved_tokens, held_tokens,
+		(SELECT count(*) FROM fanout.open_reservations o WHERE o.run_id = s.run_id)
+		FROM fanout.run_spend s WHERE run_id = $1`, runID).Scan(&spent, &limit, &reserved, &held, &open); err != nil {
 		t.Fatal(err)
 	}
-	if spent > limit || held != 0 {
-		t.Errorf("run %s: spent %d of %d, %d still held", runID, spent, limit, held)
+	if spent > limit || reserved != 0 || held != 0 || open != 0 {
+		t.Errorf("run %s: spent %d of %d; %d still reserved in %d open reservations, %d held", runID, spent, limit, reserved, open, held)
 	}
 }
 

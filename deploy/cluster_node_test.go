@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -127,6 +128,7 @@ state = %q
 `, filepath.Join(n.dir, "containerd", "root"), filepath.Join(n.dir, "containerd", "state"), n.socket,
 		n.socket+".ttrpc", pauseImage, filepath.Join(n.dir, "cni")))
 	netnsBefore := netnsNames()
+	rulesBefore := iptablesRules()
 	runProcess(t, n.dir, "containerd", "containerd", "-c", filepath.Join(n.dir, "containerd.toml"))
 	poll(t, ctx, 30*time.Second, "containerd's socket", func() (bool, error) {
 		return exec.Command("ctr", "-a", n.socket, "version").Run() == nil, nil
@@ -134,14 +136,14 @@ state = %q
 	// Registered after containerd's own cleanup, so it runs before it: stop
 	// every container, unmount what the kubelet mounted, remove the pods'
 	// network namespaces.
-	t.Cleanup(func() { n.teardown(t, netnsBefore) })
+	t.Cleanup(func() { n.teardown(t, netnsBefore); restoreIPTables(t, rulesBefore) })
 	t.Cleanup(func() {
 		if t.Failed() {
 			cp.dumpPods(t)
 		}
 	})
 
-	n.importImage(t, ctx, buildPauseImage(t, n.dir))
+	n.importImage(t, ctx, buildPauseImage(t, ctx, n.dir))
 	for _, a := range archives {
 		n.importImage(t, ctx, a)
 	}
@@ -169,6 +171,7 @@ podCIDR: %s
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%"}
 imageGCHighThresholdPercent: 100
 serializeImagePulls: false
+makeIPTablesUtilChains: false
 podLogsDir: %s
 `, hostOnPods, freePort(t), n.socket, hostOnPods, filepath.Join(n.dir, "resolv.conf"), podSubnet, filepath.Join(n.dir, "pod-logs")))
 	// The pods' resolv.conf search path only: names outside the cluster
@@ -198,13 +201,13 @@ podLogsDir: %s
 
 // buildPauseImage builds the sandbox image (pause/main.go, static, FROM
 // scratch) with podman and returns its OCI archive.
-func buildPauseImage(t *testing.T, dir string) string {
+func buildPauseImage(t *testing.T, ctx context.Context, dir string) string {
 	t.Helper()
 	ctxDir := filepath.Join(dir, "pause")
 	if err := os.MkdirAll(ctxDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(ctxDir, "pause"), "./pause")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(ctxDir, "pause"), "./pause")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build pause: %v: %s", err, out)
@@ -215,7 +218,7 @@ func buildPauseImage(t *testing.T, dir string) string {
 		{"build", "--quiet", "--pull=never", "--timestamp", "0", "-t", pauseImage, ctxDir},
 		{"save", "--quiet", "--format", "oci-archive", "-o", archive, pauseImage},
 	} {
-		cmd := exec.Command("podman", args...)
+		cmd := exec.CommandContext(ctx, "podman", args...)
 		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+mustAbs(t, "image/containers.conf"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("podman %s: %v: %s", args[0], err, out)
@@ -227,7 +230,7 @@ func buildPauseImage(t *testing.T, dir string) string {
 // importImage loads an OCI archive into containerd's CRI namespace.
 func (n *node) importImage(t *testing.T, ctx context.Context, archive string) {
 	t.Helper()
-	if out, err := exec.CommandContext(ctx, "ctr", "-a", n.socket, "-n", "k8s.io", "images", "import", archive).CombinedOutput(); err != nil {
+	if out, err := n.ctr(2*time.Minute, "images", "import", archive); err != nil {
 		t.Fatalf("ctr images import %s: %v: %s", archive, err, out)
 	}
 }
@@ -239,15 +242,22 @@ func (n *node) imageDigest(t *testing.T, ref string) string {
 	t.Helper()
 	d := n.manifestDigest(t, ref)
 	repo, _, _ := strings.Cut(ref, ":")
-	if out, err := exec.Command("ctr", "-a", n.socket, "-n", "k8s.io", "images", "tag", ref, repo+"@"+d).CombinedOutput(); err != nil {
+	if out, err := n.ctr(10*time.Second, "images", "tag", ref, repo+"@"+d); err != nil {
 		t.Fatalf("ctr images tag: %v: %s", err, out)
 	}
 	return d
 }
 
+// ctr runs ctr against the node's containerd in the CRI namespace, within timeout.
+func (n *node) ctr(timeout time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return exec.CommandContext(ctx, "ctr", append([]string{"-a", n.socket, "-n", "k8s.io"}, args...)...).CombinedOutput()
+}
+
 func (n *node) manifestDigest(t *testing.T, ref string) string {
 	t.Helper()
-	out, err := exec.Command("ctr", "-a", n.socket, "-n", "k8s.io", "images", "ls", "name=="+ref).Output()
+	out, err := n.ctr(10*time.Second, "images", "ls", "name=="+ref)
 	if err != nil {
 		t.Fatalf("ctr images ls: %v", err)
 	}
@@ -265,16 +275,16 @@ func (n *node) manifestDigest(t *testing.T, ref string) string {
 // mounted under its directory and removes the network namespaces the pods
 // had, so that the test's directory can be removed and nothing outlives it.
 func (n *node) teardown(t *testing.T, netnsBefore []string) {
-	out, _ := exec.Command("ctr", "-a", n.socket, "-n", "k8s.io", "tasks", "ls", "-q").Output()
+	out, _ := n.ctr(10*time.Second, "tasks", "ls", "-q")
 	for _, id := range strings.Fields(string(out)) {
-		_ = exec.Command("ctr", "-a", n.socket, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).Run()
+		_, _ = n.ctr(10*time.Second, "tasks", "kill", "-s", "SIGKILL", id)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		out, _ := exec.Command("ctr", "-a", n.socket, "-n", "k8s.io", "tasks", "ls", "-q").Output()
+		out, _ := n.ctr(10*time.Second, "tasks", "ls", "-q")
 		running := 0
 		for _, id := range strings.Fields(string(out)) {
-			if exec.Command("ctr", "-a", n.socket, "-n", "k8s.io", "tasks", "delete", id).Run() != nil {
+			if _, err := n.ctr(10*time.Second, "tasks", "delete", id); err != nil {
 				running++
 			}
 		}
@@ -362,9 +372,12 @@ func (cp *controlPlane) answerDNS(ctx context.Context, query []byte) []byte {
 	if err != nil {
 		return nil
 	}
-	ips, found := cp.lookupService(ctx, strings.ToLower(q.Name.String()))
+	ips, found, err := cp.lookupService(ctx, strings.ToLower(q.Name.String()))
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired, RCode: dnsmessage.RCodeSuccess}
-	if !found {
+	switch {
+	case err != nil:
+		rh.RCode = dnsmessage.RCodeServerFailure // the resolver tries again
+	case !found:
 		rh.RCode = dnsmessage.RCodeNameError
 	}
 	b := dnsmessage.NewBuilder(nil, rh)
@@ -386,28 +399,34 @@ func (cp *controlPlane) answerDNS(ctx context.Context, query []byte) []byte {
 	return out
 }
 
-// lookupService resolves SERVICE.NAMESPACE.svc.cluster.local.
-func (cp *controlPlane) lookupService(ctx context.Context, name string) ([]net.IP, bool) {
+// lookupService resolves SERVICE.NAMESPACE.svc.cluster.local: found is
+// false for a name that does not exist, err set when the API could not say.
+func (cp *controlPlane) lookupService(ctx context.Context, name string) (ips []net.IP, found bool, err error) {
 	rest, ok := strings.CutSuffix(name, ".svc.cluster.local.")
 	if !ok {
-		return nil, false
+		return nil, false, nil
 	}
 	svcName, ns, ok := strings.Cut(rest, ".")
 	if !ok || strings.Contains(ns, ".") {
-		return nil, false
+		return nil, false, nil
 	}
 	svc, err := cp.cs.CoreV1().Services(ns).Get(ctx, svcName, metav1.GetOptions{})
-	if err != nil {
-		return nil, false
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
 	}
-	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
-		return []net.IP{net.ParseIP(svc.Spec.ClusterIP)}, true
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return nil, false, nil // a CNAME: nothing here uses one
+	case svc.Spec.ClusterIP != corev1.ClusterIPNone:
+		return []net.IP{net.ParseIP(svc.Spec.ClusterIP)}, true, nil
 	}
 	list, err := cp.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svcName})
 	if err != nil {
-		return nil, true
+		return nil, false, err
 	}
-	var ips []net.IP
 	for _, s := range list.Items {
 		for _, e := range s.Endpoints {
 			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
@@ -420,37 +439,111 @@ func (cp *controlPlane) lookupService(ctx context.Context, name string) ([]net.I
 			}
 		}
 	}
-	return ips, true
+	return ips, true, nil
 }
 
 // tcpProxy forwards every connection to listen on to target, so that a
-// server bound to loopback is reachable from the pods.
+// server bound to loopback is reachable from the pods. Its listener and
+// every connection it holds are closed when the test ends.
 func tcpProxy(t *testing.T, listen, target string) {
 	t.Helper()
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
+	var (
+		mu    sync.Mutex
+		conns = map[net.Conn]bool{}
+		wg    sync.WaitGroup
+	)
+	track := func(c net.Conn, add bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if add {
+			conns[c] = true
+		} else {
+			delete(conns, c)
+		}
+	}
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 	wg.Go(func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("tcp", target)
+			wg.Go(func() {
+				u, err := net.DialTimeout("tcp", target, 10*time.Second)
 				if err != nil {
+					c.Close()
 					return
 				}
-				defer u.Close()
-				go func() { _, _ = io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+				track(c, true)
+				track(u, true)
+				defer func() { track(c, false); track(u, false); c.Close(); u.Close() }()
+				done := make(chan struct{})
+				go func() { _, _ = io.Copy(u, c); u.(*net.TCPConn).CloseWrite(); close(done) }()
 				_, _ = io.Copy(c, u)
-			}()
+				<-done
+			})
 		}
 	})
+}
+
+// iptablesRules returns the host's iptables and ip6tables rules and chains
+// (iptables -S of the filter, nat and mangle tables), one "CMD TABLE RULE"
+// per line.
+func iptablesRules() []string {
+	var rules []string
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			out, err := exec.Command(cmd, "-t", table, "-S").Output()
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				if l != "" {
+					rules = append(rules, cmd+" "+table+" "+l)
+				}
+			}
+		}
+	}
+	return rules
+}
+
+// restoreIPTables removes the rules, then the chains, that appeared since
+// before: what the kubelet or a CNI plugin added to the host.
+func restoreIPTables(t *testing.T, before []string) {
+	var chains [][]string
+	for _, r := range iptablesRules() {
+		if slices.Contains(before, r) {
+			continue
+		}
+		f := strings.Fields(r)
+		cmd, table, op := f[0], f[1], f[2]
+		switch op {
+		case "-A":
+			if out, err := exec.Command(cmd, append([]string{"-t", table, "-D"}, f[3:]...)...).CombinedOutput(); err != nil {
+				t.Logf("%s -t %s -D %s: %v: %s", cmd, table, strings.Join(f[3:], " "), err, out)
+			}
+		case "-N":
+			chains = append(chains, []string{cmd, table, f[3]})
+		}
+	}
+	for _, c := range chains {
+		_ = exec.Command(c[0], "-t", c[1], "-F", c[2]).Run()
+		if out, err := exec.Command(c[0], "-t", c[1], "-X", c[2]).CombinedOutput(); err != nil {
+			t.Logf("%s -t %s -X %s: %v: %s", c[0], c[1], c[2], err, out)
+		}
+	}
 }
 
 // dumpPods logs every pod's phase and containers' states, and the end of

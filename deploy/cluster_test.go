@@ -61,7 +61,7 @@ func k8sBin(t *testing.T) string {
 	dir := os.Getenv(k8sBinEnv)
 	if dir == "" {
 		t.Fatalf("%s is not set: run `make k8s-e2e`, which builds the Kubernetes binaries once per machine "+
-			"(.ci/k8s/build.sh, about 20 min cold) and runs these tests", k8sBinEnv)
+			"(.ci/k8s/build.sh, about 16 min cold on 2 cores) and runs these tests", k8sBinEnv)
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kwok"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
@@ -244,8 +244,8 @@ func runProcess(t *testing.T, dir, name, bin string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// poll calls cond until it returns true, fails the test if it returns an
-// error or the deadline passes.
+// poll calls cond until it returns true, and fails the test, naming cond's
+// last error, if the deadline passes first. An error does not end the wait.
 func poll(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

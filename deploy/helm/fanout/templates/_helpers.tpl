@@ -59,10 +59,10 @@ capabilities:
 {{- /*
 The update strategy of a Deployment (dict "root" . "component" NAME): rolled
 one pod at a time while the schema version stays the same; recreated (every
-old pod gone before a new one starts) when the live Deployment's pods run
-another schema version, so that no old node runs beside a new one on the
-new schema (docs/kubernetes.md "Upgrade"). The live object is read with
-lookup: `helm template` and a first install see none and roll.
+old pod of it gone before a new one of it starts) when the live Deployment's
+pods run another schema version, or carry none (docs/kubernetes.md
+"Upgrade"). The live object is read with lookup: `helm template` and a first
+install see none and roll.
 */ -}}
 {{- define "fanout.strategy" -}}
 {{- $schema := index .root.Chart.Annotations "fanout.dev/schema-version" -}}
