@@ -319,9 +319,10 @@ type run struct {
 	tools []llm.ToolDef
 	sum   Summary
 	found []Fact // read tool results, reported if the model never answers
-	// prior are the writes of the task's earlier attempts by tool and
-	// argument digest (priorKey), never sent again; priorOrder lists them
-	// oldest first for the prompt.
+	// prior are the writes this task made, in its earlier attempts and in
+	// this one, by tool and argument digest (priorKey): none is sent again
+	// (a write that was never sent is not one). priorOrder lists the
+	// earlier attempts' oldest first for the prompt.
 	prior      map[string]runs.Write
 	priorOrder []runs.Write
 	granted    int64 // the last grant (Progress.Granted)

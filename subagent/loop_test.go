@@ -455,7 +455,9 @@ func TestLoopWritesOneAtATimeWithKeys(t *testing.T) {
 	var mu sync.Mutex
 	var keys []string
 	tools, err := subagent.NewTools(subagent.Tool{Name: "w", Effect: subagent.EffectWrite,
-		Schema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
+		// text required: the sim fills it per call, so the three writes differ
+		// (the same write twice in a task is sent once)
+		Schema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
 		Func: func(ctx context.Context, c subagent.ToolCall) (subagent.ToolResult, error) {
 			n := running.Add(1)
 			defer running.Add(-1)

@@ -251,6 +251,12 @@ func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	case o.res.IsError:
 		state, errText = runs.WriteFailed, "the tool reported: "+firstLine(o.res.Text)
 	}
+	if state != runs.WriteNotSent {
+		// Asked again later in this attempt (after a timeout, say), the
+		// same call is answered from this one, never sent under another key.
+		w.State, w.Result, w.Error = state, o.res.Text, errText
+		r.remember(w)
+	}
 	if r.Writes == nil {
 		return
 	}
@@ -262,10 +268,20 @@ func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	}
 }
 
-// replayed is the outcome of a write an earlier attempt of the task made
-// with the same tool and arguments: it is not sent again.
+// remember records a write this task made, so that the same call is never
+// sent again (runTool answers it with replayed).
+func (r *run) remember(w runs.Write) {
+	if r.prior == nil {
+		r.prior = map[string]runs.Write{}
+	}
+	r.prior[priorKey(w.Tool, w.ArgsDigest)] = w
+}
+
+// replayed is the outcome of a write this task already made with the same
+// tool and arguments, in an earlier attempt or earlier in this one: it is
+// not sent again.
 func replayed(w runs.Write) toolOutcome {
-	const not = "not sent again: an earlier attempt of this task made this exact call"
+	not := fmt.Sprintf("not sent again: this task already made this exact call (attempt %d, iteration %d)", w.Attempt, w.Iteration)
 	switch w.State {
 	case runs.WriteDone:
 		return toolOutcome{res: ToolResult{Text: fmt.Sprintf("%s, which succeeded: %s", not, w.Result)}}
@@ -291,10 +307,7 @@ func (r *run) loadPrior(ctx context.Context) error {
 			continue // it never reached the tool: this attempt may make it
 		}
 		if w.Attempt < int64(r.task.Attempt) {
-			if r.prior == nil {
-				r.prior = map[string]runs.Write{}
-			}
-			r.prior[priorKey(w.Tool, w.ArgsDigest)] = w
+			r.remember(w)
 			r.priorOrder = append(r.priorOrder, w)
 		}
 	}
