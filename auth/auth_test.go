@@ -234,6 +234,7 @@ func TestEveryMethodHasAScope(t *testing.T) {
 	want := map[string]tenant.Scope{
 		"StartRun": tenant.ScopeRun, "Run": tenant.ScopeRun, "GetRun": tenant.ScopeRead,
 		"WatchRun": tenant.ScopeRead, "ListRuns": tenant.ScopeRead, "CancelRun": tenant.ScopeCancel,
+		"ListApprovals": tenant.ScopeApprove, "ApproveToolCall": tenant.ScopeApprove, "DenyToolCall": tenant.ScopeApprove,
 	}
 	sd := fanoutv1.OrchestratorService_ServiceDesc
 	var names []string

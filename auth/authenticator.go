@@ -376,18 +376,21 @@ var openPrefixes = []string{
 // here is refused (fail closed): TestEveryMethodHasAScope fails when a
 // service grows one.
 var methodScopes = map[string]tenant.Scope{
-	fanoutv1.OrchestratorService_StartRun_FullMethodName:  tenant.ScopeRun,
-	fanoutv1.OrchestratorService_Run_FullMethodName:       tenant.ScopeRun,
-	fanoutv1.OrchestratorService_GetRun_FullMethodName:    tenant.ScopeRead,
-	fanoutv1.OrchestratorService_WatchRun_FullMethodName:  tenant.ScopeRead,
-	fanoutv1.OrchestratorService_ListRuns_FullMethodName:  tenant.ScopeRead,
-	fanoutv1.OrchestratorService_CancelRun_FullMethodName: tenant.ScopeCancel,
-	fanoutv1.AdminService_CreateTenant_FullMethodName:     tenant.ScopeAdmin,
-	fanoutv1.AdminService_UpdateTenant_FullMethodName:     tenant.ScopeAdmin,
-	fanoutv1.AdminService_GetTenant_FullMethodName:        tenant.ScopeAdmin,
-	fanoutv1.AdminService_CreateKey_FullMethodName:        tenant.ScopeAdmin,
-	fanoutv1.AdminService_ListKeys_FullMethodName:         tenant.ScopeAdmin,
-	fanoutv1.AdminService_RevokeKey_FullMethodName:        tenant.ScopeAdmin,
+	fanoutv1.OrchestratorService_StartRun_FullMethodName:        tenant.ScopeRun,
+	fanoutv1.OrchestratorService_Run_FullMethodName:             tenant.ScopeRun,
+	fanoutv1.OrchestratorService_GetRun_FullMethodName:          tenant.ScopeRead,
+	fanoutv1.OrchestratorService_WatchRun_FullMethodName:        tenant.ScopeRead,
+	fanoutv1.OrchestratorService_ListRuns_FullMethodName:        tenant.ScopeRead,
+	fanoutv1.OrchestratorService_CancelRun_FullMethodName:       tenant.ScopeCancel,
+	fanoutv1.OrchestratorService_ListApprovals_FullMethodName:   tenant.ScopeApprove,
+	fanoutv1.OrchestratorService_ApproveToolCall_FullMethodName: tenant.ScopeApprove,
+	fanoutv1.OrchestratorService_DenyToolCall_FullMethodName:    tenant.ScopeApprove,
+	fanoutv1.AdminService_CreateTenant_FullMethodName:           tenant.ScopeAdmin,
+	fanoutv1.AdminService_UpdateTenant_FullMethodName:           tenant.ScopeAdmin,
+	fanoutv1.AdminService_GetTenant_FullMethodName:              tenant.ScopeAdmin,
+	fanoutv1.AdminService_CreateKey_FullMethodName:              tenant.ScopeAdmin,
+	fanoutv1.AdminService_ListKeys_FullMethodName:               tenant.ScopeAdmin,
+	fanoutv1.AdminService_RevokeKey_FullMethodName:              tenant.ScopeAdmin,
 }
 
 // MethodScope returns the scope a call of method (its full name,

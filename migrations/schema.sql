@@ -379,6 +379,25 @@ COMMENT ON COLUMN fanout.run_event.event IS 'The RunEvent as protojson, without 
 COMMENT ON COLUMN fanout.run_event.event_key IS 'key of the append that wrote the event (NULL for RunFinished and older rows): a retried append finds its events by it';
 GRANT INSERT, SELECT ON TABLE fanout.run_event TO fanout_app;
 
+CREATE TABLE fanout.run_tool_policy (
+    tenant_id text NOT NULL,
+    run_id text NOT NULL,
+    tool text NOT NULL,
+    approval boolean NOT NULL,
+    approval_timeout_ms bigint NOT NULL,
+    CONSTRAINT run_tool_policy_approval_timeout_ms_check CHECK (approval_timeout_ms >= 0),
+    CONSTRAINT run_tool_policy_check CHECK (approval OR approval_timeout_ms = 0),
+    CONSTRAINT run_tool_policy_pkey PRIMARY KEY (run_id, tool),
+    CONSTRAINT run_tool_policy_tool_check CHECK (tool <> ''::text AND octet_length(tool) <= 256)
+);
+ALTER TABLE fanout.run_tool_policy ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fanout_app_all ON fanout.run_tool_policy FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
+CREATE POLICY fanout_auditor_read ON fanout.run_tool_policy FOR SELECT TO fanout_auditor USING (true);
+CREATE POLICY fanout_tenant_auditor_read ON fanout.run_tool_policy FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+COMMENT ON TABLE fanout.run_tool_policy IS 'Each run''s effective tool policy, recorded by its orchestrator when it opens the run: a tool a task may call, and whether its writes wait for an approval (and how long).';
+GRANT INSERT, SELECT ON TABLE fanout.run_tool_policy TO fanout_app;
+GRANT SELECT ON TABLE fanout.run_tool_policy TO fanout_worker;
+
 CREATE TABLE fanout.semaphore_slot (
     key text NOT NULL,
     slot integer NOT NULL,
@@ -499,36 +518,74 @@ CREATE TABLE fanout.tool_call (
     resolved_at timestamp with time zone,
     result_bytes integer GENERATED ALWAYS AS (octet_length(result)) STORED,
     secret_hash bytea,
+    call_id text GENERATED ALWAYS AS ('tc_'::text || md5(key)) STORED,
+    preview text DEFAULT ''::text NOT NULL,
+    approval_deadline timestamp with time zone,
+    sent_attempt bigint,
     CONSTRAINT tool_call_args_digest_check CHECK (args_digest ~ '^[0-9a-f]{64}$'::text),
     CONSTRAINT tool_call_attempt_check CHECK (attempt >= 1),
+    CONSTRAINT tool_call_call_id_key UNIQUE (call_id),
     CONSTRAINT tool_call_call_index_check CHECK (call_index >= 0),
     CONSTRAINT tool_call_iteration_check CHECK (iteration >= 0),
     CONSTRAINT tool_call_key_check CHECK (key <> ''::text AND octet_length(key) <= 256),
     CONSTRAINT tool_call_pkey PRIMARY KEY (key),
-    CONSTRAINT tool_call_resolved CHECK ((state = 'issued'::text) = (resolved_at IS NULL)),
+    CONSTRAINT tool_call_preview_check CHECK (octet_length(preview) <= 1024),
+    CONSTRAINT tool_call_resolved CHECK ((state = ANY (ARRAY['awaiting_approval'::text, 'approved'::text, 'issued'::text])) = (resolved_at IS NULL)),
     CONSTRAINT tool_call_run_id_check CHECK (run_id <> ''::text),
+    CONSTRAINT tool_call_sent_attempt_check CHECK (sent_attempt >= 1),
     CONSTRAINT tool_call_server_check CHECK (octet_length(server) <= 256),
-    CONSTRAINT tool_call_state_check CHECK (state = ANY (ARRAY['issued'::text, 'done'::text, 'failed'::text, 'unknown'::text, 'not_sent'::text])),
+    CONSTRAINT tool_call_state_check CHECK (state = ANY (ARRAY['awaiting_approval'::text, 'approved'::text, 'denied'::text, 'issued'::text, 'done'::text, 'failed'::text, 'unknown'::text, 'not_sent'::text])),
     CONSTRAINT tool_call_task_id_check CHECK (task_id <> ''::text AND octet_length(task_id) <= 64),
     CONSTRAINT tool_call_tenant_id_check CHECK (tenant_id <> ''::text AND octet_length(tenant_id) <= 128),
     CONSTRAINT tool_call_tool_check CHECK (tool <> ''::text AND octet_length(tool) <= 256)
 );
 ALTER TABLE fanout.tool_call ENABLE ROW LEVEL SECURITY;
+CREATE INDEX tool_call_pending ON fanout.tool_call USING btree (tenant_id, approval_deadline) WHERE state = 'awaiting_approval'::text;
 CREATE INDEX tool_call_task ON fanout.tool_call USING btree (tenant_id, run_id, task_id, created_at);
-CREATE TRIGGER tool_call_resolve_once BEFORE UPDATE ON fanout.tool_call FOR EACH ROW EXECUTE FUNCTION fanout.tool_call_resolve_once();
+CREATE TRIGGER tool_call_transition BEFORE INSERT OR UPDATE ON fanout.tool_call FOR EACH ROW EXECUTE FUNCTION fanout.tool_call_transition();
 CREATE POLICY fanout_app_all ON fanout.tool_call FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.tool_call FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.tool_call FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
-COMMENT ON TABLE fanout.tool_call IS 'Tool calls with effect write, recorded issued before they are sent and resolved once (done, failed, unknown).';
+COMMENT ON TABLE fanout.tool_call IS 'Tool calls with effect write: recorded before they are sent (issued, or awaiting_approval until a decision), resolved once (done, failed, unknown, not_sent, denied).';
 COMMENT ON COLUMN fanout.tool_call.key IS 'The idempotency key sent in the call''s _meta.';
 COMMENT ON COLUMN fanout.tool_call.args_digest IS 'Hex SHA-256 of the call''s JSON arguments as the model sent them.';
 COMMENT ON COLUMN fanout.tool_call.result IS 'A resolved write''s result as the model was shown it.';
 COMMENT ON COLUMN fanout.tool_call.result_bytes IS 'octet_length(result), kept so that tool_calls need not read result.';
 COMMENT ON COLUMN fanout.tool_call.secret_hash IS 'SHA-256 of the secret of the attempt that issued the call.';
-GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, created_at, resolved_at) ON TABLE fanout.tool_call TO fanout_worker;
-GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes) ON TABLE fanout.tool_call TO fanout_auditor;
-GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes) ON TABLE fanout.tool_call TO fanout_tenant_auditor;
+COMMENT ON COLUMN fanout.tool_call.call_id IS 'The call''s id in the API (ApproveToolCall, DenyToolCall): a digest of its key (MD5, as an id: nothing secret).';
+COMMENT ON COLUMN fanout.tool_call.preview IS 'The arguments as an approver sees them: bounded, with secret-looking values redacted.';
+COMMENT ON COLUMN fanout.tool_call.approval_deadline IS 'When a call that waits for approval is denied unless approved first; NULL for a call that needs none.';
+COMMENT ON COLUMN fanout.tool_call.sent_attempt IS 'The attempt that sent the call, when it is not the one that asked for it (a re-dispatched task sending an approved call).';
+GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, created_at, resolved_at, call_id, preview, approval_deadline) ON TABLE fanout.tool_call TO fanout_worker;
+GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes, call_id, preview, approval_deadline, sent_attempt) ON TABLE fanout.tool_call TO fanout_auditor;
+GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes, call_id, preview, approval_deadline, sent_attempt) ON TABLE fanout.tool_call TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.tool_call TO fanout_app;
+
+CREATE TABLE fanout.tool_call_decision (
+    call_id text NOT NULL,
+    tenant_id text NOT NULL,
+    run_id text NOT NULL,
+    decision text NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    actor text NOT NULL,
+    decided_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT tool_call_decision_actor_check CHECK (actor <> ''::text AND octet_length(actor) <= 256),
+    CONSTRAINT tool_call_decision_call_id_fkey FOREIGN KEY (call_id) REFERENCES fanout.tool_call(call_id),
+    CONSTRAINT tool_call_decision_decision_check CHECK (decision = ANY (ARRAY['approved'::text, 'denied'::text])),
+    CONSTRAINT tool_call_decision_pkey PRIMARY KEY (call_id),
+    CONSTRAINT tool_call_decision_reason_check CHECK (octet_length(reason) <= 1024)
+);
+ALTER TABLE fanout.tool_call_decision ENABLE ROW LEVEL SECURITY;
+CREATE INDEX tool_call_decision_tenant ON fanout.tool_call_decision USING btree (tenant_id, decided_at);
+CREATE TRIGGER tool_call_decision_no_truncate BEFORE TRUNCATE ON fanout.tool_call_decision FOR EACH STATEMENT EXECUTE FUNCTION fanout.tool_call_decision_append_only();
+CREATE TRIGGER tool_call_decision_no_update BEFORE DELETE OR UPDATE ON fanout.tool_call_decision FOR EACH ROW EXECUTE FUNCTION fanout.tool_call_decision_append_only();
+CREATE POLICY fanout_app_all ON fanout.tool_call_decision FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
+CREATE POLICY fanout_auditor_read ON fanout.tool_call_decision FOR SELECT TO fanout_auditor USING (true);
+CREATE POLICY fanout_tenant_auditor_read ON fanout.tool_call_decision FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+COMMENT ON TABLE fanout.tool_call_decision IS 'Append-only: who approved or denied a write that waited for approval, when and why (actor fanout for an expiry or the run''s end).';
+GRANT SELECT (call_id, tenant_id, run_id, decision, reason, actor, decided_at) ON TABLE fanout.tool_call_decision TO fanout_auditor;
+GRANT SELECT (call_id, tenant_id, run_id, decision, reason, actor, decided_at) ON TABLE fanout.tool_call_decision TO fanout_tenant_auditor;
+GRANT SELECT ON TABLE fanout.tool_call_decision TO fanout_app;
 
 CREATE TABLE public.schema_migration (
     version integer NOT NULL,
@@ -881,6 +938,26 @@ GRANT SELECT ON TABLE fanout.tenant_spend_money_daily TO fanout_app;
 GRANT SELECT ON TABLE fanout.tenant_spend_money_daily TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.tenant_spend_money_daily TO fanout_tenant_auditor;
 
+CREATE VIEW fanout.tool_call_decisions WITH (security_invoker=true) AS
+ SELECT d.tenant_id,
+    d.run_id,
+    c.task_id,
+    c.tool,
+    d.call_id,
+    d.decision,
+    d.reason,
+    d.actor,
+    d.decided_at,
+    c.created_at AS requested_at,
+    c.approval_deadline,
+    c.preview,
+    c.state AS call_state
+   FROM fanout.tool_call_decision d
+     JOIN fanout.tool_call c ON c.call_id = d.call_id;
+GRANT SELECT ON TABLE fanout.tool_call_decisions TO fanout_app;
+GRANT SELECT ON TABLE fanout.tool_call_decisions TO fanout_auditor;
+GRANT SELECT ON TABLE fanout.tool_call_decisions TO fanout_tenant_auditor;
+
 CREATE VIEW fanout.tool_calls WITH (security_invoker=true) AS
  SELECT tool_call.tenant_id,
     tool_call.run_id,
@@ -891,10 +968,14 @@ CREATE VIEW fanout.tool_calls WITH (security_invoker=true) AS
     tool_call.server,
     tool_call.tool,
     tool_call.key,
+    tool_call.call_id,
     tool_call.args_digest,
     tool_call.state,
     NULLIF(tool_call.error, ''::text) AS error,
     tool_call.result_bytes,
+    tool_call.preview,
+    tool_call.approval_deadline,
+    tool_call.sent_attempt,
     tool_call.created_at,
     tool_call.resolved_at
    FROM fanout.tool_call;
@@ -1257,13 +1338,41 @@ CREATE FUNCTION fanout.session_is_orchestrator() RETURNS boolean
     -- body: 2 lines, sha256 2569d319cd1a
 REVOKE EXECUTE ON FUNCTION fanout.session_is_orchestrator() FROM PUBLIC;
 
-CREATE FUNCTION fanout.tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_iteration integer, p_index integer, p_server text, p_tool text, p_digest text, p_secret text DEFAULT NULL::text) RETURNS text
+CREATE FUNCTION fanout.tool_call_decide(p_tenant text, p_call_id text, p_decision text, p_actor text, p_reason text) RETURNS TABLE(outcome text, decision text, actor text, reason text, decided_at timestamp with time zone, run_id text, task_id text, tool text, state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 48 lines, sha256 4de26ab29828
-REVOKE EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) TO fanout_app;
-GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text) TO fanout_worker;
+    -- body: 51 lines, sha256 4814f1f42e58
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_decide(text,text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_decide(text,text,text,text,text) TO fanout_app;
+
+CREATE FUNCTION fanout.tool_call_decision_append_only() RETURNS trigger
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 4 lines, sha256 84422f392954
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_decision_append_only() FROM PUBLIC;
+
+CREATE FUNCTION fanout.tool_call_end_run(p_run text) RETURNS integer
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 15 lines, sha256 6cf452730bea
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_end_run(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_end_run(text) TO fanout_app;
+
+CREATE FUNCTION fanout.tool_call_expire(p_key text, p_secret text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 22 lines, sha256 33df1bfdf6f9
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_expire(text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_expire(text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_expire(text,text) TO fanout_worker;
+
+CREATE FUNCTION fanout.tool_call_issue(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_iteration integer, p_index integer, p_server text, p_tool text, p_digest text, p_preview text, p_secret text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 55 lines, sha256 2ce4b2e8b33e
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text,text,text) TO fanout_worker;
 
 CREATE FUNCTION fanout.tool_call_resolve(p_key text, p_state text, p_result text, p_error text, p_secret text DEFAULT NULL::text) RETURNS TABLE(resolved boolean, state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1273,11 +1382,27 @@ REVOKE EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) FR
 GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO fanout_worker;
 
-CREATE FUNCTION fanout.tool_call_resolve_once() RETURNS trigger
+CREATE FUNCTION fanout.tool_call_send(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_secret text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 29 lines, sha256 d57f1febac00
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_send(bigint,text,text,text,text,bigint,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_send(bigint,text,text,text,text,bigint,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_send(bigint,text,text,text,text,bigint,text) TO fanout_worker;
+
+CREATE FUNCTION fanout.tool_call_status(p_key text, p_secret text DEFAULT NULL::text) RETURNS TABLE(state text, error text, expired boolean)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 16 lines, sha256 284419d8e1ba
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_status(text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_status(text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_call_status(text,text) TO fanout_worker;
+
+CREATE FUNCTION fanout.tool_call_transition() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 20 lines, sha256 290293830986
-REVOKE EXECUTE ON FUNCTION fanout.tool_call_resolve_once() FROM PUBLIC;
+    -- body: 34 lines, sha256 b6ee03617cb6
+REVOKE EXECUTE ON FUNCTION fanout.tool_call_transition() FROM PUBLIC;
 
 CREATE FUNCTION fanout.tool_call_writes(p_tenant text, p_run text, p_task text, p_secret text DEFAULT NULL::text) RETURNS SETOF fanout.tool_call
     LANGUAGE plpgsql STABLE SECURITY DEFINER

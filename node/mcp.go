@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/orchestrator"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
 	"github.com/fanout/fanout/subagent/mcp"
@@ -51,6 +52,25 @@ func openWorkerTools(ctx context.Context, b *Backend, cfg *mcp.Config, holder st
 		return nil, fmt.Errorf("worker: MCP servers: %w", err)
 	}
 	return wt, nil
+}
+
+// toolAllowed is subagent.ServerConfig.ToolAllowed of the operator's
+// policy: the worker refuses a tool the policy keeps from a task's tenant,
+// whatever the dispatch allows.
+func toolAllowed(policy map[string]mcp.Policy) func(tool, tenant string) bool {
+	return func(tool, tenant string) bool {
+		p, ok := policy[tool]
+		return !ok || p.Allows(tenant)
+	}
+}
+
+// toolRules is the orchestrator's view of the operator's policy.
+func toolRules(policy map[string]mcp.Policy) map[string]orchestrator.ToolRule {
+	rules := make(map[string]orchestrator.ToolRule, len(policy))
+	for name, p := range policy {
+		rules[name] = orchestrator.ToolRule{Tenants: p.Tenants, Approval: p.Approval, ApprovalTimeout: p.ApprovalTimeout}
+	}
+	return rules
 }
 
 // registry is subagent.ServerConfig.ToolsFunc: the current registry. A

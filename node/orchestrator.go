@@ -21,6 +21,7 @@ import (
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent"
+	"github.com/fanout/fanout/subagent/mcp"
 )
 
 // OrchestratorConfig configures an Orchestrator. Zero values take the
@@ -49,6 +50,10 @@ type OrchestratorConfig struct {
 	// (mcp.Config.ToolNames, read without connecting to any server), which
 	// TaskSpec.allowed_tools may name too.
 	MCPTools []string
+	// ToolPolicy is the operator's policy of the tools (mcp.Config.ToolPolicy):
+	// which tenants may name each in allowed_tools, and which writes wait
+	// for approval. Unset Engine.ToolRules are made from it.
+	ToolPolicy map[string]mcp.Policy
 	// Auth authenticates the callers (API keys by default; see CallerAuth).
 	Auth CallerAuth
 	// AdminDatabaseURL is the login AdminService acts as, a member of
@@ -101,6 +106,9 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	if cfg.Engine.Logger == nil {
 		cfg.Engine.Logger = b.Logger()
 	}
+	if cfg.Engine.ToolRules == nil {
+		cfg.Engine.ToolRules = toolRules(cfg.ToolPolicy)
+	}
 	params := orchestrator.EngineParams{
 		Store:   b.Runs(),
 		Ledger:  b.Ledger(),
@@ -110,6 +118,8 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		Config:  cfg.Engine,
 		Tenants: b.Runs(),
 		Slots:   tenantTaskSlots{store.NewSemaphore(b.Pool(), store.SemaphoreConfig{Logger: b.Logger()})},
+		// Decisions are API writes: the API pool, never the ledger's.
+		Approvals: store.NewToolCalls(b.APIPool(), store.ToolCallsConfig{Logger: b.Logger()}),
 	}
 	if cfg.ParamsFunc != nil {
 		cfg.ParamsFunc(&params)

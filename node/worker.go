@@ -162,6 +162,9 @@ func newWorker(ctx context.Context, b *Backend, cfg WorkerConfig, addr string) (
 	if sc.Tools == nil && sc.ToolsFunc == nil {
 		sc.ToolsFunc = tools.registry
 	}
+	if sc.ToolAllowed == nil && cfg.MCP != nil {
+		sc.ToolAllowed = toolAllowed(cfg.MCP.ToolPolicy())
+	}
 	sub, err := subagent.NewServer(sc)
 	if err != nil {
 		tools.close()

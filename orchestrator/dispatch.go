@@ -107,6 +107,7 @@ func (d *driver) newDispatch(first Worker, req *fanoutv1.Dispatch, p progress) *
 type progress interface {
 	started(ctx context.Context, worker string)
 	iteration(ctx context.Context, it *fanoutv1.SubagentIteration)
+	approval(ctx context.Context, a *fanoutv1.SubagentApproval)
 }
 
 // run sends the call to a worker, first (or the first connected worker
@@ -317,6 +318,8 @@ func (c *dispatch) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch
 			c.progress.started(ctx, worker)
 		case *fanoutv1.ExecuteResponse_Iteration:
 			c.progress.iteration(ctx, ev.Iteration)
+		case *fanoutv1.ExecuteResponse_Approval:
+			c.progress.approval(ctx, ev.Approval)
 		case *fanoutv1.ExecuteResponse_Summary:
 			s := ev.Summary
 			if !terminalStatus(s.GetStatus()) {
@@ -392,3 +395,4 @@ type noProgress struct{}
 
 func (noProgress) started(context.Context, string)                        {}
 func (noProgress) iteration(context.Context, *fanoutv1.SubagentIteration) {}
+func (noProgress) approval(context.Context, *fanoutv1.SubagentApproval)   {}

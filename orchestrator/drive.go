@@ -642,6 +642,14 @@ func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIterat
 		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
 }
 
+// approval records that the task's write waits for a person's approval.
+func (p taskProgress) approval(ctx context.Context, a *fanoutv1.SubagentApproval) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ApprovalRequested{ApprovalRequested: &fanoutv1.ApprovalRequested{
+		TaskId: p.taskID, CallId: a.GetCallId(), Tool: a.GetTool(), Preview: a.GetPreview(), Deadline: a.GetDeadline()}}})
+}
+
 // windDown marks tasks (dispatch indexes) as wound down in the ledger:
 // every grant on their accounts from now on says so, and each makes the
 // iteration it asked for its last.

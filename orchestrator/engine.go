@@ -16,6 +16,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // cleanupTimeout bounds the writes that record how a run or task ended;
@@ -36,6 +37,9 @@ type EngineParams struct {
 	Tenants TenantStore
 	// Slots bounds tenants' tasks in flight; nil: unbounded.
 	Slots TaskSlots
+	// Approvals lists and decides the writes that wait for approval
+	// (store.ToolCalls); nil: the approval RPCs are UNIMPLEMENTED.
+	Approvals Approvals
 }
 
 // Engine creates runs, drives them on this node (dispatching their tasks to
@@ -49,6 +53,7 @@ type Engine struct {
 	workers *WorkerPool
 	tenants TenantStore
 	slots   TaskSlots
+	appr    Approvals
 	cfg     Config
 
 	// base is the context of every run this engine drives: the engine's
@@ -122,6 +127,7 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		workers:    p.Workers,
 		tenants:    p.Tenants,
 		slots:      p.Slots,
+		appr:       p.Approvals,
 		cfg:        p.Config.withDefaults(),
 		base:       base,
 		cancelBase: cancel,
@@ -183,7 +189,8 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	for _, i := range ready[:min(len(ready), p.concurrency)] {
 		begin = append(begin, p.spec.GetTasks()[i].GetId())
 	}
-	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p), begin,
+	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p),
+		e.cfg.toolPolicy(p.spec), begin,
 		func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent {
 			stored.Budget = snapshot(accounts.Run)
 			return append([]*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: stored}}}},
@@ -265,6 +272,28 @@ func draftRun(runID string, p *plan) *fanoutv1.Run {
 		})
 	}
 	return draft
+}
+
+// toolPolicy is the run's tool policy, recorded with it: every tool its
+// tasks allow, with its approval rule.
+func (c Config) toolPolicy(spec *fanoutv1.RunSpec) []runs.ToolPolicy {
+	var out []runs.ToolPolicy
+	seen := map[string]bool{}
+	for _, t := range spec.GetTasks() {
+		for _, name := range t.GetAllowedTools() {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			rule := c.ToolRules[name]
+			p := runs.ToolPolicy{Tool: name, Approval: rule.Approval}
+			if rule.Approval {
+				p.ApprovalTimeout = rule.ApprovalTimeout
+			}
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // openRunParams are the ledger accounts of run runID planned as p.

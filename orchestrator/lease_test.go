@@ -33,12 +33,13 @@ func (s cutStore) check() error {
 	return nil
 }
 
-func (s cutStore) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, begin []string,
+func (s cutStore) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
+	tools []runs.ToolPolicy, begin []string,
 	first func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent) (*fanoutv1.Run, budget.RunAccounts, bool, error) {
 	if err := s.check(); err != nil {
 		return nil, budget.RunAccounts{}, false, err
 	}
-	return s.RunStore.OpenRun(ctx, run, owner, open, begin, first)
+	return s.RunStore.OpenRun(ctx, run, owner, open, tools, begin, first)
 }
 
 func (s cutStore) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/fanout/fanout/budget"
@@ -32,8 +33,10 @@ type RunStore interface {
 	// created false, without accounts. A refusal of the ledger writes
 	// nothing. It also begins (budget.Ledger.BeginAttempt) the first attempt
 	// of each task named in begin, returned in accounts.Attempts (which
-	// may lack some: their dispatch begins its own).
-	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, begin []string,
+	// may lack some: their dispatch begins its own), and records tools,
+	// the run's tool policy, where no worker can change it.
+	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, tools []runs.ToolPolicy,
+		begin []string,
 		first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
 		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
 	// GetRun returns a run of the tenant and its tasks' outcomes in dispatch order.
@@ -165,6 +168,12 @@ type Config struct {
 	// KnownTools are the tool names TaskSpec.allowed_tools may use (the
 	// workers' built-in tools). Any other name is INVALID_ARGUMENT.
 	KnownTools []string
+	// ToolRules are the operator's policy of the tools that have one (the
+	// MCP config's tenants and approval): a tool a rule keeps from the
+	// caller's tenant is INVALID_ARGUMENT in allowed_tools, and a run
+	// records, for each tool its tasks allow, whether its writes wait for
+	// approval. A tool without a rule is every tenant's, without approval.
+	ToolRules map[string]ToolRule
 	// RetryBackoff is the first bound of the jittered wait before a call
 	// that every worker refused (RESOURCE_EXHAUSTED, UNAVAILABLE) before it
 	// started is tried again; it doubles up to 2s. Such a call is tried
@@ -202,6 +211,21 @@ type Config struct {
 	OrphanAfter time.Duration
 	// Logger receives errors and run lifecycle logs. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// ToolRule is the operator's policy of one tool.
+type ToolRule struct {
+	// Tenants may use the tool; nil is every tenant.
+	Tenants []string
+	// Approval: each write of the tool waits for a person's approval, for
+	// at most ApprovalTimeout (> 0).
+	Approval        bool
+	ApprovalTimeout time.Duration
+}
+
+// allows reports whether tenant may use a tool under rule r.
+func (r ToolRule) allows(tenant string) bool {
+	return r.Tenants == nil || slices.Contains(r.Tenants, tenant)
 }
 
 // DefaultConfig returns the Config whose every limit and interval is its

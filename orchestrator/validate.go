@@ -400,9 +400,15 @@ func (c Config) planTask(v *validator, p *plan, i int, index map[string]int, kno
 		p.iterations[i] = n
 	}
 	for j, name := range t.GetAllowedTools() {
-		if !known[name] {
+		switch rule, ruled := c.ToolRules[name]; {
+		case !known[name]:
 			v.add(fmt.Sprintf("spec.tasks[%d].allowed_tools[%d]", i, j), "unknown tool %q (known: %s)",
 				name, strings.Join(c.KnownTools, ", "))
+		case ruled && !rule.allows(p.tenantID):
+			// The same words as for an unknown tool would hide nothing:
+			// the operator's config says which tenants may use it.
+			v.add(fmt.Sprintf("spec.tasks[%d].allowed_tools[%d]", i, j), "task %q may not use tool %q: "+
+				"the operator's tool policy does not allow it for tenant %q", t.GetId(), name, p.tenantID)
 		}
 	}
 	p.taskTimeouts[i] = c.DefaultTaskTimeout

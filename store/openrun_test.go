@@ -36,7 +36,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 			{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "a"}}},
 		}
 	}
-	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, []string{"b"}, first)
+	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, nil, []string{"b"}, first)
 	if err != nil || !created || asked != 1 {
 		t.Fatalf("open: %v, created %v, first asked %d times", err, created, asked)
 	}
@@ -72,7 +72,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 
 	again, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r2", "ten", "k", "a", "b"), "node2",
 		budget.OpenRunParams{RunID: "r2", TenantID: "ten", Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, []string{"a"}, first)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, nil, []string{"a"}, first)
 	if err != nil || created || again.GetRunId() != "r1" || accounts.Run.ID != 0 || asked != 1 {
 		t.Errorf("same key: run %s, created %v, accounts %+v, err %v, first asked %d times; want r1, false, none, 1",
 			again.GetRunId(), created, accounts, err, asked)
@@ -80,7 +80,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 
 	_, _, _, err = rs.OpenRun(b.ctx, draftRun("r3", "ten", "k3", "a"), "node1",
 		budget.OpenRunParams{RunID: "r3", TenantID: "ten", TenantAccount: 1 << 40, Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, nil, first)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, nil, nil, first)
 	if !errors.Is(err, budget.ErrNotFound) {
 		t.Errorf("unknown tenant account: %v, want budget.ErrNotFound", err)
 	}
@@ -101,7 +101,7 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	rs := store.NewRuns(b.pool)
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
-	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open, []string{"a"},
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open, nil, []string{"a"},
 		func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent { return nil })
 	if err != nil {
 		t.Fatal(err)

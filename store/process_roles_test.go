@@ -43,7 +43,10 @@ func processRoleProbes() []processProbe {
 		{"semaphore_release", `SELECT fanout.semaphore_release(0, 'probe', interval '0')`, []string{w, o}},
 		{"semaphore_renew", `SELECT fanout.semaphore_renew(0, 'probe', interval '1 second')`, []string{w, o}},
 		{"rate_capacity", `SELECT fanout.rate_capacity(1, interval '1 second')`, []string{w, o}},
-		{"tool_call_issue", `SELECT fanout.tool_call_issue(0, '', '', '', '', 0, 0, 0, '', '', '')`, []string{w, o}},
+		{"tool_call_issue", `SELECT fanout.tool_call_issue(0, '', '', '', '', 0, 0, 0, '', '', '', '')`, []string{w, o}},
+		{"tool_call_send", `SELECT fanout.tool_call_send(0, '', '', '', '', 0)`, []string{w, o}},
+		{"tool_call_expire", `SELECT fanout.tool_call_expire('')`, []string{w, o}},
+		{"tool_call_status", `SELECT fanout.tool_call_status('')`, []string{w, o}},
 		{"tool_call_resolve", `SELECT fanout.tool_call_resolve('', 'done', '', '')`, []string{w, o}},
 		{"tool_call_writes", `SELECT fanout.tool_call_writes('', '', '') WHERE false`, []string{w, o}},
 		{"read a tool call's result", `SELECT result FROM fanout.tool_call LIMIT 0`, []string{o}},
@@ -58,6 +61,9 @@ func processRoleProbes() []processProbe {
 		{"update a task", `UPDATE fanout.task SET status = status WHERE false`, []string{o}},
 		{"append an event", `INSERT INTO fanout.run_event (run_id) SELECT 'probe' WHERE false`, []string{o}},
 		{"read specs", `SELECT spec FROM fanout.run LIMIT 0`, []string{o}},
+		{"record a run's tool policy", `INSERT INTO fanout.run_tool_policy (run_id) SELECT 'probe' WHERE false`, []string{o}},
+		{"tool_call_decide", `SELECT fanout.tool_call_decide('', '', 'approved', 'probe', '')`, []string{o}},
+		{"tool_call_end_run", `SELECT fanout.tool_call_end_run('')`, []string{o}},
 		{"read key digests", `SELECT secret_sha256 FROM fanout.api_key LIMIT 0`, []string{o, a}},
 		// AdminService's: keys, tenants, quotas, budgets, prices.
 		{"admin_create_tenant", `SELECT fanout.admin_create_tenant($1, '', NULL, NULL, NULL, NULL)`, []string{a}},
@@ -74,6 +80,7 @@ func processRoleProbes() []processProbe {
 		{"write a reservation", `UPDATE fanout.reservation SET amount = amount WHERE false`, nil},
 		{"write a key", `UPDATE fanout.api_key SET name = name WHERE false`, nil},
 		{"write a tool call's outcome", `UPDATE fanout.tool_call SET state = state WHERE false`, nil},
+		{"record a decision directly", `INSERT INTO fanout.tool_call_decision (call_id) SELECT 'probe' WHERE false`, nil},
 	}
 }
 

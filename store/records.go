@@ -461,18 +461,20 @@ func (r *runRecord) proto() *fanoutv1.Run {
 // sequence, run and time, which are columns). One of the members after
 // Time is set, as in the event's oneof.
 type eventRecord struct {
-	Sequence        int64JSON            `json:"sequence,omitzero"`
-	RunID           string               `json:"run_id,omitempty"`
-	Time            *timestampJSON       `json:"time,omitempty"`
-	RunStarted      *runStartedRecord    `json:"run_started,omitempty"`
-	TaskQueued      *taskQueuedRecord    `json:"task_queued,omitempty"`
-	TaskStarted     *taskStartedRecord   `json:"task_started,omitempty"`
-	TaskIteration   *taskIterationRecord `json:"task_iteration,omitempty"`
-	TaskFinished    *taskFinishedRecord  `json:"task_finished,omitempty"`
-	BudgetUpdate    *budgetEventRecord   `json:"budget_update,omitempty"`
-	BudgetExhausted *budgetEventRecord   `json:"budget_exhausted,omitempty"`
-	RunFinished     *runFinishedRecord   `json:"run_finished,omitempty"`
-	RunAdopted      *runAdoptedRecord    `json:"run_adopted,omitempty"`
+	Sequence          int64JSON                `json:"sequence,omitzero"`
+	RunID             string                   `json:"run_id,omitempty"`
+	Time              *timestampJSON           `json:"time,omitempty"`
+	RunStarted        *runStartedRecord        `json:"run_started,omitempty"`
+	TaskQueued        *taskQueuedRecord        `json:"task_queued,omitempty"`
+	TaskStarted       *taskStartedRecord       `json:"task_started,omitempty"`
+	TaskIteration     *taskIterationRecord     `json:"task_iteration,omitempty"`
+	TaskFinished      *taskFinishedRecord      `json:"task_finished,omitempty"`
+	BudgetUpdate      *budgetEventRecord       `json:"budget_update,omitempty"`
+	BudgetExhausted   *budgetEventRecord       `json:"budget_exhausted,omitempty"`
+	RunFinished       *runFinishedRecord       `json:"run_finished,omitempty"`
+	RunAdopted        *runAdoptedRecord        `json:"run_adopted,omitempty"`
+	ApprovalRequested *approvalRequestedRecord `json:"approval_requested,omitempty"`
+	ApprovalDecided   *approvalDecidedRecord   `json:"approval_decided,omitempty"`
 }
 
 // The members of an event; each is its API message of the same name, but
@@ -513,6 +515,22 @@ type (
 		Adoptions      int32    `json:"adoptions,omitempty"`
 		ResumedTaskIDs []string `json:"resumed_task_ids,omitempty"`
 	}
+	approvalRequestedRecord struct {
+		TaskID   string         `json:"task_id,omitempty"`
+		CallID   string         `json:"call_id,omitempty"`
+		Tool     string         `json:"tool,omitempty"`
+		Preview  string         `json:"preview,omitempty"`
+		Deadline *timestampJSON `json:"deadline,omitempty"`
+	}
+	approvalDecidedRecord struct {
+		CallID    string         `json:"call_id,omitempty"`
+		TaskID    string         `json:"task_id,omitempty"`
+		Tool      string         `json:"tool,omitempty"`
+		Approved  bool           `json:"approved,omitempty"`
+		Reason    string         `json:"reason,omitempty"`
+		Actor     string         `json:"actor,omitempty"`
+		DecidedAt *timestampJSON `json:"decided_at,omitempty"`
+	}
 )
 
 // eventRecordOf maps an event; a member set to a nil message is an empty
@@ -549,6 +567,14 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 		a := e.RunAdopted
 		r.RunAdopted = &runAdoptedRecord{PreviousOwner: a.GetPreviousOwner(), Owner: a.GetOwner(),
 			Adoptions: a.GetAdoptions(), ResumedTaskIDs: a.GetResumedTaskIds()}
+	case *fanoutv1.RunEvent_ApprovalRequested:
+		a := e.ApprovalRequested
+		r.ApprovalRequested = &approvalRequestedRecord{TaskID: a.GetTaskId(), CallID: a.GetCallId(), Tool: a.GetTool(),
+			Preview: a.GetPreview(), Deadline: timestampOf(a.GetDeadline())}
+	case *fanoutv1.RunEvent_ApprovalDecided:
+		d := e.ApprovalDecided
+		r.ApprovalDecided = &approvalDecidedRecord{CallID: d.GetCallId(), TaskID: d.GetTaskId(), Tool: d.GetTool(),
+			Approved: d.GetApproved(), Reason: d.GetReason(), Actor: d.GetActor(), DecidedAt: timestampOf(d.GetDecidedAt())}
 	}
 	return r
 }
@@ -557,7 +583,7 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 func (r *eventRecord) set() bool {
 	return r.RunStarted != nil || r.TaskQueued != nil || r.TaskStarted != nil || r.TaskIteration != nil ||
 		r.TaskFinished != nil || r.BudgetUpdate != nil || r.BudgetExhausted != nil || r.RunFinished != nil ||
-		r.RunAdopted != nil
+		r.RunAdopted != nil || r.ApprovalRequested != nil || r.ApprovalDecided != nil
 }
 
 func (r *eventRecord) proto() *fanoutv1.RunEvent {
@@ -595,6 +621,15 @@ func (r *eventRecord) proto() *fanoutv1.RunEvent {
 		a := r.RunAdopted
 		m.Event = &fanoutv1.RunEvent_RunAdopted{RunAdopted: &fanoutv1.RunAdopted{PreviousOwner: a.PreviousOwner,
 			Owner: a.Owner, Adoptions: a.Adoptions, ResumedTaskIds: a.ResumedTaskIDs}}
+	case r.ApprovalRequested != nil:
+		a := r.ApprovalRequested
+		m.Event = &fanoutv1.RunEvent_ApprovalRequested{ApprovalRequested: &fanoutv1.ApprovalRequested{TaskId: a.TaskID,
+			CallId: a.CallID, Tool: a.Tool, Preview: a.Preview, Deadline: a.Deadline.proto()}}
+	case r.ApprovalDecided != nil:
+		d := r.ApprovalDecided
+		m.Event = &fanoutv1.RunEvent_ApprovalDecided{ApprovalDecided: &fanoutv1.ApprovalDecided{CallId: d.CallID,
+			TaskId: d.TaskID, Tool: d.Tool, Approved: d.Approved, Reason: d.Reason, Actor: d.Actor,
+			DecidedAt: d.DecidedAt.proto()}}
 	}
 	return m
 }

@@ -309,7 +309,7 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 	open := budget.OpenRunParams{RunID: "r2", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 100}}}
 	step("open run", commit, func() error {
-		_, accounts, created, err := rs.OpenRun(ctx, draftRun("r2", "ten", "k2", "a"), "n", open, []string{"a"},
+		_, accounts, created, err := rs.OpenRun(ctx, draftRun("r2", "ten", "k2", "a"), "n", open, nil, []string{"a"},
 			func(stored *fanoutv1.Run, _ budget.RunAccounts) []*fanoutv1.RunEvent {
 				return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: stored}}}}
 			})

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"crypto/md5" //nolint:gosec // the call id the database derives from a key, not a secret
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -88,9 +89,23 @@ func seedTenant(t *testing.T, b *testBundle, tenant string) {
 		t.Fatal(err)
 	}
 	var issued string
-	if err := b.pool.QueryRow(b.ctx, `SELECT tool_call_issue($1, $2, $3, $4, 't0', 1, 0, 0, '', 'files__write', $5)`,
+	if err := b.pool.QueryRow(b.ctx, `SELECT tool_call_issue($1, $2, $3, $4, 't0', 1, 0, 0, '', 'files__write', $5, '')`,
 		int64(ra.Tasks["t0"]), "key-"+tenant, tenant, "L-"+tenant, strings.Repeat("ab", 32)).Scan(&issued); err != nil || issued != "issued" {
 		t.Fatalf("issue a tool write of %s: %q, %v", tenant, issued, err)
+	}
+	// A write that waited for approval, and its decision
+	// (tool_call_decisions).
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO run_tool_policy (tenant_id, run_id, tool, approval, approval_timeout_ms)
+		VALUES ($1, $2, 'files__delete', true, 60000), ($1, $2, 'files__write', false, 0)`, tenant, "L-"+tenant); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(b.ctx, `SELECT tool_call_issue($1, $2, $3, $4, 't0', 1, 0, 1, '', 'files__delete', $5, '{}')`,
+		int64(ra.Tasks["t0"]), "key2-"+tenant, tenant, "L-"+tenant, strings.Repeat("cd", 32)).Scan(&issued); err != nil || issued != "awaiting_approval" {
+		t.Fatalf("ask for the approval of a tool write of %s: %q, %v", tenant, issued, err)
+	}
+	if _, err := store.NewToolCalls(b.pool, store.ToolCallsConfig{}).Decide(b.ctx, tenant, "tc_"+md5hex("key2-"+tenant), false,
+		"key:fk_0000000000000000", "no"); err != nil {
+		t.Fatalf("deny a tool write of %s: %v", tenant, err)
 	}
 
 	rs := store.NewRuns(b.pool)
@@ -344,4 +359,9 @@ func TestAuditGrantRefusesFanoutRoles(t *testing.T) {
 			t.Errorf("audit grant to a superuser: %v, want refused", err)
 		}
 	}
+}
+
+func md5hex(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

@@ -140,7 +140,10 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 // returned as CreateRun returns it (created false, no accounts); a refusal
 // of the ledger writes nothing (budget.ErrNotFound for an unknown tenant
 // account, a budget.ValidationError for one that cannot hold the run).
-func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, begin []string,
+// tools is the run's tool policy, recorded in the same transaction
+// (run_tool_policy), where no worker's login can change it.
+func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
+	tools []runs.ToolPolicy, begin []string,
 	first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
 	stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error) {
 	if open.RunID != run.GetRunId() || open.TenantID != run.GetTenantId() {
@@ -172,6 +175,9 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 			if accounts.Attempts, err = beginAttempts(ctx, tx, open, accounts, begin); err != nil {
 				return err
 			}
+			if err := s.recordToolPolicy(ctx, tx, open, tools); err != nil {
+				return err
+			}
 			stored = proto.CloneOf(run)
 			stored.CreatedAt = timestamppb.New(createdAt)
 			return appendInTx(ctx, tx, run.GetRunId(), "first events", first(proto.CloneOf(stored), accounts))
@@ -194,6 +200,31 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 		return stored, accounts, err == nil, err
 	}
 	return stored, accounts, true, nil
+}
+
+// recordToolPolicy records, in tx, the tool policy of the run open opens.
+func (s *Runs) recordToolPolicy(ctx context.Context, tx pgx.Tx, open budget.OpenRunParams, tools []runs.ToolPolicy) error {
+	if len(tools) == 0 {
+		return nil
+	}
+	names := make([]string, len(tools))
+	approvals := make([]bool, len(tools))
+	timeouts := make([]int64, len(tools))
+	for i, t := range tools {
+		if t.Tool == "" || (t.Approval && t.ApprovalTimeout <= 0) || (!t.Approval && t.ApprovalTimeout != 0) {
+			return fmt.Errorf("record the tool policy of run %s: tools[%d] (%q): a tool needs a name, and an approval timeout > 0 "+
+				"exactly when it needs approval", open.RunID, i, t.Tool)
+		}
+		names[i], approvals[i], timeouts[i] = t.Tool, t.Approval, t.ApprovalTimeout.Milliseconds()
+	}
+	// (sqlc does not know unnest of several arrays.)
+	if _, err := tx.Exec(ctx, `INSERT INTO run_tool_policy (tenant_id, run_id, tool, approval, approval_timeout_ms)
+		SELECT $1, $2, t.tool, t.approval, t.timeout_ms
+		  FROM unnest($3::text[], $4::boolean[], $5::bigint[]) AS t(tool, approval, timeout_ms)
+		ON CONFLICT (run_id, tool) DO NOTHING`, open.TenantID, open.RunID, names, approvals, timeouts); err != nil {
+		return fmt.Errorf("record the tool policy of run %s: %w", open.RunID, err)
+	}
+	return nil
 }
 
 // beginAttemptsSQL begins the first attempt of each of a new run's task
@@ -1121,6 +1152,11 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 				}
 				if err := appendInTx(ctx, tx, runID, "closing events", closed(a)); err != nil && !errors.Is(err, runs.ErrEnded) {
 					return err
+				}
+				// No decision reaches a write of an ended run: those
+				// still waiting are denied, "run ended".
+				if _, err := s.q.EndRunToolCalls(ctx, tx, runID); err != nil {
+					return fmt.Errorf("deny the run's pending tool writes: %w", err)
 				}
 			}
 			ended, err = s.finishRun(ctx, tx, runID, owner, state, cause, result, t)

@@ -93,21 +93,28 @@ func checkWrite(w runs.Write) error {
 		return fmt.Errorf("%s is %d: must be 0 to %d", "Index", w.Index, 1<<31-1)
 	case !digestRE.MatchString(w.ArgsDigest):
 		return fmt.Errorf("%s %q is not a hex SHA-256 (64 lowercase hex digits)", "ArgsDigest", w.ArgsDigest)
+	case len(w.Preview) > runs.MaxPreviewBytes || !utf8.ValidString(w.Preview) || strings.ContainsRune(w.Preview, 0):
+		return fmt.Errorf("%s is %d bytes: must be valid UTF-8 without NUL, at most %d", "Preview", len(w.Preview), runs.MaxPreviewBytes)
 	}
 	return nil
 }
 
-// IssueWrite records w as issued, before it is sent. Retried after a
-// transient error: a second insert of the same key and digest is a no-op;
-// the same key with another digest (or another tool, task or attempt) is
+// IssueWrite records w before it is sent and returns the row as stored:
+// state issued (send it), or awaiting_approval when the run's recorded
+// policy says a person must approve the tool's writes (then the row has
+// its CallID and ApprovalDeadline: wait for the decision, WriteStatus,
+// and send it with SendWrite once approved). Retried after a transient
+// error: a second insert of the same key and digest finds the row; the
+// same key with another digest (or another tool, task or attempt) is
 // ErrWriteConflict; a key whose write was already resolved is
-// ErrWriteResolved (it must not be sent again). Only w's identity is
-// stored: its state, result, error and times are the database's. secret
-// is the attempt's (budget.Attempt.Secret), which a worker's login must
-// present: another, or none, is ErrWriteConflict.
-func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string) error {
+// ErrWriteResolved (it must not be sent again), with the row. Only w's
+// identity and preview are stored: its state, result, error and times are
+// the database's. secret is the attempt's (budget.Attempt.Secret), which a
+// worker's login must present: another, or none, is ErrWriteConflict, as
+// is a tool the run's recorded policy does not name.
+func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string) (runs.Write, error) {
 	if err := checkWrite(w); err != nil {
-		return fmt.Errorf("issue tool write %s: %w", w.Key, err)
+		return runs.Write{}, fmt.Errorf("issue tool write %s: %w", w.Key, err)
 	}
 	var got runs.Write
 	err := retried(ctx, t.log, "toolcalls.issue", idempotent, func(ctx context.Context, _ try) error {
@@ -116,7 +123,8 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string)
 		// committed).
 		outcome, err := t.q.IssueToolCall(ctx, t.pool, dbsqlc.IssueToolCallParams{AccountID: w.Account, Key: w.Key,
 			TenantID: w.TenantID, RunID: w.RunID, TaskID: w.TaskID, Attempt: w.Attempt, Iteration: int32(w.Iteration),
-			CallIndex: int32(w.Index), Server: w.Server, Tool: w.Tool, ArgsDigest: w.ArgsDigest, Secret: nullable(secret)})
+			CallIndex: int32(w.Index), Server: w.Server, Tool: w.Tool, ArgsDigest: w.ArgsDigest, Preview: w.Preview,
+			Secret: nullable(secret)})
 		if err != nil {
 			return err
 		}
@@ -124,28 +132,103 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string)
 		case "superseded":
 			return fmt.Errorf("attempt %d is no longer the current attempt of account %d: %w", w.Attempt, w.Account, runs.ErrAttemptSuperseded)
 		case "denied":
-			return fmt.Errorf("account %d is not task %s of run %s (tenant %s), or attempt %d of it was not dispatched with this secret: %w",
-				w.Account, w.TaskID, w.RunID, w.TenantID, w.Attempt, ErrWriteConflict)
+			return fmt.Errorf("account %d is not task %s of run %s (tenant %s), attempt %d of it was not dispatched with this secret, "+
+				"or the run's tool policy does not name %s: %w", w.Account, w.TaskID, w.RunID, w.TenantID, w.Attempt, w.Tool, ErrWriteConflict)
 		}
-		// The row's identity and state (a worker's login reads no result).
-		r, err := t.q.ToolCallIdentity(ctx, t.pool, w.Key)
-		got = writeOf(dbsqlc.ToolCallWritesRow{Key: r.Key, TenantID: r.TenantID, RunID: r.RunID, TaskID: r.TaskID,
-			Attempt: r.Attempt, Iteration: r.Iteration, CallIndex: r.CallIndex, Server: r.Server, Tool: r.Tool,
-			ArgsDigest: r.ArgsDigest, State: r.State, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt})
+		got, err = t.identity(ctx, w.Key)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): %w", w.Key, w.Tool, w.TaskID, w.RunID, err)
+		return runs.Write{}, fmt.Errorf("issue tool write %s (%s, task %s of run %s): %w", w.Key, w.Tool, w.TaskID, w.RunID, err)
 	}
 	if diff := sameCall(got, w); diff != "" {
-		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): the key was issued with another %s: %w",
+		return runs.Write{}, fmt.Errorf("issue tool write %s (%s, task %s of run %s): the key was issued with another %s: %w",
 			w.Key, w.Tool, w.TaskID, w.RunID, diff, ErrWriteConflict)
 	}
-	if got.State != runs.WriteIssued {
-		return fmt.Errorf("issue tool write %s (%s, task %s of run %s): it is %s since %s: %w",
-			w.Key, w.Tool, w.TaskID, w.RunID, got.State, got.ResolvedAt.Format(time.RFC3339Nano), ErrWriteResolved)
+	switch got.State {
+	case runs.WriteIssued, runs.WriteAwaitingApproval, runs.WriteApproved:
+		return got, nil
 	}
-	return nil
+	return got, fmt.Errorf("issue tool write %s (%s, task %s of run %s): it is %s since %s: %w",
+		w.Key, w.Tool, w.TaskID, w.RunID, got.State, got.ResolvedAt.Format(time.RFC3339Nano), ErrWriteResolved)
+}
+
+// identity reads the row of key: which call it is and where it stands (a
+// worker's login reads no result).
+func (t *ToolCalls) identity(ctx context.Context, key string) (runs.Write, error) {
+	r, err := t.q.ToolCallIdentity(ctx, t.pool, key)
+	return writeOf(dbsqlc.ToolCallWritesRow{Key: r.Key, TenantID: r.TenantID, RunID: r.RunID, TaskID: r.TaskID,
+		Attempt: r.Attempt, Iteration: r.Iteration, CallIndex: r.CallIndex, Server: r.Server, Tool: r.Tool,
+		ArgsDigest: r.ArgsDigest, State: r.State, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt, CallID: r.CallID,
+		Preview: r.Preview, ApprovalDeadline: r.ApprovalDeadline}), err
+}
+
+// SendWrite moves the approved write w (its Key, Account, TenantID, RunID,
+// TaskID and Attempt: the task's current attempt, which may be later than
+// the one that asked for the approval) to issued, just before it is sent;
+// the write then resolves with secret, that attempt's. sent says to send
+// it (also for a retry that finds it sent by this attempt); otherwise
+// state is what keeps it from being sent (awaiting_approval, denied, or
+// issued by another attempt, ...). runs.ErrAttemptSuperseded when the
+// attempt is no longer the task's; ErrWriteConflict for another task's
+// call or the wrong secret. The database refuses the move unless an
+// approval of the call is recorded.
+func (t *ToolCalls) SendWrite(ctx context.Context, w runs.Write, secret string) (sent bool, state runs.WriteState, err error) {
+	var outcome string
+	err = retried(ctx, t.log, "toolcalls.send", idempotent, func(ctx context.Context, _ try) (err error) {
+		outcome, err = t.q.SendToolCall(ctx, t.pool, dbsqlc.SendToolCallParams{AccountID: w.Account, Key: w.Key,
+			TenantID: w.TenantID, RunID: w.RunID, TaskID: w.TaskID, Attempt: w.Attempt, Secret: nullable(secret)})
+		return err
+	})
+	switch {
+	case err != nil:
+		return false, "", fmt.Errorf("send approved tool write %s: %w", w.Key, err)
+	case outcome == "sent":
+		return true, runs.WriteIssued, nil
+	case outcome == "superseded":
+		return false, "", fmt.Errorf("send approved tool write %s: attempt %d is no longer the task's: %w", w.Key, w.Attempt, runs.ErrAttemptSuperseded)
+	case outcome == "forbidden":
+		return false, "", fmt.Errorf("send approved tool write %s: not task %s's call, or not attempt %d's secret: %w",
+			w.Key, w.TaskID, w.Attempt, ErrWriteConflict)
+	}
+	return false, runs.WriteState(outcome), nil
+}
+
+// WriteStatus returns where the write key stands, for a worker waiting
+// for its approval: its state, why it was denied, and whether its approval
+// deadline has passed (the database's clock). secret is the task's current
+// attempt's, which a worker's login must present.
+func (t *ToolCalls) WriteStatus(ctx context.Context, key, secret string) (runs.WriteStatus, error) {
+	var state, errText *string
+	var expired bool
+	err := retried(ctx, t.log, "toolcalls.status", idempotent, func(ctx context.Context, _ try) error {
+		return t.pool.QueryRow(ctx, `SELECT state, error, expired FROM tool_call_status($1, $2)`, key, nullable(secret)).
+			Scan(&state, &errText, &expired)
+	})
+	switch {
+	case err != nil:
+		return runs.WriteStatus{}, fmt.Errorf("tool write %s: %w", key, err)
+	case state == nil:
+		return runs.WriteStatus{}, fmt.Errorf("tool write %s: %w", key, ErrWriteNotFound)
+	}
+	return runs.WriteStatus{State: runs.WriteState(*state), Error: deref(errText), Expired: expired}, nil
+}
+
+// ExpireWrite denies the write key, which waits for approval, as expired
+// if its deadline has passed by the database's clock, and returns its
+// state after. secret is the task's current attempt's.
+func (t *ToolCalls) ExpireWrite(ctx context.Context, key, secret string) (runs.WriteState, error) {
+	var state *string
+	err := retried(ctx, t.log, "toolcalls.expire", idempotent, func(ctx context.Context, _ try) error {
+		return t.pool.QueryRow(ctx, `SELECT tool_call_expire($1, $2)`, key, nullable(secret)).Scan(&state)
+	})
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("expire tool write %s: %w", key, err)
+	case state == nil:
+		return "", fmt.Errorf("expire tool write %s: %w", key, ErrWriteNotFound)
+	}
+	return runs.WriteState(*state), nil
 }
 
 // sameCall names the first field in which a stored write differs from w,
@@ -171,9 +254,13 @@ func sameCall(got, w runs.Write) string {
 func writeOf(r dbsqlc.ToolCallWritesRow) runs.Write {
 	w := runs.Write{Key: r.Key, TenantID: r.TenantID, RunID: r.RunID, TaskID: r.TaskID, Attempt: r.Attempt,
 		Iteration: int(r.Iteration), Index: int(r.CallIndex), Server: r.Server, Tool: r.Tool, ArgsDigest: r.ArgsDigest,
-		State: runs.WriteState(r.State), CreatedAt: r.CreatedAt, Result: r.Result, Error: r.Error}
+		State: runs.WriteState(r.State), CreatedAt: r.CreatedAt, Result: r.Result, Error: r.Error, CallID: deref(r.CallID),
+		Preview: r.Preview}
 	if r.ResolvedAt != nil {
 		w.ResolvedAt = *r.ResolvedAt
+	}
+	if r.ApprovalDeadline != nil {
+		w.ApprovalDeadline = *r.ApprovalDeadline
 	}
 	return w
 }
@@ -258,4 +345,107 @@ func (t *ToolCalls) Writes(ctx context.Context, tenantID, runID, taskID, secret 
 		return nil, fmt.Errorf("list tool writes of task %s of run %s: %w", taskID, runID, err)
 	}
 	return out, nil
+}
+
+// DefaultPendingPage and MaxPendingPage bound a page of PendingWrites.
+const (
+	DefaultPendingPage = 50
+	MaxPendingPage     = 200
+)
+
+// PendingWrites returns up to limit of the tenant's writes that wait for
+// approval (of run runID, or of every run when it is ""), oldest first,
+// after the cursor (afterCreated, afterCallID; zero for the first page).
+func (t *ToolCalls) PendingWrites(ctx context.Context, tenantID, runID string, afterCreated time.Time, afterCallID string,
+	limit int) ([]runs.Write, error) {
+	if tenantID == "" {
+		return nil, errors.New("list pending tool writes: tenant id is empty")
+	}
+	limit = min(max(limit, 1), MaxPendingPage)
+	var out []runs.Write
+	err := retried(ctx, t.log, "toolcalls.pending", idempotent, func(ctx context.Context, _ try) error {
+		rows, err := t.q.PendingToolCalls(ctx, t.pool, dbsqlc.PendingToolCallsParams{TenantID: tenantID, RunID: runID,
+			AfterCreated: afterCreated, AfterCallID: afterCallID, MaxRows: int32(limit)})
+		out = make([]runs.Write, len(rows))
+		for i, r := range rows {
+			out[i] = writeOf(dbsqlc.ToolCallWritesRow{Key: r.Key, TenantID: r.TenantID, RunID: r.RunID, TaskID: r.TaskID,
+				Attempt: r.Attempt, Iteration: r.Iteration, CallIndex: r.CallIndex, Server: r.Server, Tool: r.Tool,
+				ArgsDigest: r.ArgsDigest, State: r.State, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt,
+				CallID: r.CallID, Preview: r.Preview, ApprovalDeadline: r.ApprovalDeadline})
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pending tool writes of tenant %s: %w", tenantID, err)
+	}
+	return out, nil
+}
+
+// Decide records actor's decision on the tenant's write callID, which
+// waits for approval, with reason (at most 1,024 bytes), and returns it
+// with the call's state after. The same decision again returns the one
+// recorded (idempotent). runs.ErrNotFound for a call the tenant does not
+// have; runs.ErrDecisionConflict (with the recorded decision) when it was
+// decided otherwise; runs.ErrApprovalExpired when its deadline passed
+// first (it is denied now); runs.ErrNotAwaitingApproval for a call that
+// never waited for one. Only an orchestrator's login may decide.
+func (t *ToolCalls) Decide(ctx context.Context, tenantID, callID string, approve bool, actor, reason string) (runs.Decision, error) {
+	switch {
+	case tenantID == "":
+		return runs.Decision{}, errors.New("decide tool write: tenant id is empty")
+	case len(reason) > 1024:
+		return runs.Decision{}, fmt.Errorf("decide tool write %s: reason is %d bytes, more than 1024", callID, len(reason))
+	}
+	decision := "denied"
+	if approve {
+		decision = "approved"
+	}
+	reason = storedText(reason)
+	var r decideRow
+	err := retried(ctx, t.log, "toolcalls.decide", idempotent, func(ctx context.Context, _ try) error {
+		// A retry after a commit whose reply was lost finds the decision
+		// it made: "same". (sqlc does not know a RETURNS TABLE's columns.)
+		return t.pool.QueryRow(ctx, `SELECT outcome, decision, actor, reason, decided_at, run_id, task_id, tool, state
+			FROM tool_call_decide($1, $2, $3, $4, $5)`, tenantID, callID, decision, actor, reason).Scan(
+			&r.Outcome, &r.Decision, &r.Actor, &r.Reason, &r.DecidedAt, &r.RunID, &r.TaskID, &r.Tool, &r.State)
+	})
+	if err != nil {
+		return runs.Decision{}, fmt.Errorf("decide tool write %s: %w", callID, err)
+	}
+	d := runs.Decision{CallID: callID, RunID: deref(r.RunID), TaskID: deref(r.TaskID), Tool: deref(r.Tool),
+		Approved: deref(r.Decision) == "approved", Reason: deref(r.Reason), Actor: deref(r.Actor),
+		State: runs.WriteState(deref(r.State))}
+	if r.DecidedAt != nil {
+		d.DecidedAt = *r.DecidedAt
+	}
+	switch deref(r.Outcome) {
+	case "decided":
+		d.Recorded = true
+		return d, nil
+	case "same":
+		return d, nil
+	case "not_found":
+		return d, fmt.Errorf("decide tool write %s of tenant %s: %w", callID, tenantID, runs.ErrNotFound)
+	case "conflict":
+		return d, fmt.Errorf("decide tool write %s: it was %s by %s at %s: %w", callID, deref(r.Decision), d.Actor,
+			d.DecidedAt.Format(time.RFC3339), runs.ErrDecisionConflict)
+	case "expired":
+		return d, fmt.Errorf("decide tool write %s: its deadline passed: %w", callID, runs.ErrApprovalExpired)
+	case "not_waiting":
+		return d, fmt.Errorf("decide tool write %s: it is %s: %w", callID, d.State, runs.ErrNotAwaitingApproval)
+	}
+	return d, fmt.Errorf("decide tool write %s: unexpected outcome %q", callID, deref(r.Outcome))
+}
+
+// decideRow is a row of tool_call_decide.
+type decideRow struct {
+	Outcome, Decision, Actor, Reason, RunID, TaskID, Tool, State *string
+	DecidedAt                                                    *time.Time
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

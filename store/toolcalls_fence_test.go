@@ -49,7 +49,7 @@ func TestIssueWriteSupersededAfterALostReplyLeavesNoIssuedRow(t *testing.T) {
 		return true
 	})
 	w := ts.at(write("r1/t1/a1/i0/c0", 1, 0, 0, `{"title":"a"}`))
-	err := tc.IssueWrite(b.ctx, w, "")
+	_, err := tc.IssueWrite(b.ctx, w, "")
 	<-armed
 	_ = proxy.cutCount() // takes the proxy's lock, which the predicates ran under
 	if !fired {          // the proxy's lock orders this read after the predicate's writes

@@ -92,7 +92,7 @@ func (ts tasks) at(w runs.Write) runs.Write {
 
 func mustIssue(t *testing.T, tc *store.ToolCalls, ts tasks, w runs.Write) {
 	t.Helper()
-	if err := tc.IssueWrite(t.Context(), ts.at(w), ""); err != nil {
+	if _, err := tc.IssueWrite(t.Context(), ts.at(w), ""); err != nil {
 		t.Fatalf("issue %s: %v", w.Key, err)
 	}
 }
@@ -128,7 +128,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 		{"another task", func() runs.Write { w := w1; w.TaskID = "t2"; return w }()},
 		{"another tenant", func() runs.Write { w := w1; w.TenantID = "globex"; return w }()},
 	} {
-		err := tc.IssueWrite(b.ctx, ts.at(c.w), "")
+		_, err := tc.IssueWrite(b.ctx, ts.at(c.w), "")
 		if c.what == "another attempt" && errors.Is(err, runs.ErrAttemptSuperseded) {
 			continue // attempt 2 has not begun: refused by the fence, before the key is looked at
 		}
@@ -146,7 +146,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	if err := tc.ResolveWrite(b.ctx, w1.Key, "", runs.WriteUnknown, "", "cut off"); !errors.Is(err, store.ErrWriteResolved) {
 		t.Errorf("resolve a done write as unknown: %v, want ErrWriteResolved", err)
 	}
-	if err := tc.IssueWrite(b.ctx, ts.at(w1), ""); !errors.Is(err, store.ErrWriteResolved) {
+	if _, err := tc.IssueWrite(b.ctx, ts.at(w1), ""); !errors.Is(err, store.ErrWriteResolved) {
 		t.Errorf("issue a resolved write again: %v, want ErrWriteResolved (it must not be sent again)", err)
 	}
 	if err := tc.ResolveWrite(b.ctx, "never-issued", "", runs.WriteDone, "", ""); !errors.Is(err, store.ErrWriteNotFound) {
@@ -160,7 +160,7 @@ func TestToolCallsIssueResolveReplay(t *testing.T) {
 	w3 := write("r1/t1/a2/i0/c0", 2, 0, 0, `{"title":"d"}`)
 	mustIssue(t, tc, ts, w3)
 	// Attempt 1 was superseded: a write it would make now is refused, not recorded.
-	if err := tc.IssueWrite(b.ctx, ts.at(write("r1/t1/a1/i2/c0", 1, 2, 0, `{"title":"late"}`)), ""); !errors.Is(err, runs.ErrAttemptSuperseded) {
+	if _, err := tc.IssueWrite(b.ctx, ts.at(write("r1/t1/a1/i2/c0", 1, 2, 0, `{"title":"late"}`)), ""); !errors.Is(err, runs.ErrAttemptSuperseded) {
 		t.Errorf("issue a write of the superseded attempt 1: %v, want ErrAttemptSuperseded", err)
 	}
 	mustIssue(t, tc, ts, func() runs.Write { w := write("r1/t2/a1/i0/c0", 1, 0, 0, `{}`); w.TaskID = "t2"; return w }())
@@ -250,7 +250,7 @@ func TestToolCallsBadInput(t *testing.T) {
 		{with(func(w *runs.Write) { w.Index = -1 }), "Index is -1"},
 		{with(func(w *runs.Write) { w.ArgsDigest = "ABC" }), `ArgsDigest "ABC" is not a hex SHA-256`},
 	} {
-		if err := tc.IssueWrite(b.ctx, ts.at(c.w), ""); err == nil || !strings.Contains(err.Error(), c.msg) {
+		if _, err := tc.IssueWrite(b.ctx, ts.at(c.w), ""); err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("IssueWrite: %v; want an error saying %q", err, c.msg)
 		}
 	}

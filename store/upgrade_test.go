@@ -150,6 +150,9 @@ func TestUpgradeFromSchema21(t *testing.T) {
 		}
 	}
 	wantDropped := []string{
+		// tool_call_transition took its place (migration 0028).
+		"trigger tool_call_resolve_once on tool_call",
+		"function tool_call_resolve_once()",
 		"function tool_call_issue(bigint,text,text,text,text,bigint,integer,integer,text,text,text)",
 		"function price_set(text,text,timestamp with time zone,numeric,numeric,text)",
 		"function ledger_void(bigint,bigint,text)",

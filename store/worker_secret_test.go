@@ -103,20 +103,20 @@ func TestWorkerActsOnlyOnTheAttemptsDispatchedToIt(t *testing.T) {
 
 	// Tool calls: issued, resolved and read with the attempt's secret only.
 	w := ts.at(write("r1/t1/a2/i1/c0", 2, 1, 0, `{"title":"x"}`))
-	if err := writes.IssueWrite(b.ctx, w, theirs.Secret); !errors.Is(err, store.ErrWriteConflict) {
+	if _, err := writes.IssueWrite(b.ctx, w, theirs.Secret); !errors.Is(err, store.ErrWriteConflict) {
 		t.Errorf("issue acme's write with globex's secret: %v; want ErrWriteConflict", err)
 	}
-	if err := writes.IssueWrite(b.ctx, w, mine.Secret); err != nil {
+	if _, err := writes.IssueWrite(b.ctx, w, mine.Secret); err != nil {
 		t.Fatalf("issue with the attempt's secret: %v", err)
 	}
 	// Globex's worker cannot take the key of acme's next call under its own
 	// task (with its own secret): the key must be its own call's.
 	squat := ts.at(write("r1/t1/a2/i1/c1", 2, 1, 1, `{}`))
 	squat.TenantID, squat.RunID, squat.TaskID, squat.Account = "globex", "g1", "t1", int64(ts["globex/g1/t1"])
-	if err := writes.IssueWrite(b.ctx, squat, theirs.Secret); !errors.Is(err, store.ErrWriteConflict) {
+	if _, err := writes.IssueWrite(b.ctx, squat, theirs.Secret); !errors.Is(err, store.ErrWriteConflict) {
 		t.Errorf("globex's worker issues acme's next key under its own task: %v; want ErrWriteConflict", err)
 	}
-	if err := writes.IssueWrite(b.ctx, w, ""); !errors.Is(err, store.ErrWriteConflict) {
+	if _, err := writes.IssueWrite(b.ctx, w, ""); !errors.Is(err, store.ErrWriteConflict) {
 		t.Errorf("issue again without the secret: %v; want ErrWriteConflict", err)
 	}
 	if err := writes.ResolveWrite(b.ctx, w.Key, theirs.Secret, runs.WriteDone, "forged", ""); !errors.Is(err, store.ErrWriteConflict) {

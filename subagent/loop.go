@@ -159,7 +159,19 @@ type Loop struct {
 	// gives a later attempt of the task its earlier attempts' writes so it
 	// never sends one again. nil records nothing (tests of the loop alone);
 	// a Server requires it.
-	Writes       WriteLog
+	Writes WriteLog
+	// ToolAllowed, if not nil, says whether a tenant may use a tool (the
+	// operator's policy, mcp.Config.ToolPolicy): a tool it refuses is not
+	// offered to the model and a call of it is not run, whatever the
+	// task's AllowedTools say. The orchestrator refuses such a spec first.
+	ToolAllowed func(tool, tenant string) bool
+	// ApprovalPoll is how often a write waiting for approval reads its
+	// state; default DefaultApprovalPoll.
+	ApprovalPoll time.Duration
+	// OnApproval, if not nil, hears of each write this task waits on for
+	// approval (its CallID, Tool, Preview and ApprovalDeadline), when the
+	// wait begins.
+	OnApproval   func(runs.Write)
 	ProgressFunc func(Progress)
 	Logger       *slog.Logger
 	// CompressMaxTokens caps the output of the compression call (and is its
@@ -340,7 +352,13 @@ func (r *run) loop(ctx context.Context) Summary {
 
 // work runs the agent loop to its end and fills r.sum with a local summary.
 func (r *run) work(ctx context.Context) {
-	r.tools = r.Tools.Defs(r.task.AllowedTools)
+	allowed := make([]string, 0, len(r.task.AllowedTools))
+	for _, name := range r.task.AllowedTools {
+		if r.toolAllowed(name) {
+			allowed = append(allowed, name)
+		}
+	}
+	r.tools = r.Tools.Defs(allowed)
 	if err := r.loadPrior(ctx); err != nil {
 		r.finish(ctx, err)
 		return
@@ -860,6 +878,8 @@ func (r *run) prompt() []llm.Message {
 				fmt.Fprintf(&b, ": %s", firstLine(w.Result))
 			case w.State == runs.WriteIssued || w.State == runs.WriteUnknown:
 				b.WriteString(" (may have happened)")
+			case pending(w):
+				b.WriteString(" (waits for a person's approval; calling it again waits for that decision)")
 			case w.Error != "":
 				fmt.Fprintf(&b, ": %s", w.Error)
 			}

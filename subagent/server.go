@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/peer"
@@ -107,6 +108,11 @@ type ServerConfig struct {
 	ToolParallelism     int
 	ToolTimeout         time.Duration
 	MaxToolCallsPerTurn int
+	// ToolAllowed says whether a tenant may use a tool (Loop.ToolAllowed);
+	// nil allows every tool to every tenant.
+	ToolAllowed func(tool, tenant string) bool
+	// ApprovalPoll is Loop.ApprovalPoll.
+	ApprovalPoll time.Duration
 }
 
 // Server is the worker's SubagentService: it runs one agent Loop per
@@ -281,6 +287,14 @@ func (s *Server) newLoop(model llm.Model, req *fanoutv1.Dispatch, stream grpc.Se
 		ToolSlots:           s.toolSlots,
 		ToolTimeout:         s.cfg.ToolTimeout,
 		MaxToolCallsPerTurn: s.cfg.MaxToolCallsPerTurn,
+		ToolAllowed:         s.cfg.ToolAllowed,
+		ApprovalPoll:        s.cfg.ApprovalPoll,
+		OnApproval: func(w runs.Write) {
+			// The orchestrator records it as ApprovalRequested.
+			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Approval{
+				Approval: &fanoutv1.SubagentApproval{CallId: w.CallID, Tool: w.Tool, Preview: w.Preview,
+					Deadline: timestamppb.New(w.ApprovalDeadline)}}})
+		},
 		ProgressFunc: func(p Progress) {
 			// A failed send means the client is gone, which cancels ctx.
 			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{

@@ -84,16 +84,18 @@ func tracer() trace.Tracer { return otel.Tracer(scope) }
 // instruments are the package's metrics, made once from the global meter
 // provider (cmd sets it; until then they are no-ops).
 type instruments struct {
-	tokenUsage    metric.Int64Histogram
-	opDuration    metric.Float64Histogram
-	running       metric.Int64UpDownCounter
-	capacityUsed  metric.Int64UpDownCounter
-	capacityLimit metric.Int64UpDownCounter
-	cancelLatency metric.Float64Histogram
-	overrun       metric.Int64Counter
-	toolCalls     metric.Int64Counter
-	toolDuration  metric.Float64Histogram
-	toolInFlight  metric.Int64UpDownCounter
+	tokenUsage       metric.Int64Histogram
+	opDuration       metric.Float64Histogram
+	running          metric.Int64UpDownCounter
+	capacityUsed     metric.Int64UpDownCounter
+	capacityLimit    metric.Int64UpDownCounter
+	cancelLatency    metric.Float64Histogram
+	overrun          metric.Int64Counter
+	toolCalls        metric.Int64Counter
+	toolDuration     metric.Float64Histogram
+	toolInFlight     metric.Int64UpDownCounter
+	approvalsPending metric.Int64UpDownCounter
+	approvalWait     metric.Float64Histogram
 }
 
 var (
@@ -128,6 +130,12 @@ func metrics() *instruments {
 			metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
 		inst.toolInFlight, _ = m.Int64UpDownCounter("fanout.tool.in_flight", metric.WithUnit("{call}"),
 			metric.WithDescription("Tool calls running on this worker, by server and tool (fleet-wide: fanout.tool.slots.held)."))
+		inst.approvalsPending, _ = m.Int64UpDownCounter("fanout.approvals.pending", metric.WithUnit("{call}"),
+			metric.WithDescription("Writes waiting for a person's approval on this worker, by server and tool."))
+		inst.approvalWait, _ = m.Float64Histogram("fanout.approvals.wait", metric.WithUnit("s"),
+			metric.WithDescription("How long a write waited for its approval on this worker, by server, tool and outcome "+
+				"(approved, denied, expired, ended: the task ended first)."),
+			metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))
 		inst.overrun, _ = m.Int64Counter("fanout.subagent.overrun.tokens", metric.WithUnit("{token}"),
 			metric.WithDescription("Tokens model calls used beyond their reservation: the provider billed more than "+
 				"the input bound plus the output cap. The ledger records them as overrun; past every limit they are unpaid. Should stay 0."))

@@ -26,12 +26,21 @@ const (
 )
 
 // WriteLog records the tool calls with effect write (store.ToolCalls
-// implements it): each is issued before it is sent and resolved once, and
+// implements it): each is recorded before it is sent (issued, or
+// awaiting_approval when its run's policy says so) and resolved once, and
 // a later attempt of the task reads its earlier attempts' writes so that it
 // never sends one again. secret is the attempt's (Task.AttemptSecret),
 // which a worker's database login must present.
 type WriteLog interface {
-	IssueWrite(ctx context.Context, w runs.Write, secret string) error
+	// IssueWrite records w and returns it as stored: issued, or
+	// awaiting_approval (with its CallID and ApprovalDeadline).
+	IssueWrite(ctx context.Context, w runs.Write, secret string) (runs.Write, error)
+	// SendWrite moves an approved call to issued for w's attempt.
+	SendWrite(ctx context.Context, w runs.Write, secret string) (sent bool, state runs.WriteState, err error)
+	// WriteStatus is where a call stands now.
+	WriteStatus(ctx context.Context, key, secret string) (runs.WriteStatus, error)
+	// ExpireWrite denies a call whose approval deadline passed.
+	ExpireWrite(ctx context.Context, key, secret string) (runs.WriteState, error)
 	ResolveWrite(ctx context.Context, key, secret string, state runs.WriteState, result, errText string) error
 	Writes(ctx context.Context, tenantID, runID, taskID, secret string) ([]runs.Write, error)
 }
@@ -146,7 +155,7 @@ func (r *run) report(c llm.ToolCall, o toolOutcome) {
 // lookup returns the tool c calls if it exists and the task allows it.
 func (r *run) lookup(c llm.ToolCall) (Tool, bool) {
 	tool, ok := r.Tools.Get(c.Name)
-	if !ok || !contains(r.task.AllowedTools, c.Name) {
+	if !ok || !contains(r.task.AllowedTools, c.Name) || !r.toolAllowed(c.Name) {
 		return Tool{}, false
 	}
 	return tool, true
@@ -171,6 +180,18 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 		o.notRun = fmt.Sprintf("not run: tool %q is not allowed", c.Name)
 		return o
 	}
+	call := ToolCall{Name: c.Name, Args: c.Args}
+	var w runs.Write
+	if tool.Effect == EffectWrite {
+		// Recorded before anything else, and approved first if the run's
+		// policy says so: the wait holds no tool slot and runs before the
+		// call's own timeout starts.
+		var done bool
+		if w, o, done = r.recordWrite(ctx, it, i, tool, c); done {
+			return o
+		}
+		call.IdempotencyKey = w.Key
+	}
 	timeout := tool.Timeout
 	if timeout <= 0 {
 		timeout = r.ToolTimeout
@@ -183,28 +204,11 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 			defer func() { <-r.ToolSlots }()
 		case <-callCtx.Done():
 			o.notRun = fmt.Sprintf("not run: no tool slot on this worker within %s", timeout)
-			return o
-		}
-	}
-	call := ToolCall{Name: c.Name, Args: c.Args}
-	var w runs.Write
-	if tool.Effect == EffectWrite {
-		w = r.newWrite(it, i, tool, c)
-		call.IdempotencyKey = w.Key
-		if prior, ok := r.prior[priorKey(w.Tool, w.ArgsDigest)]; ok {
-			return replayed(prior)
-		}
-		if r.Writes != nil {
-			if err := r.Writes.IssueWrite(callCtx, w, r.task.AttemptSecret); errors.Is(err, runs.ErrAttemptSuperseded) {
-				o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
-				return o
-			} else if err != nil {
-				// Perhaps recorded after all (a reply lost): say it was never sent.
-				o.notRun = fmt.Sprintf("not run: the write could not be recorded before it was sent: %v", err)
+			if tool.Effect == EffectWrite {
 				o.notSent = true
 				r.resolve(ctx, w, &o)
-				return o
 			}
+			return o
 		}
 	}
 	inFlight := metrics().toolInFlight
@@ -227,6 +231,47 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 	return o
 }
 
+// recordWrite records write call i of iteration it before it is sent: it
+// returns the row to send under, or done with the call's outcome when it
+// must not be sent (made before by this task, refused, denied, or the
+// task ended while it waited for approval).
+func (r *run) recordWrite(ctx context.Context, it, i int, tool Tool, c llm.ToolCall) (w runs.Write, o toolOutcome, done bool) {
+	w = r.newWrite(it, i, tool, c)
+	if prior, ok := r.prior[priorKey(w.Tool, w.ArgsDigest)]; ok && !pending(prior) {
+		return w, replayed(prior), true
+	} else if ok {
+		// An earlier attempt asked for this call's approval: take it up
+		// under its key and id, never ask again.
+		w = prior
+	} else if r.Writes != nil {
+		got, err := r.Writes.IssueWrite(ctx, w, r.task.AttemptSecret)
+		switch {
+		case errors.Is(err, runs.ErrAttemptSuperseded):
+			o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
+			return w, o, true
+		case err != nil:
+			// Perhaps recorded after all (a reply lost): say it was never sent.
+			o.notRun = fmt.Sprintf("not run: the write could not be recorded before it was sent: %v", err)
+			o.notSent = true
+			r.resolve(ctx, w, &o)
+			return w, o, true
+		}
+		w.State, w.CallID, w.ApprovalDeadline = got.State, got.CallID, got.ApprovalDeadline
+	}
+	if pending(w) && r.Writes != nil {
+		if o, ok := r.awaitApproval(ctx, tool, w); !ok {
+			return w, o, true
+		}
+	}
+	return w, o, false
+}
+
+// toolAllowed reports whether the task's tenant may use the tool (the
+// operator's policy, Loop.ToolAllowed).
+func (r *run) toolAllowed(name string) bool {
+	return r.ToolAllowed == nil || r.ToolAllowed(name, r.task.TenantID)
+}
+
 // newWrite is the tool_call row of a write about to be sent.
 func (r *run) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
 	return runs.Write{
@@ -235,6 +280,7 @@ func (r *run) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
 		TenantID: r.task.TenantID, RunID: r.task.RunID, TaskID: r.task.TaskID,
 		Attempt: int64(r.task.Attempt), Iteration: it, Index: i,
 		Server: tool.Server, Tool: tool.Name, ArgsDigest: argsDigest(c.Args), State: runs.WriteIssued,
+		Preview: preview(c.Args),
 	}
 }
 
@@ -287,6 +333,8 @@ func replayed(w runs.Write) toolOutcome {
 		return toolOutcome{res: ToolResult{Text: fmt.Sprintf("%s, which succeeded: %s", not, w.Result)}}
 	case runs.WriteFailed:
 		return toolOutcome{res: ToolResult{Text: fmt.Sprintf("%s, which failed: %s", not, w.Error), IsError: true}}
+	case runs.WriteDenied:
+		return toolOutcome{err: fmt.Errorf("%s, which was %s", not, w.Error)}
 	default: // issued or unknown: it was sent and never heard back
 		return toolOutcome{err: fmt.Errorf("%s, which was cut off", not), unknown: true}
 	}

@@ -8,18 +8,20 @@ import (
 // Scope is what a key may do.
 type Scope string
 
-// The scopes. A tenant key holds any of run, read, cancel and audit; an
-// admin key holds admin only.
+// The scopes. A tenant key holds any of run, read, cancel, audit and
+// approve; an admin key holds admin only.
 const (
 	ScopeRun    Scope = "run"    // StartRun, Run
 	ScopeRead   Scope = "read"   // GetRun, WatchRun, ListRuns
 	ScopeCancel Scope = "cancel" // CancelRun
 	ScopeAudit  Scope = "audit"  // read the tenant's spend through the API
-	ScopeAdmin  Scope = "admin"  // manage tenants and keys (global)
+	// ScopeApprove: ListApprovals, ApproveToolCall, DenyToolCall.
+	ScopeApprove Scope = "approve"
+	ScopeAdmin   Scope = "admin" // manage tenants and keys (global)
 )
 
 // TenantScopes are the scopes a tenant key may hold.
-var TenantScopes = []Scope{ScopeRun, ScopeRead, ScopeCancel, ScopeAudit}
+var TenantScopes = []Scope{ScopeRun, ScopeRead, ScopeCancel, ScopeAudit, ScopeApprove}
 
 // Principal is who is calling.
 type Principal struct {

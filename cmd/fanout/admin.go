@@ -248,7 +248,7 @@ func cmdKey(ctx context.Context, env *Env, args []string) error {
 	switch verb {
 	case "create":
 		f.StringVar(&name, "name", "", "what the key is for (≤ 128 bytes)")
-		f.StringVar(&scopes, "scopes", "run,read,cancel", "a tenant key's scopes: any of run, read, cancel, audit")
+		f.StringVar(&scopes, "scopes", "run,read,cancel", "a tenant key's scopes: any of run, read, cancel, audit, approve")
 		f.BoolVar(&admin, "admin", false, "an admin key (global; manages tenants and keys) instead of a tenant's")
 		f.DurationVar(&expires, "expires", 0, "the key stops working this long from now (0: never)")
 		f.IntVar(&rpm, "requests-per-minute", 0, "this key's request rate (0: the tenant's key_requests_per_minute)")

@@ -26,6 +26,7 @@ import (
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/pglocal"
 	"github.com/fanout/fanout/subagent"
+	"github.com/fanout/fanout/subagent/mcp"
 )
 
 const devUsage = `
@@ -72,8 +73,9 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	var mcpTools []string
+	var policy map[string]mcp.Policy
 	if mcpCfg != nil {
-		mcpTools = mcpCfg.ToolNames()
+		mcpTools, policy = mcpCfg.ToolNames(), mcpCfg.ToolPolicy()
 	}
 	if workers < 1 {
 		return fmt.Errorf("--worker-count: need at least 1, got %d", workers)
@@ -120,7 +122,8 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	cfg := node.Config{Orchestrator: &node.OrchestratorConfig{Listen: sf.listen, Trust: orchTrust, MCPTools: mcpTools,
-		Auth: node.CallerAuth{None: true}, Engine: orchestrator.Config{MaxRunTokens: defaultMaxRunTokens},
+		ToolPolicy: policy,
+		Auth:       node.CallerAuth{None: true}, Engine: orchestrator.Config{MaxRunTokens: defaultMaxRunTokens},
 		AdminDatabaseURL: adminURL}}
 	for i := range workers {
 		wc := node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(), MCP: mcpCfg,

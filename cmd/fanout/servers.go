@@ -226,7 +226,7 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	if oc.Auth, err = c.cf.config(); err != nil {
 		return err
 	}
-	if oc.MCPTools, err = c.tf.toolNames(); err != nil {
+	if oc.MCPTools, oc.ToolPolicy, err = c.tf.toolNames(); err != nil {
 		return err
 	}
 	if oc.Workers == "" {

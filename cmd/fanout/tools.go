@@ -52,21 +52,21 @@ func (t *toolFlags) load() (*mcp.Config, error) {
 }
 
 // toolNames reads the MCP config for an orchestrator, which only checks
-// allowed_tools against the tools' names: the servers' secrets need not be
-// mounted there.
-func (t *toolFlags) toolNames() ([]string, error) {
+// allowed_tools against the tools' names and the tool policy: the servers'
+// secrets need not be mounted there.
+func (t *toolFlags) toolNames() ([]string, map[string]mcp.Policy, error) {
 	if t.mcpConfig == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	b, err := os.ReadFile(t.mcpConfig)
 	if err != nil {
-		return nil, fmt.Errorf("--mcp-config: %w", err)
+		return nil, nil, fmt.Errorf("--mcp-config: %w", err)
 	}
 	cfg, err := mcp.Parse(b)
 	if err != nil {
-		return nil, fmt.Errorf("--mcp-config %s: %w", t.mcpConfig, err)
+		return nil, nil, fmt.Errorf("--mcp-config %s: %w", t.mcpConfig, err)
 	}
-	return cfg.ToolNames(), nil
+	return cfg.ToolNames(), cfg.ToolPolicy(), nil
 }
 
 const mcpUsage = `

@@ -24,8 +24,8 @@ BEGIN
         RAISE EXCEPTION 'name: must be at most 128 bytes, got %', octet_length(p_name)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF p_scopes IS NULL OR cardinality(p_scopes) = 0 OR cardinality(p_scopes) > 4 THEN
-        RAISE EXCEPTION 'scopes: must hold 1..4 scopes, got %', coalesce(cardinality(p_scopes), 0)
+    IF p_scopes IS NULL OR cardinality(p_scopes) = 0 OR cardinality(p_scopes) > 5 THEN
+        RAISE EXCEPTION 'scopes: must hold 1..5 scopes, got %', coalesce(cardinality(p_scopes), 0)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF (SELECT count(DISTINCT x) FROM unnest(p_scopes) x) <> cardinality(p_scopes) THEN
@@ -38,8 +38,8 @@ BEGIN
         END IF;
     ELSE
         FOREACH s IN ARRAY p_scopes LOOP
-            IF s IS NULL OR s NOT IN ('run', 'read', 'cancel', 'audit') THEN
-                RAISE EXCEPTION 'scopes: a tenant key holds any of run, read, cancel, audit; got %', coalesce(s, 'NULL')
+            IF s IS NULL OR s NOT IN ('run', 'read', 'cancel', 'audit', 'approve') THEN
+                RAISE EXCEPTION 'scopes: a tenant key holds any of run, read, cancel, audit, approve; got %', coalesce(s, 'NULL')
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END LOOP;

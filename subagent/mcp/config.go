@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/fanout/fanout/subagent"
 )
 
 // Defaults of a server's settings (docs/mcp.md).
@@ -42,6 +44,46 @@ const (
 // return it validated and with defaults filled in; nothing in it is a secret.
 type Config struct {
 	Servers []ServerConfig
+	// Builtin is the policy of the workers' built-in tools
+	// (subagent.BuiltinToolNames): which tenants may use each, and whether
+	// its writes need approval. A built-in tool not listed is every
+	// tenant's, without approval.
+	Builtin []BuiltinConfig
+}
+
+// Policy is who may use a tool, and whether its writes wait for a
+// person's approval (DESIGN §8, §10). The zero Policy is every tenant's,
+// without approval.
+type Policy struct {
+	// Tenants may use the tool; nil is every tenant.
+	Tenants []string
+	// Approval: each write of the tool waits, recorded awaiting_approval,
+	// for a key with scope approve to approve it (ApproveToolCall), and is
+	// denied if none does within ApprovalTimeout. A read never waits.
+	Approval        bool
+	ApprovalTimeout time.Duration
+}
+
+// Allows reports whether tenant may use a tool under p.
+func (p Policy) Allows(tenant string) bool {
+	return p.Tenants == nil || slices.Contains(p.Tenants, tenant)
+}
+
+// DefaultApprovalTimeout is how long a write waits for its approval when
+// the config sets no approval_timeout: the task's default timeout, which
+// bounds the wait anyway.
+const DefaultApprovalTimeout = 5 * time.Minute
+
+// The values of approval.
+const (
+	ApprovalRequired = "required"
+	ApprovalNone     = "none"
+)
+
+// BuiltinConfig is the policy of one built-in tool.
+type BuiltinConfig struct {
+	Name string
+	Policy
 }
 
 // ServerConfig is one MCP server.
@@ -81,6 +123,9 @@ type ServerConfig struct {
 	MaxResultBytes int
 	// Tools is the allowlist: only these tools are offered to subagents.
 	Tools []ToolConfig
+	// Policy is every tool's of this server, unless the tool sets its own
+	// (tenants: both lists must name the tenant; approval: the tool's wins).
+	Policy Policy
 }
 
 // EnvVar is one environment variable of a stdio server: exactly one of
@@ -106,6 +151,10 @@ type ToolConfig struct {
 	// MaxInFlight bounds the calls of this tool in flight across the fleet;
 	// 0 is unbounded (the server's bound still applies).
 	MaxInFlight int
+	// Policy is the tool's own; ToolPolicy merges it with its server's.
+	Policy Policy
+	// approvalSet: the tool says approval itself (required or none).
+	approvalSet bool
 }
 
 // ModelName returns the model-facing name of tool t of server s.
@@ -130,6 +179,41 @@ func (c *Config) ToolNames() []string {
 		}
 	}
 	return names
+}
+
+// ToolPolicy returns the policy of every configured tool by model-facing
+// name: MCP tools (the server's policy merged with the tool's) and the
+// built-in tools the config lists. What it leaves out is every tenant's,
+// without approval.
+func (c *Config) ToolPolicy() map[string]Policy {
+	out := map[string]Policy{}
+	for _, s := range c.Servers {
+		for _, t := range s.Tools {
+			p := s.Policy
+			if t.approvalSet {
+				p.Approval, p.ApprovalTimeout = t.Policy.Approval, t.Policy.ApprovalTimeout
+			}
+			if t.Effect == EffectRead {
+				p.Approval, p.ApprovalTimeout = false, 0
+			}
+			switch {
+			case s.Policy.Tenants == nil:
+				p.Tenants = t.Policy.Tenants
+			case t.Policy.Tenants != nil:
+				p.Tenants = []string{}
+				for _, tn := range t.Policy.Tenants {
+					if slices.Contains(s.Policy.Tenants, tn) {
+						p.Tenants = append(p.Tenants, tn)
+					}
+				}
+			}
+			out[ModelName(s.Name, t.Name)] = p
+		}
+	}
+	for _, b := range c.Builtin {
+		out[b.Name] = b.Policy
+	}
+	return out
 }
 
 // Server returns the server called name.
@@ -318,13 +402,15 @@ func entryName(raw json.RawMessage) string {
 
 var (
 	serverFields = []string{"name", "transport", "command", "args", "env", "url", "token_file",
-		"connect_timeout", "call_timeout", "max_in_flight", "rpm", "trust_annotations", "max_result_bytes", "tools"}
-	toolFields = []string{"name", "effect", "call_timeout", "max_in_flight"}
-	envFields  = []string{"name", "value", "from_env", "from_file"}
+		"connect_timeout", "call_timeout", "max_in_flight", "rpm", "trust_annotations", "max_result_bytes", "tools",
+		"tenants", "approval", "approval_timeout"}
+	toolFields    = []string{"name", "effect", "call_timeout", "max_in_flight", "tenants", "approval", "approval_timeout"}
+	builtinFields = []string{"name", "tenants", "approval", "approval_timeout"}
+	envFields     = []string{"name", "value", "from_env", "from_file"}
 )
 
 func (p *parser) config(js []byte) *Config {
-	top := p.object("config", js, "servers")
+	top := p.object("config", js, "servers", "builtin")
 	cfg := &Config{}
 	if len(p.errs) > 0 {
 		return cfg
@@ -359,7 +445,82 @@ func (p *parser) config(js []byte) *Config {
 		}
 		cfg.Servers = append(cfg.Servers, s)
 	}
+	seenBuiltin := map[string]int{}
+	for i, raw := range top.list("builtin") {
+		path := fmt.Sprintf("builtin[%d]%s", i, entryName(raw))
+		b := p.builtin(path, raw)
+		if j, dup := seenBuiltin[b.Name]; dup && b.Name != "" {
+			p.errorf(path+".name", "%q is also builtin[%d]", b.Name, j)
+		}
+		seenBuiltin[b.Name] = i
+		cfg.Builtin = append(cfg.Builtin, b)
+	}
 	return cfg
+}
+
+// builtinEffects are the built-in tools' effects, by name.
+var builtinEffects = func() map[string]subagent.Effect {
+	m := map[string]subagent.Effect{}
+	for _, name := range subagent.BuiltinToolNames() {
+		t, _ := subagent.BuiltinTools().Get(name)
+		m[name] = t.Effect
+	}
+	return m
+}()
+
+func (p *parser) builtin(path string, raw json.RawMessage) BuiltinConfig {
+	o := p.object(path, raw, builtinFields...)
+	b := BuiltinConfig{Name: o.str("name")}
+	b.Policy, _ = o.policy()
+	effect, ok := builtinEffects[b.Name]
+	switch {
+	case b.Name == "":
+		p.errorf(o.field("name"), "required")
+	case !ok:
+		p.errorf(o.field("name"), "%q is not a built-in tool (they are: %s)", b.Name, strings.Join(subagent.BuiltinToolNames(), ", "))
+	case effect == subagent.EffectRead && b.Approval:
+		p.errorf(o.field("approval"), "%s is a read: a read never needs approval", b.Name)
+	}
+	return b
+}
+
+// policy reads an entry's tenants, approval and approval_timeout; set
+// says whether it named approval itself.
+func (o *object) policy() (pol Policy, set bool) {
+	if o.has("tenants") {
+		pol.Tenants = o.strings("tenants")
+		if pol.Tenants == nil {
+			pol.Tenants = []string{}
+		}
+		if len(pol.Tenants) == 0 {
+			o.p.errorf(o.field("tenants"), "is empty: no tenant could use it (leave tenants out for every tenant)")
+		}
+		for i, tn := range pol.Tenants {
+			if tn == "" || len(tn) > 128 { // a tenant id's bounds (admin_check_tenant_id)
+				o.p.errorf(fmt.Sprintf("%s[%d]", o.field("tenants"), i), "a tenant id is 1 to 128 bytes, got %d", len(tn))
+			}
+		}
+	}
+	switch a := o.str("approval"); a {
+	case ApprovalRequired:
+		pol.Approval, set = true, true
+	case ApprovalNone:
+		set = true
+	case "":
+	default:
+		o.p.errorf(o.field("approval"), "%q is not required or none", a)
+	}
+	pol.ApprovalTimeout = o.duration("approval_timeout")
+	switch {
+	case o.has("approval_timeout") && !pol.Approval:
+		o.p.errorf(o.field("approval_timeout"), "is set, but approval is not required here")
+		pol.ApprovalTimeout = 0
+	case pol.Approval && pol.ApprovalTimeout == 0 && !o.has("approval_timeout"):
+		pol.ApprovalTimeout = DefaultApprovalTimeout
+	case pol.Approval && pol.ApprovalTimeout < time.Second:
+		o.p.errorf(o.field("approval_timeout"), "%s is under the minimum of 1s", pol.ApprovalTimeout)
+	}
+	return pol, set
 }
 
 func (p *parser) server(path string, raw json.RawMessage) ServerConfig {
@@ -378,6 +539,7 @@ func (p *parser) server(path string, raw json.RawMessage) ServerConfig {
 		TrustAnnotations: o.bool("trust_annotations"),
 		MaxResultBytes:   o.count("max_result_bytes"),
 	}
+	s.Policy, _ = o.policy()
 	switch {
 	case s.Name == "":
 		p.errorf(o.field("name"), "required")
@@ -481,11 +643,16 @@ func (p *parser) tool(path string, raw json.RawMessage) ToolConfig {
 		CallTimeout: o.duration("call_timeout"),
 		MaxInFlight: o.count("max_in_flight"),
 	}
+	t.Policy, t.approvalSet = o.policy()
 	if t.Name == "" {
 		p.errorf(o.field("name"), "required")
 	}
 	switch t.Effect {
-	case "", EffectRead, EffectWrite:
+	case "", EffectWrite:
+	case EffectRead:
+		if t.Policy.Approval {
+			p.errorf(o.field("approval"), "the tool is declared read: a read never needs approval")
+		}
 	default:
 		p.errorf(o.field("effect"), "%q is not read or write", t.Effect)
 	}

@@ -381,7 +381,7 @@ type ApiKey struct {
 	TenantId string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// A name for people.
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	// run, read, cancel, audit; or admin alone.
+	// run, read, cancel, audit, approve; or admin alone.
 	Scopes []string `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// The key's own request rate; unset: the tenant's.
 	RequestsPerMinute *int32 `protobuf:"varint,5,opt,name=requests_per_minute,json=requestsPerMinute,proto3,oneof" json:"requests_per_minute,omitempty"`
@@ -809,7 +809,8 @@ type CreateKeyRequest struct {
 	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// A name for people, at most 128 bytes.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// run, read, cancel, audit for a tenant key; exactly admin for an admin key.
+	// run, read, cancel, audit, approve for a tenant key; exactly admin for an
+	// admin key.
 	Scopes []string `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// The key's request rate; 0: the tenant's.
 	RequestsPerMinute int32 `protobuf:"varint,4,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`

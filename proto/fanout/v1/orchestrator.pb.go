@@ -9,6 +9,7 @@ package fanoutv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -641,11 +642,540 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// PendingToolCall is a write that waits for approval.
+type PendingToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The run and task whose write it is.
+	RunId  string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	TaskId string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The tool's model-facing name.
+	Tool string `protobuf:"bytes,4,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The arguments as JSON, cut at 1,024 bytes, secret-looking values
+	// redacted.
+	Preview string `protobuf:"bytes,5,opt,name=preview,proto3" json:"preview,omitempty"`
+	// When it was asked for, and when it is denied as expired (Postgres time).
+	RequestedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingToolCall) Reset() {
+	*x = PendingToolCall{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingToolCall) ProtoMessage() {}
+
+func (x *PendingToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingToolCall.ProtoReflect.Descriptor instead.
+func (*PendingToolCall) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PendingToolCall) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetPreview() string {
+	if x != nil {
+		return x.Preview
+	}
+	return ""
+}
+
+func (x *PendingToolCall) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *PendingToolCall) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+// ToolCallDecision is a recorded decision on a write.
+type ToolCallDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call decided on.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The run and task whose write it is.
+	RunId  string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	TaskId string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The tool's model-facing name.
+	Tool string `protobuf:"bytes,4,opt,name=tool,proto3" json:"tool,omitempty"`
+	// Approved or denied.
+	Approved bool `protobuf:"varint,5,opt,name=approved,proto3" json:"approved,omitempty"`
+	// Why, as the decider said.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who decided ("key:ID").
+	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When (Postgres time).
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCallDecision) Reset() {
+	*x = ToolCallDecision{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallDecision) ProtoMessage() {}
+
+func (x *ToolCallDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallDecision.ProtoReflect.Descriptor instead.
+func (*ToolCallDecision) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ToolCallDecision) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCallDecision) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ToolCallDecision) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ToolCallDecision) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolCallDecision) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *ToolCallDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ToolCallDecision) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ToolCallDecision) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+// ListApprovalsRequest is the request of OrchestratorService.ListApprovals.
+type ListApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this run's calls; empty lists every run's.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The most calls to return: 0 means 50; at most 200.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous ListApprovalsResponse.next_page_token; empty for
+	// the first page. run_id must match the call that produced it.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsRequest) Reset() {
+	*x = ListApprovalsRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsRequest) ProtoMessage() {}
+
+func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListApprovalsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListApprovalsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListApprovalsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListApprovalsResponse is the response of OrchestratorService.ListApprovals.
+type ListApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls, oldest first.
+	Calls []*PendingToolCall `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Token for the next page; empty when there are no more.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalsResponse) Reset() {
+	*x = ListApprovalsResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalsResponse) ProtoMessage() {}
+
+func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListApprovalsResponse) GetCalls() []*PendingToolCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *ListApprovalsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ApproveToolCallRequest is the request of OrchestratorService.ApproveToolCall.
+type ApproveToolCallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The call to approve (ApprovalRequested.call_id).
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Why; optional, at most 1024 bytes. Logged.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveToolCallRequest) Reset() {
+	*x = ApproveToolCallRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveToolCallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveToolCallRequest) ProtoMessage() {}
+
+func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
+func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ApproveToolCallRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ApproveToolCallRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ApproveToolCallResponse is the response of OrchestratorService.ApproveToolCall.
+type ApproveToolCallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision as recorded.
+	Decision      *ToolCallDecision `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveToolCallResponse) Reset() {
+	*x = ApproveToolCallResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveToolCallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveToolCallResponse) ProtoMessage() {}
+
+func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
+func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ApproveToolCallResponse) GetDecision() *ToolCallDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+// DenyToolCallRequest is the request of OrchestratorService.DenyToolCall.
+type DenyToolCallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The call to deny (ApprovalRequested.call_id).
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Why; optional, at most 1024 bytes. Logged, and told to the model.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyToolCallRequest) Reset() {
+	*x = DenyToolCallRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyToolCallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyToolCallRequest) ProtoMessage() {}
+
+func (x *DenyToolCallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyToolCallRequest.ProtoReflect.Descriptor instead.
+func (*DenyToolCallRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DenyToolCallRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *DenyToolCallRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DenyToolCallResponse is the response of OrchestratorService.DenyToolCall.
+type DenyToolCallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision as recorded.
+	Decision      *ToolCallDecision `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyToolCallResponse) Reset() {
+	*x = DenyToolCallResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyToolCallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyToolCallResponse) ProtoMessage() {}
+
+func (x *DenyToolCallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyToolCallResponse.ProtoReflect.Descriptor instead.
+func (*DenyToolCallResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DenyToolCallResponse) GetDecision() *ToolCallDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
 var File_fanout_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfanout/v1/orchestrator.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\"4\n" +
+	"\x1cfanout/v1/orchestrator.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"4\n" +
 	"\n" +
 	"RunRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.fanout.v1.RunSpecR\x04spec\"8\n" +
@@ -677,14 +1207,53 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2\x13.fanout.v1.RunStateR\x05state\"^\n" +
 	"\x10ListRunsResponse\x12\"\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0e.fanout.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xb9\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xff\x01\n" +
+	"\x0fPendingToolCall\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04tool\x18\x04 \x01(\tR\x04tool\x12\x18\n" +
+	"\apreview\x18\x05 \x01(\tR\apreview\x12=\n" +
+	"\frequested_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x126\n" +
+	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xf4\x01\n" +
+	"\x10ToolCallDecision\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04tool\x18\x04 \x01(\tR\x04tool\x12\x1a\n" +
+	"\bapproved\x18\x05 \x01(\bR\bapproved\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x129\n" +
+	"\n" +
+	"decided_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\"i\n" +
+	"\x14ListApprovalsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"q\n" +
+	"\x15ListApprovalsResponse\x120\n" +
+	"\x05calls\x18\x01 \x03(\v2\x1a.fanout.v1.PendingToolCallR\x05calls\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
+	"\x16ApproveToolCallRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"R\n" +
+	"\x17ApproveToolCallResponse\x127\n" +
+	"\bdecision\x18\x01 \x01(\v2\x1b.fanout.v1.ToolCallDecisionR\bdecision\"F\n" +
+	"\x13DenyToolCallRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"O\n" +
+	"\x14DenyToolCallResponse\x127\n" +
+	"\bdecision\x18\x01 \x01(\v2\x1b.fanout.v1.ToolCallDecisionR\bdecision2\xc7\x05\n" +
 	"\x13OrchestratorService\x126\n" +
 	"\x03Run\x12\x15.fanout.v1.RunRequest\x1a\x16.fanout.v1.RunResponse0\x01\x12C\n" +
 	"\bStartRun\x12\x1a.fanout.v1.StartRunRequest\x1a\x1b.fanout.v1.StartRunResponse\x12J\n" +
 	"\bWatchRun\x12\x1a.fanout.v1.WatchRunRequest\x1a\x1b.fanout.v1.WatchRunResponse\"\x03\x90\x02\x010\x01\x12B\n" +
 	"\x06GetRun\x12\x18.fanout.v1.GetRunRequest\x1a\x19.fanout.v1.GetRunResponse\"\x03\x90\x02\x01\x12K\n" +
 	"\tCancelRun\x12\x1b.fanout.v1.CancelRunRequest\x1a\x1c.fanout.v1.CancelRunResponse\"\x03\x90\x02\x02\x12H\n" +
-	"\bListRuns\x12\x1a.fanout.v1.ListRunsRequest\x1a\x1b.fanout.v1.ListRunsResponse\"\x03\x90\x02\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
+	"\bListRuns\x12\x1a.fanout.v1.ListRunsRequest\x1a\x1b.fanout.v1.ListRunsResponse\"\x03\x90\x02\x01\x12W\n" +
+	"\rListApprovals\x12\x1f.fanout.v1.ListApprovalsRequest\x1a .fanout.v1.ListApprovalsResponse\"\x03\x90\x02\x01\x12]\n" +
+	"\x0fApproveToolCall\x12!.fanout.v1.ApproveToolCallRequest\x1a\".fanout.v1.ApproveToolCallResponse\"\x03\x90\x02\x02\x12T\n" +
+	"\fDenyToolCall\x12\x1e.fanout.v1.DenyToolCallRequest\x1a\x1f.fanout.v1.DenyToolCallResponse\"\x03\x90\x02\x02B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
 var (
 	file_fanout_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -698,51 +1267,72 @@ func file_fanout_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_orchestrator_proto_rawDescData
 }
 
-var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_fanout_v1_orchestrator_proto_goTypes = []any{
-	(*RunRequest)(nil),        // 0: fanout.v1.RunRequest
-	(*RunResponse)(nil),       // 1: fanout.v1.RunResponse
-	(*StartRunRequest)(nil),   // 2: fanout.v1.StartRunRequest
-	(*StartRunResponse)(nil),  // 3: fanout.v1.StartRunResponse
-	(*WatchRunRequest)(nil),   // 4: fanout.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),  // 5: fanout.v1.WatchRunResponse
-	(*GetRunRequest)(nil),     // 6: fanout.v1.GetRunRequest
-	(*GetRunResponse)(nil),    // 7: fanout.v1.GetRunResponse
-	(*CancelRunRequest)(nil),  // 8: fanout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil), // 9: fanout.v1.CancelRunResponse
-	(*ListRunsRequest)(nil),   // 10: fanout.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),  // 11: fanout.v1.ListRunsResponse
-	(*RunSpec)(nil),           // 12: fanout.v1.RunSpec
-	(*RunEvent)(nil),          // 13: fanout.v1.RunEvent
-	(*Run)(nil),               // 14: fanout.v1.Run
-	(RunState)(0),             // 15: fanout.v1.RunState
+	(*RunRequest)(nil),              // 0: fanout.v1.RunRequest
+	(*RunResponse)(nil),             // 1: fanout.v1.RunResponse
+	(*StartRunRequest)(nil),         // 2: fanout.v1.StartRunRequest
+	(*StartRunResponse)(nil),        // 3: fanout.v1.StartRunResponse
+	(*WatchRunRequest)(nil),         // 4: fanout.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),        // 5: fanout.v1.WatchRunResponse
+	(*GetRunRequest)(nil),           // 6: fanout.v1.GetRunRequest
+	(*GetRunResponse)(nil),          // 7: fanout.v1.GetRunResponse
+	(*CancelRunRequest)(nil),        // 8: fanout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),       // 9: fanout.v1.CancelRunResponse
+	(*ListRunsRequest)(nil),         // 10: fanout.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),        // 11: fanout.v1.ListRunsResponse
+	(*PendingToolCall)(nil),         // 12: fanout.v1.PendingToolCall
+	(*ToolCallDecision)(nil),        // 13: fanout.v1.ToolCallDecision
+	(*ListApprovalsRequest)(nil),    // 14: fanout.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),   // 15: fanout.v1.ListApprovalsResponse
+	(*ApproveToolCallRequest)(nil),  // 16: fanout.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 17: fanout.v1.ApproveToolCallResponse
+	(*DenyToolCallRequest)(nil),     // 18: fanout.v1.DenyToolCallRequest
+	(*DenyToolCallResponse)(nil),    // 19: fanout.v1.DenyToolCallResponse
+	(*RunSpec)(nil),                 // 20: fanout.v1.RunSpec
+	(*RunEvent)(nil),                // 21: fanout.v1.RunEvent
+	(*Run)(nil),                     // 22: fanout.v1.Run
+	(RunState)(0),                   // 23: fanout.v1.RunState
+	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
 }
 var file_fanout_v1_orchestrator_proto_depIdxs = []int32{
-	12, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
-	13, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
-	12, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
-	13, // 3: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
-	14, // 4: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
-	14, // 5: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
-	15, // 6: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
-	14, // 7: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
-	0,  // 8: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
-	2,  // 9: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
-	4,  // 10: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
-	6,  // 11: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
-	8,  // 12: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
-	10, // 13: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
-	1,  // 14: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
-	3,  // 15: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
-	5,  // 16: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
-	7,  // 17: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
-	9,  // 18: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
-	11, // 19: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	20, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
+	21, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
+	20, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
+	21, // 3: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
+	22, // 4: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
+	22, // 5: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
+	23, // 6: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
+	22, // 7: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
+	24, // 8: fanout.v1.PendingToolCall.requested_at:type_name -> google.protobuf.Timestamp
+	24, // 9: fanout.v1.PendingToolCall.deadline:type_name -> google.protobuf.Timestamp
+	24, // 10: fanout.v1.ToolCallDecision.decided_at:type_name -> google.protobuf.Timestamp
+	12, // 11: fanout.v1.ListApprovalsResponse.calls:type_name -> fanout.v1.PendingToolCall
+	13, // 12: fanout.v1.ApproveToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
+	13, // 13: fanout.v1.DenyToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
+	0,  // 14: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
+	2,  // 15: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
+	4,  // 16: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
+	6,  // 17: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
+	8,  // 18: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
+	10, // 19: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
+	14, // 20: fanout.v1.OrchestratorService.ListApprovals:input_type -> fanout.v1.ListApprovalsRequest
+	16, // 21: fanout.v1.OrchestratorService.ApproveToolCall:input_type -> fanout.v1.ApproveToolCallRequest
+	18, // 22: fanout.v1.OrchestratorService.DenyToolCall:input_type -> fanout.v1.DenyToolCallRequest
+	1,  // 23: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
+	3,  // 24: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
+	5,  // 25: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
+	7,  // 26: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
+	9,  // 27: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
+	11, // 28: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
+	15, // 29: fanout.v1.OrchestratorService.ListApprovals:output_type -> fanout.v1.ListApprovalsResponse
+	17, // 30: fanout.v1.OrchestratorService.ApproveToolCall:output_type -> fanout.v1.ApproveToolCallResponse
+	19, // 31: fanout.v1.OrchestratorService.DenyToolCall:output_type -> fanout.v1.DenyToolCallResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_orchestrator_proto_init() }
@@ -757,7 +1347,7 @@ func file_fanout_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_orchestrator_proto_rawDesc), len(file_fanout_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_Run_FullMethodName       = "/fanout.v1.OrchestratorService/Run"
-	OrchestratorService_StartRun_FullMethodName  = "/fanout.v1.OrchestratorService/StartRun"
-	OrchestratorService_WatchRun_FullMethodName  = "/fanout.v1.OrchestratorService/WatchRun"
-	OrchestratorService_GetRun_FullMethodName    = "/fanout.v1.OrchestratorService/GetRun"
-	OrchestratorService_CancelRun_FullMethodName = "/fanout.v1.OrchestratorService/CancelRun"
-	OrchestratorService_ListRuns_FullMethodName  = "/fanout.v1.OrchestratorService/ListRuns"
+	OrchestratorService_Run_FullMethodName             = "/fanout.v1.OrchestratorService/Run"
+	OrchestratorService_StartRun_FullMethodName        = "/fanout.v1.OrchestratorService/StartRun"
+	OrchestratorService_WatchRun_FullMethodName        = "/fanout.v1.OrchestratorService/WatchRun"
+	OrchestratorService_GetRun_FullMethodName          = "/fanout.v1.OrchestratorService/GetRun"
+	OrchestratorService_CancelRun_FullMethodName       = "/fanout.v1.OrchestratorService/CancelRun"
+	OrchestratorService_ListRuns_FullMethodName        = "/fanout.v1.OrchestratorService/ListRuns"
+	OrchestratorService_ListApprovals_FullMethodName   = "/fanout.v1.OrchestratorService/ListApprovals"
+	OrchestratorService_ApproveToolCall_FullMethodName = "/fanout.v1.OrchestratorService/ApproveToolCall"
+	OrchestratorService_DenyToolCall_FullMethodName    = "/fanout.v1.OrchestratorService/DenyToolCall"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -72,6 +75,21 @@ type OrchestratorServiceClient interface {
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 	// ListRuns lists a tenant's runs, newest first.
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
+	// ListApprovals lists the caller's tenant's writes that wait for
+	// approval, oldest first. Needs scope approve.
+	ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error)
+	// ApproveToolCall approves one write that waits for approval: the task
+	// sends it (once) when it sees the decision, also if it was re-dispatched
+	// meanwhile. Needs scope approve; the decision is logged with the
+	// caller's key (the tool_call_decisions view). Approving an approved call
+	// again returns the recorded decision. FAILED_PRECONDITION when the call
+	// was denied, its deadline passed, its run ended, or it never waited for
+	// approval; NOT_FOUND for a call the caller's tenant does not have.
+	ApproveToolCall(ctx context.Context, in *ApproveToolCallRequest, opts ...grpc.CallOption) (*ApproveToolCallResponse, error)
+	// DenyToolCall denies one write that waits for approval: it is never
+	// sent, and the model is told "denied by key:ID: reason" as that call's
+	// failure. As ApproveToolCall otherwise.
+	DenyToolCall(ctx context.Context, in *DenyToolCallRequest, opts ...grpc.CallOption) (*DenyToolCallResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -160,6 +178,36 @@ func (c *orchestratorServiceClient) ListRuns(ctx context.Context, in *ListRunsRe
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListApprovalsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListApprovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) ApproveToolCall(ctx context.Context, in *ApproveToolCallRequest, opts ...grpc.CallOption) (*ApproveToolCallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveToolCallResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ApproveToolCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) DenyToolCall(ctx context.Context, in *DenyToolCallRequest, opts ...grpc.CallOption) (*DenyToolCallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DenyToolCallResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_DenyToolCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -205,6 +253,21 @@ type OrchestratorServiceServer interface {
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	// ListRuns lists a tenant's runs, newest first.
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
+	// ListApprovals lists the caller's tenant's writes that wait for
+	// approval, oldest first. Needs scope approve.
+	ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error)
+	// ApproveToolCall approves one write that waits for approval: the task
+	// sends it (once) when it sees the decision, also if it was re-dispatched
+	// meanwhile. Needs scope approve; the decision is logged with the
+	// caller's key (the tool_call_decisions view). Approving an approved call
+	// again returns the recorded decision. FAILED_PRECONDITION when the call
+	// was denied, its deadline passed, its run ended, or it never waited for
+	// approval; NOT_FOUND for a call the caller's tenant does not have.
+	ApproveToolCall(context.Context, *ApproveToolCallRequest) (*ApproveToolCallResponse, error)
+	// DenyToolCall denies one write that waits for approval: it is never
+	// sent, and the model is told "denied by key:ID: reason" as that call's
+	// failure. As ApproveToolCall otherwise.
+	DenyToolCall(context.Context, *DenyToolCallRequest) (*DenyToolCallResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -232,6 +295,15 @@ func (UnimplementedOrchestratorServiceServer) CancelRun(context.Context, *Cancel
 }
 func (UnimplementedOrchestratorServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListApprovals not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ApproveToolCall(context.Context, *ApproveToolCallRequest) (*ApproveToolCallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveToolCall not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) DenyToolCall(context.Context, *DenyToolCallRequest) (*DenyToolCallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DenyToolCall not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -348,6 +420,60 @@ func _OrchestratorService_ListRuns_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_ListApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListApprovals(ctx, req.(*ListApprovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_ApproveToolCall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveToolCallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ApproveToolCall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ApproveToolCall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ApproveToolCall(ctx, req.(*ApproveToolCallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_DenyToolCall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DenyToolCallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).DenyToolCall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_DenyToolCall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).DenyToolCall(ctx, req.(*DenyToolCallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -370,6 +496,18 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRuns",
 			Handler:    _OrchestratorService_ListRuns_Handler,
+		},
+		{
+			MethodName: "ListApprovals",
+			Handler:    _OrchestratorService_ListApprovals_Handler,
+		},
+		{
+			MethodName: "ApproveToolCall",
+			Handler:    _OrchestratorService_ApproveToolCall_Handler,
+		},
+		{
+			MethodName: "DenyToolCall",
+			Handler:    _OrchestratorService_DenyToolCall_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

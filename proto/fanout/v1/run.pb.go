@@ -1532,6 +1532,8 @@ type RunEvent struct {
 	//	*RunEvent_BudgetExhausted
 	//	*RunEvent_RunFinished
 	//	*RunEvent_RunAdopted
+	//	*RunEvent_ApprovalRequested
+	//	*RunEvent_ApprovalDecided
 	Event         isRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1676,6 +1678,24 @@ func (x *RunEvent) GetRunAdopted() *RunAdopted {
 	return nil
 }
 
+func (x *RunEvent) GetApprovalRequested() *ApprovalRequested {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_ApprovalRequested); ok {
+			return x.ApprovalRequested
+		}
+	}
+	return nil
+}
+
+func (x *RunEvent) GetApprovalDecided() *ApprovalDecided {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_ApprovalDecided); ok {
+			return x.ApprovalDecided
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -1727,6 +1747,18 @@ type RunEvent_RunAdopted struct {
 	RunAdopted *RunAdopted `protobuf:"bytes,18,opt,name=run_adopted,json=runAdopted,proto3,oneof"`
 }
 
+type RunEvent_ApprovalRequested struct {
+	// A task's write waits for a person's approval (ApproveToolCall or
+	// DenyToolCall). Reported again, with the same call_id, when a
+	// re-dispatched attempt of the task takes up the same call.
+	ApprovalRequested *ApprovalRequested `protobuf:"bytes,19,opt,name=approval_requested,json=approvalRequested,proto3,oneof"`
+}
+
+type RunEvent_ApprovalDecided struct {
+	// A decision on a write that waited for approval was recorded.
+	ApprovalDecided *ApprovalDecided `protobuf:"bytes,20,opt,name=approval_decided,json=approvalDecided,proto3,oneof"`
+}
+
 func (*RunEvent_RunStarted) isRunEvent_Event() {}
 
 func (*RunEvent_TaskQueued) isRunEvent_Event() {}
@@ -1744,6 +1776,10 @@ func (*RunEvent_BudgetExhausted) isRunEvent_Event() {}
 func (*RunEvent_RunFinished) isRunEvent_Event() {}
 
 func (*RunEvent_RunAdopted) isRunEvent_Event() {}
+
+func (*RunEvent_ApprovalRequested) isRunEvent_Event() {}
+
+func (*RunEvent_ApprovalDecided) isRunEvent_Event() {}
 
 // RunAdopted reports that the orchestrator driving the run was lost (its
 // lease in the database lapsed: a crash, a kill, a long pause) and another
@@ -1828,6 +1864,194 @@ func (x *RunAdopted) GetResumedTaskIds() []string {
 	return nil
 }
 
+// ApprovalRequested reports that a task's write waits for a person's
+// approval. The task holds no model reservation and no tool slot while it
+// waits; its own timeout and the run's keep counting.
+type ApprovalRequested struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task whose write waits.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The call's id: pass it to ApproveToolCall or DenyToolCall. Each call
+	// has its own, also the parallel writes of one model reply.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool's model-facing name.
+	Tool string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The call's arguments as JSON, cut at 1,024 bytes, with values whose
+	// names look secret (token, password, key, ...) replaced by "[redacted]".
+	Preview string `protobuf:"bytes,4,opt,name=preview,proto3" json:"preview,omitempty"`
+	// When the call is denied as expired unless approved first (Postgres
+	// time).
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalRequested) Reset() {
+	*x = ApprovalRequested{}
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalRequested) ProtoMessage() {}
+
+func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
+func (*ApprovalRequested) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ApprovalRequested) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ApprovalRequested) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ApprovalRequested) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ApprovalRequested) GetPreview() string {
+	if x != nil {
+		return x.Preview
+	}
+	return ""
+}
+
+func (x *ApprovalRequested) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+// ApprovalDecided reports a decision on a write that waited for approval.
+type ApprovalDecided struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call decided on.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The task whose write it is.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The tool's model-facing name.
+	Tool string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
+	// Approved (the write is sent) or denied (the model is told).
+	Approved bool `protobuf:"varint,4,opt,name=approved,proto3" json:"approved,omitempty"`
+	// Why, as the decider said.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who decided: "key:ID" of the API key that called ApproveToolCall or
+	// DenyToolCall.
+	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When the decision was recorded (Postgres time).
+	DecidedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalDecided) Reset() {
+	*x = ApprovalDecided{}
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalDecided) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalDecided) ProtoMessage() {}
+
+func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
+func (*ApprovalDecided) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ApprovalDecided) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+func (x *ApprovalDecided) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ApprovalDecided) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
 // RunStarted reports that a run was accepted.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1839,7 +2063,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2075,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2088,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -1888,7 +2112,7 @@ type TaskQueued struct {
 
 func (x *TaskQueued) Reset() {
 	*x = TaskQueued{}
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2124,7 @@ func (x *TaskQueued) String() string {
 func (*TaskQueued) ProtoMessage() {}
 
 func (x *TaskQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2137,7 @@ func (x *TaskQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskQueued.ProtoReflect.Descriptor instead.
 func (*TaskQueued) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskQueued) GetTaskId() string {
@@ -1946,7 +2170,7 @@ type TaskStarted struct {
 
 func (x *TaskStarted) Reset() {
 	*x = TaskStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2182,7 @@ func (x *TaskStarted) String() string {
 func (*TaskStarted) ProtoMessage() {}
 
 func (x *TaskStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2195,7 @@ func (x *TaskStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStarted.ProtoReflect.Descriptor instead.
 func (*TaskStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskStarted) GetTaskId() string {
@@ -2012,7 +2236,7 @@ type TaskIteration struct {
 
 func (x *TaskIteration) Reset() {
 	*x = TaskIteration{}
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2248,7 @@ func (x *TaskIteration) String() string {
 func (*TaskIteration) ProtoMessage() {}
 
 func (x *TaskIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2261,7 @@ func (x *TaskIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskIteration.ProtoReflect.Descriptor instead.
 func (*TaskIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskIteration) GetTaskId() string {
@@ -2079,7 +2303,7 @@ type TaskFinished struct {
 
 func (x *TaskFinished) Reset() {
 	*x = TaskFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2315,7 @@ func (x *TaskFinished) String() string {
 func (*TaskFinished) ProtoMessage() {}
 
 func (x *TaskFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2328,7 @@ func (x *TaskFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinished.ProtoReflect.Descriptor instead.
 func (*TaskFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TaskFinished) GetOutcome() *TaskOutcome {
@@ -2125,7 +2349,7 @@ type BudgetUpdate struct {
 
 func (x *BudgetUpdate) Reset() {
 	*x = BudgetUpdate{}
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2361,7 @@ func (x *BudgetUpdate) String() string {
 func (*BudgetUpdate) ProtoMessage() {}
 
 func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2374,7 @@ func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetUpdate.ProtoReflect.Descriptor instead.
 func (*BudgetUpdate) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
@@ -2172,7 +2396,7 @@ type BudgetExhausted struct {
 
 func (x *BudgetExhausted) Reset() {
 	*x = BudgetExhausted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2408,7 @@ func (x *BudgetExhausted) String() string {
 func (*BudgetExhausted) ProtoMessage() {}
 
 func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2421,7 @@ func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExhausted.ProtoReflect.Descriptor instead.
 func (*BudgetExhausted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BudgetExhausted) GetBudget() *BudgetSnapshot {
@@ -2222,7 +2446,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2458,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2471,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunFinished) GetState() RunState {
@@ -2381,7 +2605,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06labels\x18\x1e \x03(\v2\x1a.fanout.v1.Run.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc2\x06\n" +
 	"\bRunEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12.\n" +
@@ -2398,14 +2622,31 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x10budget_exhausted\x18\x10 \x01(\v2\x1a.fanout.v1.BudgetExhaustedH\x00R\x0fbudgetExhausted\x12;\n" +
 	"\frun_finished\x18\x11 \x01(\v2\x16.fanout.v1.RunFinishedH\x00R\vrunFinished\x128\n" +
 	"\vrun_adopted\x18\x12 \x01(\v2\x15.fanout.v1.RunAdoptedH\x00R\n" +
-	"runAdoptedB\a\n" +
+	"runAdopted\x12M\n" +
+	"\x12approval_requested\x18\x13 \x01(\v2\x1c.fanout.v1.ApprovalRequestedH\x00R\x11approvalRequested\x12G\n" +
+	"\x10approval_decided\x18\x14 \x01(\v2\x1a.fanout.v1.ApprovalDecidedH\x00R\x0fapprovalDecidedB\a\n" +
 	"\x05event\"\x91\x01\n" +
 	"\n" +
 	"RunAdopted\x12%\n" +
 	"\x0eprevious_owner\x18\x01 \x01(\tR\rpreviousOwner\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
 	"\tadoptions\x18\x03 \x01(\x05R\tadoptions\x12(\n" +
-	"\x10resumed_task_ids\x18\x04 \x03(\tR\x0eresumedTaskIds\".\n" +
+	"\x10resumed_task_ids\x18\x04 \x03(\tR\x0eresumedTaskIds\"\xab\x01\n" +
+	"\x11ApprovalRequested\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x17\n" +
+	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x03 \x01(\tR\x04tool\x12\x18\n" +
+	"\apreview\x18\x04 \x01(\tR\apreview\x126\n" +
+	"\bdeadline\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xdc\x01\n" +
+	"\x0fApprovalDecided\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04tool\x18\x03 \x01(\tR\x04tool\x12\x1a\n" +
+	"\bapproved\x18\x04 \x01(\bR\bapproved\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\x129\n" +
+	"\n" +
+	"decided_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\".\n" +
 	"\n" +
 	"RunStarted\x12 \n" +
 	"\x03run\x18\x01 \x01(\v2\x0e.fanout.v1.RunR\x03run\"L\n" +
@@ -2483,7 +2724,7 @@ func file_fanout_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_fanout_v1_run_proto_goTypes = []any{
 	(ExhaustionPolicy)(0),         // 0: fanout.v1.ExhaustionPolicy
 	(JoinPolicy)(0),               // 1: fanout.v1.JoinPolicy
@@ -2503,18 +2744,20 @@ var file_fanout_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                   // 15: fanout.v1.Run
 	(*RunEvent)(nil),              // 16: fanout.v1.RunEvent
 	(*RunAdopted)(nil),            // 17: fanout.v1.RunAdopted
-	(*RunStarted)(nil),            // 18: fanout.v1.RunStarted
-	(*TaskQueued)(nil),            // 19: fanout.v1.TaskQueued
-	(*TaskStarted)(nil),           // 20: fanout.v1.TaskStarted
-	(*TaskIteration)(nil),         // 21: fanout.v1.TaskIteration
-	(*TaskFinished)(nil),          // 22: fanout.v1.TaskFinished
-	(*BudgetUpdate)(nil),          // 23: fanout.v1.BudgetUpdate
-	(*BudgetExhausted)(nil),       // 24: fanout.v1.BudgetExhausted
-	(*RunFinished)(nil),           // 25: fanout.v1.RunFinished
-	nil,                           // 26: fanout.v1.RunSpec.LabelsEntry
-	nil,                           // 27: fanout.v1.Run.LabelsEntry
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*ApprovalRequested)(nil),     // 18: fanout.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 19: fanout.v1.ApprovalDecided
+	(*RunStarted)(nil),            // 20: fanout.v1.RunStarted
+	(*TaskQueued)(nil),            // 21: fanout.v1.TaskQueued
+	(*TaskStarted)(nil),           // 22: fanout.v1.TaskStarted
+	(*TaskIteration)(nil),         // 23: fanout.v1.TaskIteration
+	(*TaskFinished)(nil),          // 24: fanout.v1.TaskFinished
+	(*BudgetUpdate)(nil),          // 25: fanout.v1.BudgetUpdate
+	(*BudgetExhausted)(nil),       // 26: fanout.v1.BudgetExhausted
+	(*RunFinished)(nil),           // 27: fanout.v1.RunFinished
+	nil,                           // 28: fanout.v1.RunSpec.LabelsEntry
+	nil,                           // 29: fanout.v1.Run.LabelsEntry
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
 }
 var file_fanout_v1_run_proto_depIdxs = []int32{
 	6,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
@@ -2523,16 +2766,16 @@ var file_fanout_v1_run_proto_depIdxs = []int32{
 	0,  // 3: fanout.v1.RunSpec.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
 	1,  // 4: fanout.v1.RunSpec.join_policy:type_name -> fanout.v1.JoinPolicy
 	9,  // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
-	26, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
-	28, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	28, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
+	30, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
 	3,  // 8: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
-	28, // 9: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
+	30, // 9: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
 	10, // 10: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
 	2,  // 11: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
 	2,  // 12: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
 	11, // 13: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
-	29, // 14: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
-	29, // 15: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
+	31, // 14: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
+	31, // 15: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
 	10, // 16: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
 	12, // 17: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
 	4,  // 18: fanout.v1.Run.state:type_name -> fanout.v1.RunState
@@ -2540,30 +2783,34 @@ var file_fanout_v1_run_proto_depIdxs = []int32{
 	13, // 20: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
 	12, // 21: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
 	14, // 22: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
-	29, // 23: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	29, // 24: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	27, // 25: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	29, // 26: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	18, // 27: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	19, // 28: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	20, // 29: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	21, // 30: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	22, // 31: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	23, // 32: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	24, // 33: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	25, // 34: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	31, // 23: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	31, // 24: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	29, // 25: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	31, // 26: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	20, // 27: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	21, // 28: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	22, // 29: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	23, // 30: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	24, // 31: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	25, // 32: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	26, // 33: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	27, // 34: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
 	17, // 35: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
-	15, // 36: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	12, // 37: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	13, // 38: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	13, // 39: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	4,  // 40: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	14, // 41: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	18, // 36: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
+	19, // 37: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
+	31, // 38: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	31, // 39: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
+	15, // 40: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	12, // 41: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	13, // 42: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	13, // 43: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	4,  // 44: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	14, // 45: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }
@@ -2581,6 +2828,8 @@ func file_fanout_v1_run_proto_init() {
 		(*RunEvent_BudgetExhausted)(nil),
 		(*RunEvent_RunFinished)(nil),
 		(*RunEvent_RunAdopted)(nil),
+		(*RunEvent_ApprovalRequested)(nil),
+		(*RunEvent_ApprovalDecided)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2588,7 +2837,7 @@ func file_fanout_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_run_proto_rawDesc), len(file_fanout_v1_run_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

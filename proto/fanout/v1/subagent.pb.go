@@ -9,6 +9,7 @@ package fanoutv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -264,6 +265,7 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_Started
 	//	*ExecuteResponse_Iteration
 	//	*ExecuteResponse_Summary
+	//	*ExecuteResponse_Approval
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -333,6 +335,15 @@ func (x *ExecuteResponse) GetSummary() *FactSummary {
 	return nil
 }
 
+func (x *ExecuteResponse) GetApproval() *SubagentApproval {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_Approval); ok {
+			return x.Approval
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -352,11 +363,93 @@ type ExecuteResponse_Summary struct {
 	Summary *FactSummary `protobuf:"bytes,3,opt,name=summary,proto3,oneof"`
 }
 
+type ExecuteResponse_Approval struct {
+	// A write of the subagent waits for a person's approval.
+	Approval *SubagentApproval `protobuf:"bytes,4,opt,name=approval,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Started) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Iteration) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Summary) isExecuteResponse_Event() {}
+
+func (*ExecuteResponse_Approval) isExecuteResponse_Event() {}
+
+// SubagentApproval reports that a write of the subagent was recorded
+// awaiting approval (or that a re-dispatched attempt took up such a call),
+// for the orchestrator to record as an ApprovalRequested event.
+type SubagentApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id (tool_call.call_id).
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool's model-facing name.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The arguments as an approver sees them (ApprovalRequested.preview).
+	Preview string `protobuf:"bytes,3,opt,name=preview,proto3" json:"preview,omitempty"`
+	// When it expires (Postgres time).
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubagentApproval) Reset() {
+	*x = SubagentApproval{}
+	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubagentApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubagentApproval) ProtoMessage() {}
+
+func (x *SubagentApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubagentApproval.ProtoReflect.Descriptor instead.
+func (*SubagentApproval) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SubagentApproval) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *SubagentApproval) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *SubagentApproval) GetPreview() string {
+	if x != nil {
+		return x.Preview
+	}
+	return ""
+}
+
+func (x *SubagentApproval) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
 
 // SubagentStarted reports that a worker accepted and started a subagent.
 type SubagentStarted struct {
@@ -369,7 +462,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +474,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +487,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SubagentStarted) GetWorker() string {
@@ -427,7 +520,7 @@ type SubagentIteration struct {
 
 func (x *SubagentIteration) Reset() {
 	*x = SubagentIteration{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +532,7 @@ func (x *SubagentIteration) String() string {
 func (*SubagentIteration) ProtoMessage() {}
 
 func (x *SubagentIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +545,7 @@ func (x *SubagentIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentIteration.ProtoReflect.Descriptor instead.
 func (*SubagentIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{4}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubagentIteration) GetIteration() int32 {
@@ -494,7 +587,7 @@ var File_fanout_v1_subagent_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\n" +
-	"\x18fanout/v1/subagent.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\"a\n" +
+	"\x18fanout/v1/subagent.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
@@ -513,12 +606,18 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\aattempt\x18\x15 \x01(\x05R\aattempt\x12%\n" +
 	"\x0eattempt_secret\x18\x16 \x01(\tR\rattemptSecret\x12 \n" +
 	"\fdraw_on_held\x18\x17 \x01(\bR\n" +
-	"drawOnHeld\"\xc4\x01\n" +
+	"drawOnHeld\"\xff\x01\n" +
 	"\x0fExecuteResponse\x126\n" +
 	"\astarted\x18\x01 \x01(\v2\x1a.fanout.v1.SubagentStartedH\x00R\astarted\x12<\n" +
 	"\titeration\x18\x02 \x01(\v2\x1c.fanout.v1.SubagentIterationH\x00R\titeration\x122\n" +
-	"\asummary\x18\x03 \x01(\v2\x16.fanout.v1.FactSummaryH\x00R\asummaryB\a\n" +
-	"\x05event\")\n" +
+	"\asummary\x18\x03 \x01(\v2\x16.fanout.v1.FactSummaryH\x00R\asummary\x129\n" +
+	"\bapproval\x18\x04 \x01(\v2\x1b.fanout.v1.SubagentApprovalH\x00R\bapprovalB\a\n" +
+	"\x05event\"\x91\x01\n" +
+	"\x10SubagentApproval\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x18\n" +
+	"\apreview\x18\x03 \x01(\tR\apreview\x126\n" +
+	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\")\n" +
 	"\x0fSubagentStarted\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xbb\x01\n" +
 	"\x11SubagentIteration\x12\x1c\n" +
@@ -544,34 +643,38 @@ func file_fanout_v1_subagent_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_subagent_proto_rawDescData
 }
 
-var file_fanout_v1_subagent_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_fanout_v1_subagent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_fanout_v1_subagent_proto_goTypes = []any{
-	(*ExecuteRequest)(nil),    // 0: fanout.v1.ExecuteRequest
-	(*Dispatch)(nil),          // 1: fanout.v1.Dispatch
-	(*ExecuteResponse)(nil),   // 2: fanout.v1.ExecuteResponse
-	(*SubagentStarted)(nil),   // 3: fanout.v1.SubagentStarted
-	(*SubagentIteration)(nil), // 4: fanout.v1.SubagentIteration
-	(*TaskSpec)(nil),          // 5: fanout.v1.TaskSpec
-	(*ModelSettings)(nil),     // 6: fanout.v1.ModelSettings
-	(ExhaustionPolicy)(0),     // 7: fanout.v1.ExhaustionPolicy
-	(*Fact)(nil),              // 8: fanout.v1.Fact
-	(*FactSummary)(nil),       // 9: fanout.v1.FactSummary
+	(*ExecuteRequest)(nil),        // 0: fanout.v1.ExecuteRequest
+	(*Dispatch)(nil),              // 1: fanout.v1.Dispatch
+	(*ExecuteResponse)(nil),       // 2: fanout.v1.ExecuteResponse
+	(*SubagentApproval)(nil),      // 3: fanout.v1.SubagentApproval
+	(*SubagentStarted)(nil),       // 4: fanout.v1.SubagentStarted
+	(*SubagentIteration)(nil),     // 5: fanout.v1.SubagentIteration
+	(*TaskSpec)(nil),              // 6: fanout.v1.TaskSpec
+	(*ModelSettings)(nil),         // 7: fanout.v1.ModelSettings
+	(ExhaustionPolicy)(0),         // 8: fanout.v1.ExhaustionPolicy
+	(*Fact)(nil),                  // 9: fanout.v1.Fact
+	(*FactSummary)(nil),           // 10: fanout.v1.FactSummary
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_fanout_v1_subagent_proto_depIdxs = []int32{
-	5, // 0: fanout.v1.Dispatch.task:type_name -> fanout.v1.TaskSpec
-	6, // 1: fanout.v1.Dispatch.model:type_name -> fanout.v1.ModelSettings
-	7, // 2: fanout.v1.Dispatch.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
-	8, // 3: fanout.v1.Dispatch.context_facts:type_name -> fanout.v1.Fact
-	3, // 4: fanout.v1.ExecuteResponse.started:type_name -> fanout.v1.SubagentStarted
-	4, // 5: fanout.v1.ExecuteResponse.iteration:type_name -> fanout.v1.SubagentIteration
-	9, // 6: fanout.v1.ExecuteResponse.summary:type_name -> fanout.v1.FactSummary
-	0, // 7: fanout.v1.SubagentService.Execute:input_type -> fanout.v1.ExecuteRequest
-	2, // 8: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	6,  // 0: fanout.v1.Dispatch.task:type_name -> fanout.v1.TaskSpec
+	7,  // 1: fanout.v1.Dispatch.model:type_name -> fanout.v1.ModelSettings
+	8,  // 2: fanout.v1.Dispatch.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
+	9,  // 3: fanout.v1.Dispatch.context_facts:type_name -> fanout.v1.Fact
+	4,  // 4: fanout.v1.ExecuteResponse.started:type_name -> fanout.v1.SubagentStarted
+	5,  // 5: fanout.v1.ExecuteResponse.iteration:type_name -> fanout.v1.SubagentIteration
+	10, // 6: fanout.v1.ExecuteResponse.summary:type_name -> fanout.v1.FactSummary
+	3,  // 7: fanout.v1.ExecuteResponse.approval:type_name -> fanout.v1.SubagentApproval
+	11, // 8: fanout.v1.SubagentApproval.deadline:type_name -> google.protobuf.Timestamp
+	0,  // 9: fanout.v1.SubagentService.Execute:input_type -> fanout.v1.ExecuteRequest
+	2,  // 10: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
+	10, // [10:11] is the sub-list for method output_type
+	9,  // [9:10] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_subagent_proto_init() }
@@ -584,6 +687,7 @@ func file_fanout_v1_subagent_proto_init() {
 		(*ExecuteResponse_Started)(nil),
 		(*ExecuteResponse_Iteration)(nil),
 		(*ExecuteResponse_Summary)(nil),
+		(*ExecuteResponse_Approval)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -591,7 +695,7 @@ func file_fanout_v1_subagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_subagent_proto_rawDesc), len(file_fanout_v1_subagent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -294,6 +294,15 @@ type RunSpendMoney struct {
 	UnpricedTokens  interface{}
 }
 
+// Each run's effective tool policy, recorded by its orchestrator when it opens the run: a tool a task may call, and whether its writes wait for an approval (and how long).
+type RunToolPolicy struct {
+	TenantID          string
+	RunID             string
+	Tool              string
+	Approval          bool
+	ApprovalTimeoutMs int64
+}
+
 // Fleet-wide semaphores: slot N of key is held while expires_at > now() (database time).
 type SemaphoreSlot struct {
 	Key        string
@@ -444,7 +453,7 @@ type TenantSpendMoneyDaily struct {
 	Runs            int64
 }
 
-// Tool calls with effect write, recorded issued before they are sent and resolved once (done, failed, unknown).
+// Tool calls with effect write: recorded before they are sent (issued, or awaiting_approval until a decision), resolved once (done, failed, unknown, not_sent, denied).
 type ToolCall struct {
 	// The idempotency key sent in the call's _meta.
 	Key       string
@@ -468,22 +477,61 @@ type ToolCall struct {
 	ResultBytes *int32
 	// SHA-256 of the secret of the attempt that issued the call.
 	SecretHash []byte
+	// The call's id in the API (ApproveToolCall, DenyToolCall): a digest of its key (MD5, as an id: nothing secret).
+	CallID *string
+	// The arguments as an approver sees them: bounded, with secret-looking values redacted.
+	Preview string
+	// When a call that waits for approval is denied unless approved first; NULL for a call that needs none.
+	ApprovalDeadline *time.Time
+	// The attempt that sent the call, when it is not the one that asked for it (a re-dispatched task sending an approved call).
+	SentAttempt *int64
+}
+
+// Append-only: who approved or denied a write that waited for approval, when and why (actor fanout for an expiry or the run's end).
+type ToolCallDecision struct {
+	CallID    string
+	TenantID  string
+	RunID     string
+	Decision  string
+	Reason    string
+	Actor     string
+	DecidedAt time.Time
+}
+
+type ToolCallDecisions struct {
+	TenantID         string
+	RunID            string
+	TaskID           string
+	Tool             string
+	CallID           string
+	Decision         string
+	Reason           string
+	Actor            string
+	DecidedAt        time.Time
+	RequestedAt      time.Time
+	ApprovalDeadline *time.Time
+	Preview          string
+	CallState        string
 }
 
 type ToolCalls struct {
-	TenantID    string
-	RunID       string
-	TaskID      string
-	Attempt     int64
-	Iteration   int32
-	CallIndex   int32
-	Server      string
-	Tool        string
-	Key         string
-	ArgsDigest  string
-	State       string
-	Error       bool
-	ResultBytes *int32
-	CreatedAt   time.Time
-	ResolvedAt  *time.Time
+	TenantID         string
+	RunID            string
+	TaskID           string
+	Attempt          int64
+	Iteration        int32
+	CallIndex        int32
+	Server           string
+	Tool             string
+	Key              string
+	CallID           *string
+	ArgsDigest       string
+	State            string
+	Error            bool
+	ResultBytes      *int32
+	Preview          string
+	ApprovalDeadline *time.Time
+	SentAttempt      *int64
+	CreatedAt        time.Time
+	ResolvedAt       *time.Time
 }

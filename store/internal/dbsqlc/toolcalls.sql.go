@@ -10,9 +10,20 @@ import (
 	"time"
 )
 
+const endRunToolCalls = `-- name: EndRunToolCalls :one
+SELECT tool_call_end_run($1)::integer AS denied
+`
+
+func (q *Queries) EndRunToolCalls(ctx context.Context, db DBTX, runID string) (int32, error) {
+	row := db.QueryRow(ctx, endRunToolCalls, runID)
+	var denied int32
+	err := row.Scan(&denied)
+	return denied, err
+}
+
 const issueToolCall = `-- name: IssueToolCall :one
 SELECT tool_call_issue($1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11, $12::text)::text AS outcome
+    $9, $10, $11, $12, $13::text)::text AS outcome
 `
 
 type IssueToolCallParams struct {
@@ -27,6 +38,7 @@ type IssueToolCallParams struct {
 	Server     string
 	Tool       string
 	ArgsDigest string
+	Preview    string
 	Secret     *string
 }
 
@@ -43,6 +55,119 @@ func (q *Queries) IssueToolCall(ctx context.Context, db DBTX, arg IssueToolCallP
 		arg.Server,
 		arg.Tool,
 		arg.ArgsDigest,
+		arg.Preview,
+		arg.Secret,
+	)
+	var outcome string
+	err := row.Scan(&outcome)
+	return outcome, err
+}
+
+const pendingToolCalls = `-- name: PendingToolCalls :many
+SELECT key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state,
+    created_at, resolved_at, call_id, preview, approval_deadline
+FROM tool_call
+WHERE tenant_id = $1 AND state = 'awaiting_approval'
+  AND ($2::text = '' OR run_id = $2)
+  AND (created_at, call_id) > ($3::timestamptz, $4::text)
+ORDER BY created_at, call_id
+LIMIT $5
+`
+
+type PendingToolCallsParams struct {
+	TenantID     string
+	RunID        string
+	AfterCreated time.Time
+	AfterCallID  string
+	MaxRows      int32
+}
+
+type PendingToolCallsRow struct {
+	Key              string
+	TenantID         string
+	RunID            string
+	TaskID           string
+	Attempt          int64
+	Iteration        int32
+	CallIndex        int32
+	Server           string
+	Tool             string
+	ArgsDigest       string
+	State            string
+	CreatedAt        time.Time
+	ResolvedAt       *time.Time
+	CallID           *string
+	Preview          string
+	ApprovalDeadline *time.Time
+}
+
+// A tenant's calls that wait for approval (of one run, or of all when
+// run_id is empty), oldest first, after the (created_at, call_id) cursor.
+func (q *Queries) PendingToolCalls(ctx context.Context, db DBTX, arg PendingToolCallsParams) ([]PendingToolCallsRow, error) {
+	rows, err := db.Query(ctx, pendingToolCalls,
+		arg.TenantID,
+		arg.RunID,
+		arg.AfterCreated,
+		arg.AfterCallID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PendingToolCallsRow
+	for rows.Next() {
+		var i PendingToolCallsRow
+		if err := rows.Scan(
+			&i.Key,
+			&i.TenantID,
+			&i.RunID,
+			&i.TaskID,
+			&i.Attempt,
+			&i.Iteration,
+			&i.CallIndex,
+			&i.Server,
+			&i.Tool,
+			&i.ArgsDigest,
+			&i.State,
+			&i.CreatedAt,
+			&i.ResolvedAt,
+			&i.CallID,
+			&i.Preview,
+			&i.ApprovalDeadline,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sendToolCall = `-- name: SendToolCall :one
+SELECT tool_call_send($1, $2, $3, $4, $5, $6, $7::text)::text AS outcome
+`
+
+type SendToolCallParams struct {
+	AccountID int64
+	Key       string
+	TenantID  string
+	RunID     string
+	TaskID    string
+	Attempt   int64
+	Secret    *string
+}
+
+func (q *Queries) SendToolCall(ctx context.Context, db DBTX, arg SendToolCallParams) (string, error) {
+	row := db.QueryRow(ctx, sendToolCall,
+		arg.AccountID,
+		arg.Key,
+		arg.TenantID,
+		arg.RunID,
+		arg.TaskID,
+		arg.Attempt,
 		arg.Secret,
 	)
 	var outcome string
@@ -52,24 +177,27 @@ func (q *Queries) IssueToolCall(ctx context.Context, db DBTX, arg IssueToolCallP
 
 const toolCallIdentity = `-- name: ToolCallIdentity :one
 SELECT key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state,
-    created_at, resolved_at
+    created_at, resolved_at, call_id, preview, approval_deadline
 FROM tool_call WHERE key = $1
 `
 
 type ToolCallIdentityRow struct {
-	Key        string
-	TenantID   string
-	RunID      string
-	TaskID     string
-	Attempt    int64
-	Iteration  int32
-	CallIndex  int32
-	Server     string
-	Tool       string
-	ArgsDigest string
-	State      string
-	CreatedAt  time.Time
-	ResolvedAt *time.Time
+	Key              string
+	TenantID         string
+	RunID            string
+	TaskID           string
+	Attempt          int64
+	Iteration        int32
+	CallIndex        int32
+	Server           string
+	Tool             string
+	ArgsDigest       string
+	State            string
+	CreatedAt        time.Time
+	ResolvedAt       *time.Time
+	CallID           *string
+	Preview          string
+	ApprovalDeadline *time.Time
 }
 
 // The columns that say which call a row is and where it stands: all a
@@ -91,13 +219,16 @@ func (q *Queries) ToolCallIdentity(ctx context.Context, db DBTX, key string) (To
 		&i.State,
 		&i.CreatedAt,
 		&i.ResolvedAt,
+		&i.CallID,
+		&i.Preview,
+		&i.ApprovalDeadline,
 	)
 	return i, err
 }
 
 const toolCallWrites = `-- name: ToolCallWrites :many
 SELECT key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state,
-    created_at, resolved_at, result, error
+    created_at, resolved_at, result, error, call_id, preview, approval_deadline
 FROM tool_call_writes($1, $2, $3, $4::text)
 `
 
@@ -109,21 +240,24 @@ type ToolCallWritesParams struct {
 }
 
 type ToolCallWritesRow struct {
-	Key        string
-	TenantID   string
-	RunID      string
-	TaskID     string
-	Attempt    int64
-	Iteration  int32
-	CallIndex  int32
-	Server     string
-	Tool       string
-	ArgsDigest string
-	State      string
-	CreatedAt  time.Time
-	ResolvedAt *time.Time
-	Result     string
-	Error      string
+	Key              string
+	TenantID         string
+	RunID            string
+	TaskID           string
+	Attempt          int64
+	Iteration        int32
+	CallIndex        int32
+	Server           string
+	Tool             string
+	ArgsDigest       string
+	State            string
+	CreatedAt        time.Time
+	ResolvedAt       *time.Time
+	Result           string
+	Error            string
+	CallID           *string
+	Preview          string
+	ApprovalDeadline *time.Time
 }
 
 func (q *Queries) ToolCallWrites(ctx context.Context, db DBTX, arg ToolCallWritesParams) ([]ToolCallWritesRow, error) {
@@ -156,6 +290,9 @@ func (q *Queries) ToolCallWrites(ctx context.Context, db DBTX, arg ToolCallWrite
 			&i.ResolvedAt,
 			&i.Result,
 			&i.Error,
+			&i.CallID,
+			&i.Preview,
+			&i.ApprovalDeadline,
 		); err != nil {
 			return nil, err
 		}

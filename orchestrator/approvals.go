@@ -1,0 +1,207 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/tenant"
+)
+
+// Approvals lists and decides a tenant's writes that wait for approval.
+// store.ToolCalls implements it; only an orchestrator's database login may
+// decide (the database refuses any other).
+type Approvals interface {
+	// PendingWrites returns up to limit of the tenant's writes waiting for
+	// approval (of run runID, or every run's when ""), oldest first, after
+	// the cursor (afterCreated, afterCallID).
+	PendingWrites(ctx context.Context, tenantID, runID string, afterCreated time.Time, afterCallID string,
+		limit int) ([]runs.Write, error)
+	// Decide records actor's decision on call callID of the tenant (see
+	// store.ToolCalls.Decide for its errors).
+	Decide(ctx context.Context, tenantID, callID string, approve bool, actor, reason string) (runs.Decision, error)
+}
+
+// The bounds of the approval RPCs.
+const (
+	defaultApprovalsPage = 50
+	maxApprovalsPage     = 200
+	maxDecisionReason    = 1024
+	maxCallIDBytes       = 64
+)
+
+// approvalsToken is what ListApprovals' opaque page token holds.
+type approvalsToken struct {
+	Tenant  string    `json:"t"`
+	RunID   string    `json:"r"`
+	Created time.Time `json:"c"`
+	CallID  string    `json:"i"`
+}
+
+// ListApprovals implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsRequest) (*fanoutv1.ListApprovalsResponse, error) {
+	var v validator
+	v.text("", req.ProtoReflect())
+	if id := req.GetRunId(); len(id) > 128 {
+		v.add("run_id", "must be at most 128 bytes, got %d", len(id))
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		v.add("page_size", "must be >= 0, got %d", size)
+	case size == 0:
+		size = defaultApprovalsPage
+	case size > maxApprovalsPage:
+		size = maxApprovalsPage
+	}
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	tenantID, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
+	var tok approvalsToken
+	if req.GetPageToken() != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(req.GetPageToken())
+		if err == nil {
+			err = json.Unmarshal(raw, &tok)
+		}
+		switch {
+		case err != nil || tok.CallID == "" || textProblem(tok.CallID+tok.Tenant+tok.RunID) != "":
+			v.add("page_token", "is not a token from ListApprovals")
+		case tok.Tenant != tenantID || tok.RunID != req.GetRunId():
+			v.add("page_token", "was issued for another tenant or run_id")
+		}
+		if err := v.err(); err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+	}
+	if s.e.appr == nil {
+		return nil, status.Error(codes.Unimplemented, "this orchestrator has no approvals store")
+	}
+	found, err := s.e.appr.PendingWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	resp := &fanoutv1.ListApprovalsResponse{}
+	for i, w := range found {
+		if i == size {
+			last := found[i-1]
+			raw, err := json.Marshal(approvalsToken{Tenant: tenantID, RunID: req.GetRunId(), Created: last.CreatedAt, CallID: last.CallID})
+			if err != nil {
+				return nil, s.toStatus(ctx, err)
+			}
+			resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
+			break
+		}
+		resp.Calls = append(resp.Calls, &fanoutv1.PendingToolCall{CallId: w.CallID, RunId: w.RunID, TaskId: w.TaskID,
+			Tool: w.Tool, Preview: w.Preview, RequestedAt: timestamppb.New(w.CreatedAt),
+			Deadline: timestamppb.New(w.ApprovalDeadline)})
+	}
+	return resp, nil
+}
+
+// ApproveToolCall implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) ApproveToolCall(ctx context.Context, req *fanoutv1.ApproveToolCallRequest) (*fanoutv1.ApproveToolCallResponse, error) {
+	d, err := s.decide(ctx, req.GetCallId(), req.GetReason(), true, req)
+	if err != nil {
+		return nil, err
+	}
+	return &fanoutv1.ApproveToolCallResponse{Decision: d}, nil
+}
+
+// DenyToolCall implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) DenyToolCall(ctx context.Context, req *fanoutv1.DenyToolCallRequest) (*fanoutv1.DenyToolCallResponse, error) {
+	d, err := s.decide(ctx, req.GetCallId(), req.GetReason(), false, req)
+	if err != nil {
+		return nil, err
+	}
+	return &fanoutv1.DenyToolCallResponse{Decision: d}, nil
+}
+
+// textMessage is a request whose strings validator.text checks.
+type textMessage interface {
+	ProtoReflect() protoreflect.Message
+}
+
+// decide records the caller's decision on callID: the caller's tenant's
+// call only (NOT_FOUND otherwise, as for a run), logged with its key, and
+// reported on the run as ApprovalDecided.
+func (s *Server) decide(ctx context.Context, callID, reason string, approve bool, req textMessage) (*fanoutv1.ToolCallDecision, error) {
+	var v validator
+	v.text("", req.ProtoReflect())
+	switch {
+	case callID == "":
+		v.add("call_id", "is required")
+	case len(callID) > maxCallIDBytes:
+		v.add("call_id", "must be at most %d bytes, got %d", maxCallIDBytes, len(callID))
+	}
+	if n := len(reason); n > maxDecisionReason {
+		v.add("reason", "must be at most %d bytes, got %d", maxDecisionReason, n)
+	}
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	tenantID, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
+	if s.e.appr == nil {
+		return nil, status.Error(codes.Unimplemented, "this orchestrator has no approvals store")
+	}
+	p, _ := tenant.FromContext(ctx)
+	d, err := s.e.appr.Decide(ctx, tenantID, callID, approve, p.Actor(), reason)
+	switch {
+	case errors.Is(err, runs.ErrNotFound):
+		return nil, status.Errorf(codes.NotFound, "call_id %q: no such call of tenant %q", callID, tenantID)
+	case errors.Is(err, runs.ErrDecisionConflict), errors.Is(err, runs.ErrApprovalExpired), errors.Is(err, runs.ErrNotAwaitingApproval):
+		why := "ALREADY_DECIDED"
+		switch {
+		case errors.Is(err, runs.ErrApprovalExpired):
+			why = "APPROVAL_EXPIRED"
+		case errors.Is(err, runs.ErrNotAwaitingApproval):
+			why = "NOT_AWAITING_APPROVAL"
+		}
+		return nil, withDetails(codes.FailedPrecondition, fmt.Sprintf("call_id %q: %v", callID, err),
+			&errdetails.PreconditionFailure{Violations: []*errdetails.PreconditionFailure_Violation{{
+				Type: why, Subject: "call_id", Description: decisionWords(d)}}})
+	case err != nil:
+		return nil, s.toStatus(ctx, err)
+	}
+	out := &fanoutv1.ToolCallDecision{CallId: d.CallID, RunId: d.RunID, TaskId: d.TaskID, Tool: d.Tool, Approved: d.Approved,
+		Reason: d.Reason, Actor: d.Actor, DecidedAt: timestamppb.New(d.DecidedAt)}
+	if d.Recorded {
+		ev := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ApprovalDecided{ApprovalDecided: &fanoutv1.ApprovalDecided{
+			CallId: d.CallID, TaskId: d.TaskID, Tool: d.Tool, Approved: d.Approved, Reason: d.Reason, Actor: d.Actor,
+			DecidedAt: out.GetDecidedAt()}}}
+		if _, err := s.e.store.AppendEvent(context.WithoutCancel(ctx), d.RunID, ev); err != nil && !errors.Is(err, runs.ErrEnded) {
+			// The decision stands (the task hears of it from the database);
+			// watchers miss its event.
+			s.log.WarnContext(ctx, "append ApprovalDecided", "run_id", d.RunID, "call_id", d.CallID, "err", err)
+		}
+	}
+	return out, nil
+}
+
+// decisionWords says what a call's recorded decision was, for an error.
+func decisionWords(d runs.Decision) string {
+	switch {
+	case d.Actor == "":
+		return fmt.Sprintf("the call is %s", d.State)
+	case d.Approved:
+		return fmt.Sprintf("approved by %s at %s", d.Actor, d.DecidedAt.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("denied by %s at %s: %s", d.Actor, d.DecidedAt.Format(time.RFC3339), d.Reason)
+}

@@ -1,0 +1,306 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
+)
+
+// approvalFixture is run r1 of tenant acme whose recorded policy says
+// writes of crm__create_ticket wait for approval (for the fixture's
+// timeout) and crm__note's do not, with task t1 at attempt 2 (its secret
+// known), and the tool call log as a worker's login and an orchestrator's
+// use it.
+type approvalFixture struct {
+	b            *testBundle
+	ts           tasks
+	worker, orch *store.ToolCalls
+	secret       string
+	attempt      int64
+}
+
+func newApprovalFixture(t *testing.T, timeout time.Duration) *approvalFixture {
+	t.Helper()
+	b := setup(t)
+	f := &approvalFixture{b: b, ts: openTasks(t, b), orch: nodeToolCalls(t, b)}
+	pool, err := store.OpenPool(b.ctx, storetest.WorkerURL(t, b.url), store.PoolConfig{MaxConns: 2})
+	if err != nil {
+		t.Fatalf("open a worker's pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	f.worker = store.NewToolCalls(pool, store.ToolCallsConfig{Logger: slog.New(slog.DiscardHandler)})
+	f.next(t)
+	// What the orchestrator records in OpenRun's transaction.
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO fanout.run_tool_policy (tenant_id, run_id, tool, approval, approval_timeout_ms)
+		VALUES ('acme', 'r1', 'crm__create_ticket', true, $1), ('acme', 'r1', 'crm__note', false, 0)`, timeout.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// next begins task t1's next attempt (a re-dispatch).
+func (f *approvalFixture) next(t *testing.T) {
+	t.Helper()
+	a, err := f.b.ledger.BeginAttempt(f.b.ctx, f.ts["acme/r1/t1"], "r1", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.secret, f.attempt = a.Secret, a.N
+}
+
+// ask records call index of iteration 1 of crm__create_ticket by the
+// current attempt, which must wait for approval.
+func (f *approvalFixture) ask(t *testing.T, index int, args string) runs.Write {
+	t.Helper()
+	w := f.ts.at(write(fmt.Sprintf("r1/t1/a%d/i1/c%d", f.attempt, index), f.attempt, 1, index, args))
+	w.Preview = args
+	got, err := f.worker.IssueWrite(f.b.ctx, w, f.secret)
+	if err != nil {
+		t.Fatalf("issue a write that needs approval: %v", err)
+	}
+	if got.State != runs.WriteAwaitingApproval || !strings.HasPrefix(got.CallID, "tc_") || got.ApprovalDeadline.IsZero() ||
+		got.Preview != args {
+		t.Fatalf("issued %+v; want awaiting_approval with a call id, a deadline and the preview", got)
+	}
+	got.Account = w.Account
+	return got
+}
+
+// send sends w as the current attempt would.
+func (f *approvalFixture) send(w runs.Write) (bool, runs.WriteState, error) {
+	w.Attempt = f.attempt
+	return f.worker.SendWrite(f.b.ctx, w, f.secret)
+}
+
+// TestAnUnapprovedWriteIsNeverIssued (I18): a write whose run's policy
+// requires approval is recorded awaiting_approval; it becomes issued only
+// once an orchestrator's login has recorded an approval, whatever path
+// tries: the worker's send, the worker's login deciding, writing the
+// decision log, or even the owner writing the row (the trigger's gate).
+func TestAnUnapprovedWriteIsNeverIssued(t *testing.T) {
+	t.Parallel()
+	f := newApprovalFixture(t, time.Hour)
+	w := f.ask(t, 0, `{"title":"refund"}`)
+
+	if sent, state, err := f.send(w); sent || state != runs.WriteAwaitingApproval || err != nil {
+		t.Errorf("send before a decision = %v, %s, %v; want not sent, awaiting_approval", sent, state, err)
+	}
+	wconn := workerConn(t, f.b)
+	for _, stmt := range []string{
+		fmt.Sprintf(`SELECT fanout.tool_call_decide('acme', '%s', 'approved', 'key:fk_0000000000000000', '')`, w.CallID),
+		fmt.Sprintf(`INSERT INTO fanout.tool_call_decision (call_id, tenant_id, run_id, decision, actor) VALUES ('%s', 'acme', 'r1', 'approved', 'me')`, w.CallID),
+		fmt.Sprintf(`UPDATE fanout.tool_call SET state = 'approved' WHERE call_id = '%s'`, w.CallID),
+	} {
+		if _, err := wconn.Exec(f.b.ctx, stmt); sqlState(err) != "42501" {
+			t.Errorf("worker's login: %s: %v (SQLSTATE %q); want insufficient_privilege", stmt, err, sqlState(err))
+		}
+	}
+	// The owner bypasses every privilege; the trigger still refuses.
+	for _, c := range []struct{ stmt, code string }{
+		{"UPDATE fanout.tool_call SET state = 'approved' WHERE call_id = $1", "42501"},
+		{"UPDATE fanout.tool_call SET state = 'issued' WHERE call_id = $1", "23000"},
+		{"UPDATE fanout.tool_call SET state = 'done' WHERE call_id = $1", "23000"},
+	} {
+		if _, err := f.b.pool.Exec(f.b.ctx, c.stmt, w.CallID); sqlState(err) != c.code {
+			t.Errorf("owner: %s: %v (SQLSTATE %q); want %s", c.stmt, err, sqlState(err), c.code)
+		}
+	}
+	forged := f.ts.at(write(fmt.Sprintf("r1/t1/a%d/i1/c9", f.attempt), f.attempt, 1, 9, `{}`))
+	if _, err := f.b.pool.Exec(f.b.ctx, `INSERT INTO fanout.tool_call (key, tenant_id, run_id, task_id, attempt, iteration,
+		call_index, tool, args_digest) VALUES ($1, 'acme', 'r1', 't1', $2, 1, 9, 'crm__create_ticket', $3)`,
+		forged.Key, f.attempt, forged.ArgsDigest); sqlState(err) != "42501" {
+		t.Errorf("owner inserting the write as issued: %v (SQLSTATE %q); want insufficient_privilege from the gate", err, sqlState(err))
+	}
+	if st, err := f.worker.WriteStatus(f.b.ctx, w.Key, f.secret); err != nil || st.State != runs.WriteAwaitingApproval || st.Expired {
+		t.Fatalf("after the refused attempts: %+v, %v; want awaiting_approval, not expired", st, err)
+	}
+
+	d, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, true, "key:fk_00000000000000aa", "looks right")
+	if err != nil || !d.Approved || d.State != runs.WriteApproved || d.Actor != "key:fk_00000000000000aa" || d.TaskID != "t1" {
+		t.Fatalf("approve = %+v, %v", d, err)
+	}
+	if again, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, true, "key:fk_00000000000000bb", "again"); err != nil ||
+		again.Actor != d.Actor || !again.DecidedAt.Equal(d.DecidedAt) {
+		t.Errorf("approve again = %+v, %v; want the first decision", again, err)
+	}
+	if _, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, false, "key:fk_00000000000000bb", "no"); !errors.Is(err, runs.ErrDecisionConflict) {
+		t.Errorf("deny an approved call: %v; want ErrDecisionConflict", err)
+	}
+	if _, err := f.orch.Decide(f.b.ctx, "globex", w.CallID, true, "key:fk_00000000000000cc", ""); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("another tenant approves: %v; want ErrNotFound", err)
+	}
+	if sent, _, err := f.send(w); !sent || err != nil {
+		t.Fatalf("send after the approval = %v, %v; want sent", sent, err)
+	}
+	if err := f.worker.ResolveWrite(f.b.ctx, w.Key, f.secret, runs.WriteDone, "ticket 9", ""); err != nil {
+		t.Fatalf("resolve the sent write: %v", err)
+	}
+	var actor, decision string
+	if err := f.b.pool.QueryRow(f.b.ctx, `SELECT actor, decision FROM fanout.tool_call_decisions WHERE call_id = $1`,
+		w.CallID).Scan(&actor, &decision); err != nil || actor != d.Actor || decision != "approved" {
+		t.Errorf("the auditor's view: %s %s, %v", actor, decision, err)
+	}
+	if _, err := f.b.pool.Exec(f.b.ctx, `UPDATE fanout.tool_call_decision SET actor = 'someone' WHERE call_id = $1`,
+		w.CallID); sqlState(err) != "42501" {
+		t.Errorf("owner rewriting a decision: %v; want refused (append-only)", err)
+	}
+
+	// A write the policy does not require approval for is issued at once;
+	// a tool the run's policy does not name is refused.
+	note := f.ts.at(write(fmt.Sprintf("r1/t1/a%d/i2/c0", f.attempt), f.attempt, 2, 0, `{}`))
+	note.Tool = "crm__note"
+	if got, err := f.worker.IssueWrite(f.b.ctx, note, f.secret); err != nil || got.State != runs.WriteIssued {
+		t.Errorf("issue a write without approval: %+v, %v; want issued", got, err)
+	}
+	other := f.ts.at(write(fmt.Sprintf("r1/t1/a%d/i2/c1", f.attempt), f.attempt, 2, 1, `{}`))
+	other.Tool = "crm__delete_everything"
+	if _, err := f.worker.IssueWrite(f.b.ctx, other, f.secret); !errors.Is(err, store.ErrWriteConflict) {
+		t.Errorf("issue a tool outside the run's policy: %v; want ErrWriteConflict", err)
+	}
+}
+
+// TestDenialsExpiryAndTheRunsEnd: a denial is recorded with its reason and
+// told as the call's error; a call past its deadline is denied as expired
+// (by the worker, which only ever denies, or by the next decision); the
+// run's end denies what still waits; each is in the decision log.
+func TestDenialsExpiryAndTheRunsEnd(t *testing.T) {
+	t.Parallel()
+	f := newApprovalFixture(t, time.Hour)
+	denied := f.ask(t, 0, `{"title":"a"}`)
+	waiting := f.ask(t, 1, `{"title":"b"}`)
+	approved := f.ask(t, 2, `{"title":"c"}`)
+	if _, err := f.orch.Decide(f.b.ctx, "acme", denied.CallID, false, "key:fk_00000000000000aa", "not today"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.worker.WriteStatus(f.b.ctx, denied.Key, f.secret)
+	if err != nil || st.State != runs.WriteDenied || st.Error != "denied by key:fk_00000000000000aa: not today" {
+		t.Errorf("denied call: %+v, %v", st, err)
+	}
+	if sent, state, err := f.send(denied); sent || state != runs.WriteDenied || err != nil {
+		t.Errorf("send a denied call = %v, %s, %v; want not sent, denied", sent, state, err)
+	}
+	if _, err := f.orch.Decide(f.b.ctx, "acme", approved.CallID, true, "key:fk_00000000000000aa", ""); err != nil {
+		t.Fatal(err)
+	}
+	if state, err := f.worker.ExpireWrite(f.b.ctx, waiting.Key, f.secret); err != nil || state != runs.WriteAwaitingApproval {
+		t.Errorf("expire a call before its deadline = %s, %v; want it still awaiting_approval", state, err)
+	}
+	if _, err := f.worker.ExpireWrite(f.b.ctx, waiting.Key, "not the secret"); err == nil {
+		t.Error("expire with another secret: no error")
+	}
+	// The run ends: what waits, or was approved and not sent, is denied.
+	if _, err := f.b.pool.Exec(f.b.ctx, `SELECT fanout.tool_call_end_run('r1')`); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []runs.Write{waiting, approved} {
+		if st, err := f.worker.WriteStatus(f.b.ctx, w.Key, f.secret); err != nil || st.State != runs.WriteDenied || st.Error != runs.DeniedRunEnded {
+			t.Errorf("%s after the run's end: %+v, %v; want denied, %q", w.Key, st, err, runs.DeniedRunEnded)
+		}
+	}
+	if sent, _, _ := f.send(approved); sent {
+		t.Error("an approved call of an ended run was sent")
+	}
+	var n int
+	if err := f.b.pool.QueryRow(f.b.ctx, `SELECT count(*) FROM fanout.tool_call_decisions
+		WHERE run_id = 'r1' AND decision = 'denied' AND (reason, actor) IN (('not today', 'key:fk_00000000000000aa'), ('run ended', 'fanout'))`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("denials in the decision log: %d, %v; want 2 (a person's, the run's end)", n, err)
+	}
+}
+
+// TestAnApprovalExpires: past its deadline (the database's clock) a call is
+// denied as expired, by the waiting worker or by a late decision, and
+// never sent.
+func TestAnApprovalExpires(t *testing.T) {
+	t.Parallel()
+	f := newApprovalFixture(t, 50*time.Millisecond)
+	byWorker := f.ask(t, 0, `{"title":"a"}`)
+	byDecision := f.ask(t, 1, `{"title":"b"}`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := f.worker.WriteStatus(f.b.ctx, byDecision.Key, f.secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not expired 30 s after a 50 ms deadline: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the database's clock, with a deadline
+	}
+	if state, err := f.worker.ExpireWrite(f.b.ctx, byWorker.Key, f.secret); err != nil || state != runs.WriteDenied {
+		t.Errorf("expire past the deadline = %s, %v; want denied", state, err)
+	}
+	if st, _ := f.worker.WriteStatus(f.b.ctx, byWorker.Key, f.secret); st.Error != runs.DeniedExpired {
+		t.Errorf("expired call's error %q; want %q", st.Error, runs.DeniedExpired)
+	}
+	if _, err := f.orch.Decide(f.b.ctx, "acme", byWorker.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrDecisionConflict) {
+		t.Errorf("approve a call the worker expired: %v; want ErrDecisionConflict", err)
+	}
+	if _, err := f.orch.Decide(f.b.ctx, "acme", byDecision.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrApprovalExpired) {
+		t.Errorf("approve past the deadline: %v; want ErrApprovalExpired", err)
+	}
+	if sent, state, _ := f.send(byDecision); sent || state != runs.WriteDenied {
+		t.Errorf("send an expired call = %v, %s; want not sent, denied", sent, state)
+	}
+}
+
+// TestARedispatchedAttemptSendsTheApprovedCall: approval given while the
+// task was away is honoured by its next attempt, which sends the call under
+// the key it was asked with (never asking again); the attempt it replaced
+// cannot send it.
+func TestARedispatchedAttemptSendsTheApprovedCall(t *testing.T) {
+	t.Parallel()
+	f := newApprovalFixture(t, time.Hour)
+	w := f.ask(t, 0, `{"title":"a"}`)
+	old := f.secret
+	oldAttempt := f.attempt
+	f.next(t)
+	if _, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, true, "key:fk_00000000000000aa", ""); err != nil {
+		t.Fatal(err)
+	}
+	stale := w
+	stale.Attempt = oldAttempt
+	if _, _, err := f.worker.SendWrite(f.b.ctx, stale, old); !errors.Is(err, runs.ErrAttemptSuperseded) {
+		t.Errorf("the replaced attempt sends: %v; want ErrAttemptSuperseded", err)
+	}
+	ws, err := f.worker.Writes(f.b.ctx, "acme", "r1", "t1", f.secret)
+	if err != nil || len(ws) != 1 || ws[0].CallID != w.CallID || ws[0].State != runs.WriteApproved {
+		t.Fatalf("the new attempt reads %+v, %v; want the approved call", ws, err)
+	}
+	if sent, _, err := f.send(w); !sent || err != nil {
+		t.Fatalf("the new attempt sends = %v, %v", sent, err)
+	}
+	if sent, _, err := f.send(w); !sent || err != nil {
+		t.Errorf("a retried send = %v, %v; want sent (the same attempt)", sent, err)
+	}
+	if err := f.worker.ResolveWrite(f.b.ctx, w.Key, old, runs.WriteDone, "", ""); !errors.Is(err, store.ErrWriteConflict) {
+		t.Errorf("the replaced attempt resolves it: %v; want ErrWriteConflict", err)
+	}
+	if err := f.worker.ResolveWrite(f.b.ctx, w.Key, f.secret, runs.WriteDone, "ok", ""); err != nil {
+		t.Errorf("the sending attempt resolves it: %v", err)
+	}
+}
+
+// workerConn connects to the test database as a worker's login (a member
+// of fanout_worker only).
+func workerConn(t *testing.T, b *testBundle) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(b.ctx, storetest.WorkerURL(t, b.url))
+	if err != nil {
+		t.Fatalf("connect as a worker: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
