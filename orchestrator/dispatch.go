@@ -123,6 +123,7 @@ func (c *dispatch) run(ctx context.Context) *fanoutv1.TaskOutcome {
 	next := c.first
 	var lastErr error
 	refused := 0 // refusals since the last backoff
+	lost := 0    // workers lost while they ran it
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return c.noWorker(ctx, req.GetTask().GetId(), attempt-1, lastErr)
@@ -141,6 +142,16 @@ func (c *dispatch) run(ctx context.Context) *fanoutv1.TaskOutcome {
 		}
 		r.Attempt, r.AttemptSecret = int32(min(a.N, math.MaxInt32)), a.Secret
 		o, retry, err := c.execute(ctx, w, r)
+		if retry && errors.Is(err, errWorkerLost) {
+			// Its worker died with it: dispatch it again, as the next
+			// attempt (the ledger fences the lost one; its writes are
+			// recorded, so none is sent again), a bounded number of times.
+			if lost++; lost > maxWorkerLosses {
+				return o
+			}
+			c.log.WarnContext(ctx, "worker lost while it ran the task; dispatching it again", "run_id", req.GetRunId(),
+				"task_id", req.GetTask().GetId(), "worker", w.Addr, "attempt", attempt, "err", err)
+		}
 		if !retry {
 			return o
 		}
@@ -364,7 +375,9 @@ func (c *dispatch) callContext(ctx context.Context) (callCtx context.Context, re
 }
 
 // callFailed maps a failed Execute call to an outcome; retry reports a
-// refusal before the worker started, which another worker may take.
+// refusal before the worker started, which another worker may take, or a
+// started call whose worker was lost (errWorkerLost; o is its outcome if
+// it is not sent again).
 func (c *dispatch) callFailed(ctx, callCtx context.Context, w Worker, started bool, err error) (o *fanoutv1.TaskOutcome, retry bool, _ error) {
 	if callCtx.Err() != nil {
 		// We cut the call: its context ended.
@@ -380,8 +393,21 @@ func (c *dispatch) callFailed(ctx, callCtx context.Context, w Worker, started bo
 	if !started {
 		return failedOutcome(fmt.Sprintf("worker %s refused the task: %v", w.Addr, err)), false, err
 	}
-	return failedOutcome(fmt.Sprintf("worker %s failed: %v", w.Addr, err)), false, err
+	o = failedOutcome(fmt.Sprintf("worker %s failed: %v", w.Addr, err))
+	if code == codes.Unavailable { // the connection broke: the worker is gone, not the task
+		return o, true, fmt.Errorf("%w: %w", errWorkerLost, err)
+	}
+	return o, false, err
 }
+
+// errWorkerLost is a started call's error when its worker's connection
+// broke (the process died, its node went away): the task is dispatched
+// again, at most maxWorkerLosses times, and then fails with o.
+var errWorkerLost = errors.New("worker lost")
+
+// maxWorkerLosses bounds how many times one task is dispatched again after
+// the worker running it was lost: a task that kills its workers fails.
+const maxWorkerLosses = 2
 
 func cmpOr(a, b string) string {
 	if a != "" {

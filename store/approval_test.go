@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/storetest"
@@ -303,4 +305,46 @@ func workerConn(t *testing.T, b *testBundle) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits: Runs.OpenRun records
+// the run's tool policy in the run's own transaction, so a write of a tool
+// it says needs approval waits; Runs.CloseRun denies, in the close's
+// transaction, what still waits ("run ended"), so no decision reaches a
+// write of an ended run.
+func TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rs := store.NewRuns(b.pool)
+	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
+		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
+	policy := []runs.ToolPolicy{{Tool: "charge", Approval: true, ApprovalTimeout: time.Hour}, {Tool: "note"}}
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a"), "node1", open, policy, []string{"a"},
+		func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := store.NewToolCalls(b.pool, store.ToolCallsConfig{})
+	at := accounts.Attempts["a"]
+	w := runs.Write{Key: "r1/a/a1/i1/c0", Account: int64(accounts.Tasks["a"]), TenantID: "ten", RunID: "r1", TaskID: "a",
+		Attempt: at.N, Iteration: 1, Tool: "charge", ArgsDigest: digest(`{}`)}
+	got, err := tc.IssueWrite(b.ctx, w, at.Secret)
+	if err != nil || got.State != runs.WriteAwaitingApproval {
+		t.Fatalf("issue under the recorded policy: %+v, %v; want awaiting_approval", got, err)
+	}
+	note := w
+	note.Key, note.Tool, note.Index = "r1/a/a1/i1/c1", "note", 1
+	if got, err := tc.IssueWrite(b.ctx, note, at.Secret); err != nil || got.State != runs.WriteIssued {
+		t.Errorf("issue a tool without approval: %+v, %v; want issued", got, err)
+	}
+	if _, _, _, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled", nil,
+		func(budget.Account) []*fanoutv1.RunEvent { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tc.WriteStatus(b.ctx, w.Key, ""); err != nil || st.State != runs.WriteDenied || st.Error != runs.DeniedRunEnded {
+		t.Errorf("the waiting write after the run closed: %+v, %v; want denied, %q", st, err, runs.DeniedRunEnded)
+	}
+	if _, err := tc.Decide(b.ctx, "ten", got.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrDecisionConflict) {
+		t.Errorf("approve after the run ended: %v; want ErrDecisionConflict", err)
+	}
 }

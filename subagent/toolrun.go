@@ -262,6 +262,13 @@ func (r *run) recordWrite(ctx context.Context, it, i int, tool Tool, c llm.ToolC
 		if o, ok := r.awaitApproval(ctx, tool, w); !ok {
 			return w, o, true
 		}
+		w.State = runs.WriteIssued // tool_call_send said so
+	}
+	if w.State != runs.WriteIssued {
+		// Only the database's "issued" sends a write: a path that skipped
+		// the wait stops here.
+		o.notRun = fmt.Sprintf("not run: the write is %s, not issued", w.State)
+		return w, o, true
 	}
 	return w, o, false
 }
