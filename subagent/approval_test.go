@@ -147,7 +147,7 @@ func TestADenialIsTheCallsFailure(t *testing.T) {
 func TestAnApprovalNobodyGivesExpires(t *testing.T) {
 	t.Parallel()
 	s := newApprovalSetup(t, 300*time.Millisecond, chargeCall("c0", `{"amount":1}`))
-	sum := s.loop.Run(t.Context(), s.task)
+	sum := s.loop.Run(within(t), s.task)
 	if sum.Status != subagent.StatusSucceeded || len(s.keysSent()) != 0 {
 		t.Fatalf("status %s, sent %q; want succeeded, nothing sent", sum.Status, s.keysSent())
 	}
@@ -204,5 +204,24 @@ func TestTheNextAttemptTakesUpThePendingCall(t *testing.T) {
 	}
 	if keys := s.keysSent(); len(keys) != 1 || keys[0] != first.Key {
 		t.Errorf("the tool got %q; want once, under %s", keys, first.Key)
+	}
+}
+
+// TestTheWorkerRefusesAToolOfAnotherTenant (issue 28): a tool the
+// operator's policy keeps from the task's tenant is neither offered to the
+// model nor run, whatever the dispatch's allowed tools say.
+func TestTheWorkerRefusesAToolOfAnotherTenant(t *testing.T) {
+	t.Parallel()
+	s := newApprovalSetup(t, time.Hour, chargeCall("c0", `{"amount":1}`))
+	s.loop.ToolAllowed = func(tool, tenant string) bool { return tool != "charge" || tenant == "someone-else" }
+	sum := s.loop.Run(t.Context(), s.task)
+	if sum.Status != subagent.StatusSucceeded || len(s.keysSent()) != 0 {
+		t.Fatalf("status %s, sent %q; want succeeded, nothing sent", sum.Status, s.keysSent())
+	}
+	if tools := s.model.reqs[0].Tools; len(tools) != 0 {
+		t.Errorf("the model was offered %v; want no tool", tools)
+	}
+	if rs := s.model.results(t); len(rs) != 1 || !strings.Contains(rs[0].Content, `tool "charge" is not allowed`) {
+		t.Errorf("the model was shown %+v; want the call refused", rs)
 	}
 }
