@@ -30,6 +30,9 @@ type Health struct {
 	// (0 when none runs).
 	StaleRuns       int64
 	OldestHeartbeat time.Duration
+	// OldestApproval is how long the oldest write still awaiting a
+	// person's approval has waited (0 when none waits).
+	OldestApproval time.Duration
 }
 
 // HealthConfig tunes MonitorHealth. Zero values take the documented defaults.
@@ -74,21 +77,24 @@ func (c HealthConfig) withDefaults() HealthConfig {
 // as (a node's fanout_app may read conservation_check).
 func CheckHealth(ctx context.Context, pool *Pool, leaseGrace, staleAfter time.Duration) (Health, error) {
 	var h Health
-	var oldest float64
-	err := pool.QueryRow(ctx, `SELECT c.accounts, c.unconserved, r.overdue, s.stale, s.oldest
+	var oldest, approval float64
+	err := pool.QueryRow(ctx, `SELECT c.accounts, c.unconserved, r.overdue, s.stale, s.oldest, a.oldest
 		FROM (SELECT count(*) AS accounts, count(*) FILTER (WHERE NOT conserved) AS unconserved
 		        FROM conservation_check) c,
 		     (SELECT count(*) AS overdue FROM reservation
 		       WHERE state = 'held' AND lease_expires_at <= now() - make_interval(secs => $1)) r,
 		     (SELECT count(*) FILTER (WHERE owner_heartbeat < now() - make_interval(secs => $2)) AS stale,
 		             coalesce(extract(epoch FROM now() - min(owner_heartbeat)), 0)::float8 AS oldest
-		        FROM run WHERE state = 'RUNNING') s`,
+		        FROM run WHERE state = 'RUNNING') s,
+		     (SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest
+		        FROM tool_call WHERE state = 'awaiting_approval') a`,
 		leaseGrace.Seconds(), staleAfter.Seconds()).Scan(&h.Accounts, &h.Unconserved, &h.OverdueReservations,
-		&h.StaleRuns, &oldest)
+		&h.StaleRuns, &oldest, &approval)
 	if err != nil {
 		return Health{}, fmt.Errorf("check the database's health: %w", err)
 	}
 	h.OldestHeartbeat = time.Duration(oldest * float64(time.Second))
+	h.OldestApproval = time.Duration(approval * float64(time.Second))
 	return h, nil
 }
 
@@ -99,6 +105,7 @@ const (
 	metricOverdue         = "fanout.ledger.reservations.overdue"
 	metricStaleRuns       = "fanout.runs.stale"
 	metricOldestHeartbeat = "fanout.runs.heartbeat.age"
+	metricOldestApproval  = "fanout.approvals.oldest.age"
 	metricHealthChecks    = "fanout.health.checks"
 	metricLeasesExpired   = "fanout.sweeper.leases.expired"
 )
@@ -110,7 +117,8 @@ const attrHealthOutcome = attribute.Key("fanout.health.outcome")
 // MonitorHealth runs CheckHealth every cfg.Interval until ctx ends and
 // publishes the last result as gauges (fanout.ledger.accounts.unconserved,
 // fanout.ledger.reservations.overdue, fanout.runs.stale,
-// fanout.runs.heartbeat.age; fanout.semaphore.slots.held by key from its
+// fanout.runs.heartbeat.age, fanout.approvals.oldest.age;
+// fanout.semaphore.slots.held by key from its
 // own count) and every check as fanout.health.checks by outcome. The
 // gauges report nothing until a check has succeeded, so a node that cannot
 // check reads as absent, not as healthy.
@@ -127,6 +135,8 @@ func MonitorHealth(ctx context.Context, pool *Pool, cfg HealthConfig) {
 		metric.WithDescription("RUNNING runs whose owner's heartbeat is older than the stale age: no replica drives or adopted them."))
 	oldest, _ := m.Float64ObservableGauge(metricOldestHeartbeat, metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest heartbeat of a RUNNING run (0 when none runs)."))
+	approval, _ := m.Float64ObservableGauge(metricOldestApproval, metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest write still awaiting a person's approval has waited, in the whole database (0 when none waits)."))
 	checks, _ := m.Int64Counter(metricHealthChecks, metric.WithUnit("{check}"),
 		metric.WithDescription("Database health checks this process ran, by outcome."))
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -139,8 +149,9 @@ func MonitorHealth(ctx context.Context, pool *Pool, cfg HealthConfig) {
 		o.ObserveInt64(overdue, last.OverdueReservations)
 		o.ObserveInt64(stale, last.StaleRuns)
 		o.ObserveFloat64(oldest, last.OldestHeartbeat.Seconds())
+		o.ObserveFloat64(approval, last.OldestApproval.Seconds())
 		return nil
-	}, unconserved, overdue, stale, oldest)
+	}, unconserved, overdue, stale, oldest, approval)
 	if err != nil {
 		cfg.Logger.Warn("health gauges off", "err", err)
 	} else {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,9 @@ func TestHealthReportsWhatIsWrong(t *testing.T) {
 		if got.OldestHeartbeat < want.OldestHeartbeat {
 			t.Errorf("%s: oldest heartbeat %v, want at least %v", what, got.OldestHeartbeat, want.OldestHeartbeat)
 		}
+		if got.OldestApproval < want.OldestApproval || (want.OldestApproval == 0 && got.OldestApproval != 0) {
+			t.Errorf("%s: oldest approval %v, want %v or more (0 when none waits)", what, got.OldestApproval, want.OldestApproval)
+		}
 	}
 	check("an honest ledger", store.Health{})
 
@@ -65,6 +69,18 @@ func TestHealthReportsWhatIsWrong(t *testing.T) {
 	exec("UPDATE run SET owner_heartbeat = now() - interval '1 hour' WHERE run_id = 'health'")
 	want := store.Health{Unconserved: 1, OverdueReservations: 1, StaleRuns: 1, OldestHeartbeat: time.Hour}
 	check("a heartbeat an hour old", want)
+	// A write that has waited half an hour for its approval.
+	exec(`INSERT INTO run_tool_policy (tenant_id, run_id, tool, approval, approval_timeout_ms) VALUES ('tenant-a', 'health', 'charge', true, 3600000)`)
+	var state string
+	if err := b.pool.QueryRow(b.ctx, `SELECT tool_call_issue($1, 'health/t0/a1/i1/c0', 'tenant-a', 'health', 't0', 1, 1, 0, '', 'charge', $2, '{}')`,
+		int64(ra.Tasks["t0"]), strings.Repeat("ab", 32)).Scan(&state); err != nil || state != "awaiting_approval" {
+		t.Fatalf("record a write awaiting approval: %q, %v", state, err)
+	}
+	exec(`ALTER TABLE tool_call DISABLE TRIGGER tool_call_transition`)
+	exec(`UPDATE tool_call SET created_at = now() - interval '30 minutes' WHERE key = 'health/t0/a1/i1/c0'`)
+	exec(`ALTER TABLE tool_call ENABLE TRIGGER tool_call_transition`)
+	want.OldestApproval = 30 * time.Minute
+	check("a write waiting for approval for half an hour", want)
 
 	// The gauges say the same.
 	reader := sdkmetric.NewManualReader()
@@ -80,11 +96,13 @@ func TestHealthReportsWhatIsWrong(t *testing.T) {
 	for {
 		gauges := collectGauges(t, reader)
 		if gauges["fanout.ledger.accounts.unconserved"] == 1 && gauges["fanout.ledger.reservations.overdue"] == 1 &&
-			gauges["fanout.runs.stale"] == 1 && gauges["fanout.runs.heartbeat.age"] >= 3600 {
+			gauges["fanout.runs.stale"] == 1 && gauges["fanout.runs.heartbeat.age"] >= 3600 &&
+			gauges["fanout.approvals.oldest.age"] >= 1800 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gauges %v, want 1 unconserved account, 1 overdue reservation, 1 stale run, a heartbeat >= 3600s old", gauges)
+			t.Fatalf("gauges %v, want 1 unconserved account, 1 overdue reservation, 1 stale run, a heartbeat >= 3600s old, "+
+				"an approval waiting >= 1800s", gauges)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

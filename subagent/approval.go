@@ -50,7 +50,7 @@ func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o too
 		bg := context.WithoutCancel(ctx)
 		m.approvalsPending.Add(bg, -1, attrs)
 		m.approvalWait.Record(bg, time.Since(started).Seconds(), metric.WithAttributeSet(
-			attribute.NewSet(append(set.ToSlice(), attribute.String("outcome", outcome))...)))
+			attribute.NewSet(append(set.ToSlice(), attribute.String("fanout.approval.outcome", outcome))...)))
 	}()
 	poll := r.ApprovalPoll
 	if poll <= 0 {
