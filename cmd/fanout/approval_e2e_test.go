@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store/pglocal"
 	"github.com/fanout/fanout/store/storetest"
 	"github.com/fanout/fanout/subagent/mcp"
 )
@@ -26,7 +27,8 @@ import (
 // both servers kept to tenant e2e.
 type approvalFleet struct {
 	url, cfg, shimDir string
-	flags             []string
+	srv               *pglocal.Server // the fleet's own PostgreSQL, which a subtest restarts
+	flags, oflags     []string
 	workers           []*workerProc
 	o1, o2            *orchestratorProc
 }
@@ -39,7 +41,8 @@ func newApprovalFleet(t *testing.T) *approvalFleet {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	f := &approvalFleet{url: storetest.NewDB(t), shimDir: filepath.Join(dir, "calls")}
+	f := &approvalFleet{shimDir: filepath.Join(dir, "calls")}
+	f.srv, f.url = startOwnCluster(t)
 	if err := os.Mkdir(f.shimDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -60,18 +63,23 @@ func newApprovalFleet(t *testing.T) *approvalFleet {
 	f.flags = []string{"--mcp-config", f.cfg, "--sim-tool-calls", "3", "--sim-finish-after", "2", "--sim-latency", "20ms",
 		"--poll-interval", e2ePoll, "--sweep-interval", e2eSweep, "--lease-ttl", "2s"}
 	f.workers = []*workerProc{startWorkerProc(t, f.url, "w1", f.flags...), startWorkerProc(t, f.url, "w2", f.flags...)}
-	oflags := []string{"--mcp-config", f.cfg, "--poll-interval", e2ePoll, "--sweep-interval", e2eSweep}
-	f.o1 = startOrchestratorMain(t, f.url, f.workers, oflags...)
-	f.o2 = startOrchestratorMain(t, f.url, f.workers, oflags...)
+	// Short leases: a killed orchestrator's runs are adopted within seconds.
+	f.oflags = append([]string{"--mcp-config", f.cfg}, leaseFlags...)
+	f.o1 = startOrchestratorMain(t, f.url, f.workers, append([]string{"--name", "o1"}, f.oflags...)...)
+	f.o2 = startOrchestratorMain(t, f.url, f.workers, append([]string{"--name", "o2"}, f.oflags...)...)
 	return f
 }
 
-// start starts a one-task run allowed tool only, through o1.
-func (f *approvalFleet) start(t *testing.T, key, tool string) string {
+// start starts a one-task run allowed tool only, through o1 (or via).
+func (f *approvalFleet) start(t *testing.T, key, tool string, via ...fanoutv1.OrchestratorServiceClient) string {
 	t.Helper()
 	s := e2eSpec(key, 1, 1_000_000)
 	s.Tasks[0].AllowedTools = []string{tool}
-	r, err := f.o1.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
+	c := f.o1.client
+	if len(via) > 0 {
+		c = via[0]
+	}
+	r, err := c.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +131,58 @@ func next(t *testing.T, evs <-chan *fanoutv1.RunEvent, what string, match func(*
 }
 
 func isApproval(ev *fanoutv1.RunEvent) bool { return ev.GetApprovalRequested() != nil }
-func isFinish(ev *fanoutv1.RunEvent) bool   { return ev.GetRunFinished() != nil }
+
+// approveAll approves the run's three writes through o2 as each is asked
+// for (first, already seen, included), then checks that the run and its
+// task succeeded and that each write reached server-memory exactly once.
+func (f *approvalFleet) approveAll(t *testing.T, runID string, evs <-chan *fanoutv1.RunEvent, first string) []*fanoutv1.RunEvent {
+	t.Helper()
+	approved := map[string]bool{}
+	approve := func(callID string) {
+		t.Helper()
+		var err error
+		for range 50 { // the API may be between connections for a moment after a restart
+			if _, err = f.o2.client.ApproveToolCall(t.Context(), &fanoutv1.ApproveToolCallRequest{CallId: callID, Reason: "ok"}); err == nil {
+				approved[callID] = true
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // a retry with a bound: 50 tries, 5 s
+		}
+		t.Fatalf("approve %s: %v", callID, err)
+	}
+	approve(first)
+	var seen []*fanoutv1.RunEvent
+	for len(approved) < 3 {
+		ev := next(t, evs, "the next ApprovalRequested", func(ev *fanoutv1.RunEvent) bool {
+			seen = append(seen, ev)
+			return isApproval(ev)
+		})
+		if id := ev.GetApprovalRequested().GetCallId(); !approved[id] { // a new attempt reports a call again
+			approve(id)
+		}
+	}
+	fin := next(t, evs, "RunFinished", func(ev *fanoutv1.RunEvent) bool {
+		seen = append(seen, ev)
+		return isFinish(ev)
+	}).GetRunFinished()
+	o := fin.GetResult().GetTasks()[0]
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED ||
+		len(o.GetSummary().GetFailed()) != 0 {
+		t.Fatalf("run %s (%s), task %s (%s), failed %q; want both succeeded", fin.GetState(), fin.GetCancelCause(),
+			o.GetStatus(), o.GetSummary().GetError(), o.GetSummary().GetFailed())
+	}
+	keys := f.serverCalls(t, runID)
+	once := map[string]int{}
+	for _, k := range keys {
+		once[k]++
+	}
+	if len(keys) != 3 || len(once) != 3 {
+		t.Errorf("server-memory got %q; want three writes, each once", keys)
+	}
+	return seen
+}
+
+func isFinish(ev *fanoutv1.RunEvent) bool { return ev.GetRunFinished() != nil }
 
 // serverCalls is how many tools/call requests of tool the shims recorded
 // for the run (its entities are named after the task and run, as the sim
@@ -191,35 +250,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		if n := len(f.serverCalls(t, runID)); n != 0 {
 			t.Fatalf("%d writes reached the server before any approval", n)
 		}
-		approved := map[string]bool{}
-		approve := func(callID string) {
-			if _, err := f.o2.client.ApproveToolCall(t.Context(), &fanoutv1.ApproveToolCallRequest{CallId: callID, Reason: "ok"}); err != nil {
-				t.Fatalf("approve %s: %v", callID, err)
-			}
-			approved[callID] = true
-		}
-		approve(first.GetCallId())
-		for len(approved) < 3 {
-			a := next(t, evs, "the next ApprovalRequested", isApproval).GetApprovalRequested()
-			if !approved[a.GetCallId()] { // the next attempt reports the first call again
-				approve(a.GetCallId())
-			}
-		}
-		fin := next(t, evs, "RunFinished", isFinish).GetRunFinished()
-		o := fin.GetResult().GetTasks()[0]
-		if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED ||
-			len(o.GetSummary().GetFailed()) != 0 {
-			t.Fatalf("run %s, task %s (%s), failed %q; want both succeeded", fin.GetState(), o.GetStatus(), o.GetSummary().GetError(),
-				o.GetSummary().GetFailed())
-		}
-		keys := f.serverCalls(t, runID)
-		seen := map[string]int{}
-		for _, k := range keys {
-			seen[k]++
-		}
-		if len(keys) != 3 || len(seen) != 3 {
-			t.Errorf("server-memory got %q; want three writes, each once", keys)
-		}
+		f.approveAll(t, runID, evs, first.GetCallId())
 		var attempt int
 		if err := pool.QueryRow(t.Context(), `SELECT attempt FROM account WHERE run_id = $1 AND kind = 'task'`, runID).Scan(&attempt); err != nil || attempt < 2 {
 			t.Errorf("the task's attempt is %d (%v); want 2 or more: it was dispatched again after the kill", attempt, err)
@@ -229,6 +260,36 @@ func TestApprovalsEndToEnd(t *testing.T) {
 			AND actor = 'anonymous' AND call_state = 'done'`, runID).Scan(&decided); err != nil || decided != 3 {
 			t.Errorf("decision log: %d approved and done, %v; want 3", decided, err)
 		}
+		checkConserved(t, pool, runID)
+	})
+
+	t.Run("approved while the orchestrator was dead, after its run was adopted", func(t *testing.T) {
+		doomed := startOrchestratorProc(t, f.url, "doomed", f.workers, f.oflags...)
+		runID := f.start(t, "approve-after-adoption", tool, dial(t, doomed.addr))
+		evs := f.events(t, runID)
+		first := next(t, evs, "ApprovalRequested", isApproval).GetApprovalRequested()
+		doomed.kill(t)
+		seen := f.approveAll(t, runID, evs, first.GetCallId())
+		adopted := false
+		for _, ev := range seen {
+			adopted = adopted || ev.GetRunAdopted().GetPreviousOwner() == "doomed"
+		}
+		if !adopted {
+			t.Error("no RunAdopted from doomed: the run did not change hands")
+		}
+		checkConserved(t, pool, runID)
+	})
+
+	t.Run("the wait survives a PostgreSQL restart", func(t *testing.T) {
+		runID := f.start(t, "approve-across-restart", tool)
+		evs := f.events(t, runID)
+		first := next(t, evs, "ApprovalRequested", isApproval).GetApprovalRequested()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		if err := f.srv.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.approveAll(t, runID, evs, first.GetCallId())
 		checkConserved(t, pool, runID)
 	})
 
