@@ -84,7 +84,7 @@ func TestEveryRPCIsScopedToTheCredentialsTenant(t *testing.T) {
 	admin(t, owner, "tenant", "create", "globex")
 	acme := newKey(t, owner, "--tenant", "acme", "--scopes", "run,read,cancel", "--name", "acme-full")
 	reader := newKey(t, owner, "--tenant", "acme", "--scopes", "read")
-	globex := newKey(t, owner, "--tenant", "globex", "--scopes", "run,read,cancel")
+	globex := newKey(t, owner, "--tenant", "globex", "--scopes", "run,read,cancel,approve")
 	revoked := newKey(t, owner, "--tenant", "acme", "--scopes", "run,read,cancel")
 	expired := newKey(t, owner, "--tenant", "acme", "--scopes", "run,read,cancel", "--expires", "1s")
 	adminKey := newKey(t, owner, "--admin", "--name", "ops")
@@ -150,14 +150,28 @@ func TestEveryRPCIsScopedToTheCredentialsTenant(t *testing.T) {
 			_, err := cl.ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: "acme"})
 			return err
 		},
+		"ListApprovals": func(cl fanoutv1.OrchestratorServiceClient) error {
+			_, err := cl.ListApprovals(ctx, &fanoutv1.ListApprovalsRequest{RunId: runID})
+			return err
+		},
+		"ApproveToolCall": func(cl fanoutv1.OrchestratorServiceClient) error {
+			_, err := cl.ApproveToolCall(ctx, &fanoutv1.ApproveToolCallRequest{CallId: "tc_00000000000000000000000000000000"})
+			return err
+		},
+		"DenyToolCall": func(cl fanoutv1.OrchestratorServiceClient) error {
+			_, err := cl.DenyToolCall(ctx, &fanoutv1.DenyToolCallRequest{CallId: "tc_00000000000000000000000000000000"})
+			return err
+		},
 	}
 	// Another tenant's key: a spec or request naming acme is
 	// PERMISSION_DENIED; a run id of acme's is NOT_FOUND (its existence is
 	// not told).
 	wrongTenant := map[string]codes.Code{"StartRun": codes.PermissionDenied, "Run": codes.PermissionDenied,
-		"GetRun": codes.NotFound, "WatchRun": codes.NotFound, "CancelRun": codes.NotFound, "ListRuns": codes.PermissionDenied}
+		"GetRun": codes.NotFound, "WatchRun": codes.NotFound, "CancelRun": codes.NotFound, "ListRuns": codes.PermissionDenied,
+		"ApproveToolCall": codes.NotFound, "DenyToolCall": codes.NotFound} // ListApprovals: globex's own, none
 	missingScope := map[string]codes.Code{"StartRun": codes.PermissionDenied, "Run": codes.PermissionDenied,
-		"CancelRun": codes.PermissionDenied}
+		"CancelRun": codes.PermissionDenied, "ListApprovals": codes.PermissionDenied, "ApproveToolCall": codes.PermissionDenied,
+		"DenyToolCall": codes.PermissionDenied}
 	for name, call := range rpcs {
 		for _, cs := range []struct {
 			who   string
@@ -193,6 +207,9 @@ func TestEveryRPCIsScopedToTheCredentialsTenant(t *testing.T) {
 	list, err := keyClient(t, o.addr, globex).ListRuns(ctx, &fanoutv1.ListRunsRequest{})
 	if err != nil || len(list.GetRuns()) != 0 {
 		t.Errorf("globex's ListRuns: %d runs, %v; want none of acme's", len(list.GetRuns()), err)
+	}
+	if pending, err := keyClient(t, o.addr, globex).ListApprovals(ctx, &fanoutv1.ListApprovalsRequest{}); err != nil || len(pending.GetCalls()) != 0 {
+		t.Errorf("globex's ListApprovals: %v, %v; want none of acme's", pending.GetCalls(), err)
 	}
 
 	// An open stream ends when its key is revoked.
