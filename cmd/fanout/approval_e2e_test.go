@@ -226,7 +226,7 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer wconn.Close(context.Background())
+		defer func() { _ = wconn.Close(context.Background()) }()
 		if _, err := wconn.Exec(t.Context(), `UPDATE fanout.tool_call SET state = 'issued' WHERE call_id = $1`, first.GetCallId()); err == nil {
 			t.Error("a worker's login moved the waiting call to issued")
 		}

@@ -647,16 +647,18 @@ type PendingToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The call's id.
 	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	// The run and task whose write it is.
-	RunId  string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The run whose write it is.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The task whose write it is.
 	TaskId string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The tool's model-facing name.
 	Tool string `protobuf:"bytes,4,opt,name=tool,proto3" json:"tool,omitempty"`
 	// The arguments as JSON, cut at 1,024 bytes, secret-looking values
 	// redacted.
 	Preview string `protobuf:"bytes,5,opt,name=preview,proto3" json:"preview,omitempty"`
-	// When it was asked for, and when it is denied as expired (Postgres time).
-	RequestedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// When it was asked for (Postgres time).
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// When it is denied as expired unless approved first (Postgres time).
 	Deadline      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -746,8 +748,9 @@ type ToolCallDecision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The call decided on.
 	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	// The run and task whose write it is.
-	RunId  string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The run whose write it is.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The task whose write it is.
 	TaskId string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// The tool's model-facing name.
 	Tool string `protobuf:"bytes,4,opt,name=tool,proto3" json:"tool,omitempty"`
