@@ -212,9 +212,11 @@ func TestTheNextAttemptTakesUpThePendingCall(t *testing.T) {
 // model nor run, whatever the dispatch's allowed tools say.
 func TestTheWorkerRefusesAToolOfAnotherTenant(t *testing.T) {
 	t.Parallel()
-	s := newApprovalSetup(t, time.Hour, chargeCall("c0", `{"amount":1}`))
+	// (A second's approval timeout: were the tool run, its call would
+	// expire at once instead of holding the test.)
+	s := newApprovalSetup(t, time.Second, chargeCall("c0", `{"amount":1}`))
 	s.loop.ToolAllowed = func(tool, tenant string) bool { return tool != "charge" || tenant == "someone-else" }
-	sum := s.loop.Run(t.Context(), s.task)
+	sum := s.loop.Run(within(t), s.task)
 	if sum.Status != subagent.StatusSucceeded || len(s.keysSent()) != 0 {
 		t.Fatalf("status %s, sent %q; want succeeded, nothing sent", sum.Status, s.keysSent())
 	}
