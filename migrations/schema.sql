@@ -151,7 +151,7 @@ CREATE TABLE fanout.api_key (
     CONSTRAINT api_key_pkey PRIMARY KEY (key_id),
     CONSTRAINT api_key_requests_per_minute_check CHECK (requests_per_minute > 0),
     CONSTRAINT api_key_revoked CHECK ((revoked_at IS NULL) = (revoked_by IS NULL)),
-    CONSTRAINT api_key_scopes_check CHECK (scopes <@ ARRAY['run'::text, 'read'::text, 'cancel'::text, 'audit'::text, 'admin'::text] AND cardinality(scopes) > 0),
+    CONSTRAINT api_key_scopes_check CHECK (scopes <@ ARRAY['run'::text, 'read'::text, 'cancel'::text, 'audit'::text, 'approve'::text, 'admin'::text] AND cardinality(scopes) > 0),
     CONSTRAINT api_key_secret_sha256_check CHECK (octet_length(secret_sha256) = 32),
     CONSTRAINT api_key_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES fanout.tenant(tenant_id)
 );
@@ -556,7 +556,7 @@ COMMENT ON COLUMN fanout.tool_call.call_id IS 'The call''s id in the API (Approv
 COMMENT ON COLUMN fanout.tool_call.preview IS 'The arguments as an approver sees them: bounded, with secret-looking values redacted.';
 COMMENT ON COLUMN fanout.tool_call.approval_deadline IS 'When a call that waits for approval is denied unless approved first; NULL for a call that needs none.';
 COMMENT ON COLUMN fanout.tool_call.sent_attempt IS 'The attempt that sent the call, when it is not the one that asked for it (a re-dispatched task sending an approved call).';
-GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, created_at, resolved_at, call_id, preview, approval_deadline) ON TABLE fanout.tool_call TO fanout_worker;
+GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, created_at, resolved_at, call_id, approval_deadline) ON TABLE fanout.tool_call TO fanout_worker;
 GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes, call_id, preview, approval_deadline, sent_attempt) ON TABLE fanout.tool_call TO fanout_auditor;
 GRANT SELECT (key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state, error, created_at, resolved_at, result_bytes, call_id, preview, approval_deadline, sent_attempt) ON TABLE fanout.tool_call TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.tool_call TO fanout_app;
@@ -1015,7 +1015,7 @@ GRANT EXECUTE ON FUNCTION fanout.admin_check_tenant_id(text) TO fanout_admin;
 CREATE FUNCTION fanout.admin_create_key(p_actor text, p_key_id text, p_tenant text, p_name text, p_scopes text[], p_secret_sha256 bytea, p_requests_per_minute integer, p_expires_at timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 59 lines, sha256 f119f62acada
+    -- body: 59 lines, sha256 33e1c436b7a9
 REVOKE EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) TO fanout_admin;
 
@@ -1341,7 +1341,7 @@ REVOKE EXECUTE ON FUNCTION fanout.session_is_orchestrator() FROM PUBLIC;
 CREATE FUNCTION fanout.tool_call_decide(p_tenant text, p_call_id text, p_decision text, p_actor text, p_reason text) RETURNS TABLE(outcome text, decision text, actor text, reason text, decided_at timestamp with time zone, run_id text, task_id text, tool text, state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 51 lines, sha256 4814f1f42e58
+    -- body: 59 lines, sha256 48612068a00c
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_decide(text,text,text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_decide(text,text,text,text,text) TO fanout_app;
 
@@ -1385,7 +1385,7 @@ GRANT EXECUTE ON FUNCTION fanout.tool_call_resolve(text,text,text,text,text) TO 
 CREATE FUNCTION fanout.tool_call_send(p_account bigint, p_key text, p_tenant text, p_run text, p_task text, p_attempt bigint, p_secret text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 29 lines, sha256 d57f1febac00
+    -- body: 32 lines, sha256 e2b35c25cedf
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_send(bigint,text,text,text,text,bigint,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_send(bigint,text,text,text,text,bigint,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_send(bigint,text,text,text,text,bigint,text) TO fanout_worker;

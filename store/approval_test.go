@@ -70,9 +70,13 @@ func (f *approvalFixture) ask(t *testing.T, index int, args string) runs.Write {
 	if err != nil {
 		t.Fatalf("issue a write that needs approval: %v", err)
 	}
-	if got.State != runs.WriteAwaitingApproval || !strings.HasPrefix(got.CallID, "tc_") || got.ApprovalDeadline.IsZero() ||
-		got.Preview != args {
-		t.Fatalf("issued %+v; want awaiting_approval with a call id, a deadline and the preview", got)
+	if got.State != runs.WriteAwaitingApproval || !strings.HasPrefix(got.CallID, "tc_") || got.ApprovalDeadline.IsZero() {
+		t.Fatalf("issued %+v; want awaiting_approval with a call id and a deadline", got)
+	}
+	var preview string
+	if err := f.b.pool.QueryRow(f.b.ctx, `SELECT preview FROM fanout.tool_calls WHERE call_id = $1`, got.CallID).Scan(&preview); err != nil ||
+		preview != args {
+		t.Fatalf("the stored preview %q, %v; want %q", preview, err, args)
 	}
 	got.Account = w.Account
 	return got
@@ -346,5 +350,34 @@ func TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits(t *testing.T) {
 	}
 	if _, err := tc.Decide(b.ctx, "ten", got.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrDecisionConflict) {
 		t.Errorf("approve after the run ended: %v; want ErrDecisionConflict", err)
+	}
+}
+
+// TestNoWriteIsSentOnceTheRunStopped (review of issue 28): between the
+// ledger's cancel (or exhaustion) and the run's close, an approval given
+// before or after the cancel sends nothing: the send and the decision
+// both deny the call as "run ended".
+func TestNoWriteIsSentOnceTheRunStopped(t *testing.T) {
+	t.Parallel()
+	f := newApprovalFixture(t, time.Hour)
+	before := f.ask(t, 0, `{"title":"a"}`)
+	after := f.ask(t, 1, `{"title":"b"}`)
+	if _, err := f.orch.Decide(f.b.ctx, "acme", before.CallID, true, "key:fk_00000000000000aa", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.b.ledger.CancelRun(f.b.ctx, "r1", "cancelled by caller"); err != nil {
+		t.Fatal(err)
+	}
+	if sent, state, err := f.send(before); sent || state != runs.WriteDenied || err != nil {
+		t.Errorf("send a call approved before the cancel = %v, %s, %v; want not sent, denied", sent, state, err)
+	}
+	if st, _ := f.worker.WriteStatus(f.b.ctx, before.Key, f.secret); st.Error != runs.DeniedRunEnded {
+		t.Errorf("its error %q; want %q", st.Error, runs.DeniedRunEnded)
+	}
+	if _, err := f.orch.Decide(f.b.ctx, "acme", after.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrDecisionConflict) {
+		t.Errorf("approve after the cancel: %v; want ErrDecisionConflict (run ended)", err)
+	}
+	if sent, state, _ := f.send(after); sent || state != runs.WriteDenied {
+		t.Errorf("send a call decided after the cancel = %v, %s; want not sent, denied", sent, state)
 	}
 }

@@ -154,13 +154,13 @@ func (t *ToolCalls) IssueWrite(ctx context.Context, w runs.Write, secret string)
 }
 
 // identity reads the row of key: which call it is and where it stands (a
-// worker's login reads no result).
+// worker's login reads no result and no preview).
 func (t *ToolCalls) identity(ctx context.Context, key string) (runs.Write, error) {
 	r, err := t.q.ToolCallIdentity(ctx, t.pool, key)
 	return writeOf(dbsqlc.ToolCallWritesRow{Key: r.Key, TenantID: r.TenantID, RunID: r.RunID, TaskID: r.TaskID,
 		Attempt: r.Attempt, Iteration: r.Iteration, CallIndex: r.CallIndex, Server: r.Server, Tool: r.Tool,
 		ArgsDigest: r.ArgsDigest, State: r.State, CreatedAt: r.CreatedAt, ResolvedAt: r.ResolvedAt, CallID: r.CallID,
-		Preview: r.Preview, ApprovalDeadline: r.ApprovalDeadline}), err
+		ApprovalDeadline: r.ApprovalDeadline}), err
 }
 
 // SendWrite moves the approved write w (its Key, Account, TenantID, RunID,
@@ -361,7 +361,7 @@ func (t *ToolCalls) PendingWrites(ctx context.Context, tenantID, runID string, a
 	if tenantID == "" {
 		return nil, errors.New("list pending tool writes: tenant id is empty")
 	}
-	limit = min(max(limit, 1), MaxPendingPage)
+	limit = min(max(limit, 1), MaxPendingPage+1) // a page and one more, to know there is a next
 	var out []runs.Write
 	err := retried(ctx, t.log, "toolcalls.pending", idempotent, func(ctx context.Context, _ try) error {
 		rows, err := t.q.PendingToolCalls(ctx, t.pool, dbsqlc.PendingToolCallsParams{TenantID: tenantID, RunID: runID,
@@ -431,6 +431,8 @@ func (t *ToolCalls) Decide(ctx context.Context, tenantID, callID string, approve
 			d.DecidedAt.Format(time.RFC3339), runs.ErrDecisionConflict)
 	case "expired":
 		return d, fmt.Errorf("decide tool write %s: its deadline passed: %w", callID, runs.ErrApprovalExpired)
+	case "run_ended":
+		return d, fmt.Errorf("decide tool write %s: its run ended: %w", callID, runs.ErrDecisionConflict)
 	case "not_waiting":
 		return d, fmt.Errorf("decide tool write %s: it is %s: %w", callID, d.State, runs.ErrNotAwaitingApproval)
 	}

@@ -17,8 +17,12 @@ import (
 )
 
 // DefaultApprovalPoll is how often a task waiting for an approval reads
-// its call's state (Loop.ApprovalPoll).
-const DefaultApprovalPoll = 500 * time.Millisecond
+// its call's state (Loop.ApprovalPoll); after failed reads it waits longer,
+// up to maxApprovalPoll.
+const (
+	DefaultApprovalPoll = 500 * time.Millisecond
+	maxApprovalPoll     = 5 * time.Second
+)
 
 // pending reports whether w waits for a decision or was approved and not
 // sent: a task that meets it again waits for it (or sends it), never asks
@@ -61,6 +65,14 @@ func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o too
 	w.Account, w.Attempt = int64(r.task.Account), int64(r.task.Attempt)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	failures := 0 // database calls failed in a row: polled less often
+	retry := func(what string, err error) {
+		if ctx.Err() == nil {
+			r.Logger.WarnContext(ctx, what, "key", w.Key, "err", err)
+		}
+		failures++
+		t.Reset(min(poll<<min(failures, 4), maxApprovalPoll))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -70,19 +82,18 @@ func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o too
 		}
 		st, err := r.Writes.WriteStatus(ctx, w.Key, r.task.AttemptSecret)
 		if err != nil {
-			if ctx.Err() == nil {
-				r.Logger.WarnContext(ctx, "read the state of a write waiting for approval", "key", w.Key, "err", err)
-			}
-			t.Reset(poll)
+			retry("read the state of a write waiting for approval", err)
 			continue
 		}
 		switch st.State {
 		case runs.WriteAwaitingApproval:
 			if st.Expired { // the database's clock says so
-				if _, err := r.Writes.ExpireWrite(ctx, w.Key, r.task.AttemptSecret); err != nil && ctx.Err() == nil {
-					r.Logger.WarnContext(ctx, "deny an expired approval", "key", w.Key, "err", err)
+				if _, err := r.Writes.ExpireWrite(ctx, w.Key, r.task.AttemptSecret); err != nil {
+					retry("deny an expired approval", err)
+				} else {
+					failures = 0
+					t.Reset(0)
 				}
-				t.Reset(0)
 				continue
 			}
 		case runs.WriteApproved, runs.WriteIssued:
@@ -92,9 +103,8 @@ func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o too
 				o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
 				return o, false
 			case err != nil:
-				if ctx.Err() == nil {
-					r.Logger.WarnContext(ctx, "record an approved write as sent", "key", w.Key, "err", err)
-				}
+				retry("record an approved write as sent", err)
+				continue
 			case sent:
 				outcome = "approved"
 				return o, true
@@ -120,12 +130,20 @@ func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o too
 			r.remember(w)
 			return replayed(w), false
 		}
+		failures = 0
 		t.Reset(poll)
 	}
 }
 
-// secretName matches argument names whose values a preview never shows.
-var secretName = regexp.MustCompile(`(?i)(token|secret|passw|api[_-]?key|apikey|auth|credential|private[_-]?key|cookie|session)`)
+// secretName matches argument names whose values a preview never shows;
+// secretValue, string values that look like a credential whatever their
+// name (a bearer header, a URL with a password, a well-known key prefix).
+var (
+	secretName = regexp.MustCompile(`(?i)(token|secret|pass|pwd|api[_-]?key|apikey|auth|credential|private[_-]?key|` +
+		`cookie|session|bearer|jwt|signature|(^|[_-])key$)`)
+	secretValue = regexp.MustCompile(`(?i)(^\s*(bearer|basic)\s|://[^/@\s]*:[^/@\s]*@|\b(sk|pk|rk)[-_](live|test|proj)?[-_]?[a-z0-9]{8,}|` +
+		`\bgh[pousr]_[a-z0-9]{20,}|\bAKIA[0-9A-Z]{16}\b|\bxox[abpr]-|\beyJ[a-z0-9_-]{10,}\.)`)
+)
 
 // preview is what an approver sees of a call's arguments: its JSON with
 // the values of secret-looking names redacted, cut at
@@ -167,6 +185,10 @@ func redactSecrets(v any) any {
 	case []any:
 		for i, e := range x {
 			x[i] = redactSecrets(e)
+		}
+	case string:
+		if secretValue.MatchString(x) {
+			return "[redacted]"
 		}
 	}
 	return v

@@ -3,10 +3,11 @@
 -- for approval, in tool_call_decision, and moves the call to approved or
 -- denied. Only an orchestrator's login decides (the API's ApproveToolCall
 -- and DenyToolCall, which check the caller's scope). A call past its
--- deadline is denied as expired instead. The same decision again is a
--- no-op. Returns the outcome (decided, same: already so decided,
--- conflict: already decided otherwise, expired, not_found, not_waiting: it
--- never waited for approval) and the call's row.
+-- deadline is denied as expired instead, and one of a run whose ledger
+-- account is no longer open (exhausted, cancelled, closed) as "run ended".
+-- The same decision again is a no-op. Returns the outcome (decided, same: already so decided,
+-- conflict: already decided otherwise, expired, run_ended, not_found,
+-- not_waiting: it never waited for approval) and the call's row.
 CREATE OR REPLACE FUNCTION tool_call_decide(p_tenant text, p_call_id text, p_decision text, p_actor text, p_reason text)
 RETURNS TABLE (outcome text, decision text, actor text, reason text, decided_at timestamptz, run_id text, task_id text,
                tool text, state text)
@@ -44,6 +45,14 @@ BEGIN
     ELSIF c.state <> 'awaiting_approval' THEN
         RETURN QUERY SELECT 'not_waiting'::text, NULL::text, NULL::text, NULL::text, NULL::timestamptz,
                             c.run_id, c.task_id, c.tool, c.state;
+        RETURN;
+    END IF;
+    IF (SELECT r.state FROM account r WHERE r.run_id = c.run_id AND r.kind = 'run') IS DISTINCT FROM 'open' THEN
+        INSERT INTO tool_call_decision (call_id, tenant_id, run_id, decision, reason, actor)
+        VALUES (p_call_id, c.tenant_id, c.run_id, 'denied', 'run ended', 'fanout') RETURNING * INTO d;
+        UPDATE tool_call SET state = 'denied', error = 'denied: run ended' WHERE key = c.key;
+        RETURN QUERY SELECT 'run_ended'::text, d.decision, d.actor, d.reason, d.decided_at, c.run_id, c.task_id, c.tool,
+                            'denied'::text;
         RETURN;
     END IF;
     IF now() >= c.approval_deadline THEN

@@ -7,7 +7,10 @@
 -- finds the call sent by this attempt), superseded, forbidden (not this
 -- task's call, or not this attempt's secret), or the call's state when it
 -- is not approved (awaiting_approval, denied, ...). tool_call_transition
--- refuses the move unless an approval of the call is recorded.
+-- refuses the move unless an approval of the call is recorded. Once the
+-- run's ledger account is no longer open (exhausted, cancelled, closed) an
+-- approved call is denied instead ("denied: run ended"): between the
+-- cancel's commit and the run's close, no approval sends a write.
 CREATE OR REPLACE FUNCTION tool_call_send(p_account bigint, p_key text, p_tenant text, p_run text, p_task text,
                                           p_attempt bigint, p_secret text DEFAULT NULL)
 RETURNS text
@@ -37,6 +40,9 @@ BEGIN
         RETURN 'sent';
     ELSIF c.state <> 'approved' THEN
         RETURN c.state;
+    ELSIF (SELECT r.state FROM account r WHERE r.run_id = p_run AND r.kind = 'run') IS DISTINCT FROM 'open' THEN
+        UPDATE tool_call SET state = 'denied', error = 'denied: run ended' WHERE key = p_key;
+        RETURN 'denied';
     END IF;
     UPDATE tool_call SET state = 'issued', secret_hash = a.secret_hash, sent_attempt = p_attempt WHERE key = p_key;
     RETURN 'sent';

@@ -65,9 +65,10 @@ COMMENT ON TABLE fanout.tool_call_decision IS
     'Append-only: who approved or denied a write that waited for approval, when and why (actor fanout for an expiry or the run''s end).';
 CREATE INDEX tool_call_decision_tenant ON fanout.tool_call_decision (tenant_id, decided_at);
 
--- A worker reads which call a row is and where it stands (migration 0024);
--- a denial's reason it reads through tool_call_status, with the secret.
-GRANT SELECT (call_id, preview, approval_deadline) ON TABLE fanout.tool_call TO fanout_worker;
+-- A worker reads which call a row is and where it stands (migration 0024),
+-- not its preview (the tenant's content); a denial's reason it reads
+-- through tool_call_status, with the secret.
+GRANT SELECT (call_id, approval_deadline) ON TABLE fanout.tool_call TO fanout_worker;
 GRANT SELECT ON TABLE fanout.run_tool_policy TO fanout_app, fanout_worker;
 GRANT INSERT ON TABLE fanout.run_tool_policy TO fanout_app;
 GRANT SELECT ON TABLE fanout.tool_call_decision TO fanout_app;

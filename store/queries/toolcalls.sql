@@ -9,7 +9,7 @@ SELECT tool_call_send(@account_id, @key, @tenant_id, @run_id, @task_id, @attempt
 -- The columns that say which call a row is and where it stands: all a
 -- worker's login may read of the table.
 SELECT key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state,
-    created_at, resolved_at, call_id, preview, approval_deadline
+    created_at, resolved_at, call_id, approval_deadline
 FROM tool_call WHERE key = @key;
 
 -- name: ToolCallWrites :many

@@ -587,7 +587,13 @@ func (p *parser) server(path string, raw json.RawMessage) ServerConfig {
 		s.Env = append(s.Env, e)
 	}
 	for i, raw := range o.list("tools") {
-		s.Tools = append(s.Tools, p.tool(fmt.Sprintf("%s.tools[%d]%s", path, i, entryName(raw)), raw))
+		t := p.tool(fmt.Sprintf("%s.tools[%d]%s", path, i, entryName(raw)), raw)
+		if t.Effect == "" && (t.Policy.Approval || (!t.approvalSet && s.Policy.Approval)) {
+			// A tool that needs approval is a write: no server annotation
+			// (readOnlyHint) may make it a read that skips the gate.
+			t.Effect = EffectWrite
+		}
+		s.Tools = append(s.Tools, t)
 	}
 	return s
 }

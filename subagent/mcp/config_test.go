@@ -300,3 +300,60 @@ func TestExampleConfigParses(t *testing.T) {
 		t.Errorf("examples/mcp.yaml tools = %v", cfg.ToolNames())
 	}
 }
+
+// TestPolicyIsParsed (issue 28): tenants and approval per server and tool,
+// the built-ins' list; a tool that needs approval is a write even when its
+// effect is undeclared on a trusted server (no readOnlyHint can make it a
+// read that skips the gate); a read cannot need approval.
+func TestPolicyIsParsed(t *testing.T) {
+	t.Parallel()
+	cfg := mustParse(t, `
+servers:
+  - name: crm
+    transport: http
+    url: https://crm.example.com/mcp
+    trust_annotations: true
+    tenants: [acme, globex]
+    approval: required
+    tools:
+      - {name: refund}
+      - {name: lookup, effect: read}
+      - {name: note, effect: write, approval: none, tenants: [acme, initech]}
+      - {name: wire, effect: write, approval_timeout: 30s, approval: required}
+builtin:
+  - {name: note, tenants: [acme], approval: required, approval_timeout: 10m}
+`)
+	if e := cfg.Servers[0].Tools[0].Effect; e != EffectWrite {
+		t.Errorf("refund (no effect, approval required, trusted server) has effect %q; want write", e)
+	}
+	pol := cfg.ToolPolicy()
+	for name, want := range map[string]Policy{
+		"crm__refund": {Tenants: []string{"acme", "globex"}, Approval: true, ApprovalTimeout: DefaultApprovalTimeout},
+		"crm__lookup": {Tenants: []string{"acme", "globex"}},
+		"crm__note":   {Tenants: []string{"acme"}},
+		"crm__wire":   {Tenants: []string{"acme", "globex"}, Approval: true, ApprovalTimeout: 30 * time.Second},
+		"note":        {Tenants: []string{"acme"}, Approval: true, ApprovalTimeout: 10 * time.Minute},
+	} {
+		got := pol[name]
+		if !slices.Equal(got.Tenants, want.Tenants) || got.Approval != want.Approval || got.ApprovalTimeout != want.ApprovalTimeout {
+			t.Errorf("%s: policy %+v, want %+v", name, got, want)
+		}
+	}
+	if !pol["crm__note"].Allows("acme") || pol["crm__note"].Allows("initech") || !(Policy{}).Allows("anyone") {
+		t.Error("Allows: want acme only for crm__note, everyone for no policy")
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"builtin: [{name: search, approval: required}]", "search is a read: a read never needs approval"},
+		{"builtin: [{name: nope}]", `"nope" is not a built-in tool`},
+		{"builtin: [{name: note, approval: maybe}]", `"maybe" is not required or none`},
+		{"builtin: [{name: note, approval_timeout: 1m}]", "approval is not required here"},
+		{"builtin: [{name: note, approval: required, approval_timeout: 10ms}]", "under the minimum of 1s"},
+		{"builtin: [{name: note, tenants: []}]", "is empty: no tenant could use it"},
+		{"servers: [{name: s, transport: http, url: 'https://x/mcp', tools: [{name: r, effect: read, approval: required}]}]",
+			"the tool is declared read: a read never needs approval"},
+	} {
+		if _, err := Parse([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%s) = %v; want an error saying %q", tc.yaml, err, tc.want)
+		}
+	}
+}

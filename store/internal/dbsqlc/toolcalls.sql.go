@@ -177,7 +177,7 @@ func (q *Queries) SendToolCall(ctx context.Context, db DBTX, arg SendToolCallPar
 
 const toolCallIdentity = `-- name: ToolCallIdentity :one
 SELECT key, tenant_id, run_id, task_id, attempt, iteration, call_index, server, tool, args_digest, state,
-    created_at, resolved_at, call_id, preview, approval_deadline
+    created_at, resolved_at, call_id, approval_deadline
 FROM tool_call WHERE key = $1
 `
 
@@ -196,7 +196,6 @@ type ToolCallIdentityRow struct {
 	CreatedAt        time.Time
 	ResolvedAt       *time.Time
 	CallID           *string
-	Preview          string
 	ApprovalDeadline *time.Time
 }
 
@@ -220,7 +219,6 @@ func (q *Queries) ToolCallIdentity(ctx context.Context, db DBTX, key string) (To
 		&i.CreatedAt,
 		&i.ResolvedAt,
 		&i.CallID,
-		&i.Preview,
 		&i.ApprovalDeadline,
 	)
 	return i, err
