@@ -56,15 +56,7 @@ func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsR
 	if id := req.GetRunId(); len(id) > 128 {
 		v.add("run_id", "must be at most 128 bytes, got %d", len(id))
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		v.add("page_size", "must be >= 0, got %d", size)
-	case size == 0:
-		size = defaultApprovalsPage
-	case size > maxApprovalsPage:
-		size = maxApprovalsPage
-	}
+	size := pageSize(&v, req.GetPageSize(), defaultApprovalsPage, maxApprovalsPage)
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

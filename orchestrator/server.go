@@ -211,15 +211,7 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	size := int(req.GetPageSize())
-	switch {
-	case size < 0:
-		v.add("page_size", "must be >= 0, got %d", size)
-	case size == 0:
-		size = defaultPageSize
-	case size > maxPageSize:
-		size = maxPageSize
-	}
+	size := pageSize(&v, req.GetPageSize(), defaultPageSize, maxPageSize)
 	if _, ok := fanoutv1.RunState_name[int32(req.GetState())]; !ok {
 		v.add("state", "unknown run state %d", req.GetState())
 	}
@@ -262,6 +254,20 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 		resp.Runs = append(resp.Runs, r)
 	}
 	return resp, nil
+}
+
+// pageSize is a list request's page_size: its default when 0, lowered to
+// most, and a violation when negative.
+func pageSize(v *validator, asked int32, def, most int) int {
+	switch size := int(asked); {
+	case size < 0:
+		v.add("page_size", "must be >= 0, got %d", size)
+		return def
+	case size == 0:
+		return def
+	default:
+		return min(size, most)
+	}
 }
 
 // summarize clears what a ListRuns summary leaves out: the spec, the joined

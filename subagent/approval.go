@@ -100,7 +100,7 @@ func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o too
 			sent, state, err := r.Writes.SendWrite(ctx, w, r.task.AttemptSecret)
 			switch {
 			case errors.Is(err, runs.ErrAttemptSuperseded):
-				o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
+				o.notRun = notRunSuperseded
 				return o, false
 			case err != nil:
 				retry("record an approved write as sent", err)

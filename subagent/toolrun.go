@@ -45,6 +45,9 @@ type WriteLog interface {
 	Writes(ctx context.Context, tenantID, runID, taskID, secret string) ([]runs.Write, error)
 }
 
+// notRunSuperseded answers a write of an attempt the orchestrator replaced.
+const notRunSuperseded = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
+
 // errToolTimeout is the cause of a tool call's context when its own
 // timeout (Tool.Timeout or Loop.ToolTimeout) ends it.
 var errToolTimeout = errors.New("tool call timed out")
@@ -247,7 +250,7 @@ func (r *run) recordWrite(ctx context.Context, it, i int, tool Tool, c llm.ToolC
 		got, err := r.Writes.IssueWrite(ctx, w, r.task.AttemptSecret)
 		switch {
 		case errors.Is(err, runs.ErrAttemptSuperseded):
-			o.notRun = "not run: this attempt of the task was superseded by a newer one, which makes its writes"
+			o.notRun = notRunSuperseded
 			return w, o, true
 		case err != nil:
 			// Perhaps recorded after all (a reply lost): say it was never sent.
