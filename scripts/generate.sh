@@ -94,7 +94,9 @@ generate() {
   # Delete old output first so a renamed or removed .proto leaves no stale
   # *.pb.go behind.
   find proto -name '*.pb.go' -type f -delete
-  buf generate
+  # Only fanout's own protos: the vendored googleapis ones (proto/google)
+  # have their Go code in genproto.
+  buf generate --path proto/fanout
   # sqlc checks the queries against the migrations in the order the
   # migrator applies them, with the schema name taken off: sqlc resolves
   # unqualified names in public only (store/sqlc.yaml). It does not know

@@ -7,6 +7,7 @@
 package fanoutv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -1128,7 +1129,7 @@ var File_fanout_v1_admin_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15fanout/v1/admin.proto\x12\tfanout.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x02\n" +
+	"\x15fanout/v1/admin.proto\x12\tfanout.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x02\n" +
 	"\fTenantQuotas\x12)\n" +
 	"\x0emax_run_tokens\x18\x01 \x01(\x03H\x00R\fmaxRunTokens\x88\x01\x01\x123\n" +
 	"\x13max_concurrent_runs\x18\x02 \x01(\x05H\x01R\x11maxConcurrentRuns\x88\x01\x01\x122\n" +
@@ -1211,14 +1212,14 @@ const file_fanout_v1_admin_proto_rawDesc = "" +
 	"\x19BUDGET_PERIOD_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12BUDGET_PERIOD_NONE\x10\x01\x12\x15\n" +
 	"\x11BUDGET_PERIOD_DAY\x10\x02\x12\x17\n" +
-	"\x13BUDGET_PERIOD_MONTH\x10\x032\xd7\x03\n" +
-	"\fAdminService\x12O\n" +
-	"\fCreateTenant\x12\x1e.fanout.v1.CreateTenantRequest\x1a\x1f.fanout.v1.CreateTenantResponse\x12O\n" +
-	"\fUpdateTenant\x12\x1e.fanout.v1.UpdateTenantRequest\x1a\x1f.fanout.v1.UpdateTenantResponse\x12K\n" +
-	"\tGetTenant\x12\x1b.fanout.v1.GetTenantRequest\x1a\x1c.fanout.v1.GetTenantResponse\"\x03\x90\x02\x01\x12F\n" +
-	"\tCreateKey\x12\x1b.fanout.v1.CreateKeyRequest\x1a\x1c.fanout.v1.CreateKeyResponse\x12H\n" +
-	"\bListKeys\x12\x1a.fanout.v1.ListKeysRequest\x1a\x1b.fanout.v1.ListKeysResponse\"\x03\x90\x02\x01\x12F\n" +
-	"\tRevokeKey\x12\x1b.fanout.v1.RevokeKeyRequest\x1a\x1c.fanout.v1.RevokeKeyResponseB3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
+	"\x13BUDGET_PERIOD_MONTH\x10\x032\xa0\x05\n" +
+	"\fAdminService\x12m\n" +
+	"\fCreateTenant\x12\x1e.fanout.v1.CreateTenantRequest\x1a\x1f.fanout.v1.CreateTenantResponse\"\x1c\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/v1/admin/tenants\x12y\n" +
+	"\fUpdateTenant\x12\x1e.fanout.v1.UpdateTenantRequest\x1a\x1f.fanout.v1.UpdateTenantResponse\"(\x82\xd3\xe4\x93\x02\":\x01*2\x1d/v1/admin/tenants/{tenant_id}\x12p\n" +
+	"\tGetTenant\x12\x1b.fanout.v1.GetTenantRequest\x1a\x1c.fanout.v1.GetTenantResponse\"(\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/admin/tenants/{tenant_id}\x90\x02\x01\x12a\n" +
+	"\tCreateKey\x12\x1b.fanout.v1.CreateKeyRequest\x1a\x1c.fanout.v1.CreateKeyResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/admin/keys\x12^\n" +
+	"\bListKeys\x12\x1a.fanout.v1.ListKeysRequest\x1a\x1b.fanout.v1.ListKeysResponse\"\x19\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/admin/keys\x90\x02\x01\x12q\n" +
+	"\tRevokeKey\x12\x1b.fanout.v1.RevokeKeyRequest\x1a\x1c.fanout.v1.RevokeKeyResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/admin/keys/{key_id}:revokeB3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
 var (
 	file_fanout_v1_admin_proto_rawDescOnce sync.Once

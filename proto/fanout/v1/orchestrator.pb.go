@@ -7,6 +7,7 @@
 package fanoutv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -1174,11 +1175,679 @@ func (x *DenyToolCallResponse) GetDecision() *ToolCallDecision {
 	return nil
 }
 
+// ListToolCallsRequest is the request of OrchestratorService.ListToolCalls.
+type ListToolCallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The run whose writes to list.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The most calls to return: 0 means 50; at most 200.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous ListToolCallsResponse.next_page_token; empty for
+	// the first page. run_id must match the call that produced it.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolCallsRequest) Reset() {
+	*x = ListToolCallsRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolCallsRequest) ProtoMessage() {}
+
+func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolCallsRequest.ProtoReflect.Descriptor instead.
+func (*ListToolCallsRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListToolCallsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListToolCallsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListToolCallsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ToolCall is one write a subagent asked for, as the write log holds it.
+type ToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id (ApprovalRequested.call_id).
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The task that asked for it.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The task's attempt, iteration and the call's index in the model's
+	// reply when it was asked for.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The agent loop's iteration.
+	Iteration int32 `protobuf:"varint,4,opt,name=iteration,proto3" json:"iteration,omitempty"`
+	// The call's index in the model's reply.
+	CallIndex int32 `protobuf:"varint,5,opt,name=call_index,json=callIndex,proto3" json:"call_index,omitempty"`
+	// The MCP server ("" for a built-in tool).
+	Server string `protobuf:"bytes,6,opt,name=server,proto3" json:"server,omitempty"`
+	// The tool's model-facing name.
+	Tool string `protobuf:"bytes,7,opt,name=tool,proto3" json:"tool,omitempty"`
+	// awaiting_approval, approved, denied, issued, done, failed, unknown (cut
+	// off: it may have happened) or not_sent.
+	State string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	// The error, for failed, unknown, not_sent and denied calls.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// The arguments as JSON, cut at 1,024 bytes, secret-looking values
+	// redacted; empty for a call that did not wait for approval.
+	Preview string `protobuf:"bytes,10,opt,name=preview,proto3" json:"preview,omitempty"`
+	// The size of the tool's result, in bytes (the result itself is content
+	// and is not served).
+	ResultBytes int64 `protobuf:"varint,11,opt,name=result_bytes,json=resultBytes,proto3" json:"result_bytes,omitempty"`
+	// When it was asked for and when it reached its last state (Postgres time).
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Unset while it is not resolved.
+	ResolvedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=resolved_at,json=resolvedAt,proto3" json:"resolved_at,omitempty"`
+	// When an approval it waits for expires; unset if it needs none.
+	ApprovalDeadline *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=approval_deadline,json=approvalDeadline,proto3" json:"approval_deadline,omitempty"`
+	// The decision on it, if one was taken.
+	Decision      *ToolCallDecision `protobuf:"bytes,15,opt,name=decision,proto3" json:"decision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ToolCall) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCall) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ToolCall) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ToolCall) GetIteration() int32 {
+	if x != nil {
+		return x.Iteration
+	}
+	return 0
+}
+
+func (x *ToolCall) GetCallIndex() int32 {
+	if x != nil {
+		return x.CallIndex
+	}
+	return 0
+}
+
+func (x *ToolCall) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ToolCall) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolCall) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ToolCall) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ToolCall) GetPreview() string {
+	if x != nil {
+		return x.Preview
+	}
+	return ""
+}
+
+func (x *ToolCall) GetResultBytes() int64 {
+	if x != nil {
+		return x.ResultBytes
+	}
+	return 0
+}
+
+func (x *ToolCall) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ToolCall) GetResolvedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResolvedAt
+	}
+	return nil
+}
+
+func (x *ToolCall) GetApprovalDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ApprovalDeadline
+	}
+	return nil
+}
+
+func (x *ToolCall) GetDecision() *ToolCallDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+// ListToolCallsResponse is the response of OrchestratorService.ListToolCalls.
+type ListToolCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls, oldest first.
+	Calls []*ToolCall `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Token for the next page; empty when there are no more.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListToolCallsResponse) Reset() {
+	*x = ListToolCallsResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListToolCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListToolCallsResponse) ProtoMessage() {}
+
+func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListToolCallsResponse.ProtoReflect.Descriptor instead.
+func (*ListToolCallsResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListToolCallsResponse) GetCalls() []*ToolCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *ListToolCallsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetSpendRequest is the request of OrchestratorService.GetSpend.
+type GetSpendRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant whose spend to return. Empty means the caller's (a tenant key's
+	// own tenant; "default" for callers bound to none).
+	TenantId string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// First UTC day, YYYY-MM-DD. Empty: 30 days before to_day.
+	FromDay string `protobuf:"bytes,2,opt,name=from_day,json=fromDay,proto3" json:"from_day,omitempty"`
+	// Last UTC day, YYYY-MM-DD, inclusive. Empty: today (Postgres time). At
+	// most 366 days after from_day.
+	ToDay string `protobuf:"bytes,3,opt,name=to_day,json=toDay,proto3" json:"to_day,omitempty"`
+	// Runs whose spend to return too, at most 200 (the console asks for the
+	// runs of a ListRuns page).
+	RunIds        []string `protobuf:"bytes,4,rep,name=run_ids,json=runIds,proto3" json:"run_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSpendRequest) Reset() {
+	*x = GetSpendRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSpendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSpendRequest) ProtoMessage() {}
+
+func (x *GetSpendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSpendRequest.ProtoReflect.Descriptor instead.
+func (*GetSpendRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetSpendRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *GetSpendRequest) GetFromDay() string {
+	if x != nil {
+		return x.FromDay
+	}
+	return ""
+}
+
+func (x *GetSpendRequest) GetToDay() string {
+	if x != nil {
+		return x.ToDay
+	}
+	return ""
+}
+
+func (x *GetSpendRequest) GetRunIds() []string {
+	if x != nil {
+		return x.RunIds
+	}
+	return nil
+}
+
+// Spend is tokens spent and what they cost in one currency. A cost is a
+// decimal string (exact, as the database's numeric); spend of a model with
+// no price counts in unpriced_tokens and in no cost.
+type Spend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ISO 4217 code of the price's currency; empty for unpriced spend alone.
+	Currency string `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	// Every priced token's cost.
+	Cost string `protobuf:"bytes,2,opt,name=cost,proto3" json:"cost,omitempty"`
+	// The cost of the spend the provider reported (input and output counts).
+	ReportedCost string `protobuf:"bytes,3,opt,name=reported_cost,json=reportedCost,proto3" json:"reported_cost,omitempty"`
+	// The cost of spend posted at its worst case (an expired lease: the
+	// tokens were held and not reported), at the model's higher price.
+	WorstCaseCost string `protobuf:"bytes,4,opt,name=worst_case_cost,json=worstCaseCost,proto3" json:"worst_case_cost,omitempty"`
+	// Tokens with a price.
+	PricedTokens int64 `protobuf:"varint,5,opt,name=priced_tokens,json=pricedTokens,proto3" json:"priced_tokens,omitempty"`
+	// Of those, tokens posted at their worst case.
+	WorstCaseTokens int64 `protobuf:"varint,6,opt,name=worst_case_tokens,json=worstCaseTokens,proto3" json:"worst_case_tokens,omitempty"`
+	// Tokens of a model with no price.
+	UnpricedTokens int64 `protobuf:"varint,7,opt,name=unpriced_tokens,json=unpricedTokens,proto3" json:"unpriced_tokens,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Spend) Reset() {
+	*x = Spend{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Spend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Spend) ProtoMessage() {}
+
+func (x *Spend) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Spend.ProtoReflect.Descriptor instead.
+func (*Spend) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Spend) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *Spend) GetCost() string {
+	if x != nil {
+		return x.Cost
+	}
+	return ""
+}
+
+func (x *Spend) GetReportedCost() string {
+	if x != nil {
+		return x.ReportedCost
+	}
+	return ""
+}
+
+func (x *Spend) GetWorstCaseCost() string {
+	if x != nil {
+		return x.WorstCaseCost
+	}
+	return ""
+}
+
+func (x *Spend) GetPricedTokens() int64 {
+	if x != nil {
+		return x.PricedTokens
+	}
+	return 0
+}
+
+func (x *Spend) GetWorstCaseTokens() int64 {
+	if x != nil {
+		return x.WorstCaseTokens
+	}
+	return 0
+}
+
+func (x *Spend) GetUnpricedTokens() int64 {
+	if x != nil {
+		return x.UnpricedTokens
+	}
+	return 0
+}
+
+// DaySpend is a tenant's spend on one UTC day in one currency.
+type DaySpend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The UTC day, YYYY-MM-DD.
+	Day string `protobuf:"bytes,1,opt,name=day,proto3" json:"day,omitempty"`
+	// The spend.
+	Spend *Spend `protobuf:"bytes,2,opt,name=spend,proto3" json:"spend,omitempty"`
+	// Runs with spend that day.
+	Runs          int64 `protobuf:"varint,3,opt,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DaySpend) Reset() {
+	*x = DaySpend{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DaySpend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DaySpend) ProtoMessage() {}
+
+func (x *DaySpend) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DaySpend.ProtoReflect.Descriptor instead.
+func (*DaySpend) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DaySpend) GetDay() string {
+	if x != nil {
+		return x.Day
+	}
+	return ""
+}
+
+func (x *DaySpend) GetSpend() *Spend {
+	if x != nil {
+		return x.Spend
+	}
+	return nil
+}
+
+func (x *DaySpend) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+// RunSpend is one run's spend in one currency.
+type RunSpend struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The spend.
+	Spend         *Spend `protobuf:"bytes,2,opt,name=spend,proto3" json:"spend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunSpend) Reset() {
+	*x = RunSpend{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunSpend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunSpend) ProtoMessage() {}
+
+func (x *RunSpend) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunSpend.ProtoReflect.Descriptor instead.
+func (*RunSpend) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RunSpend) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunSpend) GetSpend() *Spend {
+	if x != nil {
+		return x.Spend
+	}
+	return nil
+}
+
+// GetSpendResponse is the response of OrchestratorService.GetSpend.
+type GetSpendResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The days with spend, oldest first (one row per day and currency).
+	Days []*DaySpend `protobuf:"bytes,1,rep,name=days,proto3" json:"days,omitempty"`
+	// The named runs' spend (one row per run and currency; a run without
+	// spend has none).
+	Runs []*RunSpend `protobuf:"bytes,2,rep,name=runs,proto3" json:"runs,omitempty"`
+	// The range the days cover, as resolved.
+	FromDay string `protobuf:"bytes,3,opt,name=from_day,json=fromDay,proto3" json:"from_day,omitempty"`
+	// Last day of the range.
+	ToDay         string `protobuf:"bytes,4,opt,name=to_day,json=toDay,proto3" json:"to_day,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSpendResponse) Reset() {
+	*x = GetSpendResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSpendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSpendResponse) ProtoMessage() {}
+
+func (x *GetSpendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSpendResponse.ProtoReflect.Descriptor instead.
+func (*GetSpendResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetSpendResponse) GetDays() []*DaySpend {
+	if x != nil {
+		return x.Days
+	}
+	return nil
+}
+
+func (x *GetSpendResponse) GetRuns() []*RunSpend {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *GetSpendResponse) GetFromDay() string {
+	if x != nil {
+		return x.FromDay
+	}
+	return ""
+}
+
+func (x *GetSpendResponse) GetToDay() string {
+	if x != nil {
+		return x.ToDay
+	}
+	return ""
+}
+
 var File_fanout_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	"\x1cfanout/v1/orchestrator.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"4\n" +
+	"\x1cfanout/v1/orchestrator.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"4\n" +
 	"\n" +
 	"RunRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.fanout.v1.RunSpecR\x04spec\"8\n" +
@@ -1246,17 +1915,73 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"O\n" +
 	"\x14DenyToolCallResponse\x127\n" +
-	"\bdecision\x18\x01 \x01(\v2\x1b.fanout.v1.ToolCallDecisionR\bdecision2\xc7\x05\n" +
+	"\bdecision\x18\x01 \x01(\v2\x1b.fanout.v1.ToolCallDecisionR\bdecision\"i\n" +
+	"\x14ListToolCallsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xa2\x04\n" +
+	"\bToolCall\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x1c\n" +
+	"\titeration\x18\x04 \x01(\x05R\titeration\x12\x1d\n" +
+	"\n" +
+	"call_index\x18\x05 \x01(\x05R\tcallIndex\x12\x16\n" +
+	"\x06server\x18\x06 \x01(\tR\x06server\x12\x12\n" +
+	"\x04tool\x18\a \x01(\tR\x04tool\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x18\n" +
+	"\apreview\x18\n" +
+	" \x01(\tR\apreview\x12!\n" +
+	"\fresult_bytes\x18\v \x01(\x03R\vresultBytes\x129\n" +
+	"\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vresolved_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"resolvedAt\x12G\n" +
+	"\x11approval_deadline\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x10approvalDeadline\x127\n" +
+	"\bdecision\x18\x0f \x01(\v2\x1b.fanout.v1.ToolCallDecisionR\bdecision\"j\n" +
+	"\x15ListToolCallsResponse\x12)\n" +
+	"\x05calls\x18\x01 \x03(\v2\x13.fanout.v1.ToolCallR\x05calls\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"y\n" +
+	"\x0fGetSpendRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x19\n" +
+	"\bfrom_day\x18\x02 \x01(\tR\afromDay\x12\x15\n" +
+	"\x06to_day\x18\x03 \x01(\tR\x05toDay\x12\x17\n" +
+	"\arun_ids\x18\x04 \x03(\tR\x06runIds\"\xfe\x01\n" +
+	"\x05Spend\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x12\n" +
+	"\x04cost\x18\x02 \x01(\tR\x04cost\x12#\n" +
+	"\rreported_cost\x18\x03 \x01(\tR\freportedCost\x12&\n" +
+	"\x0fworst_case_cost\x18\x04 \x01(\tR\rworstCaseCost\x12#\n" +
+	"\rpriced_tokens\x18\x05 \x01(\x03R\fpricedTokens\x12*\n" +
+	"\x11worst_case_tokens\x18\x06 \x01(\x03R\x0fworstCaseTokens\x12'\n" +
+	"\x0funpriced_tokens\x18\a \x01(\x03R\x0eunpricedTokens\"X\n" +
+	"\bDaySpend\x12\x10\n" +
+	"\x03day\x18\x01 \x01(\tR\x03day\x12&\n" +
+	"\x05spend\x18\x02 \x01(\v2\x10.fanout.v1.SpendR\x05spend\x12\x12\n" +
+	"\x04runs\x18\x03 \x01(\x03R\x04runs\"I\n" +
+	"\bRunSpend\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12&\n" +
+	"\x05spend\x18\x02 \x01(\v2\x10.fanout.v1.SpendR\x05spend\"\x96\x01\n" +
+	"\x10GetSpendResponse\x12'\n" +
+	"\x04days\x18\x01 \x03(\v2\x13.fanout.v1.DaySpendR\x04days\x12'\n" +
+	"\x04runs\x18\x02 \x03(\v2\x13.fanout.v1.RunSpendR\x04runs\x12\x19\n" +
+	"\bfrom_day\x18\x03 \x01(\tR\afromDay\x12\x15\n" +
+	"\x06to_day\x18\x04 \x01(\tR\x05toDay2\xea\b\n" +
 	"\x13OrchestratorService\x126\n" +
-	"\x03Run\x12\x15.fanout.v1.RunRequest\x1a\x16.fanout.v1.RunResponse0\x01\x12C\n" +
-	"\bStartRun\x12\x1a.fanout.v1.StartRunRequest\x1a\x1b.fanout.v1.StartRunResponse\x12J\n" +
-	"\bWatchRun\x12\x1a.fanout.v1.WatchRunRequest\x1a\x1b.fanout.v1.WatchRunResponse\"\x03\x90\x02\x010\x01\x12B\n" +
-	"\x06GetRun\x12\x18.fanout.v1.GetRunRequest\x1a\x19.fanout.v1.GetRunResponse\"\x03\x90\x02\x01\x12K\n" +
-	"\tCancelRun\x12\x1b.fanout.v1.CancelRunRequest\x1a\x1c.fanout.v1.CancelRunResponse\"\x03\x90\x02\x02\x12H\n" +
-	"\bListRuns\x12\x1a.fanout.v1.ListRunsRequest\x1a\x1b.fanout.v1.ListRunsResponse\"\x03\x90\x02\x01\x12W\n" +
-	"\rListApprovals\x12\x1f.fanout.v1.ListApprovalsRequest\x1a .fanout.v1.ListApprovalsResponse\"\x03\x90\x02\x01\x12]\n" +
-	"\x0fApproveToolCall\x12!.fanout.v1.ApproveToolCallRequest\x1a\".fanout.v1.ApproveToolCallResponse\"\x03\x90\x02\x02\x12T\n" +
-	"\fDenyToolCall\x12\x1e.fanout.v1.DenyToolCallRequest\x1a\x1f.fanout.v1.DenyToolCallResponse\"\x03\x90\x02\x02B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
+	"\x03Run\x12\x15.fanout.v1.RunRequest\x1a\x16.fanout.v1.RunResponse0\x01\x12[\n" +
+	"\bStartRun\x12\x1a.fanout.v1.StartRunRequest\x1a\x1b.fanout.v1.StartRunResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x04spec\"\b/v1/runs\x12J\n" +
+	"\bWatchRun\x12\x1a.fanout.v1.WatchRunRequest\x1a\x1b.fanout.v1.WatchRunResponse\"\x03\x90\x02\x010\x01\x12[\n" +
+	"\x06GetRun\x12\x18.fanout.v1.GetRunRequest\x1a\x19.fanout.v1.GetRunResponse\"\x1c\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/runs/{run_id}\x90\x02\x01\x12n\n" +
+	"\tCancelRun\x12\x1b.fanout.v1.CancelRunRequest\x1a\x1c.fanout.v1.CancelRunResponse\"&\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/runs/{run_id}:cancel\x90\x02\x02\x12X\n" +
+	"\bListRuns\x12\x1a.fanout.v1.ListRunsRequest\x1a\x1b.fanout.v1.ListRunsResponse\"\x13\x82\xd3\xe4\x93\x02\n" +
+	"\x12\b/v1/runs\x90\x02\x01\x12l\n" +
+	"\rListApprovals\x12\x1f.fanout.v1.ListApprovalsRequest\x1a .fanout.v1.ListApprovalsResponse\"\x18\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/approvals\x90\x02\x01\x12\x87\x01\n" +
+	"\x0fApproveToolCall\x12!.fanout.v1.ApproveToolCallRequest\x1a\".fanout.v1.ApproveToolCallResponse\"-\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/approvals/{call_id}:approve\x90\x02\x02\x12{\n" +
+	"\fDenyToolCall\x12\x1e.fanout.v1.DenyToolCallRequest\x1a\x1f.fanout.v1.DenyToolCallResponse\"*\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/approvals/{call_id}:deny\x90\x02\x02\x12{\n" +
+	"\rListToolCalls\x12\x1f.fanout.v1.ListToolCallsRequest\x1a .fanout.v1.ListToolCallsResponse\"'\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/runs/{run_id}/tool-calls\x90\x02\x01\x12Y\n" +
+	"\bGetSpend\x12\x1a.fanout.v1.GetSpendRequest\x1a\x1b.fanout.v1.GetSpendResponse\"\x14\x82\xd3\xe4\x93\x02\v\x12\t/v1/spend\x90\x02\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
 var (
 	file_fanout_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -1270,7 +1995,7 @@ func file_fanout_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_orchestrator_proto_rawDescData
 }
 
-var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_fanout_v1_orchestrator_proto_goTypes = []any{
 	(*RunRequest)(nil),              // 0: fanout.v1.RunRequest
 	(*RunResponse)(nil),             // 1: fanout.v1.RunResponse
@@ -1292,50 +2017,71 @@ var file_fanout_v1_orchestrator_proto_goTypes = []any{
 	(*ApproveToolCallResponse)(nil), // 17: fanout.v1.ApproveToolCallResponse
 	(*DenyToolCallRequest)(nil),     // 18: fanout.v1.DenyToolCallRequest
 	(*DenyToolCallResponse)(nil),    // 19: fanout.v1.DenyToolCallResponse
-	(*RunSpec)(nil),                 // 20: fanout.v1.RunSpec
-	(*RunEvent)(nil),                // 21: fanout.v1.RunEvent
-	(*Run)(nil),                     // 22: fanout.v1.Run
-	(RunState)(0),                   // 23: fanout.v1.RunState
-	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
+	(*ListToolCallsRequest)(nil),    // 20: fanout.v1.ListToolCallsRequest
+	(*ToolCall)(nil),                // 21: fanout.v1.ToolCall
+	(*ListToolCallsResponse)(nil),   // 22: fanout.v1.ListToolCallsResponse
+	(*GetSpendRequest)(nil),         // 23: fanout.v1.GetSpendRequest
+	(*Spend)(nil),                   // 24: fanout.v1.Spend
+	(*DaySpend)(nil),                // 25: fanout.v1.DaySpend
+	(*RunSpend)(nil),                // 26: fanout.v1.RunSpend
+	(*GetSpendResponse)(nil),        // 27: fanout.v1.GetSpendResponse
+	(*RunSpec)(nil),                 // 28: fanout.v1.RunSpec
+	(*RunEvent)(nil),                // 29: fanout.v1.RunEvent
+	(*Run)(nil),                     // 30: fanout.v1.Run
+	(RunState)(0),                   // 31: fanout.v1.RunState
+	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
 }
 var file_fanout_v1_orchestrator_proto_depIdxs = []int32{
-	20, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
-	21, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
-	20, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
-	21, // 3: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
-	22, // 4: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
-	22, // 5: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
-	23, // 6: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
-	22, // 7: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
-	24, // 8: fanout.v1.PendingToolCall.requested_at:type_name -> google.protobuf.Timestamp
-	24, // 9: fanout.v1.PendingToolCall.deadline:type_name -> google.protobuf.Timestamp
-	24, // 10: fanout.v1.ToolCallDecision.decided_at:type_name -> google.protobuf.Timestamp
+	28, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
+	29, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
+	28, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
+	29, // 3: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
+	30, // 4: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
+	30, // 5: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
+	31, // 6: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
+	30, // 7: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
+	32, // 8: fanout.v1.PendingToolCall.requested_at:type_name -> google.protobuf.Timestamp
+	32, // 9: fanout.v1.PendingToolCall.deadline:type_name -> google.protobuf.Timestamp
+	32, // 10: fanout.v1.ToolCallDecision.decided_at:type_name -> google.protobuf.Timestamp
 	12, // 11: fanout.v1.ListApprovalsResponse.calls:type_name -> fanout.v1.PendingToolCall
 	13, // 12: fanout.v1.ApproveToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
 	13, // 13: fanout.v1.DenyToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
-	0,  // 14: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
-	2,  // 15: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
-	4,  // 16: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
-	6,  // 17: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
-	8,  // 18: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
-	10, // 19: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
-	14, // 20: fanout.v1.OrchestratorService.ListApprovals:input_type -> fanout.v1.ListApprovalsRequest
-	16, // 21: fanout.v1.OrchestratorService.ApproveToolCall:input_type -> fanout.v1.ApproveToolCallRequest
-	18, // 22: fanout.v1.OrchestratorService.DenyToolCall:input_type -> fanout.v1.DenyToolCallRequest
-	1,  // 23: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
-	3,  // 24: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
-	5,  // 25: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
-	7,  // 26: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
-	9,  // 27: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
-	11, // 28: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
-	15, // 29: fanout.v1.OrchestratorService.ListApprovals:output_type -> fanout.v1.ListApprovalsResponse
-	17, // 30: fanout.v1.OrchestratorService.ApproveToolCall:output_type -> fanout.v1.ApproveToolCallResponse
-	19, // 31: fanout.v1.OrchestratorService.DenyToolCall:output_type -> fanout.v1.DenyToolCallResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	32, // 14: fanout.v1.ToolCall.created_at:type_name -> google.protobuf.Timestamp
+	32, // 15: fanout.v1.ToolCall.resolved_at:type_name -> google.protobuf.Timestamp
+	32, // 16: fanout.v1.ToolCall.approval_deadline:type_name -> google.protobuf.Timestamp
+	13, // 17: fanout.v1.ToolCall.decision:type_name -> fanout.v1.ToolCallDecision
+	21, // 18: fanout.v1.ListToolCallsResponse.calls:type_name -> fanout.v1.ToolCall
+	24, // 19: fanout.v1.DaySpend.spend:type_name -> fanout.v1.Spend
+	24, // 20: fanout.v1.RunSpend.spend:type_name -> fanout.v1.Spend
+	25, // 21: fanout.v1.GetSpendResponse.days:type_name -> fanout.v1.DaySpend
+	26, // 22: fanout.v1.GetSpendResponse.runs:type_name -> fanout.v1.RunSpend
+	0,  // 23: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
+	2,  // 24: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
+	4,  // 25: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
+	6,  // 26: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
+	8,  // 27: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
+	10, // 28: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
+	14, // 29: fanout.v1.OrchestratorService.ListApprovals:input_type -> fanout.v1.ListApprovalsRequest
+	16, // 30: fanout.v1.OrchestratorService.ApproveToolCall:input_type -> fanout.v1.ApproveToolCallRequest
+	18, // 31: fanout.v1.OrchestratorService.DenyToolCall:input_type -> fanout.v1.DenyToolCallRequest
+	20, // 32: fanout.v1.OrchestratorService.ListToolCalls:input_type -> fanout.v1.ListToolCallsRequest
+	23, // 33: fanout.v1.OrchestratorService.GetSpend:input_type -> fanout.v1.GetSpendRequest
+	1,  // 34: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
+	3,  // 35: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
+	5,  // 36: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
+	7,  // 37: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
+	9,  // 38: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
+	11, // 39: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
+	15, // 40: fanout.v1.OrchestratorService.ListApprovals:output_type -> fanout.v1.ListApprovalsResponse
+	17, // 41: fanout.v1.OrchestratorService.ApproveToolCall:output_type -> fanout.v1.ApproveToolCallResponse
+	19, // 42: fanout.v1.OrchestratorService.DenyToolCall:output_type -> fanout.v1.DenyToolCallResponse
+	22, // 43: fanout.v1.OrchestratorService.ListToolCalls:output_type -> fanout.v1.ListToolCallsResponse
+	27, // 44: fanout.v1.OrchestratorService.GetSpend:output_type -> fanout.v1.GetSpendResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_orchestrator_proto_init() }
@@ -1350,7 +2096,7 @@ func file_fanout_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_orchestrator_proto_rawDesc), len(file_fanout_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const (
 	OrchestratorService_ListApprovals_FullMethodName   = "/fanout.v1.OrchestratorService/ListApprovals"
 	OrchestratorService_ApproveToolCall_FullMethodName = "/fanout.v1.OrchestratorService/ApproveToolCall"
 	OrchestratorService_DenyToolCall_FullMethodName    = "/fanout.v1.OrchestratorService/DenyToolCall"
+	OrchestratorService_ListToolCalls_FullMethodName   = "/fanout.v1.OrchestratorService/ListToolCalls"
+	OrchestratorService_GetSpend_FullMethodName        = "/fanout.v1.OrchestratorService/GetSpend"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -90,6 +92,16 @@ type OrchestratorServiceClient interface {
 	// sent, and the model is told "denied by key:ID: reason" as that call's
 	// failure. As ApproveToolCall otherwise.
 	DenyToolCall(ctx context.Context, in *DenyToolCallRequest, opts ...grpc.CallOption) (*DenyToolCallResponse, error)
+	// ListToolCalls lists the writes a run's subagents asked for (MCP tools
+	// and the built-in note), oldest first: their states (waiting for
+	// approval, approved, denied, sent, done, failed, unknown, not sent), the
+	// decisions on them and their previews. Needs scope read, as WatchRun.
+	ListToolCalls(ctx context.Context, in *ListToolCallsRequest, opts ...grpc.CallOption) (*ListToolCallsResponse, error)
+	// GetSpend returns the caller's tenant's spend in tokens and in money, at
+	// the prices the operator set (fanout price), per UTC day and, for the
+	// runs named, per run: what the tenant_spend_money_daily and
+	// run_spend_money views hold. Needs scope audit.
+	GetSpend(ctx context.Context, in *GetSpendRequest, opts ...grpc.CallOption) (*GetSpendResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -208,6 +220,26 @@ func (c *orchestratorServiceClient) DenyToolCall(ctx context.Context, in *DenyTo
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) ListToolCalls(ctx context.Context, in *ListToolCallsRequest, opts ...grpc.CallOption) (*ListToolCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListToolCallsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListToolCalls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) GetSpend(ctx context.Context, in *GetSpendRequest, opts ...grpc.CallOption) (*GetSpendResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSpendResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_GetSpend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -268,6 +300,16 @@ type OrchestratorServiceServer interface {
 	// sent, and the model is told "denied by key:ID: reason" as that call's
 	// failure. As ApproveToolCall otherwise.
 	DenyToolCall(context.Context, *DenyToolCallRequest) (*DenyToolCallResponse, error)
+	// ListToolCalls lists the writes a run's subagents asked for (MCP tools
+	// and the built-in note), oldest first: their states (waiting for
+	// approval, approved, denied, sent, done, failed, unknown, not sent), the
+	// decisions on them and their previews. Needs scope read, as WatchRun.
+	ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error)
+	// GetSpend returns the caller's tenant's spend in tokens and in money, at
+	// the prices the operator set (fanout price), per UTC day and, for the
+	// runs named, per run: what the tenant_spend_money_daily and
+	// run_spend_money views hold. Needs scope audit.
+	GetSpend(context.Context, *GetSpendRequest) (*GetSpendResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -304,6 +346,12 @@ func (UnimplementedOrchestratorServiceServer) ApproveToolCall(context.Context, *
 }
 func (UnimplementedOrchestratorServiceServer) DenyToolCall(context.Context, *DenyToolCallRequest) (*DenyToolCallResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DenyToolCall not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListToolCalls not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) GetSpend(context.Context, *GetSpendRequest) (*GetSpendResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSpend not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -474,6 +522,42 @@ func _OrchestratorService_DenyToolCall_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_ListToolCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListToolCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListToolCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListToolCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListToolCalls(ctx, req.(*ListToolCallsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_GetSpend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSpendRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).GetSpend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_GetSpend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).GetSpend(ctx, req.(*GetSpendRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -508,6 +592,14 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DenyToolCall",
 			Handler:    _OrchestratorService_DenyToolCall_Handler,
+		},
+		{
+			MethodName: "ListToolCalls",
+			Handler:    _OrchestratorService_ListToolCalls_Handler,
+		},
+		{
+			MethodName: "GetSpend",
+			Handler:    _OrchestratorService_GetSpend_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
