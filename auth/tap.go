@@ -41,7 +41,14 @@ func (a *Authenticator) Tap(method string, md metadata.MD) (TapClass, tenant.Pri
 	case open:
 		return TapOpen, tenant.Principal{}
 	}
-	vals := md.Get("authorization")
+	return a.TapCredential(md.Get("authorization"))
+}
+
+// TapCredential classifies a call that needs a credential by its
+// authorization header values alone, as Tap does: TapNoCredential,
+// TapUnverified or TapVerified (with who it is). The HTTP listener calls
+// it before it reads a body.
+func (a *Authenticator) TapCredential(vals []string) (TapClass, tenant.Principal) {
 	if len(vals) != 1 {
 		return TapNoCredential, tenant.Principal{}
 	}

@@ -102,32 +102,47 @@ func releaseAdmission(ctx context.Context) (tenantRelease func()) {
 // it never blocks and never queries the database.
 func callerTap(keys *auth.Authenticator, adm callerAdmission) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		var p *preauth
-		switch class, who := keys.Tap(info.FullMethodName, info.Header); class {
-		case auth.TapVerified:
-			release, err := adm.tenants.tryAcquire(subject(who, true))
-			if err != nil {
-				return nil, err
-			}
-			context.AfterFunc(ctx, release) // the stream's context ends with the call
-			return context.WithValue(ctx, admissionKey{}, &admission{tenantRelease: release}), nil
-		case auth.TapNoCredential:
-			return nil, auth.ErrNoCredential()
-		case auth.TapOpen:
-			p = adm.open
-		default:
-			p = adm.unverified
-		}
-		release, ok := p.tryAcquire()
-		if !ok {
-			return nil, p.refusal()
-		}
-		ctx, end := context.WithCancelCause(ctx)
-		late := time.AfterFunc(p.wait, func() { end(errLate) })
-		done := func() { late.Stop(); release() }
-		context.AfterFunc(ctx, done) // the stream's context ends with the call: nothing outlives it
-		return context.WithValue(ctx, admissionKey{}, &admission{release: done}), nil
+		class, who := keys.Tap(info.FullMethodName, info.Header)
+		return adm.admit(ctx, class, who, nil)
 	}
+}
+
+// admit admits a call that auth classed class (who, for a verified key)
+// before its body is read, as callerTap says, and returns the context it
+// runs in. late, if not nil, runs too when the call is ended for not being
+// authenticated in time (the HTTP listener stops reading its body). It
+// never blocks and never queries the database.
+func (adm callerAdmission) admit(ctx context.Context, class auth.TapClass, who tenant.Principal, late func()) (context.Context, error) {
+	var p *preauth
+	switch class {
+	case auth.TapVerified:
+		release, err := adm.tenants.tryAcquire(subject(who, true))
+		if err != nil {
+			return nil, err
+		}
+		context.AfterFunc(ctx, release) // the stream's context ends with the call
+		return context.WithValue(ctx, admissionKey{}, &admission{tenantRelease: release}), nil
+	case auth.TapNoCredential:
+		return nil, auth.ErrNoCredential()
+	case auth.TapOpen:
+		p = adm.open
+	default:
+		p = adm.unverified
+	}
+	release, ok := p.tryAcquire()
+	if !ok {
+		return nil, p.refusal()
+	}
+	ctx, end := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(p.wait, func() {
+		end(errLate)
+		if late != nil {
+			late()
+		}
+	})
+	done := func() { timer.Stop(); release() }
+	context.AfterFunc(ctx, done) // the stream's context ends with the call: nothing outlives it
+	return context.WithValue(ctx, admissionKey{}, &admission{release: done}), nil
 }
 
 // errLate is the cause of the end of a call not authenticated within its

@@ -100,11 +100,13 @@ type Backend struct {
 	tenants     *tenantLimit
 	unauthBytes int64
 	unauthWait  time.Duration
-	ledger      *store.Ledger
-	runs        *store.Runs
-	writes      *store.ToolCalls
-	watcher     *budget.Watcher
-	log         *slog.Logger
+	// httpLimits are the HTTP listeners' timeouts (tests shorten them).
+	httpLimits httpLimits
+	ledger     *store.Ledger
+	runs       *store.Runs
+	writes     *store.ToolCalls
+	watcher    *budget.Watcher
+	log        *slog.Logger
 	// notifier is the process's one LISTEN connection: run notices for
 	// the watcher, key events for an orchestrator's authenticator.
 	notifier *store.Notifier
@@ -163,6 +165,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		tenants:     newTenantLimit(tenantQuota(cfg.MaxStreams, cfg.TenantMaxStreams)),
 		unauthBytes: cfg.UnauthenticatedBytes,
 		unauthWait:  cfg.UnauthenticatedReadTimeout,
+		httpLimits:  defaultHTTPLimits,
 		ledger:      store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		runs:        store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
 		writes:      store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),

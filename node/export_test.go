@@ -19,3 +19,14 @@ func SetServerKeepalive(b *Backend, ping, drop time.Duration) {
 func ServerKeepalive(b *Backend) (ping, drop, clientMinPing time.Duration) {
 	return b.streams.keepalive.Time, b.streams.keepalive.Timeout, keepaliveMinTime
 }
+
+// SetHTTPTimeouts makes the HTTP listeners opened on b from now on drop a
+// connection whose headers take longer than readHeader, or idle for idle:
+// the documented 10 s and 2 min, shortened for a test.
+func SetHTTPTimeouts(b *Backend, readHeader, idle time.Duration) {
+	b.httpLimits = httpLimits{readHeader: readHeader, idle: idle}
+}
+
+// HTTPBodyLimit is the most bytes of a request body the HTTP listener of an
+// orchestrator with receive limit recvLimit reads.
+func HTTPBodyLimit(recvLimit int) int64 { return httpBodyLimit(recvLimit) }

@@ -56,6 +56,9 @@ type OrchestratorConfig struct {
 	ToolPolicy map[string]mcp.Policy
 	// Auth authenticates the callers (API keys by default; see CallerAuth).
 	Auth CallerAuth
+	// HTTP configures the HTTP/JSON listener and the web console (off by
+	// default).
+	HTTP HTTPConfig
 	// AdminDatabaseURL is the login AdminService acts as, a member of
 	// fanout_admin and nothing else (--admin-database-url): the node's own
 	// login may not call an admin function. Empty: AdminService answers
@@ -78,6 +81,8 @@ type Orchestrator struct {
 	authDone chan struct{}
 	// closeAdmin closes AdminService's pool.
 	closeAdmin func()
+	// http is the HTTP listener; nil when off.
+	http *httpServer
 }
 
 // OpenOrchestrator starts an orchestrator on b, dialling its workers, and
@@ -120,6 +125,7 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		Slots:   tenantTaskSlots{store.NewSemaphore(b.Pool(), store.SemaphoreConfig{Logger: b.Logger()})},
 		// Decisions are API writes: the API pool, never the ledger's.
 		Approvals: store.NewToolCalls(b.APIPool(), store.ToolCallsConfig{Logger: b.Logger()}),
+		Spend:     store.NewSpending(b.APIPool(), b.Logger()),
 	}
 	if cfg.ParamsFunc != nil {
 		cfg.ParamsFunc(&params)
@@ -143,7 +149,8 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	// take the API pool, never the ledger's.
 	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.notifier), auth.Config{Logger: b.Logger()})
 	recvLimit := 2*o.engine.Config().MaxSpecBytes + 1024 // orchestrator.ServerOptions' receive limit
-	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, b.admission(recvLimit), b.Logger())
+	adm := b.admission(recvLimit)                        // the gRPC and HTTP listeners' budgets together
+	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, adm, b.Logger())
 	if err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()
@@ -168,6 +175,19 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	}
 	fanoutv1.RegisterOrchestratorServiceServer(o.srv.srv, orchestrator.NewServer(o.engine))
 	fanoutv1.RegisterAdminServiceServer(o.srv.srv, admin.server)
+	if cfg.HTTP.Listen != "" {
+		keys := authn
+		if cfg.Auth.None {
+			keys = nil
+		}
+		if o.http, err = listenHTTP(cfg.HTTP, cfg.Auth, o.srv.srv, keys, adm, recvLimit, b.httpLimits, b.Logger()); err != nil {
+			o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
+			o.closeWorkers()
+			admin.close()
+			o.srv.close()
+			return nil, err
+		}
+	}
 	if !cfg.Auth.None {
 		// The revocation watcher: a revoked or expired key stops within
 		// auth.MaxPollInterval here, and the streams open on it end.
@@ -181,6 +201,9 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		}()
 	}
 	o.srv.serve(fanoutv1.OrchestratorService_ServiceDesc.ServiceName, fanoutv1.AdminService_ServiceDesc.ServiceName)
+	if o.http != nil {
+		o.http.serve(exited)
+	}
 	return o, nil
 }
 
@@ -242,6 +265,14 @@ func (o *Orchestrator) closeWorkers() {
 // Addr is the address the orchestrator listens on (with the real port for ":0").
 func (o *Orchestrator) Addr() string { return o.srv.addr() }
 
+// HTTPAddr is the address the HTTP listener listens on; "" when it is off.
+func (o *Orchestrator) HTTPAddr() string {
+	if o.http == nil {
+		return ""
+	}
+	return o.http.addr()
+}
+
 // ProbeAddr is the address of the health probe port (OrchestratorConfig.ProbeListen), or "".
 func (o *Orchestrator) ProbeAddr() string { return o.srv.probeAddr }
 
@@ -252,10 +283,21 @@ func (o *Orchestrator) Engine() *orchestrator.Engine { return o.engine }
 // (those still running when ctx ends are cancelled), then the server stops
 // and the worker connections close. It returns the engine's shutdown error.
 func (o *Orchestrator) Close(ctx context.Context) error {
+	var httpStopped chan struct{}
 	err := o.srv.stop(ctx, func(ctx context.Context) error {
 		defer o.closeWorkers()
-		return o.engine.Shutdown(ctx)
+		err := o.engine.Shutdown(ctx)
+		if o.http != nil {
+			// No new HTTP calls from now; the gRPC server's stop ends those
+			// in flight (it drains ServeHTTP's transports with its own).
+			httpStopped = make(chan struct{})
+			go func() { defer close(httpStopped); o.http.stop(ctx) }()
+		}
+		return err
 	})
+	if httpStopped != nil {
+		<-httpStopped
+	}
 	if o.stopAuth != nil {
 		o.stopAuth()
 		<-o.authDone

@@ -31,6 +31,11 @@ type Approvals interface {
 	// Decide records actor's decision on call callID of the tenant (see
 	// store.ToolCalls.Decide for its errors).
 	Decide(ctx context.Context, tenantID, callID string, approve bool, actor, reason string) (runs.Decision, error)
+	// RunWrites returns up to limit of the writes of the tenant's run
+	// runID, oldest first, after the cursor (afterCreated, afterCallID),
+	// with their decisions.
+	RunWrites(ctx context.Context, tenantID, runID string, afterCreated time.Time, afterCallID string,
+		limit int) ([]runs.LoggedWrite, error)
 }
 
 // The bounds of the approval RPCs.
@@ -41,12 +46,40 @@ const (
 	maxCallIDBytes       = 64
 )
 
-// approvalsToken is what ListApprovals' opaque page token holds.
-type approvalsToken struct {
+// callsToken is what the opaque page token of ListApprovals and
+// ListToolCalls holds: the listing's tenant and run, and its cursor.
+type callsToken struct {
 	Tenant  string    `json:"t"`
 	RunID   string    `json:"r"`
 	Created time.Time `json:"c"`
 	CallID  string    `json:"i"`
+}
+
+func (t callsToken) encode() string {
+	raw, _ := json.Marshal(t) //nolint:errchkjson // strings and a time: cannot fail
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// decodeCallsToken decodes the page token of a listing by rpc of tenantID's
+// calls of runID ("" for every run's): the zero token for "", a violation
+// of page_token for one that is not the rpc's or was issued for another
+// tenant or run.
+func decodeCallsToken(v *validator, rpc, token, tenantID, runID string) callsToken {
+	var tok callsToken
+	if token == "" {
+		return tok
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err == nil {
+		err = json.Unmarshal(raw, &tok)
+	}
+	switch {
+	case err != nil || tok.CallID == "" || textProblem(tok.CallID+tok.Tenant+tok.RunID) != "":
+		v.add("page_token", "is not a token from %s", rpc)
+	case tok.Tenant != tenantID || tok.RunID != runID:
+		v.add("page_token", "was issued for another tenant or run_id")
+	}
+	return tok
 }
 
 // ListApprovals implements fanoutv1.OrchestratorServiceServer.
@@ -64,21 +97,9 @@ func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsR
 	if err != nil {
 		return nil, err
 	}
-	var tok approvalsToken
-	if req.GetPageToken() != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(req.GetPageToken())
-		if err == nil {
-			err = json.Unmarshal(raw, &tok)
-		}
-		switch {
-		case err != nil || tok.CallID == "" || textProblem(tok.CallID+tok.Tenant+tok.RunID) != "":
-			v.add("page_token", "is not a token from ListApprovals")
-		case tok.Tenant != tenantID || tok.RunID != req.GetRunId():
-			v.add("page_token", "was issued for another tenant or run_id")
-		}
-		if err := v.err(); err != nil {
-			return nil, s.toStatus(ctx, err)
-		}
+	tok := decodeCallsToken(&v, "ListApprovals", req.GetPageToken(), tenantID, req.GetRunId())
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
 	}
 	if s.e.appr == nil {
 		return nil, status.Error(codes.Unimplemented, "this orchestrator has no approvals store")
@@ -91,11 +112,7 @@ func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsR
 	for i, w := range found {
 		if i == size {
 			last := found[i-1]
-			raw, err := json.Marshal(approvalsToken{Tenant: tenantID, RunID: req.GetRunId(), Created: last.CreatedAt, CallID: last.CallID})
-			if err != nil {
-				return nil, s.toStatus(ctx, err)
-			}
-			resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
+			resp.NextPageToken = callsToken{Tenant: tenantID, RunID: req.GetRunId(), Created: last.CreatedAt, CallID: last.CallID}.encode()
 			break
 		}
 		resp.Calls = append(resp.Calls, &fanoutv1.PendingToolCall{CallId: w.CallID, RunId: w.RunID, TaskId: w.TaskID,

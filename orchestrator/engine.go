@@ -38,8 +38,12 @@ type EngineParams struct {
 	// Slots bounds tenants' tasks in flight; nil: unbounded.
 	Slots TaskSlots
 	// Approvals lists and decides the writes that wait for approval
-	// (store.ToolCalls); nil: the approval RPCs are UNIMPLEMENTED.
+	// (store.ToolCalls), and lists a run's writes; nil: the approval RPCs
+	// and ListToolCalls are UNIMPLEMENTED.
 	Approvals Approvals
+	// Spend reads a tenant's spend in money (store.Spending); nil: GetSpend
+	// is UNIMPLEMENTED.
+	Spend SpendReader
 }
 
 // Engine creates runs, drives them on this node (dispatching their tasks to
@@ -54,6 +58,7 @@ type Engine struct {
 	tenants TenantStore
 	slots   TaskSlots
 	appr    Approvals
+	spend   SpendReader
 	cfg     Config
 
 	// base is the context of every run this engine drives: the engine's
@@ -128,6 +133,7 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		tenants:    p.Tenants,
 		slots:      p.Slots,
 		appr:       p.Approvals,
+		spend:      p.Spend,
 		cfg:        p.Config.withDefaults(),
 		base:       base,
 		cancelBase: cancel,

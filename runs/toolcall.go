@@ -125,3 +125,13 @@ var (
 	// it is denied.
 	ErrApprovalExpired = errors.New("the approval expired")
 )
+
+// LoggedWrite is a write as the API lists it (ListToolCalls): the row
+// without its result, which is content, and the decision on it, if any.
+type LoggedWrite struct {
+	Write
+	// ResultBytes is the size of the result the model was shown.
+	ResultBytes int64
+	// Decision is the approval or denial of the call; nil if none was taken.
+	Decision *Decision
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/runs"
@@ -450,4 +451,64 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// MaxRunWritesPage is the most writes RunWrites returns at once.
+const MaxRunWritesPage = 200
+
+// RunWrites returns up to limit of the writes of the tenant's run runID,
+// oldest first, after the cursor (afterCreated, afterCallID), with the
+// decision on each: what ListToolCalls serves. The results are not read
+// (content); their sizes are. Another tenant's run has none.
+func (t *ToolCalls) RunWrites(ctx context.Context, tenantID, runID string, afterCreated time.Time, afterCallID string,
+	limit int) ([]runs.LoggedWrite, error) {
+	if tenantID == "" || runID == "" {
+		return nil, errors.New("list a run's tool writes: tenant id or run id is empty")
+	}
+	limit = min(max(limit, 1), MaxRunWritesPage+1) // a page and one more, to know there is a next
+	var out []runs.LoggedWrite
+	err := retried(ctx, t.log, "toolcalls.run", idempotent, func(ctx context.Context, _ try) error {
+		// sqlc cannot name the nullable columns of the left join.
+		rows, err := t.pool.Query(ctx, `
+			SELECT c.key, c.task_id, c.attempt, c.iteration, c.call_index, c.server, c.tool, c.args_digest, c.state,
+			       c.error, coalesce(c.result_bytes, 0), c.created_at, c.resolved_at, c.call_id, c.preview,
+			       c.approval_deadline, d.decision, d.reason, d.actor, d.decided_at
+			  FROM tool_call c
+			  LEFT JOIN tool_call_decision d ON d.call_id = c.call_id
+			 WHERE c.tenant_id = $1 AND c.run_id = $2 AND (c.created_at, c.call_id) > ($3::timestamptz, $4::text)
+			 ORDER BY c.created_at, c.call_id
+			 LIMIT $5`, tenantID, runID, afterCreated, afterCallID, limit)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (runs.LoggedWrite, error) {
+			w := runs.LoggedWrite{Write: runs.Write{TenantID: tenantID, RunID: runID}}
+			var state string
+			var resolved, deadline, decidedAt *time.Time
+			var decision, reason, actor *string
+			err := r.Scan(&w.Key, &w.TaskID, &w.Attempt, &w.Iteration, &w.Index, &w.Server, &w.Tool, &w.ArgsDigest,
+				&state, &w.Error, &w.ResultBytes, &w.CreatedAt, &resolved, &w.CallID, &w.Preview, &deadline,
+				&decision, &reason, &actor, &decidedAt)
+			w.State = runs.WriteState(state)
+			if resolved != nil {
+				w.ResolvedAt = *resolved
+			}
+			if deadline != nil {
+				w.ApprovalDeadline = *deadline
+			}
+			if decision != nil {
+				w.Decision = &runs.Decision{CallID: w.CallID, RunID: runID, TaskID: w.TaskID, Tool: w.Tool,
+					Approved: *decision == "approved", Reason: deref(reason), Actor: deref(actor), State: w.State}
+				if decidedAt != nil {
+					w.Decision.DecidedAt = *decidedAt
+				}
+			}
+			return w, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the tool writes of run %s: %w", runID, err)
+	}
+	return out, nil
 }

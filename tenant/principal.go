@@ -12,9 +12,9 @@ type Scope string
 // approve; an admin key holds admin only.
 const (
 	ScopeRun    Scope = "run"    // StartRun, Run
-	ScopeRead   Scope = "read"   // GetRun, WatchRun, ListRuns
+	ScopeRead   Scope = "read"   // GetRun, WatchRun, ListRuns, ListToolCalls
 	ScopeCancel Scope = "cancel" // CancelRun
-	ScopeAudit  Scope = "audit"  // read the tenant's spend through the API
+	ScopeAudit  Scope = "audit"  // GetSpend: the tenant's spend in money
 	// ScopeApprove: ListApprovals, ApproveToolCall, DenyToolCall.
 	ScopeApprove Scope = "approve"
 	ScopeAdmin   Scope = "admin" // manage tenants and keys (global)

@@ -54,6 +54,8 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	var dataDir, spec, pgBinDir string
 	var workers int
 	var demo bool
+	var httpListen string
+	f.StringVar(&httpListen, "http-listen", "127.0.0.1:8080", "address of the HTTP/JSON API and the web console (empty: off)")
 	f.StringVar(&dataDir, "data-dir", ".fanout", "where the private PostgreSQL keeps its data (reused between runs)")
 	f.IntVar(&workers, "worker-count", 3, "worker processes' worth of subagent servers to start")
 	f.BoolVar(&demo, "demo", false, "submit --spec, show its progress, result and audit, then exit")
@@ -125,6 +127,9 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		ToolPolicy: policy,
 		Auth:       node.CallerAuth{None: true}, Engine: orchestrator.Config{MaxRunTokens: defaultMaxRunTokens},
 		AdminDatabaseURL: adminURL}}
+	if httpListen != "" && !demo {
+		cfg.Orchestrator.HTTP = node.HTTPConfig{Listen: httpListen, Console: consoleHandler()}
+	}
 	for i := range workers {
 		wc := node.WorkerConfig{Listen: "127.0.0.1:0", Trust: workerTrust, Sim: sim.config(), MCP: mcpCfg,
 			ModelsFunc: prov.modelsFunc(env), Server: subagent.ServerConfig{Name: fmt.Sprintf("worker-%d", i+1)}}
@@ -148,6 +153,10 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(env.Stdout, "fanout dev:           psql %q   (auditors: fanout_auditor)\n", auditURL)
 	fmt.Fprintf(env.Stdout, "fanout dev: workers trust only the orchestrator: mutual TLS and signed dispatches, credentials in %s\n",
 		filepath.Dir(peerFiles.CA))
+	if addr := orch.HTTPAddr(); addr != "" {
+		fmt.Fprintf(env.Stdout, "fanout dev: web console %s/console/   HTTP/JSON API %s (authentication is off: any key or none)\n",
+			httpURL(addr, false), httpURL(addr, false))
+	}
 	if !demo {
 		fmt.Fprintf(env.Stdout, "fanout dev: ready. Try: fanout run -f examples/research.json --addr %s   (Ctrl-C to stop)\n", orch.Addr())
 		return p.wait(ctx)

@@ -289,6 +289,7 @@ type call struct {
 // orchestratorProc is `fanout orchestrator` run by Main in this process.
 type orchestratorProc struct {
 	addr   string
+	http   string // the HTTP listener's base URL ("" when off)
 	logs   *logTail
 	cancel context.CancelFunc
 	done   chan int // Main's exit code
@@ -339,7 +340,21 @@ func startOrchestratorMain(t testing.TB, databaseURL string, workers []*workerPr
 		t.Fatalf("orchestrator did not serve within 30s:\n%s", o.logs)
 	}
 	o.client = dial(t, o.addr)
+	o.http = logAttr(o.logs.all(), "orchestrator serving", "http")
 	return o
+}
+
+// logAttr is the string attribute attr of the first JSON log line in logs
+// whose msg is msg ("" if none).
+func logAttr(logs, msg, attr string) string {
+	for line := range strings.Lines(logs) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			v, _ := rec[attr].(string)
+			return v
+		}
+	}
+	return ""
 }
 
 // orchestratorArgs is the command line of `fanout orchestrator` on a

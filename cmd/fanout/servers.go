@@ -226,6 +226,9 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 	if oc.Auth, err = c.cf.config(); err != nil {
 		return err
 	}
+	if oc.HTTP, err = c.cf.http(); err != nil {
+		return err
+	}
 	if oc.MCPTools, oc.ToolPolicy, err = c.tf.toolNames(); err != nil {
 		return err
 	}
@@ -240,7 +243,14 @@ func cmdOrchestrator(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer p.stop()
-	p.log.Info("orchestrator serving", "addr", p.Orchestrator().Addr(), "workers", oc.Workers)
+	attrs := []any{"addr", p.Orchestrator().Addr(), "workers", oc.Workers}
+	if addr := p.Orchestrator().HTTPAddr(); addr != "" {
+		attrs = append(attrs, "http", httpURL(addr, oc.Auth.TLS != nil))
+		if oc.HTTP.Console != nil {
+			attrs = append(attrs, "console", httpURL(addr, oc.Auth.TLS != nil)+"/console/")
+		}
+	}
+	p.log.Info("orchestrator serving", attrs...)
 	return p.wait(ctx)
 }
 

@@ -1,0 +1,336 @@
+package node
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"connectrpc.com/vanguard"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fanout/fanout/auth"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// HTTPConfig configures an orchestrator's HTTP listener: the same API as
+// its gRPC listener (OrchestratorService and AdminService, never
+// SubagentService) in the Connect protocol (JSON or binary, HTTP/1.1 and
+// HTTP/2, server streaming for Run and WatchRun), gRPC-Web, and REST paths
+// from the protos' google.api.http annotations, with the same
+// authentication, scopes, tenant rules and limits; and, if set, the web
+// console.
+type HTTPConfig struct {
+	// Listen is the address (HOST:PORT) to serve HTTP on; empty: off.
+	Listen string
+	// Console, when set, is served at /console/ (and / redirects there).
+	Console http.Handler
+	// InsecurePlaintext allows plaintext HTTP on an address beyond loopback
+	// (--http-insecure: a proxy in the same pod or host ends TLS). Without
+	// it such an address needs the caller-facing TLS (CallerAuth.TLS).
+	InsecurePlaintext bool
+}
+
+// The HTTP listener's bounds. ReadHeaderTimeout and MaxHeaderBytes hold a
+// connection that never finishes its headers; IdleTimeout closes a kept-
+// alive connection with no request; the HTTP/2 pings drop a peer that
+// vanished, as the gRPC keepalive does. There is no whole-request timeout:
+// WatchRun streams for as long as the run lasts. A request's body is bounded
+// by httpBodyLimit, and one read before its key is verified by the
+// --unauthenticated-read-timeout, as on gRPC.
+const (
+	httpReadHeaderTimeout = 10 * time.Second
+	httpIdleTimeout       = 2 * time.Minute
+	// httpMaxGetURLBytes bounds a Connect GET's URL (its message).
+	httpMaxGetURLBytes = 16 << 10
+)
+
+// httpLimits are the timeouts of an HTTP listener: the constants above,
+// which only tests shorten (SetHTTPTimeouts).
+type httpLimits struct {
+	readHeader, idle time.Duration
+}
+
+var defaultHTTPLimits = httpLimits{readHeader: httpReadHeaderTimeout, idle: httpIdleTimeout}
+
+// httpBodyLimit is the most bytes a request's body may have on a listener
+// whose gRPC receive limit is recvLimit: JSON takes more bytes than the
+// binary encoding (field names, escapes, base64), twice is ample; more is
+// refused before it is read whole.
+func httpBodyLimit(recvLimit int) int64 { return 2*int64(recvLimit) + 64 }
+
+// contentSecurityPolicy is every HTTP response's: the console's script,
+// style and API calls come from its own origin, nothing inline, no frames.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// httpServer is an orchestrator's HTTP listener.
+type httpServer struct {
+	srv    *http.Server
+	lis    net.Listener
+	tls    bool
+	served chan struct{}
+}
+
+// listenHTTP opens the HTTP listener cfg describes in front of grpcSrv (the
+// caller-facing gRPC server, whose interceptors authenticate and limit
+// every call): keys, when not nil, authenticates callers before their
+// bodies are read, against adm, as the gRPC tap does.
+func listenHTTP(cfg HTTPConfig, ca CallerAuth, grpcSrv *grpc.Server, keys *auth.Authenticator, adm callerAdmission,
+	recvLimit int, limits httpLimits, log *slog.Logger) (*httpServer, error) {
+	if ca.TLS == nil && !IsLoopback(cfg.Listen) && !cfg.InsecurePlaintext {
+		return nil, fmt.Errorf("orchestrator: refusing to serve HTTP on %s in plaintext: give it TLS (--tls-cert, --tls-key), "+
+			"listen on loopback, or pass --http-insecure when a proxy on this host ends TLS", cfg.Listen)
+	}
+	api, err := transcoder(grpcSrv, recvLimit)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", &httpAdmission{next: api, keys: keys, adm: adm, bodyLimit: httpBodyLimit(recvLimit)})
+	if cfg.Console != nil {
+		mux.Handle("/console/", cfg.Console)
+		mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: HTTP: listen on %s: %w", cfg.Listen, err)
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	if ca.TLS == nil {
+		protocols.SetUnencryptedHTTP2(true) // h2c prior knowledge: gRPC-Web and Connect clients on loopback
+	}
+	srv := &http.Server{
+		Handler:           securityHeaders(mux, ca.TLS != nil),
+		ReadHeaderTimeout: limits.readHeader,
+		IdleTimeout:       limits.idle,
+		MaxHeaderBytes:    maxHTTPHeaderBytes,
+		Protocols:         &protocols,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: StreamsPerConn,
+			SendPingTimeout: keepaliveTime, PingTimeout: keepaliveTimeout},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	if ca.TLS != nil {
+		srv.TLSConfig = ca.TLS.Clone()
+	}
+	return &httpServer{srv: srv, lis: lis, tls: ca.TLS != nil, served: make(chan struct{})}, nil
+}
+
+// maxHTTPHeaderBytes bounds a request's headers as the gRPC listener's
+// (orchestrator.MaxHeaderBytes, 64 KiB).
+const maxHTTPHeaderBytes = 64 << 10
+
+// transcoder is the HTTP face of grpcSrv's OrchestratorService and
+// AdminService (and of nothing else it serves): vanguard turns Connect,
+// gRPC-Web and REST calls into gRPC calls of grpcSrv.ServeHTTP, so every
+// interceptor (authentication, scopes, --max-streams, tenant quotas) and
+// the receive limit apply as on the gRPC listener.
+func transcoder(grpcSrv *grpc.Server, recvLimit int) (http.Handler, error) {
+	opts := []vanguard.ServiceOption{
+		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
+		vanguard.WithTargetCodecs(vanguard.CodecProto),
+		vanguard.WithMaxMessageBufferBytes(uint32(min(httpBodyLimit(recvLimit), 1<<31))), //nolint:gosec // clamped
+		vanguard.WithMaxGetURLBytes(httpMaxGetURLBytes),
+	}
+	services := []*vanguard.Service{
+		vanguard.NewService(fanoutv1.OrchestratorService_ServiceDesc.ServiceName, grpcSrv, opts...),
+		vanguard.NewService(fanoutv1.AdminService_ServiceDesc.ServiceName, grpcSrv, opts...),
+	}
+	t, err := vanguard.NewTranscoder(services, vanguard.WithUnknownHandler(http.HandlerFunc(notFound)))
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: HTTP transcoder: %w", err)
+	}
+	return t, nil
+}
+
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeStatus(w, r, status.Newf(codes.NotFound, "%s %s: no such method or path", r.Method, r.URL.Path))
+}
+
+// httpAdmission is the HTTP listener's tap: what the gRPC listener's tap
+// (callerTap) does before a body is read, on HTTP. A cross-origin browser
+// request is refused (no CORS); with API keys, a request without a
+// credential is refused UNAUTHENTICATED, and one with a credential is
+// admitted against the tenant's quota or the unauthenticated budget; then
+// its body is bounded.
+type httpAdmission struct {
+	next      http.Handler
+	keys      *auth.Authenticator // nil: --auth none
+	adm       callerAdmission
+	bodyLimit int64
+}
+
+func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r) {
+		writeStatus(w, r, status.Newf(codes.PermissionDenied,
+			"cross-origin requests are not served (no CORS): call from the server's own origin or from a backend"))
+		return
+	}
+	ctx := r.Context()
+	if h.keys != nil {
+		class, who := h.keys.TapCredential(r.Header.Values("Authorization"))
+		rc := http.NewResponseController(w)
+		admitted, err := h.adm.admit(ctx, class, who, func() {
+			// The body is not read further: a stalled one ends now.
+			_ = rc.SetReadDeadline(time.Now())
+		})
+		if err != nil {
+			writeStatus(w, r, status.Convert(err))
+			return
+		}
+		ctx = admitted
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, h.bodyLimit)
+	h.next.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// sameOrigin reports whether a browser's Origin header names the origin r
+// was sent to.
+func sameOrigin(origin string, r *http.Request) bool {
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return u.Scheme == scheme && u.Host == r.Host
+}
+
+// securityHeaders sets every response's security headers: the
+// Content-Security-Policy, no sniffing, no framing, no referrer, and no
+// caching of API answers (the console's assets set their own).
+func securityHeaders(next http.Handler, tls bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		if tls {
+			h.Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeStatus answers r with st in the protocol r speaks: a gRPC-Web
+// request gets a trailers-only response (grpc-status in the headers), any
+// other a Connect error (JSON, with the status's details) under the HTTP
+// status of its code.
+func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
+	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/grpc-web") {
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("Grpc-Status", fmt.Sprint(int(st.Code())))
+		w.Header().Set("Grpc-Message", url.PathEscape(st.Message()))
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	type detail struct {
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	}
+	body := struct {
+		Code    string   `json:"code"`
+		Message string   `json:"message,omitempty"`
+		Details []detail `json:"details,omitempty"`
+	}{Code: connectCode(st.Code()), Message: st.Message()}
+	for _, d := range st.Proto().GetDetails() {
+		body.Details = append(body.Details, detail{Type: strings.TrimPrefix(d.GetTypeUrl(), "type.googleapis.com/"),
+			Value: base64.RawStdEncoding.EncodeToString(d.GetValue())})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpStatus(st.Code()))
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// connectCode is code's name in the Connect protocol.
+func connectCode(c codes.Code) string {
+	if c == codes.Canceled {
+		return "canceled"
+	}
+	var b strings.Builder
+	for i, r := range c.String() { // "ResourceExhausted" → "resource_exhausted"
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// httpStatus is the HTTP status the Connect protocol gives code.
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.Canceled:
+		return 499
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	}
+	return http.StatusInternalServerError
+}
+
+// addr is the address the HTTP listener listens on.
+func (h *httpServer) addr() string { return h.lis.Addr().String() }
+
+// serve serves in a goroutine; a failure goes to exited.
+func (h *httpServer) serve(exited chan<- error) {
+	go func() {
+		defer close(h.served)
+		var err error
+		if h.tls {
+			err = h.srv.ServeTLS(h.lis, "", "")
+		} else {
+			err = h.srv.Serve(h.lis)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case exited <- fmt.Errorf("HTTP: %w", err):
+			default:
+			}
+		}
+	}()
+}
+
+// stop stops accepting, waits for the calls in flight until ctx ends, then
+// closes what is left.
+func (h *httpServer) stop(ctx context.Context) {
+	if err := h.srv.Shutdown(ctx); err != nil {
+		_ = h.srv.Close()
+	}
+	<-h.served
+}

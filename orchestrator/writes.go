@@ -1,0 +1,78 @@
+package orchestrator
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+)
+
+// ListToolCalls implements fanoutv1.OrchestratorServiceServer: the writes
+// of one of the caller's tenant's runs, with the decisions on them. A run
+// of another tenant (or none) is NOT_FOUND, as for GetRun.
+func (s *Server) ListToolCalls(ctx context.Context, req *fanoutv1.ListToolCallsRequest) (*fanoutv1.ListToolCallsResponse, error) {
+	var v validator
+	v.text("", req.ProtoReflect())
+	requireRunID(&v, req.GetRunId())
+	size := pageSize(&v, req.GetPageSize(), defaultApprovalsPage, maxApprovalsPage)
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	tenantID, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
+	tok := decodeCallsToken(&v, "ListToolCalls", req.GetPageToken(), tenantID, req.GetRunId())
+	if err := v.err(); err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if s.e.appr == nil {
+		return nil, status.Error(codes.Unimplemented, "this orchestrator has no tool call store")
+	}
+	found, err := s.e.appr.RunWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	if len(found) == 0 && req.GetPageToken() == "" {
+		// No writes, or no such run of the tenant: only the run says which.
+		if _, err := s.e.Get(ctx, tenantID, req.GetRunId()); err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+	}
+	resp := &fanoutv1.ListToolCallsResponse{}
+	for i, w := range found {
+		if i == size {
+			last := found[i-1]
+			resp.NextPageToken = callsToken{Tenant: tenantID, RunID: req.GetRunId(), Created: last.CreatedAt, CallID: last.CallID}.encode()
+			break
+		}
+		resp.Calls = append(resp.Calls, toolCallProto(w))
+	}
+	return resp, nil
+}
+
+func toolCallProto(w runs.LoggedWrite) *fanoutv1.ToolCall {
+	c := &fanoutv1.ToolCall{CallId: w.CallID, TaskId: w.TaskID, Attempt: int32(min(w.Attempt, 1<<30)), //nolint:gosec // clamped
+		Iteration: int32(min(w.Iteration, 1<<30)), CallIndex: int32(min(w.Index, 1<<30)), //nolint:gosec // clamped
+		Server: w.Server, Tool: w.Tool, State: string(w.State), Error: w.Error, Preview: w.Preview,
+		ResultBytes: w.ResultBytes, CreatedAt: timestamppb.New(w.CreatedAt),
+		ResolvedAt: optionalTime(w.ResolvedAt), ApprovalDeadline: optionalTime(w.ApprovalDeadline)}
+	if d := w.Decision; d != nil {
+		c.Decision = &fanoutv1.ToolCallDecision{CallId: d.CallID, RunId: d.RunID, TaskId: d.TaskID, Tool: d.Tool,
+			Approved: d.Approved, Reason: d.Reason, Actor: d.Actor, DecidedAt: timestamppb.New(d.DecidedAt)}
+	}
+	return c
+}
+
+// optionalTime is t as a timestamp, nil for the zero time (not set).
+func optionalTime(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}

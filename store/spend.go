@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fanout/fanout/runs"
+)
+
+// Spending reads a tenant's spend in money for the API (GetSpend): the
+// tenant_spend_money_daily and run_spend_money views, which price every
+// settled and expired ledger entry at its model's price of the day.
+type Spending struct {
+	db
+}
+
+// NewSpending returns the spend reader on pool (the API's pool).
+func NewSpending(pool *pgxpool.Pool, log *slog.Logger) *Spending {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Spending{db: newDB(pool, log)}
+}
+
+// The bounds of a spend report.
+const (
+	// MaxSpendDays is the longest range of days one report covers.
+	MaxSpendDays = 366
+	// MaxSpendRuns is the most runs one report names.
+	MaxSpendRuns = 200
+)
+
+// Report returns tenantID's spend per UTC day from fromDay to toDay
+// (YYYY-MM-DD, inclusive; "" to: today by the database's clock; "" from:
+// 30 days before to), and the spend of runIDs (at most MaxSpendRuns) of
+// that tenant: another tenant's run has none. A range it refuses (from
+// after to, longer than MaxSpendDays, as the database resolves the
+// defaults) or too many runs is a *runs.SpendRangeError.
+func (s *Spending) Report(ctx context.Context, tenantID, fromDay, toDay string, runIDs []string) (runs.SpendReport, error) {
+	if tenantID == "" {
+		return runs.SpendReport{}, errors.New("spend report: tenant id is empty")
+	}
+	if len(runIDs) > MaxSpendRuns {
+		return runs.SpendReport{}, &runs.SpendRangeError{Field: "run_ids", Why: fmt.Sprintf("at most %d runs, got %d", MaxSpendRuns, len(runIDs))}
+	}
+	var rep runs.SpendReport
+	err := retried(ctx, s.log, "spend.report", idempotent, func(ctx context.Context, _ try) error {
+		rep = runs.SpendReport{}
+		var from, to string
+		var days int
+		// Days are resolved by the database: its clock, its calendar.
+		err := s.pool.QueryRow(ctx, `
+			WITH r AS (SELECT coalesce(nullif($2, '')::date, (now() AT TIME ZONE 'UTC')::date) AS t)
+			SELECT coalesce(nullif($1, '')::date, t - 30)::text, t::text, t - coalesce(nullif($1, '')::date, t - 30)
+			  FROM r`, fromDay, toDay).Scan(&from, &to, &days)
+		if err != nil {
+			return err
+		}
+		if days < 0 {
+			return &runs.SpendRangeError{Field: "from_day", Why: fmt.Sprintf("%s is after to_day %s", from, to)}
+		} else if days >= MaxSpendDays {
+			return &runs.SpendRangeError{Field: "from_day", Why: fmt.Sprintf("the range is %d days; at most %d", days+1, MaxSpendDays)}
+		}
+		rep.FromDay, rep.ToDay = from, to
+		rows, err := s.pool.Query(ctx, `
+			SELECT day::text, coalesce(currency, ''), cost::text, reported_cost::text, worst_case_cost::text,
+			       priced_tokens, worst_case_tokens, unpriced_tokens, runs
+			  FROM tenant_spend_money_daily
+			 WHERE tenant_id = $1 AND day BETWEEN $2::date AND $3::date
+			 ORDER BY day, currency NULLS FIRST`, tenantID, from, to)
+		if err != nil {
+			return err
+		}
+		rep.Days, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (runs.DaySpend, error) {
+			var d runs.DaySpend
+			err := r.Scan(&d.Day, &d.Currency, &d.Cost, &d.ReportedCost, &d.WorstCaseCost,
+				&d.PricedTokens, &d.WorstCaseTokens, &d.UnpricedTokens, &d.Runs)
+			return d, err
+		})
+		if err != nil || len(runIDs) == 0 {
+			return err
+		}
+		rows, err = s.pool.Query(ctx, `
+			SELECT run_id, coalesce(currency, ''), cost::text, reported_cost::text, worst_case_cost::text,
+			       priced_tokens, worst_case_tokens, unpriced_tokens
+			  FROM run_spend_money
+			 WHERE tenant_id = $1 AND run_id = ANY($2::text[])
+			 ORDER BY run_id, currency NULLS FIRST`, tenantID, runIDs)
+		if err != nil {
+			return err
+		}
+		rep.Runs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (runs.RunSpend, error) {
+			var d runs.RunSpend
+			err := r.Scan(&d.RunID, &d.Currency, &d.Cost, &d.ReportedCost, &d.WorstCaseCost,
+				&d.PricedTokens, &d.WorstCaseTokens, &d.UnpricedTokens)
+			return d, err
+		})
+		return err
+	})
+	if err != nil {
+		if _, ok := errors.AsType[*runs.SpendRangeError](err); ok {
+			return runs.SpendReport{}, err
+		}
+		return runs.SpendReport{}, fmt.Errorf("spend report of tenant %s: %w", tenantID, err)
+	}
+	return rep, nil
+}
