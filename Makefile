@@ -12,8 +12,12 @@ GOLANGCI_LINT := .tmp/bin/golangci-lint
 # LangGraph.js for bench-compare (and its smoke run in test), pinned by
 # bench/langgraph/package-lock.json; npm ci again when the lock changes.
 LANGGRAPH_DIR := bench/langgraph
+# The web console's frontend (console/README.md), pinned by
+# console/web/package-lock.json; npm ci again when the lock changes. Its
+# build, console/dist, is committed: go build never needs Node.
+CONSOLE_DIR := console/web
 
-.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test k8s-e2e
+.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test k8s-e2e console
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -74,6 +78,21 @@ generate: ## Regenerate the protobuf Go code and the store's query code (pinned 
 verify: generate lint ## Check that generated code is current and everything lints
 	@git diff --exit-code -- proto store/internal/dbsqlc || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto store/internal/dbsqlc)" || { git status --short -- proto store/internal/dbsqlc; echo "generated files are not committed: run make generate and commit"; exit 1; }
+	@$(MAKE) console
+	@git diff --exit-code -- console/dist $(CONSOLE_DIR)/src/gen || { echo "the console's build is stale: run make console and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- console/dist $(CONSOLE_DIR)/src/gen)" || { git status --short -- console/dist $(CONSOLE_DIR)/src/gen; echo "the console's build is not committed: run make console and commit"; exit 1; }
+
+console: $(CONSOLE_DIR)/node_modules/.package-lock.json | .tmp/bin/buf ## Build the web console into console/dist (committed): TypeScript from the protos (protoc-gen-es), type check, bundle (esbuild-wasm)
+	cd $(CONSOLE_DIR) && npm run --silent generate && npm run --silent typecheck && npm run --silent build
+
+$(CONSOLE_DIR)/node_modules/.package-lock.json: $(CONSOLE_DIR)/package.json $(CONSOLE_DIR)/package-lock.json
+	cd $(CONSOLE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+
+# buf for make console when make generate or lint has not installed it yet:
+# the version scripts/generate.sh pins, with the stamp it checks.
+.tmp/bin/buf:
+	@mkdir -p .tmp/bin
+	v=$$(sed -n 's/^BUF_VERSION=//p' scripts/generate.sh) && GOBIN=$(CURDIR)/.tmp/bin $(GO) install github.com/bufbuild/buf/cmd/buf@$$v && echo "$$v" >.tmp/bin/.buf.version
 
 bench: ## Benchmarks: ledger hot account vs raw SQL, cancellation latency, fan-out overhead
 	@scripts/ensure-postgres.sh
