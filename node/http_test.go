@@ -324,4 +324,3 @@ func TestHTTPNeedsTLSBeyondLoopback(t *testing.T) {
 		t.Fatal("no HTTP listener with InsecurePlaintext")
 	}
 }
-

@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -99,10 +99,12 @@ func (s *connectStream[Res]) Recv() (*Res, error) {
 	return nil, io.EOF
 }
 
-func (s *connectStream[Res]) Context() context.Context     { return s.ctx }
-func (s *connectStream[Res]) Header() (metadata.MD, error) { return metadata.MD(s.st.ResponseHeader()), nil }
-func (s *connectStream[Res]) Trailer() metadata.MD         { return metadata.MD(s.st.ResponseTrailer()) }
-func (s *connectStream[Res]) CloseSend() error             { return nil }
+func (s *connectStream[Res]) Context() context.Context { return s.ctx }
+func (s *connectStream[Res]) Header() (metadata.MD, error) {
+	return metadata.MD(s.st.ResponseHeader()), nil
+}
+func (s *connectStream[Res]) Trailer() metadata.MD { return metadata.MD(s.st.ResponseTrailer()) }
+func (s *connectStream[Res]) CloseSend() error     { return nil }
 
 func (c *connectClient) Run(ctx context.Context, in *fanoutv1.RunRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[fanoutv1.RunResponse], error) {
 	return serverStream[fanoutv1.RunRequest, fanoutv1.RunResponse](ctx, c, fanoutv1.OrchestratorService_Run_FullMethodName, in)
@@ -147,5 +149,3 @@ func (c *connectClient) ListToolCalls(ctx context.Context, in *fanoutv1.ListTool
 func (c *connectClient) GetSpend(ctx context.Context, in *fanoutv1.GetSpendRequest, _ ...grpc.CallOption) (*fanoutv1.GetSpendResponse, error) {
 	return unary[fanoutv1.GetSpendRequest, fanoutv1.GetSpendResponse](ctx, c, fanoutv1.OrchestratorService_GetSpend_FullMethodName, in)
 }
-
-
