@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// curl is what a caller with only curl sends: method, URL, a JSON body
+// ("" for none) and a bearer key. It returns the status and the body.
+func curl(t *testing.T, method, url, key, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(out)
+}
+
+// watchHTTP streams a run's events after after with the Connect protocol's
+// server streaming over HTTP/1.1 (an enveloped JSON request, as the README's
+// curl sends it) until the stream ends or stop says so; it returns the
+// events and the end-of-stream message.
+func watchHTTP(t *testing.T, base, key, runID string, after int64, stop func(*fanoutv1.RunEvent) bool) ([]*fanoutv1.RunEvent, string) {
+	t.Helper()
+	msg := fmt.Sprintf(`{"runId":%q,"afterSequence":%d}`, runID, after)
+	var env bytes.Buffer
+	env.WriteByte(0)
+	_ = binary.Write(&env, binary.BigEndian, uint32(len(msg)))
+	env.WriteString(msg)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/fanout.v1.OrchestratorService/WatchRun", &env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		out, _ := io.ReadAll(resp.Body)
+		t.Fatalf("WatchRun over HTTP: %d %s", resp.StatusCode, out)
+	}
+	r := bufio.NewReader(resp.Body)
+	var events []*fanoutv1.RunEvent
+	for {
+		var head [5]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			t.Fatalf("WatchRun over HTTP: the stream broke after %d events: %v", len(events), err)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(head[1:]))
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Fatal(err)
+		}
+		if head[0]&2 != 0 { // end of stream: {} or {"error":...}
+			return events, strings.TrimSpace(string(body))
+		}
+		var w fanoutv1.WatchRunResponse
+		if err := protojson.Unmarshal(body, &w); err != nil {
+			t.Fatalf("WatchRun message %q: %v", body, err)
+		}
+		events = append(events, w.GetEvent())
+		if stop != nil && stop(w.GetEvent()) {
+			return events, ""
+		}
+	}
+}
+
+// TestHTTPForACallerWithOnlyCurl (issue 29): with a key and plain HTTP
+// requests (the README's curl examples), a caller starts a run (REST POST
+// /v1/runs), lists it, gets it, watches it streamed (Connect) until its
+// budget runs out, resumes the watch from a sequence with no gap and no
+// duplicate, reads its tool writes and its spend in money (audit scope),
+// and cancels a second run; bad input is 400 naming the field, with nothing
+// written; a missing key is 401 and a missing scope 403.
+func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
+	t.Parallel()
+	c := startWorkers(t, [][]string{{"--sim-latency", "20ms"}})
+	o := startOrchestratorMain(t, c.url, c.workers, "--auth", "keys", "--http-listen", "127.0.0.1:0")
+	owner := c.url
+	admin(t, owner, "tenant", "create", "acme")
+	key := newKey(t, owner, "--tenant", "acme", "--scopes", "run,read,cancel,audit")
+	reader := newKey(t, owner, "--tenant", "acme", "--scopes", "read")
+	// A price for the sim model, so that spend has a cost.
+	if _, err := c.pool.Exec(t.Context(), `SELECT price_set('role:' || current_user, 'sim', now() - interval '1 day', 3, 15, 'USD', 'test price')`); err != nil {
+		t.Fatal(err)
+	}
+	base := o.http
+	spec := e2eSpec("curl-1", 6, 6_000)
+	spec.TenantId = "acme"
+	specJSON, err := protojson.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Start (REST: the body is the RunSpec).
+	code, out := curl(t, "POST", base+"/v1/runs", key, string(specJSON))
+	var started struct{ RunID string }
+	if code != http.StatusOK || json.Unmarshal([]byte(strings.Replace(out, "runId", "RunID", 1)), &started) != nil || started.RunID == "" {
+		t.Fatalf("POST /v1/runs: %d %s", code, out)
+	}
+	runID := started.RunID
+
+	// Watch until the end: the run meets its budget.
+	events, end := watchHTTP(t, base, key, runID, 0, nil)
+	if end != "{}" {
+		t.Errorf("WatchRun over HTTP ended with %s; want {} (OK)", end)
+	}
+	last := events[len(events)-1]
+	if last.GetRunFinished() == nil || last.GetRunFinished().GetState() != fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+		t.Fatalf("last event over HTTP: %v; want RunFinished BUDGET_EXHAUSTED", last)
+	}
+	for i, e := range events {
+		if e.GetSequence() != int64(i+1) {
+			t.Fatalf("event %d has sequence %d: a gap or a duplicate", i, e.GetSequence())
+		}
+	}
+	// Resume from the middle: exactly the rest.
+	mid := int64(len(events) / 2)
+	rest, _ := watchHTTP(t, base, key, runID, mid, nil)
+	if len(rest) != len(events)-int(mid) || rest[0].GetSequence() != mid+1 {
+		t.Errorf("WatchRun after_sequence %d: %d events from %d; want %d from %d", mid, len(rest), rest[0].GetSequence(),
+			len(events)-int(mid), mid+1)
+	}
+
+	// Get and list (REST).
+	code, out = curl(t, "GET", base+"/v1/runs/"+runID, reader, "")
+	if code != http.StatusOK || !strings.Contains(out, `"state":"RUN_STATE_BUDGET_EXHAUSTED"`) && !strings.Contains(out, `"state": "RUN_STATE_BUDGET_EXHAUSTED"`) {
+		t.Errorf("GET /v1/runs/%s: %d %.300s", runID, code, out)
+	}
+	code, out = curl(t, "GET", base+"/v1/runs?pageSize=10", reader, "")
+	if code != http.StatusOK || !strings.Contains(out, runID) {
+		t.Errorf("GET /v1/runs: %d %.300s", code, out)
+	}
+	code, out = curl(t, "GET", base+"/v1/runs/"+runID+"/tool-calls", reader, "")
+	if code != http.StatusOK || !strings.Contains(out, `"calls"`) {
+		t.Errorf("GET /v1/runs/%s/tool-calls: %d %.300s", runID, code, out)
+	}
+	// Spend in money: audit scope; the reader has none.
+	code, out = curl(t, "GET", base+"/v1/spend?runIds="+runID, key, "")
+	var spend fanoutv1.GetSpendResponse
+	if code != http.StatusOK || protojson.Unmarshal([]byte(out), &spend) != nil {
+		t.Fatalf("GET /v1/spend: %d %s", code, out)
+	}
+	if len(spend.GetDays()) != 1 || spend.GetDays()[0].GetSpend().GetCurrency() != "USD" || spend.GetDays()[0].GetSpend().GetCost() == "0" ||
+		len(spend.GetRuns()) != 1 || spend.GetRuns()[0].GetRunId() != runID {
+		t.Errorf("GET /v1/spend: %s; want today's USD cost and the run's", out)
+	}
+	if code, out = curl(t, "GET", base+"/v1/spend", reader, ""); code != http.StatusForbidden {
+		t.Errorf("GET /v1/spend with a read-only key: %d %s; want 403", code, out)
+	}
+
+	// Cancel a second run (REST custom verb); it ends CANCELLED.
+	spec2 := e2eSpec("curl-2", 2, 1_000_000)
+	spec2.TenantId = "acme"
+	long, _ := protojson.Marshal(spec2)
+	code, out = curl(t, "POST", base+"/v1/runs", key, string(long))
+	if code != http.StatusOK {
+		t.Fatalf("POST /v1/runs: %d %s", code, out)
+	}
+	var s2 fanoutv1.StartRunResponse
+	if err := protojson.Unmarshal([]byte(out), &s2); err != nil {
+		t.Fatal(err)
+	}
+	code, out = curl(t, "POST", base+"/v1/runs/"+s2.GetRunId()+":cancel", key, `{"reason":"from curl"}`)
+	if code != http.StatusOK {
+		t.Errorf("POST /v1/runs/%s:cancel: %d %.300s", s2.GetRunId(), code, out)
+	}
+	events, _ = watchHTTP(t, base, key, s2.GetRunId(), 0, nil)
+	if f := events[len(events)-1].GetRunFinished(); f.GetState() != fanoutv1.RunState_RUN_STATE_CANCELLED {
+		t.Errorf("the cancelled run finished %v; want CANCELLED", f)
+	}
+	if code, out = curl(t, "GET", base+"/v1/runs/"+s2.GetRunId(), key, ""); !strings.Contains(out, "cancelled by caller: from curl") {
+		t.Errorf("GET the cancelled run: %d %.300s; want its cause", code, out)
+	}
+
+	// Bad input, no key, no scope: nothing written.
+	var before int
+	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM run`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range []struct {
+		name, method, path, key, body string
+		code                          int
+		want                          string
+	}{
+		{"no tasks", "POST", "/v1/runs", key, `{"idempotencyKey":"bad","goal":"g","budget":{"limitTokens":"100"}}`, 400, "spec.tasks"},
+		{"negative page size", "GET", "/v1/runs?pageSize=-1", key, "", 400, "page_size"},
+		{"malformed day", "GET", "/v1/spend?fromDay=yesterday", key, "", 400, "from_day"},
+		{"unknown field", "POST", "/v1/runs", key, `{"nope":1}`, 400, ""},
+		{"no key", "POST", "/v1/runs", "", string(specJSON), 401, "unauthenticated"},
+		{"no run scope", "POST", "/v1/runs", reader, string(specJSON), 403, "scope"},
+		// REST answers errors as google.rpc.Status JSON (numeric codes).
+		{"an unknown run id", "GET", "/v1/runs/00000000-0000-0000-0000-000000000000", key, "", 404, "run not found"},
+	} {
+		code, out := curl(t, cs.method, base+cs.path, cs.key, cs.body)
+		if code != cs.code || !strings.Contains(out, cs.want) {
+			t.Errorf("%s (%s %s): %d %.300s; want %d naming %q", cs.name, cs.method, cs.path, code, out, cs.code, cs.want)
+		}
+	}
+	var after int
+	if err := c.pool.QueryRow(t.Context(), `SELECT count(*) FROM run`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("refused calls wrote %d runs", after-before)
+	}
+}
