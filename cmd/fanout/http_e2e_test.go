@@ -186,6 +186,26 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 	if code, out = curl(t, "GET", base+"/v1/spend", reader, ""); code != http.StatusForbidden {
 		t.Errorf("GET /v1/spend with a read-only key: %d %s; want 403", code, out)
 	}
+	// The CLI shows the same, from the same RPCs.
+	cli := func(args ...string) string {
+		var stdout, stderr bytes.Buffer
+		env := func(k string) string {
+			if k == "FANOUT_API_KEY" {
+				return key
+			}
+			return ""
+		}
+		if code := Main(t.Context(), append(args, "--addr", o.addr), &stdout, &stderr, env); code != 0 {
+			t.Fatalf("fanout %s: exit %d: %s", strings.Join(args, " "), code, stderr.String())
+		}
+		return stdout.String()
+	}
+	if got := cli("spend", "--run", runID); !strings.Contains(got, "USD") || !strings.Contains(got, spend.GetDays()[0].GetSpend().GetCost()) {
+		t.Errorf("fanout spend:\n%s\nwant the cost GetSpend gave (%s USD)", got, spend.GetDays()[0].GetSpend().GetCost())
+	}
+	if got := cli("writes", runID); !strings.Contains(got, "no write") && !strings.Contains(got, "CALL") {
+		t.Errorf("fanout writes:\n%s", got)
+	}
 
 	// Cancel a second run (REST custom verb); it ends CANCELLED.
 	spec2 := e2eSpec("curl-2", 2, 1_000_000)

@@ -50,6 +50,8 @@ var commands = map[string]command{
 	"watch":        {"stream a run's events (from any replica, resumable)", cmdWatch},
 	"cancel":       {"cancel a run on every node", cmdCancel},
 	"approvals":    {"list, approve or deny the writes that wait for approval (approvals list|approve|deny)", cmdApprovals},
+	"writes":       {"list a run's tool writes: states, decisions, previews", cmdWrites},
+	"spend":        {"the tenant's spend per day in tokens and money, at the operator's prices (audit scope)", cmdSpend},
 	"tenant":       {"manage tenants: quotas and token budgets (tenant create|set-budget|set-quotas|show)", cmdTenant},
 	"key":          {"manage API keys (key create|list|revoke); a token is shown once", cmdKey},
 	"ledger":       {"audit one run's spend through the auditor views (SQL)", cmdLedger},
