@@ -51,7 +51,12 @@ var valueSets = []struct {
 image: {digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"}
 database:
   admin: {secret: fanout-db-admin, key: url}
-orchestrator: {replicas: 3, shutdownGraceSeconds: 60, extraArgs: ["--log-level=debug"]}
+orchestrator:
+  replicas: 3
+  shutdownGraceSeconds: 60
+  extraArgs: ["--log-level=debug"]
+  tlsSecret: fanout-callers-tls
+  http: {enabled: true, port: 8443, console: true}
 worker:
   replicas: 5
   provider: openai
@@ -68,6 +73,10 @@ mcp:
 metrics: {serviceMonitor: true, prometheusRule: true}
 networkPolicy:
   callers: [{namespaceSelector: {matchLabels: {team: checkout}}}]
+`},
+	{"http-behind-proxy", `
+orchestrator:
+  http: {enabled: true, plaintextBehindProxy: true}
 `},
 	{"cnpg", `
 database:
@@ -172,6 +181,8 @@ func TestChartValuesSchema(t *testing.T) {
 		{`orchestrator: {auth: maybe}`, "auth"},
 		{`database: {cnpg: {instances: 1}}`, "instances"},
 		{`worker: {extraArgs: ["log-level=debug"]}`, "extraArgs"},
+		{`orchestrator: {http: {enabled: true, consol: true}}`, "consol"},
+		{`orchestrator: {http: {port: 0}}`, "port"},
 	} {
 		vals := map[string]any{}
 		if err := yaml.Unmarshal([]byte(bad.values), &vals); err != nil {
@@ -181,6 +192,23 @@ func TestChartValuesSchema(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("values %s: %v; want refused, naming %s", bad.values, err, bad.want)
 		}
+	}
+}
+
+// TestChartRefusesPlaintextHTTP: the HTTP port without caller TLS renders
+// only when the values say a proxy ends TLS (fanout itself refuses it).
+func TestChartRefusesPlaintextHTTP(t *testing.T) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{"orchestrator": map[string]any{"http": map[string]any{"enabled": true}}}
+	rv, err := chartutil.ToRenderValues(ch, vals, common.ReleaseOptions{Name: "fanout", Namespace: "fanout"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Render(ch, rv); err == nil || !strings.Contains(err.Error(), "plaintextBehindProxy") {
+		t.Errorf("http enabled without tlsSecret: %v; want refused naming plaintextBehindProxy", err)
 	}
 }
 
