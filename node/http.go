@@ -140,6 +140,7 @@ func transcoder(grpcSrv *grpc.Server, recvLimit int) (http.Handler, error) {
 	opts := []vanguard.ServiceOption{
 		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 		vanguard.WithTargetCodecs(vanguard.CodecProto),
+		vanguard.WithNoTargetCompression(), // vanguard inflates (bounded below); the gRPC server has no decompressor
 		vanguard.WithMaxMessageBufferBytes(uint32(min(httpBodyLimit(recvLimit), 1<<31))), //nolint:gosec // clamped
 		vanguard.WithMaxGetURLBytes(httpMaxGetURLBytes),
 	}
@@ -191,6 +192,12 @@ func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx = admitted
 	}
+	if r.ContentLength > h.bodyLimit {
+		writeStatus(w, r, status.Newf(codes.ResourceExhausted,
+			"request body is %d bytes; this listener reads at most %d (twice the receive limit)", r.ContentLength, h.bodyLimit))
+		return
+	}
+	// A body of no announced length is cut at the limit as it is read.
 	r.Body = http.MaxBytesReader(w, r.Body, h.bodyLimit)
 	h.next.ServeHTTP(w, r.WithContext(ctx))
 }

@@ -118,6 +118,8 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 	admin(t, owner, "tenant", "create", "acme")
 	key := newKey(t, owner, "--tenant", "acme", "--scopes", "run,read,cancel,audit")
 	reader := newKey(t, owner, "--tenant", "acme", "--scopes", "read")
+	admin(t, owner, "tenant", "create", "globex")
+	globex := newKey(t, owner, "--tenant", "globex", "--scopes", "run,read,cancel,audit")
 	// A price for the sim model, so that spend has a cost.
 	if _, err := c.pool.Exec(t.Context(), `SELECT price_set('role:' || current_user, 'sim', now() - interval '1 day', 3, 15, 'USD', 'test price')`); err != nil {
 		t.Fatal(err)
@@ -125,6 +127,9 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 	base := o.http
 	spec := e2eSpec("curl-1", 6, 6_000)
 	spec.TenantId = "acme"
+	for _, task := range spec.GetTasks() {
+		task.AllowedTools = []string{"search", "note"} // note is a write: the run has writes to list
+	}
 	specJSON, err := protojson.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -170,8 +175,22 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 		t.Errorf("GET /v1/runs: %d %.300s", code, out)
 	}
 	code, out = curl(t, "GET", base+"/v1/runs/"+runID+"/tool-calls", reader, "")
-	if code != http.StatusOK || !strings.Contains(out, `"calls"`) {
-		t.Errorf("GET /v1/runs/%s/tool-calls: %d %.300s", runID, code, out)
+	var writes fanoutv1.ListToolCallsResponse
+	if code != http.StatusOK || protojson.Unmarshal([]byte(out), &writes) != nil || len(writes.GetCalls()) == 0 {
+		t.Errorf("GET /v1/runs/%s/tool-calls: %d %.300s; want the run's note writes", runID, code, out)
+	}
+	for _, w := range writes.GetCalls() {
+		if w.GetTool() != "note" || w.GetCallId() == "" || w.GetCreatedAt() == nil {
+			t.Errorf("a write of the run: %v; want a note with its id and time", w)
+		}
+	}
+	// Another tenant sees none of it: not the run's writes, not its spend.
+	if code, out = curl(t, "GET", base+"/v1/runs/"+runID+"/tool-calls", globex, ""); code != http.StatusNotFound {
+		t.Errorf("globex's GET of acme's run's tool-calls: %d %.300s; want 404", code, out)
+	}
+	if code, out = curl(t, "GET", base+"/v1/spend?runIds="+runID, globex, ""); code != http.StatusOK ||
+		strings.Contains(out, runID) || strings.Contains(out, "USD") {
+		t.Errorf("globex's GET /v1/spend naming acme's run: %d %.300s; want nothing of acme's", code, out)
 	}
 	// Spend in money: audit scope; the reader has none.
 	code, out = curl(t, "GET", base+"/v1/spend?runIds="+runID, key, "")
