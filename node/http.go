@@ -140,7 +140,7 @@ func transcoder(grpcSrv *grpc.Server, recvLimit int) (http.Handler, error) {
 	opts := []vanguard.ServiceOption{
 		vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 		vanguard.WithTargetCodecs(vanguard.CodecProto),
-		vanguard.WithNoTargetCompression(), // vanguard inflates (bounded below); the gRPC server has no decompressor
+		vanguard.WithNoTargetCompression(),                                               // vanguard inflates (bounded below); the gRPC server has no decompressor
 		vanguard.WithMaxMessageBufferBytes(uint32(min(httpBodyLimit(recvLimit), 1<<31))), //nolint:gosec // clamped
 		vanguard.WithMaxGetURLBytes(httpMaxGetURLBytes),
 	}
