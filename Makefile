@@ -82,8 +82,8 @@ verify: generate lint ## Check that generated code is current and everything lin
 	@git diff --exit-code -- console/dist $(CONSOLE_DIR)/src/gen || { echo "the console's build is stale: run make console and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- console/dist $(CONSOLE_DIR)/src/gen)" || { git status --short -- console/dist $(CONSOLE_DIR)/src/gen; echo "the console's build is not committed: run make console and commit"; exit 1; }
 
-console: $(CONSOLE_DIR)/node_modules/.package-lock.json | .tmp/bin/buf ## Build the web console into console/dist (committed): TypeScript from the protos (protoc-gen-es), type check, bundle (esbuild-wasm)
-	cd $(CONSOLE_DIR) && npm run --silent generate && npm run --silent typecheck && npm run --silent build
+console: $(CONSOLE_DIR)/node_modules/.package-lock.json | .tmp/bin/buf ## Build the web console into console/dist (committed): TypeScript from the protos (protoc-gen-es), type check, unit tests, bundle (esbuild-wasm)
+	cd $(CONSOLE_DIR) && npm run --silent generate && npm run --silent typecheck && npm run --silent test && npm run --silent build
 
 $(CONSOLE_DIR)/node_modules/.package-lock.json: $(CONSOLE_DIR)/package.json $(CONSOLE_DIR)/package-lock.json
 	cd $(CONSOLE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error

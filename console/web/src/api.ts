@@ -4,7 +4,6 @@
 
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
-import type { DescEnum } from "@bufbuild/protobuf";
 import { OrchestratorService } from "./gen/fanout/v1/orchestrator_pb";
 
 export type Orchestrator = Client<typeof OrchestratorService>;
@@ -110,22 +109,4 @@ export function isAborted(err: unknown): boolean {
 export function missingScope(err: unknown, fallback: string): string {
   const m = /scope "?([a-z]+)"?/.exec(asConnectError(err).rawMessage);
   return m?.[1] ?? fallback;
-}
-
-/**
- * enumText is an enum value's name without its prefix, as the CLI prints it
- * (RUN_STATE_BUDGET_EXHAUSTED -> BUDGET_EXHAUSTED). The one place that
- * turns enum values into words.
- */
-export function enumText(desc: DescEnum, value: number): string {
-  const v = desc.value[value];
-  if (!v) return String(value);
-  // sharedPrefix is lower case ("run_state_"); the names are upper case.
-  const prefix = desc.sharedPrefix ?? "";
-  return prefix && v.name.toLowerCase().startsWith(prefix) ? v.name.slice(prefix.length) : v.name;
-}
-
-/** enumName is an enum value's full proto name (RUN_STATE_BUDGET_EXHAUSTED). */
-export function enumName(desc: DescEnum, value: number): string {
-  return desc.value[value]?.name ?? String(value);
 }

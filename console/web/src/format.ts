@@ -73,8 +73,11 @@ export function addDecimal(a: string, b: string): string {
  * budgetBar draws a run's budget as an SVG bar: spent, reserved and held
  * for the synthesis, out of the limit, with the figures beside it in text.
  */
-export function budgetBar(b: BudgetSnapshot | undefined, id?: string): HTMLElement {
+export function budgetBar(b: BudgetSnapshot | undefined, id?: string, runExhausted = false): HTMLElement {
   if (!b || b.limitTokens === 0n) return h("span", { class: "muted" }, "no budget reported");
+  // A run can end BUDGET_EXHAUSTED with an account that is not (tasks it
+  // could not afford were never started): drawn as exhausted all the same.
+  const exhausted = b.exhausted || runExhausted;
   const limit = Number(b.limitTokens);
   const frac = (n: bigint) => Math.min(Math.max(Number(n) / limit, 0), 1) * 100;
   const spent = frac(b.spentTokens);
@@ -84,7 +87,7 @@ export function budgetBar(b: BudgetSnapshot | undefined, id?: string): HTMLEleme
     `${tokens(b.spentTokens)} of ${tokens(b.limitTokens)} tokens spent` +
     (b.reservedTokens > 0n ? `, ${tokens(b.reservedTokens)} reserved` : "") +
     (b.heldTokens > 0n ? `, ${tokens(b.heldTokens)} held for the synthesis` : "") +
-    (b.exhausted ? ", exhausted" : "");
+    (exhausted ? ", exhausted" : "");
   const svg = s(
     "svg",
     { class: "budget-bar", viewBox: "0 0 100 10", preserveAspectRatio: "none", role: "img", "aria-label": label },
@@ -96,8 +99,8 @@ export function budgetBar(b: BudgetSnapshot | undefined, id?: string): HTMLEleme
   );
   return h(
     "span",
-    { class: b.exhausted ? "budget exhausted" : "budget", id: id ?? null },
+    { class: exhausted ? "budget exhausted" : "budget", id: id ?? null },
     svg,
-    h("span", { class: "budget-text" }, `${tokens(b.spentTokens)} / ${tokens(b.limitTokens)}`, b.exhausted ? " exhausted" : ""),
+    h("span", { class: "budget-text" }, `${tokens(b.spentTokens)} / ${tokens(b.limitTokens)}`, exhausted ? " exhausted" : ""),
   );
 }

@@ -4,10 +4,14 @@
 // coloured by its status; a tick at the end of each iteration (a dot where
 // the iteration ran tools); an x where a task was not started; and one
 // vertical line across every row at the moment the budget ran out
-// (#budget-exhausted-marker), labelled "budget exhausted".
+// (#budget-exhausted-marker), labelled "budget exhausted". Where trace
+// draws that line only for a BudgetExhausted event, this also draws it for
+// a run that ran out without one (model.ts, ExhaustionSource), e.g. the
+// demo's: under admission by forecast the run declines the tasks it cannot
+// afford and ends BUDGET_EXHAUSTED with no BudgetExhausted event.
 
 import { s } from "./dom";
-import { enumText } from "./api";
+import { enumText } from "./enums";
 import { duration, time, tokens } from "./format";
 import { TaskStatus, TaskStatusSchema } from "./gen/fanout/v1/run_pb";
 import type { RunView } from "./model";
@@ -110,6 +114,7 @@ export function timeline(v: RunView, now: Date): SVGSVGElement {
         y1: TOP - 10,
         y2: height - BOTTOM + 6,
         "data-time": v.exhaustedAt.toISOString(),
+        "data-source": v.exhaustedBy ?? "",
       }),
       s(
         "text",

@@ -5,11 +5,12 @@
 // (ListApprovals) with Approve and Deny, and Cancel.
 
 import { Code } from "@connectrpc/connect";
-import { api, asConnectError, enumName, enumText, isAborted, isDenied } from "../api";
+import { api, asConnectError, isAborted, isDenied } from "../api";
+import { enumName, enumText } from "../enums";
 import { h, replace } from "../dom";
 import { budgetBar, duration, timeElement, tokens } from "../format";
 import type { PendingToolCall, ToolCall } from "../gen/fanout/v1/orchestrator_pb";
-import { RunStateSchema, TaskStatusSchema, type Fact, type FactSummary } from "../gen/fanout/v1/run_pb";
+import { RunState, RunStateSchema, TaskStatusSchema, type Fact, type FactSummary } from "../gen/fanout/v1/run_pb";
 import { applyEvent, newRunView, seedFromRun, type RunView, type TaskView } from "../model";
 import { statusClass, timeline } from "../timeline";
 import { clearError, heading, scopeNote, setTitle, showError, type Page } from "../ui";
@@ -287,7 +288,7 @@ export function runPage(runId: string): Page {
         stateEl.dataset.state = enumName(RunStateSchema, v.state);
         stateEl.className = `badge run-${enumText(RunStateSchema, v.state).toLowerCase().replace(/_/g, "-")}`;
         causeEl.textContent = v.cause ? `(${v.cause})` : "";
-        replace(budgetEl, budgetBar(v.budget, "run-budget-bar"));
+        replace(budgetEl, budgetBar(v.budget, "run-budget-bar", v.state === RunState.BUDGET_EXHAUSTED));
         const run = v.run;
         replace(
           meta,

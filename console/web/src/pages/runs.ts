@@ -3,7 +3,8 @@
 // spend in tokens and, for keys with the audit scope, in money (GetSpend
 // for the page's runs). Refreshed every 5 s while the tab is visible.
 
-import { api, enumName, enumText, isDenied } from "../api";
+import { api, isDenied } from "../api";
+import { enumName, enumText } from "../enums";
 import { h, replace, visuallyHidden } from "../dom";
 import { budgetBar, money, timeElement, tokens } from "../format";
 import type { RunSpend } from "../gen/fanout/v1/orchestrator_pb";
@@ -19,10 +20,6 @@ const state = {
   // tokens[i] is the page token of page i; tokens[0] is "" (the first page).
   tokens: [""],
 };
-
-function cause(run: Run): string {
-  return run.cancelCause;
-}
 
 function spendCell(run: Run, spend: Map<string, RunSpend[]> | "denied" | undefined): HTMLTableCellElement {
   if (spend === "denied") {
@@ -111,6 +108,7 @@ export const runsPage: Page = {
     );
 
     let nextToken = "";
+    let spendDenied = false;
     let loading = false;
     const load = async () => {
       if (loading || signal.aborted) return;
@@ -123,7 +121,9 @@ export const runsPage: Page = {
         );
         nextToken = resp.nextPageToken;
         let spend: Map<string, RunSpend[]> | "denied" | undefined;
-        if (resp.runs.length > 0) {
+        if (spendDenied) {
+          spend = "denied";
+        } else if (resp.runs.length > 0) {
           try {
             const sp = await api.getSpend({ runIds: resp.runs.map((r) => r.runId) }, { signal });
             spend = new Map();
@@ -133,8 +133,12 @@ export const runsPage: Page = {
               spend.set(r.runId, list);
             }
           } catch (err) {
-            if (isDenied(err)) spend = "denied";
-            else showError(err, "GetSpend");
+            if (isDenied(err)) {
+              spend = "denied";
+              spendDenied = true; // not asked again while this page is shown
+            } else {
+              showError(err, "GetSpend");
+            }
           }
         }
         replace(
@@ -145,8 +149,8 @@ export const runsPage: Page = {
               { "data-run-id": run.runId, "data-state": enumName(RunStateSchema, run.state) },
               h("td", null, h("a", { href: `#/runs/${encodeURIComponent(run.runId)}`, class: "mono" }, run.runId)),
               h("td", null, stateBadge(run.state)),
-              h("td", { class: "cause" }, cause(run)),
-              h("td", null, budgetBar(run.budget)),
+              h("td", { class: "cause" }, run.cancelCause),
+              h("td", null, budgetBar(run.budget, undefined, run.state === RunState.BUDGET_EXHAUSTED)),
               h("td", { class: "num" }, tokens(run.budget?.spentTokens ?? 0n)),
               spendCell(run, spend),
               h("td", null, labels(run)),

@@ -31,13 +31,32 @@ function currencyOf(days: DaySpend[]): string {
   return best;
 }
 
-function chart(days: DaySpend[]): SVGSVGElement | HTMLElement {
+// everyDay lists the UTC days from first to last (YYYY-MM-DD), at most 400.
+function everyDay(first: string, last: string): string[] {
+  const out: string[] = [];
+  const d = new Date(`${first}T00:00:00Z`);
+  const end = new Date(`${last}T00:00:00Z`);
+  if (isNaN(d.getTime()) || isNaN(end.getTime())) return out;
+  while (d <= end && out.length < 400) {
+    out.push(d.toISOString().slice(0, 10));
+    d.setUTCDate(d.getUTCDate() + 1);
+  }
+  return out;
+}
+
+function chart(days: DaySpend[], fromDay: string, toDay: string): SVGSVGElement | HTMLElement {
+  if (!days.length) return h("p", { class: "muted" }, "No spend in this range.");
   const currency = currencyOf(days);
-  // Money when anything is priced, else tokens.
-  const points = currency
-    ? days.filter((d) => d.spend?.currency === currency).map((d) => ({ day: d.day, value: Number(d.spend?.cost || "0") }))
-    : days.map((d) => ({ day: d.day, value: Number((d.spend?.pricedTokens ?? 0n) + (d.spend?.unpricedTokens ?? 0n)) }));
-  if (!points.length) return h("p", { class: "muted" }, "No spend in this range.");
+  // Money when anything is priced, else tokens; every day of the range has
+  // a slot, days without spend an empty one.
+  const value = new Map<string, number>();
+  for (const d of days) {
+    if (currency && d.spend?.currency !== currency) continue;
+    const v = currency ? Number(d.spend?.cost || "0") : Number((d.spend?.pricedTokens ?? 0n) + (d.spend?.unpricedTokens ?? 0n));
+    value.set(d.day, (value.get(d.day) ?? 0) + v);
+  }
+  const range = everyDay(fromDay, toDay);
+  const points = (range.length ? range : [...value.keys()]).map((day) => ({ day, value: value.get(day) ?? 0 }));
   const unit = currency || "tokens";
   const max = Math.max(...points.map((p) => p.value), Number.MIN_VALUE);
   const plotW = CHART_W - PAD_L - 10;
@@ -97,9 +116,9 @@ function table(days: DaySpend[]): HTMLElement {
           { "data-day": d.day },
           h("th", { scope: "row" }, d.day),
           h("td", null, d.spend?.currency || "—"),
-          h("td", { class: "num" }, d.spend?.cost || ""),
-          h("td", { class: "num" }, d.spend?.reportedCost || ""),
-          h("td", { class: "num" }, d.spend?.worstCaseCost || ""),
+          h("td", { class: "num" }, d.spend?.currency ? d.spend.cost || "0" : ""),
+          h("td", { class: "num" }, d.spend?.currency ? d.spend.reportedCost || "0" : ""),
+          h("td", { class: "num" }, d.spend?.currency ? d.spend.worstCaseCost || "0" : ""),
           h("td", { class: "num" }, tokens(d.spend?.pricedTokens ?? 0n)),
           h("td", { class: "num" }, tokens(d.spend?.worstCaseTokens ?? 0n)),
           h("td", { class: "num" }, tokens(d.spend?.unpricedTokens ?? 0n)),
@@ -163,7 +182,7 @@ export const spendPage: Page = {
         from.value ||= resp.fromDay;
         to.value ||= resp.toDay;
         range.textContent = `${resp.fromDay} to ${resp.toDay}: ${resp.days.length} rows`;
-        replace(area, chart(resp.days), resp.days.length ? table(resp.days) : null);
+        replace(area, chart(resp.days, resp.fromDay, resp.toDay), resp.days.length ? table(resp.days) : null);
         clearError();
       } catch (err) {
         if (isDenied(err)) replace(area, scopeNote(err, "audit"));
