@@ -197,7 +197,7 @@ func TestHTTPListenerBounds(t *testing.T) {
 		limit := node.HTTPBodyLimit(2*(4<<20) + 1024)
 		big := bytes.Repeat([]byte("g"), int(limit)+1)
 		code, cc, out, err := post(ctx, base+startRunPath, "application/json", token, bytes.NewReader(big))
-		if err != nil || code != http.StatusTooManyRequests || cc != "resource_exhausted" || !strings.Contains(out, fmt.Sprint(limit)) {
+		if err != nil || code != http.StatusTooManyRequests || cc != "resource_exhausted" || !strings.Contains(out, fmt.Sprintf("reads at most %d", limit)) {
 			t.Errorf("StartRun of %d bytes: %d %q %.200s %v; want 429 resource_exhausted naming the limit %d", len(big), code, cc, out, err, limit)
 		}
 	})
