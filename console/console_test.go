@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"encoding/xml"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,14 @@ import (
 	"github.com/fanout/fanout/console"
 )
 
-func get(t *testing.T, h http.Handler, method, target string, header http.Header) *http.Response {
+// reply is what the handler answered.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func get(t *testing.T, h http.Handler, method, target string, header http.Header) reply {
 	t.Helper()
 	req := httptest.NewRequest(method, target, nil)
 	for k, v := range header {
@@ -20,16 +28,7 @@ func get(t *testing.T, h http.Handler, method, target string, header http.Header
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	return rec.Result()
-}
-
-func body(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return reply{status: rec.Code, header: rec.Header(), body: rec.Body.String()}
 }
 
 func TestHandlerServesTheAssets(t *testing.T) {
@@ -46,25 +45,25 @@ func TestHandlerServesTheAssets(t *testing.T) {
 		t.Run(tc.path, func(t *testing.T) {
 			t.Parallel()
 			resp := get(t, h, http.MethodGet, tc.path, nil)
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET %s: status %d, want 200", tc.path, resp.StatusCode)
+			if resp.status != http.StatusOK {
+				t.Fatalf("GET %s: status %d, want 200", tc.path, resp.status)
 			}
-			if got := resp.Header.Get("Content-Type"); got != tc.contentType {
+			if got := resp.header.Get("Content-Type"); got != tc.contentType {
 				t.Errorf("GET %s: Content-Type %q, want %q", tc.path, got, tc.contentType)
 			}
-			if got := resp.Header.Get("Cache-Control"); got != "no-cache" {
+			if got := resp.header.Get("Cache-Control"); got != "no-cache" {
 				t.Errorf("GET %s: Cache-Control %q, want no-cache", tc.path, got)
 			}
-			if b := body(t, resp); !strings.Contains(b, tc.contains) {
+			if !strings.Contains(resp.body, tc.contains) {
 				t.Errorf("GET %s: body does not contain %q", tc.path, tc.contains)
 			}
-			etag := resp.Header.Get("ETag")
+			etag := resp.header.Get("ETag")
 			if etag == "" {
 				t.Fatalf("GET %s: no ETag", tc.path)
 			}
 			again := get(t, h, http.MethodGet, tc.path, http.Header{"If-None-Match": {etag}})
-			if again.StatusCode != http.StatusNotModified {
-				t.Errorf("GET %s with If-None-Match: status %d, want 304", tc.path, again.StatusCode)
+			if again.status != http.StatusNotModified {
+				t.Errorf("GET %s with If-None-Match: status %d, want 304", tc.path, again.status)
 			}
 		})
 	}
@@ -89,11 +88,11 @@ func TestHandlerRefusesOtherPaths(t *testing.T) {
 		{http.MethodHead, "/console/app.js", http.StatusOK},
 	} {
 		resp := get(t, h, tc.method, tc.path, nil)
-		if resp.StatusCode != tc.status {
-			t.Errorf("%s %s: status %d, want %d", tc.method, tc.path, resp.StatusCode, tc.status)
+		if resp.status != tc.status {
+			t.Errorf("%s %s: status %d, want %d", tc.method, tc.path, resp.status, tc.status)
 		}
 	}
-	if loc := get(t, h, http.MethodGet, "/console", nil).Header.Get("Location"); loc != "/console/" {
+	if loc := get(t, h, http.MethodGet, "/console", nil).header.Get("Location"); loc != "/console/" {
 		t.Errorf("GET /console redirects to %q, want /console/", loc)
 	}
 }
@@ -106,7 +105,7 @@ func TestHandlerRefusesOtherPaths(t *testing.T) {
 func TestIndexWorksUnderTheCSP(t *testing.T) {
 	t.Parallel()
 	h := console.Handler()
-	page := body(t, get(t, h, http.MethodGet, "/console/", nil))
+	page := get(t, h, http.MethodGet, "/console/", nil).body
 
 	d := xml.NewDecoder(strings.NewReader(page))
 	d.Strict = false
@@ -117,7 +116,7 @@ func TestIndexWorksUnderTheCSP(t *testing.T) {
 	var scripts, stylesheets int
 	for {
 		tok, err := d.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -173,8 +172,8 @@ func TestIndexWorksUnderTheCSP(t *testing.T) {
 			continue
 		}
 		target := (&url.URL{Path: console.Prefix}).ResolveReference(u).Path
-		if resp := get(t, h, http.MethodGet, target, nil); resp.StatusCode != http.StatusOK {
-			t.Errorf("index.html references %q (%s): status %d", ref, target, resp.StatusCode)
+		if resp := get(t, h, http.MethodGet, target, nil); resp.status != http.StatusOK {
+			t.Errorf("index.html references %q (%s): status %d", ref, target, resp.status)
 		}
 	}
 }
@@ -185,13 +184,13 @@ func TestIndexWorksUnderTheCSP(t *testing.T) {
 func TestAssetsNeedNoUnsafeEval(t *testing.T) {
 	t.Parallel()
 	h := console.Handler()
-	js := body(t, get(t, h, http.MethodGet, "/console/app.js", nil))
+	js := get(t, h, http.MethodGet, "/console/app.js", nil).body
 	for _, bad := range []string{"eval(", "new Function(", "Function(\"", "setAttribute(\"style\"", "innerHTML="} {
 		if strings.Contains(js, bad) {
 			t.Errorf("app.js contains %q", bad)
 		}
 	}
-	css := body(t, get(t, h, http.MethodGet, "/console/app.css", nil))
+	css := get(t, h, http.MethodGet, "/console/app.css", nil).body
 	for _, bad := range []string{"@import", "url(http", "url(//"} {
 		if strings.Contains(css, bad) {
 			t.Errorf("app.css contains %q", bad)
