@@ -55,7 +55,7 @@ func post(ctx context.Context, url, ct, token string, body io.Reader) (int, stri
 	if err != nil {
 		return 0, "", "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	var e struct {
 		Code string `json:"code"`
@@ -221,7 +221,7 @@ func TestHTTPListenerBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		t.Logf("a 64 MiB gzip bomb: %d %.200s", resp.StatusCode, out)
 		if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(out), "resource_exhausted") {
 			t.Errorf("a 64 MiB gzip bomb: %d %.200s; want 429 resource_exhausted (inflated only up to the limit)", resp.StatusCode, out)
@@ -240,7 +240,7 @@ func TestHTTPListenerBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("a gzip-compressed ListRuns: %d %.200s; want 200", resp.StatusCode, out)
 		}
@@ -250,7 +250,7 @@ func TestHTTPListenerBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		start := time.Now()
 		if _, err := conn.Write([]byte("POST " + startRunPath + " HTTP/1.1\r\nHost: x\r\n")); err != nil { // never ends its headers
 			t.Fatal(err)
@@ -273,7 +273,7 @@ func TestHTTPListenerBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Access-Control-Allow-Origin") != "" {
 			t.Errorf("a cross-origin ListRuns: %d, Access-Control-Allow-Origin %q; want 403 and none",
 				resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
@@ -306,7 +306,7 @@ func TestHTTPStalledBodyEndsAfterTheReadTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	pr, pw := io.Pipe()
-	defer pw.Close()
+	defer func() { _ = pw.Close() }()
 	start := time.Now()
 	ended := make(chan int, 1)
 	go func() {

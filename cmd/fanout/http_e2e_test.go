@@ -42,7 +42,7 @@ func curl(t *testing.T, method, url, key, body string) (int, string) {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	out, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func watchHTTP(t *testing.T, base, key, runID string, after int64, stop func(*fa
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		out, _ := io.ReadAll(resp.Body)
 		t.Fatalf("WatchRun over HTTP: %d %s", resp.StatusCode, out)
