@@ -17,7 +17,7 @@ LANGGRAPH_DIR := bench/langgraph
 # build, console/dist, is committed: go build never needs Node.
 CONSOLE_DIR := console/web
 
-.PHONY: help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test k8s-e2e console
+.PHONY: console-screenshot help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test k8s-e2e console
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -29,7 +29,7 @@ demo: ## Run the demo: embedded Postgres, orchestrator + 3 workers, a sample fan
 build: ## Build the fanout binary into .tmp/bin
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 
-test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers), then bench-compare's smoke run
+test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json $(CONSOLE_DIR)/node_modules/.package-lock.json ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers, axe-core for the console's browser test), then bench-compare's smoke run
 	@scripts/ensure-postgres.sh --always
 	@scripts/ensure-mcp-servers.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
@@ -81,6 +81,10 @@ verify: generate lint ## Check that generated code is current and everything lin
 	@$(MAKE) console
 	@git diff --exit-code -- console/dist $(CONSOLE_DIR)/src/gen || { echo "the console's build is stale: run make console and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- console/dist $(CONSOLE_DIR)/src/gen)" || { git status --short -- console/dist $(CONSOLE_DIR)/src/gen; echo "the console's build is not committed: run make console and commit"; exit 1; }
+
+console-screenshot: $(CONSOLE_DIR)/node_modules/.package-lock.json ## Take docs/console.png (the README's picture) with the console's browser test
+	@scripts/ensure-postgres.sh
+	FANOUT_CONSOLE_SCREENSHOT=$(CURDIR)/docs/console.png $(GO) test -count=1 -run '^TestConsoleInABrowser$$' ./cmd/fanout/
 
 console: $(CONSOLE_DIR)/node_modules/.package-lock.json | .tmp/bin/buf ## Build the web console into console/dist (committed): TypeScript from the protos (protoc-gen-es), type check, unit tests, bundle (esbuild-wasm)
 	cd $(CONSOLE_DIR) && npm run --silent generate && npm run --silent typecheck && npm run --silent test && npm run --silent build

@@ -63,7 +63,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1500))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelTab(); cancelAlloc() })
@@ -249,7 +249,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if path := os.Getenv("FANOUT_CONSOLE_SCREENSHOT"); path != "" {
 		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		// The window (1280×1500): the run's state, its tasks and the timeline.
+		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		cancel()
 		if err != nil {
 			t.Fatal(err)

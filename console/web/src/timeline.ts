@@ -13,7 +13,7 @@
 import { s } from "./dom";
 import { enumText } from "./enums";
 import { duration, time, tokens } from "./format";
-import { TaskStatus, TaskStatusSchema } from "./gen/fanout/v1/run_pb";
+import { RunState, TaskStatus, TaskStatusSchema } from "./gen/fanout/v1/run_pb";
 import type { RunView } from "./model";
 
 const WIDTH = 960;
@@ -103,7 +103,12 @@ export function timeline(v: RunView, now: Date): SVGSVGElement {
     svg.append(row);
   });
 
-  if (v.exhaustedAt) {
+  // A task not started marks the budget's end only in a run that ends
+  // BUDGET_EXHAUSTED (or has not ended yet): a cancelled run's unstarted
+  // tasks are not an exhaustion (as fanout trace decides).
+  const byTaskOnly = v.exhaustedBy === "not_started" || v.exhaustedBy === "run_finished";
+  const shown = v.exhaustedAt && !(byTaskOnly && v.finished && v.state !== RunState.BUDGET_EXHAUSTED);
+  if (v.exhaustedAt && shown) {
     const ex = x(v.exhaustedAt);
     svg.append(
       s("line", {
