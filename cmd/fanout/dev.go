@@ -36,8 +36,12 @@ all over real gRPC with the deterministic sim model. Ctrl-C stops it all cleanly
 With --demo it submits a sample run, shows live progress, the joined result and the
 SQL audit of its spend, then exits.
 
+Without --demo it also serves the API over HTTP and the web console on --http-listen
+(127.0.0.1:8080: open http://127.0.0.1:8080/console/; authentication is off, so any key
+or none signs in).
+
 Usage:
-  fanout dev [--demo] [--listen HOST:PORT] [--worker-count N] [--data-dir DIR] [--database-url URL]
+  fanout dev [--demo] [--listen HOST:PORT] [--http-listen HOST:PORT] [--worker-count N] [--data-dir DIR] [--database-url URL]
 
 Examples:
   fanout dev --demo
