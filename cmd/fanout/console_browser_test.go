@@ -200,7 +200,9 @@ func (b *browser) axeFindings(axe string) []string {
 // against a real orchestrator with API keys, its HTTP listener and two
 // workers: sign in; start the demo run from the console and watch it live
 // (RUNNING seen, then BUDGET_EXHAUSTED), the exhaustion marker drawn across
-// the timeline, the joined facts; cancel a second run from its page; a
+// the timeline, the joined facts; cancel a second run from its page;
+// approve one waiting write and deny another from a third run's page (the
+// approved one sent, the denied one not, with its reason); spend in USD; a
 // second tenant's key sees neither run (not in its list, NOT_FOUND by id);
 // axe-core finds nothing serious or critical on the sign-in, runs, run and
 // spend pages. On failure it leaves screenshots (.tmp/console-screenshots
@@ -210,8 +212,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	t.Parallel()
 	axe := axeSource(t)
 	b := newBrowser(t)
-	c := startWorkers(t, [][]string{{"--sim-latency", "150ms"}, {"--sim-latency", "150ms"}})
-	o := startOrchestratorMain(t, c.url, c.workers, "--auth", "keys", "--http-listen", "127.0.0.1:0", "--console")
+	// The built-in write (note) waits for approval: decided from the run page.
+	cfg := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(cfg, []byte("builtin:\n  - {name: note, approval: required, approval_timeout: 2m}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wf := []string{"--sim-latency", "150ms", "--mcp-config", cfg}
+	c := startWorkers(t, [][]string{wf, wf})
+	o := startOrchestratorMain(t, c.url, c.workers, "--auth", "keys", "--http-listen", "127.0.0.1:0", "--console", "--mcp-config", cfg)
 	admin(t, c.url, "tenant", "create", "acme")
 	admin(t, c.url, "tenant", "create", "globex")
 	acme := newKey(t, c.url, "--tenant", "acme", "--scopes", "run,read,cancel,audit,approve")
@@ -282,6 +290,49 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if !strings.Contains(got.GetRun().GetCancelCause(), "from the browser") {
 		t.Errorf("the second run's cause %q; want the browser's reason", got.GetRun().GetCancelCause())
+	}
+
+	// Writes waiting for approval, decided from the run's page: one
+	// approved (sent: done), one denied with a reason (never sent).
+	wspec := e2eSpec("console-approvals", 1, 1_000_000)
+	wspec.TenantId = "acme"
+	wspec.Tasks[0].AllowedTools = []string{"note"}
+	wrun, err := keyClient(t, o.addr, acme).StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: wspec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run("open the run with writes", 30*time.Second, chromedp.Navigate(o.http+"/console/#/runs/"+wrun.GetRunId()))
+	b.waitFor("a write waiting for approval", `!!document.querySelector("#approvals-list li[data-call-id]")`, 60*time.Second)
+	approved := b.text(`document.querySelector("#approvals-list li[data-call-id]").dataset.callId`)
+	b.run("approve it", 20*time.Second, chromedp.Click(chromedp.CSS(`[data-testid=approve][data-call-id="`+approved+`"]`)))
+	b.waitFor("the approved write sent", `document.querySelector('#tool-calls-table tr[data-call-id="`+approved+`"]')?.dataset.state === "done"`, 60*time.Second)
+	b.waitFor("a second write waiting", `[...document.querySelectorAll("#approvals-list li[data-call-id]")].some(li => li.dataset.callId !== "`+approved+`")`, 60*time.Second)
+	denied := b.text(`[...document.querySelectorAll("#approvals-list li[data-call-id]")].find(li => li.dataset.callId !== "` + approved + `").dataset.callId`)
+	b.run("deny it", 20*time.Second,
+		chromedp.SendKeys(chromedp.CSS("#deny-reason-"+denied), "not in the browser test"),
+		chromedp.Click(chromedp.CSS(`[data-testid=deny][data-call-id="`+denied+`"]`)))
+	b.waitFor("the denied write", `document.querySelector('#tool-calls-table tr[data-call-id="`+denied+`"]')?.dataset.state === "denied"`, 60*time.Second)
+	if f := b.axeFindings(axe); len(f) > 0 {
+		b.failed("axe on a run page with approvals", "serious or critical findings:\n%s", strings.Join(f, "\n"))
+	}
+	writes, err := keyClient(t, o.addr, acme).ListToolCalls(t.Context(), &fanoutv1.ListToolCallsRequest{RunId: wrun.GetRunId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range writes.GetCalls() {
+		switch w.GetCallId() {
+		case approved:
+			if w.GetState() != "done" || !w.GetDecision().GetApproved() {
+				t.Errorf("the write approved in the browser: %v; want done, approved", w)
+			}
+		case denied:
+			if w.GetState() != "denied" || w.GetDecision().GetReason() != "not in the browser test" {
+				t.Errorf("the write denied in the browser: %v; want denied with its reason", w)
+			}
+		}
+	}
+	if _, err := keyClient(t, o.addr, acme).CancelRun(t.Context(), &fanoutv1.CancelRunRequest{RunId: wrun.GetRunId()}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Spend in money (audit scope).
