@@ -14,7 +14,9 @@ import (
 // run ends end.
 func traceEvents(end fanoutv1.RunState) []*fanoutv1.RunEvent {
 	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	at := func(ms int) *timestamppb.Timestamp { return timestamppb.New(t0.Add(time.Duration(ms) * time.Millisecond)) }
+	at := func(ms int) *timestamppb.Timestamp {
+		return timestamppb.New(t0.Add(time.Duration(ms) * time.Millisecond))
+	}
 	spec := &fanoutv1.RunSpec{Tasks: []*fanoutv1.TaskSpec{{Id: "a"}, {Id: "b"}}}
 	return []*fanoutv1.RunEvent{
 		{Sequence: 1, Time: at(0), Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: &fanoutv1.Run{Spec: spec}}}},
