@@ -235,6 +235,7 @@ func TestEveryMethodHasAScope(t *testing.T) {
 		"StartRun": tenant.ScopeRun, "Run": tenant.ScopeRun, "GetRun": tenant.ScopeRead,
 		"WatchRun": tenant.ScopeRead, "ListRuns": tenant.ScopeRead, "CancelRun": tenant.ScopeCancel,
 		"ListApprovals": tenant.ScopeApprove, "ApproveToolCall": tenant.ScopeApprove, "DenyToolCall": tenant.ScopeApprove,
+		"ListToolCalls": tenant.ScopeRead, "GetSpend": tenant.ScopeAudit,
 	}
 	sd := fanoutv1.OrchestratorService_ServiceDesc
 	var names []string
