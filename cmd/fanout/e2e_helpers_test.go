@@ -622,3 +622,32 @@ func openPool(t testing.TB, url string) *store.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// waitFleetConnected runs small runs of tasks without tools on c until
+// tasks of one run started on n different workers, within 30 s: the
+// orchestrator's channel to every worker is up. A test whose claim needs
+// its tasks spread over the fleet calls it first; on a loaded machine a
+// worker's TLS handshake can finish after a run's first wave was dispatched
+// to the workers already connected (WorkerPool.Connected).
+func waitFleetConnected(t testing.TB, c fanoutv1.OrchestratorServiceClient, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		s := e2eSpec(fmt.Sprintf("fleet-warm-%d-%d", time.Now().UnixNano(), i), 2*n, 1_000_000)
+		for _, task := range s.GetTasks() {
+			task.AllowedTools = nil
+		}
+		seen := map[string]bool{}
+		for _, ev := range runAll(t, c, s) {
+			if st := ev.GetTaskStarted(); st != nil {
+				seen[st.GetWorker()] = true
+			}
+		}
+		if len(seen) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks started on %d workers (%v) in 30 s of runs; want %d: a worker is not connected", len(seen), seen, n)
+		}
+	}
+}

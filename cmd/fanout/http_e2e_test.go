@@ -56,14 +56,23 @@ func curl(t *testing.T, method, url, key, body string) (int, string) {
 // events and the end-of-stream message.
 func watchHTTP(t *testing.T, base, key, runID string, after int64, stop func(*fanoutv1.RunEvent) bool) ([]*fanoutv1.RunEvent, string) {
 	t.Helper()
-	msg := fmt.Sprintf(`{"runId":%q,"afterSequence":%d}`, runID, after)
+	return streamHTTP(t, base+"/fanout.v1.OrchestratorService/WatchRun", key,
+		fmt.Sprintf(`{"runId":%q,"afterSequence":%d}`, runID, after), stop)
+}
+
+// streamHTTP calls a server-streaming RPC of OrchestratorService at url
+// with the Connect protocol (msg, JSON, enveloped) and returns the events
+// of its answers (WatchRunResponse and RunResponse alike hold one event)
+// and its end-of-stream message.
+func streamHTTP(t *testing.T, url, key, msg string, stop func(*fanoutv1.RunEvent) bool) ([]*fanoutv1.RunEvent, string) {
+	t.Helper()
 	var env bytes.Buffer
 	env.WriteByte(0)
 	_ = binary.Write(&env, binary.BigEndian, uint32(len(msg)))
 	env.WriteString(msg)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/fanout.v1.OrchestratorService/WatchRun", &env)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, &env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +85,14 @@ func watchHTTP(t *testing.T, base, key, runID string, after int64, stop func(*fa
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		out, _ := io.ReadAll(resp.Body)
-		t.Fatalf("WatchRun over HTTP: %d %s", resp.StatusCode, out)
+		t.Fatalf("%s over HTTP: %d %s", url, resp.StatusCode, out)
 	}
 	r := bufio.NewReader(resp.Body)
 	var events []*fanoutv1.RunEvent
 	for {
 		var head [5]byte
 		if _, err := io.ReadFull(r, head[:]); err != nil {
-			t.Fatalf("WatchRun over HTTP: the stream broke after %d events: %v", len(events), err)
+			t.Fatalf("%s over HTTP: the stream broke after %d events: %v", url, len(events), err)
 		}
 		body := make([]byte, binary.BigEndian.Uint32(head[1:]))
 		if _, err := io.ReadFull(r, body); err != nil {
@@ -94,7 +103,7 @@ func watchHTTP(t *testing.T, base, key, runID string, after int64, stop func(*fa
 		}
 		var w fanoutv1.WatchRunResponse
 		if err := protojson.Unmarshal(body, &w); err != nil {
-			t.Fatalf("WatchRun message %q: %v", body, err)
+			t.Fatalf("%s message %q: %v", url, body, err)
 		}
 		events = append(events, w.GetEvent())
 		if stop != nil && stop(w.GetEvent()) {
@@ -108,8 +117,10 @@ func watchHTTP(t *testing.T, base, key, runID string, after int64, stop func(*fa
 // /v1/runs), lists it, gets it, watches it streamed (Connect) until its
 // budget runs out, resumes the watch from a sequence with no gap and no
 // duplicate, reads its tool writes and its spend in money (audit scope),
-// and cancels a second run; bad input is 400 naming the field, with nothing
-// written; a missing key is 401 and a missing scope 403.
+// cancels a second run, streams a third with Run, lists approvals and
+// reads a tenant through AdminService's REST paths with an admin key; bad
+// input is 400 naming the field, with nothing written; a missing key is 401
+// and a missing scope 403.
 func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 	t.Parallel()
 	c := startWorkers(t, [][]string{{"--sim-latency", "20ms"}})
@@ -248,6 +259,31 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 	}
 	if code, out = curl(t, "GET", base+"/v1/runs/"+s2.GetRunId(), key, ""); !strings.Contains(out, "cancelled by caller: from curl") {
 		t.Errorf("GET the cancelled run: %d %.300s; want its cause", code, out)
+	}
+
+	// Run, streamed (Connect): RunStarted first, RunFinished last.
+	spec3 := e2eSpec("curl-3", 2, 1_000_000)
+	spec3.TenantId = "acme"
+	runJSON, _ := protojson.Marshal(&fanoutv1.RunRequest{Spec: spec3})
+	events, end = streamHTTP(t, base+"/fanout.v1.OrchestratorService/Run", key, string(runJSON), nil)
+	if end != "{}" || events[0].GetRunStarted() == nil || events[len(events)-1].GetRunFinished() == nil {
+		t.Errorf("Run over HTTP: %d events ending %q; want RunStarted … RunFinished, then {}", len(events), end)
+	}
+	// Approvals (REST): none waits; another tenant's call id is 404.
+	approver := newKey(t, owner, "--tenant", "acme", "--scopes", "approve")
+	if code, out := curl(t, "GET", base+"/v1/approvals?runId="+runID, approver, ""); code != http.StatusOK || !strings.Contains(out, `"calls":[]`) {
+		t.Errorf("GET /v1/approvals: %d %.300s; want none", code, out)
+	}
+	if code, out := curl(t, "POST", base+"/v1/approvals/tc_00000000000000000000000000000000:approve", approver, `{"reason":"x"}`); code != http.StatusNotFound {
+		t.Errorf("POST /v1/approvals/…:approve of no call: %d %.300s; want 404", code, out)
+	}
+	// AdminService (REST) with an admin key; a tenant key is 403 there.
+	adminKey := newKey(t, owner, "--admin", "--name", "ops")
+	if code, out := curl(t, "GET", base+"/v1/admin/tenants/acme", adminKey, ""); code != http.StatusOK || !strings.Contains(out, `"acme"`) {
+		t.Errorf("GET /v1/admin/tenants/acme with an admin key: %d %.300s", code, out)
+	}
+	if code, out := curl(t, "GET", base+"/v1/admin/keys?tenantId=acme", key, ""); code != http.StatusForbidden {
+		t.Errorf("GET /v1/admin/keys with a tenant key: %d %.300s; want 403", code, out)
 	}
 
 	// Bad input, no key, no scope: nothing written.

@@ -432,6 +432,7 @@ func TestMCPBlackBoxServerMemory(t *testing.T) {
 	w2 := startWorkerProc(t, url, "w2", flags...)
 	o := startOrchestratorMain(t, url, []*workerProc{w1, w2}, "--mcp-config", cfg,
 		"--poll-interval", e2ePoll, "--sweep-interval", e2eSweep)
+	waitFleetConnected(t, o.client, 2) // the claim needs tasks on both workers
 
 	write, read := mcp.ModelName("memory", "create_entities"), mcp.ModelName("memory", "search_nodes")
 	s := e2eSpec("mcp-black-box", bbTasks, 5_000_000)
