@@ -60,50 +60,70 @@ func (t callsToken) encode() string {
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
-// decodeCallsToken decodes the page token of a listing by rpc of tenantID's
-// calls of runID ("" for every run's): the zero token for "", a violation
-// of page_token for one that is not the rpc's or was issued for another
-// tenant or run.
-func decodeCallsToken(v *validator, rpc, token, tenantID, runID string) callsToken {
-	var tok callsToken
-	if token == "" {
-		return tok
+// callsPage is what a listing of calls (ListApprovals, ListToolCalls) was
+// asked for, once checked: the caller's tenant, the cursor and the size.
+type callsPage struct {
+	tenantID string
+	tok      callsToken
+	size     int
+}
+
+// callsListing checks a listing by rpc of the calls of run runID ("" for
+// every run's, unless runRequired) with page size asked and page token
+// token: every string of req, the run id, the size, the caller's tenant
+// and a token that is rpc's for that tenant and run. Its errors are the
+// statuses to answer.
+func (s *Server) callsListing(ctx context.Context, rpc string, req textMessage, runID string, runRequired bool,
+	asked int32, token string) (callsPage, error) {
+	var v validator
+	v.text("", req.ProtoReflect())
+	if runRequired {
+		requireRunID(&v, runID)
+	} else if len(runID) > 128 {
+		v.add("run_id", "must be at most 128 bytes, got %d", len(runID))
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err == nil {
-		err = json.Unmarshal(raw, &tok)
+	p := callsPage{size: pageSize(&v, asked, defaultApprovalsPage, maxApprovalsPage)}
+	if err := v.err(); err != nil {
+		return p, s.toStatus(ctx, err)
 	}
-	switch {
-	case err != nil || tok.CallID == "" || textProblem(tok.CallID+tok.Tenant+tok.RunID) != "":
-		v.add("page_token", "is not a token from %s", rpc)
-	case tok.Tenant != tenantID || tok.RunID != runID:
-		v.add("page_token", "was issued for another tenant or run_id")
+	var err error
+	if p.tenantID, err = callerTenant(ctx, "", ""); err != nil {
+		return p, err
 	}
-	return tok
+	if token != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(token)
+		if err == nil {
+			err = json.Unmarshal(raw, &p.tok)
+		}
+		switch {
+		case err != nil || p.tok.CallID == "" || textProblem(p.tok.CallID+p.tok.Tenant+p.tok.RunID) != "":
+			v.add("page_token", "is not a token from %s", rpc)
+		case p.tok.Tenant != p.tenantID || p.tok.RunID != runID:
+			v.add("page_token", "was issued for another tenant or run_id")
+		}
+	}
+	if err := v.err(); err != nil {
+		return p, s.toStatus(ctx, err)
+	}
+	if s.e.appr == nil {
+		return p, status.Error(codes.Unimplemented, "this orchestrator has no tool call store")
+	}
+	return p, nil
+}
+
+// next is the token of the page after one that ended with the call
+// (created, callID).
+func (p callsPage) next(runID string, created time.Time, callID string) string {
+	return callsToken{Tenant: p.tenantID, RunID: runID, Created: created, CallID: callID}.encode()
 }
 
 // ListApprovals implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsRequest) (*fanoutv1.ListApprovalsResponse, error) {
-	var v validator
-	v.text("", req.ProtoReflect())
-	if id := req.GetRunId(); len(id) > 128 {
-		v.add("run_id", "must be at most 128 bytes, got %d", len(id))
-	}
-	size := pageSize(&v, req.GetPageSize(), defaultApprovalsPage, maxApprovalsPage)
-	if err := v.err(); err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	tenantID, err := callerTenant(ctx, "", "")
+	p, err := s.callsListing(ctx, "ListApprovals", req, req.GetRunId(), false, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
-	tok := decodeCallsToken(&v, "ListApprovals", req.GetPageToken(), tenantID, req.GetRunId())
-	if err := v.err(); err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	if s.e.appr == nil {
-		return nil, status.Error(codes.Unimplemented, "this orchestrator has no approvals store")
-	}
+	tenantID, tok, size := p.tenantID, p.tok, p.size
 	found, err := s.e.appr.PendingWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -111,8 +131,7 @@ func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsR
 	resp := &fanoutv1.ListApprovalsResponse{}
 	for i, w := range found {
 		if i == size {
-			last := found[i-1]
-			resp.NextPageToken = callsToken{Tenant: tenantID, RunID: req.GetRunId(), Created: last.CreatedAt, CallID: last.CallID}.encode()
+			resp.NextPageToken = p.next(req.GetRunId(), found[i-1].CreatedAt, found[i-1].CallID)
 			break
 		}
 		resp.Calls = append(resp.Calls, &fanoutv1.PendingToolCall{CallId: w.CallID, RunId: w.RunID, TaskId: w.TaskID,

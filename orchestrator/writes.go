@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -16,24 +14,11 @@ import (
 // of one of the caller's tenant's runs, with the decisions on them. A run
 // of another tenant (or none) is NOT_FOUND, as for GetRun.
 func (s *Server) ListToolCalls(ctx context.Context, req *fanoutv1.ListToolCallsRequest) (*fanoutv1.ListToolCallsResponse, error) {
-	var v validator
-	v.text("", req.ProtoReflect())
-	requireRunID(&v, req.GetRunId())
-	size := pageSize(&v, req.GetPageSize(), defaultApprovalsPage, maxApprovalsPage)
-	if err := v.err(); err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	tenantID, err := callerTenant(ctx, "", "")
+	p, err := s.callsListing(ctx, "ListToolCalls", req, req.GetRunId(), true, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
-	tok := decodeCallsToken(&v, "ListToolCalls", req.GetPageToken(), tenantID, req.GetRunId())
-	if err := v.err(); err != nil {
-		return nil, s.toStatus(ctx, err)
-	}
-	if s.e.appr == nil {
-		return nil, status.Error(codes.Unimplemented, "this orchestrator has no tool call store")
-	}
+	tenantID, tok, size := p.tenantID, p.tok, p.size
 	found, err := s.e.appr.RunWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
@@ -47,8 +32,7 @@ func (s *Server) ListToolCalls(ctx context.Context, req *fanoutv1.ListToolCallsR
 	resp := &fanoutv1.ListToolCallsResponse{}
 	for i, w := range found {
 		if i == size {
-			last := found[i-1]
-			resp.NextPageToken = callsToken{Tenant: tenantID, RunID: req.GetRunId(), Created: last.CreatedAt, CallID: last.CallID}.encode()
+			resp.NextPageToken = p.next(req.GetRunId(), found[i-1].CreatedAt, found[i-1].CallID)
 			break
 		}
 		resp.Calls = append(resp.Calls, toolCallProto(w))
