@@ -103,16 +103,14 @@ func releaseAdmission(ctx context.Context) (tenantRelease func()) {
 func callerTap(keys *auth.Authenticator, adm callerAdmission) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		class, who := keys.Tap(info.FullMethodName, info.Header)
-		return adm.admit(ctx, class, who, nil)
+		return adm.admit(ctx, class, who)
 	}
 }
 
 // admit admits a call that auth classed class (who, for a verified key)
 // before its body is read, as callerTap says, and returns the context it
-// runs in. late, if not nil, runs too when the call is ended for not being
-// authenticated in time (the HTTP listener stops reading its body). It
-// never blocks and never queries the database.
-func (adm callerAdmission) admit(ctx context.Context, class auth.TapClass, who tenant.Principal, late func()) (context.Context, error) {
+// runs in. It never blocks and never queries the database.
+func (adm callerAdmission) admit(ctx context.Context, class auth.TapClass, who tenant.Principal) (context.Context, error) {
 	var p *preauth
 	switch class {
 	case auth.TapVerified:
@@ -134,13 +132,8 @@ func (adm callerAdmission) admit(ctx context.Context, class auth.TapClass, who t
 		return nil, p.refusal()
 	}
 	ctx, end := context.WithCancelCause(ctx)
-	timer := time.AfterFunc(p.wait, func() {
-		end(errLate)
-		if late != nil {
-			late()
-		}
-	})
-	done := func() { timer.Stop(); release() }
+	late := time.AfterFunc(p.wait, func() { end(errLate) })
+	done := func() { late.Stop(); release() }
 	context.AfterFunc(ctx, done) // the stream's context ends with the call: nothing outlives it
 	return context.WithValue(ctx, admissionKey{}, &admission{release: done}), nil
 }

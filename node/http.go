@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/fanout/fanout/auth"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -91,6 +93,10 @@ func listenHTTP(cfg HTTPConfig, ca CallerAuth, grpcSrv *grpc.Server, keys *auth.
 		return nil, fmt.Errorf("orchestrator: refusing to serve HTTP on %s in plaintext: give it TLS (--tls-cert, --tls-key), "+
 			"listen on loopback, or pass --http-insecure when a proxy on this host ends TLS", cfg.Listen)
 	}
+	if ca.None && !IsLoopback(cfg.Listen) && !ca.InsecureNoAuth {
+		return nil, fmt.Errorf("orchestrator: refusing to serve HTTP on %s without authentication: "+
+			"--auth none is for loopback; give callers API keys, or pass --insecure-no-auth", cfg.Listen)
+	}
 	api, err := transcoder(grpcSrv, recvLimit)
 	if err != nil {
 		return nil, err
@@ -111,8 +117,9 @@ func listenHTTP(cfg HTTPConfig, ca CallerAuth, grpcSrv *grpc.Server, keys *auth.
 	if ca.TLS == nil {
 		protocols.SetUnencryptedHTTP2(true) // h2c prior knowledge: gRPC-Web and Connect clients on loopback
 	}
+	front := &httpFront{next: mux, loopback: IsLoopback(cfg.Listen), behindProxy: cfg.InsecurePlaintext}
 	srv := &http.Server{
-		Handler:           securityHeaders(mux, ca.TLS != nil),
+		Handler:           securityHeaders(front, ca.TLS != nil),
 		ReadHeaderTimeout: limits.readHeader,
 		IdleTimeout:       limits.idle,
 		MaxHeaderBytes:    maxHTTPHeaderBytes,
@@ -160,11 +167,13 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 // httpAdmission is the HTTP listener's tap: what the gRPC listener's tap
-// (callerTap) does before a body is read, on HTTP. A cross-origin browser
-// request is refused (no CORS); with API keys, a request without a
-// credential is refused UNAUTHENTICATED, and one with a credential is
-// admitted against the tenant's quota or the unauthenticated budget; then
-// its body is bounded.
+// (callerTap) does before a body is read, and more, since an HTTP handler
+// has a goroutine of its own. A query parameter naming a field the REST
+// path binds is refused. With API keys, a request without a credential is refused
+// UNAUTHENTICATED; one whose key is not verified yet has it looked up now,
+// holding a share of the unauthenticated budget for the lookup only, so an
+// unknown key's body is never read (on gRPC it is, within that budget); a
+// verified key takes a slot of its tenant's quota. Then the body is bounded.
 type httpAdmission struct {
 	next      http.Handler
 	keys      *auth.Authenticator // nil: --auth none
@@ -172,20 +181,57 @@ type httpAdmission struct {
 	bodyLimit int64
 }
 
-func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r) {
+// httpFront refuses, for the API and the console alike, a request for
+// another host than a loopback listener's (a DNS-rebinding page reaching
+// `fanout dev`, whose authentication is off) and a cross-origin browser
+// request (no CORS).
+type httpFront struct {
+	next http.Handler
+	// loopback: the listener is on loopback, so only loopback host names
+	// may address it; behindProxy: a proxy on this host ends TLS
+	// (--http-insecure), so a browser's origin may be https.
+	loopback, behindProxy bool
+}
+
+func (f *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.loopback && !loopbackHost(r.Host) {
+		writeStatus(w, r, status.Newf(codes.PermissionDenied,
+			"host %q: this listener is on loopback and answers only localhost or a loopback address (DNS rebinding)", r.Host))
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(origin, r, f.behindProxy) {
 		writeStatus(w, r, status.Newf(codes.PermissionDenied,
 			"cross-origin requests are not served (no CORS): call from the server's own origin or from a backend"))
 		return
 	}
+	f.next.ServeHTTP(w, r)
+}
+
+func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if st := pathBoundQuery(r); st != nil {
+		writeStatus(w, r, st)
+		return
+	}
 	ctx := r.Context()
 	if h.keys != nil {
-		class, who := h.keys.TapCredential(r.Header.Values("Authorization"))
-		rc := http.NewResponseController(w)
-		admitted, err := h.adm.admit(ctx, class, who, func() {
-			// The body is not read further: a stalled one ends now.
-			_ = rc.SetReadDeadline(time.Now())
-		})
+		vals := r.Header.Values("Authorization")
+		class, who := h.keys.TapCredential(vals)
+		if class == auth.TapUnverified {
+			// Look the key up before any byte of the body is read.
+			lookup, err := h.adm.admit(ctx, class, who)
+			if err != nil {
+				writeStatus(w, r, status.Convert(err))
+				return
+			}
+			_, err = h.keys.Authenticate(lookup, strings.TrimSpace(strings.TrimPrefix(vals[0], "Bearer ")))
+			releaseAdmission(lookup)
+			if err != nil {
+				writeStatus(w, r, status.Convert(err))
+				return
+			}
+			class, who = h.keys.TapCredential(vals)
+		}
+		admitted, err := h.adm.admit(ctx, class, who)
 		if err != nil {
 			writeStatus(w, r, status.Convert(err))
 			return
@@ -197,23 +243,83 @@ func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"request body is %d bytes; this listener reads at most %d (twice the receive limit)", r.ContentLength, h.bodyLimit))
 		return
 	}
-	// A body of no announced length is cut at the limit as it is read.
-	r.Body = http.MaxBytesReader(w, r.Body, h.bodyLimit)
+	// A body of no announced length is cut as it is read: vanguard's buffer
+	// limit (httpBodyLimit) refuses it RESOURCE_EXHAUSTED naming the limit;
+	// this reader, a little above it, is the backstop for what vanguard
+	// does not buffer.
+	r.Body = http.MaxBytesReader(w, r.Body, h.bodyLimit+bodySlack)
 	h.next.ServeHTTP(w, r.WithContext(ctx))
 }
 
+// bodySlack is how far past the body limit the backstop reader lets a
+// body go: an envelope's framing, so that vanguard's clearer refusal comes
+// first.
+const bodySlack = 64 << 10
+
+// loopbackHost reports whether a request's Host names this host: localhost
+// or a loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
 // sameOrigin reports whether a browser's Origin header names the origin r
-// was sent to.
-func sameOrigin(origin string, r *http.Request) bool {
+// was sent to: the same host, and the scheme of the listener (https also
+// when a proxy on this host ends TLS).
+func sameOrigin(origin string, r *http.Request, behindProxy bool) bool {
 	u, err := url.Parse(origin)
-	if err != nil {
+	if err != nil || u.Host != r.Host {
 		return false
 	}
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
+	switch {
+	case r.TLS != nil:
+		return u.Scheme == "https"
+	case behindProxy:
+		return u.Scheme == "https" || u.Scheme == "http"
 	}
-	return u.Scheme == scheme && u.Host == r.Host
+	return u.Scheme == "http"
+}
+
+// pathBound are the REST paths that bind a request field, and the field's
+// names as a query parameter: vanguard would let the query override the
+// path, so that GET /v1/runs/A/tool-calls?runId=B read B (the tenant rule
+// still held, but a proxy's path-based rules or logs would be misled).
+var pathBound = []struct {
+	prefix string
+	names  []string
+}{
+	{"/v1/runs/", []string{"runId", "run_id"}},
+	{"/v1/approvals/", []string{"callId", "call_id"}},
+	{"/v1/admin/tenants/", []string{"tenantId", "tenant_id"}},
+	{"/v1/admin/keys/", []string{"keyId", "key_id"}},
+}
+
+// pathBoundQuery is the INVALID_ARGUMENT status of a REST request whose
+// query names a field its path binds; nil otherwise.
+func pathBoundQuery(r *http.Request) *status.Status {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	q := r.URL.Query()
+	for _, b := range pathBound {
+		rest, ok := strings.CutPrefix(r.URL.Path, b.prefix)
+		if !ok || rest == "" {
+			continue
+		}
+		for _, name := range b.names {
+			if q.Has(name) {
+				return status.Newf(codes.InvalidArgument, "query parameter %s: the path %s names it already", name, r.URL.Path)
+			}
+		}
+	}
+	return nil
 }
 
 // securityHeaders sets every response's security headers: the
@@ -236,16 +342,34 @@ func securityHeaders(next http.Handler, tls bool) http.Handler {
 	})
 }
 
-// writeStatus answers r with st in the protocol r speaks: a gRPC-Web
-// request gets a trailers-only response (grpc-status in the headers), any
-// other a Connect error (JSON, with the status's details) under the HTTP
-// status of its code.
+// writeStatus answers r, whose body was not read, with st in the protocol r
+// speaks: a gRPC-Web request gets a trailers-only response (grpc-status in
+// the headers), a REST path google.rpc.Status JSON, any other a Connect
+// error (JSON, with the status's details), each under the HTTP status of
+// its code.
 func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		// The body was not read and will not be: close the connection
+		// after the answer rather than wait to read the body to its end.
+		w.Header().Set("Connection", "close")
+	}
 	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/grpc-web") {
 		w.Header().Set("Content-Type", ct)
 		w.Header().Set("Grpc-Status", fmt.Sprint(int(st.Code())))
 		w.Header().Set("Grpc-Message", url.PathEscape(st.Message()))
 		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Connect-Protocol-Version") == "" {
+		// A REST path answers google.rpc.Status, as vanguard does for the
+		// service's own errors.
+		body, err := protojson.Marshal(st.Proto())
+		if err != nil {
+			body = []byte(`{"code":13,"message":"internal error"}`)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(httpStatus(st.Code()))
+		_, _ = w.Write(body)
 		return
 	}
 	type detail struct {

@@ -49,6 +49,7 @@ const (
 // callsToken is what the opaque page token of ListApprovals and
 // ListToolCalls holds: the listing's tenant and run, and its cursor.
 type callsToken struct {
+	RPC     string    `json:"p"` // the listing's: a token of one is refused by the other
 	Tenant  string    `json:"t"`
 	RunID   string    `json:"r"`
 	Created time.Time `json:"c"`
@@ -63,6 +64,7 @@ func (t callsToken) encode() string {
 // callsPage is what a listing of calls (ListApprovals, ListToolCalls) was
 // asked for, once checked: the caller's tenant, the cursor and the size.
 type callsPage struct {
+	rpc      string
 	tenantID string
 	tok      callsToken
 	size     int
@@ -82,7 +84,7 @@ func (s *Server) callsListing(ctx context.Context, rpc string, req textMessage, 
 	} else if len(runID) > 128 {
 		v.add("run_id", "must be at most 128 bytes, got %d", len(runID))
 	}
-	p := callsPage{size: pageSize(&v, asked, defaultApprovalsPage, maxApprovalsPage)}
+	p := callsPage{rpc: rpc, size: pageSize(&v, asked, defaultApprovalsPage, maxApprovalsPage)}
 	if err := v.err(); err != nil {
 		return p, s.toStatus(ctx, err)
 	}
@@ -96,7 +98,7 @@ func (s *Server) callsListing(ctx context.Context, rpc string, req textMessage, 
 			err = json.Unmarshal(raw, &p.tok)
 		}
 		switch {
-		case err != nil || p.tok.CallID == "" || textProblem(p.tok.CallID+p.tok.Tenant+p.tok.RunID) != "":
+		case err != nil || p.tok.CallID == "" || p.tok.RPC != rpc || textProblem(p.tok.CallID+p.tok.Tenant+p.tok.RunID) != "":
 			v.add("page_token", "is not a token from %s", rpc)
 		case p.tok.Tenant != p.tenantID || p.tok.RunID != runID:
 			v.add("page_token", "was issued for another tenant or run_id")
@@ -114,7 +116,7 @@ func (s *Server) callsListing(ctx context.Context, rpc string, req textMessage, 
 // next is the token of the page after one that ended with the call
 // (created, callID).
 func (p callsPage) next(runID string, created time.Time, callID string) string {
-	return callsToken{Tenant: p.tenantID, RunID: runID, Created: created, CallID: callID}.encode()
+	return callsToken{RPC: p.rpc, Tenant: p.tenantID, RunID: runID, Created: created, CallID: callID}.encode()
 }
 
 // ListApprovals implements fanoutv1.OrchestratorServiceServer.

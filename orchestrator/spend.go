@@ -43,8 +43,8 @@ func (s *Server) GetSpend(ctx context.Context, req *fanoutv1.GetSpendRequest) (*
 			continue
 		}
 		t, err := time.Parse(dayLayout, f.value)
-		if err != nil {
-			v.add(f.name, "must be a day as YYYY-MM-DD, got %q", f.value)
+		if err != nil || t.Year() < 1 {
+			v.add(f.name, "must be a day as YYYY-MM-DD from 0001-01-01 on, got %q", f.value)
 			continue
 		}
 		*f.at = t

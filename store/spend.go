@@ -67,12 +67,25 @@ func (s *Spending) Report(ctx context.Context, tenantID, fromDay, toDay string, 
 			return &runs.SpendRangeError{Field: "from_day", Why: fmt.Sprintf("the range is %d days; at most %d", days+1, MaxSpendDays)}
 		}
 		rep.FromDay, rep.ToDay = from, to
+		// tenant_spend_money_daily's rows of those days, aggregated here from
+		// money_line with a range on created_at, which the index
+		// ledger_entry_tenant_time serves (the view's day is computed, so a
+		// filter on it would read the tenant's whole journal).
 		rows, err := s.pool.Query(ctx, `
-			SELECT day::text, coalesce(currency, ''), cost::text, reported_cost::text, worst_case_cost::text,
-			       priced_tokens, worst_case_tokens, unpriced_tokens, runs
-			  FROM tenant_spend_money_daily
-			 WHERE tenant_id = $1 AND day BETWEEN $2::date AND $3::date
-			 ORDER BY day, currency NULLS FIRST`, tenantID, from, to)
+			SELECT (created_at AT TIME ZONE 'UTC')::date::text AS day, coalesce(currency, ''),
+			       coalesce(sum(cost), 0)::text,
+			       coalesce(sum(cost) FILTER (WHERE NOT worst_case), 0)::text,
+			       coalesce(sum(cost) FILTER (WHERE worst_case), 0)::text,
+			       coalesce(sum(tokens) FILTER (WHERE cost IS NOT NULL), 0),
+			       coalesce(sum(tokens) FILTER (WHERE cost IS NOT NULL AND worst_case), 0),
+			       coalesce(sum(tokens) FILTER (WHERE cost IS NULL), 0),
+			       count(DISTINCT run_id)
+			  FROM money_line
+			 WHERE tenant_id = $1
+			   AND created_at >= ($2::date)::timestamp AT TIME ZONE 'UTC'
+			   AND created_at < ($3::date + 1)::timestamp AT TIME ZONE 'UTC'
+			 GROUP BY 1, 2
+			 ORDER BY 1, 2 NULLS FIRST`, tenantID, from, to)
 		if err != nil {
 			return err
 		}

@@ -171,9 +171,8 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 	// Resume from the middle: exactly the rest.
 	mid := int64(len(events) / 2)
 	rest, _ := watchHTTP(t, base, key, runID, mid, nil)
-	if len(rest) != len(events)-int(mid) || rest[0].GetSequence() != mid+1 {
-		t.Errorf("WatchRun after_sequence %d: %d events from %d; want %d from %d", mid, len(rest), rest[0].GetSequence(),
-			len(events)-int(mid), mid+1)
+	if len(rest) != len(events)-int(mid) || len(rest) == 0 || rest[0].GetSequence() != mid+1 {
+		t.Errorf("WatchRun after_sequence %d: %d events; want %d from %d", mid, len(rest), len(events)-int(mid), mid+1)
 	}
 
 	// Get and list (REST).
@@ -212,6 +211,17 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 	if len(spend.GetDays()) != 1 || spend.GetDays()[0].GetSpend().GetCurrency() != "USD" || spend.GetDays()[0].GetSpend().GetCost() == "0" ||
 		len(spend.GetRuns()) != 1 || spend.GetRuns()[0].GetRunId() != runID {
 		t.Errorf("GET /v1/spend: %s; want today's USD cost and the run's", out)
+	}
+	// The same figures as the auditors' view.
+	var viewDay, viewCost string
+	var viewPriced int64
+	if err := c.pool.QueryRow(t.Context(), `SELECT day::text, cost::text, priced_tokens FROM tenant_spend_money_daily
+		WHERE tenant_id = 'acme' AND currency = 'USD'`).Scan(&viewDay, &viewCost, &viewPriced); err != nil {
+		t.Fatal(err)
+	}
+	if d := spend.GetDays()[0]; d.GetDay() != viewDay || d.GetSpend().GetCost() != viewCost || d.GetSpend().GetPricedTokens() != viewPriced {
+		t.Errorf("GetSpend's day %s: %s USD for %d tokens; tenant_spend_money_daily says %s: %s for %d", d.GetDay(),
+			d.GetSpend().GetCost(), d.GetSpend().GetPricedTokens(), viewDay, viewCost, viewPriced)
 	}
 	if code, out = curl(t, "GET", base+"/v1/spend", reader, ""); code != http.StatusForbidden {
 		t.Errorf("GET /v1/spend with a read-only key: %d %s; want 403", code, out)
@@ -299,8 +309,10 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 		{"no tasks", "POST", "/v1/runs", key, `{"idempotencyKey":"bad","goal":"g","budget":{"limitTokens":"100"}}`, 400, "spec.tasks"},
 		{"negative page size", "GET", "/v1/runs?pageSize=-1", key, "", 400, "page_size"},
 		{"malformed day", "GET", "/v1/spend?fromDay=yesterday", key, "", 400, "from_day"},
+		{"year zero", "GET", "/v1/spend?fromDay=0000-01-01&toDay=0000-01-02", key, "", 400, "from_day"},
+		{"a range too long", "GET", "/v1/spend?fromDay=2020-01-01&toDay=2026-01-01", key, "", 400, "366"},
 		{"unknown field", "POST", "/v1/runs", key, `{"nope":1}`, 400, ""},
-		{"no key", "POST", "/v1/runs", "", string(specJSON), 401, "unauthenticated"},
+		{"no key", "POST", "/v1/runs", "", string(specJSON), 401, `"code":16`},
 		{"no run scope", "POST", "/v1/runs", reader, string(specJSON), 403, "scope"},
 		// REST answers errors as google.rpc.Status JSON (numeric codes).
 		{"an unknown run id", "GET", "/v1/runs/00000000-0000-0000-0000-000000000000", key, "", 404, "run not found"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +221,23 @@ func TestEveryRPCIsScopedToTheCredentialsTenant(t *testing.T) {
 	}
 	if got.GetRun().GetState() != fanoutv1.RunState_RUN_STATE_RUNNING {
 		t.Errorf("acme's run is %s (%q) after the refused calls, want RUNNING", got.GetRun().GetState(), got.GetRun().GetCancelCause())
+	}
+	// And by REST paths: another tenant's run by id is 404, naming its
+	// tenant 403, nothing written.
+	for _, cs := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"GET", "/v1/runs/" + runID, "", http.StatusNotFound},
+		{"GET", "/v1/runs/" + runID + "/tool-calls", "", http.StatusNotFound},
+		{"POST", "/v1/runs/" + runID + ":cancel", `{"reason":"not yours"}`, http.StatusNotFound},
+		{"GET", "/v1/runs?tenantId=acme", "", http.StatusForbidden},
+		{"GET", "/v1/spend?tenantId=acme", "", http.StatusForbidden},
+		{"POST", "/v1/runs", `{"idempotencyKey":"stolen-rest","tenantId":"acme","goal":"g","budget":{"limitTokens":"100"},"tasks":[{"id":"t","instruction":"x","tokenBudget":"50"}]}`, http.StatusForbidden},
+	} {
+		if code, out := curl(t, cs.method, o.http+cs.path, globex, cs.body); code != cs.want {
+			t.Errorf("%s %s with globex's key: %d %.200s; want %d", cs.method, cs.path, code, out, cs.want)
+		}
 	}
 	for listener, client := range clients {
 		list, err := client(globex).ListRuns(ctx, &fanoutv1.ListRunsRequest{})
