@@ -40,7 +40,7 @@ test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json $(CONSOLE_DIR)/node_modul
 	$(GO) run ./bench/compare --smoke --fanout .tmp/bin/fanout --langgraph $(LANGGRAPH_DIR)
 
 chart-test: ## The Helm chart offline (deploy/, its own go.mod): render, lint, values schema, strict API types, rules, golden files
-	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd deploy && $(GO) vet ./... && $(GO) vet -tags cluster ./... && $(GO) test -count=1 ./...
 
 image: ## Build the container image with podman, reproducibly (deploy/image/Containerfile); prints its id
 	scripts/image.sh
@@ -113,8 +113,9 @@ $(LANGGRAPH_DIR)/node_modules/.package-lock.json: $(LANGGRAPH_DIR)/package.json 
 budget-compare: ## Admission by forecast vs greedy on the demo's spec at budgets 6k, 12k, 24k, 48k (docs/budget.md)
 	FANOUT_BUDGET_COMPARE=1 $(GO) test -count=1 -run '^TestBudgetUseComparison$$' -v ./orchestrator/
 
-tidy: ## go mod tidy
+tidy: ## go mod tidy, in the main module and in deploy/ (its own go.mod, which requires this one)
 	$(GO) mod tidy
+	cd deploy && $(GO) mod tidy
 
 clean: ## Remove build output and the dev data dir
 	rm -rf .tmp/bin/fanout .fanout
