@@ -266,8 +266,16 @@ func (s *Server) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequest) 
 			return nil, err
 		}
 	}
-	if e := req.GetExpireTime(); e != nil && e.CheckValid() != nil {
-		return nil, invalid("expire_time", "expire_time: must be a valid time in years 1..9999")
+	// A time set is a time: the zero instant (0001-01-01T00:00:00Z) is in
+	// the past like any other, never "no expiry" (which is no expire_time).
+	// The database checks again against its own now().
+	if e := req.GetExpireTime(); e != nil {
+		if e.CheckValid() != nil {
+			return nil, invalid("expire_time", "expire_time: must be a valid time in years 1..9999")
+		}
+		if at := e.AsTime(); !at.After(time.Now()) {
+			return nil, invalid("expire_time", "expire_time: must be after now, got %s", at.Format(time.RFC3339))
+		}
 	}
 	id, token, digest, err := auth.NewKey()
 	if err != nil {
