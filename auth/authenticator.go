@@ -48,6 +48,18 @@ const (
 	NegativeCacheTTL  = 2 * time.Second
 )
 
+// The known ids: the ids of the live keys, read from the database when the
+// watcher starts and every KnownIDsInterval after (at most KnownIDsSize of
+// them, the newest first; about 40 bytes each). A key the tap cannot verify
+// from the cache but whose id is known is looked up in a lane of its own
+// (TapKnown), which a flood of made-up ids cannot fill: after a restart,
+// every tenant's key is served during such a flood, and a key created
+// during one within KnownIDsInterval.
+const (
+	KnownIDsSize     = 100_000
+	KnownIDsInterval = 5 * time.Second
+)
+
 // Config tunes an Authenticator.
 type Config struct {
 	// PollInterval is how often the keys in the cache and those with open
@@ -97,6 +109,7 @@ type Authenticator struct {
 	mu      sync.Mutex
 	cache   map[string]*cached
 	unknown map[string]time.Time // the negative cache: id -> until when
+	known   map[string]struct{}  // the known ids
 	streams map[string]map[*streamEntry]struct{}
 
 	// loop polls every PollInterval, and at once when a notification says
@@ -171,11 +184,16 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (tenant.
 	if !c.rec.Live {
 		return tenant.Principal{}, nil, status.Errorf(codes.Unauthenticated, "API key %s was revoked or has expired", keyID)
 	}
-	p := tenant.Principal{Tenant: c.rec.TenantID, KeyID: keyID}
-	for _, s := range c.rec.Scopes {
+	return principal(keyID, c.rec), c, nil
+}
+
+// principal is who a call of key id, whose record is rec, acts as.
+func principal(keyID string, rec tenant.KeyRecord) tenant.Principal {
+	p := tenant.Principal{Tenant: rec.TenantID, KeyID: keyID}
+	for _, s := range rec.Scopes {
 		p.Scopes = append(p.Scopes, tenant.Scope(s))
 	}
-	return p, c, nil
+	return p
 }
 
 // rememberUnknown puts id in the negative cache for NegativeCacheTTL.
@@ -213,9 +231,44 @@ func (a *Authenticator) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.listen(ctx) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); a.readKnown(ctx) }()
 	a.loop.Run(ctx, a.cfg.PollInterval, a.poll)
 	wg.Wait()
 	return nil
+}
+
+// LoadKnownIDs reads the known ids now; the watcher (Run) reads them again
+// every KnownIDsInterval.
+func (a *Authenticator) LoadKnownIDs(ctx context.Context) error {
+	ids, err := a.keys.LiveKeyIDs(ctx, KnownIDsSize)
+	if err != nil {
+		return err
+	}
+	known := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		known[id] = struct{}{}
+	}
+	a.mu.Lock()
+	a.known = known
+	a.mu.Unlock()
+	return nil
+}
+
+// readKnown reads the known ids every KnownIDsInterval until ctx ends.
+func (a *Authenticator) readKnown(ctx context.Context) {
+	tick := time.NewTicker(KnownIDsInterval)
+	defer tick.Stop()
+	for {
+		if err := a.LoadKnownIDs(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.WarnContext(ctx, "read the live key ids", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // listen wakes the poll on every key notification, and each time the

@@ -3,6 +3,7 @@ package auth
 import (
 	"crypto/subtle"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 
@@ -26,6 +27,14 @@ const (
 	// TapVerified is a call whose key is cached, live, and whose secret
 	// matches: the interceptor will authenticate it without the database.
 	TapVerified
+	// TapKnown is a call whose key is not in the cache but whose id is a
+	// live key's (the known ids): it is looked up in a lane of its own.
+	TapKnown
+	// TapKnownBad is a call whose key this process knows to be bad without
+	// the database: an id in the negative cache, or a cached key whose
+	// secret does not match or that died. It is refused before its body
+	// (ErrKnownBad), as the interceptor would refuse it after.
+	TapKnownBad
 )
 
 // Tap classifies a call of method with headers md for the tap, and for a
@@ -46,8 +55,8 @@ func (a *Authenticator) Tap(method string, md metadata.MD) (TapClass, tenant.Pri
 
 // TapCredential classifies a call that needs a credential by its
 // authorization header values alone, as Tap does: TapNoCredential,
-// TapUnverified or TapVerified (with who it is). The HTTP listener calls
-// it before it reads a body.
+// TapKnownBad, TapKnown, TapUnverified or TapVerified (with who it is, scopes
+// included). The HTTP listener calls it before it reads a body.
 func (a *Authenticator) TapCredential(vals []string) (TapClass, tenant.Principal) {
 	if len(vals) != 1 {
 		return TapNoCredential, tenant.Principal{}
@@ -62,11 +71,37 @@ func (a *Authenticator) TapCredential(vals []string) (TapClass, tenant.Principal
 	}
 	a.mu.Lock()
 	c := a.cache[keyID]
+	until, unknown := a.unknown[keyID]
+	_, known := a.known[keyID]
 	a.mu.Unlock()
-	if c == nil || !c.rec.Live || subtle.ConstantTimeCompare(c.rec.SecretSHA256, digest) != 1 {
+	switch {
+	case c == nil && unknown && time.Now().Before(until):
+		return TapKnownBad, tenant.Principal{KeyID: keyID}
+	case c == nil && known:
+		return TapKnown, tenant.Principal{}
+	case c == nil:
 		return TapUnverified, tenant.Principal{}
+	case !c.rec.Live || subtle.ConstantTimeCompare(c.rec.SecretSHA256, digest) != 1:
+		return TapKnownBad, tenant.Principal{KeyID: keyID}
 	}
-	return TapVerified, tenant.Principal{Tenant: c.rec.TenantID, KeyID: keyID}
+	return TapVerified, principal(keyID, c.rec)
+}
+
+// ErrKnownBad is the status the interceptor answers a call of key id
+// (TapKnownBad's principal's KeyID): the same as for any failed
+// authentication, so that an unknown id and a wrong secret cannot be told
+// apart.
+func ErrKnownBad(keyID string) error { return errUnauthenticated(keyID) }
+
+// ScopeOf is the scope a call of method needs, "" for a method open to
+// every caller or one the table does not know (the interceptor refuses
+// it): what the taps check before a body is read.
+func ScopeOf(method string) tenant.Scope {
+	s, _, err := methodScope(method)
+	if err != nil {
+		return ""
+	}
+	return s
 }
 
 // ErrNoCredential is the status the interceptor answers a call that needs

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,25 +44,41 @@ const unauthenticatedCalls = 64
 // further) and gives its share back.
 type preauth struct {
 	max  int64 // calls: min(byte budget / receive limit, unauthenticatedCalls)
-	n    atomic.Int64
+	sem  *semaphore.Weighted
 	wait time.Duration
 	// what names the budget in a refusal.
 	what string
 }
 
 func newPreauth(budgetBytes int64, recvLimit int, wait time.Duration, what string) *preauth {
-	return &preauth{max: max(1, min(budgetBytes/int64(max(recvLimit, 1)), unauthenticatedCalls)), wait: wait, what: what}
+	n := max(1, min(budgetBytes/int64(max(recvLimit, 1)), unauthenticatedCalls))
+	return &preauth{max: n, sem: semaphore.NewWeighted(n), wait: wait, what: what}
 }
 
 // tryAcquire takes one call's share of the budget, or reports false when
 // the budget is spent. It never waits.
 func (p *preauth) tryAcquire() (release func(), ok bool) {
-	if p.n.Add(1) > p.max {
-		p.n.Add(-1)
+	if !p.sem.TryAcquire(1) {
 		return nil, false
 	}
 	var once sync.Once
-	return func() { once.Do(func() { p.n.Add(-1) }) }, true
+	return func() { once.Do(func() { p.sem.Release(1) }) }, true
+}
+
+// acquire takes one call's share, waiting in turn until one is free, wait
+// passes or ctx ends: the HTTP listener's lookups, which have a goroutine
+// of their own, wait rather than fail.
+func (p *preauth) acquire(ctx context.Context, wait time.Duration) (release func(), err error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := p.sem.Acquire(wctx, 1); err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, p.refusal()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { p.sem.Release(1) }) }, nil
 }
 
 type admissionKey struct{}
@@ -73,6 +89,24 @@ type admission struct {
 	// tenantRelease is the tenant's slot the tap took for a verified key:
 	// the call holds it to its end (tenantLimit.afterAuth takes none).
 	tenantRelease func()
+	// who is the verified key's principal (verified), scopes included.
+	who      tenant.Principal
+	verified bool
+	// httpCharged: the HTTP listener charged the request's bytes already
+	// (its body and every copy of it), so the gRPC gate takes none.
+	httpCharged bool
+	// end ends the call (its stream's context), with a cause.
+	end context.CancelCauseFunc
+}
+
+// scopeDenied is PERMISSION_DENIED when who lacks the scope method needs,
+// as the interceptor words it; nil otherwise (and for a method the table
+// does not know: the interceptor refuses it).
+func scopeDenied(method string, who tenant.Principal) error {
+	if scope := auth.ScopeOf(method); scope != "" && !who.Has(scope) {
+		return status.Errorf(codes.PermissionDenied, "API key %s lacks scope %q, which %s needs", who.KeyID, scope, method)
+	}
+	return nil
 }
 
 // releaseAdmission gives back what the tap took of a preauth budget for
@@ -103,27 +137,38 @@ func releaseAdmission(ctx context.Context) (tenantRelease func()) {
 func callerTap(keys *auth.Authenticator, adm callerAdmission) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		class, who := keys.Tap(info.FullMethodName, info.Header)
-		return adm.admit(ctx, class, who)
+		return adm.admit(ctx, info.FullMethodName, class, who)
 	}
 }
 
-// admit admits a call that auth classed class (who, for a verified key)
-// before its body is read, as callerTap says, and returns the context it
-// runs in. It never blocks and never queries the database.
-func (adm callerAdmission) admit(ctx context.Context, class auth.TapClass, who tenant.Principal) (context.Context, error) {
+// admit admits a call of method that auth classed class (who, for a
+// verified key) before its body is read, as callerTap says, and returns the
+// context it runs in: a key this process knows to be bad is refused
+// UNAUTHENTICATED, and a verified key that lacks the method's scope
+// PERMISSION_DENIED, before the body. It never blocks and never queries the
+// database.
+func (adm callerAdmission) admit(ctx context.Context, method string, class auth.TapClass, who tenant.Principal) (context.Context, error) {
 	var p *preauth
 	switch class {
 	case auth.TapVerified:
+		if err := scopeDenied(method, who); err != nil {
+			return nil, err
+		}
 		release, err := adm.tenants.tryAcquire(subject(who, true))
 		if err != nil {
 			return nil, err
 		}
 		context.AfterFunc(ctx, release) // the stream's context ends with the call
-		return context.WithValue(ctx, admissionKey{}, &admission{tenantRelease: release}), nil
+		ctx, end := context.WithCancelCause(ctx)
+		return context.WithValue(ctx, admissionKey{}, &admission{tenantRelease: release, who: who, verified: true, end: end}), nil
 	case auth.TapNoCredential:
 		return nil, auth.ErrNoCredential()
+	case auth.TapKnownBad:
+		return nil, auth.ErrKnownBad(who.KeyID)
 	case auth.TapOpen:
 		p = adm.open
+	case auth.TapKnown:
+		p = adm.known
 	default:
 		p = adm.unverified
 	}
@@ -131,11 +176,50 @@ func (adm callerAdmission) admit(ctx context.Context, class auth.TapClass, who t
 	if !ok {
 		return nil, p.refusal()
 	}
+	return adm.admitted(ctx, p, release)
+}
+
+// lookup admits a call of class (TapKnown or TapUnverified) for the lookup
+// of its key, waiting for a share of its lane up to the budget's wait.
+func (adm callerAdmission) lookup(ctx context.Context, class auth.TapClass) (context.Context, error) {
+	p := adm.unverified
+	if class == auth.TapKnown {
+		p = adm.known
+	}
+	release, err := p.acquire(ctx, p.wait)
+	if err != nil {
+		return nil, err
+	}
+	return adm.admitted(ctx, p, release)
+}
+
+// admitted is ctx of a call holding release of p's budget: given back
+// when the call is authenticated or ends, and the call ended if it is not
+// authenticated within p's wait.
+func (adm callerAdmission) admitted(ctx context.Context, p *preauth, release func()) (context.Context, error) {
 	ctx, end := context.WithCancelCause(ctx)
 	late := time.AfterFunc(p.wait, func() { end(errLate) })
 	done := func() { late.Stop(); release() }
 	context.AfterFunc(ctx, done) // the stream's context ends with the call: nothing outlives it
-	return context.WithValue(ctx, admissionKey{}, &admission{release: done}), nil
+	return context.WithValue(ctx, admissionKey{}, &admission{release: done, end: end}), nil
+}
+
+// errSlowRequest is the cause of the end of a call whose request was not
+// read within the request read timeout once it had its charge.
+var errSlowRequest = errors.New("its request was not sent within --request-read-timeout")
+
+// readWithin reads a request with read, ending the call of ctx (whose tap
+// gave it an end) if it is not read within d: a call holding its charge of
+// the request-bytes budget sends its request in time or gives the charge
+// back.
+func readWithin(ctx context.Context, d time.Duration, read func() error) error {
+	a, _ := ctx.Value(admissionKey{}).(*admission)
+	if a == nil || a.end == nil || d <= 0 {
+		return read()
+	}
+	slow := time.AfterFunc(d, func() { a.end(errSlowRequest) })
+	defer slow.Stop()
+	return read()
 }
 
 // errLate is the cause of the end of a call not authenticated within its

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -17,15 +18,15 @@ import (
 	"github.com/fanout/fanout/store/storetest"
 )
 
-// stalledCall opens a StartRun on conn and sends its headers but never its
+// stalledCall opens a call of method on conn and sends its headers but never its
 // request, as a caller trickling its body would; its channel gets the
 // call's end.
-func stalledCall(t *testing.T, conn *grpc.ClientConn) <-chan error {
+func stalledCall(t *testing.T, conn *grpc.ClientConn, method string) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
-		fanoutv1.OrchestratorService_StartRun_FullMethodName, grpc.ForceCodec(rawCodec{}))
+		method, grpc.ForceCodec(rawCodec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,39 +68,52 @@ func startOrchestrator(t *testing.T, b *node.Backend, cfg node.OrchestratorConfi
 }
 
 // TestUnauthenticatedCallEndsAfterTheReadTimeout (issue 23, from its
-// review): a call admitted before authentication held its share of
-// --unauthenticated-bytes until it ended, so a caller sending headers and
-// then nothing held every share for as long as it liked, and no new key
-// (nor health check) got in. With a budget of one call and a read timeout
-// of 400 ms: a stalled call with a made-up key takes the share, a second
-// is refused RESOURCE_EXHAUSTED; the stalled one is ended (CANCELLED) in
-// 400 ms to 400 ms + 1 s, and the share serves the next caller.
+// review; issue 40): a call admitted before authentication held its share
+// of --unauthenticated-bytes until it ended, so a caller sending headers
+// and then nothing held every share for as long as it liked. Now a
+// made-up key is looked up before its body and refused UNAUTHENTICATED at
+// once, however it stalls; what still holds a share unauthenticated (a
+// health check, open to every caller) is ended after the read timeout: with
+// a budget of one call and a timeout of 400 ms, a stalled health check
+// takes the share, a second is refused RESOURCE_EXHAUSTED, the stalled one
+// is ended (CANCELLED) in 400 ms to 1.4 s, and the share serves the next.
 func TestUnauthenticatedCallEndsAfterTheReadTimeout(t *testing.T) {
 	t.Parallel()
 	const wait = 400 * time.Millisecond
 	const recvLimit = 8<<20 + 1024 // the default receive limit
 	_, o := openOrchestrator(t, node.BackendConfig{UnauthenticatedBytes: recvLimit, UnauthenticatedReadTimeout: wait})
-	_, token, _, err := auth.NewKey() // well formed, never created: unverified
+	_, token, _, err := auth.NewKey() // well formed, never created
 	if err != nil {
 		t.Fatal(err)
 	}
 	conn := dialKey(t, o.Addr(), token)
 	start := time.Now()
-	ended := stalledCall(t, conn)
-	// The share is taken: a second unverified call is refused before its
+	select {
+	case err := <-stalledCall(t, conn, fanoutv1.OrchestratorService_StartRun_FullMethodName):
+		if status.Code(err) != codes.Unauthenticated || time.Since(start) > time.Second {
+			t.Fatalf("a stalled call with a made-up key ended after %s with %v; want UNAUTHENTICATED at once", time.Since(start), err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stalled call with a made-up key still open after 5 s: its key was not looked up before its body")
+	}
+
+	health := healthpb.Health_Check_FullMethodName
+	start = time.Now()
+	ended := stalledCall(t, conn, health)
+	// The share is taken: a second health check is refused before its
 	// body is read. (Retried until the stalled call's headers have arrived.)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var out []byte
 		body := []byte{}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		err := conn.Invoke(ctx, fanoutv1.OrchestratorService_StartRun_FullMethodName, &body, &out, grpc.ForceCodec(rawCodec{}))
+		err := conn.Invoke(ctx, health, &body, &out, grpc.ForceCodec(rawCodec{}))
 		cancel()
 		if status.Code(err) == codes.ResourceExhausted {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a second unverified call while the first stalls: %v; want RESOURCE_EXHAUSTED", err)
+			t.Fatalf("a second health check while the first stalls: %v; want RESOURCE_EXHAUSTED", err)
 		}
 	}
 	select {
@@ -113,19 +127,80 @@ func TestUnauthenticatedCallEndsAfterTheReadTimeout(t *testing.T) {
 		t.Fatalf("the stalled call still open %s after its start; want it ended after %s", wait+5*time.Second, wait)
 	}
 	// The share comes back when the server's side of the stalled call has
-	// ended, which the client may hear of first: the next unverified call
-	// is admitted within a second of it.
+	// ended, which the client may hear of first: the next health check is
+	// admitted within a second of it.
 	release := time.Now().Add(time.Second)
 	for {
 		var out []byte
 		body := []byte{}
-		err := conn.Invoke(t.Context(), fanoutv1.OrchestratorService_StartRun_FullMethodName, &body, &out,
-			grpc.ForceCodec(rawCodec{}))
+		err := conn.Invoke(t.Context(), health, &body, &out, grpc.ForceCodec(rawCodec{}))
 		if status.Code(err) == codes.ResourceExhausted && time.Now().Before(release) {
 			continue
 		}
-		if status.Code(err) != codes.Unauthenticated {
-			t.Errorf("the next unverified call: %v; want UNAUTHENTICATED (admitted, then refused as an unknown key)", err)
+		if err != nil {
+			t.Errorf("the next health check: %v; want it served", err)
+		}
+		return
+	}
+}
+
+// TestStalledRequestGivesItsChargeBack (issue 40): a call holding its
+// charge of the request-bytes budget while it sends nothing would hold it
+// for ever, and a tenant's (or two tenants') few stalled calls the whole
+// process's budget. With the default charges (16 MiB a gRPC call before its
+// request is read, a 64 MiB + 4 KiB share: four at once), a wait for a
+// share of 300 ms and a request read timeout of 500 ms: four stalled calls
+// of acme hold its share, a fifth waits its 300 ms and is refused
+// RESOURCE_EXHAUSTED naming --tenant-request-bytes, the four are ended
+// (CANCELLED) after 500 ms to 1.5 s, and acme is served again.
+func TestStalledRequestGivesItsChargeBack(t *testing.T) {
+	t.Parallel()
+	const read = 500 * time.Millisecond
+	const share = 4*(16<<20+2048) + 4096 // four gRPC charges; at least one HTTP charge (64 MiB + 4 KiB)
+	b, o := openOrchestrator(t, node.BackendConfig{TenantRequestBytes: share, RequestBytesWait: 300 * time.Millisecond,
+		RequestReadTimeout: read})
+	conn := dialKey(t, o.Addr(), newScopedKey(t, b, "acme", "run", "read"))
+	client := fanoutv1.NewOrchestratorServiceClient(conn)
+	if _, err := client.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{}); err != nil {
+		t.Fatal(err) // the key verified and cached
+	}
+	start := time.Now()
+	var stalled []<-chan error
+	for range 4 {
+		stalled = append(stalled, stalledCall(t, conn, fanoutv1.OrchestratorService_StartRun_FullMethodName))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := client.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{})
+		if status.Code(err) == codes.ResourceExhausted {
+			if !strings.Contains(err.Error(), "--tenant-request-bytes") {
+				t.Errorf("the fifth call: %v; want the share named", err)
+			}
+			break
+		}
+		if time.Since(start) > read/2 || time.Now().After(deadline) {
+			t.Fatalf("a fifth call while four stall: %v; want RESOURCE_EXHAUSTED (the share held)", err)
+		}
+	}
+	for i, ended := range stalled {
+		select {
+		case err := <-ended:
+			took := time.Since(start)
+			if status.Code(err) != codes.Canceled || took < read || took > read+time.Second {
+				t.Errorf("stalled call %d ended after %s with %v; want CANCELLED after %s to %s", i, took, err, read, read+time.Second)
+			}
+		case <-time.After(read + 5*time.Second):
+			t.Fatalf("stalled call %d still open %s after its start", i, read+5*time.Second)
+		}
+	}
+	release := time.Now().Add(time.Second)
+	for {
+		_, err := client.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{})
+		if status.Code(err) == codes.ResourceExhausted && time.Now().Before(release) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("acme after its stalled calls ended: %v; want served", err)
 		}
 		return
 	}
@@ -146,7 +221,7 @@ func TestVerifiedKeyTakesItsTenantsSlotBeforeItsBody(t *testing.T) {
 	if _, err := acme.ListRuns(t.Context(), &fanoutv1.ListRunsRequest{}); err != nil { // verified, cached
 		t.Fatalf("ListRuns with acme's key: %v", err)
 	}
-	stalled := []<-chan error{stalledCall(t, acmeConn), stalledCall(t, acmeConn)}
+	stalled := []<-chan error{stalledCall(t, acmeConn, fanoutv1.OrchestratorService_StartRun_FullMethodName), stalledCall(t, acmeConn, fanoutv1.OrchestratorService_StartRun_FullMethodName)}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -162,7 +237,7 @@ func TestVerifiedKeyTakesItsTenantsSlotBeforeItsBody(t *testing.T) {
 			t.Fatalf("acme's third call while two of its requests are being read: %v; want RESOURCE_EXHAUSTED", err)
 		}
 	}
-	third := stalledCall(t, acmeConn)
+	third := stalledCall(t, acmeConn, fanoutv1.OrchestratorService_StartRun_FullMethodName)
 	select {
 	case err := <-third:
 		if status.Code(err) != codes.ResourceExhausted {

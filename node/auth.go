@@ -81,16 +81,28 @@ func IsLoopback(addr string) bool {
 // process's budgets: before authentication (unverified keys, open methods)
 // and after (each tenant's quota).
 type callerAdmission struct {
-	unverified, open *preauth
-	tenants          *tenantLimit
+	// unverified: the lookups of keys not in the cache; known: those of
+	// keys whose ids are live keys' (auth.TapKnown), a lane a flood of
+	// made-up ids cannot fill; open: health and reflection.
+	unverified, known, open *preauth
+	tenants                 *tenantLimit
+	// bytes is the process's request-bytes budget, which both listeners
+	// take from.
+	bytes *requestBytes
 }
 
 // admission returns the budgets of a caller-facing server whose receive
-// limit is recvLimit bytes.
-func (b *Backend) admission(recvLimit int) callerAdmission {
+// limit is recvLimit bytes, or an error naming the flag when the
+// request-bytes budget cannot admit a request at that limit.
+func (b *Backend) admission(recvLimit int) (callerAdmission, error) {
+	if err := checkRequestBytes(b.reqBytes.total, b.reqBytes.perTenant, recvLimit); err != nil {
+		return callerAdmission{}, err
+	}
 	return callerAdmission{
 		unverified: newPreauth(b.unauthBytes, recvLimit, b.unauthWait, "unauthenticated"),
+		known:      newPreauth(b.unauthBytes, recvLimit, b.unauthWait, "known-key"),
 		open:       newPreauth(b.unauthBytes, recvLimit, b.unauthWait, "health or reflection"),
 		tenants:    b.tenants,
-	}
+		bytes:      newRequestBytes(b.reqBytes.total, b.reqBytes.perTenant, b.reqBytes.wait),
+	}, nil
 }

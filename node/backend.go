@@ -78,6 +78,22 @@ type BackendConfig struct {
 	// holds a share for this long at most. Default
 	// DefaultUnauthenticatedReadTimeout.
 	UnauthenticatedReadTimeout time.Duration
+	// RequestBytes is the most bytes of requests an orchestrator holds in
+	// memory at once, read or being read, decoded or being decoded, over
+	// gRPC and HTTP together (--request-bytes; docs/operations.md
+	// "Memory"). Default DefaultRequestBytes.
+	RequestBytes int64
+	// TenantRequestBytes is one tenant's share of RequestBytes (an admin
+	// key's, the anonymous callers' of --auth none) (--tenant-request-bytes).
+	// Default DefaultTenantRequestBytes.
+	TenantRequestBytes int64
+	// RequestBytesWait is how long a request waits for its share before it
+	// is refused RESOURCE_EXHAUSTED. Default DefaultRequestBytesWait.
+	RequestBytesWait time.Duration
+	// RequestReadTimeout is how long a request holding its charge may take
+	// to be sent (--request-read-timeout); a call still sending then is
+	// ended and its charge given back. Default DefaultRequestReadTimeout.
+	RequestReadTimeout time.Duration
 	// HealthInterval is how often this process checks the database's health
 	// (store.MonitorHealth: conservation, overdue leases, stale runs) for the
 	// alerts of deploy/prometheus. Default store.HealthConfig's (1m);
@@ -100,6 +116,11 @@ type Backend struct {
 	tenants     *tenantLimit
 	unauthBytes int64
 	unauthWait  time.Duration
+	// reqBytes is the request-bytes budget's configuration.
+	reqBytes struct {
+		total, perTenant int64
+		wait, read       time.Duration
+	}
 	// httpLimits are the HTTP listeners' timeouts (tests shorten them).
 	httpLimits httpLimits
 	ledger     *store.Ledger
@@ -142,6 +163,18 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if cfg.UnauthenticatedReadTimeout <= 0 {
 		cfg.UnauthenticatedReadTimeout = DefaultUnauthenticatedReadTimeout
 	}
+	if cfg.RequestBytes <= 0 {
+		cfg.RequestBytes = DefaultRequestBytes
+	}
+	if cfg.TenantRequestBytes <= 0 {
+		cfg.TenantRequestBytes = min(DefaultTenantRequestBytes, cfg.RequestBytes)
+	}
+	if cfg.RequestBytesWait <= 0 {
+		cfg.RequestBytesWait = DefaultRequestBytesWait
+	}
+	if cfg.RequestReadTimeout <= 0 {
+		cfg.RequestReadTimeout = DefaultRequestReadTimeout
+	}
 	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: cfg.LedgerPool, Name: "fanout-ledger"})
 	if err != nil {
 		return nil, err
@@ -166,9 +199,13 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		unauthBytes: cfg.UnauthenticatedBytes,
 		unauthWait:  cfg.UnauthenticatedReadTimeout,
 		httpLimits:  defaultHTTPLimits,
-		ledger:      store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
-		runs:        store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
-		writes:      store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),
+		reqBytes: struct {
+			total, perTenant int64
+			wait, read       time.Duration
+		}{cfg.RequestBytes, cfg.TenantRequestBytes, cfg.RequestBytesWait, cfg.RequestReadTimeout},
+		ledger: store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
+		runs:   store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
+		writes: store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),
 		watcher: budget.NewWatcher(store.NewWatchSource(pool, notifier), budget.WatcherConfig{
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,

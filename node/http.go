@@ -1,11 +1,13 @@
 package node
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/vanguard"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -88,7 +91,7 @@ type httpServer struct {
 // every call): keys, when not nil, authenticates callers before their
 // bodies are read, against adm, as the gRPC tap does.
 func listenHTTP(cfg HTTPConfig, ca CallerAuth, grpcSrv *grpc.Server, keys *auth.Authenticator, adm callerAdmission,
-	recvLimit int, limits httpLimits, log *slog.Logger) (*httpServer, error) {
+	recvLimit int, readTimeout time.Duration, limits httpLimits, log *slog.Logger) (*httpServer, error) {
 	if ca.TLS == nil && !IsLoopback(cfg.Listen) && !cfg.InsecurePlaintext {
 		return nil, fmt.Errorf("orchestrator: refusing to serve HTTP on %s in plaintext: give it TLS (--tls-cert, --tls-key), "+
 			"listen on loopback, or pass --http-insecure when a proxy on this host ends TLS", cfg.Listen)
@@ -102,7 +105,9 @@ func listenHTTP(cfg HTTPConfig, ca CallerAuth, grpcSrv *grpc.Server, keys *auth.
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", &httpAdmission{next: api, keys: keys, adm: adm, bodyLimit: httpBodyLimit(recvLimit)})
+	routes := newHTTPRoutes(fanoutv1.File_fanout_v1_orchestrator_proto.Services().Get(0), fanoutv1.File_fanout_v1_admin_proto.Services().Get(0))
+	mux.Handle("/", &httpAdmission{next: api, keys: keys, adm: adm, routes: routes, bodyLimit: httpBodyLimit(recvLimit),
+		readTimeout: readTimeout})
 	if cfg.Console != nil {
 		mux.Handle("/console/", cfg.Console)
 		mux.Handle("GET /{$}", http.RedirectHandler("/console/", http.StatusFound))
@@ -125,6 +130,9 @@ func listenHTTP(cfg HTTPConfig, ca CallerAuth, grpcSrv *grpc.Server, keys *auth.
 		MaxHeaderBytes:    maxHTTPHeaderBytes,
 		Protocols:         &protocols,
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: StreamsPerConn,
+			// What the transport holds of bodies not read yet, as on gRPC
+			// (callerWindow).
+			MaxReceiveBufferPerStream: callerWindow, MaxReceiveBufferPerConnection: callerConnWindow,
 			SendPingTimeout: keepaliveTime, PingTimeout: keepaliveTimeout},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -155,7 +163,11 @@ func transcoder(grpcSrv *grpc.Server, recvLimit int) (http.Handler, error) {
 		vanguard.NewService(fanoutv1.OrchestratorService_ServiceDesc.ServiceName, grpcSrv, opts...),
 		vanguard.NewService(fanoutv1.AdminService_ServiceDesc.ServiceName, grpcSrv, opts...),
 	}
-	t, err := vanguard.NewTranscoder(services, vanguard.WithUnknownHandler(http.HandlerFunc(notFound)))
+	t, err := vanguard.NewTranscoder(services, vanguard.WithUnknownHandler(http.HandlerFunc(notFound)),
+		// gzip inflated no further than the body limit (vanguard's own
+		// inflates whole, then checks the size).
+		vanguard.WithCompression(vanguard.CompressionGzip, func() connect.Compressor { return gzip.NewWriter(io.Discard) },
+			boundedGzip(httpBodyLimit(recvLimit))))
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: HTTP transcoder: %w", err)
 	}
@@ -166,19 +178,26 @@ func notFound(w http.ResponseWriter, r *http.Request) {
 	writeStatus(w, r, status.Newf(codes.NotFound, "%s %s: no such method or path", r.Method, r.URL.Path))
 }
 
-// httpAdmission is the HTTP listener's tap: what the gRPC listener's tap
-// (callerTap) does before a body is read, and more, since an HTTP handler
-// has a goroutine of its own. A query parameter naming a field the REST
-// path binds is refused. With API keys, a request without a credential is refused
-// UNAUTHENTICATED; one whose key is not verified yet has it looked up now,
-// holding a share of the unauthenticated budget for the lookup only, so an
-// unknown key's body is never read (on gRPC it is, within that budget); a
-// verified key takes a slot of its tenant's quota. Then the body is bounded.
+// httpAdmission is the HTTP listener's tap and gate: what the gRPC
+// listener's tap (callerTap) and gate do before a body is read. A query
+// parameter naming a field the REST path binds is refused. With API keys, a
+// request without a credential, or with a key this process knows to be bad,
+// is refused UNAUTHENTICATED; one whose key is not verified yet has it
+// looked up now, holding a share of the unauthenticated budget for the
+// lookup only, so an unknown key's body is never read; a verified key that
+// lacks the RPC's scope is refused PERMISSION_DENIED, else it takes a slot
+// of its tenant's quota. Then the request takes its charge of the
+// request-bytes budget — its announced size, or the body limit when it is
+// not announced or compressed, times the copies a request makes (httpCharge)
+// — held until the handler returns, and its body is bounded.
 type httpAdmission struct {
 	next      http.Handler
 	keys      *auth.Authenticator // nil: --auth none
 	adm       callerAdmission
+	routes    *httpRoutes
 	bodyLimit int64
+	// readTimeout bounds the read of the body (--request-read-timeout).
+	readTimeout time.Duration
 }
 
 // httpFront refuses, for the API and the console alike, a request for
@@ -212,13 +231,14 @@ func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, r, st)
 		return
 	}
-	ctx := r.Context()
+	ctx, method := r.Context(), h.routes.method(r)
+	who := anonymous
 	if h.keys != nil {
 		vals := r.Header.Values("Authorization")
-		class, who := h.keys.TapCredential(vals)
-		if class == auth.TapUnverified {
+		class, p := h.keys.TapCredential(vals)
+		if class == auth.TapUnverified || class == auth.TapKnown {
 			// Look the key up before any byte of the body is read.
-			lookup, err := h.adm.admit(ctx, class, who)
+			lookup, err := h.adm.lookup(ctx, class)
 			if err != nil {
 				writeStatus(w, r, status.Convert(err))
 				return
@@ -229,26 +249,73 @@ func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeStatus(w, r, status.Convert(err))
 				return
 			}
-			class, who = h.keys.TapCredential(vals)
+			class, p = h.keys.TapCredential(vals)
 		}
-		admitted, err := h.adm.admit(ctx, class, who)
+		admitted, err := h.adm.admit(ctx, method, class, p)
 		if err != nil {
 			writeStatus(w, r, status.Convert(err))
 			return
 		}
-		ctx = admitted
+		ctx, who = admitted, subject(p, true)
 	}
 	if r.ContentLength > h.bodyLimit {
 		writeStatus(w, r, status.Newf(codes.ResourceExhausted,
 			"request body is %d bytes; this listener reads at most %d (twice the receive limit)", r.ContentLength, h.bodyLimit))
 		return
 	}
+	size, exact := h.bodyLimit, r.ContentLength >= 0 && !compressed(r)
+	if exact {
+		size = r.ContentLength
+	}
+	c, err := h.adm.bytes.acquire(ctx, who, httpCharge(size+int64(len(r.URL.RawQuery))))
+	if err != nil {
+		writeStatus(w, r, status.Convert(err))
+		return
+	}
+	defer c.release()
+	if a, ok := ctx.Value(admissionKey{}).(*admission); ok {
+		a.httpCharged = true
+	} else {
+		ctx = context.WithValue(ctx, admissionKey{}, &admission{httpCharged: true})
+	}
 	// A body of no announced length is cut as it is read: vanguard's buffer
 	// limit (httpBodyLimit) refuses it RESOURCE_EXHAUSTED naming the limit;
 	// this reader, a little above it, is the backstop for what vanguard
-	// does not buffer.
-	r.Body = http.MaxBytesReader(w, r.Body, h.bodyLimit+bodySlack)
+	// does not buffer. Read to its end, a body not compressed shrinks its
+	// charge to what it was.
+	body := &chargedBody{ReadCloser: http.MaxBytesReader(w, r.Body, h.bodyLimit+bodySlack), c: c, exact: !compressed(r),
+		extra: int64(len(r.URL.RawQuery))}
+	r.Body = body
+	// The body is read within the request read timeout, or the call ends
+	// (a caller stalling it does not hold its charge for longer).
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.readTimeout))
+	body.eof = func() { _ = rc.SetReadDeadline(time.Time{}) }
 	h.next.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// chargedBody counts what is read of a body and, at its end, shrinks the
+// request's charge to it when the body is not compressed.
+type chargedBody struct {
+	io.ReadCloser
+	c        *charge
+	exact    bool
+	n, extra int64
+	eof      func() // called at the body's end
+}
+
+func (b *chargedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if errors.Is(err, io.EOF) {
+		if b.exact {
+			b.c.shrink(httpCharge(b.n + b.extra))
+		}
+		if b.eof != nil {
+			b.eof()
+		}
+	}
+	return n, err
 }
 
 // bodySlack is how far past the body limit the backstop reader lets a

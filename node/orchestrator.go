@@ -91,7 +91,7 @@ func OpenOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig) (
 	return openOrchestrator(ctx, b, cfg, make(chan error, 1))
 }
 
-func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exited chan<- error) (*Orchestrator, error) {
+func openOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig, exited chan<- error) (*Orchestrator, error) {
 	if cfg.Trust.TLS == nil || cfg.Trust.Signer == nil {
 		return nil, errors.New("orchestrator: peer TLS and a dispatch signing key are required")
 	}
@@ -149,7 +149,13 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 	// take the API pool, never the ledger's.
 	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.notifier), auth.Config{Logger: b.Logger()})
 	recvLimit := 2*o.engine.Config().MaxSpecBytes + 1024 // orchestrator.ServerOptions' receive limit
-	adm := b.admission(recvLimit)                        // the gRPC and HTTP listeners' budgets together
+	adm, err := b.admission(recvLimit)                   // the gRPC and HTTP listeners' budgets together
+	if err != nil {
+		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
+		o.closeWorkers()
+		admin.close()
+		return nil, err
+	}
 	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, adm, b.Logger())
 	if err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
@@ -158,7 +164,7 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		return nil, err
 	}
 	if o.srv, err = listen("orchestrator", listenAddr, b.streams, exited,
-		append(orchestrator.ServerOptions(o.engine), authOpts...)...); err != nil {
+		append(append(orchestrator.ServerOptions(o.engine), callerWindows()...), authOpts...)...); err != nil {
 		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 		o.closeWorkers()
 		admin.close()
@@ -173,14 +179,20 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 			return nil, err
 		}
 	}
-	fanoutv1.RegisterOrchestratorServiceServer(o.srv.srv, orchestrator.NewServer(o.engine))
-	fanoutv1.RegisterAdminServiceServer(o.srv.srv, admin.server)
+	// Both services behind the request-bytes gate (gate.go), as the
+	// generated Register functions would register them otherwise.
+	g := &gate{bytes: adm.bytes, keys: authn, recvLimit: recvLimit, readTimeout: b.reqBytes.read}
+	if cfg.Auth.None {
+		g.keys = nil
+	}
+	o.srv.srv.RegisterService(g.service(&fanoutv1.OrchestratorService_ServiceDesc), orchestrator.NewServer(o.engine))
+	o.srv.srv.RegisterService(g.service(&fanoutv1.AdminService_ServiceDesc), admin.server)
 	if cfg.HTTP.Listen != "" {
 		keys := authn
 		if cfg.Auth.None {
 			keys = nil
 		}
-		if o.http, err = listenHTTP(cfg.HTTP, cfg.Auth, o.srv.srv, keys, adm, recvLimit, b.httpLimits, b.Logger()); err != nil {
+		if o.http, err = listenHTTP(cfg.HTTP, cfg.Auth, o.srv.srv, keys, adm, recvLimit, b.reqBytes.read, b.httpLimits, b.Logger()); err != nil {
 			o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
 			o.closeWorkers()
 			admin.close()
@@ -189,6 +201,13 @@ func openOrchestrator(_ context.Context, b *Backend, cfg OrchestratorConfig, exi
 		}
 	}
 	if !cfg.Auth.None {
+		// The live keys' ids before the first call: after a restart, every
+		// tenant's key has a lookup lane a flood of made-up ids cannot fill.
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := authn.LoadKnownIDs(lctx); err != nil {
+			b.Logger().Warn("read the live key ids; the watcher reads them again", "err", err)
+		}
+		cancel()
 		// The revocation watcher: a revoked or expired key stops within
 		// auth.MaxPollInterval here, and the streams open on it end.
 		wctx, stop := context.WithCancel(context.Background())

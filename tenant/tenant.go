@@ -154,6 +154,8 @@ type KeyLookup interface {
 	LookupKey(ctx context.Context, id string) (KeyRecord, error)
 	// KeyStates returns the state of each of ids (an unknown id is not Live).
 	KeyStates(ctx context.Context, ids []string) ([]KeyState, error)
+	// LiveKeyIDs returns the ids of the live keys, at most limit of them.
+	LiveKeyIDs(ctx context.Context, limit int) ([]string, error)
 	// ListenKeyEvents hands key events to ev and calls ready each time it
 	// listens again (what was sent meanwhile is gone) until ctx ends; it
 	// returns an error at once if it cannot listen at all.

@@ -34,6 +34,9 @@ type serverFlags struct {
 	maxStreams    int
 	tenantStreams int
 	unauthBytes   int64
+	reqBytes      int64
+	tenantBytes   int64
+	reqRead       time.Duration
 	unauthWait    time.Duration
 	health        time.Duration
 }
@@ -54,7 +57,10 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.DurationVar(&s.health, "health-interval", time.Minute, "how often this node checks the database for the alerts (conservation, overdue leases, stale runs; reads the whole journal); 0: off")
 	f.IntVar(&s.maxStreams, "max-streams", node.DefaultMaxStreams, "most gRPC calls this process serves at once, all connections together (health checks aside); more are RESOURCE_EXHAUSTED")
 	f.IntVar(&s.tenantStreams, "tenant-max-streams", 0, "most calls one tenant holds at once on this process once authenticated (orchestrator with --auth keys); more are RESOURCE_EXHAUSTED; 0: a quarter of --max-streams")
-	f.Int64Var(&s.unauthBytes, "unauthenticated-bytes", node.DefaultUnauthenticatedBytes, "budget of the calls an orchestrator with --auth keys reads before authenticating them, each charged the receive limit (8 MiB by default); more are RESOURCE_EXHAUSTED before their bodies are read")
+	f.Int64Var(&s.unauthBytes, "unauthenticated-bytes", node.DefaultUnauthenticatedBytes, "budget of the calls an orchestrator with --auth keys admits before it has verified their keys (the key's lookup; health and reflection calls), each counted at the receive limit (8 MiB by default), 64 calls at the most; more are RESOURCE_EXHAUSTED before their bodies are read")
+	f.Int64Var(&s.reqBytes, "request-bytes", node.DefaultRequestBytes, "most bytes of requests an orchestrator holds in memory at once, gRPC and HTTP together, each request charged before its body is read (docs/operations.md \"Memory\"); a request waits for its share up to 5s, then is RESOURCE_EXHAUSTED")
+	f.DurationVar(&s.reqRead, "request-read-timeout", node.DefaultRequestReadTimeout, "how long a request holding its share of --request-bytes may take to be sent; a call still sending then is ended and its share given back")
+	f.Int64Var(&s.tenantBytes, "tenant-request-bytes", node.DefaultTenantRequestBytes, "one tenant's share of --request-bytes (an admin key's; the anonymous callers' with --auth none); at least 4 × the HTTP body limit (64 MiB + 4 KiB with the default spec limit)")
 	f.DurationVar(&s.unauthWait, "unauthenticated-read-timeout", node.DefaultUnauthenticatedReadTimeout, "how long a call read before authentication may take to send its request (orchestrator with --auth keys); a call still unauthenticated then is ended and its share of --unauthenticated-bytes given back")
 }
 
@@ -70,6 +76,9 @@ func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
 		TenantMaxStreams:           s.tenantStreams,
 		UnauthenticatedBytes:       s.unauthBytes,
 		UnauthenticatedReadTimeout: s.unauthWait,
+		RequestBytes:               s.reqBytes,
+		TenantRequestBytes:         s.tenantBytes,
+		RequestReadTimeout:         s.reqRead,
 		// 0 turns the check off here; BackendConfig's 0 is its default.
 		HealthInterval: cmp.Or(s.health, -1),
 		Logger:         log,
