@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -86,6 +87,51 @@ func actor(ctx context.Context) (string, error) {
 		return "", status.Error(codes.PermissionDenied, "AdminService needs an admin key")
 	}
 	return p.Actor(), nil
+}
+
+// keyActor is a tenant.Directory that can act for an API key by handing
+// the database the secret its caller presented (store.Keys): the database
+// logs a key as the actor only if that secret matches the key's digest.
+type keyActor interface {
+	WithActorSecret(secret string) tenant.Directory
+}
+
+// acting returns the calling admin's actor and the directory to change
+// things through as that actor: for a key, one that presents the key's
+// secret, as the caller sent it, to the database. PERMISSION_DENIED for a
+// caller that is not an admin.
+func (s *Server) acting(ctx context.Context) (string, tenant.Directory, error) {
+	who, err := actor(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	p, _ := tenant.FromContext(ctx)
+	if ka, ok := s.keys.(keyActor); ok && p.KeyID != "" {
+		return who, ka.WithActorSecret(presentedSecret(ctx, p.KeyID)), nil
+	}
+	return who, s.keys, nil
+}
+
+// presentedSecret returns the secret of the bearer token the call
+// presented for key keyID (the authenticator verified it before the
+// handler ran), or "". It stands in for an accessor of package auth, which
+// parses the token: auth.PresentedSecret(ctx) (secret string, ok bool).
+// Never log it or put it in an error.
+func presentedSecret(ctx context.Context, keyID string) string {
+	if keyID == "" {
+		return ""
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return ""
+	}
+	token, _ := strings.CutPrefix(strings.TrimSpace(vals[0]), "Bearer ")
+	secret, ok := strings.CutPrefix(strings.TrimSpace(token), "fanout_"+keyID+"_")
+	if !ok {
+		return ""
+	}
+	return secret
 }
 
 // toStatus maps the store's and ledger's errors to a status: the one place
@@ -159,14 +205,14 @@ func (s *Server) tenant(ctx context.Context, t tenant.Tenant) (*fanoutv1.Tenant,
 
 // CreateTenant implements fanoutv1.AdminServiceServer.
 func (s *Server) CreateTenant(ctx context.Context, req *fanoutv1.CreateTenantRequest) (*fanoutv1.CreateTenantResponse, error) {
-	who, err := actor(ctx)
+	who, dir, err := s.acting(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkText("tenant_id", req.GetTenantId()); err != nil {
 		return nil, err
 	}
-	t, err := s.keys.CreateTenant(ctx, who, req.GetTenantId(), quotasFromProto(req.GetQuotas()))
+	t, err := dir.CreateTenant(ctx, who, req.GetTenantId(), quotasFromProto(req.GetQuotas()))
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -181,7 +227,7 @@ func (s *Server) CreateTenant(ctx context.Context, req *fanoutv1.CreateTenantReq
 // budget are validated, then written in one transaction: a refused request
 // changes nothing.
 func (s *Server) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTenantRequest) (*fanoutv1.UpdateTenantResponse, error) {
-	who, err := actor(ctx)
+	who, dir, err := s.acting(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +260,7 @@ func (s *Server) UpdateTenant(ctx context.Context, req *fanoutv1.UpdateTenantReq
 		p.Budget = &budget.TenantBudget{Limit: b.GetLimitTokens(), Period: budget.Period{Kind: kind},
 			MinReservation: min(tenantMinReservation, b.GetLimitTokens())}
 	}
-	t, err := s.keys.UpdateTenant(ctx, p)
+	t, err := dir.UpdateTenant(ctx, p)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -252,7 +298,7 @@ func keyToProto(k tenant.APIKey) *fanoutv1.ApiKey {
 
 // CreateKey implements fanoutv1.AdminServiceServer.
 func (s *Server) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequest) (*fanoutv1.CreateKeyResponse, error) {
-	who, err := actor(ctx)
+	who, dir, err := s.acting(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +332,7 @@ func (s *Server) CreateKey(ctx context.Context, req *fanoutv1.CreateKeyRequest) 
 	if req.GetExpireTime() != nil {
 		p.ExpiresAt = req.GetExpireTime().AsTime()
 	}
-	k, err := s.keys.CreateKey(ctx, p)
+	k, err := dir.CreateKey(ctx, p)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -314,14 +360,14 @@ func (s *Server) ListKeys(ctx context.Context, req *fanoutv1.ListKeysRequest) (*
 
 // RevokeKey implements fanoutv1.AdminServiceServer.
 func (s *Server) RevokeKey(ctx context.Context, req *fanoutv1.RevokeKeyRequest) (*fanoutv1.RevokeKeyResponse, error) {
-	who, err := actor(ctx)
+	who, dir, err := s.acting(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkText("key_id", req.GetKeyId()); err != nil {
 		return nil, err
 	}
-	k, err := s.keys.RevokeKey(ctx, who, req.GetKeyId())
+	k, err := dir.RevokeKey(ctx, who, req.GetKeyId())
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

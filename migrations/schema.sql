@@ -985,6 +985,12 @@ GRANT SELECT ON TABLE fanout.tool_calls TO fanout_tenant_auditor;
 
 -- Functions and procedures
 
+CREATE FUNCTION fanout.actor_key_proven(p_actor text, p_tenant text, p_scope text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 7 lines, sha256 9716f5c638c5
+REVOKE EXECUTE ON FUNCTION fanout.actor_key_proven(text,text,text) FROM PUBLIC;
+
 CREATE FUNCTION fanout.admin_action_append_only() RETURNS trigger
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -994,7 +1000,7 @@ REVOKE EXECUTE ON FUNCTION fanout.admin_action_append_only() FROM PUBLIC;
 CREATE FUNCTION fanout.admin_check_actor(p_actor text) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 27 lines, sha256 2ccf8aa3f627
+    -- body: 25 lines, sha256 d81857881519
 REVOKE EXECUTE ON FUNCTION fanout.admin_check_actor(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_check_actor(text) TO fanout_admin;
 
@@ -1341,7 +1347,7 @@ REVOKE EXECUTE ON FUNCTION fanout.session_is_orchestrator() FROM PUBLIC;
 CREATE FUNCTION fanout.tool_call_decide(p_tenant text, p_call_id text, p_decision text, p_actor text, p_reason text) RETURNS TABLE(outcome text, decision text, actor text, reason text, decided_at timestamp with time zone, run_id text, task_id text, tool text, state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 59 lines, sha256 48612068a00c
+    -- body: 64 lines, sha256 ea04f016fe0b
 REVOKE EXECUTE ON FUNCTION fanout.tool_call_decide(text,text,text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.tool_call_decide(text,text,text,text,text) TO fanout_app;
 

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,9 +30,11 @@ type Approvals interface {
 	// the cursor (afterCreated, afterCallID).
 	PendingWrites(ctx context.Context, tenantID, runID string, afterCreated time.Time, afterCallID string,
 		limit int) ([]runs.Write, error)
-	// Decide records actor's decision on call callID of the tenant (see
-	// store.ToolCalls.Decide for its errors).
-	Decide(ctx context.Context, tenantID, callID string, approve bool, actor, reason string) (runs.Decision, error)
+	// DecideAs records actor's decision on call callID of the tenant; for
+	// an actor "key:ID", secret is the key's secret as its caller presented
+	// it, which the database checks against the key's digest before it
+	// names the key (see store.ToolCalls.DecideAs for its errors).
+	DecideAs(ctx context.Context, tenantID, callID string, approve bool, actor, secret, reason string) (runs.Decision, error)
 	// RunWrites returns up to limit of the writes of the tenant's run
 	// runID, oldest first, after the cursor (afterCreated, afterCallID),
 	// with their decisions.
@@ -192,7 +196,7 @@ func (s *Server) decide(ctx context.Context, callID, reason string, approve bool
 		return nil, status.Error(codes.Unimplemented, "this orchestrator has no approvals store")
 	}
 	p, _ := tenant.FromContext(ctx)
-	d, err := s.e.appr.Decide(ctx, tenantID, callID, approve, p.Actor(), reason)
+	d, err := s.e.appr.DecideAs(ctx, tenantID, callID, approve, p.Actor(), presentedSecret(ctx, p.KeyID), reason)
 	switch {
 	case errors.Is(err, runs.ErrNotFound):
 		return nil, status.Errorf(codes.NotFound, "call_id %q: no such call of tenant %q", callID, tenantID)
@@ -223,6 +227,28 @@ func (s *Server) decide(ctx context.Context, callID, reason string, approve bool
 		}
 	}
 	return out, nil
+}
+
+// presentedSecret returns the secret of the bearer token the call
+// presented for key keyID (the authenticator verified it before the
+// handler ran), or "" (anonymous). It stands in for an accessor of package
+// auth, which parses the token: auth.PresentedSecret(ctx) (secret string,
+// ok bool). Never log it or put it in an error.
+func presentedSecret(ctx context.Context, keyID string) string {
+	if keyID == "" {
+		return ""
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return ""
+	}
+	token, _ := strings.CutPrefix(strings.TrimSpace(vals[0]), "Bearer ")
+	secret, ok := strings.CutPrefix(strings.TrimSpace(token), "fanout_"+keyID+"_")
+	if !ok {
+		return ""
+	}
+	return secret
 }
 
 // decisionWords says what a call's recorded decision was, for an error.

@@ -21,14 +21,15 @@ import (
 // approvalFixture is run r1 of tenant acme whose recorded policy says
 // writes of crm__create_ticket wait for approval (for the fixture's
 // timeout) and crm__note's do not, with task t1 at attempt 2 (its secret
-// known), and the tool call log as a worker's login and an orchestrator's
-// use it.
+// known), the tool call log as a worker's login and an orchestrator's
+// use it, and a live approve key of acme (its actor and secret).
 type approvalFixture struct {
-	b            *testBundle
-	ts           tasks
-	worker, orch *store.ToolCalls
-	secret       string
-	attempt      int64
+	b                        *testBundle
+	ts                       tasks
+	worker, orch             *store.ToolCalls
+	secret                   string
+	attempt                  int64
+	approver, approverSecret string
 }
 
 func newApprovalFixture(t *testing.T, timeout time.Duration) *approvalFixture {
@@ -42,6 +43,7 @@ func newApprovalFixture(t *testing.T, timeout time.Duration) *approvalFixture {
 	t.Cleanup(pool.Close)
 	f.worker = store.NewToolCalls(pool, store.ToolCallsConfig{Logger: slog.New(slog.DiscardHandler)})
 	f.next(t)
+	f.approver, f.approverSecret = liveKey(t, b, "acme", "approve")
 	// What the orchestrator records in OpenRun's transaction.
 	if _, err := b.pool.Exec(b.ctx, `INSERT INTO fanout.run_tool_policy (tenant_id, run_id, tool, approval, approval_timeout_ms)
 		VALUES ('acme', 'r1', 'crm__create_ticket', true, $1), ('acme', 'r1', 'crm__note', false, 0)`, timeout.Milliseconds()); err != nil {
@@ -131,18 +133,18 @@ func TestAnUnapprovedWriteIsNeverIssued(t *testing.T) {
 		t.Fatalf("after the refused attempts: %+v, %v; want awaiting_approval, not expired", st, err)
 	}
 
-	d, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, true, "key:fk_00000000000000aa", "looks right")
-	if err != nil || !d.Approved || d.State != runs.WriteApproved || d.Actor != "key:fk_00000000000000aa" || d.TaskID != "t1" {
+	d, err := f.orch.DecideAs(f.b.ctx, "acme", w.CallID, true, f.approver, f.approverSecret, "looks right")
+	if err != nil || !d.Approved || d.State != runs.WriteApproved || d.Actor != f.approver || d.TaskID != "t1" {
 		t.Fatalf("approve = %+v, %v", d, err)
 	}
-	if again, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, true, "key:fk_00000000000000bb", "again"); err != nil ||
+	if again, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, true, "anonymous", "again"); err != nil ||
 		again.Actor != d.Actor || !again.DecidedAt.Equal(d.DecidedAt) {
 		t.Errorf("approve again = %+v, %v; want the first decision", again, err)
 	}
-	if _, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, false, "key:fk_00000000000000bb", "no"); !errors.Is(err, runs.ErrDecisionConflict) {
+	if _, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, false, "anonymous", "no"); !errors.Is(err, runs.ErrDecisionConflict) {
 		t.Errorf("deny an approved call: %v; want ErrDecisionConflict", err)
 	}
-	if _, err := f.orch.Decide(f.b.ctx, "globex", w.CallID, true, "key:fk_00000000000000cc", ""); !errors.Is(err, runs.ErrNotFound) {
+	if _, err := f.orch.Decide(f.b.ctx, "globex", w.CallID, true, "anonymous", ""); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("another tenant approves: %v; want ErrNotFound", err)
 	}
 	if sent, _, err := f.send(w); !sent || err != nil {
@@ -185,17 +187,17 @@ func TestDenialsExpiryAndTheRunsEnd(t *testing.T) {
 	denied := f.ask(t, 0, `{"title":"a"}`)
 	waiting := f.ask(t, 1, `{"title":"b"}`)
 	approved := f.ask(t, 2, `{"title":"c"}`)
-	if _, err := f.orch.Decide(f.b.ctx, "acme", denied.CallID, false, "key:fk_00000000000000aa", "not today"); err != nil {
+	if _, err := f.orch.DecideAs(f.b.ctx, "acme", denied.CallID, false, f.approver, f.approverSecret, "not today"); err != nil {
 		t.Fatal(err)
 	}
 	st, err := f.worker.WriteStatus(f.b.ctx, denied.Key, f.secret)
-	if err != nil || st.State != runs.WriteDenied || st.Error != "denied by key:fk_00000000000000aa: not today" {
+	if err != nil || st.State != runs.WriteDenied || st.Error != "denied by "+f.approver+": not today" {
 		t.Errorf("denied call: %+v, %v", st, err)
 	}
 	if sent, state, err := f.send(denied); sent || state != runs.WriteDenied || err != nil {
 		t.Errorf("send a denied call = %v, %s, %v; want not sent, denied", sent, state, err)
 	}
-	if _, err := f.orch.Decide(f.b.ctx, "acme", approved.CallID, true, "key:fk_00000000000000aa", ""); err != nil {
+	if _, err := f.orch.DecideAs(f.b.ctx, "acme", approved.CallID, true, f.approver, f.approverSecret, ""); err != nil {
 		t.Fatal(err)
 	}
 	if state, err := f.worker.ExpireWrite(f.b.ctx, waiting.Key, f.secret); err != nil || state != runs.WriteAwaitingApproval {
@@ -218,7 +220,7 @@ func TestDenialsExpiryAndTheRunsEnd(t *testing.T) {
 	}
 	var n int
 	if err := f.b.pool.QueryRow(f.b.ctx, `SELECT count(*) FROM fanout.tool_call_decisions
-		WHERE run_id = 'r1' AND decision = 'denied' AND (reason, actor) IN (('not today', 'key:fk_00000000000000aa'), ('run ended', 'fanout'))`).Scan(&n); err != nil || n != 2 {
+		WHERE run_id = 'r1' AND decision = 'denied' AND (reason, actor) IN (('not today', $1), ('run ended', 'fanout'))`, f.approver).Scan(&n); err != nil || n != 2 {
 		t.Errorf("denials in the decision log: %d, %v; want 2 (a person's, the run's end)", n, err)
 	}
 }
@@ -251,10 +253,10 @@ func TestAnApprovalExpires(t *testing.T) {
 	if st, _ := f.worker.WriteStatus(f.b.ctx, byWorker.Key, f.secret); st.Error != runs.DeniedExpired {
 		t.Errorf("expired call's error %q; want %q", st.Error, runs.DeniedExpired)
 	}
-	if _, err := f.orch.Decide(f.b.ctx, "acme", byWorker.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrDecisionConflict) {
+	if _, err := f.orch.DecideAs(f.b.ctx, "acme", byWorker.CallID, true, f.approver, f.approverSecret, ""); !errors.Is(err, runs.ErrDecisionConflict) {
 		t.Errorf("approve a call the worker expired: %v; want ErrDecisionConflict", err)
 	}
-	if _, err := f.orch.Decide(f.b.ctx, "acme", byDecision.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrApprovalExpired) {
+	if _, err := f.orch.DecideAs(f.b.ctx, "acme", byDecision.CallID, true, f.approver, f.approverSecret, ""); !errors.Is(err, runs.ErrApprovalExpired) {
 		t.Errorf("approve past the deadline: %v; want ErrApprovalExpired", err)
 	}
 	if sent, state, _ := f.send(byDecision); sent || state != runs.WriteDenied {
@@ -273,7 +275,7 @@ func TestARedispatchedAttemptSendsTheApprovedCall(t *testing.T) {
 	old := f.secret
 	oldAttempt := f.attempt
 	f.next(t)
-	if _, err := f.orch.Decide(f.b.ctx, "acme", w.CallID, true, "key:fk_00000000000000aa", ""); err != nil {
+	if _, err := f.orch.DecideAs(f.b.ctx, "acme", w.CallID, true, f.approver, f.approverSecret, ""); err != nil {
 		t.Fatal(err)
 	}
 	stale := w
@@ -348,7 +350,7 @@ func TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits(t *testing.T) {
 	if st, err := tc.WriteStatus(b.ctx, w.Key, ""); err != nil || st.State != runs.WriteDenied || st.Error != runs.DeniedRunEnded {
 		t.Errorf("the waiting write after the run closed: %+v, %v; want denied, %q", st, err, runs.DeniedRunEnded)
 	}
-	if _, err := tc.Decide(b.ctx, "ten", got.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrDecisionConflict) {
+	if _, err := tc.Decide(b.ctx, "ten", got.CallID, true, "anonymous", ""); !errors.Is(err, runs.ErrDecisionConflict) {
 		t.Errorf("approve after the run ended: %v; want ErrDecisionConflict", err)
 	}
 }
@@ -362,7 +364,7 @@ func TestNoWriteIsSentOnceTheRunStopped(t *testing.T) {
 	f := newApprovalFixture(t, time.Hour)
 	before := f.ask(t, 0, `{"title":"a"}`)
 	after := f.ask(t, 1, `{"title":"b"}`)
-	if _, err := f.orch.Decide(f.b.ctx, "acme", before.CallID, true, "key:fk_00000000000000aa", ""); err != nil {
+	if _, err := f.orch.DecideAs(f.b.ctx, "acme", before.CallID, true, f.approver, f.approverSecret, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.b.ledger.CancelRun(f.b.ctx, "r1", "cancelled by caller"); err != nil {
@@ -374,10 +376,75 @@ func TestNoWriteIsSentOnceTheRunStopped(t *testing.T) {
 	if st, _ := f.worker.WriteStatus(f.b.ctx, before.Key, f.secret); st.Error != runs.DeniedRunEnded {
 		t.Errorf("its error %q; want %q", st.Error, runs.DeniedRunEnded)
 	}
-	if _, err := f.orch.Decide(f.b.ctx, "acme", after.CallID, true, "key:fk_00000000000000aa", ""); !errors.Is(err, runs.ErrDecisionConflict) {
+	if _, err := f.orch.DecideAs(f.b.ctx, "acme", after.CallID, true, f.approver, f.approverSecret, ""); !errors.Is(err, runs.ErrDecisionConflict) {
 		t.Errorf("approve after the cancel: %v; want ErrDecisionConflict (run ended)", err)
 	}
 	if sent, state, _ := f.send(after); sent || state != runs.WriteDenied {
 		t.Errorf("send a call decided after the cancel = %v, %s; want not sent, denied", sent, state)
+	}
+}
+
+// TestOrchestratorLoginCannotInventAnApprover (issue 40, item 6): an
+// orchestrator's login records a decision only under an actor the
+// database can trust — "anonymous", its own role, or a live approve key of
+// the call's tenant whose secret the transaction presented. A made-up key,
+// the approver's key without its secret or with another key's, a key of
+// the tenant without approve, another tenant's approve key, a revoked
+// approve key with its secret, "fanout" and another role are each refused
+// (42501): the call still waits, no decision names anyone, nothing is
+// sent, and no error names a secret. Then the approver with its secret is
+// recorded, and tool_call_decisions names it.
+func TestOrchestratorLoginCannotInventAnApprover(t *testing.T) {
+	t.Parallel()
+	f := newApprovalFixture(t, time.Hour)
+	w := f.ask(t, 0, `{"title":"refund"}`)
+	_, otherSecret := liveKey(t, f.b, "acme", "approve")
+	reader, readerSecret := liveKey(t, f.b, "acme", "read")
+	foreign, foreignSecret := liveKey(t, f.b, "globex", "approve")
+	revoked, revokedSecret := liveKey(t, f.b, "acme", "approve")
+	if _, err := store.NewKeys(f.b.pool, nil).RevokeKey(f.b.ctx, storetest.Actor(t, f.b.pool), strings.TrimPrefix(revoked, "key:")); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{f.approverSecret, otherSecret, readerSecret, foreignSecret, revokedSecret}
+	for _, c := range []struct{ who, actor, secret string }{
+		{"a made-up key", "key:fk_0000000000000000", ""},
+		{"the approver without its secret", f.approver, ""},
+		{"the approver with another key's secret", f.approver, otherSecret},
+		{"a key of the tenant without approve, with its secret", reader, readerSecret},
+		{"another tenant's approve key, with its secret", foreign, foreignSecret},
+		{"a revoked approve key, with its secret", revoked, revokedSecret},
+		{"fanout itself", "fanout", ""},
+		{"another role", "role:postgres", ""},
+	} {
+		_, err := f.orch.DecideAs(f.b.ctx, "acme", w.CallID, true, c.actor, c.secret, "")
+		if sqlState(err) != "42501" {
+			t.Errorf("approve as %s: %v (SQLSTATE %q); want insufficient_privilege", c.who, err, sqlState(err))
+		}
+		for _, s := range secrets {
+			if err != nil && strings.Contains(err.Error(), s) {
+				t.Errorf("approve as %s: the error names a secret: %v", c.who, err)
+			}
+		}
+	}
+	var decisions int
+	if err := f.b.pool.QueryRow(f.b.ctx, `SELECT count(*) FROM fanout.tool_call_decisions WHERE call_id = $1`, w.CallID).Scan(&decisions); err != nil ||
+		decisions != 0 {
+		t.Errorf("decisions after the refused approvals: %d, %v; want none", decisions, err)
+	}
+	if sent, state, err := f.send(w); sent || state != runs.WriteAwaitingApproval || err != nil {
+		t.Errorf("send after the refused approvals = %v, %s, %v; want not sent, awaiting_approval", sent, state, err)
+	}
+
+	d, err := f.orch.DecideAs(f.b.ctx, "acme", w.CallID, true, f.approver, f.approverSecret, "checked")
+	if err != nil || !d.Recorded || d.Actor != f.approver {
+		t.Fatalf("approve as the approver with its secret = %+v, %v; want recorded under %s", d, err, f.approver)
+	}
+	var actor string
+	if err := f.b.pool.QueryRow(f.b.ctx, `SELECT actor FROM fanout.tool_call_decisions WHERE call_id = $1`, w.CallID).Scan(&actor); err != nil ||
+		actor != f.approver {
+		t.Errorf("tool_call_decisions names %q, %v; want %s", actor, err, f.approver)
+	}
+	if sent, _, err := f.send(w); !sent || err != nil {
+		t.Errorf("send after the approval = %v, %v; want sent", sent, err)
 	}
 }

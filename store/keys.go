@@ -24,12 +24,56 @@ type Keys struct {
 	db
 	notifier *Notifier
 	rate     *RateLimiter
+	// actorSecret is the secret the acting key's caller presented
+	// (WithActorSecret); "" for an actor that needs none.
+	actorSecret string
 }
+
+var _ tenant.Directory = (*Keys)(nil)
 
 // NewKeys returns the key store on pool, hearing key events from n (nil
 // when ListenKeyEvents is not called).
 func NewKeys(pool *Pool, n *Notifier) *Keys {
 	return &Keys{db: newDB(pool, nil), notifier: n, rate: NewRateLimiter(pool)}
+}
+
+// WithActorSecret returns k acting for an API key whose caller presented
+// secret: each of its changes hands the secret to the database in its own
+// transaction (presentActorSecret), which checks it against the key's
+// digest before it logs the key as the actor. AdminService acts through it
+// for an admin key; without it a key actor is refused (ErrActorRefused).
+func (k *Keys) WithActorSecret(secret string) tenant.Directory {
+	c := *k
+	c.actorSecret = secret
+	return &c
+}
+
+// presentActorSecret hands secret (the acting key's, as its caller sent
+// it) to the database for tx alone: the admin functions and
+// tool_call_decide check it against the key's digest (actor_key_proven)
+// before they name the key. It travels as a bind parameter, never in a
+// statement's text, which spans and pg_stat_activity show; a database that
+// logs statements with their parameters logs it (docs/auditing.md). Nothing
+// for "".
+func presentActorSecret(ctx context.Context, q *dbsqlc.Queries, tx pgx.Tx, secret string) error {
+	if secret == "" {
+		return nil
+	}
+	if err := q.PresentActorSecret(ctx, tx, secret); err != nil {
+		return fmt.Errorf("present the actor's secret: %w", err)
+	}
+	return nil
+}
+
+// change runs one admin change, f, in a transaction that first presents
+// k's actor secret.
+func (k *Keys) change(ctx context.Context, f func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+		if err := presentActorSecret(ctx, k.q, tx, k.actorSecret); err != nil {
+			return err
+		}
+		return f(tx)
+	})
 }
 
 // adminError translates a refusal of an admin function: the functions
@@ -83,9 +127,13 @@ func tenantOf(r dbsqlc.Tenant) tenant.Tenant {
 // tenant.ErrAdminInvalid naming the field.
 func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
 	t, err := retry(ctx, k.log, "admin.create_tenant", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
-		r, err := k.q.CreateTenant(ctx, k.pool, dbsqlc.CreateTenantParams{Actor: actor, TenantID: id,
-			MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
-			MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute})
+		var r dbsqlc.Tenant
+		err := k.change(ctx, func(tx pgx.Tx) (err error) {
+			r, err = k.q.CreateTenant(ctx, tx, dbsqlc.CreateTenantParams{Actor: actor, TenantID: id,
+				MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
+				MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute})
+			return err
+		})
 		return tenantOf(r), err
 	})
 	if err != nil {
@@ -98,7 +146,11 @@ func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quot
 // actor. An unknown tenant is tenant.ErrTenantNotFound.
 func (k *Keys) SetQuotas(ctx context.Context, actor, id string, q tenant.Quotas) (tenant.Tenant, error) {
 	t, err := retry(ctx, k.log, "admin.set_quotas", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
-		r, err := k.q.SetQuotas(ctx, k.pool, setQuotasParams(actor, id, q))
+		var r dbsqlc.Tenant
+		err := k.change(ctx, func(tx pgx.Tx) (err error) {
+			r, err = k.q.SetQuotas(ctx, tx, setQuotasParams(actor, id, q))
+			return err
+		})
 		return tenantOf(r), err
 	})
 	if err != nil {
@@ -125,7 +177,7 @@ func (k *Keys) UpdateTenant(ctx context.Context, p tenant.UpdateTenantParams) (t
 	}
 	t, err := retry(ctx, k.log, "admin.update_tenant", unsentOnly, func(ctx context.Context, _ try) (tenant.Tenant, error) {
 		var t tenant.Tenant
-		err := pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+		err := k.change(ctx, func(tx pgx.Tx) error {
 			// The tenant's row first: a missing tenant is refused before the
 			// budget function would create it (tenants are never deleted).
 			r, err := k.q.Tenant(ctx, tx, p.TenantID)
@@ -188,9 +240,14 @@ func (k *Keys) CreateKey(ctx context.Context, p tenant.CreateKeyParams) (tenant.
 		expires = &p.ExpiresAt
 	}
 	created, err := retry(ctx, k.log, "admin.create_key", unsentOnly, func(ctx context.Context, _ try) (time.Time, error) {
-		return k.q.CreateKey(ctx, k.pool, dbsqlc.CreateKeyParams{Actor: p.Actor, KeyID: p.KeyID, TenantID: tenantID,
-			Name: p.Name, Scopes: p.Scopes, SecretSha256: p.SecretSHA256,
-			RequestsPerMinute: optInt32(p.RequestsPerMinute), ExpiresAt: expires})
+		var created time.Time
+		err := k.change(ctx, func(tx pgx.Tx) (err error) {
+			created, err = k.q.CreateKey(ctx, tx, dbsqlc.CreateKeyParams{Actor: p.Actor, KeyID: p.KeyID, TenantID: tenantID,
+				Name: p.Name, Scopes: p.Scopes, SecretSha256: p.SecretSHA256,
+				RequestsPerMinute: optInt32(p.RequestsPerMinute), ExpiresAt: expires})
+			return err
+		})
+		return created, err
 	})
 	if err != nil {
 		// The digest is an argument: it is never part of the error.
@@ -234,7 +291,9 @@ func (k *Keys) RevokeKey(ctx context.Context, actor, id string) (tenant.APIKey, 
 	// A revocation done twice keeps its first: safe to retry whatever
 	// became of the first try.
 	if err := retried(ctx, k.log, "admin.revoke_key", idempotent, func(ctx context.Context, _ try) error {
-		return k.q.RevokeKey(ctx, k.pool, dbsqlc.RevokeKeyParams{Actor: actor, KeyID: id})
+		return k.change(ctx, func(tx pgx.Tx) error {
+			return k.q.RevokeKey(ctx, tx, dbsqlc.RevokeKeyParams{Actor: actor, KeyID: id})
+		})
 	}); err != nil {
 		return tenant.APIKey{}, fmt.Errorf("revoke key %s: %w", id, adminError(err))
 	}

@@ -222,7 +222,7 @@ func TestKeyLifecycle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("listener not ready within 10s")
 	}
-	revoked, err := keys.RevokeKey(b.ctx, "key:"+admin.KeyID, p.KeyID)
+	revoked, err := keys.WithActorSecret("canary-secret").RevokeKey(b.ctx, "key:"+admin.KeyID, p.KeyID)
 	if err != nil || revoked.RevokedAt == nil || revoked.RevokedBy != "key:"+admin.KeyID {
 		t.Fatalf("RevokeKey = %+v, %v", revoked, err)
 	}
@@ -304,8 +304,9 @@ func hexString(b []byte) string {
 }
 
 // TestAdminActorChecked: AdminService's login (fanout_admin) may act as a
-// live admin key, never as a revoked admin key or a database role it is
-// not; and it cannot write api_key or tenant except through the functions.
+// live admin key whose secret it presents (never by its id alone), never as
+// a revoked admin key or a database role it is not; and it cannot write
+// api_key or tenant except through the functions.
 func TestAdminActorChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -322,8 +323,11 @@ func TestAdminActorChecked(t *testing.T) {
 	}
 	t.Cleanup(nodePool.Close)
 	node := store.NewKeys(nodePool, nil)
-	if _, err := node.CreateTenant(b.ctx, "key:"+adminID, "acme", tenant.Quotas{}); err != nil {
-		t.Errorf("node acting as a live admin key: %v", err)
+	if _, err := node.CreateTenant(b.ctx, "key:"+adminID, "acme", tenant.Quotas{}); !errors.Is(err, tenant.ErrActorRefused) {
+		t.Errorf("node acting as a live admin key without its secret: %v; want ErrActorRefused", err)
+	}
+	if _, err := node.WithActorSecret("s").CreateTenant(b.ctx, "key:"+adminID, "acme", tenant.Quotas{}); err != nil {
+		t.Errorf("node acting as a live admin key with its secret: %v", err)
 	}
 	if _, err := node.CreateTenant(b.ctx, owner, "globex", tenant.Quotas{}); !errors.Is(err, tenant.ErrActorRefused) {
 		t.Errorf("node claiming %s: %v; want ErrActorRefused", owner, err)
@@ -334,7 +338,8 @@ func TestAdminActorChecked(t *testing.T) {
 	if _, err := keys.RevokeKey(b.ctx, owner, adminID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := node.SetQuotas(b.ctx, "key:"+adminID, "acme", tenant.Quotas{}); !errors.Is(err, tenant.ErrActorRefused) {
+	if _, err := node.WithActorSecret("s").UpdateTenant(b.ctx, tenant.UpdateTenantParams{Actor: "key:" + adminID, TenantID: "acme",
+		Quotas: &tenant.Quotas{}}); !errors.Is(err, tenant.ErrActorRefused) {
 		t.Errorf("node acting as a revoked admin key: %v; want ErrActorRefused", err)
 	}
 	for _, stmt := range []string{

@@ -62,7 +62,7 @@ func processRoleProbes() []processProbe {
 		{"append an event", `INSERT INTO fanout.run_event (run_id) SELECT 'probe' WHERE false`, []string{o}},
 		{"read specs", `SELECT spec FROM fanout.run LIMIT 0`, []string{o}},
 		{"record a run's tool policy", `INSERT INTO fanout.run_tool_policy (run_id) SELECT 'probe' WHERE false`, []string{o}},
-		{"tool_call_decide", `SELECT fanout.tool_call_decide('', '', 'approved', 'probe', '')`, []string{o}},
+		{"tool_call_decide", `SELECT fanout.tool_call_decide('', '', 'approved', $1, '')`, []string{o}},
 		{"tool_call_end_run", `SELECT fanout.tool_call_end_run('')`, []string{o}},
 		{"read key digests", `SELECT secret_sha256 FROM fanout.api_key LIMIT 0`, []string{o, a}},
 		// AdminService's: keys, tenants, quotas, budgets, prices.

@@ -409,14 +409,25 @@ func TestTenantExhaustedByOverrun(t *testing.T) {
 func TestSetTenantBudgetIsLogged(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	// The first change is made under a live admin key's name.
+	// The first change is made by a live admin key, which presents its
+	// secret (as AdminService does for its caller).
 	digest := sha256.Sum256([]byte("admin-secret"))
-	if _, err := store.NewKeys(b.pool, nil).CreateKey(b.ctx, tenant.CreateKeyParams{Actor: storetest.Actor(t, b.pool),
+	keys := store.NewKeys(b.pool, nil)
+	if _, err := keys.CreateKey(b.ctx, tenant.CreateKeyParams{Actor: storetest.Actor(t, b.pool),
 		KeyID: "fk_0123456789abcdef", Scopes: []string{"admin"}, SecretSHA256: digest[:]}); err != nil {
 		t.Fatal(err)
 	}
-	ten := b.setBudget(t, budget.TenantBudget{TenantID: "acme", Limit: 5000, Actor: "key:fk_0123456789abcdef",
-		Period: budget.Period{Kind: budget.PeriodMonth}})
+	if _, err := keys.CreateTenant(b.ctx, storetest.Actor(t, b.pool), "acme", tenant.Quotas{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.WithActorSecret("admin-secret").UpdateTenant(b.ctx, tenant.UpdateTenantParams{Actor: "key:fk_0123456789abcdef",
+		TenantID: "acme", Budget: &budget.TenantBudget{Limit: 5000, Period: budget.Period{Kind: budget.PeriodMonth}}}); err != nil {
+		t.Fatal(err)
+	}
+	ten, err := b.ledger.TenantAccount(b.ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if ten.Period.Kind != budget.PeriodMonth || ten.PeriodEnd.Day() != 1 || ten.PeriodEnd.Hour() != 0 || ten.PeriodEnd.Location() == nil {
 		t.Errorf("monthly budget = %+v; want it to end on the 1st at midnight UTC", ten)
 	}

@@ -389,8 +389,19 @@ func (t *ToolCalls) PendingWrites(ctx context.Context, tenantID, runID string, a
 // have; runs.ErrDecisionConflict (with the recorded decision) when it was
 // decided otherwise; runs.ErrApprovalExpired when its deadline passed
 // first (it is denied now); runs.ErrNotAwaitingApproval for a call that
-// never waited for one. Only an orchestrator's login may decide.
+// never waited for one. Only an orchestrator's login may decide, under an
+// actor the database trusts: "anonymous", "role:" and the session's login,
+// or a key with its secret (DecideAs); any other is refused (SQLSTATE
+// 42501) and nothing is recorded. The owner is not asked.
 func (t *ToolCalls) Decide(ctx context.Context, tenantID, callID string, approve bool, actor, reason string) (runs.Decision, error) {
+	return t.DecideAs(ctx, tenantID, callID, approve, actor, "", reason)
+}
+
+// DecideAs is Decide for an actor "key:ID" whose caller presented the key's
+// secret: the database records the decision under the key only if the key
+// is a live approve key of the tenant whose digest the secret matches
+// (presentActorSecret). The secret is in no error.
+func (t *ToolCalls) DecideAs(ctx context.Context, tenantID, callID string, approve bool, actor, secret, reason string) (runs.Decision, error) {
 	switch {
 	case tenantID == "":
 		return runs.Decision{}, errors.New("decide tool write: tenant id is empty")
@@ -406,9 +417,14 @@ func (t *ToolCalls) Decide(ctx context.Context, tenantID, callID string, approve
 	err := retried(ctx, t.log, "toolcalls.decide", idempotent, func(ctx context.Context, _ try) error {
 		// A retry after a commit whose reply was lost finds the decision
 		// it made: "same". (sqlc does not know a RETURNS TABLE's columns.)
-		return t.pool.QueryRow(ctx, `SELECT outcome, decision, actor, reason, decided_at, run_id, task_id, tool, state
-			FROM tool_call_decide($1, $2, $3, $4, $5)`, tenantID, callID, decision, actor, reason).Scan(
-			&r.Outcome, &r.Decision, &r.Actor, &r.Reason, &r.DecidedAt, &r.RunID, &r.TaskID, &r.Tool, &r.State)
+		return pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+			if err := presentActorSecret(ctx, t.q, tx, secret); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT outcome, decision, actor, reason, decided_at, run_id, task_id, tool, state
+				FROM tool_call_decide($1, $2, $3, $4, $5)`, tenantID, callID, decision, actor, reason).Scan(
+				&r.Outcome, &r.Decision, &r.Actor, &r.Reason, &r.DecidedAt, &r.RunID, &r.TaskID, &r.Tool, &r.State)
+		})
 	})
 	if err != nil {
 		return runs.Decision{}, fmt.Errorf("decide tool write %s: %w", callID, err)

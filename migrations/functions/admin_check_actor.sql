@@ -1,5 +1,7 @@
 -- admin_check_actor raises unless p_actor may act now: the session's own
--- role, a live admin key, or anonymous where the database opted in.
+-- role, a live admin key whose secret this transaction presented
+-- (actor_key_proven: a key id alone is not enough), or anonymous where the
+-- database opted in.
 CREATE OR REPLACE FUNCTION admin_check_actor(p_actor text) RETURNS void
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 BEGIN
@@ -18,10 +20,8 @@ BEGIN
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
     ELSIF starts_with(p_actor, 'key:') THEN
-        IF NOT EXISTS (SELECT FROM api_key
-                        WHERE key_id = substr(p_actor, 5) AND tenant_id IS NULL
-                          AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())) THEN
-            RAISE EXCEPTION 'actor: % is not a live admin key', p_actor
+        IF NOT actor_key_proven(p_actor, NULL, 'admin') THEN
+            RAISE EXCEPTION 'actor: % is not a live admin key whose secret this call presented (fanout.actor_secret)', p_actor
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
     ELSE

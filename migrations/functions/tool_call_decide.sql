@@ -2,7 +2,13 @@
 -- p_reason) on the write tool call p_call_id of tenant p_tenant that waits
 -- for approval, in tool_call_decision, and moves the call to approved or
 -- denied. Only an orchestrator's login decides (the API's ApproveToolCall
--- and DenyToolCall, which check the caller's scope). A call past its
+-- and DenyToolCall, which check the caller's scope). The actor is one the
+-- database can trust: "anonymous" (an orchestrator with --auth none: it
+-- names no one), the session's own role ("role:" and the login), or a live
+-- key of the tenant holding approve whose secret this transaction
+-- presented (actor_key_proven) — never a key id alone, nor "fanout" (the
+-- decisions fanout makes itself). The schema's owner is not asked: it owns
+-- tool_call_decision. A call past its
 -- deadline is denied as expired instead, and one of a run whose ledger
 -- account is no longer open (exhausted, cancelled, closed) as "run ended".
 -- The same decision again is a no-op. Returns the outcome (decided, same: already so decided,
@@ -30,6 +36,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     ELSIF coalesce(p_actor, '') = '' OR octet_length(p_actor) > 256 THEN
         RAISE EXCEPTION 'actor: must be 1 to 256 bytes' USING ERRCODE = 'invalid_parameter_value';
+    ELSIF NOT (p_actor = 'anonymous' OR p_actor = 'role:' || session_user
+               OR actor_key_proven(p_actor, p_tenant, 'approve')
+               OR pg_has_role(session_user, (SELECT nspowner FROM pg_namespace WHERE nspname = 'fanout'), 'USAGE')) THEN
+        RAISE EXCEPTION 'actor: % is not anonymous, the session''s role (role:%) or a live approve key of tenant % whose secret this call presented (fanout.actor_secret)',
+            p_actor, session_user, p_tenant USING ERRCODE = 'insufficient_privilege';
     END IF;
     SELECT * INTO c FROM tool_call WHERE call_id = p_call_id AND tenant_id = p_tenant FOR UPDATE;
     IF NOT FOUND THEN

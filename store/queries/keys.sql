@@ -34,3 +34,9 @@ SELECT id::text AS key_id,
 FROM unnest(@key_ids::text[]) id
 LEFT JOIN api_key k ON k.key_id = id
 LEFT JOIN tenant t ON t.tenant_id = k.tenant_id;
+
+-- name: PresentActorSecret :exec
+-- The secret the acting key's caller presented, for this transaction only:
+-- admin_check_actor and tool_call_decide check it against the key's digest
+-- (actor_key_proven). A bind parameter, never the statement's text.
+SELECT set_config('fanout.actor_secret', @secret::text, true);

@@ -214,6 +214,18 @@ func (q *Queries) LookupKey(ctx context.Context, db DBTX, keyID string) (LookupK
 	return i, err
 }
 
+const presentActorSecret = `-- name: PresentActorSecret :exec
+SELECT set_config('fanout.actor_secret', $1::text, true)
+`
+
+// The secret the acting key's caller presented, for this transaction only:
+// admin_check_actor and tool_call_decide check it against the key's digest
+// (actor_key_proven). A bind parameter, never the statement's text.
+func (q *Queries) PresentActorSecret(ctx context.Context, db DBTX, secret string) error {
+	_, err := db.Exec(ctx, presentActorSecret, secret)
+	return err
+}
+
 const revokeKey = `-- name: RevokeKey :exec
 SELECT admin_revoke_key($1, $2)
 `
