@@ -331,3 +331,27 @@ func TestKnownKeysAreServedDuringAFlood(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantShareAdmitsTheLargestRequest: --tenant-request-bytes must admit
+// one HTTP request at the body limit (4 copies of twice the receive limit
+// plus 64 bytes: 64 MiB + 8,448 with the default spec limit), or no such
+// request could ever be read; an orchestrator refuses to start with a byte
+// less, naming the flag, and starts with exactly that.
+func TestTenantShareAdmitsTheLargestRequest(t *testing.T) {
+	t.Parallel()
+	const need = 4 * (2*(2*(4<<20)+1024) + 64)
+	url := storetest.NewDB(t)
+	b := backend(t, url, node.BackendConfig{TenantRequestBytes: need - 1})
+	orchTrust, _, _, err := node.DevTrust(peerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := node.OpenOrchestrator(t.Context(), b, node.OrchestratorConfig{Workers: "127.0.0.1:1", Trust: orchTrust}); err == nil ||
+		!strings.Contains(err.Error(), "--tenant-request-bytes") {
+		if o != nil {
+			_ = o.Close(t.Context())
+		}
+		t.Fatalf("an orchestrator with a share a byte short: %v; want a refusal naming --tenant-request-bytes", err)
+	}
+	startOrchestrator(t, backend(t, url, node.BackendConfig{TenantRequestBytes: need}), node.OrchestratorConfig{Workers: "127.0.0.1:1"})
+}
