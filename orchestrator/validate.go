@@ -355,6 +355,19 @@ func (c Config) planTasks(v *validator, p *plan) bool {
 	return true
 }
 
+// tenantTools are the known tools the operator's policy lets tenant use,
+// in KnownTools' order: what an unknown tool's error may list, never a tool
+// the policy keeps for other tenants.
+func (c Config) tenantTools(tenant string) []string {
+	var tools []string
+	for _, name := range c.KnownTools {
+		if rule, ruled := c.ToolRules[name]; !ruled || rule.allows(tenant) {
+			tools = append(tools, name)
+		}
+	}
+	return tools
+}
+
 // taskIndex checks the tasks' ids and returns each valid one's dispatch
 // index.
 func taskIndex(v *validator, tasks []*fanoutv1.TaskSpec) map[string]int {
@@ -402,8 +415,8 @@ func (c Config) planTask(v *validator, p *plan, i int, index map[string]int, kno
 	for j, name := range t.GetAllowedTools() {
 		switch rule, ruled := c.ToolRules[name]; {
 		case !known[name]:
-			v.add(fmt.Sprintf("spec.tasks[%d].allowed_tools[%d]", i, j), "unknown tool %q (known: %s)",
-				name, strings.Join(c.KnownTools, ", "))
+			v.add(fmt.Sprintf("spec.tasks[%d].allowed_tools[%d]", i, j), "unknown tool %q (this tenant's tools: %s)",
+				name, strings.Join(c.tenantTools(p.tenantID), ", "))
 		case ruled && !rule.allows(p.tenantID):
 			// The same words as for an unknown tool would hide nothing:
 			// the operator's config says which tenants may use it.
