@@ -28,7 +28,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -40,13 +43,22 @@ var update = flag.Bool("update", false, "write the golden files of the rendered 
 
 const chartDir = "helm/fanout"
 
+// minimalValues are the fewest values the chart renders with: the chart's
+// defaults refuse a plaintext API and a NetworkPolicy that admits anyone,
+// so an install names its caller TLS Secret and who may call.
+const minimalValues = `
+orchestrator: {tlsSecret: fanout-callers-tls}
+networkPolicy:
+  callers: [{podSelector: {matchLabels: {app.kubernetes.io/name: checkout}}}]
+`
+
 // valueSets are the value sets the chart is rendered with: each a name (its
 // golden file) and the values over the chart's defaults.
 var valueSets = []struct {
 	name   string
 	values string
 }{
-	{"default", ``},
+	{"minimal", minimalValues},
 	{"full", `
 image: {digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"}
 database:
@@ -74,37 +86,82 @@ metrics: {serviceMonitor: true, prometheusRule: true}
 networkPolicy:
   callers: [{namespaceSelector: {matchLabels: {team: checkout}}}]
 `},
-	{"http-behind-proxy", `
+	{"behind-proxy", `
 orchestrator:
+  plaintextBehindProxy: true
   http: {enabled: true, plaintextBehindProxy: true}
+networkPolicy: {allowAnyCaller: true}
 `},
-	{"cnpg", `
+	{"cnpg", minimalValues + `
 database:
-  cnpg: {enabled: true, instances: 3, synchronousStandbys: 1}
+  cnpg: {enabled: true, instances: 3, synchronousStandbys: 1, operator: {namespace: cnpg-operator}}
   admin: {secret: fanout-db-admin, key: url}
 `},
+}
+
+// nodeValues are what TestClusterNode installs (cluster_e2e_test.go): the
+// README's values (the image by digest, AdminService's login), the image
+// already on the node (no registry here), and a small fleet. The test dials
+// the orchestrator pods in plaintext from the host, where a proxy ending TLS
+// would stand, and the node's CNI enforces no NetworkPolicy: it says so.
+func nodeValues(digest string) map[string]any {
+	return map[string]any{
+		"image":    map[string]any{"repository": "localhost/fanout", "digest": digest, "pullPolicy": "Never"},
+		"database": map[string]any{"admin": map[string]any{"secret": "fanout-db-admin"}},
+		"orchestrator": map[string]any{
+			"replicas": 2, "shutdownGraceSeconds": 10,
+			"plaintextBehindProxy": true,
+			"resources":            smallResources(),
+		},
+		"worker": map[string]any{
+			"replicas": 2, "shutdownGraceSeconds": 10,
+			"extraArgs": []any{"--sim-latency=400ms", "--sim-tool-calls=1", "--sim-finish-after=2", "--max-connection-age=3s"},
+			"resources": smallResources(),
+		},
+		"networkPolicy": map[string]any{"allowAnyCaller": true},
+	}
+}
+
+func smallResources() map[string]any {
+	return map[string]any{
+		"requests": map[string]any{"cpu": "100m", "memory": "64Mi"},
+		"limits":   map[string]any{"cpu": "1", "memory": "512Mi"},
+	}
+}
+
+// valuesMap parses values written as YAML.
+func valuesMap(t *testing.T, values string) map[string]any {
+	t.Helper()
+	vals := map[string]any{}
+	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+		t.Fatal(err)
+	}
+	return vals
 }
 
 // render renders the chart with the values over its defaults.
 func render(t *testing.T, values string) map[string]string {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
+	out, err := tryRender(t, valuesMap(t, values))
 	if err != nil {
 		t.Fatal(err)
 	}
-	vals := map[string]any{}
-	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+	return out
+}
+
+// tryRender renders the chart with the values over its defaults, returning
+// the error of a template that refuses them.
+func tryRender(t *testing.T, vals map[string]any) (map[string]string, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
 		t.Fatal(err)
 	}
 	rv, err := chartutil.ToRenderValues(ch, vals, common.ReleaseOptions{Name: "fanout", Namespace: "fanout", Revision: 1, IsInstall: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := engine.Render(ch, rv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return engine.Render(ch, rv)
 }
 
 // objects decodes every document of the rendered templates strictly (an
@@ -183,6 +240,9 @@ func TestChartValuesSchema(t *testing.T) {
 		{`worker: {extraArgs: ["log-level=debug"]}`, "extraArgs"},
 		{`orchestrator: {http: {enabled: true, consol: true}}`, "consol"},
 		{`orchestrator: {http: {port: 0}}`, "port"},
+		{`orchestrator: {plaintextBehindProxy: "yes"}`, "plaintextBehindProxy"},
+		{`networkPolicy: {allowAnyCaller: 1}`, "allowAnyCaller"},
+		{`database: {cnpg: {operator: {namespace: ""}}}`, "namespace"},
 	} {
 		vals := map[string]any{}
 		if err := yaml.Unmarshal([]byte(bad.values), &vals); err != nil {
@@ -198,18 +258,143 @@ func TestChartValuesSchema(t *testing.T) {
 // TestChartRefusesPlaintextHTTP: the HTTP port without caller TLS renders
 // only when the values say a proxy ends TLS (fanout itself refuses it).
 func TestChartRefusesPlaintextHTTP(t *testing.T) {
-	ch, err := loader.Load(chartDir)
+	vals := valuesMap(t, `
+orchestrator: {plaintextBehindProxy: true, http: {enabled: true}}
+networkPolicy: {allowAnyCaller: true}
+`)
+	if _, err := tryRender(t, vals); err == nil || !strings.Contains(err.Error(), "orchestrator.http.plaintextBehindProxy") {
+		t.Errorf("http enabled without tlsSecret: %v; want refused naming orchestrator.http.plaintextBehindProxy", err)
+	}
+}
+
+// TestChartRefusesPlaintextGRPC: the chart's defaults refuse to render a
+// plaintext gRPC API, naming the values that allow one; it renders with
+// caller TLS, or in plaintext when the values say a proxy ends TLS, as the
+// HTTP port.
+func TestChartRefusesPlaintextGRPC(t *testing.T) {
+	if _, err := tryRender(t, nil); err == nil {
+		t.Error("the chart's defaults rendered; want refused (a plaintext API, a NetworkPolicy admitting anyone)")
+	}
+	_, err := tryRender(t, valuesMap(t, `networkPolicy: {allowAnyCaller: true}`))
+	if err == nil || !strings.Contains(err.Error(), "orchestrator.tlsSecret") || !strings.Contains(err.Error(), "orchestrator.plaintextBehindProxy") {
+		t.Errorf("the gRPC API without tlsSecret: %v; want refused naming orchestrator.tlsSecret and orchestrator.plaintextBehindProxy", err)
+	}
+	for _, c := range []struct {
+		values string
+		tls    bool
+	}{
+		{"orchestrator: {tlsSecret: fanout-callers-tls}\nnetworkPolicy: {allowAnyCaller: true}", true},
+		{"orchestrator: {plaintextBehindProxy: true}\nnetworkPolicy: {allowAnyCaller: true}", false},
+	} {
+		args := orchestratorArgs(t, objects(t, render(t, c.values)))
+		if !slices.Contains(args, "--listen=0.0.0.0:50051") || slices.Contains(args, "--tls-cert=/etc/fanout/tls/tls.crt") != c.tls {
+			t.Errorf("values %q: orchestrator args %q; want --listen=0.0.0.0:50051, --tls-cert %v", c.values, args, c.tls)
+		}
+	}
+}
+
+// TestChartCallersAreExplicit: the orchestrators' NetworkPolicy admits the
+// listed callers; with none listed the render fails unless the values say
+// any pod and address is intended (allowAnyCaller), and not both.
+func TestChartCallersAreExplicit(t *testing.T) {
+	const tls = "orchestrator: {tlsSecret: fanout-callers-tls}\n"
+	_, err := tryRender(t, valuesMap(t, tls))
+	if err == nil || !strings.Contains(err.Error(), "networkPolicy.callers") || !strings.Contains(err.Error(), "networkPolicy.allowAnyCaller") {
+		t.Errorf("no callers listed: %v; want refused naming networkPolicy.callers and networkPolicy.allowAnyCaller", err)
+	}
+	_, err = tryRender(t, valuesMap(t, tls+"networkPolicy: {allowAnyCaller: true, callers: [{podSelector: {}}]}"))
+	if err == nil || !strings.Contains(err.Error(), "networkPolicy.callers") || !strings.Contains(err.Error(), "networkPolicy.allowAnyCaller") {
+		t.Errorf("callers listed and allowAnyCaller: %v; want refused naming both", err)
+	}
+
+	pol := networkPolicy(t, objects(t, render(t, minimalValues)), "fanout-orchestrator")
+	want := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "checkout"}}}}
+	if len(pol.Spec.Ingress) != 1 || !equality.Semantic.DeepEqual(pol.Spec.Ingress[0].From, want) {
+		t.Errorf("callers listed: ingress %+v; want one rule from exactly %+v", pol.Spec.Ingress, want)
+	}
+	pol = networkPolicy(t, objects(t, render(t, tls+"networkPolicy: {allowAnyCaller: true}")), "fanout-orchestrator")
+	if len(pol.Spec.Ingress) != 1 || pol.Spec.Ingress[0].From != nil {
+		t.Errorf("allowAnyCaller: ingress %+v; want one rule from anyone", pol.Spec.Ingress)
+	}
+	for _, o := range objects(t, render(t, tls+"networkPolicy: {enabled: false}")) {
+		if np, ok := o.(*networkingv1.NetworkPolicy); ok {
+			t.Errorf("networkPolicy.enabled false: NetworkPolicy %s rendered", np.Name)
+		}
+	}
+}
+
+// TestChartDatabasePolicyScopedToOperator: the chart's PostgreSQL admits
+// fanout's pods and its own instances from the release's namespace, and
+// the CloudNativePG operator's pods only from the operator's namespace
+// (database.cnpg.operator.namespace): never a pod of any namespace that
+// labels itself as the operator.
+func TestChartDatabasePolicyScopedToOperator(t *testing.T) {
+	for _, c := range []struct{ values, namespace string }{
+		{"database: {cnpg: {enabled: true}}", "cnpg-system"},
+		{"database: {cnpg: {enabled: true, operator: {namespace: cnpg-operator}}}", "cnpg-operator"},
+	} {
+		pol := networkPolicy(t, objects(t, render(t, minimalValues+c.values)), "fanout-db")
+		operator := 0
+		for _, rule := range pol.Spec.Ingress {
+			if len(rule.From) == 0 {
+				t.Errorf("%s: an ingress rule from anyone: %+v", c.values, rule)
+			}
+			for _, peer := range rule.From {
+				if peer.IPBlock != nil || peer.PodSelector == nil || len(peer.PodSelector.MatchLabels) == 0 {
+					t.Errorf("%s: peer %+v; want pods selected by label", c.values, peer)
+					continue
+				}
+				if peer.NamespaceSelector == nil {
+					continue // the policy's own namespace: the release's
+				}
+				operator++
+				ns := map[string]string{"kubernetes.io/metadata.name": c.namespace}
+				pods := map[string]string{"app.kubernetes.io/name": "cloudnative-pg"}
+				if !maps.Equal(peer.NamespaceSelector.MatchLabels, ns) || len(peer.NamespaceSelector.MatchExpressions) != 0 ||
+					!maps.Equal(peer.PodSelector.MatchLabels, pods) {
+					t.Errorf("%s: peer %+v from another namespace; want only the operator's pods (%v) in its namespace (%v)", c.values, peer, pods, ns)
+				}
+			}
+		}
+		if operator != 1 {
+			t.Errorf("%s: %d peers from other namespaces; want one, the operator (its status probes on port 8000)", c.values, operator)
+		}
+	}
+}
+
+// TestChartRendersTheClusterTestsValues: the values the cluster tests
+// install (run only by make k8s-e2e) render and keep the chart's rules.
+func TestChartRendersTheClusterTestsValues(t *testing.T) {
+	out, err := tryRender(t, nodeValues("sha256:"+strings.Repeat("0", 64)))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("TestClusterNode's values: %v", err)
 	}
-	vals := map[string]any{"orchestrator": map[string]any{"http": map[string]any{"enabled": true}}}
-	rv, err := chartutil.ToRenderValues(ch, vals, common.ReleaseOptions{Name: "fanout", Namespace: "fanout"}, nil)
-	if err != nil {
-		t.Fatal(err)
+	checkRules(t, objects(t, out))
+	checkRules(t, objects(t, render(t, minimalValues))) // TestClusterAPIServer's
+}
+
+// orchestratorArgs are the orchestrator container's arguments.
+func orchestratorArgs(t *testing.T, objs []runtime.Object) []string {
+	t.Helper()
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok && d.Name == "fanout-orchestrator" {
+			return d.Spec.Template.Spec.Containers[0].Args
+		}
 	}
-	if _, err := engine.Render(ch, rv); err == nil || !strings.Contains(err.Error(), "plaintextBehindProxy") {
-		t.Errorf("http enabled without tlsSecret: %v; want refused naming plaintextBehindProxy", err)
+	t.Fatal("no Deployment fanout-orchestrator rendered")
+	return nil
+}
+
+// networkPolicy is the NetworkPolicy of that name.
+func networkPolicy(t *testing.T, objs []runtime.Object, name string) *networkingv1.NetworkPolicy {
+	t.Helper()
+	for _, o := range objs {
+		if np, ok := o.(*networkingv1.NetworkPolicy); ok && np.Name == name {
+			return np
+		}
 	}
+	t.Fatalf("no NetworkPolicy %s rendered", name)
+	return nil
 }
 
 // TestChartManifests: every value set renders objects that decode strictly

@@ -75,7 +75,7 @@ func TestClusterAPIServer(t *testing.T) {
 			t.Logf("%s: %d objects accepted by server-side apply (dryRun=All, fieldValidation=Strict)", vs.name, n)
 		}
 		// The same path refuses a mistake the chart could make.
-		bad := strings.Replace(documents(render(t, ``)["fanout/templates/worker.yaml"])[0], "readinessProbe:", "readynessProbe:", 1)
+		bad := strings.Replace(documents(render(t, minimalValues)["fanout/templates/worker.yaml"])[0], "readinessProbe:", "readynessProbe:", 1)
 		err := cp.apply(ctx, bad, true)
 		if err == nil || !strings.Contains(err.Error(), "readynessProbe") {
 			t.Errorf("a misspelled field: got %v, want a strict-validation error naming readynessProbe", err)
@@ -101,8 +101,9 @@ func TestClusterAPIServer(t *testing.T) {
 		cp.createSecret(t, ctx, "fanout-peer-orchestrator", map[string]string{"ca.crt": "-", "tls.crt": "-", "tls.key": "-", "signing.key": "-"})
 		cp.createSecret(t, ctx, "fanout-peer-worker", map[string]string{"ca.crt": "-", "tls.crt": "-", "tls.key": "-"})
 		cp.createSecret(t, ctx, "fanout-peer-verify-keys", map[string]string{"a.pem": "-"})
+		cp.createSecret(t, ctx, "fanout-callers-tls", map[string]string{"tls.crt": "-", "tls.key": "-"})
 
-		rel := cp.helmInstall(t, ctx, map[string]any{})
+		rel := cp.helmInstall(t, ctx, valuesMap(t, minimalValues))
 		for _, h := range rel.Hooks {
 			if h.LastRun.Phase != releasev1.HookPhaseSucceeded {
 				t.Errorf("hook %s %s: %s", h.Kind, h.Name, h.LastRun.Phase)
@@ -149,7 +150,7 @@ func TestClusterAPIServer(t *testing.T) {
 	}
 	t.Run("UpgradeRecreatesAcrossSchemaVersions", func(t *testing.T) {
 		// The same schema: rolled.
-		cp.helmUpgrade(t, ctx, map[string]any{})
+		cp.helmUpgrade(t, ctx, valuesMap(t, minimalValues))
 		for _, d := range []string{"fanout-orchestrator", "fanout-worker"} {
 			if s := cp.strategy(t, ctx, d); s != appsv1.RollingUpdateDeploymentStrategyType {
 				t.Errorf("%s after an upgrade within one schema version: %s, want RollingUpdate", d, s)
@@ -162,7 +163,7 @@ func TestClusterAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		cp.rolledOut(t, ctx, "fanout-worker")
-		cp.helmUpgrade(t, ctx, map[string]any{})
+		cp.helmUpgrade(t, ctx, valuesMap(t, minimalValues))
 		if s := cp.strategy(t, ctx, "fanout-worker"); s != appsv1.RecreateDeploymentStrategyType {
 			t.Errorf("fanout-worker upgraded from schema 26: %s, want Recreate", s)
 		}

@@ -85,21 +85,7 @@ func TestClusterNode(t *testing.T) {
 	cp.createSecret(t, ctx, "fanout-db-admin", map[string]string{"url": "postgres://k8s_admin:admin-pw@" + pgHost + "/fanout?sslmode=disable"})
 	cp.createPeerSecrets(t, ctx)
 
-	// The README's values (the image by digest, AdminService's login), the
-	// image already on the node (no registry here), and a small fleet.
-	rel := cp.helmInstall(t, ctx, map[string]any{
-		"image":    map[string]any{"repository": "localhost/fanout", "digest": digest, "pullPolicy": "Never"},
-		"database": map[string]any{"admin": map[string]any{"secret": "fanout-db-admin"}},
-		"orchestrator": map[string]any{
-			"replicas": 2, "shutdownGraceSeconds": 10,
-			"resources": smallResources(),
-		},
-		"worker": map[string]any{
-			"replicas": 2, "shutdownGraceSeconds": 10,
-			"extraArgs": []any{"--sim-latency=400ms", "--sim-tool-calls=1", "--sim-finish-after=2", "--max-connection-age=3s"},
-			"resources": smallResources(),
-		},
-	})
+	rel := cp.helmInstall(t, ctx, nodeValues(digest))
 	for _, h := range rel.Hooks {
 		t.Logf("hook %s %s: %s", h.Kind, h.Name, h.LastRun.Phase)
 	}
@@ -244,13 +230,6 @@ func (cp *controlPlane) scale(t *testing.T, ctx context.Context, deployment stri
 
 func keys(m map[string]bool) []string {
 	return slices.Sorted(maps.Keys(m))
-}
-
-func smallResources() map[string]any {
-	return map[string]any{
-		"requests": map[string]any{"cpu": "100m", "memory": "64Mi"},
-		"limits":   map[string]any{"cpu": "1", "memory": "512Mi"},
-	}
 }
 
 // externalDatabaseService makes Service postgres: headless, no selector,
