@@ -1,0 +1,137 @@
+// Package redact is fanout's one rule for secrets in what anyone but the
+// model reads of a tool call: the approval preview, a task's summary (tried,
+// failed, error, facts), the write log's errors and the logs. A value under
+// a secret-looking name is never shown, nor a string that looks like a
+// credential whatever its name; everything else is shown as it was.
+//
+// The rule is by pattern, so it redacts secrets nobody told it about and
+// can miss one that looks like nothing (a bare password in prose). The
+// exact redactors beside it (a provider's key in package llm, an MCP
+// server's token in package mcp) remove known values and stay in force.
+package redact
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+)
+
+// Mark is what a redacted value reads as.
+const Mark = "[redacted]"
+
+var (
+	// secretName matches names whose values are never shown: JSON keys, and
+	// in text the name before a ':' or '='.
+	secretName = regexp.MustCompile(`(?i)(token|secret|pass|pwd|api[_-]?key|apikey|auth|credential|private[_-]?key|` +
+		`cookie|session|bearer|jwt|signature|(^|[_-])key$)`)
+	// credential matches what looks like a credential whatever its name: a
+	// bearer token, basic credentials where a header value starts, a URL's
+	// password, a well-known key prefix, a JWT. Group 1 is kept (what
+	// precedes "basic"); the rest of the match is the secret.
+	credential = regexp.MustCompile(`(?i)\bbearer\s+[^\s"',;]+|(^\s*|["':=]\s*)basic\s+[^\s"',;]+|` +
+		`://[^/@\s"']*:[^/@\s"']*@|\b(sk|pk|rk)[-_](live|test|proj)?[-_]?[a-z0-9]{8,}[a-z0-9_-]*|` +
+		`\bgh[pousr]_[a-z0-9]{20,}|\bAKIA[0-9A-Z]{16}\b|\bxox[abpr]-[a-z0-9-]*|\beyJ[a-z0-9_-]{10,}\.[a-z0-9_.-]*`)
+	// pair matches a name and its value in text (`password=x`,
+	// `"api_key": "x"`, `Authorization: Bearer x`, and the same inside a
+	// JSON string, quotes escaped). Group 1 is the name; the value is
+	// group 3 (double-quoted), 5 (single-quoted) or 6 (bare).
+	pair = regexp.MustCompile(`(?i)([a-z0-9_.-]+)\\?["']?[ \t]*[:=][ \t]*(?:(\\?")((?:[^"\\\n]|\\[^"\n])*)|(\\?')([^'\\\n]*)|` +
+		`((?:(?:bearer|basic|token)[ \t]+)?[^\s"',;&}\]\\]+))`)
+)
+
+// Name reports whether a value named n is never shown.
+func Name(n string) bool { return secretName.MatchString(n) }
+
+// Text is s with every credential-looking string and every value of a
+// secret-looking name replaced by Mark. Text(Text(s)) == Text(s).
+func Text(s string) string {
+	s = redactCredentials(s)
+	var b strings.Builder
+	done := 0 // s[:done] is in b
+	for at := 0; at < len(s); {
+		m := pair.FindStringSubmatchIndex(s[at:])
+		if m == nil {
+			break
+		}
+		for i := range m {
+			if m[i] >= 0 {
+				m[i] += at
+			}
+		}
+		name := s[m[2]:m[3]]
+		// The value: a double-quoted one's text, a single-quoted one's, or a
+		// bare one.
+		vs, ve := m[6], m[7]
+		if vs < 0 {
+			vs, ve = m[10], m[11]
+		}
+		if vs < 0 {
+			vs, ve = m[12], m[13]
+		}
+		if !Name(name) || vs == ve || strings.HasPrefix(s[vs:], Mark) {
+			// Not a secret: look again after the name, whose value may be
+			// another pair (`x: password=y`).
+			at = m[3]
+			continue
+		}
+		b.WriteString(s[done:vs])
+		b.WriteString(Mark)
+		done, at = ve, ve
+	}
+	if done == 0 {
+		return s
+	}
+	b.WriteString(s[done:])
+	return b.String()
+}
+
+func redactCredentials(s string) string {
+	return credential.ReplaceAllStringFunc(s, func(m string) string {
+		switch sub := credential.FindStringSubmatch(m); {
+		case strings.HasPrefix(m, "://"):
+			return "://" + Mark + "@" // a URL's user and password
+		case sub[1] != "":
+			return sub[1] + Mark // what precedes "basic"
+		}
+		return Mark
+	})
+}
+
+// JSON redacts decoded JSON v (from encoding/json, with or without
+// UseNumber) in place and returns it: the value of every secret-looking
+// key is Mark, and every other string is Text.
+func JSON(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if Name(k) {
+				x[k] = Mark
+			} else {
+				x[k] = JSON(e)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = JSON(e)
+		}
+	case string:
+		return Text(x)
+	}
+	return v
+}
+
+// RawJSON is raw redacted as JSON (compact, keys sorted) if it is one JSON
+// value, else as Text.
+func RawJSON(raw []byte) string {
+	var v any
+	d := json.NewDecoder(strings.NewReader(string(raw)))
+	d.UseNumber()
+	if d.Decode(&v) != nil || d.More() {
+		return Text(string(raw))
+	}
+	b, err := json.Marshal(JSON(v))
+	if err != nil {
+		return Text(string(raw))
+	}
+	return string(b)
+}
