@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/fanout/fanout/internal/redact"
 	"github.com/fanout/fanout/runs"
 )
 
@@ -135,20 +135,10 @@ func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o too
 	}
 }
 
-// secretName matches argument names whose values a preview never shows;
-// secretValue, string values that look like a credential whatever their
-// name (a bearer header, a URL with a password, a well-known key prefix).
-var (
-	secretName = regexp.MustCompile(`(?i)(token|secret|pass|pwd|api[_-]?key|apikey|auth|credential|private[_-]?key|` +
-		`cookie|session|bearer|jwt|signature|(^|[_-])key$)`)
-	secretValue = regexp.MustCompile(`(?i)(^\s*(bearer|basic)\s|://[^/@\s]*:[^/@\s]*@|\b(sk|pk|rk)[-_](live|test|proj)?[-_]?[a-z0-9]{8,}|` +
-		`\bgh[pousr]_[a-z0-9]{20,}|\bAKIA[0-9A-Z]{16}\b|\bxox[abpr]-|\beyJ[a-z0-9_-]{10,}\.)`)
-)
-
-// preview is what an approver sees of a call's arguments: its JSON with
-// the values of secret-looking names redacted, cut at
+// preview is what an approver sees of a call's arguments: its JSON
+// redacted (internal/redact's rule, as everywhere a call is shown), cut at
 // runs.MaxPreviewBytes (at a character boundary, marked). Arguments that
-// are not a JSON object are shown as their length only.
+// are not JSON are shown as their length only.
 func preview(args json.RawMessage) string {
 	d := json.NewDecoder(bytes.NewReader(args))
 	d.UseNumber()
@@ -156,7 +146,7 @@ func preview(args json.RawMessage) string {
 	if d.Decode(&v) != nil {
 		return fmt.Sprintf("(%d bytes of arguments that are not JSON)", len(args))
 	}
-	b, err := json.Marshal(redactSecrets(v))
+	b, err := json.Marshal(redact.JSON(v))
 	if err != nil {
 		return fmt.Sprintf("(%d bytes of arguments)", len(args))
 	}
@@ -170,26 +160,4 @@ func preview(args json.RawMessage) string {
 		cut--
 	}
 	return s[:cut] + mark
-}
-
-func redactSecrets(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if secretName.MatchString(k) {
-				x[k] = "[redacted]"
-			} else {
-				x[k] = redactSecrets(e)
-			}
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = redactSecrets(e)
-		}
-	case string:
-		if secretValue.MatchString(x) {
-			return "[redacted]"
-		}
-	}
-	return v
 }

@@ -1,7 +1,6 @@
 package subagent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,8 +9,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/internal/redact"
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -173,7 +174,9 @@ type Loop struct {
 	// wait begins.
 	OnApproval   func(runs.Write)
 	ProgressFunc func(Progress)
-	Logger       *slog.Logger
+	// Logger is default slog.Default(), always behind internal/redact's
+	// rule (redact.Logger).
+	Logger *slog.Logger
 	// CompressMaxTokens caps the output of the compression call (and is its
 	// output allowance in the reservation); default 512.
 	CompressMaxTokens int
@@ -238,6 +241,7 @@ func (l *Loop) defaults() Loop {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Logger = redact.Logger(c.Logger)
 	return c
 }
 
@@ -347,7 +351,33 @@ func (r *run) loop(ctx context.Context) Summary {
 			r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("compress: %v; kept the local summary", err))
 		}
 	}
-	return r.sum
+	return r.sum.redacted()
+}
+
+// redacted is sum as everyone but the model reads it: every text in it
+// (facts and their sources, calls tried, failures, the error) passed
+// through internal/redact's rule. The tools' arguments, results and errors
+// reach it raw; this is where they leave the worker.
+func (sum Summary) redacted() Summary {
+	texts := func(ss []string) []string {
+		if ss == nil {
+			return nil
+		}
+		out := make([]string, len(ss))
+		for i, s := range ss {
+			out[i] = redact.Text(s)
+		}
+		return out
+	}
+	if sum.Facts != nil {
+		facts := make([]Fact, len(sum.Facts))
+		for i, f := range sum.Facts {
+			facts[i] = Fact{Text: redact.Text(f.Text), Sources: texts(f.Sources)}
+		}
+		sum.Facts = facts
+	}
+	sum.Tried, sum.Failed, sum.Err = texts(sum.Tried), texts(sum.Failed), redact.Err(sum.Err)
+	return sum
 }
 
 // work runs the agent loop to its end and fills r.sum with a local summary.
@@ -918,17 +948,17 @@ func parseFacts(content string) []Fact {
 	return []Fact{{Text: strings.TrimSpace(content)}}
 }
 
-// describeCall is a call as the summary lists it: the tool and its JSON
-// arguments, compacted and cut at 200 bytes.
+// describeCall is a call as the summary lists it: the tool and its
+// arguments redacted (as JSON if they are), then cut at 200 bytes (at a
+// character boundary): a secret is whole when it is redacted.
 func describeCall(c llm.ToolCall) string {
-	var b bytes.Buffer
-	if json.Compact(&b, c.Args) != nil {
-		b.Reset()
-		b.Write(c.Args)
-	}
-	args := b.String()
+	args := redact.RawJSON(c.Args)
 	if len(args) > 200 {
-		args = args[:200] + "…"
+		cut := 200
+		for cut > 0 && !utf8.RuneStart(args[cut]) {
+			cut--
+		}
+		args = args[:cut] + "…"
 	}
 	return fmt.Sprintf("%s(%s)", c.Name, args)
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/internal/redact"
 	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
@@ -91,7 +92,7 @@ type ServerConfig struct {
 	// INVALID_ARGUMENT before anything is reserved. Default 65,536.
 	MaxOutputTokensCap int
 	TaskTimeout        time.Duration // when a task sets none; default 10m
-	Logger             *slog.Logger  // default slog.Default()
+	Logger             *slog.Logger  // default slog.Default(); always behind redact.Logger
 	// CompressMaxTokens caps the output of the compression call a
 	// structured-output model makes at the end of each task; see
 	// Loop.CompressMaxTokens. Default 512.
@@ -203,6 +204,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = redact.Logger(cfg.Logger)
 	s := &Server{cfg: cfg, inFlight: map[string]bool{}, toolSlots: make(chan struct{}, cfg.ToolParallelism)}
 	s.stop, s.stopFunc = context.WithCancelCause(context.Background())
 	metrics().capacityLimit.Add(context.Background(), int64(cfg.Capacity))

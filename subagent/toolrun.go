@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fanout/fanout/internal/redact"
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -307,6 +308,9 @@ func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	case o.res.IsError:
 		state, errText = runs.WriteFailed, "the tool reported: "+firstLine(o.res.Text)
 	}
+	// The error is served (ListToolCalls, the auditors' tool_calls): redacted
+	// as the summary is. The result is not served: what the model was shown.
+	errText = redact.Text(errText)
 	if state != runs.WriteNotSent {
 		// Asked again later in this attempt (after a timeout, say), the
 		// same call is answered from this one, never sent under another key.

@@ -64,8 +64,8 @@ func TestMain(m *testing.M) {
 // serveStdio is the child process of the stdio tests: the test server's
 // tools over stdin/stdout, plus pid (its process id), env (its
 // environment) and die (appends to $FANOUT_MCP_TEST_DIE_LOG, then exits
-// mid-call). It writes its secret env value to stderr once, which the
-// worker must redact.
+// mid-call). It writes its secret env value to stderr once, and a password
+// in a line of its own, which the worker must redact.
 func serveStdio() {
 	ts := newTestServer(0)
 	ts.srv.AddTool(&sdk.Tool{Name: "pid", InputSchema: objectSchema}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -87,6 +87,7 @@ func serveStdio() {
 	})
 	if v := os.Getenv("SECRET_FOR_STDERR"); v != "" {
 		fmt.Fprintf(os.Stderr, "starting with secret %s in the environment\n", v)
+		fmt.Fprintln(os.Stderr, "connecting with password=stderr-pw-Q7") // a secret nobody named: the rule's
 	}
 	if err := ts.srv.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "serve:", err)

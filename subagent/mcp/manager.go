@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fanout/fanout/internal/redact"
 	"github.com/fanout/fanout/subagent"
 )
 
@@ -330,7 +331,8 @@ type dialing struct {
 
 func newServer(m *Manager, i int, cfg ServerConfig) *server {
 	sec := &secrets{}
-	log := slog.New(redactingHandler{Handler: m.log.Handler(), s: sec}).With("mcp_server", cfg.Name)
+	// Its token first (an exact value), then the rule for every log.
+	log := slog.New(redactingHandler{Handler: redact.NewHandler(m.log.Handler()), s: sec}).With("mcp_server", cfg.Name)
 	s := &server{
 		m:       m,
 		path:    fmt.Sprintf("servers[%d] (%s)", i, cfg.Name),

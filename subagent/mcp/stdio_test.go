@@ -97,7 +97,8 @@ func TestWriteThatMayHaveHappenedIsNotRetried(t *testing.T) {
 
 // TestStdioEnvironment: the server's environment is PATH, HOME and the
 // configured entries; a secret from a file or the worker's environment
-// reaches it, and is redacted from its stderr in the worker's log.
+// reaches it, and is redacted from its stderr in the worker's log, as is a
+// password nobody configured (internal/redact's rule).
 func TestStdioEnvironment(t *testing.T) {
 	t.Setenv("FANOUT_MCP_TEST_WORKER_ONLY", "must not reach the server")
 	t.Setenv("FANOUT_MCP_TEST_SECRET", canary)
@@ -132,6 +133,10 @@ func TestStdioEnvironment(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "starting with secret [redacted]") {
 		t.Errorf("log lacks the redacted stderr line:\n%s", logs.String())
+	}
+	eventually(t, "the server's password line logged", func() bool { return strings.Contains(logs.String(), "connecting with password=") })
+	if strings.Contains(logs.String(), "stderr-pw-Q7") || !strings.Contains(logs.String(), "connecting with password=[redacted]") {
+		t.Errorf("the password on the server's stderr is not redacted in the worker's log:\n%s", logs.String())
 	}
 }
 
