@@ -94,8 +94,10 @@ func TestHTTPKeylessFloodHeapIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 30 * time.Second}}
+	var sent atomic.Int64 // bytes of bodies the server asked for (100 Continue)
 	send := func(token string) (int, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+startRunPath, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+startRunPath, &tally{r: bytes.NewReader(body), n: &sent})
+		req.ContentLength = int64(len(body))
 		if err != nil {
 			return 0, err
 		}
@@ -138,6 +140,9 @@ func TestHTTPKeylessFloodHeapIsBounded(t *testing.T) {
 		close(stop)
 		grew := growth(<-peak, idle)
 		t.Logf("%s HTTP flood: heap in use grew by %d MiB over %d MiB idle (bound %d MiB)", what, grew>>20, idle>>20, limit>>20)
+		if n := sent.Swap(0); n > 0 {
+			t.Errorf("%s HTTP flood: the server asked for %d bytes of bodies; want none (refused before the body)", what, n)
+		}
 		if grew > limit {
 			t.Errorf("%s HTTP flood: heap in use grew by %d MiB; want under %d MiB: bodies were read", what, grew>>20, limit>>20)
 		}
@@ -451,4 +456,16 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	}
 	b.sent.Add(int64(k))
 	return k, nil
+}
+
+// tally is a body that counts what is read of it into n.
+type tally struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (b *tally) Read(p []byte) (int, error) {
+	k, err := b.r.Read(p)
+	b.n.Add(int64(k))
+	return k, err
 }
