@@ -172,6 +172,9 @@ func apply(ctx context.Context, databaseURL string, fsys fs.FS) (Applied, error)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", migrateLockKey) //nolint:errcheck // the session ends right after
 
+	if err := checkOwner(ctx, conn, all); err != nil {
+		return done, err
+	}
 	applied, err := appliedVersions(ctx, conn, all)
 	if err != nil {
 		return done, err
