@@ -362,6 +362,24 @@ func TestChartDatabasePolicyScopedToOperator(t *testing.T) {
 	}
 }
 
+// TestChartCNPGOwnerMayCreateRoles: the chart's CloudNativePG cluster gives
+// its application owner, the migrate Job's login, CREATEROLE at bootstrap:
+// `fanout migrate` refuses an owner without it (it creates fanout's groups).
+func TestChartCNPGOwnerMayCreateRoles(t *testing.T) {
+	for _, o := range objects(t, render(t, minimalValues+"database: {cnpg: {enabled: true}}")) {
+		c, ok := o.(*cnpgv1.Cluster)
+		if !ok {
+			continue
+		}
+		initdb := c.Spec.Bootstrap.InitDB
+		if initdb == nil || !slices.Contains(initdb.PostInitApplicationSQL, "ALTER ROLE "+initdb.Owner+" CREATEROLE") {
+			t.Errorf("Cluster %s: bootstrap %+v; want its owner given CREATEROLE (postInitApplicationSQL)", c.Name, initdb)
+		}
+		return
+	}
+	t.Fatal("no CloudNativePG Cluster rendered")
+}
+
 // TestChartRendersTheClusterTestsValues: the values the cluster tests
 // install (run only by make k8s-e2e) render and keep the chart's rules.
 func TestChartRendersTheClusterTestsValues(t *testing.T) {
