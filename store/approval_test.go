@@ -105,7 +105,8 @@ func TestAnUnapprovedWriteIsNeverIssued(t *testing.T) {
 	}
 	wconn := workerConn(t, f.b)
 	for _, stmt := range []string{
-		fmt.Sprintf(`SELECT fanout.tool_call_decide('acme', '%s', 'approved', 'key:fk_0000000000000000', '')`, w.CallID),
+		// "anonymous" passes the actor check: only the login is refused.
+		fmt.Sprintf(`SELECT fanout.tool_call_decide('acme', '%s', 'approved', 'anonymous', '')`, w.CallID),
 		fmt.Sprintf(`INSERT INTO fanout.tool_call_decision (call_id, tenant_id, run_id, decision, actor) VALUES ('%s', 'acme', 'r1', 'approved', 'me')`, w.CallID),
 		fmt.Sprintf(`UPDATE fanout.tool_call SET state = 'approved' WHERE call_id = '%s'`, w.CallID),
 	} {
