@@ -444,6 +444,9 @@ func checkRules(t *testing.T, objs []runtime.Object) {
 		case *appsv1.Deployment:
 			deployments = append(deployments, o)
 			checkPod(t, "Deployment "+o.Name, &o.Spec.Template.Spec, true)
+			if strings.HasSuffix(o.Name, "-orchestrator") {
+				checkOrchestratorMemory(t, o.Spec.Template.Spec.Containers[0])
+			}
 		case *batchv1.Job:
 			jobs++
 			checkPod(t, "Job "+o.Name, &o.Spec.Template.Spec, false)
@@ -610,4 +613,26 @@ func TestChartSchemaVersionIsTheBinarys(t *testing.T) {
 	if got := ch.Metadata.Annotations["fanout.dev/schema-version"]; got != strconv.Itoa(latest) {
 		t.Errorf("Chart.yaml annotation fanout.dev/schema-version is %q; the migrations are at %d: update it", got, latest)
 	}
+}
+
+// orchestratorMemoryFloor is the least memory limit an orchestrator is
+// given: twice the default --request-bytes (160 MiB: the requests it may
+// hold, and as much again for the GC) and 192 MiB for everything else
+// (docs/operations.md "Memory").
+const orchestratorMemoryFloor = 2*160<<20 + 192<<20
+
+// checkOrchestratorMemory: the orchestrator's memory limit leaves room for
+// its request-bytes budget, and GOMEMLIMIT holds the GC under that limit.
+func checkOrchestratorMemory(t *testing.T, c corev1.Container) {
+	t.Helper()
+	if limit, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok || limit.Value() < orchestratorMemoryFloor {
+		t.Errorf("orchestrator memory limit %v; want at least %d MiB (2 × --request-bytes + 192 MiB)", limit.String(), orchestratorMemoryFloor>>20)
+	}
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" {
+			return
+		}
+	}
+	t.Error("orchestrator: no GOMEMLIMIT from limits.memory")
 }
