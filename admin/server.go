@@ -17,7 +17,6 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -112,25 +111,14 @@ func (s *Server) acting(ctx context.Context) (string, tenant.Directory, error) {
 	return who, s.keys, nil
 }
 
-// presentedSecret returns the secret of the bearer token the call
-// presented for key keyID (the authenticator verified it before the
-// handler ran), or "". It stands in for an accessor of package auth, which
-// parses the token: auth.PresentedSecret(ctx) (secret string, ok bool).
-// Never log it or put it in an error.
+// presentedSecret is the secret of the API key the call presented for key
+// keyID, which the authenticator verified; "" without one. Never log it or
+// put it in an error.
 func presentedSecret(ctx context.Context, keyID string) string {
 	if keyID == "" {
 		return ""
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
-	if len(vals) != 1 {
-		return ""
-	}
-	token, _ := strings.CutPrefix(strings.TrimSpace(vals[0]), "Bearer ")
-	secret, ok := strings.CutPrefix(strings.TrimSpace(token), "fanout_"+keyID+"_")
-	if !ok {
-		return ""
-	}
+	secret, _ := tenant.PresentedSecret(ctx)
 	return secret
 }
 

@@ -376,7 +376,7 @@ func (a *Authenticator) check(ctx context.Context, method string) (context.Conte
 	if err := a.takeRequest(ctx, c); err != nil {
 		return nil, nil, err
 	}
-	return tenant.NewContext(ctx, p), c, nil
+	return tenant.WithPresentedSecret(tenant.NewContext(ctx, p), secretOf(token)), c, nil
 }
 
 // takeRequest takes one request from the key's fleet-wide bucket

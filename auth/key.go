@@ -58,3 +58,12 @@ func ParseToken(token string) (keyID string, secretSHA256 []byte, err error) {
 	digest := sha256.Sum256([]byte(secret))
 	return keyID, digest[:], nil
 }
+
+// secretOf is the secret part of a well-formed token (ParseToken's input).
+func secretOf(token string) string {
+	rest, _ := strings.CutPrefix(token, tokenPrefix)
+	if len(rest) < 20 {
+		return ""
+	}
+	return rest[20:]
+}

@@ -74,3 +74,20 @@ func FromContext(ctx context.Context) (Principal, bool) {
 	p, ok := ctx.Value(principalKey{}).(Principal)
 	return p, ok
 }
+
+type secretKey struct{}
+
+// WithPresentedSecret returns ctx carrying the secret part of the API key
+// the caller presented, which the authenticator verified: what a process
+// hands the database as proof of the key's use (docs/auditing.md "Who
+// acted"). Never log it or put it in an error.
+func WithPresentedSecret(ctx context.Context, secret string) context.Context {
+	return context.WithValue(ctx, secretKey{}, secret)
+}
+
+// PresentedSecret returns the secret WithPresentedSecret put in ctx; ok is
+// false for a call made without a key.
+func PresentedSecret(ctx context.Context) (secret string, ok bool) {
+	secret, ok = ctx.Value(secretKey{}).(string)
+	return secret, ok && secret != ""
+}
