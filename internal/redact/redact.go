@@ -31,58 +31,74 @@ var (
 	credential = regexp.MustCompile(`(?i)\bbearer\s+[^\s"',;]+|(^\s*|["':=]\s*)basic\s+[^\s"',;]+|` +
 		`://[^/@\s"']*:[^/@\s"']*@|\b(sk|pk|rk)[-_](live|test|proj)?[-_]?[a-z0-9]{8,}[a-z0-9_-]*|` +
 		`\bgh[pousr]_[a-z0-9]{20,}|\bAKIA[0-9A-Z]{16}\b|\bxox[abpr]-[a-z0-9-]*|\beyJ[a-z0-9_-]{10,}\.[a-z0-9_.-]*`)
-	// pair matches a name and its value in text (`password=x`,
-	// `"api_key": "x"`, `Authorization: Bearer x`, and the same inside a
-	// JSON string, quotes escaped). Group 1 is the name; the value is
-	// group 3 (double-quoted), 5 (single-quoted) or 6 (bare).
-	pair = regexp.MustCompile(`(?i)([a-z0-9_.-]+)\\?["']?[ \t]*[:=][ \t]*(?:(\\?")((?:[^"\\\n]|\\[^"\n])*)|(\\?')([^'\\\n]*)|` +
-		`((?:(?:bearer|basic|token)[ \t]+)?[^\s"',;&}\]\\]+))`)
+	// pair matches a name and what separates it from its value in text
+	// (`password=`, `"api_key": "`, `Authorization: `, and the same inside a
+	// JSON string, quotes escaped). Group 1 is the name. The value is found
+	// by valueAt, not by the pattern: each byte is read a bounded number of
+	// times, whatever a tool sends.
+	pair = regexp.MustCompile(`(?i)([a-z0-9_.-]+)\\?["']?[ \t]*[:=][ \t]*`)
+	// scheme is a bare value's leading word that is not the secret.
+	scheme = regexp.MustCompile(`(?i)^(bearer|basic|token)[ \t]+`)
 )
 
 // Name reports whether a value named n is never shown.
 func Name(n string) bool { return secretName.MatchString(n) }
 
 // Text is s with every credential-looking string and every value of a
-// secret-looking name replaced by Mark. Text(Text(s)) == Text(s).
+// secret-looking name replaced by Mark. Text(Text(s)) == Text(s). Its time
+// is linear in len(s).
 func Text(s string) string {
 	s = redactCredentials(s)
 	var b strings.Builder
 	done := 0 // s[:done] is in b
-	for at := 0; at < len(s); {
-		m := pair.FindStringSubmatchIndex(s[at:])
-		if m == nil {
-			break
+	for _, m := range pair.FindAllStringSubmatchIndex(s, -1) {
+		if m[0] < done || !Name(s[m[2]:m[3]]) {
+			continue // inside a value already redacted, or not a secret's name
 		}
-		for i := range m {
-			if m[i] >= 0 {
-				m[i] += at
-			}
-		}
-		name := s[m[2]:m[3]]
-		// The value: a double-quoted one's text, a single-quoted one's, or a
-		// bare one.
-		vs, ve := m[6], m[7]
-		if vs < 0 {
-			vs, ve = m[10], m[11]
-		}
-		if vs < 0 {
-			vs, ve = m[12], m[13]
-		}
-		if !Name(name) || vs == ve || strings.HasPrefix(s[vs:], Mark) {
-			// Not a secret: look again after the name, whose value may be
-			// another pair (`x: password=y`).
-			at = m[3]
+		vs, ve := valueAt(s, m[1])
+		if vs == ve || strings.HasPrefix(s[vs:], Mark) {
 			continue
 		}
 		b.WriteString(s[done:vs])
 		b.WriteString(Mark)
-		done, at = ve, ve
+		done = ve
 	}
 	if done == 0 {
 		return s
 	}
 	b.WriteString(s[done:])
 	return b.String()
+}
+
+// valueAt is where the value starting at s[i:] begins and ends: a quoted
+// one's text (its quote escaped or not) up to its closing quote, a line's
+// end or the string's, or a bare one (after a scheme word such as
+// "Bearer ") up to a space, quote or delimiter.
+func valueAt(s string, i int) (start, end int) {
+	if strings.HasPrefix(s[i:], `\`) && i+1 < len(s) && (s[i+1] == '"' || s[i+1] == '\'') {
+		i++ // a quote escaped inside a JSON string
+	}
+	if i < len(s) && (s[i] == '"' || s[i] == '\'') {
+		q := s[i]
+		start = i + 1
+		for end = start; end < len(s) && s[end] != q && s[end] != '\n'; end++ {
+			if s[end] == '\\' {
+				if end+1 < len(s) && (s[end+1] == q || s[end+1] == '\n') {
+					break // the closing quote, escaped
+				}
+				end++
+			}
+		}
+		return start, min(end, len(s))
+	}
+	if m := scheme.FindStringIndex(s[i:]); m != nil {
+		i += m[1]
+	}
+	end = i
+	for end < len(s) && !strings.ContainsRune(" \t\r\n\"',;&}]\\", rune(s[end])) {
+		end++
+	}
+	return i, end
 }
 
 func redactCredentials(s string) string {

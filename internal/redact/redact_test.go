@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fanout/fanout/internal/redact"
 )
@@ -52,6 +53,23 @@ func TestText(t *testing.T) {
 		if got := redact.Text(in); got != in {
 			t.Errorf("Text(%q) = %q; want it unchanged", in, got)
 		}
+	}
+}
+
+// TestTextTimeIsLinear: a tool's error or result of pathological text
+// (names and separators back to back, unclosed quotes) is redacted in time
+// linear in its length: 64 KiB well within the bound (a pattern that
+// rescanned each value took 47 s on the first string alone).
+func TestTextTimeIsLinear(t *testing.T) {
+	t.Parallel()
+	const n = 64 << 10
+	started := time.Now()
+	for _, s := range []string{strings.Repeat("a:", n/2), strings.Repeat(`a:"`, n/3), strings.Repeat("password=", n/9),
+		strings.Repeat("a", n) + ":", strings.Repeat("bearer ", n/7), strings.Repeat("://a:", n/5)} {
+		redact.Text(s)
+	}
+	if d := time.Since(started); d > 20*time.Second {
+		t.Errorf("Text of 6 pathological strings of 64 KiB took %v", d)
 	}
 }
 
