@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -20,9 +19,6 @@ import (
 	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/node"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
-	"github.com/fanout/fanout/store"
-	"github.com/fanout/fanout/store/storetest"
-	"github.com/fanout/fanout/tenant"
 )
 
 // rawCodec sends a request already encoded (a *[]byte), so that 48 callers
@@ -60,20 +56,7 @@ func dialKey(t *testing.T, addr, token string) *grpc.ClientConn {
 // of it, and returns the key's token.
 func newTenantKey(t *testing.T, b *node.Backend, tenantID string) string {
 	t.Helper()
-	keys := store.NewKeys(b.Pool(), nil)
-	actor := storetest.Actor(t, b.Pool())
-	if _, err := keys.CreateTenant(t.Context(), actor, tenantID, tenant.Quotas{}); err != nil && !errors.Is(err, tenant.ErrTenantExists) {
-		t.Fatalf("create tenant %s: %v", tenantID, err)
-	}
-	id, token, digest, err := auth.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keys.CreateKey(t.Context(), tenant.CreateKeyParams{Actor: actor, KeyID: id, TenantID: tenantID,
-		Name: "test", Scopes: []string{"run", "read", "cancel"}, SecretSHA256: digest}); err != nil {
-		t.Fatalf("create key of %s: %v", tenantID, err)
-	}
-	return token
+	return newScopedKey(t, b, tenantID, "run", "read", "cancel")
 }
 
 // heapPeak samples the heap in use until stop closes and returns the
