@@ -111,6 +111,7 @@ func nodeValues(digest string) map[string]any {
 		"orchestrator": map[string]any{
 			"replicas": 2, "shutdownGraceSeconds": 10,
 			"plaintextBehindProxy": true,
+			"requestBytes":         160 << 20, // within smallResources' 512 Mi
 			"resources":            smallResources(),
 		},
 		"worker": map[string]any{
@@ -615,18 +616,30 @@ func TestChartSchemaVersionIsTheBinarys(t *testing.T) {
 	}
 }
 
-// orchestratorMemoryFloor is the least memory limit an orchestrator is
-// given: twice the default --request-bytes (160 MiB: the requests it may
-// hold, and as much again for the GC) and 192 MiB for everything else
-// (docs/operations.md "Memory").
-const orchestratorMemoryFloor = 2*160<<20 + 192<<20
-
 // checkOrchestratorMemory: the orchestrator's memory limit leaves room for
-// its request-bytes budget, and GOMEMLIMIT holds the GC under that limit.
+// its request-bytes budget — twice --request-bytes (the requests it may
+// hold, and as much again for the GC) and 192 MiB for everything else
+// (docs/operations.md "Memory") — and GOMEMLIMIT holds the GC under that
+// limit.
 func checkOrchestratorMemory(t *testing.T, c corev1.Container) {
 	t.Helper()
-	if limit, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok || limit.Value() < orchestratorMemoryFloor {
-		t.Errorf("orchestrator memory limit %v; want at least %d MiB (2 × --request-bytes + 192 MiB)", limit.String(), orchestratorMemoryFloor>>20)
+	var budget int64
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--request-bytes="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("orchestrator arg %q: %v", a, err)
+			}
+			budget = n
+		}
+	}
+	if budget == 0 {
+		t.Fatalf("orchestrator args %q: no --request-bytes", c.Args)
+	}
+	floor := 2*budget + 192<<20
+	if limit, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok || limit.Value() < floor {
+		t.Errorf("orchestrator memory limit %v with --request-bytes=%d; want at least %d MiB (2 × --request-bytes + 192 MiB)",
+			limit.String(), budget, floor>>20)
 	}
 	for _, e := range c.Env {
 		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&

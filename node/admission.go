@@ -228,7 +228,7 @@ func readWithin(ctx context.Context, d time.Duration, read func() error) error {
 var errLate = errors.New("not authenticated within --unauthenticated-read-timeout: its request was not sent in time")
 
 func (p *preauth) refusal() error {
-	msg := fmt.Sprintf("this process reads at most %d %s calls at once before authenticating them; retry later", p.max, p.what)
+	msg := fmt.Sprintf("this process reads at most %d %s calls at once before authenticating them (--unauthenticated-bytes); retry later", p.max, p.what)
 	st, err := status.New(codes.ResourceExhausted, msg).WithDetails(&errdetails.QuotaFailure{
 		Violations: []*errdetails.QuotaFailure_Violation{{Subject: "unauthenticated",
 			Description: fmt.Sprintf("at most %d %s calls read before authentication", p.max, p.what)}}})

@@ -102,15 +102,18 @@ func (rt *httpRoutes) method(r *http.Request) string {
 	return ""
 }
 
-// compressed reports whether r's body, or its messages, are compressed: a
-// compressed body is charged at the body limit, what it may inflate to.
+// compressed reports whether r's body, its messages or a Connect GET's
+// message are compressed: a compressed request is charged at the body
+// limit, what it may inflate to.
 func compressed(r *http.Request) bool {
 	for _, h := range []string{"Content-Encoding", "Connect-Content-Encoding", "Grpc-Encoding"} {
 		if v := r.Header.Get(h); v != "" && v != "identity" {
 			return true
 		}
 	}
-	return false
+	// A Connect GET names its message's compression in its query.
+	v := r.URL.Query().Get("compression")
+	return v != "" && v != "identity"
 }
 
 // boundedGzip is vanguard's gzip decompressor, stopping at limit inflated

@@ -15,11 +15,12 @@ import (
 )
 
 // The defaults of the request-bytes budget (docs/operations.md "Memory"):
-// 160 MiB in all, 80 MiB for one tenant. One tenant's share admits one
-// request at the HTTP body limit (httpCharge of 16 MiB: 64 MiB) or five at
-// the gRPC receive limit (grpcCharge of 8 MiB: 16 MiB) at once.
+// 320 MiB in all, 80 MiB for one tenant, so that it takes four tenants'
+// whole shares to fill the process. One tenant's share admits one request
+// at the HTTP body limit (httpCharge of 16 MiB: 64 MiB) or four at the gRPC
+// receive limit (grpcCharge of 8 MiB: 16 MiB) at once.
 const (
-	DefaultRequestBytes       = 160 << 20
+	DefaultRequestBytes       = 320 << 20
 	DefaultTenantRequestBytes = 80 << 20
 	// DefaultRequestBytesWait is how long a request waits for its share of
 	// the budget before it is refused RESOURCE_EXHAUSTED.

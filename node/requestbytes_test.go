@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -172,6 +173,45 @@ func TestGzipBombIsHeldToTheBudget(t *testing.T) {
 			wg.Wait()
 		})
 	}
+	// A Connect GET carries its message, compressed, in its query: a read
+	// key's bombs are charged at the body limit too (the review of issue
+	// 40 found them charged by the query's length: +737 MiB).
+	readKey := newScopedKey(t, b, "acme", "read")
+	var zbuf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&zbuf, gzip.BestCompression)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(zw, `{"runId":"`+strings.Repeat("r", 40<<20)+`"}`)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	getURL := base + "/fanout.v1.OrchestratorService/GetRun?connect=v1&encoding=json&compression=gzip&base64=1&message=" +
+		base64.RawURLEncoding.EncodeToString(zbuf.Bytes())
+	measure(t, "48 gzip bombs at once in Connect GETs (read key)", func() {
+		var wg sync.WaitGroup
+		for i := range 48 {
+			wg.Go(func() {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, getURL, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				req.Header.Set("Authorization", "Bearer "+readKey)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Errorf("GET bomb %d: %v", i, err)
+					return
+				}
+				out, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Errorf("GET bomb %d: %d %.300s; want 429", i, resp.StatusCode, out)
+				}
+			})
+		}
+		wg.Wait()
+	})
 	// A small gzip request is served.
 	small := gzipBomb(t, 0, true)
 	if code, out, err := sendHTTP(ctx, base+startRunPath, "application/json", runKey, small, true); err != nil ||

@@ -77,17 +77,28 @@ func FromContext(ctx context.Context) (Principal, bool) {
 
 type secretKey struct{}
 
+// presented holds a presented secret in a context, behind a pointer:
+// printed (a context's String, a %v or %#v of it in a log or a panic), it
+// shows nothing of it.
+type presented struct{ secret string }
+
+func (*presented) String() string   { return "[secret]" }
+func (*presented) GoString() string { return "[secret]" }
+
 // WithPresentedSecret returns ctx carrying the secret part of the API key
 // the caller presented, which the authenticator verified: what a process
 // hands the database as proof of the key's use (docs/auditing.md "Who
 // acted"). Never log it or put it in an error.
 func WithPresentedSecret(ctx context.Context, secret string) context.Context {
-	return context.WithValue(ctx, secretKey{}, secret)
+	return context.WithValue(ctx, secretKey{}, &presented{secret})
 }
 
 // PresentedSecret returns the secret WithPresentedSecret put in ctx; ok is
 // false for a call made without a key.
 func PresentedSecret(ctx context.Context) (secret string, ok bool) {
-	secret, ok = ctx.Value(secretKey{}).(string)
-	return secret, ok && secret != ""
+	p, ok := ctx.Value(secretKey{}).(*presented)
+	if !ok {
+		return "", false
+	}
+	return p.secret, p.secret != ""
 }

@@ -41,7 +41,7 @@ func TestServerFlagDefaultsAreTheDocumentedBounds(t *testing.T) {
 			{"--health-interval", bc.HealthInterval, time.Minute, "README.md:551; operations.md:183"},
 			{"--unauthenticated-bytes", bc.UnauthenticatedBytes, 64 << 20, "README.md flags; operations.md limits"},
 			{"--unauthenticated-read-timeout", bc.UnauthenticatedReadTimeout, 10 * time.Second, "README.md flags; operations.md limits"},
-			{"--request-bytes", bc.RequestBytes, 160 << 20, "README.md flags; operations.md Memory"},
+			{"--request-bytes", bc.RequestBytes, 320 << 20, "README.md flags; operations.md Memory"},
 			{"--tenant-request-bytes", bc.TenantRequestBytes, 80 << 20, "README.md flags; operations.md Memory"},
 			{"--request-read-timeout", bc.RequestReadTimeout, 30 * time.Second, "README.md flags; operations.md limits"},
 		}

@@ -51,10 +51,16 @@ func (h handler) WithGroup(name string) slog.Handler { return handler{h.Handler.
 func attr(a slog.Attr) slog.Attr {
 	switch v := a.Value.Resolve(); v.Kind() {
 	case slog.KindString:
+		if Name(a.Key) && v.String() != "" {
+			return slog.String(a.Key, Mark) // a secret's name: its value whole
+		}
 		return slog.String(a.Key, Text(v.String()))
 	case slog.KindAny:
 		if e, ok := v.Any().(error); ok {
 			return slog.Any(a.Key, Err(e))
+		}
+		if Name(a.Key) {
+			return slog.String(a.Key, Mark)
 		}
 		if s := fmt.Sprint(v.Any()); Text(s) != s {
 			return slog.String(a.Key, Text(s))

@@ -29,7 +29,7 @@ var (
 	// password, a well-known key prefix, a JWT. Group 1 is kept (what
 	// precedes "basic"); the rest of the match is the secret.
 	credential = regexp.MustCompile(`(?i)\bbearer\s+[^\s"',;]+|(^\s*|["':=]\s*)basic\s+[^\s"',;]+|` +
-		`://[^/@\s"']*:[^/@\s"']*@|\b(sk|pk|rk)[-_](live|test|proj)?[-_]?[a-z0-9]{8,}[a-z0-9_-]*|` +
+		`://[^/@\s"']*:[^/@\s"']*@|\b(sk|pk|rk)[-_]([a-z0-9]+[-_]){0,3}[a-z0-9]{8,}[a-z0-9_-]*|` +
 		`\bgh[pousr]_[a-z0-9]{20,}|\bAKIA[0-9A-Z]{16}\b|\bxox[abpr]-[a-z0-9-]*|\beyJ[a-z0-9_-]{10,}\.[a-z0-9_.-]*`)
 	// pair matches a name and what separates it from its value in text
 	// (`password=`, `"api_key": "`, `Authorization: `, and the same inside a
@@ -37,6 +37,9 @@ var (
 	// by valueAt, not by the pattern: each byte is read a bounded number of
 	// times, whatever a tool sends.
 	pair = regexp.MustCompile(`(?i)([a-z0-9_.-]+)\\?["']?[ \t]*[:=][ \t]*`)
+	// headerName is a credential header's name: its bare value is the
+	// rest of the line.
+	headerName = regexp.MustCompile(`(?i)^(proxy-)?authorization$|^(set-)?cookie$`)
 	// scheme is a bare value's leading word that is not the secret.
 	scheme = regexp.MustCompile(`(?i)^(bearer|basic|token)[ \t]+`)
 )
@@ -56,6 +59,14 @@ func Text(s string) string {
 			continue // inside a value already redacted, or not a secret's name
 		}
 		vs, ve := valueAt(s, m[1])
+		if headerName.MatchString(s[m[2]:m[3]]) && vs == m[1] {
+			// A credential header's bare value is the whole rest of its
+			// line, whatever its scheme ("Bot …", "ApiKey …", "SSWS …").
+			ve = vs
+			for ve < len(s) && !strings.ContainsRune("\r\n\"'\\", rune(s[ve])) {
+				ve++
+			}
+		}
 		if vs == ve || strings.HasPrefix(s[vs:], Mark) {
 			continue
 		}

@@ -125,3 +125,24 @@ func TestHandler(t *testing.T) {
 		t.Error("Err changed an error without secrets")
 	}
 }
+
+// TestReviewFindings (issue 40, its review): a log attribute named like a
+// secret is hidden whole; a credential header's value is the rest of its
+// line, whatever its scheme; an Anthropic-style key is a credential.
+func TestReviewFindings(t *testing.T) {
+	for _, c := range []struct{ in, leak string }{
+		{"Authorization: Bot MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ", "MTk4NjIy"},
+		{"Authorization: ApiKey abcdef0123456789", "abcdef0123"},
+		{`{"header":"Proxy-Authorization: SSWS 00QCjAl4MlV"}`, "00QCjAl4"},
+		{"key is sk-ant-api03-abcdefghij0123456789", "abcdefghij"},
+	} {
+		if out := redact.Text(c.in); strings.Contains(out, c.leak) || redact.Text(out) != out {
+			t.Errorf("Text(%q) = %q: leaks %q or is not idempotent", c.in, out, c.leak)
+		}
+	}
+	var buf strings.Builder
+	redact.Logger(slog.New(slog.NewTextHandler(&buf, nil))).Info("x", "password", "hunter2", "api_key", "abcdef0123", "token", "t0k3n", "tokens", 42)
+	if out := buf.String(); strings.Contains(out, "hunter2") || strings.Contains(out, "abcdef0123") || strings.Contains(out, "t0k3n") || !strings.Contains(out, "tokens=42") {
+		t.Errorf("log line %q: a secret-named attribute shown, or a count hidden", out)
+	}
+}
