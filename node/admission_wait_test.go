@@ -80,7 +80,7 @@ func startOrchestrator(t *testing.T, b *node.Backend, cfg node.OrchestratorConfi
 func TestUnauthenticatedCallEndsAfterTheReadTimeout(t *testing.T) {
 	t.Parallel()
 	const wait = 400 * time.Millisecond
-	const recvLimit = 8<<20 + 1024 // the default receive limit
+	const recvLimit = 8<<20 + 1024    // the default receive limit
 	_, token, _, err := auth.NewKey() // well formed, never created
 	if err != nil {
 		t.Fatal(err)
