@@ -51,10 +51,15 @@ func newScopedKey(t *testing.T, b *node.Backend, tenantID string, scopes ...stri
 
 // shareBound is how far the heap in use may grow above idle while one
 // tenant holds its whole share of the request-bytes budget: the share
-// (every copy of every request is in its charge) and the GC's 20% over it,
-// with 16 MiB of margin (docs/operations.md "Memory").
+// (every copy of every request is in its charge), as much again for the
+// garbage the GC has not reached yet — its goal is 20% here, but its cycles
+// run beside the allocating calls and overshoot it under make test's -race
+// on a loaded machine (122 MiB measured for the 48 HTTP requests there, 82
+// without) — and 16 MiB of margin: the chart's rule too (a memory limit of
+// at least twice --request-bytes, docs/operations.md "Memory"). Before issue
+// 40 the same attacks grew it by 400 MiB to 1.3 GiB.
 func shareBound(share int64) uint64 {
-	return uint64(share) + uint64(share)/5 + 16<<20
+	return 2*uint64(share) + 16<<20
 }
 
 // measure runs attack while it samples the heap, and fails the test when
@@ -70,8 +75,8 @@ func measure(t *testing.T, what string, attack func()) {
 	grew := growth(<-peak, idle)
 	t.Logf("%s: heap in use grew by %d MiB over %d MiB idle (bound %d MiB)", what, grew>>20, idle>>20, limit>>20)
 	if grew > limit {
-		t.Errorf("%s: heap in use grew by %d MiB over %d MiB idle; want under %d MiB (the tenant's %d MiB share of "+
-			"--request-bytes, the GC's 20%%, 16 MiB)", what, grew>>20, idle>>20, limit>>20, node.DefaultTenantRequestBytes>>20)
+		t.Errorf("%s: heap in use grew by %d MiB over %d MiB idle; want under %d MiB (twice the tenant's %d MiB share of "+
+			"--request-bytes, and 16 MiB)", what, grew>>20, idle>>20, limit>>20, node.DefaultTenantRequestBytes>>20)
 	}
 }
 
@@ -160,18 +165,29 @@ func TestGzipBombIsHeldToTheBudget(t *testing.T) {
 		{"REST, run key", base + "/v1/runs", restBomb, runKey, http.StatusTooManyRequests, "inflates past"},
 	} {
 		const calls = 9
+		var named atomic.Int64
 		measure(t, fmt.Sprintf("%d gzip bombs at once (%s)", calls, c.name), func() {
 			var wg sync.WaitGroup
 			for i := range calls {
 				wg.Go(func() {
+					// One at a time in the tenant's share: on a slow machine
+					// a bomb may wait past the share's 5 s and be refused
+					// naming the share instead.
 					code, out, err := sendHTTP(ctx, c.url, "application/json", c.key, c.body, true)
-					if err != nil || code != c.want || !strings.Contains(out, c.wantSubstr) {
+					switch {
+					case err == nil && code == c.want && strings.Contains(out, c.wantSubstr):
+						named.Add(1)
+					case err == nil && code == http.StatusTooManyRequests && strings.Contains(out, "--tenant-request-bytes"):
+					default:
 						t.Errorf("bomb %d (%s): %d %.300s %v; want %d naming %q", i, c.name, code, out, err, c.want, c.wantSubstr)
 					}
 				})
 			}
 			wg.Wait()
 		})
+		if named.Load() == 0 {
+			t.Errorf("%s: no bomb was answered %d naming %q", c.name, c.want, c.wantSubstr)
+		}
 	}
 	// A Connect GET carries its message, compressed, in its query: a read
 	// key's bombs are charged at the body limit too (the review of issue
