@@ -78,11 +78,16 @@ func attr(a slog.Attr) slog.Attr {
 
 // Err is e with its text redacted by Text; errors.Is and As still see e's
 // chain. It returns e itself when Text changes nothing (nil for nil).
-func Err(e error) error {
+func Err(e error) error { return ErrWith(e, Text) }
+
+// ErrWith is e with its text passed through redact (another rule, such as
+// a server's own secrets); errors.Is and As still see e's chain. It returns
+// e itself when redact changes nothing (nil for nil).
+func ErrWith(e error, redact func(string) string) error {
 	if e == nil {
 		return nil
 	}
-	if msg := Text(e.Error()); msg != e.Error() {
+	if msg := redact(e.Error()); msg != e.Error() {
 		return &redactedError{msg: msg, err: e}
 	}
 	return e

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/fanout/fanout/internal/redact"
 )
 
 // redacted is what a secret a server quoted back reads as.
@@ -108,23 +110,7 @@ func (s *secrets) text(t string) string {
 }
 
 // err is e with its text redacted; errors.Is and As still see e's chain.
-func (s *secrets) err(e error) error {
-	if e == nil {
-		return nil
-	}
-	if msg := s.text(e.Error()); msg != e.Error() {
-		return &redactedError{msg: msg, err: e}
-	}
-	return e
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
+func (s *secrets) err(e error) error { return redact.ErrWith(e, s.text) }
 
 // redactingHandler is a log handler that redacts a server's secrets from
 // each record's message and attributes.
