@@ -416,9 +416,12 @@ func securityHeaders(next http.Handler, tls bool) http.Handler {
 // its code.
 func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
 	if r.ProtoMajor == 1 && r.ContentLength != 0 {
-		// The body was not read and will not be: close the connection
-		// after the answer rather than wait to read the body to its end.
+		// The body was not read and will not be kept: close the connection
+		// after the answer, and drain what the caller still sends meanwhile.
 		w.Header().Set("Connection", "close")
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		defer drain(rc, r.Body)
 	}
 	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/grpc-web") {
 		w.Header().Set("Content-Type", ct)
@@ -456,6 +459,27 @@ func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
 	w.WriteHeader(httpStatus(st.Code()))
 	_ = json.NewEncoder(w).Encode(body)
 }
+
+// drain reads and drops what is left of a refused HTTP/1 body, keeping
+// none of it, for at most lingerTime and lingerBytes, once the answer is
+// sent. Closing at once would leave bytes unread, and the kernel answers
+// those with a reset: a caller that sends its whole body before it reads
+// (Python's requests, curl without Expect) would see "broken pipe", not
+// why it was refused. HTTP/2 ends the stream instead, and needs nothing.
+func drain(rc *http.ResponseController, body io.Reader) {
+	if rc.Flush() != nil || rc.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, lingerBytes))
+}
+
+// lingerTime and lingerBytes bound what drain reads of a refused body
+// (docs/http.md "Limits"): past them the connection closes, and a caller
+// still sending sees it reset.
+const (
+	lingerTime  = 10 * time.Second
+	lingerBytes = 64 << 20
+)
 
 // connectCode is code's name in the Connect protocol.
 func connectCode(c codes.Code) string {

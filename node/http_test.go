@@ -469,3 +469,98 @@ func (b *tally) Read(p []byte) (int, error) {
 	b.n.Add(int64(k))
 	return k, err
 }
+
+// TestARefusedBodyIsDrainedForTheAnswer: a client that sends its whole
+// body before it reads the answer (Python's requests, curl without
+// Expect, and Go's own transport when the answer comes late) got a
+// connection reset, not the answer, when a request was refused before its
+// body was read: the server closed with bytes unread (a 48 × 7 MiB flood
+// saw "broken pipe" in CI). Now a refused body is read and dropped, never
+// kept, for at most lingerTime, so the caller reads why it was refused.
+func TestARefusedBodyIsDrainedForTheAnswer(t *testing.T) {
+	t.Parallel()
+	b, _, base := openHTTP(t, node.BackendConfig{}, nil)
+	cancelOnly := newScopedKey(t, b, "acme", "cancel")
+	body := strings.Repeat("g", 7<<20)
+	for _, c := range []struct{ name, auth, want string }{
+		{"a key without the run scope", "Authorization: Bearer " + cancelOnly + "\r\n", " 403 "},
+		{"no credential", "", " 401 "},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		_, err = conn.Write([]byte("POST " + startRunPath + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+			"Connect-Protocol-Version: 1\r\n" + c.auth + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body))))
+		if err == nil {
+			_, err = io.WriteString(conn, body)
+		}
+		var line string
+		if err == nil {
+			line, err = bufio.NewReader(conn).ReadString('\n')
+		}
+		if err != nil || !strings.Contains(line, c.want) {
+			t.Errorf("%s, 7 MiB sent whole before reading: %q %v; want%sand its reason", c.name, line, err, c.want)
+		}
+		_ = conn.Close()
+	}
+}
+
+// TestRefusedBodyDrainIsBounded: what drain reads of a refused body is
+// bounded (docs/http.md "Limits"): a caller that sends 16 MiB past the
+// 64 MiB it reads has its connection reset before it sends them all, and
+// one that stalls its body has its connection closed 10 s after the answer.
+func TestRefusedBodyDrainIsBounded(t *testing.T) {
+	t.Parallel()
+	_, _, base := openHTTP(t, node.BackendConfig{}, nil)
+	const lingerBytes, lingerTime = 64 << 20, 10 * time.Second
+	refused := func(t *testing.T, size int) net.Conn {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
+			"Connect-Protocol-Version: 1\r\nContent-Length: %d\r\n\r\n", startRunPath, size); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	t.Run("bytes", func(t *testing.T) {
+		t.Parallel()
+		const size = lingerBytes + 16<<20
+		conn := refused(t, size)
+		chunk, sent := make([]byte, 1<<20), 0
+		var err error
+		for sent < size && err == nil {
+			var n int
+			n, err = conn.Write(chunk)
+			sent += n
+		}
+		t.Logf("a refused %d MiB body: %d MiB sent, then %v", size>>20, sent>>20, err)
+		if err == nil || sent < lingerBytes {
+			t.Errorf("a refused body of %d MiB: %d bytes sent, then %v; want the connection reset after %d bytes were drained and before the rest",
+				size>>20, sent, err, lingerBytes)
+		}
+	})
+	t.Run("time", func(t *testing.T) {
+		t.Parallel()
+		conn := refused(t, 1<<20)
+		_ = conn.SetDeadline(time.Now().Add(lingerTime + 5*time.Second))
+		r := bufio.NewReader(conn)
+		line, err := r.ReadString('\n')
+		answered := time.Now()
+		if err != nil || !strings.Contains(line, " 401 ") {
+			t.Fatalf("a stalled body without a credential: %q %v; want 401 at once", line, err)
+		}
+		_, err = io.Copy(io.Discard, r)
+		took := time.Since(answered)
+		t.Logf("a stalled refused body: closed %s after the answer (%v)", took, err)
+		if err != nil || took > lingerTime+3*time.Second {
+			t.Errorf("a stalled refused body: the connection closed %s after the answer (%v); want closed within %s",
+				took, err, lingerTime)
+		}
+	})
+}
