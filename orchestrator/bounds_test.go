@@ -246,6 +246,62 @@ func TestTenantBelowItsMinimumIsRefusedUntilTheNextPeriod(t *testing.T) {
 	b.checkLedger(t)
 }
 
+// TestTenantMinimumEdge: a new run is refused while its tenant has less
+// than its min_reservation available, and admitted from exactly the
+// minimum (README "Tenant budgets"): one token below, at, and one above,
+// with more than nothing left each time, so the band between 0 and the
+// minimum, where only this rule decides, is tried (an admission refusing
+// only a tenant with nothing left passed the test above, whose overrun
+// leaves the tenant at exactly 0).
+func TestTenantMinimumEdge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w", llm.SimConfig{}, 8)
+	n := b.orchestrator(t, "a", orchestrator.Config{}, w)
+	const minimum = 10_000
+	// A run that spends first: the minimum cannot pass the limit, so a
+	// tenant below it is one that spent.
+	if _, err := b.ledger.SetTenantBudget(t.Context(), budget.TenantBudget{TenantID: "t1", Limit: 1_000_000,
+		MinReservation: minimum, Actor: storetest.Actor(t, b.pool)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("spend", 1, 100_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchAll(t, n.client, resp.GetRunId())
+	if spent := b.tenantAccount(t).Spent; spent < 1 {
+		t.Fatalf("tenant t1 spent %d tokens on its first run, want some", spent)
+	}
+	for i, c := range []struct {
+		available int64
+		admitted  bool
+	}{{minimum - 1, false}, {minimum, true}, {minimum + 1, true}} {
+		// What runs before spent and holds counts in the limit (no period:
+		// the limit is for all time).
+		ta := b.tenantAccount(t)
+		if _, err := b.ledger.SetTenantBudget(t.Context(), budget.TenantBudget{TenantID: "t1",
+			Limit: ta.Spent + ta.Reserved + ta.Held + c.available, MinReservation: minimum,
+			Actor: storetest.Actor(t, b.pool)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.tenantAccount(t).Available(); got != c.available {
+			t.Fatalf("tenant t1 has %d tokens available, want %d", got, c.available)
+		}
+		key := fmt.Sprintf("edge-%d", i)
+		// refuseRuns is "" when StartRun and Run were both refused for the
+		// tenant's budget, else what each did instead.
+		got := b.refuseRuns(t, n, key)
+		switch admitted := "StartRun admitted the run; Run admitted the run"; {
+		case c.admitted && got != admitted:
+			t.Errorf("tenant t1 with %d available, its minimum %d: %q; want both admitted", c.available, minimum, got)
+		case !c.admitted && got != "":
+			t.Errorf("tenant t1 with %d available, its minimum %d: %s; want refused (tenant budget exhausted)",
+				c.available, minimum, got)
+		}
+	}
+}
+
 // refuseRuns submits a run of tenant t1 by StartRun and by Run, and returns
 // "" when both were refused RESOURCE_EXHAUSTED for the tenant's budget, or
 // what happened instead. An admitted run is cancelled and watched to its
