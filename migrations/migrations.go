@@ -13,9 +13,27 @@
 // applied.
 package migrations
 
-import "embed"
+import (
+	"embed"
+	"io/fs"
+	"os"
+	"testing"
+)
 
-// FS holds the migration files.
-//
+// FS holds the migration files: those embedded in the binary, or, in a
+// test binary run with FANOUT_TEST_MIGRATIONS_DIR set, that directory's.
+// make mutants runs each mutant of the SQL through test binaries built
+// once, with this set to its copy of migrations/, rather than compile and
+// link them again for every mutant (docs/mutants.md "Cost"). A program
+// that is not a test (testing.Testing) never reads the variable.
+var FS = files()
+
 //go:embed versioned/*.sql functions/*.sql views/*.sql
-var FS embed.FS
+var embedded embed.FS
+
+func files() fs.FS {
+	if dir := os.Getenv("FANOUT_TEST_MIGRATIONS_DIR"); dir != "" && testing.Testing() {
+		return os.DirFS(dir)
+	}
+	return embedded
+}

@@ -12,9 +12,12 @@
 # the tree (tracked files plus untracked ones that are not ignored, as they
 # are now: uncommitted edits included); the real checkout is never written.
 # A worker applies one patch at a time to its copy and restores it after.
-# For each mutant the named test packages are compiled first (a mutant that
-# does not compile is BROKEN, never "caught"), then each test line runs
-# alone. Progress lines come in the order mutants finish; the table lists
+# The named test packages are built once without mutants (the baseline
+# runs those binaries). For each mutant of Go they are compiled again (a
+# mutant that does not compile is BROKEN, never "caught"); a mutant that
+# changes only SQL under migrations/ runs the binaries built once, which
+# read its copy's migrations from FANOUT_TEST_MIGRATIONS_DIR instead of
+# those embedded in them. Then each test line runs alone. Progress lines come in the order mutants finish; the table lists
 # them in file order.
 #
 # Results: CAUGHT <first failing test>, CAUGHT(timeout) <test> for a hang
@@ -53,10 +56,13 @@ default_timeout=${MUTANTS_TIMEOUT:-2m}
 sql_probe=${MUTANTS_SQL_PROBE:-./store/ ^TestMigrateRefusesAChangedMigration\$}
 race=()
 [[ "${MUTANTS_RACE:-0}" == 1 ]] && race=(-race)
-# Linking is most of a mutant's compile: link without the symbol table and
-# DWARF, as `go test` does for the binaries it runs itself (stack traces
-# keep their files and lines).
-buildflags=("${race[@]}" "-ldflags=-s -w")
+# Compiling and linking are most of a mutant's cost (docs/mutants.md
+# "Cost"). -trimpath leaves each copy's directory out of what the build
+# cache keys a package by, so the workers' copies share one cache (and a
+# package a mutant does not touch is compiled once per run, not once per
+# copy); link without the symbol table and DWARF, as `go test` does for
+# the binaries it runs itself (stack traces keep their files and lines).
+buildflags=(-trimpath "${race[@]}" "-ldflags=-s -w")
 
 # --- the mutants -------------------------------------------------------------
 shopt -s nullglob
@@ -367,15 +373,11 @@ declare -A baseline_bad=()
 # top_regexp RE: the part of a -run regexp that selects top-level tests.
 top_regexp() { echo "${1%%/*}"; }
 
-# baseline_package I: compile the I-th package of the baseline and run its
-# lines; writes the tests that failed to $tmp/baseline/I.
+# baseline_package I: run the lines of the I-th package of the baseline
+# (its clean binary); writes the tests that failed to $tmp/baseline/I.
 baseline_package() {
-  local pkg=${base_pkgs[$1]} line re names log
+  local pkg=${base_pkgs[$1]} line re names log bin=$clean
   log=$logs/baseline.$(basename "$(binary "$pkg")" .test).log
-  if ! compile "$pkg" "$log"; then
-    fatal "mutants: $pkg does not compile without mutants:
-$(tail -30 "$log")"
-  fi
   : >"$tmp/baseline/$1"
   # One package's baseline runs at a time (the others' compiles go on): a
   # baseline run is every named test of a package at once, and one that
@@ -406,7 +408,24 @@ $(tail -30 "$log")"
 mapfile -t test_pkgs < <(for p in "${selected[@]}"; do header "$p" test; done | awk '{ print $1 }' | sort -u)
 (cd "$tmp/w1/src" && "$GO" list -deps -test -f \
   '{{if and (not .ForTest) (not .Standard) .Module (not .Module.Main)}}{{.ImportPath}}{{end}}' "${test_pkgs[@]}" |
-  xargs -r "$GO" build "${race[@]}") >"$logs/dependencies.log" 2>&1 || true
+  xargs -r "$GO" build -trimpath "${race[@]}") >"$logs/dependencies.log" 2>&1 || true
+
+# The test binaries of the tree without any mutant, built once: the
+# baseline runs them, and so does every mutant that changes only SQL under
+# migrations/, with FANOUT_TEST_MIGRATIONS_DIR naming its copy's
+# migrations (a test binary reads them from there instead of the ones
+# embedded in it), so that such a mutant costs its tests and no build.
+clean=$tmp/clean
+mkdir -p "$clean"
+read -r probe_pkg _ <<<"$sql_probe"
+for pkg in $(printf '%s\n' "${test_pkgs[@]}" "$probe_pkg" | sort -u); do
+  if ! src=$tmp/w1/src bin=$clean compile "$pkg" "$logs/clean.log"; then
+    echo "mutants: $pkg does not compile without mutants:" >&2
+    tail -30 "$logs/clean.log" >&2
+    exit 1
+  fi
+done
+echo "mutants: the test binaries without mutants built in $((SECONDS - start_all))s" >&2
 
 # Baseline: the named tests must pass on the tree as it is, or catching a
 # mutant with them proves nothing. The lines of one package share one run,
@@ -458,7 +477,7 @@ baseline_fails() {
 # $tmp/results/I.
 mutant() {
   local p=${selected[$1]} name inv t tests log start result detail testcol pkgs pkg re line notest
-  local ppkg pre cell secs msg
+  local ppkg pre cell secs msg sqlonly=""
   name=$(basename "$p" .patch)
   inv=$(header "$p" invariant | head -1)
   t=$(header "$p" timeout | head -1); t=${t:-$default_timeout}
@@ -477,7 +496,15 @@ mutant() {
   else
     git -C "$src" apply "$root/$p"
     pkgs=$(printf '%s\n' "${tests[@]}" | awk '{ print $1 }' | sort -u)
+    # Only SQL of migrations/ changed: the clean binaries, reading the
+    # copy's migrations (the clean build above).
+    if ! sed -n 's|^diff --git a/\([^ ]*\) .*|\1|p' "$root/$p" | grep -qv '^migrations/.*\.sql$'; then
+      sqlonly=1
+      local bin=$clean
+      local -x FANOUT_TEST_MIGRATIONS_DIR=$src/migrations
+    fi
     for pkg in $pkgs; do
+      [[ -n "$sqlonly" ]] && break
       if ! compile "$pkg" "$log"; then
         result=BROKEN detail="does not compile: $(grep -m1 -E '\.go:[0-9]+' "$log" | cut -c1-120)"
         break
@@ -488,7 +515,7 @@ mutant() {
     if [[ -z "$result" ]] && grep -q '^diff --git a/migrations/' "$root/$p"; then
       read -r ppkg pre <<<"$sql_probe"
       # The probe's package is compiled already when a test line names it.
-      if grep -qxF -- "$ppkg" <<<"$pkgs" || compile "$ppkg" "$log"; then
+      if [[ -n "$sqlonly" ]] || grep -qxF -- "$ppkg" <<<"$pkgs" || compile "$ppkg" "$log"; then
         runtest "$ppkg" "$pre" "$default_timeout" "$log"
         case $verdict in
           PASS) ;;
