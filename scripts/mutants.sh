@@ -483,7 +483,7 @@ baseline_fails() {
 # $tmp/results/I.
 mutant() {
   local p=${selected[$1]} name inv t tests log start result detail testcol pkgs pkg re line notest
-  local ppkg pre cell secs msg sqlonly=""
+  local ppkg pre cell secs msg sqlonly="" built=0
   name=$(basename "$p" .patch)
   inv=$(header "$p" invariant | head -1)
   t=$(header "$p" timeout | head -1); t=${t:-$default_timeout}
@@ -509,6 +509,7 @@ mutant() {
       local bin=$clean
       local -x FANOUT_TEST_MIGRATIONS_DIR=$src/migrations
     fi
+    built=$SECONDS
     for pkg in $pkgs; do
       [[ -n "$sqlonly" ]] && break
       if ! compile "$pkg" "$log"; then
@@ -516,6 +517,7 @@ mutant() {
         break
       fi
     done
+    built=$((SECONDS - built))
     # A mutant of the migrations must still migrate: a schema that does not
     # build fails every test, which is not catching anything.
     if [[ -z "$result" ]] && grep -q '^diff --git a/migrations/' "$root/$p"; then
@@ -560,8 +562,8 @@ mutant() {
   fi
   secs=$((SECONDS - start))
   cell="$result${detail:+ $detail}"
-  printf '%s\n' "$result" "| $name | ${inv:-?} | ${testcol//|/\\|} | ${cell//|/\\|} | $secs |" >"$tmp/results/$1"
-  msg="mutant $name: $cell (${secs}s)"
+  printf '%s\n' "$result" "| $name | ${inv:-?} | ${testcol//|/\\|} | ${cell//|/\\|} | $secs |" "$built" "$secs" >"$tmp/results/$1"
+  msg="mutant $name: $cell (${secs}s, ${built}s of it building)"
   if [[ $result == BROKEN || $result == STALE ]]; then
     msg+=$'\n'$(tail -15 "$log" | sed 's/^/    /')
   fi
@@ -571,10 +573,11 @@ mutant() {
 run_workers mutant "${#selected[@]}"
 
 rows=()
-bad=0
+bad=0 build_secs=0 all_secs=0
 declare -A tally=()
 for ((i = 0; i < ${#selected[@]}; i++)); do
-  { IFS= read -r result && IFS= read -r row; } <"$tmp/results/$i"
+  { IFS= read -r result && IFS= read -r row && read -r b && read -r s; } <"$tmp/results/$i"
+  build_secs=$((build_secs + b)) all_secs=$((all_secs + s))
   tally[$result]=$((${tally[$result]:-0} + 1))
   case $result in CAUGHT*) ;; *) bad=1 ;; esac
   rows+=("$row")
@@ -588,6 +591,7 @@ echo
 summary=""
 for k in "${!tally[@]}"; do summary+="${tally[$k]} $k, "; done
 echo "${#selected[@]} mutants in $((SECONDS - start_all))s with $njobs workers: ${summary%, }"
+echo "the workers' time: ${all_secs}s, ${build_secs}s of it compiling and linking the mutants"
 if [[ $bad != 0 ]]; then
   echo "FAIL: every mutant must be CAUGHT (a SURVIVED or NO-TEST mutant is a test to write or fix; STALE or BROKEN is a patch to fix)"
   exit 1
