@@ -100,8 +100,11 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	url := storetest.NewDB(t)
+	// Group commit on, as `fanout worker` and `fanout orchestrator` run by
+	// default: the rules these tests prove go through the batch path a
+	// real process takes (issue 41).
 	b, err := fanoutnode.OpenBackend(t.Context(), fanoutnode.BackendConfig{DatabaseURL: url,
-		PollInterval: 100 * time.Millisecond, Logger: quietLogger})
+		PollInterval: 100 * time.Millisecond, Logger: quietLogger, GroupCommit: true})
 	if err != nil {
 		t.Fatal(err)
 	}

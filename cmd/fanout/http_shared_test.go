@@ -77,14 +77,18 @@ func TestBothListenersShareTheirLimits(t *testing.T) {
 		req.Header.Set("Content-Type", "application/connect+json")
 		req.Header.Set("Authorization", "Bearer "+keys[tenant])
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("status %d", resp.StatusCode)
+		if err != nil {
+			stop()
+			t.Fatalf("WatchRun of %s over HTTP: %v", tenant, err)
 		}
-		if err == nil {
+		if resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		} else {
 			_, err = bufio.NewReader(resp.Body).Peek(5) // the first event's envelope
 		}
 		if err != nil {
 			stop()
+			_ = resp.Body.Close()
 			t.Fatalf("WatchRun of %s over HTTP: %v", tenant, err)
 		}
 		return func() { stop(); _ = resp.Body.Close() }
