@@ -76,7 +76,7 @@ func TestBothListenersShareTheirLimits(t *testing.T) {
 		req, _ := http.NewRequestWithContext(sctx, http.MethodPost, o.http+"/fanout.v1.OrchestratorService/WatchRun", &env)
 		req.Header.Set("Content-Type", "application/connect+json")
 		req.Header.Set("Authorization", "Bearer "+keys[tenant])
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // the returned func closes it, as does every failure below
 		if err != nil {
 			stop()
 			t.Fatalf("WatchRun of %s over HTTP: %v", tenant, err)
