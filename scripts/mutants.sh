@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # mutants.sh breaks each claimed invariant on purpose and checks that a test
-# catches it. Every mutants/NN-name.patch is a `git diff` of source (SQL or
-# Go, never tests) preceded by header lines:
+# catches it. Every mutants/NN-name.mutant changes source (SQL or Go, never
+# tests) at a snippet anchored to a declaration (scripts/mutate applies it;
+# docs/mutants.md "How it works"), after header lines:
 #
 #   # claim: what the named tests say they prove
 #   # invariant: I1
 #   # test: ./store/ ^TestBoundaryRace$     (package and -run regexp; one or more)
 #   # timeout: 3m                           (optional; per test line)
+#
+# A mutants/NN-name.patch (the same header, then a `git diff`) still runs,
+# applied with git.
+#
+# Every mutant that changes only the bodies of Go functions is compiled,
+# with all the others, into one copy of the tree behind a switch on
+# FANOUT_MUTANT (scripts/mutate/schemata.go): the test binaries are built
+# once, and such a mutant costs its tests only.
 #
 # MUTANTS_JOBS workers run the mutants in parallel, each on its own copy of
 # the tree (tracked files plus untracked ones that are not ignored, as they
@@ -29,6 +38,12 @@
 #
 # Environment:
 #   MUTANTS="03 07"      only these mutants (number or file name prefix)
+#   MUTANTS_CHANGED=1    only the mutants a change touches: a file one of them
+#                        changes (a Go declaration's whole package, where it may
+#                        have moved), a package a test line names, or the mutant;
+#                        the change is what differs from MUTANTS_BASE (default
+#                        HEAD: the uncommitted edits), untracked files included
+#   MUTANTS_SCHEMATA=0   build every Go mutant on its own (slow; to check one)
 #   MUTANTS_JOBS=2       mutants run at once (default: the number of CPUs + 1:
 #                        3 on 2 cores, where a worker waits on the database a third of its time); 1 runs them one after another
 #   MUTANTS_TIMEOUT=2m   default per-test-line timeout (a patch's "# timeout:" wins)
@@ -66,11 +81,28 @@ buildflags=(-trimpath "${race[@]}" "-ldflags=-s -w")
 
 # --- the mutants -------------------------------------------------------------
 shopt -s nullglob
-all=(mutants/*.patch)
-[[ ${#all[@]} -gt 0 ]] || { echo "mutants: no mutants/*.patch" >&2; exit 1; }
+all=(mutants/*.mutant mutants/*.patch)
+[[ ${#all[@]} -gt 0 ]] || { echo "mutants: no mutants/*.mutant" >&2; exit 1; }
+
+# The mutants' tool, built once per run.
+mutate_dir=$(mktemp -d)
+mutate=$mutate_dir/mutate
+"$GO" build -o "$mutate" ./scripts/mutate || { echo "mutants: scripts/mutate does not build" >&2; exit 1; }
+if [[ "${MUTANTS_CHANGED:-0}" == 1 ]]; then
+  mapfile -t all < <({ git diff --name-only "${MUTANTS_BASE:-HEAD}" --; git ls-files --others --exclude-standard; } |
+    "$mutate" changed . "${all[@]}")
+  if [[ ${#all[@]} -eq 0 ]]; then
+    echo "mutants: no mutant touches what differs from ${MUTANTS_BASE:-HEAD}"
+    rm -rf "$mutate_dir"
+    exit 0
+  fi
+  echo "mutants: ${#all[@]} touched by what differs from ${MUTANTS_BASE:-HEAD}" >&2
+fi
+# mname FILE: a mutant's name (its file name without .mutant or .patch).
+mname() { local b; b=$(basename "$1"); echo "${b%.*}"; }
 selected=()
 for p in "${all[@]}"; do
-  name=$(basename "$p" .patch)
+  name=$(mname "$p")
   if [[ -z "${MUTANTS:-}" ]]; then
     selected+=("$p")
     continue
@@ -161,6 +193,7 @@ cleanup() {
   if [[ -n "$pg_data" ]]; then
     "${pg_user[@]}" "$pg_ctl_bin" stop -D "$pg_data" -m immediate -s >/dev/null 2>&1 || true
   fi
+  rm -rf "$mutate_dir"
   if [[ "${MUTANTS_KEEP:-0}" == 1 ]]; then
     echo "kept the copies and logs in $tmp" >&2
   else
@@ -245,8 +278,11 @@ if [[ -z "${TEST_DATABASE_URL:-}" ]]; then
 fi
 
 header() { # header FILE KEY: the values of "# KEY:" lines, one per line
-  sed -n "/^diff --git /q; s/^# $2:[[:space:]]*//p" "$1"
+  sed -n "/^diff --git /q; /^@@ /q; s/^# $2:[[:space:]]*//p" "$1"
 }
+
+# mfiles FILE: the files a mutant changes, one per line.
+mfiles() { "$mutate" files "$1"; }
 
 # binary PKG: the path of PKG's compiled test binary.
 binary() { local s=${1#./}; s=${s%/}; echo "$bin/${s//\//_}.test"; }
@@ -410,18 +446,49 @@ mapfile -t test_pkgs < <(for p in "${selected[@]}"; do header "$p" test; done | 
   '{{if and (not .ForTest) (not .Standard) .Module (not .Module.Main)}}{{.ImportPath}}{{end}}' "${test_pkgs[@]}" |
   xargs -r "$GO" build -trimpath "${race[@]}") >"$logs/dependencies.log" 2>&1 || true
 
-# The test binaries of the tree without any mutant, built once: the
-# baseline runs them, and so does every mutant that changes only SQL under
-# migrations/, with FANOUT_TEST_MIGRATIONS_DIR naming its copy's
-# migrations (a test binary reads them from there instead of the ones
-# embedded in it), so that such a mutant costs its tests and no build.
+# The test binaries, built once: the baseline runs them, and so does every
+# mutant that changes only SQL under migrations/, with
+# FANOUT_TEST_MIGRATIONS_DIR naming its copy's migrations (a test binary
+# reads them from there instead of the ones embedded in it), and every
+# mutant of Go function bodies, with FANOUT_MUTANT naming it: they are
+# built from a copy with those mutants compiled in behind a switch
+# (schemata; unset, the switch leaves the code as it is).
 clean=$tmp/clean
 mkdir -p "$clean"
 read -r probe_pkg _ <<<"$sql_probe"
 mapfile -t clean_pkgs < <(printf '%s\n' "${test_pkgs[@]}" "$probe_pkg" | sort -u)
-# One go command for them all links them in parallel; it names each
-# binary for the last element of its path.
-if ! (cd "$tmp/w1/src" && "$GO" test -c "${buildflags[@]}" -o "$clean/" "${clean_pkgs[@]}") >"$logs/clean.log" 2>&1; then
+declare -A schem=() # mutant number -> 1: compiled into the clean binaries
+schem_src=$tmp/schemata/src
+# build_clean DIR: build the clean binaries from the tree at DIR.
+build_clean() {
+  rm -f "$clean"/*.test
+  # One go command for them all links them in parallel; it names each
+  # binary for the last element of its path.
+  (cd "$1" && "$GO" test -c "${buildflags[@]}" -o "$clean/" "${clean_pkgs[@]}") >"$logs/clean.log" 2>&1
+}
+built_clean=""
+if [[ "${MUTANTS_SCHEMATA:-1}" == 1 ]]; then
+  exclude=" "
+  for attempt in 1 2 3; do
+    rm -rf "$schem_src" && mkdir -p "$tmp/schemata" && cp -a "$tmp/w1/src" "$schem_src"
+    mapfile -t in < <(for p in "${selected[@]}"; do
+      n=$(mname "$p"); n=$((10#${n%%-*}))
+      [[ "$exclude" == *" $n "* ]] || echo "$p"
+    done)
+    mapfile -t nums < <("$mutate" schemata "$schem_src" "${in[@]}") || { echo "mutants: scripts/mutate schemata failed" >&2; exit 1; }
+    if build_clean "$schem_src"; then
+      built_clean=1
+      for n in "${nums[@]}"; do schem[$n]=1; done
+      break
+    fi
+    # A mutant whose copy does not compile is built on its own (and
+    # reported BROKEN); anything else: no schemata.
+    blamed=$("$mutate" blame "$schem_src" "$logs/clean.log") || { echo "mutants: the schemata build failed outside a mutant's code; building every mutant on its own:" >&2; tail -5 "$logs/clean.log" >&2; break; }
+    echo "mutants: left out of the schemata, as their copies do not compile:" $blamed >&2
+    exclude+="$(echo $blamed) "
+  done
+fi
+if [[ -z "$built_clean" ]] && ! build_clean "$tmp/w1/src"; then
   echo "mutants: the named test packages do not compile without mutants:" >&2
   tail -30 "$logs/clean.log" >&2
   exit 1
@@ -431,6 +498,7 @@ for pkg in "${clean_pkgs[@]}"; do
   [[ -e "$clean/${b##*/}.test" ]] || { echo "mutants: no test binary for $pkg in $clean" >&2; exit 1; }
   [[ "$clean/${b##*/}.test" == "$(bin=$clean binary "$pkg")" ]] || mv "$clean/${b##*/}.test" "$(bin=$clean binary "$pkg")"
 done
+echo "mutants: ${#schem[@]} mutants of Go compiled into the test binaries (schemata)" >&2
 echo "mutants: the test binaries without mutants built in $((SECONDS - start_all))s" >&2
 
 # Baseline: the named tests must pass on the tree as it is, or catching a
@@ -451,7 +519,7 @@ if [[ "${MUTANTS_BASELINE:-1}" == 1 ]]; then
       [[ $t -gt ${base_t[$pkg]:-0} ]] && base_t[$pkg]=$t
     done < <(header "$p" test)
   done
-  if grep -l '^diff --git a/migrations/' "${selected[@]}" >/dev/null; then
+  if for p in "${selected[@]}"; do mfiles "$p"; done | grep -q '^migrations/'; then
     read -r ppkg pre <<<"$sql_probe"
     base_re[$ppkg]="${base_re[$ppkg]:+${base_re[$ppkg]}|}$pre"
     : "${base_t[$ppkg]:=$(to_seconds "$default_timeout")}" # the probe's package may be named by no selected mutant
@@ -483,8 +551,10 @@ baseline_fails() {
 # $tmp/results/I.
 mutant() {
   local p=${selected[$1]} name inv t tests log start result detail testcol pkgs pkg re line notest
-  local ppkg pre cell secs msg sqlonly="" built=0
-  name=$(basename "$p" .patch)
+  local ppkg pre cell secs msg sqlonly="" built=0 num files
+  name=$(mname "$p")
+  num=$((10#${name%%-*}))
+  files=$(mfiles "$p")
   inv=$(header "$p" invariant | head -1)
   t=$(header "$p" timeout | head -1); t=${t:-$default_timeout}
   mapfile -t tests < <(header "$p" test)
@@ -497,14 +567,24 @@ mutant() {
 
   if [[ ${#tests[@]} -eq 0 ]]; then
     result=BROKEN detail="no '# test:' line"
-  elif ! git -C "$src" apply --check "$root/$p" >>"$log" 2>&1; then
+  elif [[ -n "${schem[$num]:-}" ]]; then
+    # Compiled into the clean binaries: switched on, nothing to apply.
+    :
+  elif [[ "$p" == *.patch ]] && ! git -C "$src" apply --check "$root/$p" >>"$log" 2>&1; then
     result=STALE detail=$(grep -m1 'error:' "$log" | cut -c1-120)
-  else
-    git -C "$src" apply "$root/$p"
+  elif [[ "$p" == *.mutant ]] && ! "$mutate" apply "$src" "$root/$p" >>"$log" 2>&1; then
+    result=STALE detail=$(grep -m1 'mutate:' "$log" | cut -c1-160)
+  fi
+  if [[ -z "$result" ]]; then
+    [[ "$p" == *.patch ]] && git -C "$src" apply "$root/$p"
     pkgs=$(printf '%s\n' "${tests[@]}" | awk '{ print $1 }' | sort -u)
-    # Only SQL of migrations/ changed: the clean binaries, reading the
-    # copy's migrations (the clean build above).
-    if ! sed -n 's|^diff --git a/\([^ ]*\) .*|\1|p' "$root/$p" | grep -qv '^migrations/.*\.sql$'; then
+    if [[ -n "${schem[$num]:-}" ]]; then
+      sqlonly=1 # built already
+      local bin=$clean
+      local -x FANOUT_MUTANT=$num
+    elif ! grep -qv '^migrations/.*\.sql$' <<<"$files"; then
+      # Only SQL of migrations/ changed: the clean binaries, reading the
+      # copy's migrations (the clean build above).
       sqlonly=1
       local bin=$clean
       local -x FANOUT_TEST_MIGRATIONS_DIR=$src/migrations
@@ -520,7 +600,7 @@ mutant() {
     built=$((SECONDS - built))
     # A mutant of the migrations must still migrate: a schema that does not
     # build fails every test, which is not catching anything.
-    if [[ -z "$result" ]] && grep -q '^diff --git a/migrations/' "$root/$p"; then
+    if [[ -z "$result" ]] && grep -q '^migrations/' <<<"$files"; then
       read -r ppkg pre <<<"$sql_probe"
       # The probe's package is compiled already when a test line names it.
       if [[ -n "$sqlonly" ]] || grep -qxF -- "$ppkg" <<<"$pkgs" || compile "$ppkg" "$log"; then
