@@ -17,7 +17,7 @@ LANGGRAPH_DIR := bench/langgraph
 # build, console/dist, is committed: go build never needs Node.
 CONSOLE_DIR := console/web
 
-.PHONY: console-screenshot help demo test test/race mutants lint generate verify bench bench-compare budget-compare tidy build clean image chart-test k8s-e2e console
+.PHONY: console-screenshot help demo test test/race mutants mutants-index lint generate verify bench bench-compare budget-compare tidy build clean image chart-test k8s-e2e console
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ mutants: ## Break each claimed invariant on purpose (mutants/*.mutant) and check
 	@scripts/ensure-postgres.sh
 	@scripts/ensure-mcp-servers.sh
 	scripts/mutants.sh
+
+mutants-index: ## Regenerate docs/mutants-index.md from the mutants' headers
+	$(GO) run ./scripts/mutate index $(wildcard mutants/*.mutant mutants/*.patch) >docs/mutants-index.md
 
 lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yaml) and buf lint (pinned tools installed into .tmp/bin)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }

@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Admission by forecast (DESIGN §9; fanout.v1.AdmissionPolicy). The
+// Admission by forecast (docs/budget.md#admission-by-forecast; fanout.v1.AdmissionPolicy). The
 // forecaster is a run's budget plan as its driver sees it: what the tasks
 // may claim (the run's limit less what it holds for its synthesis and less
 // its min_reservation, below which the run counts as exhausted), what the

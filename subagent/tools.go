@@ -17,7 +17,7 @@ import (
 // Effect says whether a tool changes the world. The loop runs reads in
 // parallel and writes one at a time, each with an idempotency key and a
 // tool_call row. The zero value is a write: a tool nobody declared a read
-// is never run in parallel or re-sent (DESIGN §8).
+// is never run in parallel or re-sent (docs/mcp.md#effects).
 type Effect int
 
 // The tool effects.

@@ -1,7 +1,7 @@
 package main
 
 // A run outlives the orchestrator process that drives it: kill -9 it, and
-// another replica adopts the run and drives it to its end (DESIGN §4.4).
+// another replica adopts the run and drives it to its end (docs/operations.md#failure-modes-and-what-happens).
 
 import (
 	"context"

@@ -480,7 +480,7 @@ func TestE2E(t *testing.T) {
 }
 
 // checkEveryWorkerStopped asserts, worker by worker, what a run's
-// exhaustion must do on every node (I6 and DESIGN §4 step 4: every node
+// exhaustion must do on every node (docs/ledger.md#i6-nothing-starts-after-exhaustion-or-cancel: every node
 // hears the ledger's notice and cancels its own subagents of the run):
 //
 //   - every worker that had a call of the run in flight at the exhausting

@@ -2,7 +2,7 @@ package main
 
 // A worker cut off from Postgres while its model calls run (issue 12): the
 // calls stop before their leases end, the orchestrator's sweeper posts the
-// reservations as estimated spend, and nothing is overspent (DESIGN §5, I5).
+// reservations as estimated spend, and nothing is overspent (docs/operations.md#a-worker-cut-off-from-the-database, docs/ledger.md#i5-no-leaked-reservation).
 
 import (
 	"context"

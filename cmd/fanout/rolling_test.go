@@ -1,7 +1,7 @@
 package main
 
 // Workers that are briefly away — restarted, or not up yet — do not fail
-// the tasks that only had to wait for them (DESIGN §4.2).
+// the tasks that only had to wait for them (docs/operations.md#failure-modes-and-what-happens).
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 -- ledger_wind_down marks the tasks p_tasks of run p_run as winding down
 -- (account.wind_down on their task accounts): what the run has left pays
--- only for their final answers (DESIGN §9). Every grant on a marked
+-- only for their final answers (docs/budget.md#wind-down-instead-of-cut-off). Every grant on a marked
 -- account carries the mark (ledger_result.wind_down), and the subagent
 -- that asked makes that iteration its last, without tools; a task started
 -- later is not marked. Only the run's current owner marks (p_epoch,

@@ -259,6 +259,9 @@ func Index(ms []*Mutant) string {
 	sorted := append([]*Mutant{}, ms...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Num < sorted[j].Num })
 	var b strings.Builder
+	b.WriteString("# Mutants: the index\n\n" +
+		"Generated from the headers of mutants/ by `make mutants-index` (scripts/mutate): do not edit.\n" +
+		"docs/mutants.md says how the mutants run and groups them by rule.\n\n")
 	b.WriteString("| mutant | breaks | where | rule | tests |\n|---|---|---|---|---|\n")
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 	for _, m := range sorted {

@@ -4,9 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // writeTree writes files (slash path -> content) under a new directory.
@@ -377,4 +379,103 @@ func keys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// projectMutants reads every mutant of the repository.
+func projectMutants(t *testing.T) (string, []*Mutant) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, err := filepath.Glob(filepath.Join(root, "mutants", "*.*"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no mutants in %s/mutants: %v", root, err)
+	}
+	var ms []*Mutant
+	for _, p := range paths {
+		m, err := ReadMutant(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Path = "mutants/" + filepath.Base(p)
+		ms = append(ms, m)
+	}
+	return root, ms
+}
+
+// TestTheMutantsIndexIsCurrent: docs/mutants-index.md is what the
+// mutants' headers say now.
+func TestTheMutantsIndexIsCurrent(t *testing.T) {
+	root, ms := projectMutants(t)
+	got, err := os.ReadFile(filepath.Join(root, "docs", "mutants-index.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != Index(ms) {
+		t.Error("docs/mutants-index.md is stale: run make mutants-index and commit it")
+	}
+}
+
+// TestEveryMutantCitesWhereItsRuleIsWritten: each mutant's invariant
+// header points at a page of the repository, and at a heading that is
+// there.
+func TestEveryMutantCitesWhereItsRuleIsWritten(t *testing.T) {
+	root, ms := projectMutants(t)
+	anchors := map[string]map[string]bool{}
+	headingsOf := func(page string) map[string]bool {
+		if a, ok := anchors[page]; ok {
+			return a
+		}
+		a := map[string]bool{}
+		raw, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(page)))
+		if err == nil {
+			fence := false
+			for l := range strings.Lines(string(raw)) {
+				if strings.HasPrefix(l, "```") {
+					fence = !fence
+				}
+				if !fence && strings.HasPrefix(l, "#") {
+					a[slug(strings.TrimLeft(strings.TrimSpace(l), "# "))] = true
+				}
+			}
+		} else {
+			a = nil
+		}
+		anchors[page] = a
+		return a
+	}
+	cite := regexp.MustCompile(`((?:docs/)?[A-Za-z-]+\.md)(#[a-z0-9-]+)?`)
+	for _, m := range ms {
+		inv := strings.Join(m.HeaderValues("invariant"), " ")
+		found := cite.FindAllStringSubmatch(inv, -1)
+		if len(found) == 0 {
+			t.Errorf("%s: its invariant (%q) cites no page of the repository (docs/ledger.md#iN-… for the ledger's rules)", m.Name, inv)
+		}
+		for _, c := range found {
+			page := c[1]
+			if strings.HasPrefix(page, "docs/") || page == "README.md" {
+				heads := headingsOf(page)
+				if heads == nil {
+					t.Errorf("%s cites %s, which is not in the repository", m.Name, page)
+				} else if c[2] != "" && !heads[c[2][1:]] {
+					t.Errorf("%s cites %s%s: no such heading there", m.Name, page, c[2])
+				}
+			}
+		}
+	}
+}
+
+// slug is a heading's anchor as GitHub makes it.
+func slug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

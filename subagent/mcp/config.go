@@ -52,7 +52,7 @@ type Config struct {
 }
 
 // Policy is who may use a tool, and whether its writes wait for a
-// person's approval (DESIGN §8, §10). The zero Policy is every tenant's,
+// person's approval (docs/mcp.md#policy-and-approvals). The zero Policy is every tenant's,
 // without approval.
 type Policy struct {
 	// Tenants may use the tool; nil is every tenant.

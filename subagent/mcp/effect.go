@@ -8,7 +8,7 @@ import (
 	"github.com/fanout/fanout/subagent"
 )
 
-// effectOf decides a tool's effect (DESIGN §8): the operator's declaration
+// effectOf decides a tool's effect (docs/mcp.md#effects): the operator's declaration
 // wins; an undeclared tool is a read only if the operator trusts the
 // server's annotations and the server says readOnlyHint: true; anything
 // else is a write. A tool declared read that the server marks destructive
