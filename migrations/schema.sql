@@ -1121,6 +1121,11 @@ CREATE FUNCTION fanout.ledger_adopt_runs(t fanout.account) RETURNS fanout.accoun
     -- body: 31 lines, sha256 6c2797a0f3de
 REVOKE EXECUTE ON FUNCTION fanout.ledger_adopt_runs(fanout.account) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_available(a fanout.account) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE;
+    -- body: 1 line, sha256 e3de6a6dec13
+REVOKE EXECUTE ON FUNCTION fanout.ledger_available(fanout.account) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_begin_attempt(p_account bigint, p_run text, p_tenant text) RETURNS TABLE(outcome text, attempt bigint, info_kind text, info_state text, secret text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1135,10 +1140,15 @@ CREATE FUNCTION fanout.ledger_begin_attempts(p_accounts bigint[], p_run text, p_
 REVOKE EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) TO fanout_app;
 
+CREATE FUNCTION fanout.ledger_below_minimum(a fanout.account, p_more bigint) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE;
+    -- body: 1 line, sha256 f658a6a276a0
+REVOKE EXECUTE ON FUNCTION fanout.ledger_below_minimum(fanout.account,bigint) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_check_exhausted(p_chain bigint[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 61938abd5492
+    -- body: 15 lines, sha256 182bc05d8a53
 REVOKE EXECUTE ON FUNCTION fanout.ledger_check_exhausted(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_check_owner(p_run text, p_epoch bigint, p_op text) RETURNS void
@@ -1175,7 +1185,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_entry_append_only() FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_exhaust_tenant(t fanout.account) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 13 lines, sha256 e487ca442f11
+    -- body: 13 lines, sha256 05cedcd5c298
 REVOKE EXECUTE ON FUNCTION fanout.ledger_exhaust_tenant(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_expire(p_reservation bigint) RETURNS fanout.ledger_result
@@ -1189,19 +1199,30 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_worker;
 CREATE FUNCTION fanout.ledger_give_back(p_chain bigint[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 23 lines, sha256 bf09220387d4
+    -- body: 23 lines, sha256 1772a242b93e
 REVOKE EXECUTE ON FUNCTION fanout.ledger_give_back(bigint[]) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_grant_on(a fanout.account, p_pending bigint, p_g bigint, p_min bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE;
+    -- body: 1 line, sha256 d4e7f2540cd4
+REVOKE EXECUTE ON FUNCTION fanout.ledger_grant_on(fanout.account,bigint,bigint,bigint) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_lock_accounts(p_ids bigint[]) RETURNS SETOF fanout.account
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 10 lines, sha256 ce612f2b1857
+REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_accounts(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 18 lines, sha256 ac618556d8a4
+    -- body: 14 lines, sha256 51283f23fcfd
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 66 lines, sha256 e421cc284143
+    -- body: 66 lines, sha256 a134daf2ab4d
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) TO fanout_app;
 
@@ -1251,15 +1272,20 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 180 lines, sha256 a5d212f8338c
+    -- body: 178 lines, sha256 3ba3541f071f
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
 
+CREATE FUNCTION fanout.ledger_reserve_args_ok(p_want bigint, p_min bigint, p_holder text, p_attempt bigint, p_ttl interval, p_model text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE;
+    -- body: 1 line, sha256 0e2e266e9d58
+REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_args_ok(bigint,bigint,text,bigint,interval,text) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_reserve_batch(p_accounts bigint[], p_runs text[], p_tenants text[], p_attempts bigint[], p_wants bigint[], p_mins bigint[], p_holders text[], p_ttls interval[], p_keys text[], p_models text[], p_secrets text[], p_from_held boolean[]) RETURNS SETOF fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 175 lines, sha256 821a59073c39
+    -- body: 164 lines, sha256 c161c4adaa9f
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_worker;
@@ -1291,7 +1317,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_secret_ok(bytea,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_limit bigint, p_kind text, p_every interval, p_min bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 93 lines, sha256 13232fc1a8d6
+    -- body: 93 lines, sha256 c98700f7e514
 REVOKE EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_admin;
 

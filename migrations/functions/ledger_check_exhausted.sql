@@ -9,13 +9,13 @@ DECLARE
 BEGIN
     UPDATE account SET state = 'exhausted', cause = 'budget exhausted', updated_at = now()
      WHERE account_id = ANY (p_chain) AND kind = 'run' AND state = 'open'
-       AND limit_tokens - reserved - spent - held < min_reservation
+       AND ledger_below_minimum(account, 0)
     RETURNING * INTO a;
     IF FOUND THEN
         INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, kind, note)
         VALUES (a.tenant_id, a.run_id, a.account_id, ARRAY[a.account_id], 'exhaust',
                 format('available %s < min_reservation %s',
-                       a.limit_tokens - a.reserved - a.spent - a.held, a.min_reservation));
+                       ledger_available(a), a.min_reservation));
         PERFORM pg_notify('fanout_run_state', 'exhausted ' || a.run_id);
     END IF;
 END $$;

@@ -12,7 +12,7 @@ BEGIN
         INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, kind, note)
         VALUES (a.tenant_id, a.run_id, a.account_id, ARRAY[a.account_id], 'exhaust',
                 format('tenant account %s: available %s < min_reservation %s',
-                       t.account_id, t.limit_tokens - t.reserved - t.spent - t.held, t.min_reservation));
+                       t.account_id, ledger_available(t), t.min_reservation));
         PERFORM pg_notify('fanout_run_state', 'exhausted ' || a.run_id);
     END LOOP;
 END $$;

@@ -27,7 +27,7 @@ BEGIN
     UPDATE account SET limit_tokens = new_limit, updated_at = now()
      WHERE account_id = t.account_id
     RETURNING * INTO t;
-    IF t.limit_tokens - t.reserved - t.spent - t.held < t.min_reservation THEN
+    IF ledger_below_minimum(t, 0) THEN
         PERFORM ledger_exhaust_tenant(t);
     END IF;
 END $$;

@@ -1,20 +1,13 @@
--- ledger_lock_chain locks the accounts of chain root first (the only order
--- anyone locks them in) and returns them in that order. A tenant account
--- whose budget period has ended is rolled over under its lock, before the
--- caller reads it: whichever statement is the first after the end (a
--- reserve, a settle, the sweeper's expiry, a void, a run's end), what it
--- posts counts in the new period, as database time says it should. A
--- chain that changed since the caller read it is refused, to be retried.
+-- ledger_lock_chain locks the accounts of chain root first, in the one
+-- order (ledger_lock_accounts, which also rolls a tenant's ended period
+-- over under its lock), and returns them in that order. A chain that
+-- changed since the caller read it is refused, to be retried.
 CREATE OR REPLACE FUNCTION ledger_lock_chain(p_chain bigint[]) RETURNS SETOF account
 LANGUAGE plpgsql SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
     a account;
 BEGIN
-    FOR a IN SELECT * FROM account WHERE account_id = ANY (p_chain)
-              ORDER BY array_position(p_chain, account_id) FOR UPDATE LOOP
-        IF a.kind = 'tenant' THEN
-            a := ledger_roll_period(a);
-        END IF;
+    FOR a IN SELECT * FROM ledger_lock_accounts(p_chain) LOOP
         RETURN NEXT a;
     END LOOP;
     -- The caller read p_chain before taking the locks: a run put under its

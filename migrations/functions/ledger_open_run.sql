@@ -57,7 +57,7 @@ BEGIN
                 parent := ledger_roll_period(parent);
             END IF;
             -- The tenant holds what its run holds: no more than it has.
-            v_held := least(v_held, greatest(parent.limit_tokens - parent.reserved - parent.spent - parent.held, 0));
+            v_held := least(v_held, greatest(ledger_available(parent), 0));
         END IF;
         INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation, held)
         VALUES (p_tenant, p_tenant_account, '{}', 'run', p_run, p_limit, p_min, v_held)

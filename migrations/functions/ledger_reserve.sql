@@ -50,9 +50,7 @@ BEGIN
         RAISE EXCEPTION 'ledger_reserve: model name of % bytes is longer than 256', octet_length(p_model)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF p_want IS NULL OR p_min IS NULL OR p_want <= 0 OR p_min <= 0 OR p_min > p_want
-       OR p_holder IS NULL OR p_holder = '' OR p_attempt IS NULL OR p_attempt < 1
-       OR p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '1 hour' THEN
+    IF NOT ledger_reserve_args_ok(p_want, p_min, p_holder, p_attempt, p_ttl, p_model) THEN
         RAISE EXCEPTION 'ledger_reserve: want %, min %, holder %, attempt %, ttl % out of range (ttl at most 1 hour)',
             p_want, p_min, p_holder, p_attempt, p_ttl
             USING ERRCODE = 'invalid_parameter_value';
@@ -136,7 +134,7 @@ BEGIN
         res.info_account := ended.account_id;
         res.info_kind := ended.kind;
         res.info_state := ended.state;
-        res.info_available := ended.limit_tokens - ended.reserved - ended.spent - ended.held;
+        res.info_available := ledger_available(ended);
         RETURN res;
     END IF;
     IF p_from_held THEN
@@ -167,26 +165,27 @@ BEGIN
         VALUES (leaf.tenant_id, leaf.run_id, leaf.account_id, leaf.chain,
                 r.reservation_id, 'reserve', g, -g, p_holder, r.model, 'drawn on what the run holds for its synthesis');
         res := ledger_result_of('ok', r);
-        res.run_available := leaf.limit_tokens - leaf.reserved - leaf.spent - leaf.held;
+        res.run_available := ledger_available(leaf);
         RETURN res;
     END IF;
+    -- The grant rule, root first (every account is open here).
     FOREACH a IN ARRAY locked LOOP
-        -- A tenant below its own minimum grants nothing, whatever this
-        -- call's minimum: it is exhausted for every run under it, also one
-        -- opened after (admission refuses new runs; this holds without it).
-        IF least(g, a.limit_tokens - a.reserved - a.spent - a.held) < p_min
-           OR (a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent - a.held < a.min_reservation) THEN
-            IF a.kind = 'tenant' AND a.limit_tokens - a.reserved - a.spent - a.held < a.min_reservation THEN
+        IF ledger_grant_on(a, 0, g, p_min) IS NULL THEN
+            -- A tenant below its own minimum grants nothing, whatever this
+            -- call's minimum: it is exhausted for every run under it, also
+            -- one opened after (admission refuses new runs; this holds
+            -- without it).
+            IF a.kind = 'tenant' AND ledger_below_minimum(a, 0) THEN
                 PERFORM ledger_exhaust_tenant(a);
             END IF;
             res.outcome := 'exhausted';
             res.info_account := a.account_id;
             res.info_kind := a.kind;
             res.info_state := a.state;
-            res.info_available := a.limit_tokens - a.reserved - a.spent - a.held;
+            res.info_available := ledger_available(a);
             RETURN res;
         END IF;
-        g := least(g, a.limit_tokens - a.reserved - a.spent - a.held);
+        g := ledger_grant_on(a, 0, g, p_min);
     END LOOP;
 
     UPDATE account SET reserved = reserved + g, updated_at = now()
@@ -202,16 +201,15 @@ BEGIN
             r.reservation_id, 'reserve', g, p_holder, r.model);
     -- Only a grant that takes the run below its minimum ends it (saves a
     -- statement on the hot path).
-    IF run.account_id IS NOT NULL AND run.limit_tokens - run.reserved - g - run.spent - run.held < run.min_reservation THEN
+    IF run.account_id IS NOT NULL AND ledger_below_minimum(run, g) THEN
         PERFORM ledger_check_exhausted(leaf.chain);
     END IF;
-    IF tenant.account_id IS NOT NULL
-       AND tenant.limit_tokens - tenant.reserved - g - tenant.spent - tenant.held < tenant.min_reservation THEN
+    IF tenant.account_id IS NOT NULL AND ledger_below_minimum(tenant, g) THEN
         tenant.reserved := tenant.reserved + g;
         PERFORM ledger_exhaust_tenant(tenant);
     END IF;
     res := ledger_result_of('ok', r);
-    res.run_available := run.limit_tokens - run.reserved - g - run.spent - run.held;
+    res.run_available := ledger_available(run) - g;
     res.wind_down := leaf.wind_down;
     RETURN res;
 END $$;

@@ -45,7 +45,6 @@ DECLARE
     res     ledger_result;
     fast    boolean;
     g       bigint;
-    avail   bigint;
     run_avail bigint;
     c       bigint;
     i       int;
@@ -66,10 +65,7 @@ BEGIN
     END IF;
     SELECT coalesce(array_agg(DISTINCT x), '{}') INTO want
       FROM account l, unnest(l.chain) AS x WHERE l.account_id = ANY (p_accounts);
-    FOR a IN SELECT * FROM account WHERE account_id = ANY (want) ORDER BY chain FOR UPDATE LOOP
-        IF a.kind = 'tenant' THEN
-            a := ledger_roll_period(a);
-        END IF;
+    FOR a IN SELECT * FROM ledger_lock_accounts(want) LOOP
         ids := ids || a.account_id;
         acc := acc || a;
     END LOOP;
@@ -94,10 +90,7 @@ BEGIN
             run_avail := NULL;
             k := array_position(ids, p_accounts[i]);
             fast := coalesce(k IS NOT NULL AND p_keys[i] IS NOT NULL AND NOT p_from_held[i]
-                             AND p_wants[i] > 0 AND p_mins[i] > 0 AND p_mins[i] <= p_wants[i]
-                             AND p_holders[i] <> '' AND p_attempts[i] >= 1
-                             AND p_ttls[i] > interval '0' AND p_ttls[i] <= interval '1 hour'
-                             AND coalesce(octet_length(p_models[i]), 0) <= 256
+                             AND ledger_reserve_args_ok(p_wants[i], p_mins[i], p_holders[i], p_attempts[i], p_ttls[i], p_models[i])
                              AND (p_accounts[i]::text || ' ' || p_keys[i]) <> ALL (seen), false);
             IF fast THEN
                 leaf := acc[k];
@@ -109,14 +102,11 @@ BEGIN
                 -- The grant rule, account by account, root first.
                 FOREACH c IN ARRAY leaf.chain LOOP
                     j := array_position(ids, c);
-                    a := acc[j];
-                    avail := a.limit_tokens - a.reserved - delta[j] - a.spent - a.held;
-                    IF a.state <> 'open' OR least(g, avail) < p_mins[i]
-                       OR (a.kind = 'tenant' AND avail < a.min_reservation) THEN
+                    g := ledger_grant_on(acc[j], delta[j], g, p_mins[i]);
+                    IF g IS NULL THEN
                         fast := false;
                         EXIT;
                     END IF;
-                    g := least(g, avail);
                 END LOOP;
             END IF;
             IF fast THEN
@@ -125,13 +115,12 @@ BEGIN
                 FOREACH c IN ARRAY leaf.chain LOOP
                     j := array_position(ids, c);
                     a := acc[j];
-                    avail := a.limit_tokens - a.reserved - delta[j] - g - a.spent - a.held;
-                    IF a.kind IN ('run', 'tenant') AND avail < a.min_reservation THEN
+                    IF a.kind IN ('run', 'tenant') AND ledger_below_minimum(a, delta[j] + g) THEN
                         fast := false;
                         EXIT;
                     END IF;
                     IF a.kind = 'run' THEN
-                        run_avail := avail;
+                        run_avail := ledger_available(a) - delta[j] - g;
                     END IF;
                 END LOOP;
             END IF;

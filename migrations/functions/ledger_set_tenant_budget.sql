@@ -95,7 +95,7 @@ BEGIN
     END IF;
     -- Its runs in flight are under it from this commit, whatever they hold.
     t := ledger_adopt_runs(t);
-    IF t.limit_tokens - t.reserved - t.spent - t.held < t.min_reservation THEN
+    IF ledger_below_minimum(t, 0) THEN
         PERFORM ledger_exhaust_tenant(t);
     END IF;
     PERFORM admin_log(p_actor, 'tenant.set_budget', p_tenant,
