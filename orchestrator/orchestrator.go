@@ -23,6 +23,17 @@ import (
 //
 // Unknown runs and tasks are reported as runs.ErrNotFound.
 type RunStore interface {
+	RunOpener
+	RunReader
+	TaskWriter
+	RunEnder
+	Leases
+	EventAppender
+	EventReader
+}
+
+// RunOpener opens runs.
+type RunOpener interface {
 	// OpenRun stores run (id, tenant, idempotency key, spec, labels and
 	// tasks in dispatch order) as RUNNING with every task PENDING, driven by
 	// owner, and returns it with created true; in the same write it opens
@@ -39,6 +50,10 @@ type RunStore interface {
 		begin []string,
 		first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
 		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
+}
+
+// RunReader reads runs and their tasks.
+type RunReader interface {
 	// GetRun returns a run of the tenant and its tasks' outcomes in dispatch order.
 	GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error)
 	// RunByKey returns tenantID's run created under idempotency key key,
@@ -54,6 +69,10 @@ type RunStore interface {
 	// it must not cost their size.
 	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
+}
+
+// TaskWriter writes a run's tasks, fenced by the run's owner.
+type TaskWriter interface {
 	// StartTask marks started's task RUNNING on its worker, stamping
 	// started_at, and appends started (its TaskStarted event) in the same
 	// write, if owner drives the run. Returns runs.ErrEnded if the task has
@@ -66,6 +85,15 @@ type RunStore interface {
 	// final: returns runs.ErrEnded if the task has already ended, and
 	// runs.ErrNotOwner if another orchestrator adopted the run.
 	FinishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error)
+	// FailTasks ends every PENDING or RUNNING task of the run as FAILED with
+	// reason as its error and its ledger spend as its tokens, with their
+	// TaskFinished events in the same write, if owner drives the run; keeps
+	// terminal outcomes, and returns the tasks it ended in dispatch order.
+	FailTasks(ctx context.Context, runID, owner, reason string) ([]*fanoutv1.TaskOutcome, error)
+}
+
+// RunEnder ends runs: the run's state, result, ledger close and last events in one write.
+type RunEnder interface {
 	// FinishRun ends the run if it is RUNNING and owner drives it — its
 	// final state, result and RunFinished event in one write — and reports
 	// ended true; otherwise (it has ended, or another replica adopted it) it
@@ -84,6 +112,10 @@ type RunStore interface {
 	CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
 		result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (
 		run *fanoutv1.Run, acct *budget.Account, ended bool, err error)
+}
+
+// Leases keep the runs an orchestrator drives, and adopt the runs nobody does.
+type Leases interface {
 	// Heartbeat refreshes, in database time and one statement, the lease of
 	// the runs of runIDs that owner drives (RUNNING, owned by owner), and
 	// returns those of runIDs that another node owns now (adopted while
@@ -95,11 +127,10 @@ type RunStore interface {
 	// once, exactly one gets each run; once it returns, the previous owner
 	// can write none of the run's tasks.
 	AdoptOrphan(ctx context.Context, node string, orphanAfter time.Duration) (runs.Adoption, error)
-	// FailTasks ends every PENDING or RUNNING task of the run as FAILED with
-	// reason as its error and its ledger spend as its tokens, with their
-	// TaskFinished events in the same write, if owner drives the run; keeps
-	// terminal outcomes, and returns the tasks it ended in dispatch order.
-	FailTasks(ctx context.Context, runID, owner, reason string) ([]*fanoutv1.TaskOutcome, error)
+}
+
+// EventAppender appends to a run's event log.
+type EventAppender interface {
 	// AppendEvent appends the run's next event and returns it with its
 	// sequence (gapless, from 1) and time set. Once the run has ended it
 	// takes only RunFinished: anything else is runs.ErrEnded.
@@ -107,6 +138,10 @@ type RunStore interface {
 	// AppendEvents appends several events (no RunFinished) as consecutive
 	// sequences in one write, with AppendEvent's error contract.
 	AppendEvents(ctx context.Context, runID string, evs []*fanoutv1.RunEvent) ([]*fanoutv1.RunEvent, error)
+}
+
+// EventReader reads a run's event log and where it ends.
+type EventReader interface {
 	// Heads returns where the event log of each of runIDs that exists
 	// ends, and the run's state, in one read.
 	Heads(ctx context.Context, runIDs []string) (map[string]runs.Head, error)

@@ -32,7 +32,7 @@ const tailEvents = 2048
 
 // followers is the node's poller and the runs it follows.
 type followers struct {
-	store    RunStore
+	store    EventReader
 	interval time.Duration
 	onError  func(error)
 
@@ -64,7 +64,7 @@ func (r *followed) move() {
 	r.moves++
 }
 
-func newFollowers(store RunStore, interval time.Duration, onError func(error)) *followers {
+func newFollowers(store EventReader, interval time.Duration, onError func(error)) *followers {
 	return &followers{store: store, interval: interval, onError: onError, runs: map[string]*followed{}}
 }
 

@@ -307,3 +307,24 @@ func write(root string, changed map[string]string) error {
 	}
 	return nil
 }
+
+// Refile names in each of m's hunks the file its declaration is in now,
+// where a move put it; it reports whether any hunk changed.
+func Refile(root string, m *Mutant) (bool, error) {
+	t := &tree{root: root, changed: map[string]string{}}
+	moved := false
+	for i, h := range m.Hunks {
+		if h.Decl == "" {
+			continue
+		}
+		file, _, _, _, err := t.locate(h)
+		if err != nil {
+			return false, fmt.Errorf("%s: hunk %d: %w", m.Name, i+1, err)
+		}
+		if file != h.File {
+			m.Hunks[i].File = file
+			moved = true
+		}
+	}
+	return moved, nil
+}

@@ -18,6 +18,7 @@ const usage = `usage: mutate COMMAND [ARGS]  (docs/mutants.md)
   apply ROOT MUTANT            apply a .mutant to the tree at ROOT
   check ROOT MUTANT...         every mutant parses and applies to ROOT (a .patch: git apply --check)
   files MUTANT                 the files a mutant changes
+  refile ROOT MUTANT...        name in each hunk the file its declaration is in now (after a move)
   convert ROOT PATCH...        write each .patch as a .mutant anchored to the tree at ROOT, and remove the .patch
   schemata ROOT MUTANT...      compile every eligible mutant into the tree at ROOT; print their numbers
   blame ROOT LOG               the mutants a failed schemata build's LOG names (exit 3: it names other code too)
@@ -85,6 +86,27 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 		if len(bad) > 0 {
 			return errors.New(strings.Join(bad, "\n") + "\n(refresh each against the source it breaks: docs/mutants.md)")
+		}
+		return nil
+	case "refile":
+		if err := need(2); err != nil {
+			return err
+		}
+		for _, p := range args[1:] {
+			m, err := ReadMutant(p)
+			if err != nil {
+				return err
+			}
+			moved, err := Refile(args[0], m)
+			if err != nil {
+				return err
+			}
+			if moved {
+				if err := os.WriteFile(p, []byte(m.Format()), 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintln(stdout, p)
+			}
 		}
 		return nil
 	case "files":

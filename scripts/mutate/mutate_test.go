@@ -132,6 +132,10 @@ func TestApplySurvivesAMoveAndAReformat(t *testing.T) {
 	if !strings.Contains(got["limit/over.go"], "if n >= limit {") || len(got) != 1 {
 		t.Errorf("applied to %v:\n%s", keys(got), got["limit/over.go"])
 	}
+	m := mustParse(t, "07-x.mutant", overMutant)
+	if moved, err := Refile(root, m); err != nil || !moved || m.Hunks[0].File != "limit/over.go" {
+		t.Errorf("Refile: %v, %v; the hunk names %s, want limit/over.go", moved, err, m.Hunks[0].File)
+	}
 }
 
 func TestApplySaysWhatIsWrong(t *testing.T) {

@@ -1,0 +1,289 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
+	"github.com/fanout/fanout/tenant"
+)
+
+// CreateRun stores run (run_id, tenant_id, idempotency_key, spec, labels and
+// its tasks in dispatch order) in state RUNNING with every task PENDING, and
+// returns it with created_at set and created true. If the tenant already has
+// a run with the same idempotency key, it writes nothing and returns that
+// run with created false; comparing specs is the caller's business.
+func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (*fanoutv1.Run, bool, error) {
+	a, err := newRunArgs(run)
+	if err != nil {
+		return nil, false, err
+	}
+	var created bool
+	var existingID string
+	// Idempotent by the idempotency key; a try after an ambiguous commit
+	// that finds the key taken by this very run id made the run itself.
+	err = retried(ctx, s.log, "runs.create_run", idempotent, func(ctx context.Context, t try) error {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+			created, existingID, _, err = s.createRun(ctx, tx, run, a, owner)
+			return err
+		})
+		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
+			created = true
+		}
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create run %s: %w", run.GetRunId(), err)
+	}
+	id := run.GetRunId()
+	if !created {
+		id = existingID
+	}
+	out, err := s.GetRun(ctx, run.GetTenantId(), id)
+	return out, created, err
+}
+
+// OpenRun creates run as CreateRun does and, when it creates it, in the
+// same transaction opens its ledger accounts as open says (what
+// Ledger.OpenRun does) and appends the events first returns, given the run
+// as stored and its accounts, as the run's first events. A run is never
+// stored without its accounts and its first events, and the three cost one
+// commit. It also begins the first attempt of each task named in begin
+// (accounts.Attempts), so that the run's first dispatches cost no write of
+// their own. A run the tenant already has under run's idempotency key is
+// returned as CreateRun returns it (created false, no accounts); a refusal
+// of the ledger writes nothing (budget.ErrNotFound for an unknown tenant
+// account, a budget.ValidationError for one that cannot hold the run).
+// tools is the run's tool policy, recorded in the same transaction
+// (run_tool_policy), where no worker's login can change it.
+func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
+	tools []runs.ToolPolicy, begin []string,
+	first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
+	stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error) {
+	if open.RunID != run.GetRunId() || open.TenantID != run.GetTenantId() {
+		return nil, accounts, false, fmt.Errorf("open run %s of tenant %s: its accounts are of run %s of tenant %s",
+			run.GetRunId(), run.GetTenantId(), open.RunID, open.TenantID)
+	}
+	if err := open.Validate(); err != nil {
+		return nil, accounts, false, err
+	}
+	a, err := newRunArgs(run)
+	if err != nil {
+		return nil, accounts, false, err
+	}
+	var existingID string
+	// As CreateRun: a try after an ambiguous commit that finds the key
+	// taken by this very run id made the run, its accounts and its events.
+	err = retried(ctx, s.log, "runs.open_run", idempotent, func(ctx context.Context, t try) error {
+		stored = nil
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var createdAt time.Time
+			var err error
+			created, existingID, createdAt, err = s.createRun(ctx, tx, run, a, owner)
+			if err != nil || !created {
+				return err
+			}
+			if accounts, err = openRunIn(ctx, s.q, tx, open); err != nil {
+				return openRunError(open, err)
+			}
+			if accounts.Attempts, err = beginAttempts(ctx, tx, open, accounts, begin); err != nil {
+				return err
+			}
+			if err := s.recordToolPolicy(ctx, tx, open, tools); err != nil {
+				return err
+			}
+			stored = proto.CloneOf(run)
+			stored.CreatedAt = timestamppb.New(createdAt)
+			return appendInTx(ctx, tx, run.GetRunId(), "first events", first(proto.CloneOf(stored), accounts))
+		})
+		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
+			created = true
+		}
+		return err
+	})
+	switch {
+	case err != nil:
+		return nil, budget.RunAccounts{}, false, fmt.Errorf("create run %s: %w", run.GetRunId(), err)
+	case !created:
+		stored, err = s.GetRun(ctx, run.GetTenantId(), existingID)
+		return stored, budget.RunAccounts{}, false, err
+	case stored == nil: // made by a try whose commit was ambiguous
+		if stored, err = s.GetRun(ctx, run.GetTenantId(), run.GetRunId()); err == nil {
+			accounts, err = readRunAccounts(ctx, s.q, s.pool, run.GetRunId())
+		}
+		return stored, accounts, err == nil, err
+	}
+	return stored, accounts, true, nil
+}
+
+// recordToolPolicy records, in tx, the tool policy of the run open opens.
+func (s *Runs) recordToolPolicy(ctx context.Context, tx pgx.Tx, open budget.OpenRunParams, tools []runs.ToolPolicy) error {
+	if len(tools) == 0 {
+		return nil
+	}
+	names := make([]string, len(tools))
+	approvals := make([]bool, len(tools))
+	timeouts := make([]int64, len(tools))
+	for i, t := range tools {
+		if t.Tool == "" || (t.Approval && t.ApprovalTimeout <= 0) || (!t.Approval && t.ApprovalTimeout != 0) {
+			return fmt.Errorf("record the tool policy of run %s: tools[%d] (%q): a tool needs a name, and an approval timeout > 0 "+
+				"exactly when it needs approval", open.RunID, i, t.Tool)
+		}
+		names[i], approvals[i], timeouts[i] = t.Tool, t.Approval, t.ApprovalTimeout.Milliseconds()
+	}
+	// (sqlc does not know unnest of several arrays.)
+	if _, err := tx.Exec(ctx, `INSERT INTO run_tool_policy (tenant_id, run_id, tool, approval, approval_timeout_ms)
+		SELECT $1, $2, t.tool, t.approval, t.timeout_ms
+		  FROM unnest($3::text[], $4::boolean[], $5::bigint[]) AS t(tool, approval, timeout_ms)
+		ON CONFLICT (run_id, tool) DO NOTHING`, open.TenantID, open.RunID, names, approvals, timeouts); err != nil {
+		return fmt.Errorf("record the tool policy of run %s: %w", open.RunID, err)
+	}
+	return nil
+}
+
+// beginAttemptsSQL begins the first attempt of each of a new run's task
+// accounts ($1, ascending) in one statement.
+const beginAttemptsSQL = `SELECT account_id, outcome, attempt, secret FROM ledger_begin_attempts($1, $2, $3)`
+
+// beginAttempts begins, in tx, the first attempt of each of the tasks
+// named in begin (of the run open opened as accounts), and returns them by
+// task id. An account the ledger refuses (none of a run just opened is)
+// gets none: its dispatch begins one, and hears why.
+func beginAttempts(ctx context.Context, tx pgx.Tx, open budget.OpenRunParams, accounts budget.RunAccounts,
+	begin []string) (map[string]budget.Attempt, error) {
+	if len(begin) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(begin))
+	task := make(map[int64]string, len(begin))
+	for _, t := range begin {
+		id, ok := accounts.Tasks[t]
+		if !ok {
+			return nil, fmt.Errorf("begin attempts of run %s: no task %q", open.RunID, t)
+		}
+		ids = append(ids, int64(id))
+		task[int64(id)] = t
+	}
+	slices.Sort(ids) // the lock order of the ledger's batches
+	rows, err := tx.Query(ctx, beginAttemptsSQL, ids, open.RunID, open.TenantID)
+	if err != nil {
+		return nil, fmt.Errorf("begin attempts of run %s: %w", open.RunID, err)
+	}
+	out := make(map[string]budget.Attempt, len(begin))
+	var id, n int64
+	var outcome string
+	var secret *string
+	_, err = pgx.ForEachRow(rows, []any{&id, &outcome, &n, &secret}, func() error {
+		if outcome == "ok" && secret != nil {
+			out[task[id]] = budget.Attempt{N: n, Secret: *secret}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("begin attempts of run %s: %w", open.RunID, err)
+	}
+	return out, nil
+}
+
+// runArgs are a new run's columns as CreateRun writes them.
+type runArgs struct {
+	spec, labels []byte
+	taskIDs      []string
+}
+
+func newRunArgs(run *fanoutv1.Run) (runArgs, error) {
+	spec, err := encodeSpec(run.GetSpec())
+	if err != nil {
+		return runArgs{}, fmt.Errorf("create run %s: encode spec: %w", run.GetRunId(), err)
+	}
+	labels, err := json.Marshal(nonNilMap(run.GetLabels()))
+	if err != nil {
+		return runArgs{}, fmt.Errorf("create run %s: encode labels: %w", run.GetRunId(), err)
+	}
+	taskIDs := make([]string, len(run.GetTasks()))
+	for i, t := range run.GetTasks() {
+		taskIDs[i] = t.GetTaskId()
+	}
+	return runArgs{spec: spec, labels: labels, taskIDs: taskIDs}, nil
+}
+
+// TenantQuotas returns the tenant's quotas (none for a tenant without a
+// row yet).
+func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas, error) {
+	return retry(ctx, s.log, "runs.tenant_quotas", idempotent, func(ctx context.Context, _ try) (tenant.Quotas, error) {
+		r, err := s.q.Tenant(ctx, s.pool, tenantID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return tenant.Quotas{}, nil
+		}
+		return tenantOf(r).Quotas, err
+	})
+}
+
+// admitRun enforces the tenant's max_concurrent_runs on a run about to be
+// created, in CreateRun's (or OpenRun's) transaction: it counts the tenant's RUNNING runs
+// under a transaction-scoped advisory lock of the tenant, which every
+// admission of that tenant takes, so two replicas admitting at once are
+// counted one after the other and cannot both pass the cap. A retry of a
+// run that exists (its idempotency key is taken) is never refused.
+func (s *Runs) admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
+	t, err := s.q.Tenant(ctx, tx, run.GetTenantId())
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && t.MaxConcurrentRuns == nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	limit := t.MaxConcurrentRuns
+	if err := s.q.LockTenantRuns(ctx, tx, run.GetTenantId()); err != nil {
+		return err
+	}
+	a, err := s.q.RunAdmission(ctx, tx, dbsqlc.RunAdmissionParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()})
+	if err != nil || a.Taken {
+		return err
+	}
+	running := a.Running
+	if running >= int64(*limit) {
+		return &tenant.QuotaError{Tenant: run.GetTenantId(), Quota: "max_concurrent_runs", Limit: int64(*limit), Used: running}
+	}
+	return nil
+}
+
+// createRun is CreateRun's transaction: it admits the run (admitRun), then
+// inserts it and its tasks (created), or finds the key taken and returns
+// the id of the run that has it.
+func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, a runArgs, owner string) (
+	created bool, existingID string, createdAt time.Time, err error) {
+	if err := s.admitRun(ctx, tx, run); err != nil {
+		return false, "", createdAt, err
+	}
+	createdAt, err = s.q.InsertRun(ctx, tx, dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),
+		IdempotencyKey: run.GetIdempotencyKey(), Spec: a.spec, Labels: a.labels, Owner: owner})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The key is taken (perhaps by a transaction that just committed).
+		existingID, err = s.q.RunIDByKey(ctx, tx, dbsqlc.RunIDByKeyParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()})
+		return false, existingID, createdAt, err
+	}
+	if err != nil {
+		return false, "", createdAt, err
+	}
+	err = s.q.InsertTasks(ctx, tx, dbsqlc.InsertTasksParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(), TaskIds: a.taskIDs})
+	return err == nil, "", createdAt, err
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

@@ -1,0 +1,306 @@
+package subagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// paidCall is one model call the loop pays for: an iteration's or the
+// compression call. paid reserves for it, calls and settles.
+type paidCall struct {
+	name       string // in errors: "iteration 3", "compression"
+	key        string // its reservation's name within the task's attempt: "i3", "compress"
+	iteration  int    // llm.Meta.Iteration
+	input      int64  // upper bound of the request's input tokens (llm.Estimator)
+	output     int64  // output allowance, reserved on top of input: the most MaxTokens can be
+	least      int64  // the smallest grant worth calling with
+	tools      []llm.ToolDef
+	outputType string // the chat span's gen_ai.output.type, if the call asks for one
+	// do makes the call for req, whose MaxTokens is what the grant leaves
+	// after input. It runs once per paid call, each billed retry included.
+	do func(ctx context.Context, req llm.Request) (llm.Response, error)
+	// shown, if set, returns req as do sends it, for the chat span.
+	shown func(req llm.Request) llm.Request
+	// windDown, if set, is called when the grant says the run winds down
+	// (Reservation.WindDown), before the request is built: the call is
+	// then made without tools. Its input bound must cover what windDown
+	// adds.
+	windDown func()
+}
+
+// paid makes c under the ledger's discipline: reserve input bound plus
+// output allowance (at least c.least) on the task account; call under a
+// lease renewed while the call runs; settle exactly once, with the reported
+// usage or, if the call failed (usage unknown), at the whole reservation,
+// flagged estimated. A grant is voided only when no call was made with it.
+//
+// A call that failed after it may have been billed (llm.ErrMaybeBilled: a
+// 5xx not in the provider's error shape) has been settled at its whole
+// reservation; it is made again under a new reservation (key "i3r1",
+// "i3r2", ...) after a backoff, as BilledRetry allows.
+//
+// started reports whether any call was made: an error without one means c
+// was skipped (ctx or the run ended, or the ledger did not grant enough).
+func (r *run) paid(ctx context.Context, c paidCall) (resp llm.Response, started bool, err error) {
+	key := c.key
+	var slept time.Duration
+	for n := 1; ; n++ {
+		asked := time.Now() // the grant's lease starts no earlier (see renewLease)
+		res, err := r.grant(ctx, c, key)
+		if err != nil {
+			return llm.Response{}, n > 1, err
+		}
+		r.granted = res.Amount
+		r.sum.Peak = max(r.sum.Peak, r.sum.TokensSpent+res.Amount)
+		resp, billed, err := r.callAndPay(ctx, c, res, asked)
+		if billed == nil {
+			return resp, true, err
+		}
+		delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
+		if why != "" {
+			return llm.Response{}, true, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
+		}
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
+		r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
+			"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", c.iteration, "key", key,
+			"status", billed.StatusCode, "call", n, "sleep", delay, "retry_after", billed.RetryAfter)
+		if err := llm.Sleep(ctx, delay); err != nil {
+			return llm.Response{}, true, err
+		}
+		slept += delay
+		key = fmt.Sprintf("%sr%d", c.key, n)
+	}
+}
+
+// grant reserves for c under key. A grant that arrives after ctx ended,
+// leaves no token for output, or comes once this worker knows the run ended
+// is voided: no call is made with it.
+func (r *run) grant(ctx context.Context, c paidCall, key string) (budget.Reservation, error) {
+	if err := context.Cause(ctx); err != nil {
+		return budget.Reservation{}, err
+	}
+	if r.runEnded() {
+		return budget.Reservation{}, r.endedErr() // under PolicyDrain: start nothing new
+	}
+	want := c.input + c.output
+	res, err := r.reserve(ctx, want, min(c.least, want), key)
+	if err != nil {
+		if ctx.Err() != nil {
+			return budget.Reservation{}, context.Cause(ctx)
+		}
+		return budget.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", want, c.name, err)
+	}
+	var stop error
+	switch {
+	case ctx.Err() != nil:
+		stop = context.Cause(ctx)
+	case res.Amount-c.input < 1:
+		stop = fmt.Errorf("reserve %d tokens for %s: granted %d, input alone needs %d: %w",
+			want, c.name, res.Amount, c.input, budget.ErrExhausted)
+	case r.runEnded():
+		stop = r.endedErr() // Never start a call once this worker knows the run ended.
+	}
+	if stop != nil {
+		r.void(ctx, res)
+		return budget.Reservation{}, stop
+	}
+	return res, nil
+}
+
+// callAndPay makes c's call under res, which was asked for at asked, and
+// settles res (see pay). If the call failed after it may have been billed
+// and ctx has not ended, it returns the call's error as billed too, for
+// paid to retry.
+func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation, asked time.Time) (llm.Response, *llm.StatusError, error) {
+	if res.WindDown && c.windDown != nil {
+		c.windDown()
+		c.windDown, c.tools = nil, nil
+	}
+	req := llm.Request{
+		Model:       r.task.ModelName,
+		Messages:    r.msgs,
+		Tools:       c.tools,
+		MaxTokens:   int(min(res.Amount-c.input, c.output)),
+		InputBound:  c.input,
+		Temperature: r.task.Temperature,
+		Seed:        r.task.Seed,
+		Meta: llm.Meta{RunID: r.task.RunID, TenantID: r.task.TenantID, TaskID: r.task.TaskID, Iteration: c.iteration,
+			ReservationID: int64(res.ID)},
+	}
+	shown := req
+	if c.shown != nil {
+		shown = c.shown(req)
+	}
+	resp, callErr := r.call(ctx, res, asked, shown, c.outputType, func(ctx context.Context) (llm.Response, error) {
+		return c.do(ctx, req)
+	})
+	if err := r.pay(ctx, res, resp, callErr); err != nil {
+		return llm.Response{}, nil, errors.Join(callErr, err)
+	}
+	if callErr == nil {
+		return resp, nil, nil
+	}
+	if ctx.Err() != nil {
+		return llm.Response{}, nil, context.Cause(ctx)
+	}
+	err := fmt.Errorf("call model %s in %s: %w", r.Model.Name(), c.name, callErr)
+	var se *llm.StatusError
+	if errors.As(callErr, &se) && se.MaybeBilled() {
+		return llm.Response{}, se, err
+	}
+	return llm.Response{}, nil, err
+}
+
+// reserve asks the task account for a grant of want tokens (at least least).
+// key names the call within the task's attempt ("i3", "compress").
+func (r *run) reserve(ctx context.Context, want, least int64, key string) (budget.Reservation, error) {
+	// Not on ctx: a reserve cut short by ctx may commit with its reply lost,
+	// leaving a grant held (and later counted as spent) for a call never
+	// made. It is one short statement; callers void a grant that arrives
+	// after ctx ended.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	return r.Ledger.Reserve(rctx, budget.ReserveParams{
+		Account:  r.task.Account,
+		RunID:    r.task.RunID,
+		TenantID: r.task.TenantID,
+		Attempt:  int64(r.task.Attempt),
+		Secret:   r.task.AttemptSecret,
+		Want:     want,
+		Min:      least,
+		Holder:   r.Holder,
+		TTL:      r.LeaseTTL,
+		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
+		Model:    requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
+		FromHeld: r.task.FromHeld,
+	})
+}
+
+// pay settles res after its call: with the reported usage, or, if the call
+// failed (usage unknown), with the whole reservation, flagged estimated.
+// Usage past the reservation is reported (see reportOverrun) and settled
+// as it is: the ledger records the overrun.
+func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response, callErr error) error {
+	actual, estimated := resp.Usage.Total(), false
+	if callErr != nil {
+		actual, estimated = res.Amount, true
+	}
+	if actual > res.Amount {
+		r.reportOverrun(ctx, res, resp.Usage)
+	}
+	usage := resp.Usage
+	if estimated {
+		usage = llm.Usage{} // no split of a guess
+	}
+	settled, err := r.settle(ctx, res, actual, usage, estimated)
+	if err != nil {
+		return err
+	}
+	r.sum.TokensSpent += settled.Spent
+	return nil
+}
+
+// call runs do, one model call for req, in a chat span while renewing the
+// lease of res, asked for at asked (renewLease). If a renewal fails the
+// call is cancelled, so it stops before the lease ends. outputType is the
+// span's gen_ai.output.type, if the call asks for one.
+func (r *run) call(ctx context.Context, res budget.Reservation, asked time.Time, req llm.Request, outputType string,
+	do func(context.Context) (llm.Response, error)) (resp llm.Response, err error) {
+	start := time.Now()
+	spanCtx, span, common := r.startChatSpan(ctx, res, req, outputType)
+	defer func() { r.endChatSpan(ctx, span, common, start, resp, err) }()
+	callCtx, cancel := context.WithCancelCause(spanCtx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.renewLease(callCtx, cancel, res, asked)
+	}()
+	resp, err = do(callCtx)
+	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
+		err = context.Cause(callCtx) // the lease renewal failed
+	}
+	cancel(nil)
+	wg.Wait()
+	return resp, err
+}
+
+// renewLease renews res's lease every LeaseTTL/3 until callCtx ends, and
+// cancels the call (with the reason as cause) if a renewal fails or would
+// come too late. asked is when the reserve that granted res was sent.
+func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, asked time.Time) {
+	// The database started the lease when it granted it: after the reserve
+	// was sent, but possibly well before the grant arrived (a slow reply, a
+	// batch that waited on locks), so the lease is timed from asked, and
+	// each renewal from when it was sent. Only this node's monotonic clock
+	// is used (never compared with the database's). The call stops a
+	// margin before the lease could end: a renewal is given TTL/3 to
+	// answer, and never past that point.
+	margin := r.LeaseTTL / 10
+	leaseEnd := asked.Add(r.LeaseTTL)
+	expire := time.NewTimer(time.Until(leaseEnd) - margin)
+	defer expire.Stop()
+	renew := time.NewTimer(time.Until(asked.Add(r.LeaseTTL / 3)))
+	defer renew.Stop()
+	for {
+		select {
+		case <-callCtx.Done():
+			return
+		case <-expire.C:
+			cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
+			return
+		case <-renew.C:
+			sent := time.Now()
+			deadline := sent.Add(r.LeaseTTL / 3)
+			if stop := leaseEnd.Add(-margin); stop.Before(deadline) {
+				deadline = stop
+			}
+			rctx, rcancel := context.WithDeadline(callCtx, deadline)
+			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL, r.task.AttemptSecret)
+			rcancel()
+			if err != nil {
+				if callCtx.Err() == nil {
+					cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
+				}
+				return
+			}
+			leaseEnd = sent.Add(r.LeaseTTL)
+			expire.Reset(time.Until(leaseEnd) - margin)
+			renew.Reset(time.Until(sent.Add(r.LeaseTTL / 3)))
+		}
+	}
+}
+
+// settle posts actual (split by usage, when the provider reported it) as
+// the spend of res, with the model the call was made to.
+func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, usage llm.Usage, estimated bool) (budget.Reservation, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
+		Reservation: res.ID, Generation: res.Lease.Generation, Secret: r.task.AttemptSecret,
+		Actual: actual, Estimated: estimated,
+		Model:       requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
+		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
+	})
+	if err != nil {
+		return settled, fmt.Errorf("settle reservation %d with %d tokens: %w", res.ID, actual, err)
+	}
+	return settled, nil
+}
+
+func (r *run) void(ctx context.Context, res budget.Reservation) {
+	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if _, err := r.Ledger.Void(vctx, res.ID, res.Lease.Generation, r.task.AttemptSecret); err != nil {
+		// The sweeper will count it as spent when its lease runs out.
+		r.Logger.WarnContext(ctx, "void reservation", "reservation", res.ID, "run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
+		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("void reservation %d: %v", res.ID, err))
+	}
+}
