@@ -174,7 +174,7 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	if e.isClosing() {
 		return nil, false, ErrShuttingDown
 	}
-	if err := e.admit(ctx, p, false); err != nil {
+	if err := e.checkTenant(ctx, p, false); err != nil {
 		// A retry of the call that created a run is answered with that run
 		// whatever admission would say of a new one now.
 		if run, ferr := e.store.RunByKey(ctx, p.tenantID, spec.GetIdempotencyKey()); ferr == nil {

@@ -203,7 +203,7 @@ func spec(key string, n int, budgetTokens int64) *fanoutv1.RunSpec {
 		// (dispatch, cancel, adoption, exhaustion in flight) and start their
 		// tasks at once; with token budgets of the whole run's size, a
 		// forecast would start them one at a time. Admission by forecast has
-		// its own tests (budgetuse_test.go, admit_test.go).
+		// its own tests (budgetuse_test.go, forecast_test.go).
 		Budget: &fanoutv1.Budget{LimitTokens: budgetTokens, Admission: fanoutv1.AdmissionPolicy_ADMISSION_POLICY_GREEDY},
 		Model:  &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 64},
 	}

@@ -84,7 +84,7 @@ func (e *Engine) resume(a runs.Adoption) error {
 	if err != nil {
 		return &resumeError{fmt.Errorf("its spec does not plan here: %w", err)}
 	}
-	if err := e.admit(ctx, p, true); err != nil {
+	if err := e.checkTenant(ctx, p, true); err != nil {
 		return err
 	}
 	accounts, err := e.ledger.OpenRun(ctx, openRunParams(a.RunID, p)) // the accounts it has

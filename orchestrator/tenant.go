@@ -33,7 +33,7 @@ var ErrTenantExhausted = fmt.Errorf("tenant budget exhausted: %w", budget.ErrExh
 // tenantSlotKey is the semaphore key of a tenant's tasks in flight.
 func tenantSlotKey(tenantID string) string { return "tenant-tasks:" + tenantID }
 
-// admit applies the tenant's quotas and budget to a planned run before
+// checkTenant applies the tenant's quotas and budget to a planned run before
 // anything is written: a run budget over the tenant's max_run_tokens is
 // RESOURCE_EXHAUSTED naming the field, a tenant whose budget cannot grant
 // its minimum is ErrTenantExhausted. It records on p what the driver needs
@@ -42,7 +42,7 @@ func tenantSlotKey(tenantID string) string { return "tenant-tasks:" + tenantID }
 //
 // An adopted run was admitted once: resumed, it only learns the tenant's
 // cap on tasks in flight.
-func (e *Engine) admit(ctx context.Context, p *plan, resumed bool) error {
+func (e *Engine) checkTenant(ctx context.Context, p *plan, resumed bool) error {
 	if e.tenants != nil {
 		q, err := e.tenants.TenantQuotas(ctx, p.tenantID)
 		if err != nil {

@@ -131,7 +131,7 @@ type plan struct {
 	iterations     []int32
 	deps           [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
 
-	// Of the tenant (Engine.admit), not of the spec:
+	// Of the tenant (Engine.checkTenant), not of the spec:
 	tenantAccount    budget.AccountID // its ledger account, 0 if it has no budget
 	maxTasksInFlight int              // its cap on tasks in flight, 0 if none
 }

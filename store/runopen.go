@@ -230,13 +230,13 @@ func (s *Runs) TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas
 	})
 }
 
-// admitRun enforces the tenant's max_concurrent_runs on a run about to be
+// checkConcurrentRuns enforces the tenant's max_concurrent_runs on a run about to be
 // created, in CreateRun's (or OpenRun's) transaction: it counts the tenant's RUNNING runs
 // under a transaction-scoped advisory lock of the tenant, which every
 // admission of that tenant takes, so two replicas admitting at once are
 // counted one after the other and cannot both pass the cap. A retry of a
 // run that exists (its idempotency key is taken) is never refused.
-func (s *Runs) admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
+func (s *Runs) checkConcurrentRuns(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error {
 	t, err := s.q.Tenant(ctx, tx, run.GetTenantId())
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && t.MaxConcurrentRuns == nil {
 		return nil
@@ -259,12 +259,12 @@ func (s *Runs) admitRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run) error
 	return nil
 }
 
-// createRun is CreateRun's transaction: it admits the run (admitRun), then
+// createRun is CreateRun's transaction: it admits the run (checkConcurrentRuns), then
 // inserts it and its tasks (created), or finds the key taken and returns
 // the id of the run that has it.
 func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, a runArgs, owner string) (
 	created bool, existingID string, createdAt time.Time, err error) {
-	if err := s.admitRun(ctx, tx, run); err != nil {
+	if err := s.checkConcurrentRuns(ctx, tx, run); err != nil {
 		return false, "", createdAt, err
 	}
 	createdAt, err = s.q.InsertRun(ctx, tx, dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),

@@ -40,7 +40,7 @@ func pending(w runs.Write) bool {
 // holds no model reservation and no tool slot; its own deadline and the
 // run's still count, and ctx's end ends the wait (the call stays pending:
 // a re-dispatched attempt takes it up, the run's end denies it).
-func (r *run) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o toolOutcome, ok bool) {
+func (r *taskAttempt) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o toolOutcome, ok bool) {
 	if r.OnApproval != nil {
 		r.OnApproval(w)
 	}

@@ -266,7 +266,7 @@ func (l *Loop) defaults() Loop {
 // is noted in Summary.Failed; the Status stays what the loop ended with.
 func (l *Loop) Run(ctx context.Context, t Task) Summary {
 	cfg := l.defaults()
-	r := &run{Loop: cfg, task: t}
+	r := &taskAttempt{Loop: cfg, task: t}
 	if r.task.Attempt <= 0 {
 		r.task.Attempt = 1
 	}
@@ -294,7 +294,7 @@ func (l *Loop) Run(ctx context.Context, t Task) Summary {
 
 // watched runs the loop under the run's watcher and returns the summary and
 // the cause that stopped the loop's context, if any.
-func (r *run) watched(ctx context.Context, h *hearing) (Summary, error) {
+func (r *taskAttempt) watched(ctx context.Context, h *hearing) (Summary, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if w := r.task.Watch; w != nil {
@@ -326,8 +326,9 @@ func (r *run) watched(ctx context.Context, h *hearing) (Summary, error) {
 	return sum, context.Cause(ctx)
 }
 
-// run is the state of one Run.
-type run struct {
+// taskAttempt is the state of one Run: one attempt of one task (the
+// ledger's dispatch attempt, Loop.Attempt).
+type taskAttempt struct {
 	Loop
 	task  Task
 	msgs  []llm.Message
@@ -344,7 +345,7 @@ type run struct {
 	granted    int64 // the last grant (Progress.Granted)
 }
 
-func (r *run) loop(ctx context.Context) Summary {
+func (r *taskAttempt) loop(ctx context.Context) Summary {
 	r.work(ctx)
 	if sm, ok := r.Model.(llm.StructuredModel); ok && r.sum.Iterations > 0 && !r.sum.WoundDown {
 		if err := r.compress(ctx, sm); err != nil {
@@ -381,7 +382,7 @@ func (sum Summary) redacted() Summary {
 }
 
 // work runs the agent loop to its end and fills r.sum with a local summary.
-func (r *run) work(ctx context.Context) {
+func (r *taskAttempt) work(ctx context.Context) {
 	allowed := make([]string, 0, len(r.task.AllowedTools))
 	for _, name := range r.task.AllowedTools {
 		if r.toolAllowed(name) {
@@ -417,7 +418,7 @@ func (r *run) work(ctx context.Context) {
 	r.finish(ctx, fmt.Errorf("run %d iterations: %w", r.task.MaxIterations, ErrIterationLimit))
 }
 
-func (r *run) progress(it, toolCalls int) {
+func (r *taskAttempt) progress(it, toolCalls int) {
 	if r.ProgressFunc != nil {
 		r.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls,
 			Peak: r.sum.Peak, Granted: r.granted})
@@ -428,7 +429,7 @@ func (r *run) progress(it, toolCalls int) {
 // to the conversation. Summary.Iterations counts iterations of the loop,
 // not model calls: the retries of a call that may have been billed belong
 // to its iteration.
-func (r *run) iterate(ctx context.Context, it int) (llm.Response, error) {
+func (r *taskAttempt) iterate(ctx context.Context, it int) (llm.Response, error) {
 	c := paidCall{
 		name:      fmt.Sprintf("iteration %d", it),
 		key:       fmt.Sprintf("i%d", it),
@@ -473,7 +474,7 @@ var WindDownMessage = llm.Message{Role: llm.RoleUser, Content: "The run's budget
 
 // compress makes the compression call (see Run) and puts its facts in
 // r.sum. It returns why it kept the local facts instead, if it did.
-func (r *run) compress(ctx context.Context, sm llm.StructuredModel) error {
+func (r *taskAttempt) compress(ctx context.Context, sm llm.StructuredModel) error {
 	var ex *budget.ExhaustedError
 	switch {
 	case r.sum.Status == StatusFailed:
@@ -505,7 +506,7 @@ func (r *run) compress(ctx context.Context, sm llm.StructuredModel) error {
 }
 
 // compressCall is the compression call, which puts its outcome in out.
-func (r *run) compressCall(sm llm.StructuredModel, out *llm.Compressed) paidCall {
+func (r *taskAttempt) compressCall(sm llm.StructuredModel, out *llm.Compressed) paidCall {
 	input := r.est.Bound(r.msgs) + llm.CompressTokens()
 	return paidCall{
 		name:      "compression",
@@ -529,7 +530,7 @@ func (r *run) compressCall(sm llm.StructuredModel, out *llm.Compressed) paidCall
 	}
 }
 
-func (r *run) runEnded() bool {
+func (r *taskAttempt) runEnded() bool {
 	if r.task.Watch == nil {
 		return false
 	}
@@ -541,13 +542,13 @@ func (r *run) runEnded() bool {
 	}
 }
 
-func (r *run) endedErr() error {
+func (r *taskAttempt) endedErr() error {
 	sig := r.task.Watch.Signal()
 	return fmt.Errorf("%w (%s): %w", errRunEnded, sig.State, sig.Err())
 }
 
 // finish ends the loop with err and classifies it (stopStatus).
-func (r *run) finish(ctx context.Context, err error) {
+func (r *taskAttempt) finish(ctx context.Context, err error) {
 	r.sum.Err = err
 	r.sum.Facts = r.found
 	r.sum.Status = stopStatus(err, context.Cause(ctx))
@@ -583,7 +584,7 @@ func stopStatus(err, cause error) Status {
 	}
 }
 
-func (r *run) prompt() []llm.Message {
+func (r *taskAttempt) prompt() []llm.Message {
 	var sys strings.Builder
 	sys.WriteString("You are a research subagent. Use the tools to gather facts, then answer with JSON " +
 		`{"facts":[{"text":"...","sources":["..."]}]} and nothing else.`)

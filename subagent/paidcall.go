@@ -47,7 +47,7 @@ type paidCall struct {
 //
 // started reports whether any call was made: an error without one means c
 // was skipped (ctx or the run ended, or the ledger did not grant enough).
-func (r *run) paid(ctx context.Context, c paidCall) (resp llm.Response, started bool, err error) {
+func (r *taskAttempt) paid(ctx context.Context, c paidCall) (resp llm.Response, started bool, err error) {
 	key := c.key
 	var slept time.Duration
 	for n := 1; ; n++ {
@@ -81,7 +81,7 @@ func (r *run) paid(ctx context.Context, c paidCall) (resp llm.Response, started 
 // grant reserves for c under key. A grant that arrives after ctx ended,
 // leaves no token for output, or comes once this worker knows the run ended
 // is voided: no call is made with it.
-func (r *run) grant(ctx context.Context, c paidCall, key string) (budget.Reservation, error) {
+func (r *taskAttempt) grant(ctx context.Context, c paidCall, key string) (budget.Reservation, error) {
 	if err := context.Cause(ctx); err != nil {
 		return budget.Reservation{}, err
 	}
@@ -117,7 +117,7 @@ func (r *run) grant(ctx context.Context, c paidCall, key string) (budget.Reserva
 // settles res (see pay). If the call failed after it may have been billed
 // and ctx has not ended, it returns the call's error as billed too, for
 // paid to retry.
-func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation, asked time.Time) (llm.Response, *llm.StatusError, error) {
+func (r *taskAttempt) callAndPay(ctx context.Context, c paidCall, res budget.Reservation, asked time.Time) (llm.Response, *llm.StatusError, error) {
 	if res.WindDown && c.windDown != nil {
 		c.windDown()
 		c.windDown, c.tools = nil, nil
@@ -159,7 +159,7 @@ func (r *run) callAndPay(ctx context.Context, c paidCall, res budget.Reservation
 
 // reserve asks the task account for a grant of want tokens (at least least).
 // key names the call within the task's attempt ("i3", "compress").
-func (r *run) reserve(ctx context.Context, want, least int64, key string) (budget.Reservation, error) {
+func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string) (budget.Reservation, error) {
 	// Not on ctx: a reserve cut short by ctx may commit with its reply lost,
 	// leaving a grant held (and later counted as spent) for a call never
 	// made. It is one short statement; callers void a grant that arrives
@@ -186,7 +186,7 @@ func (r *run) reserve(ctx context.Context, want, least int64, key string) (budge
 // failed (usage unknown), with the whole reservation, flagged estimated.
 // Usage past the reservation is reported (see reportOverrun) and settled
 // as it is: the ledger records the overrun.
-func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response, callErr error) error {
+func (r *taskAttempt) pay(ctx context.Context, res budget.Reservation, resp llm.Response, callErr error) error {
 	actual, estimated := resp.Usage.Total(), false
 	if callErr != nil {
 		actual, estimated = res.Amount, true
@@ -210,7 +210,7 @@ func (r *run) pay(ctx context.Context, res budget.Reservation, resp llm.Response
 // lease of res, asked for at asked (renewLease). If a renewal fails the
 // call is cancelled, so it stops before the lease ends. outputType is the
 // span's gen_ai.output.type, if the call asks for one.
-func (r *run) call(ctx context.Context, res budget.Reservation, asked time.Time, req llm.Request, outputType string,
+func (r *taskAttempt) call(ctx context.Context, res budget.Reservation, asked time.Time, req llm.Request, outputType string,
 	do func(context.Context) (llm.Response, error)) (resp llm.Response, err error) {
 	start := time.Now()
 	spanCtx, span, common := r.startChatSpan(ctx, res, req, outputType)
@@ -235,7 +235,7 @@ func (r *run) call(ctx context.Context, res budget.Reservation, asked time.Time,
 // renewLease renews res's lease every LeaseTTL/3 until callCtx ends, and
 // cancels the call (with the reason as cause) if a renewal fails or would
 // come too late. asked is when the reserve that granted res was sent.
-func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, asked time.Time) {
+func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, asked time.Time) {
 	// The database started the lease when it granted it: after the reserve
 	// was sent, but possibly well before the grant arrived (a slow reply, a
 	// batch that waited on locks), so the lease is timed from asked, and
@@ -280,7 +280,7 @@ func (r *run) renewLease(callCtx context.Context, cancel context.CancelCauseFunc
 
 // settle posts actual (split by usage, when the provider reported it) as
 // the spend of res, with the model the call was made to.
-func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, usage llm.Usage, estimated bool) (budget.Reservation, error) {
+func (r *taskAttempt) settle(ctx context.Context, res budget.Reservation, actual int64, usage llm.Usage, estimated bool) (budget.Reservation, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
@@ -295,7 +295,7 @@ func (r *run) settle(ctx context.Context, res budget.Reservation, actual int64, 
 	return settled, nil
 }
 
-func (r *run) void(ctx context.Context, res budget.Reservation) {
+func (r *taskAttempt) void(ctx context.Context, res budget.Reservation) {
 	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	if _, err := r.Ledger.Void(vctx, res.ID, res.Lease.Generation, r.task.AttemptSecret); err != nil {

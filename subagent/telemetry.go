@@ -218,7 +218,7 @@ func (h *hearing) time() (time.Time, bool) {
 
 // startAgentSpan starts the invoke_agent span of one subagent; its parent
 // is ctx's span (on a worker, the Execute call's gRPC server span).
-func (r *run) startAgentSpan(ctx context.Context) (context.Context, trace.Span) {
+func (r *taskAttempt) startAgentSpan(ctx context.Context) (context.Context, trace.Span) {
 	attrs := []attribute.KeyValue{
 		attrOperation.String(opInvokeAgent),
 		attrAgentName.String(r.task.TaskID),
@@ -237,7 +237,7 @@ func (r *run) startAgentSpan(ctx context.Context) (context.Context, trace.Span) 
 
 // endAgentSpan ends the invoke_agent span with how the subagent ended and,
 // if it stopped because it was told to, the cause and the time it took.
-func (r *run) endAgentSpan(ctx context.Context, span trace.Span, sum Summary, cause error, h *hearing, ended time.Time) {
+func (r *taskAttempt) endAgentSpan(ctx context.Context, span trace.Span, sum Summary, cause error, h *hearing, ended time.Time) {
 	span.SetAttributes(
 		attrTaskStatus.String(string(sum.Status)),
 		attrTokensSpent.Int64(sum.TokensSpent),
@@ -264,7 +264,7 @@ func (r *run) endAgentSpan(ctx context.Context, span trace.Span, sum Summary, ca
 
 // startChatSpan starts the span of one model call, the compression call
 // included (with outputType "json").
-func (r *run) startChatSpan(ctx context.Context, res budget.Reservation, req llm.Request, outputType string) (context.Context, trace.Span, []attribute.KeyValue) {
+func (r *taskAttempt) startChatSpan(ctx context.Context, res budget.Reservation, req llm.Request, outputType string) (context.Context, trace.Span, []attribute.KeyValue) {
 	model := requestModel(r.Model, req)
 	common := []attribute.KeyValue{
 		attrOperation.String(opChat),
@@ -297,7 +297,7 @@ func (r *run) startChatSpan(ctx context.Context, res budget.Reservation, req llm
 
 // endChatSpan ends a model call's span and records its metrics. ctx is the
 // iteration's context: if it ended, the call was cancelled.
-func (r *run) endChatSpan(ctx context.Context, span trace.Span, common []attribute.KeyValue, start time.Time,
+func (r *taskAttempt) endChatSpan(ctx context.Context, span trace.Span, common []attribute.KeyValue, start time.Time,
 	resp llm.Response, err error) {
 	mctx := context.WithoutCancel(ctx)
 	m := metrics()
@@ -333,7 +333,7 @@ func (r *run) endChatSpan(ctx context.Context, span trace.Span, common []attribu
 // reservation is an upper bound of what the call can cost, so this means a
 // provider billed more than the bound allows: tokens spent past what the
 // ledger granted, unpaid if no limit has room for them.
-func (r *run) reportOverrun(ctx context.Context, res budget.Reservation, u llm.Usage) {
+func (r *taskAttempt) reportOverrun(ctx context.Context, res budget.Reservation, u llm.Usage) {
 	over := u.Total() - res.Amount
 	r.Logger.WarnContext(ctx, "model call used more tokens than its reservation",
 		"run_id", r.task.RunID, "task_id", r.task.TaskID, "reservation", res.ID,
@@ -345,7 +345,7 @@ func (r *run) reportOverrun(ctx context.Context, res budget.Reservation, u llm.U
 
 // startToolSpan starts the execute_tool span of one call of tool (the
 // zero Tool if c names none the task may call).
-func (r *run) startToolSpan(ctx context.Context, c llm.ToolCall, tool Tool) (context.Context, trace.Span) {
+func (r *taskAttempt) startToolSpan(ctx context.Context, c llm.ToolCall, tool Tool) (context.Context, trace.Span) {
 	attrs := []attribute.KeyValue{
 		attrOperation.String(opExecuteTool),
 		attrToolName.String(c.Name),
@@ -363,7 +363,7 @@ func (r *run) startToolSpan(ctx context.Context, c llm.ToolCall, tool Tool) (con
 }
 
 // endToolSpan ends a tool call's span and records its metrics.
-func (r *run) endToolSpan(ctx context.Context, span trace.Span, tool Tool, o toolOutcome, started time.Time) {
+func (r *taskAttempt) endToolSpan(ctx context.Context, span trace.Span, tool Tool, o toolOutcome, started time.Time) {
 	outcome := outcomeOK
 	switch {
 	case o.notRun != "":

@@ -82,7 +82,7 @@ const (
 // (ReadParallelism of this task, and the worker's ToolSlots); a write waits
 // for everything before it and runs alone, and after a write fails no
 // later write of the turn runs. It returns how many calls ran.
-func (r *run) runTools(ctx context.Context, it int, resp llm.Response) int {
+func (r *taskAttempt) runTools(ctx context.Context, it int, resp llm.Response) int {
 	calls := resp.ToolCalls
 	outs := make([]toolOutcome, len(calls))
 	limit := min(len(calls), r.MaxToolCallsPerTurn)
@@ -128,7 +128,7 @@ func (r *run) runTools(ctx context.Context, it int, resp llm.Response) int {
 }
 
 // report appends call c's outcome to the conversation and the summary.
-func (r *run) report(c llm.ToolCall, o toolOutcome) {
+func (r *taskAttempt) report(c llm.ToolCall, o toolOutcome) {
 	desc := describeCall(c)
 	msg := llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: o.res.Text, IsError: o.failed()}
 	switch {
@@ -157,7 +157,7 @@ func (r *run) report(c llm.ToolCall, o toolOutcome) {
 }
 
 // lookup returns the tool c calls if it exists and the task allows it.
-func (r *run) lookup(c llm.ToolCall) (Tool, bool) {
+func (r *taskAttempt) lookup(c llm.ToolCall) (Tool, bool) {
 	tool, ok := r.Tools.Get(c.Name)
 	if !ok || !contains(r.task.AllowedTools, c.Name) || !r.toolAllowed(c.Name) {
 		return Tool{}, false
@@ -167,7 +167,7 @@ func (r *run) lookup(c llm.ToolCall) (Tool, bool) {
 
 // effect treats a tool that is unknown or not allowed as a write, so it is
 // not run in parallel (it is refused anyway).
-func (r *run) effect(c llm.ToolCall) Effect {
+func (r *taskAttempt) effect(c llm.ToolCall) Effect {
 	if tool, ok := r.lookup(c); ok {
 		return tool.Effect
 	}
@@ -175,7 +175,7 @@ func (r *run) effect(c llm.ToolCall) Effect {
 }
 
 // runTool runs call i of iteration it under its own timeout.
-func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOutcome) {
+func (r *taskAttempt) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOutcome) {
 	tool, ok := r.lookup(c)
 	spanCtx, span := r.startToolSpan(ctx, c, tool)
 	started := time.Now()
@@ -239,7 +239,7 @@ func (r *run) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o toolOut
 // returns the row to send under, or done with the call's outcome when it
 // must not be sent (made before by this task, refused, denied, or the
 // task ended while it waited for approval).
-func (r *run) recordWrite(ctx context.Context, it, i int, tool Tool, c llm.ToolCall) (w runs.Write, o toolOutcome, done bool) {
+func (r *taskAttempt) recordWrite(ctx context.Context, it, i int, tool Tool, c llm.ToolCall) (w runs.Write, o toolOutcome, done bool) {
 	w = r.newWrite(it, i, tool, c)
 	if prior, ok := r.prior[priorKey(w.Tool, w.ArgsDigest)]; ok && !pending(prior) {
 		return w, replayed(prior), true
@@ -279,12 +279,12 @@ func (r *run) recordWrite(ctx context.Context, it, i int, tool Tool, c llm.ToolC
 
 // toolAllowed reports whether the task's tenant may use the tool (the
 // operator's policy, Loop.ToolAllowed).
-func (r *run) toolAllowed(name string) bool {
+func (r *taskAttempt) toolAllowed(name string) bool {
 	return r.ToolAllowed == nil || r.ToolAllowed(name, r.task.TenantID)
 }
 
 // newWrite is the tool_call row of a write about to be sent.
-func (r *run) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
+func (r *taskAttempt) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
 	return runs.Write{
 		Key:      fmt.Sprintf("%s/%s/a%d/i%d/c%d", r.task.RunID, r.task.TaskID, r.task.Attempt, it, i),
 		Account:  int64(r.task.Account),
@@ -298,7 +298,7 @@ func (r *run) newWrite(it, i int, tool Tool, c llm.ToolCall) runs.Write {
 // resolve records how write w ended and marks o unknown if it may have
 // happened. The row is written even if ctx ended: it is what a later
 // attempt reads.
-func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
+func (r *taskAttempt) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 	state, errText := runs.WriteDone, ""
 	switch {
 	case o.notSent:
@@ -330,7 +330,7 @@ func (r *run) resolve(ctx context.Context, w runs.Write, o *toolOutcome) {
 
 // remember records a write this task made, so that the same call is never
 // sent again (runTool answers it with replayed).
-func (r *run) remember(w runs.Write) {
+func (r *taskAttempt) remember(w runs.Write) {
 	if r.prior == nil {
 		r.prior = map[string]runs.Write{}
 	}
@@ -356,7 +356,7 @@ func replayed(w runs.Write) toolOutcome {
 
 // loadPrior reads the writes of the task's earlier attempts, so none is
 // sent again. Without them the task must not run: it could repeat one.
-func (r *run) loadPrior(ctx context.Context) error {
+func (r *taskAttempt) loadPrior(ctx context.Context) error {
 	if r.Writes == nil || r.task.Attempt <= 1 {
 		return nil
 	}
