@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"testing"
+	"time"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
@@ -14,7 +15,11 @@ import (
 func TestThirdAdoptionIsResumed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, _ := b.worker(t, "w", resumeSim, 8)
+	// Calls of 1 s: the tasks are still running (two calls each) when the
+	// test sees them, also on a loaded machine.
+	slow := resumeSim
+	slow.Latency = time.Second
+	w, _ := b.worker(t, "w", slow, 8)
 	a, kill := b.killableOrchestrator(t, "a", w)
 	s := spec("third", 2, 100_000)
 	start, err := a.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s})

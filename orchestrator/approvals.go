@@ -109,9 +109,6 @@ func (s *Server) callsListing(ctx context.Context, rpc string, req textMessage, 
 	if err := v.err(); err != nil {
 		return p, s.toStatus(ctx, err)
 	}
-	if s.e.appr == nil {
-		return p, status.Error(codes.Unimplemented, "this orchestrator has no tool call store")
-	}
 	return p, nil
 }
 
@@ -128,7 +125,7 @@ func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsR
 		return nil, err
 	}
 	tenantID, tok, size := p.tenantID, p.tok, p.size
-	found, err := s.e.appr.PendingWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
+	found, err := s.e.PendingWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
@@ -190,11 +187,8 @@ func (s *Server) decide(ctx context.Context, callID, reason string, approve bool
 	if err != nil {
 		return nil, err
 	}
-	if s.e.appr == nil {
-		return nil, status.Error(codes.Unimplemented, "this orchestrator has no approvals store")
-	}
 	p, _ := tenant.FromContext(ctx)
-	d, err := s.e.appr.DecideAs(ctx, tenantID, callID, approve, p.Actor(), presentedSecret(ctx, p.KeyID), reason)
+	d, err := s.e.Decide(ctx, tenantID, callID, approve, p.Actor(), presentedSecret(ctx, p.KeyID), reason)
 	switch {
 	case errors.Is(err, runs.ErrNotFound):
 		return nil, status.Errorf(codes.NotFound, "call_id %q: no such call of tenant %q", callID, tenantID)
@@ -212,19 +206,8 @@ func (s *Server) decide(ctx context.Context, callID, reason string, approve bool
 	case err != nil:
 		return nil, s.toStatus(ctx, err)
 	}
-	out := &fanoutv1.ToolCallDecision{CallId: d.CallID, RunId: d.RunID, TaskId: d.TaskID, Tool: d.Tool, Approved: d.Approved,
-		Reason: d.Reason, Actor: d.Actor, DecidedAt: timestamppb.New(d.DecidedAt)}
-	if d.Recorded {
-		ev := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ApprovalDecided{ApprovalDecided: &fanoutv1.ApprovalDecided{
-			CallId: d.CallID, TaskId: d.TaskID, Tool: d.Tool, Approved: d.Approved, Reason: d.Reason, Actor: d.Actor,
-			DecidedAt: out.GetDecidedAt()}}}
-		if _, err := s.e.store.AppendEvent(context.WithoutCancel(ctx), d.RunID, ev); err != nil && !errors.Is(err, runs.ErrEnded) {
-			// The decision stands (the task hears of it from the database);
-			// watchers miss its event.
-			s.log.WarnContext(ctx, "append ApprovalDecided", "run_id", d.RunID, "call_id", d.CallID, "err", err)
-		}
-	}
-	return out, nil
+	return &fanoutv1.ToolCallDecision{CallId: d.CallID, RunId: d.RunID, TaskId: d.TaskID, Tool: d.Tool, Approved: d.Approved,
+		Reason: d.Reason, Actor: d.Actor, DecidedAt: timestamppb.New(d.DecidedAt)}, nil
 }
 
 // presentedSecret is the secret of the API key the call presented for key

@@ -273,6 +273,9 @@ func awaitTasksIn(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID stri
 		if in >= n {
 			return
 		}
+		if s := got.GetRun().GetState(); s != fanoutv1.RunState_RUN_STATE_RUNNING && st == fanoutv1.TaskStatus_TASK_STATUS_RUNNING {
+			t.Fatalf("run %s ended %s before %d of its tasks were seen %s: its calls are too short for this machine's load", runID, s, n, st)
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d tasks %s after %v, want %d", in, st, patience, n)
 		}

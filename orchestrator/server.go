@@ -372,6 +372,8 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var slow *SlowReaderError
 	var quota *tenant.QuotaError
 	switch {
+	case errors.Is(err, errNoToolCallStore), errors.Is(err, errNoSpendReader):
+		return status.Error(codes.Unimplemented, err.Error())
 	case errors.As(err, &quota):
 		return withDetails(codes.ResourceExhausted, quota.Error(), &errdetails.QuotaFailure{
 			Violations: []*errdetails.QuotaFailure_Violation{{Subject: "tenant:" + quota.Tenant + "/" + quota.Quota,

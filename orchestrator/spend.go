@@ -5,9 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
 )
@@ -73,10 +70,7 @@ func (s *Server) GetSpend(ctx context.Context, req *fanoutv1.GetSpendRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if s.e.spend == nil {
-		return nil, status.Error(codes.Unimplemented, "this orchestrator has no spend reader")
-	}
-	rep, err := s.e.spend.Report(ctx, tenantID, req.GetFromDay(), req.GetToDay(), req.GetRunIds())
+	rep, err := s.e.Spend(ctx, tenantID, req.GetFromDay(), req.GetToDay(), req.GetRunIds())
 	if re, ok := errors.AsType[*runs.SpendRangeError](err); ok {
 		// The range as the database resolved it (a default day of its clock).
 		return nil, s.toStatus(ctx, badField(re.Field, re.Why))

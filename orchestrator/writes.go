@@ -19,7 +19,7 @@ func (s *Server) ListToolCalls(ctx context.Context, req *fanoutv1.ListToolCallsR
 		return nil, err
 	}
 	tenantID, tok, size := p.tenantID, p.tok, p.size
-	found, err := s.e.appr.RunWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
+	found, err := s.e.RunWrites(ctx, tenantID, req.GetRunId(), tok.Created, tok.CallID, size+1)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

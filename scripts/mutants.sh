@@ -214,6 +214,11 @@ mkdir -p "$copy"
 git ls-files -z --cached --others --exclude-standard |
   while IFS= read -r -d '' f; do if [[ -e "$f" || -L "$f" ]]; then printf '%s\0' "$f"; fi; done |
   tar --null -T - -cf - | tar -xf - -C "$copy"
+# The npm packages the tests run (pinned, installed by make's targets) are
+# ignored files: link them in.
+for d in .ci/mcp/node_modules; do
+  [[ -d "$d" ]] && ln -s "$root/$d" "$copy/$d"
+done
 git -C "$copy" init -q
 git -C "$copy" add -A
 git -C "$copy" -c user.name=mutants -c user.email=mutants@localhost -c commit.gpgsign=false \

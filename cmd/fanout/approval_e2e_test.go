@@ -303,7 +303,19 @@ func TestApprovalsEndToEnd(t *testing.T) {
 		if _, err := f.o2.client.ApproveToolCall(t.Context(), &fanoutv1.ApproveToolCallRequest{CallId: a.GetCallId()}); status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("approve a denied call: %v; want FAILED_PRECONDITION", err)
 		}
-		fin := next(t, evs, "RunFinished", isFinish).GetRunFinished()
+		// The decision is on the run's log, once: the refused approval
+		// after it records nothing.
+		var decisions []*fanoutv1.ApprovalDecided
+		fin := next(t, evs, "RunFinished", func(ev *fanoutv1.RunEvent) bool {
+			if d := ev.GetApprovalDecided(); d != nil {
+				decisions = append(decisions, d)
+			}
+			return isFinish(ev)
+		}).GetRunFinished()
+		if len(decisions) != 1 || decisions[0].GetCallId() != a.GetCallId() || decisions[0].GetApproved() ||
+			decisions[0].GetReason() != "not this one" || decisions[0].GetActor() != "anonymous" || decisions[0].GetTool() != a.GetTool() {
+			t.Errorf("ApprovalDecided events before RunFinished: %v; want one: %s denied by anonymous, \"not this one\"", decisions, a.GetCallId())
+		}
 		failed := strings.Join(fin.GetResult().GetTasks()[0].GetSummary().GetFailed(), "\n")
 		if !strings.Contains(failed, "denied by anonymous: not this one") || !strings.Contains(failed, "an earlier write in this reply failed") {
 			t.Errorf("the task's failed calls %q; want the denial and the reply's later writes not run", failed)
