@@ -12,34 +12,6 @@ import (
 	"github.com/fanout/fanout/store/internal/dbsqlc"
 )
 
-// Heads returns, for each of runIDs that exists, its newest event's
-// sequence and its state, in one statement: what a node's watch poller
-// needs to know whether any follower of those runs has something to read.
-func (s *Runs) Heads(ctx context.Context, runIDs []string) (map[string]runs.Head, error) {
-	if len(runIDs) == 0 {
-		return nil, nil
-	}
-	heads, err := retry(ctx, s.log, "runs.heads", idempotent, func(ctx context.Context, _ try) (map[string]runs.Head, error) {
-		rows, err := s.q.Heads(ctx, s.pool, runIDs)
-		if err != nil {
-			return nil, err
-		}
-		heads := make(map[string]runs.Head, len(rows))
-		for _, r := range rows {
-			st, err := runs.ParseState(r.State)
-			if err != nil {
-				return nil, fmt.Errorf("run %s: stored state: %w", r.RunID, err)
-			}
-			heads[r.RunID] = runs.Head{Sequence: r.LastSequence, State: st}
-		}
-		return heads, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read run heads: %w", err)
-	}
-	return heads, nil
-}
-
 // Heartbeat refreshes, to database time, the lease (owner_heartbeat) of
 // every run in runIDs that is RUNNING and owned by owner, in one statement.
 // It returns the runs of runIDs that another node owns now: adopted while
