@@ -10,26 +10,38 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// The ledger's accounts: one per tenant with a budget, run and task (docs/ledger.md#the-account-tree). Changed only by the ledger_* functions.
 type Account struct {
-	AccountID      int64
-	TenantID       string
-	ParentID       *int64
-	Chain          []int64
-	Kind           string
-	RunID          *string
-	TaskID         *string
-	LimitTokens    int64
-	Reserved       int64
-	Spent          int64
+	AccountID int64
+	TenantID  string
+	// The account above: a task's run, a run's tenant account (NULL: a run without one, or a tenant account).
+	ParentID *int64
+	// The account ids from the root of the tree down to this one ([tenant, run, task]); locks are taken in this order, root first (docs/ledger.md#chain-and-lock-order).
+	Chain []int64
+	// tenant, run or task.
+	Kind   string
+	RunID  *string
+	TaskID *string
+	// What the account may spend. available = limit_tokens - reserved - spent - held, on this account and every one of its chain (docs/ledger.md#availability-and-exhaustion).
+	LimitTokens int64
+	// Tokens held reservations on this account or below it hold (granted, not yet settled, voided or expired).
+	Reserved int64
+	// Tokens resolved reservations on this account or below it posted: settled (the provider's count, or the whole grant when unknown) or expired (the whole grant, estimated).
+	Spent int64
+	// Run and tenant accounts: exhausted once available is below it (a tenant below it grants nothing to any of its runs); a task account's is not used.
 	MinReservation int64
-	State          string
-	Cause          string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	Attempt        int64
-	Closing        bool
-	PeriodKind     string
-	PeriodEvery    *time.Duration
+	// open, exhausted, cancelled or closed (docs/ledger.md#account-states); closed is terminal and nothing returns to open.
+	State string
+	// Why the account left open, in words (for example "tenant budget exhausted").
+	Cause     string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// Task accounts: the current dispatch of the task (ledger_begin_attempt); a grant to an older attempt is denied (fencing, docs/ledger.md#i9-fencing).
+	Attempt int64
+	// Run accounts: the run has ended and closes when its last held reservation resolves.
+	Closing     bool
+	PeriodKind  string
+	PeriodEvery *time.Duration
 	// Tenant accounts: the tokens the tenant may spend per period (period none: in all).
 	PeriodLimit *int64
 	// Tenant accounts: spent at the current period's start; limit_tokens = period_base + period_limit, clamped to reserved + spent.
@@ -126,6 +138,7 @@ type ConservationCheck struct {
 	Conserved       *bool
 }
 
+// The journal: every change of an account, appended in the transaction that makes it, never updated or deleted (docs/ledger.md#the-journal). An entry's deltas count on every account of its chain.
 type LedgerEntry struct {
 	EntryID       int64
 	TenantID      string
@@ -134,20 +147,25 @@ type LedgerEntry struct {
 	AccountID     int64
 	Chain         []int64
 	ReservationID *int64
-	Kind          string
-	DeltaLimit    int64
+	// open, hold, reserve, settle, void, expire, release, period, adjust, exhaust, cancel or close.
+	Kind string
+	// Change of limit_tokens on every account of chain.
+	DeltaLimit int64
+	// Change of reserved on every account of chain.
 	DeltaReserved int64
-	DeltaSpent    int64
-	Actual        *int64
-	Overrun       int64
-	Estimated     bool
-	Holder        *string
-	Note          string
-	CreatedAt     time.Time
-	Model         *string
-	InputTokens   *int64
-	OutputTokens  *int64
-	DeltaHeld     int64
+	// Change of spent on every account of chain.
+	DeltaSpent   int64
+	Actual       *int64
+	Overrun      int64
+	Estimated    bool
+	Holder       *string
+	Note         string
+	CreatedAt    time.Time
+	Model        *string
+	InputTokens  *int64
+	OutputTokens *int64
+	// Change of held on every account of chain that holds (a run and its tenant).
+	DeltaHeld int64
 }
 
 type MoneyLine struct {
@@ -205,32 +223,45 @@ type RateBucket struct {
 	Taken      int64
 }
 
+// Grants of tokens for one call: held under a lease until settled, voided or expired, once (docs/ledger.md#reservation-states).
 type Reservation struct {
-	ReservationID  int64
-	TenantID       string
-	RunID          *string
-	AccountID      int64
-	Chain          []int64
-	Requested      int64
-	Amount         int64
-	Holder         string
-	Generation     int64
+	ReservationID int64
+	TenantID      string
+	RunID         *string
+	AccountID     int64
+	// The chain of the account it was granted on, copied at the grant: every account of it carries amount in reserved while it is held.
+	Chain []int64
+	// What the caller asked for.
+	Requested int64
+	// What was granted: at most requested, at most what every account of the chain had available.
+	Amount int64
+	// The process that holds the lease.
+	Holder string
+	// The lease's generation: a settle, void or renewal names it, and an expiry moves it on (a stale holder is fenced).
+	Generation int64
+	// When the lease ends (database time, at most an hour ahead); after it the sweeper expires the reservation and posts amount as estimated spend.
 	LeaseExpiresAt time.Time
-	State          string
-	Actual         *int64
-	Spent          int64
-	Overrun        int64
-	Estimated      bool
-	ReserveKey     *string
-	CreatedAt      time.Time
-	ResolvedAt     *time.Time
-	Attempt        int64
-	Model          *string
-	InputTokens    *int64
-	OutputTokens   *int64
+	// held, settled, voided or expired; resolved_at is set exactly when it is not held, and a resolved reservation never grants again.
+	State string
+	// Settled: the tokens the provider reported (overrun: what it spent beyond amount, paid from what was available).
+	Actual *int64
+	// What the reservation posted to spent when it resolved.
+	Spent   int64
+	Overrun int64
+	// The spend posted is not the provider's count: a call cut off or with unknown usage, settled whole, or an expired lease.
+	Estimated bool
+	// The caller's idempotency key: a reserve retried with it gets the first answer (replay), never a second grant.
+	ReserveKey   *string
+	CreatedAt    time.Time
+	ResolvedAt   *time.Time
+	Attempt      int64
+	Model        *string
+	InputTokens  *int64
+	OutputTokens *int64
 	// SHA-256 of the secret of the attempt the reservation was granted to.
 	SecretHash []byte
-	FromHeld   bool
+	// Drawn on the run's held synthesis allowance instead of what is available.
+	FromHeld bool
 }
 
 type Run struct {
