@@ -103,20 +103,7 @@ func TestReserveBatchAnswersAsReserve(t *testing.T) {
 			}
 			calls[i] = c
 		}
-		batched, sequential := b.reserveBothWays(t, calls)
-		if batched != sequential {
-			t.Fatalf("round %d: %d calls %+v\nledger_reserve_batch:\n%s\nledger_reserve one by one:\n%s",
-				round, len(calls), calls, batched, sequential)
-		}
-		// Keep the batch's work, so the next round starts where it left off.
-		var answers []string
-		if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			var err error
-			answers, err = reserveBatch(b.ctx, tx, calls)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		answers := b.reserveBothWaysThenKeep(t, round, calls)
 		keys = append(keys, calls...)
 		granted := slices.ContainsFunc(answers, func(a string) bool { return strings.Contains(a, `"outcome": "ok"`) })
 		exhausted = !granted && round > 20
@@ -129,6 +116,27 @@ func TestReserveBatchAnswersAsReserve(t *testing.T) {
 		t.Errorf("no account ended exhausted (states %v): the rounds did not reach the ledger's limits", byOutcome)
 	}
 	b.checkConserved(t)
+}
+
+// reserveBothWaysThenKeep fails round unless calls answer the same through
+// ledger_reserve_batch and ledger_reserve one by one (reserveBothWays), then makes them with ledger_reserve_batch and commits, so
+// the next round starts where this one left off; it returns those answers.
+func (b *testBundle) reserveBothWaysThenKeep(t *testing.T, round int, calls []reserveCall) []string {
+	t.Helper()
+	batched, sequential := b.reserveBothWays(t, calls)
+	if batched != sequential {
+		t.Fatalf("round %d: %d calls %+v\nledger_reserve_batch:\n%s\nledger_reserve one by one:\n%s",
+			round, len(calls), calls, batched, sequential)
+	}
+	var answers []string
+	if err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		answers, err = reserveBatch(b.ctx, tx, calls)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return answers
 }
 
 // reserveBothWays makes calls with ledger_reserve_batch and, from the same
