@@ -45,8 +45,9 @@ func (s AccountState) Ended() bool { return s != StateOpen }
 
 // Account is a snapshot of one account row.
 //
-// At every quiescent point Limit = Available() + Reserved + Spent, and the
-// database refuses any change that would make Reserved + Spent exceed Limit.
+// At every quiescent point Limit = Available() + Reserved + Spent + Held, and
+// the database refuses any change that would make Reserved + Spent + Held
+// exceed Limit (docs/ledger.md#availability-and-exhaustion).
 type Account struct {
 	ID             AccountID
 	TenantID       string
