@@ -3,6 +3,8 @@ package node
 import (
 	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -408,9 +410,10 @@ func securityHeaders(next http.Handler, tls bool) http.Handler {
 }
 
 // writeStatus answers r, whose body was not read, with st in the protocol r
-// speaks: a REST path google.rpc.Status JSON under the HTTP status of its
-// code (as vanguard answers the service's own errors), Connect, gRPC and
-// gRPC-Web what connect's error writer writes, with the status's details.
+// speaks: a gRPC-Web request gets a trailers-only response (grpc-status in
+// the headers), a REST path google.rpc.Status JSON, any other a Connect
+// error (JSON, with the status's details), each under the HTTP status of
+// its code.
 func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
 	if r.ProtoMajor == 1 && r.ContentLength != 0 {
 		// The body was not read and will not be kept: close the connection
@@ -420,39 +423,41 @@ func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
 		_ = rc.EnableFullDuplex()
 		defer drain(rc, r.Body)
 	}
-	rest := strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Connect-Protocol-Version") == ""
-	if !rest && connectErrors.IsSupported(r) {
-		_ = connectErrors.Write(w, r, connectError(st))
+	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/grpc-web") {
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("Grpc-Status", fmt.Sprint(int(st.Code())))
+		w.Header().Set("Grpc-Message", url.PathEscape(st.Message()))
+		w.WriteHeader(http.StatusOK)
 		return
 	}
-	// A REST path (or a request in no RPC protocol) answers google.rpc.Status,
-	// as vanguard does for the service's own errors.
-	body, err := protojson.Marshal(st.Proto())
-	if err != nil {
-		body = []byte(`{"code":13,"message":"internal error"}`)
+	if strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Connect-Protocol-Version") == "" {
+		// A REST path answers google.rpc.Status, as vanguard does for the
+		// service's own errors.
+		body, err := protojson.Marshal(st.Proto())
+		if err != nil {
+			body = []byte(`{"code":13,"message":"internal error"}`)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(httpStatus(st.Code()))
+		_, _ = w.Write(body)
+		return
+	}
+	type detail struct {
+		Type  string `json:"type"`
+		Value string `json:"value"`
+	}
+	body := struct {
+		Code    string   `json:"code"`
+		Message string   `json:"message,omitempty"`
+		Details []detail `json:"details,omitempty"`
+	}{Code: connectCode(st.Code()), Message: st.Message()}
+	for _, d := range st.Proto().GetDetails() {
+		body.Details = append(body.Details, detail{Type: strings.TrimPrefix(d.GetTypeUrl(), "type.googleapis.com/"),
+			Value: base64.RawStdEncoding.EncodeToString(d.GetValue())})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpStatus(st.Code()))
-	_, _ = w.Write(body)
-}
-
-// connectErrors writes an error in the protocol of the request: Connect
-// (unary or streaming), gRPC or gRPC-Web.
-var connectErrors = connect.NewErrorWriter()
-
-// connectError is st as a Connect error, with its details.
-func connectError(st *status.Status) *connect.Error {
-	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
-	for _, d := range st.Proto().GetDetails() {
-		m, err := d.UnmarshalNew()
-		if err != nil {
-			continue
-		}
-		if ed, err := connect.NewErrorDetail(m); err == nil {
-			ce.AddDetail(ed)
-		}
-	}
-	return ce
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // drain reads and drops what is left of a refused HTTP/1 body, keeping
@@ -476,8 +481,25 @@ const (
 	lingerBytes = 64 << 20
 )
 
-// httpStatus is the HTTP status the Connect protocol gives code, which a
-// REST answer takes too.
+// connectCode is code's name in the Connect protocol.
+func connectCode(c codes.Code) string {
+	if c == codes.Canceled {
+		return "canceled"
+	}
+	var b strings.Builder
+	for i, r := range c.String() { // "ResourceExhausted" → "resource_exhausted"
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// httpStatus is the HTTP status the Connect protocol gives code.
 func httpStatus(c codes.Code) int {
 	switch c {
 	case codes.Canceled:
