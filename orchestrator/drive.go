@@ -392,7 +392,7 @@ func (d *driver) markExhausted(ctx context.Context) bool {
 	defer cancel()
 	ev := &fanoutv1.BudgetExhausted{}
 	if acct, err := d.e.ledger.RunAccount(cctx, d.runID); err == nil {
-		ev.Budget = snapshot(acct)
+		ev.Budget = runs.Snapshot(acct)
 		d.mu.Lock()
 		d.exhaustion = acct.Cause
 		d.mu.Unlock()
@@ -589,7 +589,7 @@ func (d *driver) reportBudget(ctx, runCtx context.Context) {
 		d.e.cfg.Logger.WarnContext(ctx, "read run budget", "run_id", d.runID, "err", err)
 		return
 	}
-	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}})
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: runs.Snapshot(acct)}}})
 	if acct.State == budget.StateExhausted {
 		// The ledger said so before the watcher did; act now.
 		d.onExhausted(runCtx, d.ar.cancel)

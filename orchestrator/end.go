@@ -82,11 +82,7 @@ func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (close
 	// also counts calls cut off before their worker could report, settled
 	// at their full reservation, and becomes the result's total), the
 	// final BudgetUpdate that followers' budget views end with, and the end.
-	stored, closed, ended, err := e.store.CloseRun(ctx, runID, e.cfg.Node, end.epoch, end.state, end.cause, result,
-		func(acct budget.Account) []*fanoutv1.RunEvent {
-			return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{
-				BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}}}
-		})
+	stored, closed, ended, err := e.store.CloseRun(ctx, runID, e.cfg.Node, end.epoch, end.state, end.cause, result)
 	if e.fencedOut(ctx, runID, err) {
 		return nil, nil, false
 	}

@@ -196,12 +196,7 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		begin = append(begin, p.spec.GetTasks()[i].GetId())
 	}
 	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p),
-		e.cfg.toolPolicy(p.spec), begin,
-		func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent {
-			stored.Budget = snapshot(accounts.Run)
-			return append([]*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: stored}}}},
-				queuedEvents(p, ready)...)
-		})
+		e.cfg.toolPolicy(p.spec), begin, queuedEvents(p, ready))
 	if err != nil {
 		return nil, false, err
 	}
@@ -211,7 +206,7 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	e.wake(runID)
 	span := e.startRunSpan(ctx, start, runID, p)
 	ctx = trace.ContextWithSpan(ctx, span) // the ledger and store calls below are the run's
-	run.Budget = snapshot(accounts.Run)
+	run.Budget = runs.Snapshot(accounts.Run)
 	if err := e.start(ctx, run, p, accounts, span); err != nil {
 		return nil, false, err
 	}
@@ -332,10 +327,7 @@ func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts
 		// Its ledger run closed and its end in one write, as endRun does (a
 		// run this engine just created has changed hands 0 times).
 		stored, _, ended, err := e.store.CloseRun(ctx, runID, e.cfg.Node, 0, fanoutv1.RunState_RUN_STATE_CANCELLED,
-			errShutdown.Error(), join(run.GetTasks()), func(acct budget.Account) []*fanoutv1.RunEvent {
-				return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{
-					BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}}}
-			})
+			errShutdown.Error(), join(run.GetTasks()))
 		e.finished(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, stored, ended, err)
 		endRunSpan(span, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error(), errShutdown, nil, nil)
 		return ErrShuttingDown
@@ -377,17 +369,6 @@ func newRunID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-func snapshot(a budget.Account) *fanoutv1.BudgetSnapshot {
-	return &fanoutv1.BudgetSnapshot{
-		LimitTokens:     a.Limit,
-		AvailableTokens: a.Available(),
-		ReservedTokens:  a.Reserved,
-		SpentTokens:     a.Spent,
-		Exhausted:       a.State == budget.StateExhausted,
-		HeldTokens:      a.Held,
-	}
-}
-
 // appendEvent stores ev and wakes this node's watchers of the run.
 func (e *Engine) appendEvent(ctx context.Context, runID string, ev *fanoutv1.RunEvent) (*fanoutv1.RunEvent, error) {
 	out, err := e.store.AppendEvent(ctx, runID, ev)
@@ -409,7 +390,7 @@ func (e *Engine) Get(ctx context.Context, tenantID, runID string) (*fanoutv1.Run
 		return nil, err
 	}
 	if acct, err := e.ledger.RunAccount(ctx, runID); err == nil {
-		run.Budget = snapshot(acct)
+		run.Budget = runs.Snapshot(acct)
 	} else if !errors.Is(err, budget.ErrNotFound) {
 		return nil, err
 	}

@@ -34,12 +34,11 @@ func (s cutStore) check() error {
 }
 
 func (s cutStore) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
-	tools []runs.ToolPolicy, begin []string,
-	first func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent) (*fanoutv1.Run, budget.RunAccounts, bool, error) {
+	tools []runs.ToolPolicy, begin []string, queued []*fanoutv1.RunEvent) (*fanoutv1.Run, budget.RunAccounts, bool, error) {
 	if err := s.check(); err != nil {
 		return nil, budget.RunAccounts{}, false, err
 	}
-	return s.RunStore.OpenRun(ctx, run, owner, open, tools, begin, first)
+	return s.RunStore.OpenRun(ctx, run, owner, open, tools, begin, queued)
 }
 
 func (s cutStore) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {
@@ -80,11 +79,11 @@ func (s cutStore) FinishRun(ctx context.Context, runID, owner string, state fano
 }
 
 func (s cutStore) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (*fanoutv1.Run, *budget.Account, bool, error) {
+	result *fanoutv1.JoinedResult) (*fanoutv1.Run, *budget.Account, bool, error) {
 	if err := s.check(); err != nil {
 		return nil, nil, false, err
 	}
-	return s.RunStore.CloseRun(ctx, runID, owner, epoch, state, cause, result, closed)
+	return s.RunStore.CloseRun(ctx, runID, owner, epoch, state, cause, result)
 }
 
 func (s cutStore) Heartbeat(ctx context.Context, owner string, runIDs []string) ([]string, error) {

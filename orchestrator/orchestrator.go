@@ -38,8 +38,8 @@ type RunOpener interface {
 	// tasks in dispatch order) as RUNNING with every task PENDING, driven by
 	// owner, and returns it with created true; in the same write it opens
 	// the run's ledger accounts as open says (budget.Ledger.OpenRun) and
-	// appends the events first returns, given the run as stored and its
-	// accounts, as its first events. If the tenant already has a run with
+	// appends its first events: RunStarted (the run as stored, with its
+	// account's budget), then queued. If the tenant already has a run with
 	// the same idempotency key it writes nothing and returns that run,
 	// created false, without accounts. A refusal of the ledger writes
 	// nothing. It also begins (budget.Ledger.BeginAttempt) the first attempt
@@ -47,8 +47,7 @@ type RunOpener interface {
 	// may lack some: their dispatch begins its own), and records tools,
 	// the run's tool policy, where no worker can change it.
 	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, tools []runs.ToolPolicy,
-		begin []string,
-		first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
+		begin []string, queued []*fanoutv1.RunEvent) (
 		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
 }
 
@@ -103,14 +102,13 @@ type RunEnder interface {
 	// CloseRun ends the run as FinishRun does and, in the same write, first
 	// closes its ledger run (budget.Ledger.EndRunFenced to
 	// budget.StateClosed, with owner epoch epoch), sets result's
-	// TotalTokens to the closed account's spend and appends the events
-	// closed returns, given that account, before the RunFinished. It
-	// returns the run's row (state, cause and times, not its tasks) and
-	// the closed account (nil for a run without accounts, when closed is
-	// not called). A run that changed hands since epoch is a
+	// TotalTokens to the closed account's spend and appends its last
+	// BudgetUpdate, with that account, before the RunFinished. It returns
+	// the run's row (state, cause and times, not its tasks) and the closed
+	// account (nil for a run without accounts, and no BudgetUpdate then). A run that changed hands since epoch is a
 	// budget.DeniedError, and nothing is written.
 	CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
-		result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (
+		result *fanoutv1.JoinedResult) (
 		run *fanoutv1.Run, acct *budget.Account, ended bool, err error)
 }
 

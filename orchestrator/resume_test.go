@@ -229,13 +229,13 @@ type gatedStore struct {
 }
 
 func (s gatedStore) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (*fanoutv1.Run, *budget.Account, bool, error) {
+	result *fanoutv1.JoinedResult) (*fanoutv1.Run, *budget.Account, bool, error) {
 	select {
 	case s.entered <- struct{}{}:
 	default:
 	}
 	<-s.gate
-	return s.RunStore.CloseRun(ctx, runID, owner, epoch, state, cause, result, closed)
+	return s.RunStore.CloseRun(ctx, runID, owner, epoch, state, cause, result)
 }
 
 // TestLostOwnerDoesNotCloseAdoptersLedger: a's driver has joined and

@@ -1,7 +1,8 @@
 // Package runs is the vocabulary that every side of a run shares: the errors
 // of the run store's contract and the stored text of run states and task
 // statuses. It is a leaf, as River's rivertype is: orchestrator, subagent,
-// store and cmd import it, and it imports only the generated protobuf types.
+// store and cmd import it, and it imports only the generated protobuf types
+// and budget (whose Account it turns into the API's BudgetSnapshot).
 //
 // Ledger errors are budget's; errors about runs and tasks are these.
 package runs

@@ -326,8 +326,7 @@ func TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits(t *testing.T) {
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
 	policy := []runs.ToolPolicy{{Tool: "charge", Approval: true, ApprovalTimeout: time.Hour}, {Tool: "note"}}
-	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a"), "node1", open, policy, []string{"a"},
-		func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent { return nil })
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a"), "node1", open, policy, []string{"a"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,8 +343,7 @@ func TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits(t *testing.T) {
 	if got, err := tc.IssueWrite(b.ctx, note, at.Secret); err != nil || got.State != runs.WriteIssued {
 		t.Errorf("issue a tool without approval: %+v, %v; want issued", got, err)
 	}
-	if _, _, _, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled", nil,
-		func(budget.Account) []*fanoutv1.RunEvent { return nil }); err != nil {
+	if _, _, _, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled", nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := tc.WriteStatus(b.ctx, w.Key, ""); err != nil || st.State != runs.WriteDenied || st.Error != runs.DeniedRunEnded {

@@ -18,27 +18,18 @@ import (
 // TestOpenRunIsOneWrite: OpenRun stores the run, opens its ledger accounts
 // and appends its first events in one transaction (the run's row, every
 // account and every event carry the same xmin); a retry under the same
-// idempotency key writes nothing and does not ask for events; a ledger
+// idempotency key writes nothing; RunStarted carries the run as stored and
+// its account as opened; a ledger
 // refusal (an unknown tenant account) leaves no run behind.
 func TestOpenRunIsOneWrite(t *testing.T) {
 	b := setup(t)
 	rs := store.NewRuns(b.pool)
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10, Held: 100,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}
-	asked := 0
-	first := func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent {
-		asked++
-		if stored.GetCreatedAt() == nil || accounts.Run.Held != 100 || len(accounts.Tasks) != 2 {
-			t.Errorf("first: run %v, accounts %+v: want the stored run and its accounts", stored, accounts)
-		}
-		return []*fanoutv1.RunEvent{
-			{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: stored}}},
-			{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "a"}}},
-		}
-	}
-	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, nil, []string{"b"}, first)
-	if err != nil || !created || asked != 1 {
-		t.Fatalf("open: %v, created %v, first asked %d times", err, created, asked)
+	queued := []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "a"}}}}
+	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, nil, []string{"b"}, queued)
+	if err != nil || !created {
+		t.Fatalf("open: %v, created %v", err, created)
 	}
 	if run.GetRunId() != "r1" || run.GetCreatedAt() == nil || accounts.Run.ID == 0 || accounts.Tasks["b"] == 0 {
 		t.Errorf("opened run %v, accounts %+v", run, accounts)
@@ -53,6 +44,14 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 	if err != nil || len(evs) != 2 || evs[0].GetRunStarted() == nil || evs[1].GetTaskQueued().GetTaskId() != "a" ||
 		evs[0].GetSequence() != 1 || evs[1].GetSequence() != 2 {
 		t.Fatalf("events: %v, %v; want RunStarted then TaskQueued, sequences 1 and 2", evs, err)
+	}
+	// RunStarted carries the run as stored and its account as opened.
+	started := evs[0].GetRunStarted().GetRun()
+	if started.GetCreatedAt() == nil || !started.GetCreatedAt().AsTime().Equal(run.GetCreatedAt().AsTime()) ||
+		started.GetBudget().GetLimitTokens() != 1000 || started.GetBudget().GetHeldTokens() != 100 ||
+		started.GetBudget().GetAvailableTokens() != 900 {
+		t.Errorf("RunStarted's run: created %v, budget %v; want %v, limit 1000, 100 held, 900 available",
+			started.GetCreatedAt(), started.GetBudget(), run.GetCreatedAt())
 	}
 	xmins := b.xmins(t, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
 		UNION SELECT xmin::text FROM fanout.task WHERE run_id = 'r1'
@@ -72,15 +71,18 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 
 	again, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r2", "ten", "k", "a", "b"), "node2",
 		budget.OpenRunParams{RunID: "r2", TenantID: "ten", Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, nil, []string{"a"}, first)
-	if err != nil || created || again.GetRunId() != "r1" || accounts.Run.ID != 0 || asked != 1 {
-		t.Errorf("same key: run %s, created %v, accounts %+v, err %v, first asked %d times; want r1, false, none, 1",
-			again.GetRunId(), created, accounts, err, asked)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, nil, []string{"a"}, queued)
+	if err != nil || created || again.GetRunId() != "r1" || accounts.Run.ID != 0 {
+		t.Errorf("same key: run %s, created %v, accounts %+v, err %v; want r1, false, none",
+			again.GetRunId(), created, accounts, err)
+	}
+	if evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10); err != nil || len(evs) != 2 {
+		t.Errorf("after the same key again, r1 has %d events (%v), want 2 (nothing appended)", len(evs), err)
 	}
 
 	_, _, _, err = rs.OpenRun(b.ctx, draftRun("r3", "ten", "k3", "a"), "node1",
 		budget.OpenRunParams{RunID: "r3", TenantID: "ten", TenantAccount: 1 << 40, Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, nil, nil, first)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, nil, nil, queued)
 	if !errors.Is(err, budget.ErrNotFound) {
 		t.Errorf("unknown tenant account: %v, want budget.ErrNotFound", err)
 	}
@@ -93,16 +95,15 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 }
 
 // TestCloseRunIsOneWrite: CloseRun closes the ledger run, appends the
-// closing events and ends the run in one transaction (the run account, the
-// run's row and its last two events carry one xmin), with the result's total
-// the ledger's spend; an owner epoch the run has left writes nothing.
+// closing BudgetUpdate (the closed account's) and ends the run in one
+// transaction (the run account, the run's row and its last two events carry
+// one xmin), with the result's total the ledger's spend; an owner epoch the run has left writes nothing.
 func TestCloseRunIsOneWrite(t *testing.T) {
 	b := setup(t)
 	rs := store.NewRuns(b.pool)
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
-	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open, nil, []string{"a"},
-		func(*fanoutv1.Run, budget.RunAccounts) []*fanoutv1.RunEvent { return nil })
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open, nil, []string{"a"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,13 +118,9 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	closing := func(a budget.Account) []*fanoutv1.RunEvent {
-		return []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{
-			Budget: &fanoutv1.BudgetSnapshot{SpentTokens: a.Spent}}}}}
-	}
 	// A stale owner epoch: refused, nothing written.
 	_, _, _, err = rs.CloseRun(b.ctx, "r1", "node1", 3, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
-		&fanoutv1.JoinedResult{}, closing)
+		&fanoutv1.JoinedResult{})
 	if !errors.Is(err, budget.ErrDenied) {
 		t.Errorf("close with a stale epoch: %v, want budget.ErrDenied", err)
 	}
@@ -132,7 +129,7 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	}
 
 	result := &fanoutv1.JoinedResult{}
-	run, acct, ended, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", result, closing)
+	run, acct, ended, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", result)
 	if err != nil || !ended || acct == nil || acct.State != budget.StateClosed || acct.Spent != 70 {
 		t.Fatalf("close: ended %v, account %+v, err %v; want ended, closed with 70 spent", ended, acct, err)
 	}
@@ -143,22 +140,27 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 		t.Errorf("stored result total %d (%v), want 70", stored.GetResult().GetTotalTokens(), err)
 	}
 	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10)
-	if err != nil || len(evs) != 2 || evs[0].GetBudgetUpdate().GetBudget().GetSpentTokens() != 70 || evs[1].GetRunFinished() == nil {
-		t.Fatalf("events %v (%v): want BudgetUpdate (70 spent) then RunFinished", evs, err)
+	if err != nil || len(evs) != 3 || evs[0].GetRunStarted() == nil || evs[2].GetRunFinished() == nil {
+		t.Fatalf("events %v (%v): want RunStarted, BudgetUpdate, RunFinished", evs, err)
+	}
+	// The last budget view is the closed account's.
+	if got := evs[1].GetBudgetUpdate().GetBudget(); got.GetSpentTokens() != 70 || got.GetLimitTokens() != 1000 ||
+		got.GetReservedTokens() != 0 || got.GetAvailableTokens() != 930 {
+		t.Errorf("closing BudgetUpdate %v: want 70 spent of 1000, none reserved, 930 available", got)
 	}
 	xmins := b.xmins(t, `SELECT xmin::text FROM fanout.run WHERE run_id = 'r1'
 		UNION SELECT xmin::text FROM fanout.account WHERE run_id = 'r1' AND kind = 'run'
-		UNION SELECT xmin::text FROM fanout.run_event WHERE run_id = 'r1'`)
+		UNION SELECT xmin::text FROM fanout.run_event WHERE run_id = 'r1' AND sequence > 1`)
 	if len(xmins) != 1 {
-		t.Errorf("run account close, events and run end written by transactions %v: want one", xmins)
+		t.Errorf("run account close, closing events and run end written by transactions %v: want one", xmins)
 	}
 	// Again (a retry): nothing more.
 	if _, _, ended, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
-		&fanoutv1.JoinedResult{}, closing); err != nil || ended {
+		&fanoutv1.JoinedResult{}); err != nil || ended {
 		t.Errorf("close again: ended %v, %v; want not ended, no error", ended, err)
 	}
-	if evs, _ := rs.Events(b.ctx, "ten", "r1", 0, 10); len(evs) != 2 {
-		t.Errorf("close again appended: %d events, want 2", len(evs))
+	if evs, _ := rs.Events(b.ctx, "ten", "r1", 0, 10); len(evs) != 3 {
+		t.Errorf("close again appended: %d events, want 3", len(evs))
 	}
 }
 

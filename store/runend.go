@@ -39,15 +39,15 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 // CloseRun ends the run as FinishRun does and, in the same transaction,
 // first closes its ledger run (what Ledger.EndRunFenced does with
 // budget.StateClosed), sets result.TotalTokens to the closed account's
-// spend and appends the events closed returns, given that account, before
-// the RunFinished: the run's close, its last budget view and its end cost
-// one commit, and the end is never durable before the ledger's close. It
-// returns the run's row (its state, cause and times, without its tasks)
-// and the closed account, or nil for a run without ledger accounts (then
-// closed is not called). If the run changed hands since epoch (its
+// spend and appends a BudgetUpdate with that account (the run's last
+// budget view) before the RunFinished: the run's close, its last budget
+// view and its end cost one commit, and the end is never durable before
+// the ledger's close. It returns the run's row (its state, cause and
+// times, without its tasks) and the closed account, or nil for a run
+// without ledger accounts (then no BudgetUpdate is appended). If the run changed hands since epoch (its
 // owner epoch) it writes nothing and returns a budget.DeniedError.
 func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult, closed func(budget.Account) []*fanoutv1.RunEvent) (
+	result *fanoutv1.JoinedResult) (
 	run *fanoutv1.Run, acct *budget.Account, ended bool, err error) {
 	// As FinishRun; closing a closed run again changes nothing, and a try
 	// after a lost reply that committed finds the run ended (no event is
@@ -69,7 +69,8 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 				if result != nil {
 					result.TotalTokens = a.Spent
 				}
-				if err := appendInTx(ctx, tx, runID, "closing events", closed(a)); err != nil && !errors.Is(err, runs.ErrEnded) {
+				if err := appendInTx(ctx, tx, runID, "closing events", []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{
+					BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: runs.Snapshot(a)}}}}); err != nil && !errors.Is(err, runs.ErrEnded) {
 					return err
 				}
 				// No decision reaches a write of an ended run: those

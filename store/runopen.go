@@ -56,8 +56,9 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 
 // OpenRun creates run as CreateRun does and, when it creates it, in the
 // same transaction opens its ledger accounts as open says (what
-// Ledger.OpenRun does) and appends the events first returns, given the run
-// as stored and its accounts, as the run's first events. A run is never
+// Ledger.OpenRun does) and appends the run's first events: its RunStarted
+// (the run as stored, with its account's budget) and then queued (the
+// first wave's TaskQueued, which the caller's plan knows). A run is never
 // stored without its accounts and its first events, and the three cost one
 // commit. It also begins the first attempt of each task named in begin
 // (accounts.Attempts), so that the run's first dispatches cost no write of
@@ -68,8 +69,7 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 // tools is the run's tool policy, recorded in the same transaction
 // (run_tool_policy), where no worker's login can change it.
 func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
-	tools []runs.ToolPolicy, begin []string,
-	first func(stored *fanoutv1.Run, accounts budget.RunAccounts) []*fanoutv1.RunEvent) (
+	tools []runs.ToolPolicy, begin []string, queued []*fanoutv1.RunEvent) (
 	stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error) {
 	if open.RunID != run.GetRunId() || open.TenantID != run.GetTenantId() {
 		return nil, accounts, false, fmt.Errorf("open run %s of tenant %s: its accounts are of run %s of tenant %s",
@@ -105,7 +105,7 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 			}
 			stored = proto.CloneOf(run)
 			stored.CreatedAt = timestamppb.New(createdAt)
-			return appendInTx(ctx, tx, run.GetRunId(), "first events", first(proto.CloneOf(stored), accounts))
+			return appendInTx(ctx, tx, run.GetRunId(), "first events", firstEvents(stored, accounts, queued))
 		})
 		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
 			created = true
@@ -125,6 +125,15 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 		return stored, accounts, err == nil, err
 	}
 	return stored, accounts, true, nil
+}
+
+// firstEvents are a new run's first events: RunStarted, with the run as
+// stored and its account's budget, then queued.
+func firstEvents(stored *fanoutv1.Run, accounts budget.RunAccounts, queued []*fanoutv1.RunEvent) []*fanoutv1.RunEvent {
+	started := proto.CloneOf(stored)
+	started.Budget = runs.Snapshot(accounts.Run)
+	return append([]*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_RunStarted{RunStarted: &fanoutv1.RunStarted{Run: started}}}},
+		queued...)
 }
 
 // recordToolPolicy records, in tx, the tool policy of the run open opens.
