@@ -46,6 +46,11 @@ export function scopeNote(err: unknown, scope: string): HTMLElement {
   return h("p", { class: "note scope-note", "data-scope": name, title: describe(err) }, `Needs the ${name} scope.`);
 }
 
+/** panel is a titled section of a page, labelled by its h2 (id). */
+export function panel(id: string, title: string, ...content: Node[]): HTMLElement {
+  return h("section", { "aria-labelledby": id, class: "panel" }, h("h2", { id }, title), ...content);
+}
+
 /** heading is a page's h1, focusable so navigation can move focus to it. */
 export function heading(text: string, ...rest: (Node | string)[]): HTMLHeadingElement {
   return h("h1", { tabindex: "-1" }, text, ...rest);
