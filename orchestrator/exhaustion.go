@@ -1,0 +1,170 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// How a run's driver hears that the run's budget ran out, or that it was
+// cancelled elsewhere (listen, heard), and acts on it once (onExhausted);
+// how it reports the budget as tasks end (reportBudget), and winds tasks
+// down when what is left pays only for their answers (windDown).
+
+// listen hears the run's end from any node — exhaustion, or CancelRun
+// elsewhere, also after an exhaustion (DRAIN lets calls run on, and a
+// cancel must still stop them) — until the returned stop is called.
+func (d *driver) listen(runCtx context.Context, cancelRun context.CancelCauseFunc) (stop func()) {
+	sub := d.e.watcher.Subscribe(d.runID)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-done:
+			return
+		case <-sub.Done():
+			d.heard(runCtx, sub.Signal(), cancelRun)
+		}
+		if sub.Signal().State != budget.StateExhausted {
+			return
+		}
+		select {
+		case <-done:
+		case <-sub.Cancelled():
+			d.heard(runCtx, sub.CancelSignal(), cancelRun)
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		sub.Close()
+	}
+}
+
+// heard acts on what the ledger said of the run's account.
+func (d *driver) heard(runCtx context.Context, sig budget.RunSignal, cancelRun context.CancelCauseFunc) {
+	switch sig.State {
+	case budget.StateExhausted:
+		d.onExhausted(runCtx, cancelRun)
+	case budget.StateCancelled:
+		cause := sig.Cause
+		if cause == "" { // a notice carries no cause; the account has it
+			ctx, cancel := cleanup(runCtx)
+			if acct, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil {
+				cause = acct.Cause
+			}
+			cancel()
+		}
+		cancelRun(&CancelError{Cause: cmpOr(cause, budget.ErrRunCancelled.Error())})
+	}
+}
+
+// onExhausted applies the exhaustion policy, once: DRAIN stops new
+// dispatches, STOP cancels the run.
+func (d *driver) onExhausted(ctx context.Context, cancelRun context.CancelCauseFunc) {
+	if !d.markExhausted(ctx) {
+		return
+	}
+	if d.p.spec.GetOnExhaustion() == fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN {
+		d.drainOnce.Do(func() { close(d.drain) })
+		return
+	}
+	cancelRun(budget.ErrExhausted)
+}
+
+// markExhausted records the run's exhaustion (a BudgetExhausted event) the
+// first time, and reports whether this was the first.
+func (d *driver) markExhausted(ctx context.Context) bool {
+	d.mu.Lock()
+	first := !d.exhausted
+	d.exhausted = true
+	d.mu.Unlock()
+	if !first {
+		return false
+	}
+	d.stopped.stop()
+	d.span.AddEvent("budget.exhausted")
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	ev := &fanoutv1.BudgetExhausted{}
+	if acct, err := d.e.ledger.RunAccount(cctx, d.runID); err == nil {
+		ev.Budget = snapshot(acct)
+		d.mu.Lock()
+		d.exhaustion = acct.Cause
+		d.mu.Unlock()
+	}
+	d.event(cctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
+	return true
+}
+
+func (d *driver) isExhausted() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.exhausted
+}
+
+// exhaustedCause is why the run's budget ran out, as its account says
+// ("budget exhausted" for its own, "tenant budget exhausted" for its
+// tenant's), or "" if it has not.
+func (d *driver) exhaustedCause() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.exhausted {
+		return ""
+	}
+	return cmpOr(d.exhaustion, budget.ErrExhausted.Error())
+}
+
+// budgetEvery spaces a run's BudgetUpdate events: without it a wide fan-out
+// reads the run account and appends an event for every task that ends.
+const budgetEvery = 100 * time.Millisecond
+
+// reportBudget appends a BudgetUpdate with the run account as it is now,
+// unless one went out less than budgetEvery ago. The run's end always
+// reports the closed account (endRun).
+func (d *driver) reportBudget(ctx, runCtx context.Context) {
+	d.mu.Lock()
+	if time.Since(d.lastBudget) < budgetEvery {
+		d.mu.Unlock()
+		return
+	}
+	d.lastBudget = time.Now()
+	d.mu.Unlock()
+	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
+	if err != nil {
+		d.e.cfg.Logger.WarnContext(ctx, "read run budget", "run_id", d.runID, "err", err)
+		return
+	}
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: snapshot(acct)}}})
+	if acct.State == budget.StateExhausted {
+		// The ledger said so before the watcher did; act now.
+		d.onExhausted(runCtx, d.ar.cancel)
+	}
+}
+
+// windDown marks tasks (dispatch indexes) as wound down in the ledger:
+// every grant on their accounts from now on says so, and each makes the
+// iteration it asked for its last.
+func (d *driver) windDown(ctx context.Context, tasks []int) {
+	ids := make([]string, len(tasks))
+	for k, i := range tasks {
+		ids[k] = d.p.spec.GetTasks()[i].GetId()
+	}
+	d.span.AddEvent("budget.wind_down")
+	err := d.e.ledger.WindDown(ctx, d.runID, d.epoch, ids)
+	switch {
+	case errors.Is(err, budget.ErrDenied):
+		d.lose(ctx, err)
+	case err != nil:
+		d.e.cfg.Logger.WarnContext(ctx, "wind down run; its tasks run on until the budget stops them", "run_id", d.runID, "err", err)
+	default:
+		d.e.cfg.Logger.InfoContext(ctx, "tasks wound down: what is left pays only for their final answers",
+			"run_id", d.runID, "tasks", ids)
+	}
+}
