@@ -60,6 +60,11 @@ type driver struct {
 	exhaustion string        // the run account's cause then ("tenant budget exhausted", ...)
 	drain      chan struct{} // closed when DRAIN stops new dispatches
 	drainOnce  sync.Once
+
+	// announceMu orders the run's one BudgetExhausted (announceExhaustion)
+	// before its end; announced: it was appended, or never will be.
+	announceMu sync.Mutex
+	announced  bool
 }
 
 func newDriver(e *Engine, p *plan, runID string, accounts budget.RunAccounts, ar *activeRun, span trace.Span) *driver {
@@ -163,6 +168,7 @@ func (d *driver) startReady(runCtx context.Context) {
 			case refuse:
 				d.sched.Next()
 				d.refused++
+				d.announceExhaustion(runCtx, nil) // the budget cannot pay for every task
 				d.endUndispatched(runCtx, i, &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED,
 					ForecastTokens: forecast, Summary: &fanoutv1.FactSummary{
 						Status: fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED, Error: why}})

@@ -78,8 +78,9 @@ func (d *driver) onExhausted(ctx context.Context, cancelRun context.CancelCauseF
 	cancelRun(budget.ErrExhausted)
 }
 
-// markExhausted records the run's exhaustion (a BudgetExhausted event) the
-// first time, and reports whether this was the first.
+// markExhausted records the run's exhaustion by the ledger (its account,
+// or its tenant's, fell below the minimum reservation) the first time, and
+// reports whether this was the first.
 func (d *driver) markExhausted(ctx context.Context) bool {
 	d.mu.Lock()
 	first := !d.exhausted
@@ -92,15 +93,85 @@ func (d *driver) markExhausted(ctx context.Context) bool {
 	d.span.AddEvent("budget.exhausted")
 	cctx, cancel := cleanup(ctx)
 	defer cancel()
-	ev := &fanoutv1.BudgetExhausted{}
+	var at *budget.Account
 	if acct, err := d.e.ledger.RunAccount(cctx, d.runID); err == nil {
-		ev.Budget = snapshot(acct)
+		at = &acct
 		d.mu.Lock()
 		d.exhaustion = acct.Cause
 		d.mu.Unlock()
 	}
-	d.event(cctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
+	d.announceExhaustion(cctx, at)
 	return true
+}
+
+// announceExhaustion appends the run's BudgetExhausted, the one event that
+// marks when its budget ran out (docs/budget.md, "When the budget ran
+// out"), unless the run's log has it already: from this driver, or from
+// the replica this one adopted the run from. acct is the run account at
+// that moment (nil: read it now). Whoever comes second waits for the
+// first's append, so that the run's end never overtakes it.
+func (d *driver) announceExhaustion(ctx context.Context, acct *budget.Account) {
+	d.announceMu.Lock()
+	defer d.announceMu.Unlock()
+	if d.announced {
+		return
+	}
+	d.announced = true
+	ctx, cancel := cleanup(ctx)
+	defer cancel()
+	if d.resumed != nil && d.exhaustionLogged(ctx) {
+		return
+	}
+	ev := &fanoutv1.BudgetExhausted{}
+	if acct == nil {
+		if a, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil {
+			acct = &a
+		}
+	}
+	if acct != nil {
+		ev.Budget = snapshot(*acct)
+	}
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
+}
+
+// settleExhaustion closes the run's exhaustion once its state is decided:
+// a run that ends BUDGET_EXHAUSTED is announced now if it was not yet (a
+// resumed run whose lost owner's declines are all this driver knows of),
+// and nothing is announced after this, so that the mark, if any, comes
+// before the RunFinished.
+func (d *driver) settleExhaustion(ctx context.Context, state fanoutv1.RunState) {
+	if state == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+		d.announceExhaustion(ctx, nil)
+	}
+	d.announceMu.Lock()
+	d.announced = true
+	d.announceMu.Unlock()
+}
+
+// exhaustionPage is how many events exhaustionLogged reads at once.
+const exhaustionPage = 500
+
+// exhaustionLogged reports whether the run's event log holds a
+// BudgetExhausted: a resumed run's lost owner may have appended it. It
+// reads the log once, when an adopted run runs out; if the log cannot be
+// read it reports false (a second mark rather than none).
+func (d *driver) exhaustionLogged(ctx context.Context) bool {
+	for after := int64(0); ; {
+		evs, err := d.e.store.Events(ctx, d.p.tenantID, d.runID, after, exhaustionPage)
+		if err != nil {
+			d.e.cfg.Logger.WarnContext(ctx, "read the run's events for an earlier BudgetExhausted", "run_id", d.runID, "err", err)
+			return false
+		}
+		for _, ev := range evs {
+			if ev.GetBudgetExhausted() != nil {
+				return true
+			}
+		}
+		if len(evs) < exhaustionPage {
+			return false
+		}
+		after = evs[len(evs)-1].GetSequence()
+	}
 }
 
 func (d *driver) isExhausted() bool {
