@@ -6,10 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -63,6 +60,11 @@ type driver struct {
 	exhaustion string        // the run account's cause then ("tenant budget exhausted", ...)
 	drain      chan struct{} // closed when DRAIN stops new dispatches
 	drainOnce  sync.Once
+
+	// announceMu orders the run's one BudgetExhausted (announceExhaustion)
+	// before its end; announced: it was appended, or never will be.
+	announceMu sync.Mutex
+	announced  bool
 }
 
 func newDriver(e *Engine, p *plan, runID string, accounts budget.RunAccounts, ar *activeRun, span trace.Span) *driver {
@@ -166,6 +168,7 @@ func (d *driver) startReady(runCtx context.Context) {
 			case refuse:
 				d.sched.Next()
 				d.refused++
+				d.announceExhaustion(runCtx, nil) // the budget cannot pay for every task
 				d.endUndispatched(runCtx, i, &fanoutv1.TaskOutcome{Status: fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED,
 					ForecastTokens: forecast, Summary: &fanoutv1.FactSummary{
 						Status: fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED, Error: why}})
@@ -266,30 +269,6 @@ func queuedEvents(p *plan, ready []int) []*fanoutv1.RunEvent {
 	return evs
 }
 
-// endUndispatched records task i, which ends as o says without being
-// dispatched (it never ran: at most a NOT_STARTED summary says why).
-func (d *driver) endUndispatched(runCtx context.Context, i int, o *fanoutv1.TaskOutcome) {
-	ctx, cancel := cleanup(runCtx)
-	defer cancel()
-	o.TaskId, o.DispatchIndex = d.p.spec.GetTasks()[i].GetId(), int32(i)
-	if d.resumed != nil && d.resumed[i] { // the lost orchestrator's attempt may have spent
-		o.TokensSpent = d.settledSpend(ctx, d.accounts.Tasks[o.GetTaskId()])
-		startedBefore(o)
-	}
-	d.outcomes[i] = d.finishTask(ctx, o)
-}
-
-// startedBefore corrects the outcome o of a resumed task that this driver
-// never started, once what it spent is known: if the lost orchestrator's
-// attempt spent on it, it had started there, and the budget that stopped
-// it here cut it off (BUDGET_EXHAUSTED), so it is not NOT_STARTED, which
-// says nothing was spent on it.
-func startedBefore(o *fanoutv1.TaskOutcome) {
-	if o.GetTokensSpent() > 0 && o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
-		o.Status, o.Summary = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED, nil
-	}
-}
-
 // stopping reports whether the run was told to stop: its context ended or
 // DRAIN began.
 func (d *driver) stopping(runCtx context.Context) bool {
@@ -311,112 +290,6 @@ func (d *driver) stopCause(runCtx context.Context) error {
 		return budget.ErrExhausted
 	}
 	return context.Cause(runCtx)
-}
-
-// listen hears the run's end from any node — exhaustion, or CancelRun
-// elsewhere, also after an exhaustion (DRAIN lets calls run on, and a
-// cancel must still stop them) — until the returned stop is called.
-func (d *driver) listen(runCtx context.Context, cancelRun context.CancelCauseFunc) (stop func()) {
-	sub := d.e.watcher.Subscribe(d.runID)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-done:
-			return
-		case <-sub.Done():
-			d.heard(runCtx, sub.Signal(), cancelRun)
-		}
-		if sub.Signal().State != budget.StateExhausted {
-			return
-		}
-		select {
-		case <-done:
-		case <-sub.Cancelled():
-			d.heard(runCtx, sub.CancelSignal(), cancelRun)
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-		sub.Close()
-	}
-}
-
-// heard acts on what the ledger said of the run's account.
-func (d *driver) heard(runCtx context.Context, sig budget.RunSignal, cancelRun context.CancelCauseFunc) {
-	switch sig.State {
-	case budget.StateExhausted:
-		d.onExhausted(runCtx, cancelRun)
-	case budget.StateCancelled:
-		cause := sig.Cause
-		if cause == "" { // a notice carries no cause; the account has it
-			ctx, cancel := cleanup(runCtx)
-			if acct, err := d.e.ledger.RunAccount(ctx, d.runID); err == nil {
-				cause = acct.Cause
-			}
-			cancel()
-		}
-		cancelRun(&CancelError{Cause: cmpOr(cause, budget.ErrRunCancelled.Error())})
-	}
-}
-
-// onExhausted applies the exhaustion policy, once: DRAIN stops new
-// dispatches, STOP cancels the run.
-func (d *driver) onExhausted(ctx context.Context, cancelRun context.CancelCauseFunc) {
-	if !d.markExhausted(ctx) {
-		return
-	}
-	if d.p.spec.GetOnExhaustion() == fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN {
-		d.drainOnce.Do(func() { close(d.drain) })
-		return
-	}
-	cancelRun(budget.ErrExhausted)
-}
-
-// markExhausted records the run's exhaustion (a BudgetExhausted event) the
-// first time, and reports whether this was the first.
-func (d *driver) markExhausted(ctx context.Context) bool {
-	d.mu.Lock()
-	first := !d.exhausted
-	d.exhausted = true
-	d.mu.Unlock()
-	if !first {
-		return false
-	}
-	d.stopped.stop()
-	d.span.AddEvent("budget.exhausted")
-	cctx, cancel := cleanup(ctx)
-	defer cancel()
-	ev := &fanoutv1.BudgetExhausted{}
-	if acct, err := d.e.ledger.RunAccount(cctx, d.runID); err == nil {
-		ev.Budget = runs.Snapshot(acct)
-		d.mu.Lock()
-		d.exhaustion = acct.Cause
-		d.mu.Unlock()
-	}
-	d.event(cctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
-	return true
-}
-
-func (d *driver) isExhausted() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.exhausted
-}
-
-// exhaustedCause is why the run's budget ran out, as its account says
-// ("budget exhausted" for its own, "tenant budget exhausted" for its
-// tenant's), or "" if it has not.
-func (d *driver) exhaustedCause() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.exhausted {
-		return ""
-	}
-	return cmpOr(d.exhaustion, budget.ErrExhausted.Error())
 }
 
 // event appends an event, logging a failure: losing one progress event must
@@ -450,223 +323,8 @@ func (e *Engine) logAppend(ctx context.Context, runID string, err error) {
 	}
 }
 
-// finishTask persists a task's terminal outcome and reports it.
-func (d *driver) finishTask(ctx context.Context, o *fanoutv1.TaskOutcome) *fanoutv1.TaskOutcome {
-	stored, err := d.e.store.FinishTask(ctx, d.runID, d.e.cfg.Node, o)
-	if errors.Is(err, runs.ErrNotOwner) {
-		d.lose(ctx, err)
-		return o
-	}
-	if errors.Is(err, runs.ErrEnded) {
-		// The replica that adopted the run ended the task; its outcome stands.
-		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
-		return o
-	}
-	if err != nil {
-		d.e.cfg.Logger.ErrorContext(ctx, "finish task", "run_id", d.runID, "task_id", o.GetTaskId(), "err", err)
-		stored = o
-	}
-	countTask(ctx, stored)
-	d.e.wake(d.runID) // its TaskFinished is stored with it
-	return stored
-}
-
-// countTask counts a task that ended, and how long it ran if a worker
-// started it.
-func countTask(ctx context.Context, o *fanoutv1.TaskOutcome) {
-	ctx = context.WithoutCancel(ctx)
-	status := metric.WithAttributes(attrTaskStatus.String(runs.Text(o.GetStatus())))
-	metrics().tasksFinished.Add(ctx, 1, status)
-	if o.GetStartedAt() != nil && o.GetFinishedAt() != nil {
-		metrics().taskDuration.Record(ctx, o.GetFinishedAt().AsTime().Sub(o.GetStartedAt().AsTime()).Seconds(), status)
-	}
-}
-
-// request builds the dispatch of task i; its dependencies' facts (all
-// succeeded) go along as context.
-func (d *driver) request(runCtx context.Context, i int) *fanoutv1.Dispatch {
-	spec := d.p.spec
-	task := proto.CloneOf(spec.GetTasks()[i])
-	task.MaxIterations = d.p.iterations[i]
-	timeout := d.p.taskTimeouts[i]
-	if dl, ok := runCtx.Deadline(); ok {
-		timeout = max(time.Millisecond, min(timeout, time.Until(dl)))
-	}
-	task.Timeout = durationpb.New(timeout)
-	var facts []*fanoutv1.Fact
-	index := map[string]int{}
-	for _, dep := range d.p.deps[i] {
-		facts = mergeFacts(facts, index, d.outcomes[dep].GetSummary().GetFacts())
-	}
-	return &fanoutv1.Dispatch{
-		RunId:                d.runID,
-		TenantId:             d.p.tenantID,
-		Task:                 task,
-		Goal:                 spec.GetGoal(),
-		TaskAccountId:        int64(d.accounts.Tasks[task.GetId()]),
-		MinReservationTokens: d.p.minReservation,
-		Model:                spec.GetModel(),
-		OnExhaustion:         spec.GetOnExhaustion(),
-		ContextFacts:         facts,
-	}
-}
-
-// runTask dispatches task i (to first, then others while they refuse it),
-// persists its outcome and reports the run's budget.
-func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanoutv1.Dispatch,
-	begun *budget.Attempt) *fanoutv1.TaskOutcome {
-	taskCtx, cancel := context.WithTimeoutCause(runCtx, req.GetTask().GetTimeout().AsDuration(), errTaskTimeout)
-	defer cancel()
-
-	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
-		c := d.newDispatch(first, req, taskProgress{d: d, index: i, taskID: req.GetTask().GetId()})
-		if !d.stopping(runCtx) {
-			// Not once the run was told to stop while this task waited (for
-			// a tenant slot): its dispatch asks the ledger, which says why.
-			c.begun = begun
-		}
-		return c.run(ctx)
-	})
-	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)
-	o.ForecastTokens = d.fc.forecastOf(i)
-
-	ctx, cancelCleanup := cleanup(runCtx)
-	defer cancelCleanup()
-	if o.GetSummary() == nil && o.GetWorker() != "" || d.resumed != nil && d.resumed[i] {
-		// The stream was cut, or the task had an attempt under the lost
-		// orchestrator whose spend stands: what the task spent is in the
-		// ledger, once the worker has settled what it held (briefly; a dead
-		// worker's leases are left to the sweeper and counted at the run's
-		// end).
-		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
-		startedBefore(o)
-	}
-	stored := d.finishTask(ctx, o)
-	d.reportBudget(ctx, runCtx)
-	return stored
-}
-
-// settleWait bounds how long a cut-off task's spend is waited for.
-const settleWait = 3 * time.Second
-
-// settledSpend reads a task account's spend once nothing is reserved on it,
-// waiting up to settleWait for the worker to settle a cut-off call.
-func (d *driver) settledSpend(ctx context.Context, id budget.AccountID) int64 {
-	ctx, cancel := context.WithTimeout(ctx, settleWait)
-	defer cancel()
-	var spent int64
-	for {
-		acct, err := d.e.ledger.Account(ctx, id)
-		if err == nil {
-			spent = acct.Spent
-			if acct.Reserved == 0 {
-				return spent
-			}
-		}
-		if !sleep(ctx, 20*time.Millisecond) { // polling the ledger, bounded by settleWait
-			return spent
-		}
-	}
-}
-
-// budgetEvery spaces a run's BudgetUpdate events: without it a wide fan-out
-// reads the run account and appends an event for every task that ends.
-const budgetEvery = 100 * time.Millisecond
-
-// reportBudget appends a BudgetUpdate with the run account as it is now,
-// unless one went out less than budgetEvery ago. The run's end always
-// reports the closed account (endRun).
-func (d *driver) reportBudget(ctx, runCtx context.Context) {
-	d.mu.Lock()
-	if time.Since(d.lastBudget) < budgetEvery {
-		d.mu.Unlock()
-		return
-	}
-	d.lastBudget = time.Now()
-	d.mu.Unlock()
-	acct, err := d.e.ledger.RunAccount(ctx, d.runID)
-	if err != nil {
-		d.e.cfg.Logger.WarnContext(ctx, "read run budget", "run_id", d.runID, "err", err)
-		return
-	}
-	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: runs.Snapshot(acct)}}})
-	if acct.State == budget.StateExhausted {
-		// The ledger said so before the watcher did; act now.
-		d.onExhausted(runCtx, d.ar.cancel)
-	}
-}
-
 // cleanup is a context for the writes that record how a run or task ended:
 // detached from the run's cancellation, bounded by cleanupTimeout.
 func cleanup(runCtx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(runCtx), cleanupTimeout)
-}
-
-// taskProgress records a dispatched task's start (in the store, then as a
-// TaskStarted event) and its iterations (TaskIteration events).
-type taskProgress struct {
-	d      *driver
-	index  int
-	taskID string
-}
-
-func (p taskProgress) started(ctx context.Context, worker string) {
-	d := p.d
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	started := &fanoutv1.TaskStarted{TaskId: p.taskID, Worker: worker, ForecastTokens: d.fc.forecastOf(p.index)}
-	_, err := d.e.store.StartTask(ctx, d.runID, d.e.cfg.Node, started) // and its TaskStarted
-	switch {
-	case err == nil:
-		d.e.wake(d.runID)
-	case errors.Is(err, runs.ErrNotOwner):
-		d.lose(ctx, err)
-	case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
-		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
-	default:
-		// The task runs on; followers hear of it by its event, at least.
-		d.e.cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
-		d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: started}})
-	}
-}
-
-func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	if p.d.fc != nil { // first: the task asks for its next grant as soon as it sent this
-		if tasks := p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens()); len(tasks) > 0 {
-			p.d.windDown(ctx, tasks)
-		}
-	}
-	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
-		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
-}
-
-// approval records that the task's write waits for a person's approval.
-func (p taskProgress) approval(ctx context.Context, a *fanoutv1.SubagentApproval) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ApprovalRequested{ApprovalRequested: &fanoutv1.ApprovalRequested{
-		TaskId: p.taskID, CallId: a.GetCallId(), Tool: a.GetTool(), Preview: a.GetPreview(), Deadline: a.GetDeadline()}}})
-}
-
-// windDown marks tasks (dispatch indexes) as wound down in the ledger:
-// every grant on their accounts from now on says so, and each makes the
-// iteration it asked for its last.
-func (d *driver) windDown(ctx context.Context, tasks []int) {
-	ids := make([]string, len(tasks))
-	for k, i := range tasks {
-		ids[k] = d.p.spec.GetTasks()[i].GetId()
-	}
-	d.span.AddEvent("budget.wind_down")
-	err := d.e.ledger.WindDown(ctx, d.runID, d.epoch, ids)
-	switch {
-	case errors.Is(err, budget.ErrDenied):
-		d.lose(ctx, err)
-	case err != nil:
-		d.e.cfg.Logger.WarnContext(ctx, "wind down run; its tasks run on until the budget stops them", "run_id", d.runID, "err", err)
-	default:
-		d.e.cfg.Logger.InfoContext(ctx, "tasks wound down: what is left pays only for their final answers",
-			"run_id", d.runID, "tasks", ids)
-	}
 }

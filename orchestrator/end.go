@@ -169,6 +169,7 @@ func (d *driver) end(runCtx context.Context) {
 		exhausted = fmt.Sprintf("budget exhausted: %d of %d tasks not started, by forecast", d.refused, len(d.outcomes))
 	}
 	state, cause := runState(d.p, runCause, exhausted, d.outcomes)
+	d.settleExhaustion(runCtx, state)
 	d.countDiscarded(runCtx, runCause)
 	result := join(d.outcomes)
 	if d.p.spec.GetSynthesize() {

@@ -271,7 +271,27 @@ func checkEvents(t *testing.T, evs []*fanoutv1.RunEvent) *fanoutv1.RunFinished {
 	if fin == nil {
 		t.Fatalf("last event is %T, want RunFinished", evs[len(evs)-1].GetEvent())
 	}
+	// One BudgetExhausted marks when the run's budget ran out: at most one
+	// in any run, and one in every run that ended BUDGET_EXHAUSTED
+	// (docs/budget.md, "When the budget ran out"). It precedes the
+	// RunFinished, the last event.
+	if marks := exhaustionMarks(evs); len(marks) > 1 ||
+		fin.GetState() == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED && len(marks) != 1 {
+		t.Errorf("run ended %s with BudgetExhausted events at sequences %v; want at most one, and exactly one in a run that ended BUDGET_EXHAUSTED",
+			fin.GetState(), marks)
+	}
 	return fin
+}
+
+// exhaustionMarks are the sequences of a run's BudgetExhausted events.
+func exhaustionMarks(evs []*fanoutv1.RunEvent) []int64 {
+	var marks []int64
+	for _, ev := range evs {
+		if ev.GetBudgetExhausted() != nil {
+			marks = append(marks, ev.GetSequence())
+		}
+	}
+	return marks
 }
 
 // checkLedger checks conservation on every account and that nothing is

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,12 +91,10 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 	}
 	t0 := events[0].GetTime().AsTime()
 	t1 := events[len(events)-1].GetTime().AsTime()
-	// The moment the budget ran out, best source first (the console's
-	// timeline takes the same): a BudgetExhausted event; a BudgetUpdate that
-	// says exhausted; for a run that ended BUDGET_EXHAUSTED without either
-	// (admission by forecast declines the tasks it cannot afford and sends
-	// no BudgetExhausted), its first task NOT_STARTED, else its end.
-	var exhaustedAt, updateAt, notStartedAt, finishedAt time.Time
+	// The moment the budget ran out: the run's one BudgetExhausted, which
+	// the engine appends whatever the path (docs/budget.md, "When the
+	// budget ran out"); the console's timeline reads the same.
+	var exhaustedAt time.Time
 	var runID, final string
 	for _, ev := range events {
 		at := ev.GetTime().AsTime()
@@ -118,32 +115,14 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 			r := row(o.GetTaskId())
 			r.end, r.status, r.tokens = at, runs.Text(o.GetStatus()), o.GetTokensSpent()
 			r.wound = o.GetSummary().GetWoundDown()
-			if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED && notStartedAt.IsZero() {
-				notStartedAt = at
-			}
-		case *fanoutv1.RunEvent_BudgetUpdate:
-			if e.BudgetUpdate.GetBudget().GetExhausted() && updateAt.IsZero() {
-				updateAt = at
-			}
 		case *fanoutv1.RunEvent_BudgetExhausted:
-			if exhaustedAt.IsZero() {
-				exhaustedAt = at
-			}
+			exhaustedAt = at
 		case *fanoutv1.RunEvent_RunFinished:
-			if e.RunFinished.GetState() == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
-				finishedAt = at
-			}
 			final = runs.Text(e.RunFinished.GetState())
 			if c := e.RunFinished.GetCancelCause(); c != "" {
 				final += " (" + c + ")"
 			}
 		}
-	}
-	if exhaustedAt.IsZero() {
-		exhaustedAt = updateAt
-	}
-	if exhaustedAt.IsZero() && !finishedAt.IsZero() {
-		exhaustedAt = cmp.Or(notStartedAt, finishedAt)
 	}
 	span := t1.Sub(t0)
 	if span <= 0 {

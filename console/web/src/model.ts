@@ -45,38 +45,17 @@ export interface RunView {
   /** Time of the first and the last event. */
   firstAt?: Date;
   lastAt?: Date;
-  /** When the budget ran out, and which event says so (see exhausted). */
+  /**
+   * When the budget ran out: the time of the run's one BudgetExhausted, the
+   * event the engine sends for every run whose budget ran out, whatever the
+   * path (proto BudgetExhausted; docs/budget.md, "When the budget ran out").
+   * Nothing else sets it: fanout trace reads the same event.
+   */
   exhaustedAt?: Date;
-  exhaustedBy?: ExhaustionSource;
   finished: boolean;
   result?: JoinedResult;
   lastSequence: bigint;
   adoptions: number;
-}
-
-/**
- * ExhaustionSource is the event that placed RunView.exhaustedAt, best
- * first: BudgetExhausted (the ledger account fell below the minimum
- * reservation); a BudgetUpdate whose snapshot is exhausted; the first task
- * NOT_STARTED for want of budget (under ADMISSION_POLICY_FORECAST a run
- * ends BUDGET_EXHAUSTED by declining tasks it cannot afford, and no
- * BudgetExhausted event is sent); the RunFinished of a run that ended
- * BUDGET_EXHAUSTED with none of those.
- */
-export type ExhaustionSource = "budget_exhausted" | "budget_update" | "not_started" | "run_finished";
-
-const exhaustionRank: Record<ExhaustionSource, number> = {
-  budget_exhausted: 4,
-  budget_update: 3,
-  not_started: 2,
-  run_finished: 1,
-};
-
-function exhausted(v: RunView, at: Date | undefined, by: ExhaustionSource): void {
-  if (!at) return;
-  if (v.exhaustedBy && exhaustionRank[v.exhaustedBy] >= exhaustionRank[by]) return;
-  v.exhaustedAt = at;
-  v.exhaustedBy = by;
 }
 
 export function newRunView(runId: string): RunView {
@@ -192,19 +171,16 @@ export function applyEvent(v: RunView, ev: RunEvent): void {
     case "taskFinished":
       if (e.value.outcome) {
         applyOutcome(task(v, e.value.outcome.taskId), e.value.outcome, at);
-        if (e.value.outcome.status === TaskStatus.NOT_STARTED) exhausted(v, at, "not_started");
       }
       break;
     case "budgetUpdate":
       if (e.value.budget) v.budget = e.value.budget;
-      if (e.value.budget?.exhausted) exhausted(v, at, "budget_update");
       break;
     case "budgetExhausted":
       if (e.value.budget) v.budget = e.value.budget;
-      exhausted(v, at, "budget_exhausted");
+      v.exhaustedAt = v.exhaustedAt ?? at; // sent once; a replay after a resume repeats it
       break;
     case "runFinished":
-      if (e.value.state === RunState.BUDGET_EXHAUSTED) exhausted(v, at, "run_finished");
       v.state = e.value.state;
       v.cause = e.value.cancelCause;
       v.finished = true;

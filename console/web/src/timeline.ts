@@ -4,16 +4,13 @@
 // coloured by its status; a tick at the end of each iteration (a dot where
 // the iteration ran tools); an x where a task was not started; and one
 // vertical line across every row at the moment the budget ran out
-// (#budget-exhausted-marker), labelled "budget exhausted". Where trace
-// draws that line only for a BudgetExhausted event, this also draws it for
-// a run that ran out without one (model.ts, ExhaustionSource), e.g. the
-// demo's: under admission by forecast the run declines the tasks it cannot
-// afford and ends BUDGET_EXHAUSTED with no BudgetExhausted event.
+// (#budget-exhausted-marker), labelled "budget exhausted": the run's one
+// BudgetExhausted event (model.ts, RunView.exhaustedAt), as trace draws it.
 
 import { s } from "./dom";
 import { enumText } from "./enums";
 import { duration, time, tokens } from "./format";
-import { RunState, TaskStatus, TaskStatusSchema } from "./gen/fanout/v1/run_pb";
+import { TaskStatus, TaskStatusSchema } from "./gen/fanout/v1/run_pb";
 import type { RunView } from "./model";
 
 const WIDTH = 960;
@@ -103,12 +100,7 @@ export function timeline(v: RunView, now: Date): SVGSVGElement {
     svg.append(row);
   });
 
-  // A task not started marks the budget's end only in a run that ends
-  // BUDGET_EXHAUSTED (or has not ended yet): a cancelled run's unstarted
-  // tasks are not an exhaustion (as fanout trace decides).
-  const byTaskOnly = v.exhaustedBy === "not_started" || v.exhaustedBy === "run_finished";
-  const shown = v.exhaustedAt && !(byTaskOnly && v.finished && v.state !== RunState.BUDGET_EXHAUSTED);
-  if (v.exhaustedAt && shown) {
+  if (v.exhaustedAt) {
     const ex = x(v.exhaustedAt);
     svg.append(
       s("line", {
@@ -119,7 +111,6 @@ export function timeline(v: RunView, now: Date): SVGSVGElement {
         y1: TOP - 10,
         y2: height - BOTTOM + 6,
         "data-time": v.exhaustedAt.toISOString(),
-        "data-source": v.exhaustedBy ?? "",
       }),
       s(
         "text",

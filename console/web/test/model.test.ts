@@ -59,28 +59,30 @@ test("a run's events fold into its tasks' states, iterations, tokens and attempt
   assert.equal(v.state, RunState.BUDGET_EXHAUSTED);
   assert.ok(v.finished);
   assert.equal(v.lastSequence, 8n);
-  // No BudgetExhausted event (admission by forecast): the budget ran out
-  // when the first task was declined.
-  assert.equal(v.exhaustedBy, "not_started");
-  assert.equal(v.exhaustedAt?.getTime(), T0 + 6);
+  // No BudgetExhausted event: the model does not derive the moment from a
+  // task not started or the run's end (the engine sends the event for
+  // every run whose budget ran out).
+  assert.equal(v.exhaustedAt, undefined);
 });
 
-test("BudgetExhausted places the marker over any other sign, and a replayed event counts once", () => {
+test("BudgetExhausted alone places the marker, and a replayed event counts once", () => {
   seq = 0n;
   const v = newRunView("r1");
   const events = [
     started(),
     ev(2, { case: "taskStarted", value: { taskId: "a", worker: "w1" } }),
     ev(3, { case: "taskIteration", value: { taskId: "a", iteration: 1, tokensSpent: 100n } }),
-    ev(4, { case: "taskFinished", value: { outcome: { taskId: "b", status: TaskStatus.NOT_STARTED } } }),
-    ev(5, { case: "budgetExhausted", value: { budget: { limitTokens: 1000n, spentTokens: 900n, exhausted: true } } }),
-    ev(6, { case: "runFinished", value: { state: RunState.BUDGET_EXHAUSTED } }),
+    ev(4, { case: "budgetUpdate", value: { budget: { limitTokens: 1000n, spentTokens: 800n, exhausted: true } } }),
+    ev(5, { case: "taskFinished", value: { outcome: { taskId: "b", status: TaskStatus.NOT_STARTED } } }),
+    ev(6, { case: "budgetExhausted", value: { budget: { limitTokens: 1000n, spentTokens: 900n, exhausted: true } } }),
+    ev(7, { case: "runFinished", value: { state: RunState.BUDGET_EXHAUSTED } }),
   ];
   for (const e of events) applyEvent(v, e);
   applyEvent(v, events[2]!); // a duplicate after a resume
+  applyEvent(v, events[5]!);
   assert.equal(v.tasks[0]?.segments.length, 1);
-  assert.equal(v.exhaustedBy, "budget_exhausted");
-  assert.equal(v.exhaustedAt?.getTime(), T0 + 5);
+  // Not the snapshot that said exhausted, nor the task not started: the event.
+  assert.equal(v.exhaustedAt?.getTime(), T0 + 6);
   assert.equal(v.budget?.spentTokens, 900n);
 });
 

@@ -1732,7 +1732,9 @@ type RunEvent_BudgetUpdate struct {
 }
 
 type RunEvent_BudgetExhausted struct {
-	// The run's budget was exhausted.
+	// The run's budget ran out. Sent exactly once for every run whose
+	// budget ran out, whatever the path, before the RunFinished: the one
+	// event that marks when it did (see BudgetExhausted).
 	BudgetExhausted *BudgetExhausted `protobuf:"bytes,16,opt,name=budget_exhausted,json=budgetExhausted,proto3,oneof"`
 }
 
@@ -2384,11 +2386,22 @@ func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
 	return nil
 }
 
-// BudgetExhausted reports that the run's available tokens fell below its
-// minimum reservation; the exhaustion policy is now applied.
+// BudgetExhausted marks the moment the run's budget ran out. It is sent
+// exactly once for every run whose budget ran out, at that moment and
+// before the RunFinished, and is the mark readers take (fanout trace and
+// the console draw their exhaustion line at it; nothing else is): when
+// the run's available tokens, or its tenant's, fell below its minimum
+// reservation (the exhaustion policy is applied from then on), or, under
+// ADMISSION_POLICY_FORECAST, when the run declined the first task its
+// budget could not pay for (that task ends NOT_STARTED). A run that ends
+// RUN_STATE_BUDGET_EXHAUSTED always has it; a run whose budget ran out and
+// that then stopped for another reason (a CancelRun under DRAIN) has it
+// too. A run adopted by another orchestrator is marked once, by whichever
+// owner saw its budget run out first.
 type BudgetExhausted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The budget at the moment of exhaustion.
+	// The run's budget at that moment. Its exhausted is false when the run
+	// declined a task by forecast while the ledger still had tokens left.
 	Budget        *BudgetSnapshot `protobuf:"bytes,1,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -828,7 +828,9 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
     case: "budgetUpdate";
   } | {
     /**
-     * The run's budget was exhausted.
+     * The run's budget ran out. Sent exactly once for every run whose
+     * budget ran out, whatever the path, before the RunFinished: the one
+     * event that marks when it did (see BudgetExhausted).
      *
      * @generated from field: fanout.v1.BudgetExhausted budget_exhausted = 16;
      */
@@ -1220,14 +1222,25 @@ export const BudgetUpdateSchema: GenMessage<BudgetUpdate> = /*@__PURE__*/
   messageDesc(file_fanout_v1_run, 20);
 
 /**
- * BudgetExhausted reports that the run's available tokens fell below its
- * minimum reservation; the exhaustion policy is now applied.
+ * BudgetExhausted marks the moment the run's budget ran out. It is sent
+ * exactly once for every run whose budget ran out, at that moment and
+ * before the RunFinished, and is the mark readers take (fanout trace and
+ * the console draw their exhaustion line at it; nothing else is): when
+ * the run's available tokens, or its tenant's, fell below its minimum
+ * reservation (the exhaustion policy is applied from then on), or, under
+ * ADMISSION_POLICY_FORECAST, when the run declined the first task its
+ * budget could not pay for (that task ends NOT_STARTED). A run that ends
+ * RUN_STATE_BUDGET_EXHAUSTED always has it; a run whose budget ran out and
+ * that then stopped for another reason (a CancelRun under DRAIN) has it
+ * too. A run adopted by another orchestrator is marked once, by whichever
+ * owner saw its budget run out first.
  *
  * @generated from message fanout.v1.BudgetExhausted
  */
 export type BudgetExhausted = Message<"fanout.v1.BudgetExhausted"> & {
   /**
-   * The budget at the moment of exhaustion.
+   * The run's budget at that moment. Its exhausted is false when the run
+   * declined a task by forecast while the ledger still had tokens left.
    *
    * @generated from field: fanout.v1.BudgetSnapshot budget = 1;
    */
