@@ -215,9 +215,10 @@ git ls-files -z --cached --others --exclude-standard |
   while IFS= read -r -d '' f; do if [[ -e "$f" || -L "$f" ]]; then printf '%s\0' "$f"; fi; done |
   tar --null -T - -cf - | tar -xf - -C "$copy"
 # The npm packages the tests run (pinned, installed by make's targets) are
-# ignored files: link them in.
+# ignored files: link them in (unless a link to them was copied: in a git
+# worktree the link itself is an untracked file).
 for d in .ci/mcp/node_modules; do
-  [[ -d "$d" ]] && ln -s "$root/$d" "$copy/$d"
+  if [[ -d "$d" && ! -e "$copy/$d" ]]; then ln -s "$root/$d" "$copy/$d"; fi
 done
 git -C "$copy" init -q
 git -C "$copy" add -A
