@@ -65,7 +65,8 @@ lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yaml) and buf 
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet $(PKGS)
 	$(GOLANGCI_LINT) run $(PKGS)
-	$(GO) run ./scripts/mutate check . $(wildcard mutants/*.mutant mutants/*.patch)
+	@echo "go run ./scripts/mutate check . mutants/*.mutant mutants/*.patch"
+	@$(GO) run ./scripts/mutate check . $(wildcard mutants/*.mutant mutants/*.patch)
 	scripts/generate.sh lint
 
 # golangci-lint, pinned; rebuilt when the version changes (the stamp names it).
