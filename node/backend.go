@@ -201,7 +201,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	b.cancel = cancel
 	b.wg.Add(3)
 	go func() { defer b.wg.Done(); st.Notifier.Run(bctx) }() //nolint:errcheck // returns nil when bctx ends
-	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }()  //nolint:errcheck // returns ctx.Err()
+	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }()   //nolint:errcheck // returns ctx.Err()
 	go func() {
 		defer b.wg.Done()
 		budget.SweepWithConfig(bctx, st.Ledger, budget.SweepConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger,
