@@ -43,13 +43,16 @@ type BackendConfig struct {
 	// when false; cmd/fanout turns it on by default.
 	GroupCommit bool
 	// LedgerPool is the size of the ledger's connection pool: reservations,
-	// settlements, lease renewals, the exhaustion watcher, the sweeper and
-	// provider rate limits. Nothing an API caller asks for waits on it.
-	// Default DefaultLedgerPool. It wins over the URL's pool_max_conns.
+	// settlements, lease renewals, the exhaustion watcher, the sweeper, a
+	// worker's tool writes, semaphore slots and provider rate limits.
+	// Nothing an API caller asks for waits on it (store.Stores says which
+	// store is on which pool, and why). Default DefaultLedgerPool. It wins
+	// over the URL's pool_max_conns.
 	LedgerPool int32
-	// APIPool is the size of the run store's pool: runs, tasks and events,
-	// and the reads of GetRun, ListRuns and WatchRun. Callers that exhaust it
-	// slow those, never the ledger. Default DefaultAPIPool.
+	// APIPool is the size of the run store's pool: opening runs, tasks and
+	// events, the reads of GetRun, ListRuns and WatchRun, approvals, spend
+	// and API keys. Callers that exhaust it slow those, never the ledger.
+	// Default DefaultAPIPool.
 	APIPool int32
 	// MaxStreams is the most calls (unary or streaming, health checks aside)
 	// the process's servers serve at once, across all connections; more are
