@@ -43,13 +43,16 @@ type BackendConfig struct {
 	// when false; cmd/fanout turns it on by default.
 	GroupCommit bool
 	// LedgerPool is the size of the ledger's connection pool: reservations,
-	// settlements, lease renewals, the exhaustion watcher, the sweeper and
-	// provider rate limits. Nothing an API caller asks for waits on it.
-	// Default DefaultLedgerPool. It wins over the URL's pool_max_conns.
+	// settlements, lease renewals, the exhaustion watcher, the sweeper, a
+	// worker's tool writes, semaphore slots and provider rate limits.
+	// Nothing an API caller asks for waits on it (store.Stores says which
+	// store is on which pool, and why). Default DefaultLedgerPool. It wins
+	// over the URL's pool_max_conns.
 	LedgerPool int32
-	// APIPool is the size of the run store's pool: runs, tasks and events,
-	// and the reads of GetRun, ListRuns and WatchRun. Callers that exhaust it
-	// slow those, never the ledger. Default DefaultAPIPool.
+	// APIPool is the size of the run store's pool: opening runs, tasks and
+	// events, the reads of GetRun, ListRuns and WatchRun, approvals, spend
+	// and API keys. Callers that exhaust it slow those, never the ledger.
+	// Default DefaultAPIPool.
 	APIPool int32
 	// MaxStreams is the most calls (unary or streaming, health checks aside)
 	// the process's servers serve at once, across all connections; more are
@@ -103,12 +106,11 @@ type BackendConfig struct {
 	Logger *slog.Logger
 }
 
-// Backend is what every node of one process shares: the two pools (the
-// ledger's, the API's), the ledger, the run store, the exhaustion watcher,
-// the lease sweeper and the cap on calls in flight.
+// Backend is what every node of one process shares: the stores, each built
+// once on its pool (store.Stores: the ledger's pool, the API's), the
+// exhaustion watcher, the lease sweeper and the cap on calls in flight.
 type Backend struct {
-	pool    *store.Pool // the ledger's
-	apiPool *store.Pool // the run store's
+	stores  *store.Stores
 	streams *streamLimit
 	// tenants caps each tenant's calls; unauthBytes is the budget of
 	// unauthenticated calls (BackendConfig.UnauthenticatedBytes), and
@@ -123,14 +125,8 @@ type Backend struct {
 	}
 	// httpLimits are the HTTP listeners' timeouts (tests shorten them).
 	httpLimits httpLimits
-	ledger     *store.Ledger
-	runs       *store.Runs
-	writes     *store.ToolCalls
 	watcher    *budget.Watcher
 	log        *slog.Logger
-	// notifier is the process's one LISTEN connection: run notices for
-	// the watcher, key events for an orchestrator's authenticator.
-	notifier *store.Notifier
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -175,25 +171,19 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if cfg.RequestReadTimeout <= 0 {
 		cfg.RequestReadTimeout = DefaultRequestReadTimeout
 	}
-	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: cfg.LedgerPool, Name: "fanout-ledger"})
+	st, err := store.OpenStores(ctx, store.StoresConfig{DatabaseURL: cfg.DatabaseURL, LedgerPool: cfg.LedgerPool,
+		APIPool: cfg.APIPool, GroupCommit: cfg.GroupCommit, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	apiPool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolConfig{MaxConns: cfg.APIPool, Name: "fanout-api"})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if owner, err := store.OwnsSchema(ctx, pool); err != nil {
+	if owner, err := store.OwnsSchema(ctx, st.LedgerPool()); err != nil {
 		cfg.Logger.Warn("cannot tell whether this node connects as the schema's owner", "err", err)
 	} else if owner {
 		cfg.Logger.Warn("this node connects as the owner of schema " + store.Schema + ": it could change the ledger " +
 			"outside its functions. Give nodes a login role that is only a member of fanout_app (docs/operations.md)")
 	}
-	notifier := store.NewNotifier(cfg.DatabaseURL, store.NotifierConfig{Logger: cfg.Logger})
 	b := &Backend{
-		pool:        pool,
-		apiPool:     apiPool,
+		stores:      st,
 		streams:     newStreamLimit(cfg.MaxStreams),
 		tenants:     newTenantLimit(tenantQuota(cfg.MaxStreams, cfg.TenantMaxStreams)),
 		unauthBytes: cfg.UnauthenticatedBytes,
@@ -203,54 +193,50 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 			total, perTenant int64
 			wait, read       time.Duration
 		}{cfg.RequestBytes, cfg.TenantRequestBytes, cfg.RequestBytesWait, cfg.RequestReadTimeout},
-		ledger: store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
-		runs:   store.NewRunsWithConfig(apiPool, store.RunsConfig{Coalesce: cfg.GroupCommit, Logger: cfg.Logger}),
-		writes: store.NewToolCalls(pool, store.ToolCallsConfig{Logger: cfg.Logger}),
-		watcher: budget.NewWatcher(store.NewWatchSource(pool, notifier), budget.WatcherConfig{
+		watcher: budget.NewWatcher(st.Watch, budget.WatcherConfig{
 			PollInterval: cfg.PollInterval,
 			Logger:       cfg.Logger,
 		}),
-		log:      cfg.Logger,
-		notifier: notifier,
+		log: cfg.Logger,
 	}
 	// The backend outlives the call that opened it: Close stops it.
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel
 	b.wg.Add(3)
-	go func() { defer b.wg.Done(); b.notifier.Run(bctx) }() //nolint:errcheck // returns nil when bctx ends
-	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }()  //nolint:errcheck // returns ctx.Err()
+	go func() { defer b.wg.Done(); st.Notifier.Run(bctx) }() //nolint:errcheck // returns nil when bctx ends
+	go func() { defer b.wg.Done(); b.watcher.Run(bctx) }()   //nolint:errcheck // returns ctx.Err()
 	go func() {
 		defer b.wg.Done()
-		budget.SweepWithConfig(bctx, b.ledger, budget.SweepConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger,
+		budget.SweepWithConfig(bctx, st.Ledger, budget.SweepConfig{Interval: cfg.SweepInterval, Logger: cfg.Logger,
 			ExpiredFunc: store.CountExpiredLeases})
 	}()
 	if cfg.HealthInterval >= 0 {
 		b.wg.Go(func() {
-			store.MonitorHealth(bctx, pool, store.HealthConfig{Interval: cfg.HealthInterval, Logger: cfg.Logger})
+			store.MonitorHealth(bctx, st.LedgerPool(), store.HealthConfig{Interval: cfg.HealthInterval, Logger: cfg.Logger})
 		})
 	}
 	return b, nil
 }
 
-// Pool is the ledger's connection pool (the watcher, the sweeper and the
-// providers' rate limits use it too).
-func (b *Backend) Pool() *store.Pool { return b.pool }
+// Stores are the backend's stores, shared by its nodes: which pool each is
+// on, and why, is store.Stores'.
+func (b *Backend) Stores() *store.Stores { return b.stores }
+
+// Pool is the ledger's connection pool (the watcher, the sweeper, the
+// health checks and the providers' rate limits use it too).
+func (b *Backend) Pool() *store.Pool { return b.stores.LedgerPool() }
 
 // APIPool is the run store's connection pool, which API reads use.
-func (b *Backend) APIPool() *store.Pool { return b.apiPool }
+func (b *Backend) APIPool() *store.Pool { return b.stores.APIPool() }
 
 // Ledger is the backend's ledger, shared by its nodes.
-func (b *Backend) Ledger() *store.Ledger { return b.ledger }
+func (b *Backend) Ledger() *store.Ledger { return b.stores.Ledger }
 
 // Runs is the backend's run store, shared by its orchestrators.
-func (b *Backend) Runs() *store.Runs { return b.runs }
+func (b *Backend) Runs() *store.Runs { return b.stores.Runs }
 
 // Watcher is the backend's exhaustion watcher, shared by its nodes.
 func (b *Backend) Watcher() *budget.Watcher { return b.watcher }
-
-// ToolCalls is the log of tool writes (the tool_call table) workers record
-// before each write is sent.
-func (b *Backend) ToolCalls() *store.ToolCalls { return b.writes }
 
 // Logger is the logger of the backend and its nodes.
 func (b *Backend) Logger() *slog.Logger { return b.log }
@@ -260,8 +246,5 @@ func (b *Backend) Logger() *slog.Logger { return b.log }
 func (b *Backend) Close() {
 	b.cancel()
 	b.wg.Wait()
-	b.ledger.Close()
-	b.runs.Close()
-	b.apiPool.Close()
-	b.pool.Close()
+	b.stores.Close()
 }

@@ -37,8 +37,8 @@ func openWorkerTools(ctx context.Context, b *Backend, cfg *mcp.Config, holder st
 	}
 	m, err := mcp.Open(ctx, mcp.Options{
 		Config:      cfg,
-		Semaphore:   storeSemaphore{store.NewSemaphore(b.Pool(), store.SemaphoreConfig{Logger: log})},
-		RateLimiter: store.NewRateLimiterWithConfig(b.Pool(), store.RateLimiterConfig{Logger: log}),
+		Semaphore:   storeSemaphore{b.stores.Semaphore},
+		RateLimiter: b.stores.RateLimiter,
 		Holder:      holder,
 		SlotTTL:     ttl,
 		Logger:      log,

@@ -122,10 +122,10 @@ func openOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig, e
 		Signer:  cfg.Trust.Signer,
 		Config:  cfg.Engine,
 		Tenants: b.Runs(),
-		Slots:   tenantTaskSlots{store.NewSemaphore(b.Pool(), store.SemaphoreConfig{Logger: b.Logger()})},
+		Slots:   tenantTaskSlots{b.stores.Semaphore},
 		// Decisions are API writes: the API pool, never the ledger's.
-		Approvals: store.NewToolCalls(b.APIPool(), store.ToolCallsConfig{Logger: b.Logger()}),
-		Spend:     store.NewSpending(b.APIPool(), b.Logger()),
+		Approvals: b.stores.Approvals,
+		Spend:     b.stores.Spending,
 	}
 	if cfg.ParamsFunc != nil {
 		cfg.ParamsFunc(&params)
@@ -147,7 +147,7 @@ func openOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig, e
 	o.closeAdmin = admin.close
 	// Authentication is an API read: its lookups (and the request buckets)
 	// take the API pool, never the ledger's.
-	authn := auth.NewAuthenticator(store.NewKeys(b.APIPool(), b.notifier), auth.Config{Logger: b.Logger()})
+	authn := auth.NewAuthenticator(b.stores.Keys, auth.Config{Logger: b.Logger()})
 	recvLimit := 2*o.engine.Config().MaxSpecBytes + 1024 // orchestrator.ServerOptions' receive limit
 	adm, err := b.admission(recvLimit)                   // the gRPC and HTTP listeners' budgets together
 	if err != nil {
@@ -340,13 +340,11 @@ func openAdmin(url string, b *Backend) (adminService, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pool, err := store.OpenPool(ctx, url, store.PoolConfig{MaxConns: 2, Name: "fanout-admin"})
+	st, err := store.OpenAdmin(ctx, url)
 	if err != nil {
 		return adminService{}, fmt.Errorf("orchestrator: --admin-database-url: %w", err)
 	}
-	ledger := store.NewLedger(pool)
-	srv := admin.NewServer(store.NewKeys(pool, nil), ledger, b.Logger())
-	return adminService{server: srv, close: func() { ledger.Close(); pool.Close() }}, nil
+	return adminService{server: admin.NewServer(st.Keys, st.Ledger, b.Logger()), close: st.Close}, nil
 }
 
 // errAdminOff is every AdminService answer of an orchestrator started

@@ -110,7 +110,7 @@ func openWorker(ctx context.Context, b *Backend, cfg WorkerConfig, exited chan<-
 	// a process that serves an orchestrator too, as `fanout dev` does, the
 	// login is the orchestrator's anyway.)
 	if alone {
-		if in, err := store.InGroup(ctx, b.pool, "fanout_app"); err == nil && in {
+		if in, err := store.InGroup(ctx, b.Pool(), "fanout_app"); err == nil && in {
 			b.log.Warn("this worker logs in as a member of fanout_app, an orchestrator's group: the database does not hold it " +
 				"to the tasks dispatched to it. Give workers a login that is only in fanout_worker (docs/operations.md)")
 		}
@@ -136,7 +136,7 @@ func newWorker(ctx context.Context, b *Backend, cfg WorkerConfig, addr string) (
 		sc.Watcher = b.Watcher()
 	}
 	if sc.Writes == nil {
-		sc.Writes = b.ToolCalls()
+		sc.Writes = b.stores.Writes
 	}
 	if sc.Models == nil {
 		sc.Models = subagent.SimModels(sim)

@@ -45,7 +45,7 @@ func BenchmarkHotAccount(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
 				ctx := context.Background()
 				pool := benchPool(b, clients)
-				l := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: coalesce})
+				l := store.NewLedger(pool, store.LedgerConfig{Coalesce: coalesce})
 				defer l.Close()
 				ra, err := l.OpenRun(ctx, budget.OpenRunParams{RunID: "hot", TenantID: "bench", Limit: 1 << 50, MinReservation: 1,
 					Tasks: []budget.TaskBudget{{TaskID: "t", Limit: 1 << 50}}})
@@ -137,7 +137,7 @@ func BenchmarkHotAccount(b *testing.B) {
 func benchTenant(b *testing.B, clients int, tenant, coalesce bool) (rate, p99ms float64) {
 	ctx := context.Background()
 	pool := benchPool(b, clients)
-	l := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: coalesce})
+	l := store.NewLedger(pool, store.LedgerConfig{Coalesce: coalesce})
 	defer l.Close()
 	var parent budget.AccountID
 	if tenant {

@@ -27,3 +27,17 @@ func newDB(pool *pgxpool.Pool, log *slog.Logger) db {
 	}
 	return db{pool: pool, log: log, q: dbsqlc.New()}
 }
+
+// configOf is the config a constructor was given: its optional last
+// argument (NewLedger(pool) or NewLedger(pool, cfg)), the zero config
+// without one. More than one is a programming error.
+func configOf[C any](config []C) C {
+	switch len(config) {
+	case 0:
+		var zero C
+		return zero
+	case 1:
+		return config[0]
+	}
+	panic("store: a constructor takes at most one config")
+}

@@ -19,7 +19,7 @@ import (
 // ended already is refused ErrEnded, without failing the others.
 func TestCoalescedFinishTasks(t *testing.T) {
 	b := setup(t)
-	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: true})
+	rs := store.NewRuns(b.pool, store.RunsConfig{Coalesce: true})
 	t.Cleanup(rs.Close)
 	var ids []string
 	for i := range 40 {
@@ -96,7 +96,7 @@ func TestCoalescedFinishTasks(t *testing.T) {
 // and an ended task are refused.
 func TestCoalescedStartTasks(t *testing.T) {
 	b := setup(t)
-	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: true})
+	rs := store.NewRuns(b.pool, store.RunsConfig{Coalesce: true})
 	t.Cleanup(rs.Close)
 	var ids []string
 	for i := range 40 {

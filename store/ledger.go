@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/store/internal/dbsqlc"
@@ -27,7 +26,7 @@ import (
 // by the state it moves a run from.
 type Ledger struct {
 	db
-	exec ledgerExec // chosen once, by NewLedgerWithConfig
+	exec ledgerExec // chosen once, by NewLedger
 }
 
 var _ budget.Ledger = (*Ledger)(nil)
@@ -54,12 +53,11 @@ type LedgerConfig struct {
 	Logger *slog.Logger
 }
 
-// NewLedger returns a ledger on pool that runs each call in its own
-// transaction: NewLedgerWithConfig with the zero LedgerConfig.
-func NewLedger(pool *pgxpool.Pool) *Ledger { return NewLedgerWithConfig(pool, LedgerConfig{}) }
-
-// NewLedgerWithConfig returns a ledger on pool tuned by cfg.
-func NewLedgerWithConfig(pool *Pool, cfg LedgerConfig) *Ledger {
+// NewLedger returns a ledger on pool tuned by cfg (at most one; none: the
+// zero LedgerConfig, each call its own transaction). A node's ledger is
+// Stores.Ledger, on the ledger pool.
+func NewLedger(pool *Pool, config ...LedgerConfig) *Ledger {
+	cfg := configOf(config)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -445,7 +445,7 @@ func TestLedgerAgreesWithModel(t *testing.T) {
 		t.Run(fmt.Sprint("coalesced/seed", seed), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			b.ledger = store.NewLedgerWithConfig(b.pool, store.LedgerConfig{Coalesce: true})
+			b.ledger = store.NewLedger(b.pool, store.LedgerConfig{Coalesce: true})
 			t.Cleanup(b.ledger.Close)
 			runModel(t, b, "model", rand.New(rand.NewPCG(seed, 42)), 150)
 		})

@@ -136,7 +136,7 @@ func raceChild() bool {
 		accounts = append(accounts, budget.AccountID(id))
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envRaceSeed), 10, 64)
-	l := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: os.Getenv(envRaceCoalesce) != ""})
+	l := store.NewLedger(pool, store.LedgerConfig{Coalesce: os.Getenv(envRaceCoalesce) != ""})
 	defer l.Close()
 	st := raceClients(ctx, l, accounts, 25, seed, fmt.Sprintf("proc-%d", os.Getpid()))
 	json.NewEncoder(os.Stdout).Encode(st) //nolint:errcheck // the parent reports a missing result
@@ -185,7 +185,7 @@ func TestBoundaryRace(t *testing.T) {
 	defer pool.Close()
 	// Half the goroutines call directly, half through group commit: mixed
 	// traffic must stay exact and deadlock-free.
-	coalesced := store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: true})
+	coalesced := store.NewLedger(pool, store.LedgerConfig{Coalesce: true})
 	defer coalesced.Close()
 	var total, other raceStats
 	var wg sync.WaitGroup

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ErrBucketNotDefined is returned by RateLimiter.Take and Refund for a
@@ -33,15 +32,11 @@ type RateLimiterConfig struct {
 	Logger *slog.Logger
 }
 
-// NewRateLimiter returns a rate limiter on pool: NewRateLimiterWithConfig
-// with the zero RateLimiterConfig.
-func NewRateLimiter(pool *pgxpool.Pool) *RateLimiter {
-	return NewRateLimiterWithConfig(pool, RateLimiterConfig{})
-}
-
-// NewRateLimiterWithConfig returns a rate limiter on pool tuned by cfg.
-func NewRateLimiterWithConfig(pool *pgxpool.Pool, cfg RateLimiterConfig) *RateLimiter {
-	return &RateLimiter{db: newDB(pool, cfg.Logger)}
+// NewRateLimiter returns a rate limiter on pool tuned by cfg (at most one;
+// none: the zero RateLimiterConfig). A worker's is Stores.RateLimiter, on
+// the ledger pool; Keys holds one of its own on the API pool.
+func NewRateLimiter(pool *Pool, config ...RateLimiterConfig) *RateLimiter {
+	return &RateLimiter{db: newDB(pool, configOf(config).Logger)}
 }
 
 // Define creates bucket, empty, or changes its limits (balances are refilled

@@ -343,7 +343,7 @@ func TestCoalescedReservesGetTheirOwnGrants(t *testing.T) {
 	}
 	ra := b.openRun(t, "r", 1<<30, 1, limits...)
 	beginAttempts(t, b.ledger, ra)
-	l := store.NewLedgerWithConfig(b.pool, store.LedgerConfig{Coalesce: true})
+	l := store.NewLedger(b.pool, store.LedgerConfig{Coalesce: true})
 	t.Cleanup(l.Close)
 	for round := 0; ; round++ {
 		if round == 50 {

@@ -2,8 +2,6 @@ package store
 
 import (
 	"log/slog"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Runs stores runs, their tasks and their event history (tables run, task
@@ -34,10 +32,6 @@ type Runs struct {
 	finishes committer[*finishOp]
 }
 
-// NewRuns returns the run store on pool; each event write is its own
-// transaction: NewRunsWithConfig with the zero RunsConfig.
-func NewRuns(pool *pgxpool.Pool) *Runs { return NewRunsWithConfig(pool, RunsConfig{}) }
-
 // RunsConfig tunes a Runs.
 type RunsConfig struct {
 	// Coalesce appends events that arrive together in one transaction (group
@@ -51,8 +45,11 @@ type RunsConfig struct {
 	Logger *slog.Logger
 }
 
-// NewRunsWithConfig returns the run store on pool tuned by cfg.
-func NewRunsWithConfig(pool *pgxpool.Pool, cfg RunsConfig) *Runs {
+// NewRuns returns the run store on pool tuned by cfg (at most one; none:
+// the zero RunsConfig, each event write its own transaction). A node's run
+// store is Stores.Runs, on the API pool.
+func NewRuns(pool *Pool, config ...RunsConfig) *Runs {
+	cfg := configOf(config)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -63,7 +63,7 @@ func TestRunsEventsHaveNoGaps(t *testing.T) {
 
 func testEventsHaveNoGaps(t *testing.T, coalesce bool) {
 	b := setup(t)
-	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	rs := store.NewRuns(b.pool, store.RunsConfig{Coalesce: coalesce})
 	defer rs.Close()
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestRunsTerminalOutcomesAreFinal(t *testing.T) {
 
 func testTerminalOutcomesAreFinal(t *testing.T, coalesce bool) {
 	b := setup(t)
-	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	rs := store.NewRuns(b.pool, store.RunsConfig{Coalesce: coalesce})
 	defer rs.Close()
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a", "b", "c"), "n"); err != nil {
 		t.Fatal(err)
@@ -399,7 +399,7 @@ func TestRunsAppendEvents(t *testing.T) {
 
 func testAppendEvents(t *testing.T, coalesce bool) {
 	b := setup(t)
-	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	rs := store.NewRuns(b.pool, store.RunsConfig{Coalesce: coalesce})
 	defer rs.Close()
 	if _, _, err := rs.CreateRun(b.ctx, draftRun("r1", "ten", "k", "a"), "n"); err != nil {
 		t.Fatal(err)
@@ -445,7 +445,7 @@ func TestRunsAppendEventsConcurrently(t *testing.T) {
 
 func testAppendEventsConcurrently(t *testing.T, coalesce bool) {
 	b := setup(t)
-	rs := store.NewRunsWithConfig(b.pool, store.RunsConfig{Coalesce: coalesce})
+	rs := store.NewRuns(b.pool, store.RunsConfig{Coalesce: coalesce})
 	defer rs.Close()
 	for _, id := range []string{"r1", "r2"} {
 		if _, _, err := rs.CreateRun(b.ctx, draftRun(id, "ten", "k"+id, "a"), "n"); err != nil {

@@ -87,8 +87,11 @@ type Semaphore struct {
 	pollMax time.Duration
 }
 
-// NewSemaphore returns a semaphore on pool.
-func NewSemaphore(pool *pgxpool.Pool, cfg SemaphoreConfig) *Semaphore {
+// NewSemaphore returns a semaphore on pool tuned by cfg (at most one;
+// none: the zero SemaphoreConfig). A node's is Stores.Semaphore, on the
+// ledger pool.
+func NewSemaphore(pool *Pool, config ...SemaphoreConfig) *Semaphore {
+	cfg := configOf(config)
 	if cfg.PollMin <= 0 {
 		cfg.PollMin = 10 * time.Millisecond
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/runs"
 )
@@ -19,12 +18,18 @@ type Spending struct {
 	db
 }
 
-// NewSpending returns the spend reader on pool (the API's pool).
-func NewSpending(pool *pgxpool.Pool, log *slog.Logger) *Spending {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Spending{db: newDB(pool, log)}
+// SpendingConfig tunes a Spending.
+type SpendingConfig struct {
+	// Logger receives a warning for every retried database error. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// NewSpending returns the spend reader on pool tuned by cfg (at most one;
+// none: the zero SpendingConfig). A node's is Stores.Spending, on the API
+// pool.
+func NewSpending(pool *Pool, config ...SpendingConfig) *Spending {
+	return &Spending{db: newDB(pool, configOf(config).Logger)}
 }
 
 // The bounds of a spend report.

@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store/internal/dbsqlc"
@@ -57,8 +56,11 @@ type ToolCalls struct {
 	db
 }
 
-// NewToolCalls returns the tool call log on pool.
-func NewToolCalls(pool *pgxpool.Pool, cfg ToolCallsConfig) *ToolCalls {
+// NewToolCalls returns the tool call log on pool tuned by cfg (at most
+// one; none: the zero ToolCallsConfig). A node has two (Stores.Writes on
+// the ledger pool, Stores.Approvals on the API pool).
+func NewToolCalls(pool *Pool, config ...ToolCallsConfig) *ToolCalls {
+	cfg := configOf(config)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -41,8 +41,8 @@ func pending(w runs.Write) bool {
 // run's still count, and ctx's end ends the wait (the call stays pending:
 // a re-dispatched attempt takes it up, the run's end denies it).
 func (r *taskAttempt) awaitApproval(ctx context.Context, tool Tool, w runs.Write) (o toolOutcome, ok bool) {
-	if r.OnApproval != nil {
-		r.OnApproval(w)
+	if r.task.OnApproval != nil {
+		r.task.OnApproval(w)
 	}
 	m := metrics()
 	set := toolMetricAttrs(tool)

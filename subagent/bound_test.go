@@ -130,3 +130,39 @@ func TestPartialGrantShrinksMaxTokens(t *testing.T) {
 	}
 	b.checkLedger(t)
 }
+
+// TestDispatchNamesItsOutputAllowance: a worker's loop is built once, with
+// the worker's --max-output-tokens, yet each call is made (and reserved)
+// with the output allowance its dispatch asks for; a dispatch that asks
+// for none gets the worker's.
+func TestDispatchNamesItsOutputAllowance(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1_000_000, 50, map[string]int64{"a": 50_000, "b": 50_000})
+	m := &scripted{}
+	client := serve(t, workerServer(t, b, m, nil, nil))
+	for _, tc := range []struct {
+		task  string
+		asked int32
+		want  int
+	}{
+		{"a", 300, 300},
+		{"b", 0, subagent.DefaultServerConfig().MaxOutputTokens},
+	} {
+		d := request(b, tc.task)
+		d.Model.MaxOutputTokens = tc.asked
+		stream, err := client.Execute(within(t), signed(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := collect(t, stream); err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		req := m.reqs[len(m.reqs)-1]
+		m.mu.Unlock()
+		if req.Meta.TaskID != tc.task || req.MaxTokens != tc.want {
+			t.Errorf("task %s asked for %d output tokens: its call (task %s) has max_tokens %d, want %d",
+				tc.task, tc.asked, req.Meta.TaskID, req.MaxTokens, tc.want)
+		}
+	}
+}

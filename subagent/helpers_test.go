@@ -111,7 +111,7 @@ func setup(t *testing.T, limit, minRes int64, tasks map[string]int64) *bundle {
 	t.Cleanup(pool.Close)
 	// Group commit on, as a worker runs by default (issue 41): the loop's
 	// reserves and settles take the batch path a real worker takes.
-	b := &bundle{url: url, pool: pool, ledger: store.NewLedgerWithConfig(pool, store.LedgerConfig{Coalesce: true}), runID: "run1"}
+	b := &bundle{url: url, pool: pool, ledger: store.NewLedger(pool, store.LedgerConfig{Coalesce: true}), runID: "run1"}
 	t.Cleanup(b.ledger.Close) // before the pool's close: cleanups run last first
 	p := budget.OpenRunParams{RunID: b.runID, TenantID: "t1", Limit: limit, MinReservation: minRes}
 	for id, l := range tasks {

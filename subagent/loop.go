@@ -87,6 +87,22 @@ type Task struct {
 	ModelName   string
 	Temperature float64
 	Seed        int64
+
+	// What a task may set in place of its Loop's (a worker's Loop is built
+	// once, and each dispatch names its own): each defaults to the Loop's
+	// field of the same name.
+
+	// Model is the model the task calls (the dispatch's provider).
+	Model llm.Model
+	// Tools is the registry the task's AllowedTools name (a worker's
+	// current one: an MCP server's tool list may change at run time).
+	Tools *Tools
+	// MaxOutputTokens is the output allowance reserved per call.
+	MaxOutputTokens int
+	// ProgressFunc and OnApproval hear of the task's iterations and of the
+	// writes it waits on for approval (Loop.ProgressFunc, Loop.OnApproval).
+	ProgressFunc func(Progress)
+	OnApproval   func(runs.Write)
 }
 
 // Summary is what a subagent compresses its work into. Its Facts come from
@@ -126,7 +142,10 @@ type Progress struct {
 // Loop runs subagents: reserve, call the model, settle, run tools, repeat;
 // then, with an llm.StructuredModel, one more reserved and settled call that
 // compresses the work into the Summary's facts (see Run). Set the fields,
-// then call Run; a Loop may run many tasks at once.
+// then call Run; a Loop may run many tasks at once. It is the tasks'
+// shared configuration: what one task varies (its model, tools, output
+// allowance, where it reports) it sets in its Task, which wins over the
+// Loop's.
 //
 // Each call reserves an upper bound of its input tokens, never a guess:
 // one token per byte of the whole prompt for a task's first call, then the
@@ -136,7 +155,7 @@ type Progress struct {
 // warning and counted in fanout.subagent.overrun.tokens.
 type Loop struct {
 	Ledger budget.Ledger // required
-	Model  llm.Model     // required
+	Model  llm.Model     // required unless every Task names its Model
 	Tools  *Tools        // default BuiltinTools()
 	Holder string        // the worker's name, recorded on each reservation; required
 
@@ -266,17 +285,13 @@ func (l *Loop) defaults() Loop {
 // is noted in Summary.Failed; the Status stays what the loop ended with.
 func (l *Loop) Run(ctx context.Context, t Task) Summary {
 	cfg := l.defaults()
-	r := &taskAttempt{Loop: cfg, task: t}
-	if r.task.Attempt <= 0 {
-		r.task.Attempt = 1
-	}
-	if r.task.MinReservation <= 0 {
-		r.task.MinReservation = 1
-	}
-	if r.task.MaxIterations <= 0 {
-		r.task.MaxIterations = cfg.MaxIterations
-	}
+	return cfg.run(ctx, t)
+}
 
+// run is Run on a Loop whose defaults are set (defaults): a worker's,
+// built once, runs every task it is dispatched through it.
+func (l *Loop) run(ctx context.Context, t Task) Summary {
+	r := &taskAttempt{Loop: l, task: l.taskDefaults(t)}
 	ctx, span := r.startAgentSpan(ctx)
 	running := metrics().running
 	running.Add(ctx, 1)
@@ -290,6 +305,35 @@ func (l *Loop) Run(ctx context.Context, t Task) Summary {
 	running.Add(context.WithoutCancel(ctx), -1)
 	r.endAgentSpan(ctx, span, sum, cause, h, ended)
 	return sum
+}
+
+// taskDefaults is t with what it leaves unset taken from l (defaulted).
+func (l *Loop) taskDefaults(t Task) Task {
+	if t.Attempt <= 0 {
+		t.Attempt = 1
+	}
+	if t.MinReservation <= 0 {
+		t.MinReservation = 1
+	}
+	if t.MaxIterations <= 0 {
+		t.MaxIterations = l.MaxIterations
+	}
+	if t.MaxOutputTokens <= 0 {
+		t.MaxOutputTokens = l.MaxOutputTokens
+	}
+	if t.Model == nil {
+		t.Model = l.Model
+	}
+	if t.Tools == nil {
+		t.Tools = l.Tools
+	}
+	if t.ProgressFunc == nil {
+		t.ProgressFunc = l.ProgressFunc
+	}
+	if t.OnApproval == nil {
+		t.OnApproval = l.OnApproval
+	}
+	return t
 }
 
 // watched runs the loop under the run's watcher and returns the summary and
@@ -327,9 +371,12 @@ func (r *taskAttempt) watched(ctx context.Context, h *hearing) (Summary, error) 
 }
 
 // taskAttempt is the state of one Run: one attempt of one task (the
-// ledger's dispatch attempt, Loop.Attempt).
+// ledger's dispatch attempt, Task.Attempt). The Loop is shared by every
+// attempt and never changed; what varies per task is in task, with the
+// Loop's defaults filled in (taskDefaults): read the model, the tools, the
+// output allowance and the callbacks there, never the Loop's.
 type taskAttempt struct {
-	Loop
+	*Loop
 	task  Task
 	msgs  []llm.Message
 	est   llm.Estimator // bounds each call's input from the last reported usage
@@ -347,7 +394,7 @@ type taskAttempt struct {
 
 func (r *taskAttempt) loop(ctx context.Context) Summary {
 	r.work(ctx)
-	if sm, ok := r.Model.(llm.StructuredModel); ok && r.sum.Iterations > 0 && !r.sum.WoundDown {
+	if sm, ok := r.task.Model.(llm.StructuredModel); ok && r.sum.Iterations > 0 && !r.sum.WoundDown {
 		if err := r.compress(ctx, sm); err != nil {
 			r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("compress: %v; kept the local summary", err))
 		}
@@ -389,7 +436,7 @@ func (r *taskAttempt) work(ctx context.Context) {
 			allowed = append(allowed, name)
 		}
 	}
-	r.tools = r.Tools.Defs(allowed)
+	r.tools = r.task.Tools.Defs(allowed)
 	if err := r.loadPrior(ctx); err != nil {
 		r.finish(ctx, err)
 		return
@@ -419,8 +466,8 @@ func (r *taskAttempt) work(ctx context.Context) {
 }
 
 func (r *taskAttempt) progress(it, toolCalls int) {
-	if r.ProgressFunc != nil {
-		r.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls,
+	if r.task.ProgressFunc != nil {
+		r.task.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls,
 			Peak: r.sum.Peak, Granted: r.granted})
 	}
 }
@@ -435,12 +482,12 @@ func (r *taskAttempt) iterate(ctx context.Context, it int) (llm.Response, error)
 		key:       fmt.Sprintf("i%d", it),
 		iteration: it,
 		input:     r.est.Bound(r.msgs, r.tools...),
-		output:    int64(r.MaxOutputTokens),
+		output:    int64(r.task.MaxOutputTokens),
 		least:     r.task.MinReservation,
 		tools:     r.tools,
 		do: func(ctx context.Context, req llm.Request) (llm.Response, error) {
 			r.sum.Iterations = it
-			return r.Model.Call(ctx, req)
+			return r.task.Model.Call(ctx, req)
 		},
 	}
 	// The grant may say the task is wound down: the call is then its last,

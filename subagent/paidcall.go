@@ -149,7 +149,7 @@ func (r *taskAttempt) callAndPay(ctx context.Context, c paidCall, res budget.Res
 	if ctx.Err() != nil {
 		return llm.Response{}, nil, context.Cause(ctx)
 	}
-	err := fmt.Errorf("call model %s in %s: %w", r.Model.Name(), c.name, callErr)
+	err := fmt.Errorf("call model %s in %s: %w", r.task.Model.Name(), c.name, callErr)
 	var se *llm.StatusError
 	if errors.As(callErr, &se) && se.MaybeBilled() {
 		return llm.Response{}, se, err
@@ -177,7 +177,7 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 		Holder:   r.Holder,
 		TTL:      r.LeaseTTL,
 		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
-		Model:    requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
+		Model:    requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		FromHeld: r.task.FromHeld,
 	})
 }
@@ -286,7 +286,7 @@ func (r *taskAttempt) settle(ctx context.Context, res budget.Reservation, actual
 	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
 		Reservation: res.ID, Generation: res.Lease.Generation, Secret: r.task.AttemptSecret,
 		Actual: actual, Estimated: estimated,
-		Model:       requestModel(r.Model, llm.Request{Model: r.task.ModelName}),
+		Model:       requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
 	})
 	if err != nil {

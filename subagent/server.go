@@ -122,7 +122,11 @@ type Server struct {
 	fanoutv1.UnimplementedSubagentServiceServer
 
 	cfg       ServerConfig
-	toolSlots chan struct{} // ToolParallelism, shared by every task's loop
+	toolSlots chan struct{} // ToolParallelism, shared by every task
+	// loop runs every task dispatched here: built once (newLoop), with its
+	// defaults set; each task brings what varies (its model, tools, output
+	// allowance, stream).
+	loop Loop
 
 	mu       sync.Mutex
 	running  int
@@ -206,6 +210,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	cfg.Logger = redact.Logger(cfg.Logger)
 	s := &Server{cfg: cfg, inFlight: map[string]bool{}, toolSlots: make(chan struct{}, cfg.ToolParallelism)}
+	s.loop = s.newLoop()
 	s.stop, s.stopFunc = context.WithCancelCause(context.Background())
 	metrics().capacityLimit.Add(context.Background(), int64(cfg.Capacity))
 	return s, nil
@@ -257,6 +262,9 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 	}
 
 	task := taskFromRequest(req)
+	task.Model = model
+	task.Tools = s.tools()
+	reportOn(stream, &task)
 	if s.cfg.Watcher != nil {
 		sub := s.cfg.Watcher.Subscribe(req.GetRunId())
 		defer sub.Close()
@@ -265,19 +273,19 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 			task.Watch = cancelOnly{sub}
 		}
 	}
-	sum := s.newLoop(model, req, stream).Run(ctx, task)
+	sum := s.loop.run(ctx, task)
 	s.cfg.Logger.InfoContext(ctx, "subagent ended", "run_id", req.GetRunId(), "task_id", req.GetTask().GetId(),
 		"status", sum.Status, "tokens", sum.TokensSpent, "iterations", sum.Iterations, "err", sum.Err)
 	return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Summary{Summary: sum.Proto()}})
 }
 
-// newLoop returns the agent loop for req with model, reporting each
-// iteration on stream.
-func (s *Server) newLoop(model llm.Model, req *fanoutv1.Dispatch, stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) *Loop {
+// newLoop returns the agent loop of every task this worker runs, with its
+// defaults set: what the server's config says, once. The model, the tools
+// and the output allowance are each task's (Execute).
+func (s *Server) newLoop() Loop {
 	loop := &Loop{
 		Ledger:              s.cfg.Ledger,
-		Model:               model,
-		Tools:               s.tools(),
+		Tools:               s.cfg.Tools,
 		Holder:              s.cfg.Name,
 		LeaseTTL:            s.cfg.LeaseTTL,
 		MaxIterations:       s.cfg.MaxIterations,
@@ -291,24 +299,26 @@ func (s *Server) newLoop(model llm.Model, req *fanoutv1.Dispatch, stream grpc.Se
 		MaxToolCallsPerTurn: s.cfg.MaxToolCallsPerTurn,
 		ToolAllowed:         s.cfg.ToolAllowed,
 		ApprovalPoll:        s.cfg.ApprovalPoll,
-		OnApproval: func(w runs.Write) {
-			// The orchestrator records it as ApprovalRequested.
-			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Approval{
-				Approval: &fanoutv1.SubagentApproval{CallId: w.CallID, Tool: w.Tool, Preview: w.Preview,
-					Deadline: timestamppb.New(w.ApprovalDeadline)}}})
-		},
-		ProgressFunc: func(p Progress) {
-			// A failed send means the client is gone, which cancels ctx.
-			_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
-				Iteration: &fanoutv1.SubagentIteration{
-					Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls),
-					PeakTokens: p.Peak, GrantedTokens: p.Granted}}})
-		},
 	}
-	if n := req.GetModel().GetMaxOutputTokens(); n > 0 {
-		loop.MaxOutputTokens = int(n)
+	return loop.defaults()
+}
+
+// reportOn has t report its iterations and the writes it waits on for
+// approval on stream.
+func reportOn(stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse], t *Task) {
+	t.OnApproval = func(w runs.Write) {
+		// The orchestrator records it as ApprovalRequested.
+		_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Approval{
+			Approval: &fanoutv1.SubagentApproval{CallId: w.CallID, Tool: w.Tool, Preview: w.Preview,
+				Deadline: timestamppb.New(w.ApprovalDeadline)}}})
 	}
-	return loop
+	t.ProgressFunc = func(p Progress) {
+		// A failed send means the client is gone, which cancels ctx.
+		_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
+			Iteration: &fanoutv1.SubagentIteration{
+				Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls),
+				PeakTokens: p.Peak, GrantedTokens: p.Granted}}})
+	}
 }
 
 // taskContext derives a subagent's context: the stream's values, cancelled
@@ -548,6 +558,8 @@ func taskFromRequest(req *fanoutv1.Dispatch) Task {
 		ModelName:      req.GetModel().GetModel(),
 		Temperature:    req.GetModel().GetTemperature(),
 		Seed:           req.GetModel().GetSeed(),
+		// 0: the worker's --max-output-tokens (Loop.MaxOutputTokens).
+		MaxOutputTokens: int(req.GetModel().GetMaxOutputTokens()),
 	}
 }
 

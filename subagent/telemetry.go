@@ -223,8 +223,8 @@ func (r *taskAttempt) startAgentSpan(ctx context.Context) (context.Context, trac
 		attrOperation.String(opInvokeAgent),
 		attrAgentName.String(r.task.TaskID),
 		attrAgentID.String(r.task.RunID + "/" + r.task.TaskID),
-		attrProvider.String(r.Model.Name()),
-		attrRequestModel.String(requestModel(r.Model, llm.Request{Model: r.task.ModelName})),
+		attrProvider.String(r.task.Model.Name()),
+		attrRequestModel.String(requestModel(r.task.Model, llm.Request{Model: r.task.ModelName})),
 		attrRunID.String(r.task.RunID),
 		attrTaskID.String(r.task.TaskID),
 		attrAttempt.Int(r.task.Attempt),
@@ -265,10 +265,10 @@ func (r *taskAttempt) endAgentSpan(ctx context.Context, span trace.Span, sum Sum
 // startChatSpan starts the span of one model call, the compression call
 // included (with outputType "json").
 func (r *taskAttempt) startChatSpan(ctx context.Context, res budget.Reservation, req llm.Request, outputType string) (context.Context, trace.Span, []attribute.KeyValue) {
-	model := requestModel(r.Model, req)
+	model := requestModel(r.task.Model, req)
 	common := []attribute.KeyValue{
 		attrOperation.String(opChat),
-		attrProvider.String(r.Model.Name()),
+		attrProvider.String(r.task.Model.Name()),
 		attrRequestModel.String(model),
 	}
 	attrs := append(common[:len(common):len(common)],
@@ -339,8 +339,8 @@ func (r *taskAttempt) reportOverrun(ctx context.Context, res budget.Reservation,
 		"run_id", r.task.RunID, "task_id", r.task.TaskID, "reservation", res.ID,
 		"requested", res.Requested, "granted", res.Amount, "actual", u.Total(),
 		"input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "overrun", over,
-		"provider", r.Model.Name())
-	metrics().overrun.Add(context.WithoutCancel(ctx), over, metric.WithAttributes(attrProvider.String(r.Model.Name())))
+		"provider", r.task.Model.Name())
+	metrics().overrun.Add(context.WithoutCancel(ctx), over, metric.WithAttributes(attrProvider.String(r.task.Model.Name())))
 }
 
 // startToolSpan starts the execute_tool span of one call of tool (the

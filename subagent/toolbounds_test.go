@@ -304,3 +304,51 @@ wait:
 			p, 2*perTaskBound, perTaskBound)
 	}
 }
+
+// TestEachTaskGetsTheRegistryOfItsStart: a worker's loop is built once, but
+// its tool registry may change at run time (ServerConfig.ToolsFunc: an MCP
+// server's tools/list_changed). Each task is given the registry current
+// when it starts: a task started after the change calls the new tool, one
+// started before it called the old one.
+func TestEachTaskGetsTheRegistryOfItsStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1_000_000, 50, map[string]int64{"a": 50_000, "b": 50_000})
+	var before, after recorder
+	registry := func(rec *recorder) *subagent.Tools {
+		tools, err := subagent.NewTools(rec.tool("r", subagent.EffectRead, subagent.ToolResult{Text: "ok"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tools
+	}
+	var mu sync.Mutex
+	current := registry(&before)
+	m := &scripted{calls: repeat("r", 1)}
+	client := serve(t, workerServer(t, b, m, nil, func(c *subagent.ServerConfig) {
+		c.ToolsFunc = func() *subagent.Tools { mu.Lock(); defer mu.Unlock(); return current }
+	}))
+	run := func(task string) {
+		t.Helper()
+		stream, err := client.Execute(within(t), signed(toolDispatch(b, task, "r")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := collect(t, stream)
+		if n := len(msgs); err != nil || n == 0 || msgs[n-1].GetSummary().GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			t.Fatalf("task %s: stream = %v, %v; want a successful summary", task, msgs, err)
+		}
+	}
+
+	run("a")
+	mu.Lock()
+	current = registry(&after)
+	mu.Unlock()
+	run("b")
+
+	if got, want := len(before.calls()), 1; got != want {
+		t.Errorf("the registry before the change ran %d calls, want %d (task a's)", got, want)
+	}
+	if got, want := len(after.calls()), 1; got != want {
+		t.Errorf("the registry after the change ran %d calls, want %d (task b's)", got, want)
+	}
+}

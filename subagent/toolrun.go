@@ -158,7 +158,7 @@ func (r *taskAttempt) report(c llm.ToolCall, o toolOutcome) {
 
 // lookup returns the tool c calls if it exists and the task allows it.
 func (r *taskAttempt) lookup(c llm.ToolCall) (Tool, bool) {
-	tool, ok := r.Tools.Get(c.Name)
+	tool, ok := r.task.Tools.Get(c.Name)
 	if !ok || !contains(r.task.AllowedTools, c.Name) || !r.toolAllowed(c.Name) {
 		return Tool{}, false
 	}

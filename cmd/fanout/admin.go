@@ -79,17 +79,17 @@ func (a *adminFlags) connect(ctx context.Context) (context.Context, fanoutv1.Adm
 		}
 		return ctx, fanoutv1.NewAdminServiceClient(conn), func() { _ = conn.Close() }, nil
 	}
-	pool, err := store.Open(ctx, a.databaseURL)
+	st, err := store.OpenAdmin(ctx, a.databaseURL)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	var role string
-	if err := pool.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
-		pool.Close()
+	if err := st.Pool().QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+		st.Close()
 		return nil, nil, nil, err
 	}
-	srv := adminsvc.NewServer(store.NewKeys(pool, nil), store.NewLedger(pool), newLogger(io.Discard, "error"))
-	return tenant.NewContext(ctx, tenant.Principal{Role: role}), localAdmin{srv}, pool.Close, nil
+	srv := adminsvc.NewServer(st.Keys, st.Ledger, newLogger(io.Discard, "error"))
+	return tenant.NewContext(ctx, tenant.Principal{Role: role}), localAdmin{srv}, st.Close, nil
 }
 
 // localAdmin calls an AdminServer in process.

@@ -57,15 +57,16 @@ func cmdAudit(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	audit := store.NewAudit(pool)
 	if verb == "revoke" {
-		left, err := store.NewAudit(pool).Revoke(ctx, tenant, role)
+		left, err := audit.Revoke(ctx, tenant, role)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "role %s no longer audits tenant %s (it audits %d other tenant(s); the role itself is kept)\n", role, tenant, left)
 		return nil
 	}
-	res, err := store.NewAudit(pool).Grant(ctx, tenant, role)
+	res, err := audit.Grant(ctx, tenant, role)
 	if err != nil {
 		return err
 	}

@@ -51,10 +51,11 @@ func (p *providerFlags) register(f *flags) {
 }
 
 // modelsFunc returns the worker's node.WorkerConfig.ModelsFunc: models
-// with the backend's pool (the fleet's rate limiter) and logger.
+// with the backend's rate limiter (the fleet's, on its ledger pool) and
+// logger.
 func (p *providerFlags) modelsFunc(env *Env) func(*node.Backend, llm.Model) (subagent.ModelFunc, error) {
 	return func(b *node.Backend, sim llm.Model) (subagent.ModelFunc, error) {
-		return p.models(env, b.Pool(), sim, b.Logger())
+		return p.models(env, b.Stores().RateLimiter, sim, b.Logger())
 	}
 }
 
@@ -97,8 +98,10 @@ func (p *providerFlags) limits() (openai, anthropic llm.RateLimit, err error) {
 
 // models builds the worker's ModelFunc: sim always, openai and anthropic
 // when their key is set. It names a provider that was asked for by default
-// but has no key, and a limit flag out of its bounds.
-func (p *providerFlags) models(env *Env, pool *store.Pool, sim llm.Model, log *slog.Logger) (subagent.ModelFunc, error) {
+// but has no key, and a limit flag out of its bounds. A provider with a
+// limit waits for fleet, the fleet's rate limiter, unless p.limiter
+// replaces it.
+func (p *providerFlags) models(env *Env, fleet *store.RateLimiter, sim llm.Model, log *slog.Logger) (subagent.ModelFunc, error) {
 	byName := map[string]llm.Model{"sim": sim}
 	openaiLimit, anthropicLimit, err := p.limits()
 	if err != nil {
@@ -110,8 +113,8 @@ func (p *providerFlags) models(env *Env, pool *store.Pool, sim llm.Model, log *s
 	}
 	limiter := p.limiter
 	limited := func(l llm.RateLimit) bool { return l.RPM > 0 || l.TPM > 0 }
-	if limiter == nil && (limited(openaiLimit) || limited(anthropicLimit)) {
-		limiter = store.NewRateLimiterWithConfig(pool, store.RateLimiterConfig{Logger: log})
+	if limiter == nil && fleet != nil && (limited(openaiLimit) || limited(anthropicLimit)) {
+		limiter = fleet
 	}
 	slots := semaphore.NewWeighted(max(p.modelCalls, 1))
 	base := func(key, baseURL, model string, limits llm.RateLimit) llm.ProviderConfig {
