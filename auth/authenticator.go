@@ -132,10 +132,17 @@ func NewAuthenticator(keys tenant.KeyLookup, cfg Config) *Authenticator {
 		streams: map[string]map[*streamEntry]struct{}{}, loop: poll.New()}
 }
 
-// RevokedError is the cause of a stream ended because its key died.
+// RevokedError is the cause of a stream ended because its key died. It is
+// UNAUTHENTICATED (GRPCStatus): a handler that returns its context's cause
+// returns what the caller is answered, not an unexpected error.
 type RevokedError struct{ KeyID string }
 
 func (e *RevokedError) Error() string { return "API key " + e.KeyID + " was revoked or has expired" }
+
+// GRPCStatus is the status of a call ended by e: UNAUTHENTICATED.
+func (e *RevokedError) GRPCStatus() *status.Status {
+	return status.New(codes.Unauthenticated, e.Error())
+}
 
 // Authenticate returns the principal of token, or UNAUTHENTICATED for a
 // malformed token, an unknown key, a wrong secret, or a revoked or expired

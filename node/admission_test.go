@@ -1,7 +1,9 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -19,6 +21,8 @@ import (
 	"github.com/fanout/fanout/auth"
 	"github.com/fanout/fanout/node"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // rawCodec sends a request already encoded (a *[]byte), so that 48 callers
@@ -38,7 +42,7 @@ func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]
 func (bearerCreds) RequireTransportSecurity() bool { return false }
 
 // dialKey is a connection to addr that calls with token ("" for none).
-func dialKey(t *testing.T, addr, token string) *grpc.ClientConn {
+func dialKey(t testing.TB, addr, token string) *grpc.ClientConn {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if token != "" {
@@ -243,5 +247,80 @@ func TestUnauthenticatedFloodHeapIsBounded(t *testing.T) {
 	if err := call(t.Context(), conns[0], grpc.PerRPCCredentials(bearerCreds{token: fresh})); status.Code(err) != codes.ResourceExhausted ||
 		!strings.Contains(status.Convert(err).Message(), "spec") {
 		t.Errorf("a new key's StartRun of a 7 MiB spec after the flood: %v; want the service's RESOURCE_EXHAUSTED on the spec", err)
+	}
+}
+
+// TestARevokedStreamIsNoInternalError: a WatchRun open on a key that is
+// then revoked ends UNAUTHENTICATED, and the orchestrator logs no "internal
+// error" for it. The stream's context ends with the revocation as its
+// cause, which the watch returns; the cause did not say it was
+// UNAUTHENTICATED, so the service took it for an unexpected error and
+// logged it at ERROR (the caller still got UNAUTHENTICATED, which the
+// authenticator's interceptor put over it).
+func TestARevokedStreamIsNoInternalError(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	b, err := node.OpenBackend(t.Context(), node.BackendConfig{DatabaseURL: storetest.NewDB(t),
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	o := startOrchestrator(t, b, node.OrchestratorConfig{Workers: "127.0.0.1:1"})
+	token := newScopedKey(t, b, "acme", "run", "read", "cancel")
+	client := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), token))
+	started, err := client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: &fanoutv1.RunSpec{
+		IdempotencyKey: "watched", Goal: "g", Budget: &fanoutv1.Budget{LimitTokens: 10_000},
+		Model: &fanoutv1.ModelSettings{Provider: "sim"},
+		Tasks: []*fanoutv1.TaskSpec{{Id: "t1", Instruction: "x", TokenBudget: 5_000}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := client.WatchRun(t.Context(), &fanoutv1.WatchRunRequest{RunId: started.GetRunId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // open and authenticated
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	keyID, _, err := auth.ParseToken(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.NewKeys(b.Pool(), nil).RevokeKey(t.Context(), storetest.Actor(t, b.Pool()), keyID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("the stream of a revoked key ended with %v, want UNAUTHENTICATED", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream of a revoked key was still open 10s after the revocation")
+	}
+	// End the run with another key, then close the orchestrator, which waits
+	// for the handler (it returns after the caller has its answer), before
+	// reading the log.
+	other := fanoutv1.NewOrchestratorServiceClient(dialKey(t, o.Addr(), newScopedKey(t, b, "acme", "cancel")))
+	if _, err := other.CancelRun(t.Context(), &fanoutv1.CancelRunRequest{RunId: started.GetRunId()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = o.Close(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "internal error") {
+		t.Errorf("a revoked key's stream was logged as an internal error:\n%s", logs.String())
 	}
 }

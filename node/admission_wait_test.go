@@ -48,7 +48,7 @@ func openOrchestrator(t *testing.T, cfg node.BackendConfig) (*node.Backend, *nod
 
 // startOrchestrator opens an orchestrator on b with cfg (the test peer
 // keys as its trust) and closes it when the test ends.
-func startOrchestrator(t *testing.T, b *node.Backend, cfg node.OrchestratorConfig) *node.Orchestrator {
+func startOrchestrator(t testing.TB, b *node.Backend, cfg node.OrchestratorConfig) *node.Orchestrator {
 	t.Helper()
 	orchTrust, _, _, err := node.DevTrust(peerDir)
 	if err != nil {

@@ -3,8 +3,6 @@ package node
 import (
 	"compress/gzip"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -410,10 +408,12 @@ func securityHeaders(next http.Handler, tls bool) http.Handler {
 }
 
 // writeStatus answers r, whose body was not read, with st in the protocol r
-// speaks: a gRPC-Web request gets a trailers-only response (grpc-status in
-// the headers), a REST path google.rpc.Status JSON, any other a Connect
-// error (JSON, with the status's details), each under the HTTP status of
-// its code.
+// speaks: a REST path google.rpc.Status JSON under the HTTP status of its
+// code (as vanguard answers the service's own errors); any other what
+// connect's error writer writes (gRPC-Web trailers-only, a Connect unary
+// error as JSON under the HTTP status of its code, the status's details
+// kept), but a Connect stream is answered as a Connect unary call is (see
+// refusedStream).
 func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
 	if r.ProtoMajor == 1 && r.ContentLength != 0 {
 		// The body was not read and will not be kept: close the connection
@@ -423,16 +423,7 @@ func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
 		_ = rc.EnableFullDuplex()
 		defer drain(rc, r.Body)
 	}
-	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/grpc-web") {
-		w.Header().Set("Content-Type", ct)
-		w.Header().Set("Grpc-Status", fmt.Sprint(int(st.Code())))
-		w.Header().Set("Grpc-Message", url.PathEscape(st.Message()))
-		w.WriteHeader(http.StatusOK)
-		return
-	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Connect-Protocol-Version") == "" {
-		// A REST path answers google.rpc.Status, as vanguard does for the
-		// service's own errors.
 		body, err := protojson.Marshal(st.Proto())
 		if err != nil {
 			body = []byte(`{"code":13,"message":"internal error"}`)
@@ -442,22 +433,43 @@ func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status) {
 		_, _ = w.Write(body)
 		return
 	}
-	type detail struct {
-		Type  string `json:"type"`
-		Value string `json:"value"`
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/connect+") {
+		r = refusedStream
 	}
-	body := struct {
-		Code    string   `json:"code"`
-		Message string   `json:"message,omitempty"`
-		Details []detail `json:"details,omitempty"`
-	}{Code: connectCode(st.Code()), Message: st.Message()}
+	_ = connectErrors.Write(w, r, connectError(st))
+}
+
+// connectErrors writes an error in the protocol of the request: Connect
+// (unary or streaming), gRPC or gRPC-Web.
+var connectErrors = connect.NewErrorWriter()
+
+// refusedStream stands for a Connect streaming request refused before its
+// body was read, so that connectErrors answers it as it answers a request
+// of no RPC protocol: the Connect unary error, its code in the HTTP status,
+// which a Connect client maps back to the code (the protocol's rule for an
+// answer that is not 200). The streaming form (200, the error in the
+// end-of-stream message in the body) has the caller read the body of an
+// answer that came before it had sent its request, and connect-go's client
+// can lose that body: it drops the request's bytes as soon as the answer's
+// headers come, so its transport, if it had not written them yet, sends a
+// short body and closes the connection under the answer, and the call ends
+// INTERNAL ("I/O error after end-stream message") — on a loaded machine
+// about one call in a hundred (TestConnectStreamRefusalIsInTheStatus).
+var refusedStream = &http.Request{Method: http.MethodPost, Header: http.Header{}}
+
+// connectError is st as a Connect error, with its details.
+func connectError(st *status.Status) *connect.Error {
+	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 	for _, d := range st.Proto().GetDetails() {
-		body.Details = append(body.Details, detail{Type: strings.TrimPrefix(d.GetTypeUrl(), "type.googleapis.com/"),
-			Value: base64.RawStdEncoding.EncodeToString(d.GetValue())})
+		m, err := d.UnmarshalNew()
+		if err != nil {
+			continue
+		}
+		if ed, err := connect.NewErrorDetail(m); err == nil {
+			ce.AddDetail(ed)
+		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpStatus(st.Code()))
-	_ = json.NewEncoder(w).Encode(body)
+	return ce
 }
 
 // drain reads and drops what is left of a refused HTTP/1 body, keeping
@@ -481,25 +493,8 @@ const (
 	lingerBytes = 64 << 20
 )
 
-// connectCode is code's name in the Connect protocol.
-func connectCode(c codes.Code) string {
-	if c == codes.Canceled {
-		return "canceled"
-	}
-	var b strings.Builder
-	for i, r := range c.String() { // "ResourceExhausted" → "resource_exhausted"
-		if r >= 'A' && r <= 'Z' {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// httpStatus is the HTTP status the Connect protocol gives code.
+// httpStatus is the HTTP status the Connect protocol gives code, which a
+// REST answer takes too.
 func httpStatus(c codes.Code) int {
 	switch c {
 	case codes.Canceled:

@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/fanout/fanout/node"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store/storetest"
 )
 
@@ -174,5 +177,57 @@ func TestHTTPTenantQuota(t *testing.T) {
 	}
 	if code, _, out := call(ctx, t, client, "GET", base+"/v1/runs", globex, "", ""); code != 200 {
 		t.Errorf("globex while acme's quota is full: %d %.200s; want 200", code, out)
+	}
+}
+
+// TestConnectStreamRefusalIsInTheStatus: a Connect-streaming call refused
+// before its body is read (here WatchRun with a malformed key) is answered
+// with its code in the HTTP status (401), as a Connect unary call is, not
+// in the end-of-stream message of a 200: connect-go's client can lose the
+// body of an answer that comes before it has sent its request, and with
+// the streaming form one such call in about a hundred ended INTERNAL
+// ("corrupt response: I/O error after end-stream message") on a loaded
+// machine (TestEveryRPCIsScopedToTheCredentialsTenant in CI). 300 calls
+// through connect-go are all UNAUTHENTICATED; a gRPC-Web call gets its
+// status in the headers (trailers-only).
+func TestConnectStreamRefusalIsInTheStatus(t *testing.T) {
+	t.Parallel()
+	_, _, base := openHTTP(t, node.BackendConfig{}, nil)
+	const malformed = "fanout_fk_0123456789abcdef_nope"
+	body := `{"runId":"r_00000000000000000000000000000000"}`
+	envelope := string([]byte{0, 0, 0, 0, byte(len(body))}) + body
+	for _, tc := range []struct{ ct, want string }{
+		{"application/connect+json", `"code":"unauthenticated"`},
+		{"application/grpc-web+json", "16"},
+	} {
+		code, _, out := call(t.Context(), t, http.DefaultClient, http.MethodPost, base+fanoutv1.OrchestratorService_WatchRun_FullMethodName,
+			malformed, tc.ct, envelope)
+		wantCode := http.StatusUnauthorized
+		if strings.HasPrefix(tc.ct, "application/grpc-web") {
+			wantCode = http.StatusOK // trailers-only: grpc-status in the headers
+		}
+		if code != wantCode || !strings.Contains(out, tc.want) {
+			t.Errorf("WatchRun as %s with a malformed key: %d %q; want %d with %s", tc.ct, code, out, wantCode, tc.want)
+		}
+	}
+	cl := connect.NewClient[fanoutv1.WatchRunRequest, fanoutv1.WatchRunResponse](http.DefaultClient,
+		base+fanoutv1.OrchestratorService_WatchRun_FullMethodName, connect.WithProtoJSON())
+	got := map[string]int{}
+	for range 300 {
+		r := connect.NewRequest(&fanoutv1.WatchRunRequest{RunId: "r_00000000000000000000000000000000"})
+		r.Header().Set("Authorization", "Bearer "+malformed)
+		st, err := cl.CallServerStream(t.Context(), r)
+		if err == nil {
+			for st.Receive() {
+			}
+			err = st.Err()
+			_ = st.Close()
+		}
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			got[err.Error()]++
+		}
+	}
+	if len(got) > 0 {
+		t.Errorf("of 300 WatchRun calls through connect-go with a malformed key, not UNAUTHENTICATED: %v", got)
 	}
 }

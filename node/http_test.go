@@ -29,7 +29,7 @@ import (
 // --http-listen 127.0.0.1:0` wires it, on a new database with backend
 // config cfg (changed by tune before it opens), with no worker; it returns
 // the HTTP listener's base URL too.
-func openHTTP(t *testing.T, cfg node.BackendConfig, tune func(*node.Backend)) (*node.Backend, *node.Orchestrator, string) {
+func openHTTP(t testing.TB, cfg node.BackendConfig, tune func(*node.Backend)) (*node.Backend, *node.Orchestrator, string) {
 	t.Helper()
 	b := backend(t, storetest.NewDB(t), cfg)
 	if tune != nil {

@@ -52,7 +52,7 @@ var peerDir = func() string {
 	return d
 }()
 
-func backend(t *testing.T, url string, cfg node.BackendConfig) *node.Backend {
+func backend(t testing.TB, url string, cfg node.BackendConfig) *node.Backend {
 	t.Helper()
 	cfg.DatabaseURL, cfg.Logger = url, quiet
 	b, err := node.OpenBackend(t.Context(), cfg)

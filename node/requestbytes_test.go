@@ -31,7 +31,7 @@ import (
 
 // newScopedKey creates a key of tenant tenantID (created if new) with
 // scopes and returns its token.
-func newScopedKey(t *testing.T, b *node.Backend, tenantID string, scopes ...string) string {
+func newScopedKey(t testing.TB, b *node.Backend, tenantID string, scopes ...string) string {
 	t.Helper()
 	keys := store.NewKeys(b.Pool(), nil)
 	actor := storetest.Actor(t, b.Pool())
