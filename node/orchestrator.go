@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -91,19 +92,65 @@ func OpenOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig) (
 	return openOrchestrator(ctx, b, cfg, make(chan error, 1))
 }
 
-func openOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig, exited chan<- error) (*Orchestrator, error) {
+func openOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig, exited chan<- error) (_ *Orchestrator, err error) {
 	if cfg.Trust.TLS == nil || cfg.Trust.Signer == nil {
 		return nil, errors.New("orchestrator: peer TLS and a dispatch signing key are required")
 	}
 	o := &Orchestrator{}
-	ws, err := o.dialWorkers(cfg.Workers, cfg.Trust.TLS)
+	defer func() {
+		if err != nil {
+			o.abandon()
+		}
+	}()
+	if err := o.startEngine(b, cfg); err != nil {
+		return nil, err
+	}
+	admin, err := openAdmin(cfg.AdminDatabaseURL, b)
 	if err != nil {
 		return nil, err
 	}
+	o.closeAdmin = admin.close
+	// Authentication is an API read: its lookups (and the request buckets)
+	// take the API pool, never the ledger's.
+	authn := auth.NewAuthenticator(b.stores.Keys, auth.Config{Logger: b.Logger()})
+	if err := o.listen(b, cfg, authn, admin, exited); err != nil {
+		return nil, err
+	}
+	if !cfg.Auth.None {
+		o.watchKeys(ctx, b, authn)
+	}
+	o.srv.serve(fanoutv1.OrchestratorService_ServiceDesc.ServiceName, fanoutv1.AdminService_ServiceDesc.ServiceName)
+	if o.http != nil {
+		o.http.serve(exited)
+	}
+	return o, nil
+}
+
+// abandon undoes what openOrchestrator had done when a later step failed:
+// the engine (it never served: nothing to drain), the worker channels,
+// AdminService's pool and the listeners.
+func (o *Orchestrator) abandon() {
+	if o.engine != nil {
+		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
+	}
+	o.closeWorkers()
+	if o.closeAdmin != nil {
+		o.closeAdmin()
+	}
+	if o.srv != nil {
+		o.srv.close()
+	}
+}
+
+// startEngine dials the workers and builds the engine on b's stores.
+func (o *Orchestrator) startEngine(b *Backend, cfg OrchestratorConfig) error {
+	ws, err := o.dialWorkers(cfg.Workers, cfg.Trust.TLS)
+	if err != nil {
+		return err
+	}
 	pool, err := orchestrator.NewWorkerPool(ws...)
 	if err != nil {
-		o.closeWorkers()
-		return nil, err
+		return err
 	}
 	if cfg.Engine.KnownTools == nil {
 		cfg.Engine.KnownTools = append(subagent.BuiltinToolNames(), cfg.MCPTools...)
@@ -130,100 +177,68 @@ func openOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig, e
 	if cfg.ParamsFunc != nil {
 		cfg.ParamsFunc(&params)
 	}
-	if o.engine, err = orchestrator.NewEngine(params); err != nil {
-		o.closeWorkers()
-		return nil, err
-	}
-	listenAddr := cfg.Listen
-	if listenAddr == "" {
-		listenAddr = defaultListen
-	}
-	admin, err := openAdmin(cfg.AdminDatabaseURL, b)
-	if err != nil {
-		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
-		o.closeWorkers()
-		return nil, err
-	}
-	o.closeAdmin = admin.close
-	// Authentication is an API read: its lookups (and the request buckets)
-	// take the API pool, never the ledger's.
-	authn := auth.NewAuthenticator(b.stores.Keys, auth.Config{Logger: b.Logger()})
+	o.engine, err = orchestrator.NewEngine(params)
+	return err
+}
+
+// listen opens the caller-facing listeners: gRPC (with the probe port, if
+// asked) and HTTP, if asked, both behind one admission (the budgets of the
+// calls read before they are authenticated) and the request-bytes gate.
+// They serve once openOrchestrator says so.
+func (o *Orchestrator) listen(b *Backend, cfg OrchestratorConfig, authn *auth.Authenticator, admin adminService,
+	exited chan<- error) error {
+	listenAddr := cmp.Or(cfg.Listen, defaultListen)
 	recvLimit := 2*o.engine.Config().MaxSpecBytes + 1024 // orchestrator.ServerOptions' receive limit
 	adm, err := b.admission(recvLimit)                   // the gRPC and HTTP listeners' budgets together
 	if err != nil {
-		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
-		o.closeWorkers()
-		admin.close()
-		return nil, err
+		return err
 	}
 	authOpts, err := cfg.Auth.serverOptions(listenAddr, authn, adm, b.Logger())
 	if err != nil {
-		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
-		o.closeWorkers()
-		admin.close()
-		return nil, err
+		return err
 	}
 	if o.srv, err = listen("orchestrator", listenAddr, b.streams, exited,
 		append(append(orchestrator.ServerOptions(o.engine), callerWindows()...), authOpts...)...); err != nil {
-		o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
-		o.closeWorkers()
-		admin.close()
-		return nil, err
+		return err
 	}
 	if cfg.ProbeListen != "" {
 		if _, err := o.srv.serveProbe(cfg.ProbeListen); err != nil {
-			o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
-			o.closeWorkers()
-			admin.close()
-			o.srv.close()
-			return nil, err
+			return err
 		}
+	}
+	keys := authn
+	if cfg.Auth.None {
+		keys = nil
 	}
 	// Both services behind the request-bytes gate (gate.go), as the
 	// generated Register functions would register them otherwise.
-	g := &gate{bytes: adm.bytes, keys: authn, recvLimit: recvLimit, readTimeout: b.reqBytes.read}
-	if cfg.Auth.None {
-		g.keys = nil
-	}
+	g := &gate{bytes: adm.bytes, keys: keys, recvLimit: recvLimit, readTimeout: b.reqBytes.read}
 	o.srv.srv.RegisterService(g.service(&fanoutv1.OrchestratorService_ServiceDesc), orchestrator.NewServer(o.engine))
 	o.srv.srv.RegisterService(g.service(&fanoutv1.AdminService_ServiceDesc), admin.server)
 	if cfg.HTTP.Listen != "" {
-		keys := authn
-		if cfg.Auth.None {
-			keys = nil
-		}
-		if o.http, err = listenHTTP(cfg.HTTP, cfg.Auth, o.srv.srv, keys, adm, recvLimit, b.reqBytes.read, b.httpLimits, b.Logger()); err != nil {
-			o.engine.Shutdown(context.Background()) //nolint:errcheck // the engine never served; nothing to drain
-			o.closeWorkers()
-			admin.close()
-			o.srv.close()
-			return nil, err
-		}
+		o.http, err = listenHTTP(cfg.HTTP, cfg.Auth, o.srv.srv, keys, adm, recvLimit, b.reqBytes.read, b.httpLimits, b.Logger())
 	}
-	if !cfg.Auth.None {
-		// The live keys' ids before the first call: after a restart, every
-		// tenant's key has a lookup lane a flood of made-up ids cannot fill.
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := authn.LoadKnownIDs(lctx); err != nil {
-			b.Logger().Warn("read the live key ids; the watcher reads them again", "err", err)
+	return err
+}
+
+// watchKeys reads the live keys' ids before the first call (after a
+// restart, every tenant's key has a lookup lane a flood of made-up ids
+// cannot fill) and starts the revocation watcher: a revoked or expired key
+// stops within auth.MaxPollInterval here, and the streams open on it end.
+func (o *Orchestrator) watchKeys(ctx context.Context, b *Backend, authn *auth.Authenticator) {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := authn.LoadKnownIDs(lctx); err != nil {
+		b.Logger().Warn("read the live key ids; the watcher reads them again", "err", err)
+	}
+	cancel()
+	wctx, stop := context.WithCancel(context.Background())
+	o.stopAuth, o.authDone = stop, make(chan struct{})
+	go func() {
+		defer close(o.authDone)
+		if err := authn.Run(wctx); err != nil {
+			b.Logger().Error("API key revocation watcher stopped", "err", err)
 		}
-		cancel()
-		// The revocation watcher: a revoked or expired key stops within
-		// auth.MaxPollInterval here, and the streams open on it end.
-		wctx, stop := context.WithCancel(context.Background())
-		o.stopAuth, o.authDone = stop, make(chan struct{})
-		go func() {
-			defer close(o.authDone)
-			if err := authn.Run(wctx); err != nil {
-				b.Logger().Error("API key revocation watcher stopped", "err", err)
-			}
-		}()
-	}
-	o.srv.serve(fanoutv1.OrchestratorService_ServiceDesc.ServiceName, fanoutv1.AdminService_ServiceDesc.ServiceName)
-	if o.http != nil {
-		o.http.serve(exited)
-	}
-	return o, nil
+	}()
 }
 
 // workerBackoff is the reconnect backoff of the worker channels: capped at
