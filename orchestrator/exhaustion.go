@@ -110,17 +110,23 @@ func (d *driver) markExhausted(ctx context.Context) bool {
 // out"), unless the run's log has it already: from this driver, or from
 // the replica this one adopted the run from. acct is the run account at
 // that moment (nil: read it now). Whoever comes second waits for the
-// first's append, so that the run's end never overtakes it.
+// first's append, so that the run's end never overtakes it; an append
+// that failed leaves the mark to the next caller (settleExhaustion, at the
+// latest).
 func (d *driver) announceExhaustion(ctx context.Context, acct *budget.Account) {
 	d.announceMu.Lock()
 	defer d.announceMu.Unlock()
 	if d.announced {
 		return
 	}
-	d.announced = true
+	if d.ar.isLost() { // another replica drives the run and tells its story
+		d.announced = true
+		return
+	}
 	ctx, cancel := cleanup(ctx)
 	defer cancel()
 	if d.resumed != nil && d.exhaustionLogged(ctx) {
+		d.announced = true
 		return
 	}
 	ev := &fanoutv1.BudgetExhausted{}
@@ -132,16 +138,20 @@ func (d *driver) announceExhaustion(ctx context.Context, acct *budget.Account) {
 	if acct != nil {
 		ev.Budget = runs.Snapshot(*acct)
 	}
-	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
+	_, err := d.e.appendEvent(ctx, d.runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetExhausted{BudgetExhausted: ev}})
+	d.e.logAppend(ctx, d.runID, err)
+	d.announced = err == nil
 }
 
 // settleExhaustion closes the run's exhaustion once its state is decided:
-// a run that ends BUDGET_EXHAUSTED is announced now if it was not yet (a
+// a run that ends BUDGET_EXHAUSTED, or whose budget the ledger said ran out
+// (markExhausted may still be reading the account when a cancel or a
+// timeout decides another end), is announced now if it was not yet (a
 // resumed run whose lost owner's declines are all this driver knows of),
 // and nothing is announced after this, so that the mark, if any, comes
 // before the RunFinished.
 func (d *driver) settleExhaustion(ctx context.Context, state fanoutv1.RunState) {
-	if state == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+	if state == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED || d.isExhausted() {
 		d.announceExhaustion(ctx, nil)
 	}
 	d.announceMu.Lock()

@@ -34,7 +34,7 @@ func oneMark(t *testing.T, evs []*fanoutv1.RunEvent) int {
 	if at < 0 {
 		t.Fatal("no BudgetExhausted event")
 	}
-	if fin := evs[len(evs)-1]; fin.GetRunFinished() == nil || at > len(evs)-1 {
+	if fin := evs[len(evs)-1]; fin.GetRunFinished() == nil || at >= len(evs)-1 {
 		t.Fatalf("BudgetExhausted at event %d of %d, want it before the RunFinished", at+1, len(evs))
 	}
 	return at
@@ -146,6 +146,9 @@ func TestAdoptedExhaustionIsMarkedOnce(t *testing.T) {
 				if ev.GetRunAdopted() != nil {
 					adopted = i
 				}
+			}
+			if adopted < 0 {
+				t.Fatal("no RunAdopted event: the run was not adopted")
 			}
 			if logged == (mark > adopted) {
 				t.Errorf("BudgetExhausted is event %d, RunAdopted %d; want it the lost owner's (before) iff it had logged it (%t)",

@@ -33,8 +33,10 @@ type StoresConfig struct {
 //     waits on, or what keeps the ledger exact behind it: reserve, settle,
 //     lease renewal, the exhaustion watcher's polls, the sweeper, the
 //     worker's tool writes (recorded before each is sent), the fleet's
-//     semaphore slots and the providers' rate limits. Nothing an API
-//     caller asks for waits on it, so a flood of callers never delays a
+//     semaphore slots and the providers' rate limits. An API caller waits
+//     on it only for one ledger row read or written through the engine's
+//     ledger (GetRun's budget, CancelRun, StartRun's tenant account), so a
+//     flood of callers queues on the API pool, not in front of a
 //     reservation or a lease renewal.
 //   - the API pool ("fanout-api") carries what an API caller (or the
 //     engine driving a run) waits on: the run store (runs, tasks, events,
