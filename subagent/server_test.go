@@ -310,8 +310,12 @@ func TestServerShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	shutdown := make(chan error, 1)
 	go func() { shutdown <- srv.Shutdown(ctx) }()
+	// The probe is a's envelope again: refused as a replay (ALREADY_EXISTS)
+	// until the server drains, then UNAVAILABLE, and never run, whichever
+	// comes first, Shutdown or the probe (a fresh task's probe could start
+	// before Shutdown and wait on the gate for good).
 	poll(t, "new calls to be refused", func() bool {
-		s, err := client.Execute(within(t), signed(request(b, "b")))
+		s, err := client.Execute(within(t), signed(request(b, "a")))
 		if err == nil {
 			_, err = collect(t, s)
 		}
