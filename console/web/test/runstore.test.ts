@@ -4,19 +4,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { RunEventSchema, RunSchema, RunState, TaskStatus, type RunEvent } from "../src/gen/fanout/v1/run_pb";
+import { RunSchema, RunState, TaskStatus } from "../src/gen/fanout/v1/run_pb";
 import type { RunView } from "../src/model";
 import { createRunStore } from "../src/runstore";
-
-function iteration(sequence: bigint): RunEvent {
-  return create(RunEventSchema, {
-    sequence,
-    runId: "r1",
-    time: timestampFromMs(Number(sequence)),
-    event: { case: "taskIteration", value: { taskId: "a", iteration: Number(sequence), tokensSpent: 10n * sequence } },
-  });
-}
+import { iteration } from "./events";
 
 // manual is a schedule that draws only when the test says.
 function manual(): { schedule: (draw: () => void) => void; pending: () => number; run: () => void } {

@@ -12,15 +12,7 @@ import { WatchRunResponseSchema, type WatchRunResponse } from "../src/gen/fanout
 import { RunEventSchema, RunState, type RunEvent } from "../src/gen/fanout/v1/run_pb";
 import { createRunStore } from "../src/runstore";
 import { statusText, watch, type WatchEnd, type WatchStatus } from "../src/watch";
-
-function iteration(sequence: bigint): RunEvent {
-  return create(RunEventSchema, {
-    sequence,
-    runId: "r1",
-    time: timestampFromMs(Number(sequence)),
-    event: { case: "taskIteration", value: { taskId: "a", iteration: Number(sequence), tokensSpent: 10n * sequence } },
-  });
-}
+import { iteration } from "./events";
 
 function finished(sequence: bigint): RunEvent {
   return create(RunEventSchema, {
