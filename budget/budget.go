@@ -71,6 +71,12 @@ type Account struct {
 	// account: the sum of its runs'): counted against Limit, available to
 	// no subagent; only a reserve with ReserveParams.FromHeld draws on it.
 	Held int64
+	// Sliced is, on a run account read with Ledger.RunAccount, the part of
+	// Reserved that its tasks' budget slices hold and no call has reserved
+	// yet (docs/ledger.md#budget-slices); Reserved - Sliced is what held
+	// reservations hold. (RunAccount also counts what the slices spent in
+	// Spent, posted to the run's account or not.)
+	Sliced int64
 }
 
 // Available reports the tokens that can still be reserved on the account alone
@@ -131,11 +137,18 @@ type OpenRunParams struct {
 	Held int64
 }
 
-// TaskBudget is one task's slice of a run. Task limits may add up to more than
-// the run's: they are caps, and the run account is shared.
+// TaskBudget is one task's budget in a run. Task limits may add up to more
+// than the run's: they are caps, and the run account is shared.
 type TaskBudget struct {
 	TaskID string
 	Limit  int64 // > 0
+	// Slice, when > 0, makes the task's account a slice of the run's
+	// budget (docs/ledger.md#budget-slices): each attempt begins with up to
+	// Slice tokens carved for it from the run, and a call its slice pays
+	// for reserves and settles on the task's account alone. A slice that
+	// runs low is topped up by at least Slice. 0: every call reserves on
+	// the task, the run and the tenant at once.
+	Slice int64
 }
 
 // RunAccounts are the accounts OpenRun created (or found, when the run existed).

@@ -226,6 +226,8 @@ func (p OpenRunParams) Validate() error {
 			return invalid(fmt.Sprintf("tasks[%d].task_id", i), "duplicate task id %q", t.TaskID)
 		case t.Limit <= 0:
 			return invalid(fmt.Sprintf("tasks[%d].limit", i), "must be > 0, got %d", t.Limit)
+		case t.Slice < 0:
+			return invalid(fmt.Sprintf("tasks[%d].slice", i), "must be >= 0, got %d", t.Slice)
 		}
 		seen[t.TaskID] = true
 	}

@@ -73,6 +73,10 @@ CREATE TABLE fanout.account (
     secret_hash bytea,
     held bigint DEFAULT 0 NOT NULL,
     wind_down boolean DEFAULT false NOT NULL,
+    cap_tokens bigint,
+    slice_size bigint,
+    posted bigint DEFAULT 0 NOT NULL,
+    slice_until timestamp with time zone,
     CONSTRAINT account_attempt_check CHECK (attempt >= 0),
     CONSTRAINT account_held_check CHECK (held >= 0 AND (held = 0 OR kind <> 'task'::text)),
     CONSTRAINT account_kind_check CHECK (kind = ANY (ARRAY['tenant'::text, 'run'::text, 'task'::text])),
@@ -86,6 +90,7 @@ CREATE TABLE fanout.account (
     CONSTRAINT account_period_kind_check CHECK (period_kind = ANY (ARRAY['none'::text, 'day'::text, 'month'::text, 'every'::text])),
     CONSTRAINT account_period_limit_check CHECK (period_limit > 0),
     CONSTRAINT account_pkey PRIMARY KEY (account_id),
+    CONSTRAINT account_slice_check CHECK (cap_tokens IS NULL AND slice_size IS NULL AND posted = 0 AND slice_until IS NULL OR kind = 'task'::text AND cap_tokens > 0 AND slice_size > 0 AND limit_tokens <= cap_tokens AND posted >= 0 AND posted <= spent),
     CONSTRAINT account_state_check CHECK (state = ANY (ARRAY['open'::text, 'exhausted'::text, 'cancelled'::text, 'closed'::text])),
     CONSTRAINT account_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES fanout.tenant(tenant_id),
     CONSTRAINT account_wind_down_check CHECK (NOT wind_down OR kind = 'task'::text),
@@ -117,8 +122,12 @@ COMMENT ON COLUMN fanout.account.period_end IS 'Tenant accounts: when the curren
 COMMENT ON COLUMN fanout.account.secret_hash IS 'SHA-256 of the current attempt''s secret (ledger_begin_attempt); NULL before the first attempt.';
 COMMENT ON COLUMN fanout.account.held IS 'Tokens held back for the run''s synthesis (a tenant account: the sum of its runs''); counted against limit_tokens, available to no subagent.';
 COMMENT ON COLUMN fanout.account.wind_down IS 'The run''s orchestrator wound this task down: what is left pays only for final answers; every grant on it says so.';
-GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_auditor;
-GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held) ON TABLE fanout.account TO fanout_tenant_auditor;
+COMMENT ON COLUMN fanout.account.cap_tokens IS 'Sliced task accounts: the most the task may ever be given (its token_budget); limit_tokens is the slice carved so far. NULL: not sliced.';
+COMMENT ON COLUMN fanout.account.slice_size IS 'Sliced task accounts: the slice carved when an attempt begins, and the least a top-up carves (docs/ledger.md#budget-slices).';
+COMMENT ON COLUMN fanout.account.posted IS 'Sliced task accounts: how much of spent has been posted to the accounts above (the rest counts there as reserved).';
+COMMENT ON COLUMN fanout.account.slice_until IS 'Sliced task accounts: the end of the tenant''s budget period the slice was carved in; after it, a call on the slice locks the chain (and the period rolls over).';
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
 GRANT SELECT ON TABLE fanout.account TO fanout_app;
 GRANT SELECT ON TABLE fanout.account TO fanout_worker;
@@ -215,7 +224,7 @@ CREATE TABLE fanout.ledger_entry (
     output_tokens bigint,
     delta_held bigint DEFAULT 0 NOT NULL,
     CONSTRAINT ledger_entry_input_tokens_check CHECK (input_tokens >= 0),
-    CONSTRAINT ledger_entry_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'reserve'::text, 'settle'::text, 'void'::text, 'expire'::text, 'exhaust'::text, 'cancel'::text, 'close'::text, 'period'::text, 'adjust'::text, 'hold'::text, 'release'::text])),
+    CONSTRAINT ledger_entry_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'reserve'::text, 'settle'::text, 'void'::text, 'expire'::text, 'exhaust'::text, 'cancel'::text, 'close'::text, 'period'::text, 'adjust'::text, 'hold'::text, 'release'::text, 'carve'::text, 'return'::text])),
     CONSTRAINT ledger_entry_output_tokens_check CHECK (output_tokens >= 0),
     CONSTRAINT ledger_entry_pkey PRIMARY KEY (entry_id)
 );
@@ -688,7 +697,7 @@ CREATE VIEW fanout.conservation_check WITH (security_invoker=true) AS
     COALESCE(e.reserved, 0::numeric) AS entries_reserved,
     COALESCE(e.spent, 0::numeric) AS entries_spent,
     COALESCE(e.held, 0::numeric) AS entries_held,
-    a.limit_tokens::numeric = COALESCE(e.limit_tokens, 0::numeric) AND a.reserved::numeric = COALESCE(e.reserved, 0::numeric) AND a.spent::numeric = COALESCE(e.spent, 0::numeric) AND a.held::numeric = COALESCE(e.held, 0::numeric) AND (a.reserved + a.spent + a.held) <= a.limit_tokens AND a.reserved::numeric = COALESCE(h.held, 0::numeric) AND (a.kind <> 'tenant'::text OR a.held::numeric = COALESCE(k.kept, 0::numeric)) AS conserved
+    a.limit_tokens::numeric = COALESCE(e.limit_tokens, 0::numeric) AND a.reserved::numeric = COALESCE(e.reserved, 0::numeric) AND a.spent::numeric = COALESCE(e.spent, 0::numeric) AND a.held::numeric = COALESCE(e.held, 0::numeric) AND (a.reserved + a.spent + a.held) <= a.limit_tokens AND a.reserved::numeric = (COALESCE(h.held, 0::numeric) + COALESCE(sl.carved, 0::numeric)) AND (a.kind <> 'tenant'::text OR a.held::numeric = COALESCE(k.kept, 0::numeric)) AS conserved
    FROM fanout.account a
      LEFT JOIN ( SELECT c.account_id,
             sum(le.delta_limit) AS limit_tokens,
@@ -704,6 +713,13 @@ CREATE VIEW fanout.conservation_check WITH (security_invoker=true) AS
              CROSS JOIN LATERAL unnest(r.chain) c(account_id)
           WHERE r.state = 'held'::text
           GROUP BY c.account_id) h USING (account_id)
+     LEFT JOIN ( SELECT x.account_id,
+            sum(t.limit_tokens - t.posted) AS carved
+           FROM fanout.account t
+             JOIN fanout.account r ON r.account_id = t.parent_id
+             CROSS JOIN LATERAL ( VALUES (r.account_id), (r.parent_id)) x(account_id)
+          WHERE t.cap_tokens IS NOT NULL AND x.account_id IS NOT NULL
+          GROUP BY x.account_id) sl USING (account_id)
      LEFT JOIN ( SELECT account.parent_id AS account_id,
             sum(account.held) AS kept
            FROM fanout.account
@@ -777,8 +793,8 @@ CREATE VIEW fanout.run_spend WITH (security_invoker=true) AS
  SELECT a.tenant_id,
     a.run_id,
     a.limit_tokens,
-    a.reserved AS reserved_tokens,
-    a.spent AS spent_tokens,
+    (a.reserved::numeric - COALESCE(u.unposted, 0::numeric))::bigint AS reserved_tokens,
+    (a.spent::numeric + COALESCE(u.unposted, 0::numeric))::bigint AS spent_tokens,
     a.limit_tokens - a.reserved - a.spent - a.held AS available_tokens,
     a.state,
     a.cause,
@@ -799,6 +815,11 @@ CREATE VIEW fanout.run_spend WITH (security_invoker=true) AS
             sum(reservation.spent) FILTER (WHERE reservation.from_held) AS synthesis
            FROM fanout.reservation
           GROUP BY reservation.run_id) r USING (run_id)
+     LEFT JOIN ( SELECT account.parent_id AS account_id,
+            sum(account.spent - account.posted) AS unposted
+           FROM fanout.account
+          WHERE account.kind = 'task'::text AND account.cap_tokens IS NOT NULL
+          GROUP BY account.parent_id) u USING (account_id)
   WHERE a.kind = 'run'::text;
 GRANT SELECT ON TABLE fanout.run_spend TO fanout_app;
 GRANT SELECT ON TABLE fanout.run_spend TO fanout_auditor;
@@ -886,15 +907,15 @@ CREATE VIEW fanout.tenant_budget WITH (security_invoker=true) AS
     a.period_every,
     a.period_limit,
     a.min_reservation,
-    a.reserved AS reserved_tokens,
-    a.spent AS spent_tokens,
+    (a.reserved::numeric - COALESCE(u.unposted, 0::numeric))::bigint AS reserved_tokens,
+    (a.spent::numeric + COALESCE(u.unposted, 0::numeric))::bigint AS spent_tokens,
         CASE
             WHEN d.due THEN GREATEST(a.spent + a.period_limit, a.spent + a.reserved + a.held)
             ELSE a.limit_tokens
         END AS limit_tokens,
         CASE
             WHEN d.due THEN 0::bigint
-            ELSE a.spent - a.period_base
+            ELSE (a.spent::numeric + COALESCE(u.unposted, 0::numeric) - a.period_base::numeric)::bigint
         END AS period_spent_tokens,
         CASE
             WHEN d.due THEN fanout.ledger_period_next_end(a.period_kind, a.period_every, a.period_end, now())
@@ -906,6 +927,12 @@ CREATE VIEW fanout.tenant_budget WITH (security_invoker=true) AS
     a.held AS held_tokens
    FROM fanout.account a
      CROSS JOIN LATERAL ( SELECT a.period_end IS NOT NULL AND now() >= a.period_end AS due) d
+     LEFT JOIN ( SELECT r.parent_id AS account_id,
+            sum(t.spent - t.posted) AS unposted
+           FROM fanout.account t
+             JOIN fanout.account r ON r.account_id = t.parent_id
+          WHERE t.kind = 'task'::text AND t.cap_tokens IS NOT NULL AND r.parent_id IS NOT NULL
+          GROUP BY r.parent_id) u USING (account_id)
   WHERE a.kind = 'tenant'::text;
 GRANT SELECT ON TABLE fanout.tenant_budget TO fanout_admin;
 GRANT SELECT ON TABLE fanout.tenant_budget TO fanout_app;
@@ -1118,7 +1145,7 @@ GRANT EXECUTE ON FUNCTION fanout.audit_tenants() TO fanout_tenant_auditor;
 CREATE FUNCTION fanout.ledger_adopt_runs(t fanout.account) RETURNS fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 31 lines, sha256 6c2797a0f3de
+    -- body: 37 lines, sha256 613df7d3b990
 REVOKE EXECUTE ON FUNCTION fanout.ledger_adopt_runs(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_available(a fanout.account) RETURNS bigint
@@ -1129,14 +1156,14 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_available(fanout.account) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_begin_attempt(p_account bigint, p_run text, p_tenant text) RETURNS TABLE(outcome text, attempt bigint, info_kind text, info_state text, secret text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 39 lines, sha256 92ff08d9b8fe
+    -- body: 47 lines, sha256 122cf7a0e190
 REVOKE EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_begin_attempts(p_accounts bigint[], p_run text, p_tenant text) RETURNS TABLE(account_id bigint, outcome text, attempt bigint, info_kind text, info_state text, secret text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 56 lines, sha256 be537f39ca86
+    -- body: 71 lines, sha256 2f4bbc96b9ca
 REVOKE EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) TO fanout_app;
 
@@ -1145,10 +1172,16 @@ CREATE FUNCTION fanout.ledger_below_minimum(a fanout.account, p_more bigint) RET
     -- body: 1 line, sha256 f658a6a276a0
 REVOKE EXECUTE ON FUNCTION fanout.ledger_below_minimum(fanout.account,bigint) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_carve(p_task bigint, p_amount bigint) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 35 lines, sha256 24063486ef56
+REVOKE EXECUTE ON FUNCTION fanout.ledger_carve(bigint,bigint) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_check_exhausted(p_chain bigint[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 182bc05d8a53
+    -- body: 16 lines, sha256 aa0c51a5e2b7
 REVOKE EXECUTE ON FUNCTION fanout.ledger_check_exhausted(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_check_owner(p_run text, p_epoch bigint, p_op text) RETURNS void
@@ -1156,6 +1189,12 @@ CREATE FUNCTION fanout.ledger_check_owner(p_run text, p_epoch bigint, p_op text)
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 10 lines, sha256 91931f0eb109
 REVOKE EXECUTE ON FUNCTION fanout.ledger_check_owner(text,bigint,text) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_check_pool(p_task bigint) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 14 lines, sha256 19847c43858b
+REVOKE EXECUTE ON FUNCTION fanout.ledger_check_pool(bigint) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_close_run(p_run_account bigint, p_note text) RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -1166,7 +1205,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_close_run(bigint,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_end_run(p_run text, p_state text, p_cause text) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 45 lines, sha256 4f79e449a49d
+    -- body: 54 lines, sha256 0718dd3d71c9
 REVOKE EXECUTE ON FUNCTION fanout.ledger_end_run(text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_end_run(text,text,text) TO fanout_app;
 
@@ -1185,13 +1224,13 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_entry_append_only() FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_exhaust_tenant(t fanout.account) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 13 lines, sha256 05cedcd5c298
+    -- body: 16 lines, sha256 f4631f71dac7
 REVOKE EXECUTE ON FUNCTION fanout.ledger_exhaust_tenant(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_expire(p_reservation bigint) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 31 lines, sha256 5a8049fbcf8c
+    -- body: 31 lines, sha256 345b23a9e1a1
 REVOKE EXECUTE ON FUNCTION fanout.ledger_expire(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_expire(bigint) TO fanout_worker;
@@ -1207,6 +1246,12 @@ CREATE FUNCTION fanout.ledger_grant_on(a fanout.account, p_pending bigint, p_g b
     -- body: 1 line, sha256 d4e7f2540cd4
 REVOKE EXECUTE ON FUNCTION fanout.ledger_grant_on(fanout.account,bigint,bigint,bigint) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_grant_slice(t fanout.account, p_want bigint, p_amount bigint, p_holder text, p_ttl interval, p_key text, p_attempt bigint, p_model text) RETURNS fanout.ledger_result
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 18 lines, sha256 1f865632bfd1
+REVOKE EXECUTE ON FUNCTION fanout.ledger_grant_slice(fanout.account,bigint,bigint,text,interval,text,bigint,text) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_lock_accounts(p_ids bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1219,12 +1264,24 @@ CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.
     -- body: 14 lines, sha256 51283f23fcfd
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 
-CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0) RETURNS SETOF fanout.account
+CREATE FUNCTION fanout.ledger_lock_reservation(r fanout.reservation, p_full boolean) RETURNS SETOF fanout.account
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 14 lines, sha256 69fdf86f75ab
+REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_reservation(fanout.reservation,boolean) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_mark_tasks(p_runs bigint[], p_state text) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 7 lines, sha256 d0dd979bf7e6
+REVOKE EXECUTE ON FUNCTION fanout.ledger_mark_tasks(bigint[],text) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 66 lines, sha256 a134daf2ab4d
-REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) TO fanout_app;
+    -- body: 74 lines, sha256 485abecbaeb8
+REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_open_tenant(p_tenant text, p_limit bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1249,6 +1306,18 @@ CREATE FUNCTION fanout.ledger_period_start(p_kind text, p_every interval, p_end 
     -- body: 5 lines, sha256 5c6b4e4bf56e
 REVOKE EXECUTE ON FUNCTION fanout.ledger_period_start(text,interval,timestamp with time zone) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_post_slices(t fanout.account, p_until timestamp with time zone) RETURNS fanout.account
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 20 lines, sha256 07c2d5925ca9
+REVOKE EXECUTE ON FUNCTION fanout.ledger_post_slices(fanout.account,timestamp with time zone) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_recall(p_run bigint, p_except bigint) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 12 lines, sha256 f01f7c96d617
+REVOKE EXECUTE ON FUNCTION fanout.ledger_recall(bigint,bigint) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_refusal(p_outcome text, p_account bigint, p_info text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1272,7 +1341,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 178 lines, sha256 3ba3541f071f
+    -- body: 192 lines, sha256 4e9f1f0972ac
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
@@ -1285,15 +1354,21 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_args_ok(bigint,bigint,text,bigi
 CREATE FUNCTION fanout.ledger_reserve_batch(p_accounts bigint[], p_runs text[], p_tenants text[], p_attempts bigint[], p_wants bigint[], p_mins bigint[], p_holders text[], p_ttls interval[], p_keys text[], p_models text[], p_secrets text[], p_from_held boolean[]) RETURNS SETOF fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 164 lines, sha256 c161c4adaa9f
+    -- body: 205 lines, sha256 e139316fe4cf
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_worker;
 
+CREATE FUNCTION fanout.ledger_reserve_slice(leaf fanout.account, run fanout.account, tenant fanout.account, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_attempt bigint, p_model text) RETURNS fanout.ledger_result
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 47 lines, sha256 33c3de12443e
+REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_slice(fanout.account,fanout.account,fanout.account,bigint,bigint,text,interval,text,bigint,text) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 9 lines, sha256 27178a07b3b9
+    -- body: 17 lines, sha256 64b5f4273399
 REVOKE EXECUTE ON FUNCTION fanout.ledger_resolved(fanout.reservation) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_result_of(p_outcome text, r fanout.reservation) RETURNS fanout.ledger_result
@@ -1302,10 +1377,17 @@ CREATE FUNCTION fanout.ledger_result_of(p_outcome text, r fanout.reservation) RE
     -- body: 6 lines, sha256 8898a492863f
 REVOKE EXECUTE ON FUNCTION fanout.ledger_result_of(text,fanout.reservation) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_return_slices(p_run text, p_task_ids text[]) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 18 lines, sha256 a8a8f5ccb237
+REVOKE EXECUTE ON FUNCTION fanout.ledger_return_slices(text,text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_return_slices(text,text[]) TO fanout_app;
+
 CREATE FUNCTION fanout.ledger_roll_period(t fanout.account) RETURNS fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 24 lines, sha256 665c46528847
+    -- body: 26 lines, sha256 457cd2a84a96
 REVOKE EXECUTE ON FUNCTION fanout.ledger_roll_period(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_secret_ok(p_hash bytea, p_secret text) RETURNS boolean
@@ -1317,22 +1399,33 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_secret_ok(bytea,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_set_tenant_budget(p_actor text, p_tenant text, p_limit bigint, p_kind text, p_every interval, p_min bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 93 lines, sha256 c98700f7e514
+    -- body: 94 lines, sha256 827eb23700a9
 REVOKE EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_set_tenant_budget(text,text,bigint,text,interval,bigint) TO fanout_admin;
 
 CREATE FUNCTION fanout.ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint, p_estimated boolean, p_model text DEFAULT NULL::text, p_input bigint DEFAULT 0, p_output bigint DEFAULT 0, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 99 lines, sha256 87461e8223fe
+    -- body: 112 lines, sha256 8b7ed02c4596
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_worker;
 
+CREATE FUNCTION fanout.ledger_slice_fits(t fanout.account, p_pending bigint, p_want bigint) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE;
+    -- body: 1 line, sha256 7685c3665940
+REVOKE EXECUTE ON FUNCTION fanout.ledger_slice_fits(fanout.account,bigint,bigint) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_uncarve(p_task bigint, p_return boolean) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 32 lines, sha256 f0c01239c87c
+REVOKE EXECUTE ON FUNCTION fanout.ledger_uncarve(bigint,boolean) FROM PUBLIC;
+
 CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_note text, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 40 lines, sha256 6207452e236f
+    -- body: 40 lines, sha256 98164be4c4ab
 REVOKE EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_worker;

@@ -90,7 +90,8 @@ func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (close
 }
 
 // awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
-// the run holds no reservation. Every task (and synthesis) has ended by now, so a reservation
+// the run holds no reservation (what its tasks' slices hold unreserved is
+// not one). Every task (and synthesis) has ended by now, so a reservation
 // still held belongs to a worker that is still settling or lost its task
 // (killed, cut off) and may have paid for its call. CloseRun never voids
 // it: a run that still holds reservations is cancelled and closes when the
@@ -105,7 +106,7 @@ func (e *Engine) awaitHeld(parent context.Context, runID string) {
 	for failures := 0; ; {
 		acct, err := e.ledger.RunAccount(ctx, runID)
 		switch {
-		case errors.Is(err, budget.ErrNotFound) || err == nil && acct.Reserved == 0:
+		case errors.Is(err, budget.ErrNotFound) || err == nil && acct.Reserved-acct.Sliced == 0:
 			return
 		case err != nil:
 			if failures++; failures >= 3 { // the ledger cannot tell us; do not guess

@@ -400,11 +400,18 @@ func (l *Ledger) Account(ctx context.Context, id budget.AccountID) (budget.Accou
 	return a, nil
 }
 
-// RunAccount implements budget.Ledger.
+// RunAccount implements budget.Ledger: the run's account with what its
+// tasks' slices spent counted as spent (posted or not) and what they hold
+// unreserved in Sliced.
 func (l *Ledger) RunAccount(ctx context.Context, runID string) (budget.Account, error) {
 	a, err := retry(ctx, l.log, "ledger.run_account", idempotent, func(ctx context.Context, _ try) (budget.Account, error) {
 		r, err := l.q.RunAccount(ctx, l.pool, runID)
-		return readAccount(dbsqlc.AccountRow(r), err)
+		a, err := readAccount(dbsqlc.AccountRow{AccountID: r.AccountID, TenantID: r.TenantID, ParentID: r.ParentID,
+			Kind: r.Kind, RunID: r.RunID, TaskID: r.TaskID, LimitTokens: r.LimitTokens, Reserved: r.Reserved,
+			Spent: r.Spent, MinReservation: r.MinReservation, State: r.State, Cause: r.Cause, Attempt: r.Attempt,
+			Closing: r.Closing, Held: r.Held}, err)
+		a.Sliced = r.Sliced
+		return a, err
 	})
 	if err != nil {
 		return a, fmt.Errorf("read run %s account: %w", runID, err)
@@ -531,8 +538,9 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 func openRunIn(ctx context.Context, q *dbsqlc.Queries, db dbsqlc.DBTX, p budget.OpenRunParams) (budget.RunAccounts, error) {
 	taskIDs := make([]string, len(p.Tasks))
 	limits := make([]int64, len(p.Tasks))
+	slices := make([]int64, len(p.Tasks))
 	for i, t := range p.Tasks {
-		taskIDs[i], limits[i] = t.TaskID, t.Limit
+		taskIDs[i], limits[i], slices[i] = t.TaskID, t.Limit, t.Slice
 	}
 	var parent *int64
 	if p.TenantAccount != 0 {
@@ -540,7 +548,7 @@ func openRunIn(ctx context.Context, q *dbsqlc.Queries, db dbsqlc.DBTX, p budget.
 		parent = &id
 	}
 	rows, err := q.OpenRun(ctx, db, dbsqlc.OpenRunParams{RunID: p.RunID, TenantID: p.TenantID, TenantAccount: parent,
-		LimitTokens: p.Limit, MinReservation: p.MinReservation, TaskIds: taskIDs, TaskLimits: limits, Held: p.Held})
+		LimitTokens: p.Limit, MinReservation: p.MinReservation, TaskIds: taskIDs, TaskLimits: limits, Held: p.Held, TaskSlices: slices})
 	accounts := make([]dbsqlc.AccountRow, len(rows))
 	for i, r := range rows {
 		accounts[i] = dbsqlc.AccountRow(r)

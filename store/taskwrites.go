@@ -390,14 +390,27 @@ func (s *Runs) finishBatch(ctx context.Context, batch []*pending[*finishOp]) {
 }
 
 // appendFinished appends a TaskFinished event for each of outcomes, in
-// order, within tx (appendSQL, as AppendEvents does).
+// order, within tx (appendSQL, as AppendEvents does), and gives back to the
+// run what those tasks' budget slices did not use (returnSlicesSQL).
 func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fanoutv1.TaskOutcome) error {
 	evs := make([]*fanoutv1.RunEvent, len(outcomes))
+	ids := make([]string, len(outcomes))
 	for i, o := range outcomes {
 		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}
+		ids[i] = o.GetTaskId()
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, returnSlicesSQL, runID, ids); err != nil {
+			return fmt.Errorf("return the slices of %d tasks of run %s: %w", len(ids), runID, err)
+		}
 	}
 	return appendInTx(ctx, tx, runID, "TaskFinished", evs)
 }
+
+// returnSlicesSQL gives back what the ended tasks' budget slices did not
+// use, and posts what they spent, to their run's account and its tenant's
+// (docs/ledger.md#budget-slices), in the transaction that ends them.
+const returnSlicesSQL = `SELECT ledger_return_slices($1, $2)`
 
 // The fenced task writes (StartTask, FinishTask, FailTasks) stay
 // hand-written: each is one statement whose CTE "owned" selects the run

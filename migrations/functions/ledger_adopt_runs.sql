@@ -28,6 +28,12 @@ BEGIN
     PERFORM FROM account WHERE kind = 'task' AND parent_id = ANY (moved) ORDER BY account_id FOR UPDATE;
     SELECT coalesce(sum(amount), 0) INTO res_held
       FROM reservation WHERE state = 'held' AND chain[1] = ANY (moved);
+    -- A sliced task's slice counts as reserved on its run: what it has not
+    -- posted, on the tenant's account too, carved in the tenant's period.
+    res_held := res_held + (SELECT coalesce(sum(limit_tokens - posted), 0) FROM account
+                             WHERE kind = 'task' AND parent_id = ANY (moved) AND cap_tokens IS NOT NULL);
+    UPDATE account SET slice_until = t.period_end
+     WHERE kind = 'task' AND parent_id = ANY (moved) AND cap_tokens IS NOT NULL;
     SELECT coalesce(sum(a.held), 0) INTO kept FROM account a WHERE a.account_id = ANY (moved);
     UPDATE reservation SET chain = t.account_id || chain WHERE state = 'held' AND chain[1] = ANY (moved);
     UPDATE account SET parent_id = t.account_id WHERE account_id = ANY (moved);

@@ -5,7 +5,9 @@
 -- to settle, void or renew what it reserved (ledger_secret_ok). Earlier
 -- attempts can no longer reserve. An open run's accounts begin attempts;
 -- so does an exhausted run's own account while it holds tokens for its
--- synthesis (which draws on them: ledger_reserve's p_from_held).
+-- synthesis (which draws on them: ledger_reserve's p_from_held). A sliced
+-- task account is given its slice_size, less what its slice still has,
+-- from its run (ledger_carve; docs/ledger.md#budget-slices).
 DROP FUNCTION IF EXISTS ledger_begin_attempt(bigint,text,text); -- its result gained the secret (0024)
 CREATE FUNCTION ledger_begin_attempt(p_account bigint, p_run text, p_tenant text)
 RETURNS TABLE (outcome text, attempt bigint, info_kind text, info_state text, secret text)
@@ -26,6 +28,11 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO run FROM account WHERE run_id = p_run AND kind = 'run';
+    IF a.cap_tokens IS NOT NULL AND run.state = 'open' AND a.state = 'open' THEN
+        -- A sliced task's slice is carved below, from its run: the chain's
+        -- locks first, root first.
+        PERFORM FROM ledger_lock_chain(a.chain);
+    END IF;
     IF (run.state = 'open' AND a.state = 'open') OR (a.kind = 'run' AND a.state = 'exhausted' AND a.held > 0) THEN
         -- Waits for a reserve on this account that is under way, then
         -- re-reads the row: an account that left 'open' meanwhile is not bumped.
@@ -39,6 +46,9 @@ BEGIN
             -- and refused here fences nothing that was not fenced already.)
             SELECT * INTO run FROM account WHERE run_id = p_run AND kind = 'run';
             IF run.state = 'open' OR (a.kind = 'run' AND run.state = 'exhausted' AND run.held > 0) THEN
+                IF a.cap_tokens IS NOT NULL AND ledger_available(a) < a.slice_size THEN
+                    PERFORM ledger_carve(a.account_id, a.slice_size - ledger_available(a));
+                END IF;
                 RETURN QUERY SELECT 'ok', a.attempt, a.kind, run.state, s;
                 RETURN;
             END IF;

@@ -6,12 +6,14 @@
 -- exhausted) and marks it closing; the run closes when the last held
 -- reservation is settled by its holder or expired by the sweeper. What the
 -- run held back for its synthesis is released, on the run's account and its
--- tenant's (an ended run draws on it no more). Returns the run account.
+-- tenant's (an ended run draws on it no more), and its tasks' slices go
+-- back to it (docs/ledger.md#budget-slices). Returns the run account.
 CREATE OR REPLACE FUNCTION ledger_end_run(p_run text, p_state text, p_cause text)
 RETURNS SETOF account
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
     a account;
+    t account;
 BEGIN
     IF p_state IS NULL OR p_state NOT IN ('cancelled', 'closed') THEN
         RAISE EXCEPTION 'ledger_end_run: state % is not cancelled or closed', p_state
@@ -36,6 +38,13 @@ BEGIN
         a.held := 0;
         PERFORM ledger_give_back(a.chain);
     END IF;
+    -- Its tasks' slices go back, and what they spent is posted: what their
+    -- held reservations hold stays carved until they resolve.
+    FOR t IN SELECT * FROM account WHERE parent_id = a.account_id AND kind = 'task' AND cap_tokens IS NOT NULL
+              ORDER BY account_id FOR UPDATE LOOP
+        PERFORM ledger_uncarve(t.account_id, true);
+    END LOOP;
+    SELECT * INTO a FROM account WHERE account_id = a.account_id;
     IF p_state = 'closed' AND a.reserved = 0 THEN
         PERFORM ledger_close_run(a.account_id, p_cause);
     ELSE
@@ -47,6 +56,7 @@ BEGIN
              WHERE account_id = a.account_id;
             INSERT INTO ledger_entry (tenant_id, run_id, account_id, chain, kind, note)
             VALUES (a.tenant_id, p_run, a.account_id, ARRAY[a.account_id], 'cancel', coalesce(p_cause, ''));
+            PERFORM ledger_mark_tasks(ARRAY[a.account_id], 'cancelled');
             PERFORM pg_notify('fanout_run_state', 'cancelled ' || p_run);
         END IF;
         IF p_state = 'closed' THEN

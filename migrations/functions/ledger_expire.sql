@@ -16,7 +16,7 @@ BEGIN
         -- Checked before any lock too: a call on a live lease locks nothing.
         RETURN ledger_result_of('replay', r);
     END IF;
-    PERFORM FROM ledger_lock_chain(r.chain);
+    PERFORM FROM ledger_lock_reservation(r, false);
     SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
     IF r.state <> 'held' OR r.lease_expires_at > now() THEN
         RETURN ledger_result_of('replay', r);

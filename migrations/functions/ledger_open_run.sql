@@ -7,11 +7,16 @@
 -- period over when it has ended. The run holds p_held tokens back for its
 -- synthesis (account.held, migration 0026): at most p_limit - p_min, and
 -- under a tenant budget at most what the tenant has available, which holds
--- the same amount (the run account returned says what was held).
+-- the same amount (the run account returned says what was held). A task
+-- given a slice size in p_task_slices (> 0; 0 or none: not sliced) holds a
+-- slice of the run's budget (docs/ledger.md#budget-slices): its
+-- limit_tokens starts at 0 and its cap is its limit in p_task_limits; its
+-- first slice is carved when its first attempt begins.
 DROP FUNCTION IF EXISTS ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]);
+DROP FUNCTION IF EXISTS ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint); -- gained the slices (0030)
 CREATE OR REPLACE FUNCTION ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint,
                                 p_min bigint, p_task_ids text[], p_task_limits bigint[],
-                                p_held bigint DEFAULT 0)
+                                p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL)
 RETURNS SETOF account
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -25,7 +30,9 @@ BEGIN
     IF p_run IS NULL OR p_run = '' OR p_tenant IS NULL OR p_tenant = '' OR p_limit IS NULL OR p_limit <= 0
        OR p_min IS NULL OR p_min <= 0 OR p_min > p_limit
        OR cardinality(p_task_ids) IS DISTINCT FROM cardinality(p_task_limits)
-       OR v_held < 0 OR v_held > p_limit - p_min THEN
+       OR v_held < 0 OR v_held > p_limit - p_min
+       OR (p_task_slices IS NOT NULL AND (cardinality(p_task_slices) IS DISTINCT FROM cardinality(p_task_ids)
+                                          OR EXISTS (SELECT FROM unnest(p_task_slices) x WHERE x IS NULL OR x < 0))) THEN
         RAISE EXCEPTION 'ledger_open_run: run %, tenant %, limit %, min %, held % out of range (held at most limit - min)',
             p_run, p_tenant, p_limit, p_min, v_held
             USING ERRCODE = 'invalid_parameter_value';
@@ -64,9 +71,15 @@ BEGIN
         RETURNING account_id INTO run_acct;
         run_chain := parent_chain || run_acct;
         UPDATE account SET chain = run_chain WHERE account_id = run_acct;
-        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens)
-        SELECT p_tenant, run_acct, '{}', 'task', p_run, t.task_id, t.limit_tokens
-          FROM unnest(p_task_ids, p_task_limits) AS t(task_id, limit_tokens);
+        -- A task with a slice size is sliced: its limit is what is carved
+        -- for it (nothing yet), its cap the limit asked for.
+        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens, cap_tokens, slice_size)
+        SELECT p_tenant, run_acct, '{}', 'task', p_run, t.task_id,
+               CASE WHEN t.slice > 0 THEN 0 ELSE t.limit_tokens END,
+               CASE WHEN t.slice > 0 THEN t.limit_tokens END,
+               CASE WHEN t.slice > 0 THEN least(t.slice, t.limit_tokens) END
+          FROM unnest(p_task_ids, p_task_limits, coalesce(p_task_slices, array_fill(0::bigint, ARRAY[coalesce(cardinality(p_task_ids), 0)])))
+               AS t(task_id, limit_tokens, slice);
         UPDATE account SET chain = run_chain || account_id WHERE run_id = p_run AND kind = 'task';
         INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, kind, delta_limit)
         SELECT tenant_id, run_id, task_id, account_id, ARRAY[account_id], 'open', limit_tokens
@@ -80,5 +93,5 @@ BEGIN
     END IF;
     RETURN QUERY SELECT * FROM account WHERE run_id = p_run ORDER BY (kind = 'task'), account_id;
 END $$;
-REVOKE ALL ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint) TO fanout_app;
+REVOKE ALL ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) TO fanout_app;

@@ -25,6 +25,10 @@
 -- (also once the run is exhausted, never once it is cancelled or closed).
 -- What such a reservation does not spend goes back to held (ledger_rehold).
 --
+-- On a sliced task account (docs/ledger.md#budget-slices) a call that
+-- fits the slice locks the task's row alone; any other takes the chain's
+-- locks and is paid by ledger_reserve_slice, which tops the slice up.
+--
 -- A grant says whether the task is wound down (wind_down,
 -- ledger_wind_down): the call it pays for is then the task's last, made
 -- without tools.
@@ -71,6 +75,17 @@ BEGIN
     IF NOT ledger_secret_ok(leaf.secret_hash, p_secret) THEN
         RETURN ledger_refusal('denied', p_account,
             format('attempt %s was not dispatched with this secret', p_attempt));
+    END IF;
+    -- A call its task's slice pays for locks the task's row alone
+    -- (docs/ledger.md#budget-slices). Checked again under that lock; a
+    -- slice that no longer fits (rare: a recall took from it meanwhile)
+    -- takes the chain's locks below.
+    IF NOT p_from_held AND ledger_slice_fits(leaf, 0, p_want) THEN
+        SELECT * INTO a FROM account WHERE account_id = p_account FOR UPDATE;
+        IF ledger_slice_fits(a, 0, p_want) AND a.attempt = p_attempt AND ledger_secret_ok(a.secret_hash, p_secret)
+           AND (p_key IS NULL OR NOT EXISTS (SELECT FROM reservation WHERE account_id = p_account AND reserve_key = p_key)) THEN
+            RETURN ledger_grant_slice(a, p_want, p_want, p_holder, p_ttl, p_key, p_attempt, p_model);
+        END IF;
     END IF;
     FOR a IN SELECT * FROM ledger_lock_chain(leaf.chain) LOOP
         IF a.kind = 'tenant' THEN
@@ -167,6 +182,9 @@ BEGIN
         res := ledger_result_of('ok', r);
         res.run_available := ledger_available(leaf);
         RETURN res;
+    END IF;
+    IF leaf.cap_tokens IS NOT NULL THEN
+        RETURN ledger_reserve_slice(leaf, run, tenant, p_want, p_min, p_holder, p_ttl, p_key, p_attempt, p_model);
     END IF;
     -- The grant rule, root first (every account is open here).
     FOREACH a IN ARRAY locked LOOP

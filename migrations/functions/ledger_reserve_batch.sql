@@ -21,6 +21,11 @@
 -- exhausts, a draw on what the run holds, bad input) is made by
 -- ledger_reserve itself, after the grants before it are written, so that it
 -- sees the ledger as the calls before it left it.
+--
+-- A call on a sliced task account that its slice pays for whole locks the
+-- task's row only and is granted from it (docs/ledger.md#budget-slices):
+-- a batch of such calls touches no run or tenant row. Any other call on a
+-- slice is ledger_reserve's, under its chain's locks.
 CREATE OR REPLACE FUNCTION ledger_reserve_batch(p_accounts bigint[], p_runs text[], p_tenants text[], p_attempts bigint[],
                                      p_wants bigint[], p_mins bigint[], p_holders text[], p_ttls interval[],
                                      p_keys text[], p_models text[], p_secrets text[], p_from_held boolean[])
@@ -38,6 +43,8 @@ DECLARE
     grants  bigint[] := '{}';
     avails  bigint[] := '{}';
     winds   boolean[] := '{}';
+    slc     boolean[] := '{}';  -- whether each granted call is drawn on its task's slice
+    onslice boolean[];          -- whether each call's slice pays for it, before any lock
     want    bigint[];
     leaf    account;
     a       account;
@@ -63,15 +70,35 @@ BEGIN
         RAISE EXCEPTION 'ledger_reserve_batch: every argument must have one element per call (% calls)', n
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- The calls their tasks' slices pay for, by what the slices say before
+    -- any lock: those lock the task's row alone (docs/ledger.md#budget-slices).
+    onslice := array_fill(false, ARRAY[n]);
+    FOR i IN 1..n LOOP
+        SELECT * INTO leaf FROM account WHERE account_id = p_accounts[i];
+        IF FOUND AND NOT coalesce(p_from_held[i], true) AND leaf.cap_tokens IS NOT NULL THEN
+            g := 0;
+            FOR j IN 1..i - 1 LOOP
+                IF onslice[j] AND p_accounts[j] = p_accounts[i] THEN
+                    g := g + p_wants[j];
+                END IF;
+            END LOOP;
+            onslice[i] := ledger_slice_fits(leaf, g, coalesce(p_wants[i], 0)) AND p_wants[i] > 0;
+        END IF;
+    END LOOP;
     SELECT coalesce(array_agg(DISTINCT x), '{}') INTO want
-      FROM account l, unnest(l.chain) AS x WHERE l.account_id = ANY (p_accounts);
+      FROM (SELECT x FROM account l JOIN unnest(p_accounts, onslice) AS u(id, s) ON l.account_id = u.id AND NOT u.s,
+                          unnest(l.chain) AS x
+            UNION
+            SELECT u.id FROM unnest(p_accounts, onslice) AS u(id, s) WHERE u.s) AS w;
     FOR a IN SELECT * FROM ledger_lock_accounts(want) LOOP
         ids := ids || a.account_id;
         acc := acc || a;
     END LOOP;
     -- As ledger_lock_chain: a run put under its tenant's budget after the
     -- chains were read has a longer chain now.
-    IF EXISTS (SELECT FROM account l, unnest(l.chain) AS x WHERE l.account_id = ANY (p_accounts) AND x <> ALL (ids)) THEN
+    IF EXISTS (SELECT FROM account l JOIN unnest(p_accounts, onslice) AS u(id, s) ON l.account_id = u.id AND NOT u.s,
+                           unnest(l.chain) AS x
+                WHERE x <> ALL (ids)) THEN
         RAISE EXCEPTION 'ledger_reserve_batch: a chain changed while it was locked (its run was put under a tenant budget); try again'
             USING ERRCODE = 'serialization_failure';
     END IF;
@@ -97,6 +124,21 @@ BEGIN
                 fast := coalesce(leaf.kind <> 'tenant' AND leaf.run_id = p_runs[i] AND leaf.tenant_id = p_tenants[i]
                                  AND leaf.attempt = p_attempts[i]
                                  AND (orch OR leaf.secret_hash = sha256(convert_to(p_secrets[i], 'UTF8'))), false);
+            END IF;
+            IF fast AND leaf.cap_tokens IS NOT NULL THEN
+                -- On a slice: granted whole from it, or made by
+                -- ledger_reserve (which tops the slice up).
+                IF onslice[i] AND ledger_slice_fits(leaf, delta[k], p_wants[i]) THEN
+                    delta[k] := delta[k] + p_wants[i];
+                    pend := pend || i;
+                    grants := grants || p_wants[i];
+                    avails := avails || NULL::bigint;
+                    winds := winds || leaf.wind_down;
+                    slc := slc || true;
+                    seen := seen || (p_accounts[i]::text || ' ' || p_keys[i]);
+                    CONTINUE;
+                END IF;
+                fast := false;
             END IF;
             IF fast THEN
                 -- The grant rule, account by account, root first.
@@ -133,6 +175,7 @@ BEGIN
                 grants := grants || g;
                 avails := avails || run_avail;
                 winds := winds || leaf.wind_down;
+                slc := slc || false;
                 seen := seen || (p_accounts[i]::text || ' ' || p_keys[i]);
                 CONTINUE;
             END IF;
@@ -141,11 +184,13 @@ BEGIN
         -- Write what was granted so far, then let ledger_reserve make the call.
         IF cardinality(pend) > 0 THEN
             FOR r IN
-                WITH u AS (SELECT * FROM unnest(pend, grants) WITH ORDINALITY AS u(ci, amount, ord)),
+                WITH u AS (SELECT * FROM unnest(pend, grants, slc) WITH ORDINALITY AS u(ci, amount, sliced, ord)),
                 ins AS (
                     INSERT INTO reservation (tenant_id, run_id, account_id, chain, requested, amount, holder,
                                              lease_expires_at, reserve_key, attempt, model, secret_hash)
-                    SELECT l.tenant_id, l.run_id, l.account_id, l.chain, p_wants[u.ci], u.amount, p_holders[u.ci],
+                    SELECT l.tenant_id, l.run_id, l.account_id,
+                           CASE WHEN u.sliced THEN ARRAY[l.account_id] ELSE l.chain END,
+                           p_wants[u.ci], u.amount, p_holders[u.ci],
                            now() + p_ttls[u.ci], p_keys[u.ci], p_attempts[u.ci], nullif(p_models[u.ci], ''), l.secret_hash
                       FROM u JOIN account l ON l.account_id = p_accounts[u.ci]
                      ORDER BY u.ord
@@ -176,6 +221,7 @@ BEGIN
             grants := '{}';
             avails := '{}';
             winds := '{}';
+            slc := '{}';
         END IF;
         EXIT WHEN i > n;
         results[i] := ledger_reserve(p_accounts[i], p_runs[i], p_tenants[i], p_attempts[i], p_wants[i], p_mins[i],

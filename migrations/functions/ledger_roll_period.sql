@@ -11,6 +11,8 @@ BEGIN
         RETURN t;
     END IF;
     new_end := ledger_period_next_end(t.period_kind, t.period_every, t.period_end, now());
+    -- What its slices spent before the end counts in the period that ends.
+    t := ledger_post_slices(t, new_end);
     -- Clamped: what is held across the boundary stays within the limit.
     new_limit := greatest(t.spent + t.period_limit, t.spent + t.reserved + t.held);
     INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, note)

@@ -65,6 +65,7 @@ BEGIN
         IF t.period_kind IS DISTINCT FROM p_kind OR t.period_every IS DISTINCT FROM p_every THEN
             -- A new kind of period starts now, from what is spent now.
             new_end := CASE WHEN p_kind = 'none' THEN NULL ELSE ledger_period_next_end(p_kind, p_every, now(), now()) END;
+            t := ledger_post_slices(t, new_end);
             new_limit := greatest(t.spent + p_limit, t.spent + t.reserved + t.held);
             INSERT INTO ledger_entry (tenant_id, account_id, chain, kind, delta_limit, note)
             VALUES (p_tenant, t.account_id, t.chain, 'adjust', new_limit - t.limit_tokens,

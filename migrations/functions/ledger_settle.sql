@@ -8,7 +8,10 @@
 -- the provider's p_input/p_output split price it (money_line). It rolls
 -- the tenant's period over when it has ended, and an overrun that leaves
 -- the tenant below its minimum exhausts the tenant's runs. p_secret is the
--- secret of the attempt that reserved it (ledger_secret_ok).
+-- secret of the attempt that reserved it (ledger_secret_ok). A call drawn
+-- on a task's slice settles on the task's row alone (ledger_lock_reservation);
+-- its usage past the grant tops the slice up from the run first
+-- (docs/ledger.md#budget-slices).
 CREATE OR REPLACE FUNCTION ledger_settle(p_reservation bigint, p_generation bigint, p_actual bigint,
                               p_estimated boolean, p_model text DEFAULT NULL,
                               p_input bigint DEFAULT 0, p_output bigint DEFAULT 0,
@@ -23,6 +26,7 @@ DECLARE
     charge bigint := p_actual;
     res    ledger_result;
     rehold bigint;
+    sliced boolean;
 BEGIN
     IF p_actual IS NULL OR p_actual < 0 THEN
         RAISE EXCEPTION 'ledger_settle: actual % out of range', p_actual USING ERRCODE = 'invalid_parameter_value';
@@ -42,7 +46,17 @@ BEGIN
     IF NOT ledger_secret_ok(r.secret_hash, p_secret) THEN
         RETURN ledger_refusal('denied', r.account_id, 'the reservation was not granted to this secret');
     END IF;
-    FOR a IN SELECT * FROM ledger_lock_chain(r.chain) LOOP
+    PERFORM FROM ledger_lock_reservation(r, p_actual > r.amount);
+    sliced := r.chain = ARRAY[r.account_id] AND EXISTS (SELECT FROM account WHERE account_id = r.account_id AND kind = 'task');
+    IF sliced AND p_actual > r.amount THEN
+        -- Usage past a grant drawn on a slice: the slice is topped up from
+        -- the run (the chain is locked), as far as the cap and the run allow.
+        SELECT * INTO a FROM account WHERE account_id = r.account_id;
+        IF p_actual - r.amount > ledger_available(a) THEN
+            PERFORM ledger_carve(a.account_id, p_actual - r.amount - ledger_available(a));
+        END IF;
+    END IF;
+    FOR a IN SELECT * FROM account WHERE account_id = ANY (r.chain) ORDER BY chain LOOP
         IF a.kind = 'tenant' THEN
             -- Spend posted after the period's end counts in the next
             -- period: the lock rolled it over already.
@@ -98,7 +112,9 @@ BEGIN
            r.model, r.input_tokens, r.output_tokens,
            CASE WHEN p_actual > charge THEN format('%s tokens over every limit left unpaid', p_actual - charge) ELSE '' END
       FROM account l WHERE l.account_id = r.account_id;
-    IF charge > r.amount THEN
+    IF charge > r.amount AND sliced THEN
+        PERFORM ledger_check_pool(r.account_id);
+    ELSIF charge > r.amount THEN
         PERFORM ledger_check_exhausted(r.chain);
         IF tenant.account_id IS NOT NULL
            AND tenant.limit_tokens - (tenant.reserved - r.amount) - (tenant.spent + charge) - tenant.held < tenant.min_reservation THEN
@@ -107,7 +123,7 @@ BEGIN
             PERFORM ledger_exhaust_tenant(tenant);
         END IF;
     END IF;
-    IF run.closing THEN
+    IF run.closing OR sliced THEN
         PERFORM ledger_resolved(r);
     END IF;
     res := ledger_result_of('ok', r);

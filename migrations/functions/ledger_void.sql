@@ -17,7 +17,7 @@ BEGIN
     IF NOT ledger_secret_ok(r.secret_hash, p_secret) THEN
         RETURN ledger_refusal('denied', r.account_id, 'the reservation was not granted to this secret');
     END IF;
-    PERFORM FROM ledger_lock_chain(r.chain);
+    PERFORM FROM ledger_lock_reservation(r, false);
     SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
     IF r.state = 'voided' THEN
         RETURN ledger_result_of('replay', r);

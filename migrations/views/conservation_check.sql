@@ -11,7 +11,7 @@ SELECT a.tenant_id, a.run_id, a.task_id, a.account_id, a.kind, a.limit_tokens,
          AND a.spent = coalesce(e.spent, 0)
          AND a.held = coalesce(e.held, 0)
          AND a.reserved + a.spent + a.held <= a.limit_tokens
-         AND a.reserved = coalesce(h.held, 0)
+         AND a.reserved = coalesce(h.held, 0) + coalesce(sl.carved, 0)
          AND (a.kind <> 'tenant' OR a.held = coalesce(k.kept, 0)) AS conserved
   FROM account a
   LEFT JOIN (SELECT c.account_id, sum(le.delta_limit) AS limit_tokens,
@@ -23,6 +23,16 @@ SELECT a.tenant_id, a.run_id, a.task_id, a.account_id, a.kind, a.limit_tokens,
                FROM reservation r CROSS JOIN LATERAL unnest(r.chain) AS c(account_id)
               WHERE r.state = 'held'
               GROUP BY c.account_id) h USING (account_id)
+  -- A sliced task's slice counts as reserved on every account above it,
+  -- but for what it has posted (docs/ledger.md#budget-slices).
+  LEFT JOIN (SELECT s.account_id, sum(s.carved) AS carved
+               FROM (SELECT t.parent_id AS account_id, t.limit_tokens - t.posted AS carved
+                       FROM account t WHERE t.cap_tokens IS NOT NULL
+                     UNION ALL
+                     SELECT r.parent_id, t.limit_tokens - t.posted
+                       FROM account t JOIN account r ON r.account_id = t.parent_id
+                      WHERE t.cap_tokens IS NOT NULL AND r.parent_id IS NOT NULL) s
+              GROUP BY s.account_id) sl USING (account_id)
   -- A tenant account holds what its runs hold for their synthesis.
   LEFT JOIN (SELECT parent_id AS account_id, sum(held) AS kept
                FROM account WHERE kind = 'run' AND parent_id IS NOT NULL

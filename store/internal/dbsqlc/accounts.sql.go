@@ -176,7 +176,7 @@ SELECT account_id, tenant_id, coalesce(parent_id, 0)::bigint AS parent_id, kind,
     coalesce(run_id, '')::text AS run_id, coalesce(task_id, '')::text AS task_id, limit_tokens, reserved, spent,
     min_reservation, state, cause, attempt, closing, held
 FROM ledger_open_run($1, $2, $3::bigint, $4, $5,
-    $6::text[], $7::bigint[], $8)
+    $6::text[], $7::bigint[], $8, $9::bigint[])
 `
 
 type OpenRunParams struct {
@@ -188,6 +188,7 @@ type OpenRunParams struct {
 	TaskIds        []string
 	TaskLimits     []int64
 	Held           int64
+	TaskSlices     []int64
 }
 
 type OpenRunRow struct {
@@ -218,6 +219,7 @@ func (q *Queries) OpenRun(ctx context.Context, db DBTX, arg OpenRunParams) ([]Op
 		arg.TaskIds,
 		arg.TaskLimits,
 		arg.Held,
+		arg.TaskSlices,
 	)
 	if err != nil {
 		return nil, err
@@ -307,10 +309,14 @@ func (q *Queries) OpenTenant(ctx context.Context, db DBTX, arg OpenTenantParams)
 }
 
 const runAccount = `-- name: RunAccount :one
-SELECT account_id, tenant_id, coalesce(parent_id, 0)::bigint AS parent_id, kind,
-    coalesce(run_id, '')::text AS run_id, coalesce(task_id, '')::text AS task_id, limit_tokens, reserved, spent,
-    min_reservation, state, cause, attempt, closing, held
-FROM account WHERE run_id = $1::text AND kind = 'run'
+SELECT a.account_id, a.tenant_id, coalesce(a.parent_id, 0)::bigint AS parent_id, a.kind,
+    coalesce(a.run_id, '')::text AS run_id, coalesce(a.task_id, '')::text AS task_id, a.limit_tokens,
+    (a.reserved - coalesce(u.unposted, 0))::bigint AS reserved, (a.spent + coalesce(u.unposted, 0))::bigint AS spent,
+    a.min_reservation, a.state, a.cause, a.attempt, a.closing, a.held, coalesce(u.unused, 0)::bigint AS sliced
+FROM account a
+LEFT JOIN LATERAL (SELECT sum(t.spent - t.posted) AS unposted, sum(t.limit_tokens - t.reserved - t.spent) AS unused
+                     FROM account t WHERE t.parent_id = a.account_id AND t.kind = 'task' AND t.cap_tokens IS NOT NULL) u ON true
+WHERE a.run_id = $1::text AND a.kind = 'run'
 `
 
 type RunAccountRow struct {
@@ -329,8 +335,11 @@ type RunAccountRow struct {
 	Attempt        int64
 	Closing        bool
 	Held           int64
+	Sliced         int64
 }
 
+// What its tasks' slices spent counts as spent, posted or not, and what
+// they hold that no call reserved is said apart (docs/ledger.md#budget-slices).
 func (q *Queries) RunAccount(ctx context.Context, db DBTX, runID string) (RunAccountRow, error) {
 	row := db.QueryRow(ctx, runAccount, runID)
 	var i RunAccountRow
@@ -350,6 +359,7 @@ func (q *Queries) RunAccount(ctx context.Context, db DBTX, runID string) (RunAcc
 		&i.Attempt,
 		&i.Closing,
 		&i.Held,
+		&i.Sliced,
 	)
 	return i, err
 }

@@ -54,6 +54,14 @@ type Account struct {
 	Held int64
 	// The run's orchestrator wound this task down: what is left pays only for final answers; every grant on it says so.
 	WindDown bool
+	// Sliced task accounts: the most the task may ever be given (its token_budget); limit_tokens is the slice carved so far. NULL: not sliced.
+	CapTokens *int64
+	// Sliced task accounts: the slice carved when an attempt begins, and the least a top-up carves (docs/ledger.md#budget-slices).
+	SliceSize *int64
+	// Sliced task accounts: how much of spent has been posted to the accounts above (the rest counts there as reserved).
+	Posted int64
+	// Sliced task accounts: the end of the tenant's budget period the slice was carved in; after it, a call on the slice locks the chain (and the period rolls over).
+	SliceUntil *time.Time
 }
 
 type AdminAction struct {
@@ -431,7 +439,7 @@ type TenantBudget struct {
 	ReservedTokens    int64
 	SpentTokens       int64
 	LimitTokens       interface{}
-	PeriodSpentTokens interface{}
+	PeriodSpentTokens int64
 	PeriodEnd         *time.Time
 	State             string
 	CreatedAt         time.Time
