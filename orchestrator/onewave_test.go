@@ -78,24 +78,33 @@ func (b *testBundle) capacityWorker(t *testing.T, name string, capacity int, cfg
 	return w.Addr()
 }
 
-// oneWaveSpec is n tasks of token_budget taskBudget, each one model call
-// (no tools, one iteration), all allowed at once, under a run budget of
-// limit, admission by forecast (the default) and the default
-// min_reservation.
-func oneWaveSpec(key string, n int, taskBudget, limit int64) *fanoutv1.RunSpec {
+// oneWaveSpec is a task of each token_budget of budgets, each one model
+// call (no tools, one iteration), all allowed at once, under a run budget
+// of limit and min_reservation minRes (0: the default, 256), admission by
+// forecast (the default).
+func oneWaveSpec(key string, budgets []int64, limit, minRes int64) *fanoutv1.RunSpec {
 	s := &fanoutv1.RunSpec{
 		IdempotencyKey: key,
 		TenantId:       "t1",
 		Goal:           "find facts",
-		Budget:         &fanoutv1.Budget{LimitTokens: limit},
-		Limits:         &fanoutv1.Limits{MaxConcurrency: int32(n)},
+		Budget:         &fanoutv1.Budget{LimitTokens: limit, MinReservationTokens: minRes},
+		Limits:         &fanoutv1.Limits{MaxConcurrency: int32(len(budgets))},
 		Model:          &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 64},
 	}
-	for i := range n {
+	for i, b := range budgets {
 		s.Tasks = append(s.Tasks, &fanoutv1.TaskSpec{Id: fmt.Sprintf("t%03d", i),
-			Instruction: fmt.Sprintf("look up item %d", i), TokenBudget: taskBudget, MaxIterations: 1})
+			Instruction: fmt.Sprintf("look up item %d", i), TokenBudget: b, MaxIterations: 1})
 	}
 	return s
+}
+
+// nOf is n token_budgets of b.
+func nOf(n int, b int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = b
+	}
+	return out
 }
 
 // startedBeforeFirstFinish counts the tasks whose TaskStarted precedes the
@@ -114,18 +123,18 @@ func startedBeforeFirstFinish(evs []*fanoutv1.RunEvent) (started int, forecasts 
 	return started, forecasts
 }
 
-// runOneWave runs oneWaveSpec(n, taskBudget, limit) on one worker whose
-// model holds every call until barrier calls have arrived (or patience
-// has passed), checks that it SUCCEEDED with every task SUCCEEDED and the
+// runOneWave runs oneWaveSpec(budgets, limit, minRes) on one worker whose model
+// holds every call until one per task has arrived (or patience has
+// passed), checks that it SUCCEEDED with every task SUCCEEDED and the
 // ledger conserved, and returns its events.
-func runOneWave(t *testing.T, key string, n int, taskBudget, limit int64, barrier int, patience time.Duration) []*fanoutv1.RunEvent {
+func runOneWave(t *testing.T, key string, budgets []int64, limit, minRes int64, patience time.Duration) []*fanoutv1.RunEvent {
 	t.Helper()
 	b := setup(t)
+	n := len(budgets)
 	w := b.capacityWorker(t, "w", n, llm.SimConfig{FinishAfter: 1},
-		func(sim llm.Model) llm.Model { return newBarrierModel(sim, barrier, patience) })
+		func(sim llm.Model) llm.Model { return newBarrierModel(sim, n, patience) })
 	o := b.orchestrator(t, "o", orchestrator.Config{}, w)
-	s := oneWaveSpec(key, n, taskBudget, limit)
-	evs := runStream(t, o.client, s)
+	evs := runStream(t, o.client, oneWaveSpec(key, budgets, limit, minRes))
 	fin := checkEvents(t, evs)
 	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		t.Fatalf("run ended %s (%s), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
@@ -160,7 +169,7 @@ func TestOneWaveWhenTheBudgetCoversEveryTask(t *testing.T) {
 			t.Parallel()
 			// patience bounds only a failing run: the last call of a
 			// passing one arrives long before it.
-			evs := runOneWave(t, fmt.Sprintf("one-wave-%d", n), n, taskBudget, int64(n)*taskBudget, n, 30*time.Second)
+			evs := runOneWave(t, fmt.Sprintf("one-wave-%d", n), nOf(n, taskBudget), int64(n)*taskBudget, 0, 30*time.Second)
 			started, forecasts := startedBeforeFirstFinish(evs)
 			if started != n {
 				t.Fatalf("%d of %d tasks started before the first one finished; want all of them: the run's budget "+
@@ -176,19 +185,39 @@ func TestOneWaveWhenTheBudgetCoversEveryTask(t *testing.T) {
 }
 
 // TestNoOneWaveWhenTheBudgetFallsShortOfTheTasks: the edge of the rule
-// above. A run of 10 tasks of token_budget 5,000 under a limit of 49,999,
-// one token short of their sum: the tasks may claim the limit less the
-// run's min_reservation (256, the default), as for any run whose tasks'
-// token_budgets do not fit in it, so 9 start at once and the tenth waits
-// for one of them to end. The model holds every call until 10 have
-// arrived or 2 s have passed: had the tenth started with the nine, it
-// would have done so before any ended.
+// above. Tasks whose token_budgets add up to one token more than the run's
+// limit may claim the limit less the run's min_reservation, as in any run
+// whose tasks' token_budgets do not fit in it:
+//   - 10 tasks of 5,000 under a limit of 49,999 (min_reservation 256, the
+//     default): 9 start at once and the tenth waits for one of them to end;
+//   - tasks of 5,000, 4,001 and 1,000 under a limit of 10,000 and a
+//     min_reservation of 1,000: the first starts alone (5,000 + 4,001 is
+//     more than 10,000 - 1,000), where all of the limit would have started
+//     the second with it. (The last task's token_budget is the least that
+//     pays a call's min_reservation, so one token over is the closest
+//     such a run comes to the rule's edge.)
+//
+// The model holds every call until one per task has arrived or 2 s have
+// passed: a task that started with the others did so before any ended.
 func TestNoOneWaveWhenTheBudgetFallsShortOfTheTasks(t *testing.T) {
 	t.Parallel()
-	const n, taskBudget = 10, 5_000
-	evs := runOneWave(t, "one-wave-short", n, taskBudget, n*taskBudget-1, n, 2*time.Second)
-	if started, _ := startedBeforeFirstFinish(evs); started != n-1 {
-		t.Fatalf("%d of %d tasks started before the first one finished; want %d: the limit (%d) less the "+
-			"min_reservation (256) pays for 9 token_budgets of %d, not 10", started, n, n-1, n*taskBudget-1, taskBudget)
+	for _, c := range []struct {
+		name    string
+		budgets []int64
+		limit   int64
+		minRes  int64
+		wave    int
+	}{
+		{name: "10 of 5,000 under 49,999", budgets: nOf(10, 5_000), limit: 49_999, wave: 9},
+		{name: "5,000, 4,001 and 1,000 under 10,000", budgets: []int64{5_000, 4_001, 1_000}, limit: 10_000, minRes: 1_000, wave: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			evs := runOneWave(t, "one-wave-short-"+fmt.Sprint(len(c.budgets)), c.budgets, c.limit, c.minRes, 2*time.Second)
+			if started, _ := startedBeforeFirstFinish(evs); started != c.wave {
+				t.Fatalf("%d of %d tasks started before the first one finished; want %d: the limit %d less the "+
+					"min_reservation pays for no more of their token_budgets %v", started, len(c.budgets), c.wave, c.limit, c.budgets)
+			}
+		})
 	}
 }
