@@ -9,7 +9,8 @@ import (
 // Admission by forecast (docs/budget.md#admission-by-forecast; fanout.v1.AdmissionPolicy). The
 // forecaster is a run's budget plan as its driver sees it: what the tasks
 // may claim (the run's limit less what it holds for its synthesis and less
-// its min_reservation, below which the run counts as exhausted), what the
+// its min_reservation, below which the run counts as exhausted; all but the
+// held when the tasks' token_budgets add up to no more: claimable), what the
 // tasks that ended spent, what the tasks in flight have spent so far and
 // what each task is forecast to need. It knows this from the outcomes and
 // the iterations the workers already report (spend from settle results,
@@ -47,7 +48,7 @@ import (
 // has answered (when a forecast is only a cap), one more call.
 type forecaster struct {
 	mu       sync.Mutex
-	budget   int64   // what the tasks may claim: the run's limit less what it holds and its min_reservation
+	budget   int64   // what the tasks may claim (claimable)
 	held     int64   // what the run holds for its synthesis
 	caps     []int64 // caps[i]: task i's token_budget, 0 if none
 	share    int64   // an even share of budget over the tasks
@@ -70,13 +71,39 @@ type inFlight struct {
 
 func newForecaster(p *plan, limit, held int64) *forecaster {
 	tasks := p.spec.GetTasks()
-	f := &forecaster{budget: max(0, limit-held-p.minReservation), held: held, caps: make([]int64, len(tasks)),
-		min: p.minReservation, flight: map[int]*inFlight{}}
+	f := &forecaster{held: held, caps: make([]int64, len(tasks)), min: p.minReservation, flight: map[int]*inFlight{}}
 	for i, t := range tasks {
 		f.caps[i] = t.GetTokenBudget()
 	}
+	f.budget = claimable(f.caps, limit, held, p.minReservation)
 	f.share = f.budget / int64(max(1, len(tasks)))
 	return f
+}
+
+// claimable is what a run's tasks (of token_budgets caps, 0 for none) may
+// claim: the run's limit less what it holds for its synthesis and less its
+// min_reservation, below which the ledger marks the run exhausted. But
+// when every task has a token_budget and they add up to at most the limit
+// less what is held, the tasks may claim all of that: each task's own
+// account stops it at its token_budget, so together they never take the
+// run past its limit, and the margin would only keep the last of them
+// waiting for the first to end (a run whose budget is the sum of its
+// tasks' token_budgets would start them in two waves). The ledger can then
+// exhaust the run under them only once they hold or have spent, together,
+// all but less than min_reservation of their token_budgets.
+func claimable(caps []int64, limit, held, minReservation int64) int64 {
+	room := max(0, limit-held)
+	if len(caps) == 0 {
+		return max(0, room-minReservation)
+	}
+	var sum int64
+	for _, c := range caps {
+		if c <= 0 || c > room-sum { // a task without one, or past the room (never overflows)
+			return max(0, room-minReservation)
+		}
+		sum += c
+	}
+	return room
 }
 
 // forecast is what task i is forecast to cost, and on what it rests.

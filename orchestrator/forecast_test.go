@@ -109,3 +109,44 @@ func TestWindDownWhenWhatIsLeftPaysOnlyForFinalAnswers(t *testing.T) {
 		t.Fatalf("task 2 once they ended: %v, forecast %d; want admitted at 2,000", v, n)
 	}
 }
+
+// TestTasksClaimAllButTheHeldWhenTheirBudgetsFit: docs/budget.md, "what the
+// tasks may claim". When every task has a token_budget and they add up to
+// at most the run's limit less what it holds, the tasks may claim all of
+// that, and every task starts at once on its token_budget; one token more
+// (or a task without one) and they may claim that less the run's
+// min_reservation, as before, so the last task waits.
+func TestTasksClaimAllButTheHeldWhenTheirBudgetsFit(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		limit, held, min int64
+		caps             []int64
+		claim            int64
+		startedTogether  int
+	}{
+		{name: "the sum", limit: 50_000, min: 256, caps: tenOf(5_000), claim: 50_000, startedTogether: 10},
+		{name: "more than the sum", limit: 60_000, min: 256, caps: tenOf(5_000), claim: 60_000, startedTogether: 10},
+		{name: "the sum and the held", limit: 53_000, held: 3_000, min: 256, caps: tenOf(5_000), claim: 50_000, startedTogether: 10},
+		{name: "one token short", limit: 49_999, min: 256, caps: tenOf(5_000), claim: 49_743, startedTogether: 9},
+		{name: "one token short, with the held", limit: 52_999, held: 3_000, min: 256, caps: tenOf(5_000), claim: 49_743, startedTogether: 9},
+		{name: "a task without a token_budget", limit: 1_000_000, min: 256, caps: []int64{5_000, 0}, claim: 999_744, startedTogether: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := forecasterOf(c.limit, c.held, c.min, c.caps...)
+			if f.budget != c.claim {
+				t.Errorf("the tasks may claim %d, want %d", f.budget, c.claim)
+			}
+			started := 0
+			for i := range c.caps {
+				if v, _, _ := f.admit(i); v == admit {
+					started++
+				}
+			}
+			if started != c.startedTogether {
+				t.Errorf("%d of %d tasks started at once, want %d", started, len(c.caps), c.startedTogether)
+			}
+		})
+	}
+}
+
+func tenOf(c int64) []int64 { return []int64{c, c, c, c, c, c, c, c, c, c} }

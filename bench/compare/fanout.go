@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +34,6 @@ type fanoutSide struct {
 	workers []*proc
 	conn    *grpc.ClientConn
 	client  fanoutv1.OrchestratorServiceClient
-	runs    int
 
 	// reservations counts a run's reservations, and those settled, as
 	// the database's owner; closeDB closes its pool.
@@ -48,12 +46,14 @@ type fanoutSide struct {
 
 type fanoutConfig struct {
 	Bin        string        // the fanout binary
-	Dir        string        // where the peer credentials go
+	Token      string        // the bench's API key (createKey)
+	Peer       peer.DevFiles // the peer credentials, as `fanout dev` makes them
 	OwnerURL   string        // the migrated database, as its owner
 	NodeURL    string        // the same database as a member of fanout_app
 	Workers    int           // worker processes
 	Capacity   int           // subagents per worker, and the orchestrator's task and concurrency caps
 	Latency    time.Duration // of each sim call
+	Calls      int           // the most sim calls a task makes (a task allowed no tool makes one)
 	StartLimit time.Duration // for each process to start serving
 }
 
@@ -62,18 +62,11 @@ type fanoutConfig struct {
 // caller's under --auth none (no task slots, no tenant account).
 const benchTenant = "bench"
 
-// startFanout makes the bench's API key, starts cfg.Workers worker
-// processes, then an orchestrator that dispatches to them, and connects to
-// the orchestrator with the key.
+// startFanout starts cfg.Workers worker processes, then an orchestrator
+// that dispatches to them, and connects to the orchestrator with the
+// bench's API key.
 func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err error) {
-	token, err := createKey(ctx, cfg.Bin, cfg.OwnerURL)
-	if err != nil {
-		return nil, err
-	}
-	files, err := peer.GenerateDev(filepath.Join(cfg.Dir, "peer"))
-	if err != nil {
-		return nil, fmt.Errorf("generate peer credentials: %w", err)
-	}
+	token, files := cfg.Token, cfg.Peer
 	f := &fanoutSide{}
 	defer func() {
 		if err != nil {
@@ -89,10 +82,13 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 		args = append(args, "--name", name, "--capacity", strconv.Itoa(cfg.Capacity),
 			"--peer-tls-cert", files.Worker.Cert, "--peer-tls-key", files.Worker.Key, "--peer-verify-keys", files.VerifyKey,
 			// One model call per task: answer at the first iteration, no
-			// tool calls (the tasks allow none either). The sim model is
-			// not a StructuredModel, so there is no compression call.
-			"--sim-latency", cfg.Latency.String(), "--sim-finish-after", "1", "--sim-tool-calls", "0",
-			"--sim-output-tokens", "64")
+			// tool calls (the tasks allow none either); or, for the agent
+			// loop, one tool call an iteration, an answer at iteration
+			// cfg.Calls (a task that allows no tool still answers at its
+			// first). The sim model is not a StructuredModel, so there is
+			// no compression call.
+			"--sim-latency", cfg.Latency.String(), "--sim-finish-after", strconv.Itoa(max(1, cfg.Calls)),
+			"--sim-tool-calls", strconv.Itoa(min(1, max(0, cfg.Calls-1))), "--sim-output-tokens", "64")
 		p, addr, err := startServer(ctx, name, "worker serving", cfg.StartLimit, cfg.Bin, args...)
 		if p != nil {
 			f.workers = append(f.workers, p)
@@ -272,31 +268,41 @@ type fanoutRun struct {
 	phases string // where the time went, from the events' database times
 }
 
-// run submits one run of n tasks, all allowed at once, and times it from
-// sending Run to receiving RunFinished. It checks that every task succeeded
-// after exactly one iteration and that the ledger saw n reservations, one
-// per model call.
-func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanoutRun, error) {
+// runs counts the runs submitted, on every deployment: each run's
+// idempotency key is its own.
+var runs int
+
+// taskBudget is each task's token_budget; a task needs under 1,000 a call.
+const taskBudget = 5_000
+
+// run submits one run of case c, all its tasks allowed at once, and times it
+// from sending Run to receiving RunFinished. It checks that every task
+// succeeded after exactly c.calls iterations and that the ledger saw
+// c.n * c.calls reservations, one per model call.
+func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) (fanoutRun, error) {
 	if err := f.alive(); err != nil {
 		return fanoutRun{}, err
 	}
-	f.runs++
+	runs++
+	n := c.n
 	spec := &fanoutv1.RunSpec{
-		IdempotencyKey: fmt.Sprintf("bench-compare-%d-%d-%d", os.Getpid(), n, f.runs),
+		IdempotencyKey: fmt.Sprintf("bench-compare-%d-%d-%d", os.Getpid(), n, runs),
 		TenantId:       benchTenant,
 		Goal:           "bench-compare",
-		Budget:         &fanoutv1.Budget{LimitTokens: int64(n) * 10_000, MinReservationTokens: 1},
-		Limits:         &fanoutv1.Limits{MaxConcurrency: int32(n), RunTimeout: durationpb.New(limit)},
-		Model:          &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 256, Seed: 7},
+		// Twice what the tasks' token_budgets add up to, or (the one-wave
+		// case) exactly that: either way the default admission by
+		// forecast starts every task at once, as LangGraph.js does.
+		Budget: &fanoutv1.Budget{LimitTokens: int64(n) * c.budgetPerTask(), MinReservationTokens: 1},
+		Limits: &fanoutv1.Limits{MaxConcurrency: int32(n), RunTimeout: durationpb.New(limit)},
+		Model:  &fanoutv1.ModelSettings{Provider: "sim", MaxOutputTokens: 256, Seed: 7},
 	}
 	for i := range n {
-		spec.Tasks = append(spec.Tasks, &fanoutv1.TaskSpec{
-			Id: fmt.Sprintf("t%04d", i), Instruction: fmt.Sprintf("look up item %d", i),
-			// Half the run's share: the default admission by forecast then
-			// starts every task at once (their caps add up to half the
-			// budget), as LangGraph.js does; a task needs under 1,000.
-			TokenBudget: 5_000, MaxIterations: 1,
-		})
+		t := &fanoutv1.TaskSpec{Id: fmt.Sprintf("t%04d", i), Instruction: fmt.Sprintf("look up item %d", i),
+			TokenBudget: taskBudget, MaxIterations: int32(c.calls)}
+		if c.calls > 1 {
+			t.AllowedTools = []string{"search"} // the sim calls it between two model calls
+		}
+		spec.Tasks = append(spec.Tasks, t)
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -339,16 +345,16 @@ func (f *fanoutSide) run(ctx context.Context, n int, limit time.Duration) (fanou
 		return r, fmt.Errorf("run %s: %d task outcomes, want %d", r.runID, len(tasks), n)
 	}
 	for _, o := range tasks {
-		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetSummary().GetIterations() != 1 {
-			return r, fmt.Errorf("run %s: task %s ended %s after %d iterations, want SUCCEEDED after 1",
-				r.runID, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations())
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetSummary().GetIterations() != int32(c.calls) {
+			return r, fmt.Errorf("run %s: task %s ended %s after %d iterations, want SUCCEEDED after %d",
+				r.runID, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations(), c.calls)
 		}
 	}
 	xidAfter, err := f.nextXID(ctx)
 	if err != nil {
 		return r, fmt.Errorf("read the next transaction id: %w", err)
 	}
-	if err := f.checkCalls(ctx, r.runID, n); err != nil {
+	if err := f.checkCalls(ctx, r.runID, n*c.calls); err != nil {
 		return r, err
 	}
 	r.phases = phases(start, evs) + writes(xidAfter-xidBefore, n)
@@ -373,6 +379,7 @@ func (f *fanoutSide) checkCalls(ctx context.Context, runID string, n int) error 
 // database, on this machine's clock) from the moment Run was sent.
 func phases(start time.Time, evs []*fanoutv1.RunEvent) string {
 	var accepted, lastQueued, firstStarted, lastStarted, firstFinished, lastFinished, runFinished time.Duration
+	var started, firstWave int
 	first := func(d *time.Duration, v time.Duration) {
 		if *d == 0 || v < *d {
 			*d = v
@@ -389,6 +396,10 @@ func phases(start time.Time, evs []*fanoutv1.RunEvent) string {
 		case ev.GetTaskStarted() != nil:
 			first(&firstStarted, at)
 			last(&lastStarted, at)
+			started++
+			if firstFinished == 0 {
+				firstWave = started
+			}
 		case ev.GetTaskFinished() != nil:
 			first(&firstFinished, at)
 			last(&lastFinished, at)
@@ -397,8 +408,10 @@ func phases(start time.Time, evs []*fanoutv1.RunEvent) string {
 		}
 	}
 	r := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-	return fmt.Sprintf("accepted %s, last queued %s, started %s..%s, finished %s..%s, run finished %s ms (%d events)",
-		r(accepted), r(lastQueued), r(firstStarted), r(lastStarted), r(firstFinished), r(lastFinished), r(runFinished), len(evs))
+	return fmt.Sprintf("accepted %s, last queued %s, started %s..%s, finished %s..%s, run finished %s ms (%d events); "+
+		"%d of %d tasks started before the first finished",
+		r(accepted), r(lastQueued), r(firstStarted), r(lastStarted), r(firstFinished), r(lastFinished), r(runFinished), len(evs),
+		firstWave, started)
 }
 
 // writes says how many transactions that wrote (the durable commits, on

@@ -58,10 +58,17 @@ func startLangGraph(ctx context.Context, node, dir, pgURL string, latency time.D
 	return l, nil
 }
 
-// run invokes the graph once with n parallel tasks and returns the wall
-// time bench.mjs measured around graph.invoke.
-func (l *langGraphSide) run(ctx context.Context, n int, checkpointer string, limit time.Duration) (time.Duration, error) {
-	req, err := json.Marshal(map[string]any{"n": n, "checkpointer": checkpointer})
+// run invokes the graph of case c once (c.n parallel tasks, each c.calls
+// sim calls of c.latency in a row) and returns the wall time bench.mjs
+// measured around graph.invoke. A case of one call runs at the latency
+// the process was started with.
+func (l *langGraphSide) run(ctx context.Context, c benchCase, checkpointer string, limit time.Duration) (time.Duration, error) {
+	n := c.n
+	msg := map[string]any{"n": n, "checkpointer": checkpointer}
+	if c.calls > 1 {
+		msg["calls"], msg["latency_ms"] = c.calls, c.latency.Milliseconds()
+	}
+	req, err := json.Marshal(msg)
 	if err != nil {
 		return 0, err
 	}

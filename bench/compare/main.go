@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fanout/fanout/peer"
 	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/store/pglocal"
 )
@@ -36,10 +37,19 @@ func main() {
 type config struct {
 	fanoutBin, langGraphDir, node, tmpDir, pgBinDir string
 	sizes, reps                                     []int
-	warmup                                          int
-	latency, runLimit, total, pause                 time.Duration
-	workers                                         int
-	noCheckpointer                                  bool
+	// oneWave: the sizes of the one-wave case (a run's budget is exactly
+	// the sum of its tasks' token_budgets), oneWaveReps their repetitions.
+	oneWave, oneWaveReps []int
+	// loopSizes: the sizes of the agent-loop case (each task makes
+	// loopCalls sim calls of loopLatency in a row), loopReps their
+	// repetitions.
+	loopSizes, loopReps    []int
+	loopCalls              int
+	warmup                 int
+	latency, loopLatency   time.Duration
+	runLimit, total, pause time.Duration
+	workers                int
+	noCheckpointer         bool
 	// smoke checks that the benchmark works (every run accepted, every
 	// check held) instead of measuring: `make test` runs it.
 	smoke bool
@@ -50,7 +60,7 @@ const smokeN = 10
 
 func parseConfig(args []string) (config, error) {
 	var c config
-	var sizes, reps string
+	var sizes, reps, oneWave, oneWaveReps, loopSizes, loopReps string
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
 	fs.StringVar(&c.fanoutBin, "fanout", ".tmp/bin/fanout", "the fanout binary (go build ./cmd/fanout)")
 	fs.StringVar(&c.langGraphDir, "langgraph", "bench/langgraph", "directory of bench.mjs and its installed node_modules")
@@ -59,14 +69,20 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&c.pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
 	fs.StringVar(&sizes, "n", "10,100,1000", "task counts, comma-separated")
 	fs.StringVar(&reps, "reps", "5,5,5", "measured repetitions per task count (after the warm-ups)")
+	fs.StringVar(&oneWave, "one-wave", "10,100", "task counts of the one-wave case: the run's budget is exactly the sum of its tasks' token_budgets (\"\": none)")
+	fs.StringVar(&oneWaveReps, "one-wave-reps", "5,5", "measured repetitions per task count of the one-wave case")
+	fs.StringVar(&loopSizes, "loop-n", "1000", "task counts of the agent-loop case: each task makes -loop-calls sim calls in a row (\"\": none)")
+	fs.StringVar(&loopReps, "loop-reps", "5", "measured repetitions per task count of the agent-loop case")
+	fs.IntVar(&c.loopCalls, "loop-calls", 3, "sim calls (iterations) of each task of the agent-loop case, a tool call between two")
+	fs.DurationVar(&c.loopLatency, "loop-latency", 500*time.Millisecond, "latency of each sim call of the agent-loop case")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up runs per task count and side, not measured")
-	fs.DurationVar(&c.latency, "latency", 700*time.Millisecond, "latency of the one sim call each task makes")
+	fs.DurationVar(&c.latency, "latency", 700*time.Millisecond, "latency of the one sim call each task makes (all but the agent-loop case)")
 	fs.IntVar(&c.workers, "workers", 3, "fanout worker processes")
 	fs.DurationVar(&c.runLimit, "run-timeout", 90*time.Second, "deadline of each measured run")
 	fs.DurationVar(&c.total, "timeout", 10*time.Minute, "deadline of the whole benchmark (3m with -smoke)")
 	fs.DurationVar(&c.pause, "pause", 300*time.Millisecond, "idle time between runs (not measured)")
 	fs.BoolVar(&c.noCheckpointer, "langgraph-no-checkpointer", true, "also run LangGraph.js without a checkpointer, for reference")
-	fs.BoolVar(&c.smoke, "smoke", false, fmt.Sprintf("check that the benchmark works, measuring nothing: N=%d, one run per side, no warm-up; "+
+	fs.BoolVar(&c.smoke, "smoke", false, fmt.Sprintf("check that the benchmark works, measuring nothing: N=%d in every case, one run per side, no warm-up; "+
 		"every run must be accepted and pass the checks; prints no timings (make test runs it)", smokeN))
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -77,12 +93,13 @@ func parseConfig(args []string) (config, error) {
 	if c.smoke {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, name := range []string{"n", "reps", "warmup"} {
+		for _, name := range []string{"n", "reps", "one-wave", "one-wave-reps", "loop-n", "loop-reps", "warmup"} {
 			if set[name] {
-				return c, fmt.Errorf("-smoke sets -n %d -reps 1 -warmup 0: drop -%s", smokeN, name)
+				return c, fmt.Errorf("-smoke sets -n, -one-wave and -loop-n %d, their -reps 1 and -warmup 0: drop -%s", smokeN, name)
 			}
 		}
 		sizes, reps, c.warmup = strconv.Itoa(smokeN), "1", 0
+		oneWave, oneWaveReps, loopSizes, loopReps = sizes, reps, sizes, reps
 		if !set["timeout"] {
 			c.total = 3 * time.Minute
 		}
@@ -97,6 +114,18 @@ func parseConfig(args []string) (config, error) {
 	if len(c.reps) != len(c.sizes) {
 		return c, fmt.Errorf("-reps: %d counts for %d task counts", len(c.reps), len(c.sizes))
 	}
+	if c.oneWave, c.oneWaveReps, err = optionalSizes("one-wave", oneWave, oneWaveReps); err != nil {
+		return c, err
+	}
+	if c.loopSizes, c.loopReps, err = optionalSizes("loop-n", loopSizes, loopReps); err != nil {
+		return c, err
+	}
+	if c.loopCalls < 2 {
+		return c, fmt.Errorf("-loop-calls: an agent loop makes at least 2 calls, got %d", c.loopCalls)
+	}
+	if c.latency <= 0 || c.loopLatency <= 0 {
+		return c, fmt.Errorf("-latency %v, -loop-latency %v: both must be > 0", c.latency, c.loopLatency)
+	}
 	if c.workers < 1 {
 		return c, fmt.Errorf("-workers: need at least 1, got %d", c.workers)
 	}
@@ -104,6 +133,42 @@ func parseConfig(args []string) (config, error) {
 		return c, fmt.Errorf("-warmup: must be >= 0, got %d", c.warmup)
 	}
 	return c, nil
+}
+
+// optionalSizes parses the task counts of an optional case (flag name,
+// "" for none) and their repetitions.
+func optionalSizes(name, sizes, reps string) ([]int, []int, error) {
+	if strings.TrimSpace(sizes) == "" {
+		return nil, nil, nil
+	}
+	n, err := ints(sizes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-%s: %w", name, err)
+	}
+	r, err := ints(reps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-%s's reps: %w", name, err)
+	}
+	if len(r) != len(n) {
+		return nil, nil, fmt.Errorf("-%s: %d repetition counts for %d task counts", name, len(r), len(n))
+	}
+	return n, r, nil
+}
+
+// cases are the report's rows, in order: the main sizes, the one-wave
+// ones, then the agent loop's.
+func (c config) cases() []benchCase {
+	var out []benchCase
+	for i, n := range c.sizes {
+		out = append(out, benchCase{n: n, calls: 1, latency: c.latency, reps: c.reps[i]})
+	}
+	for i, n := range c.oneWave {
+		out = append(out, benchCase{n: n, calls: 1, latency: c.latency, reps: c.oneWaveReps[i], oneWave: true})
+	}
+	for i, n := range c.loopSizes {
+		out = append(out, benchCase{n: n, calls: c.loopCalls, latency: c.loopLatency, reps: c.loopReps[i]})
+	}
+	return out
 }
 
 func ints(s string) ([]int, error) {
@@ -152,13 +217,17 @@ func run(ctx context.Context) error {
 	}
 	defer db.stop()
 
-	maxN := slices.Max(cfg.sizes)
-	fo, err := startFanout(ctx, fanoutConfig{Bin: cfg.fanoutBin, Dir: tmp, OwnerURL: db.ownerURL, NodeURL: db.nodeURL,
-		Workers: cfg.workers, Capacity: maxN, Latency: cfg.latency, StartLimit: 60 * time.Second})
+	cases := cfg.cases()
+	maxN := slices.MaxFunc(cases, func(a, b benchCase) int { return a.n - b.n }).n
+	// One API key and one set of peer credentials for every deployment.
+	token, err := createKey(ctx, cfg.fanoutBin, db.ownerURL)
 	if err != nil {
 		return err
 	}
-	defer fo.stop()
+	files, err := peer.GenerateDev(filepath.Join(tmp, "peer"))
+	if err != nil {
+		return fmt.Errorf("generate peer credentials: %w", err)
+	}
 	lg, err := startLangGraph(ctx, cfg.node, cfg.langGraphDir, db.langGraphURL, cfg.latency, 60*time.Second)
 	if err != nil {
 		return err
@@ -168,19 +237,71 @@ func run(ctx context.Context) error {
 	loadBefore := loadAverage()
 	fmt.Fprintf(os.Stderr, "bench-compare: ready after %v; %s\n", time.Since(began).Round(time.Millisecond), db.settings)
 
-	results := make([]result, len(cfg.sizes))
-	for i, n := range cfg.sizes {
+	results := make([]result, len(cases))
+	// The sim call's latency is a worker's flag: the cases of one latency
+	// run on one deployment, started for them and stopped after them.
+	for _, group := range byLatency(cases) {
+		fc := fanoutConfig{Bin: cfg.fanoutBin, Token: token, Peer: files, NodeURL: db.nodeURL, OwnerURL: db.ownerURL,
+			Workers: cfg.workers, Capacity: maxN, Latency: cases[group[0]].latency, StartLimit: 60 * time.Second}
+		for _, i := range group {
+			fc.Calls = max(fc.Calls, cases[i].calls)
+		}
+		if err := measure(ctx, cfg, fc, lg, cases, group, results, began); err != nil {
+			return err
+		}
+	}
+	if cfg.smoke {
+		// A smoke run checks; it does not measure. Its timings, from one
+		// cold run on a busy machine, would mean nothing.
+		printSmoke(os.Stdout, cfg, versions, db.settings)
+		fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
+		return nil
+	}
+	printReport(os.Stdout, cfg, versions, db.settings, cases, results)
+	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
+		runtime.NumCPU(), loadBefore, loadAverage())
+	fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+// byLatency groups the indexes of cases by their sim latency, in the order
+// each latency first appears.
+func byLatency(cases []benchCase) [][]int {
+	var groups [][]int
+	at := map[time.Duration]int{}
+	for i, c := range cases {
+		g, ok := at[c.latency]
+		if !ok {
+			g = len(groups)
+			at[c.latency] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
+// measure starts a fanout deployment of fc and runs the cases of group on
+// it and on lg, each side in turn, run by run, into results; then stops it.
+func measure(ctx context.Context, cfg config, fc fanoutConfig, lg *langGraphSide, cases []benchCase, group []int,
+	results []result, began time.Time) error {
+	fo, err := startFanout(ctx, fc)
+	if err != nil {
+		return err
+	}
+	defer fo.stop()
+	for _, i := range group {
+		c := cases[i]
 		r := &results[i]
-		r.n = n
-		for rep := -cfg.warmup; rep < cfg.reps[i]; rep++ { // reps below 0 are the warm-ups
-			fr, err := fo.run(ctx, n, cfg.runLimit)
+		for rep := -cfg.warmup; rep < c.reps; rep++ { // reps below 0 are the warm-ups
+			fr, err := fo.run(ctx, c, cfg.runLimit)
 			if err != nil {
-				return fmt.Errorf("fanout, %d tasks: %w", n, err)
+				return fmt.Errorf("fanout, %s: %w", c.label(), err)
 			}
 			if err := sleep(ctx, cfg.pause); err != nil {
 				return err
 			}
-			lgPG, err := lg.run(ctx, n, checkpointPostgres, cfg.runLimit)
+			lgPG, err := lg.run(ctx, c, checkpointPostgres, cfg.runLimit)
 			if err != nil {
 				return err
 			}
@@ -189,7 +310,7 @@ func run(ctx context.Context) error {
 			}
 			var lgNone time.Duration
 			if cfg.noCheckpointer {
-				if lgNone, err = lg.run(ctx, n, checkpointNone, cfg.runLimit); err != nil {
+				if lgNone, err = lg.run(ctx, c, checkpointNone, cfg.runLimit); err != nil {
 					return err
 				}
 				if err := sleep(ctx, cfg.pause); err != nil {
@@ -199,26 +320,15 @@ func run(ctx context.Context) error {
 			if rep < 0 {
 				continue
 			}
-			r.fanout = append(r.fanout, fr.wall-cfg.latency)
-			r.lgPG = append(r.lgPG, lgPG-cfg.latency)
+			r.fanout = append(r.fanout, fr.wall-c.ideal())
+			r.lgPG = append(r.lgPG, lgPG-c.ideal())
 			if cfg.noCheckpointer {
-				r.lgNone = append(r.lgNone, lgNone-cfg.latency)
+				r.lgNone = append(r.lgNone, lgNone-c.ideal())
 			}
 			r.phases = append(r.phases, fr.phases)
 		}
-		fmt.Fprintf(os.Stderr, "bench-compare: N=%d done (%v so far)\n", n, time.Since(began).Round(time.Second))
+		fmt.Fprintf(os.Stderr, "bench-compare: %s done (%v so far)\n", c.label(), time.Since(began).Round(time.Second))
 	}
-	if cfg.smoke {
-		// A smoke run checks; it does not measure. Its timings, from one
-		// cold run on a busy machine, would mean nothing.
-		printSmoke(os.Stdout, cfg, versions, db.settings)
-		fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
-		return nil
-	}
-	printReport(os.Stdout, cfg, versions, db.settings, results)
-	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
-		runtime.NumCPU(), loadBefore, loadAverage())
-	fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
 	return nil
 }
 

@@ -8,10 +8,44 @@ import (
 	"time"
 )
 
-// result is what one task count measured: each side's overhead over the
-// ideal, one entry per repetition, and where fanout's time went.
+// benchCase is one row of the report: n tasks, each making calls sim calls
+// of latency in a row, all allowed at once, under a run budget of twice
+// what the tasks' token_budgets add up to or (oneWave) exactly that.
+type benchCase struct {
+	n       int
+	calls   int
+	latency time.Duration
+	oneWave bool
+	reps    int
+}
+
+// ideal is the case's wall time with no overhead: its calls in a row.
+func (c benchCase) ideal() time.Duration { return time.Duration(c.calls) * c.latency }
+
+// budgetPerTask is the run's budget per task.
+func (c benchCase) budgetPerTask() int64 {
+	if c.oneWave {
+		return taskBudget
+	}
+	return 2 * taskBudget
+}
+
+// label names the case in the report: "N=100", "N=10, budget = sum",
+// "N=1000, 3 calls of 500ms".
+func (c benchCase) label() string {
+	l := fmt.Sprintf("N=%d", c.n)
+	if c.oneWave {
+		l += ", budget = sum"
+	}
+	if c.calls > 1 {
+		l += fmt.Sprintf(", %d calls of %v", c.calls, c.latency)
+	}
+	return l
+}
+
+// result is what one case measured: each side's overhead over the ideal,
+// one entry per repetition, and where fanout's time went.
 type result struct {
-	n                    int
 	fanout, lgPG, lgNone []time.Duration
 	phases               []string
 }
@@ -51,21 +85,23 @@ func list(ds []time.Duration) string {
 	return strings.Join(s, " ")
 }
 
-func printReport(w io.Writer, cfg config, versions, settings string, results []result) {
+func printReport(w io.Writer, cfg config, versions, settings string, cases []benchCase, results []result) {
 	fmt.Fprintf(w, "\nbench-compare: N tasks x one %v sim call each, all N at once; overhead = wall - %v (the ideal);\n",
 		cfg.latency, cfg.latency)
-	fmt.Fprintf(w, "median of the reps after %s per N, both sides interleaved in the same run.\n", warmups(cfg.warmup))
+	fmt.Fprintf(w, "  run budget = 2 x the tasks' token_budgets, or (budget = sum) exactly their sum;\n")
+	fmt.Fprintf(w, "  \"K calls of L\": each task an agent loop of K sim calls of L in a row, a tool call between two; ideal = K x L.\n")
+	fmt.Fprintf(w, "median of the reps after %s per case, both sides interleaved in the same run.\n", warmups(cfg.warmup))
 	fmt.Fprintf(w, "  fanout: 1 orchestrator + %d worker processes, peer mTLS + signed dispatches, %s;\n", cfg.workers, settings)
 	fmt.Fprintf(w, "          wall = Run sent -> RunFinished received (gRPC, plaintext on loopback, with an API key: --auth keys).\n")
 	fmt.Fprintf(w, "  LangGraph.js: Send fan-out + reducer join, PostgresSaver on the same server (durability \"sync\"),\n")
 	fmt.Fprintf(w, "          wall = graph.invoke; %s.\n\n", versions)
-	header := []string{"N", "reps", "fanout overhead", "LangGraph.js overhead", "fanout/LangGraph.js"}
+	header := []string{"case", "reps", "fanout overhead", "LangGraph.js overhead", "fanout/LangGraph.js"}
 	if cfg.noCheckpointer {
 		header = append(header, "LangGraph.js, no checkpointer")
 	}
 	rows := [][]string{header}
-	for _, r := range results {
-		row := []string{fmt.Sprint(r.n), fmt.Sprint(len(r.fanout)), overhead(median(r.fanout)), overhead(median(r.lgPG)),
+	for i, r := range results {
+		row := []string{cases[i].label(), fmt.Sprint(len(r.fanout)), overhead(median(r.fanout)), overhead(median(r.lgPG)),
 			ratio(median(r.fanout), median(r.lgPG))}
 		if cfg.noCheckpointer {
 			row = append(row, overhead(median(r.lgNone)))
@@ -73,18 +109,22 @@ func printReport(w io.Writer, cfg config, versions, settings string, results []r
 		rows = append(rows, row)
 	}
 	printTable(w, rows)
+	width := 0
+	for _, c := range cases {
+		width = max(width, len(c.label()))
+	}
 	fmt.Fprintf(w, "\nevery repetition's overhead:\n")
-	for _, r := range results {
-		fmt.Fprintf(w, "  N=%-5d fanout %s | LangGraph.js %s", r.n, list(r.fanout), list(r.lgPG))
+	for i, r := range results {
+		fmt.Fprintf(w, "  %-*s  fanout %s | LangGraph.js %s", width, cases[i].label(), list(r.fanout), list(r.lgPG))
 		if cfg.noCheckpointer {
 			fmt.Fprintf(w, " | no checkpointer %s", list(r.lgNone))
 		}
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nwhere fanout's time went (last repetition; event times recorded by PostgreSQL, from Run sent):\n")
-	for _, r := range results {
+	for i, r := range results {
 		if len(r.phases) > 0 {
-			fmt.Fprintf(w, "  N=%-5d %s\n", r.n, r.phases[len(r.phases)-1])
+			fmt.Fprintf(w, "  %-*s  %s\n", width, cases[i].label(), r.phases[len(r.phases)-1])
 		}
 	}
 }
@@ -103,17 +143,23 @@ func warmups(n int) string {
 // run passes when every run was accepted and every check held, however
 // long they took.
 func printSmoke(w io.Writer, cfg config, versions, settings string) {
-	fmt.Fprintf(w, "bench-compare -smoke: ok: N=%d, one run per side, every check held (no timings: a smoke run checks, make bench-compare measures)\n", smokeN)
-	fmt.Fprintf(w, "  fanout, 1 orchestrator (--auth keys, called with the bench's API key) + %d workers: the run was accepted and SUCCEEDED,\n", cfg.workers)
-	fmt.Fprintf(w, "          all %d tasks SUCCEEDED after 1 iteration, %d reservations, all settled; %s\n", smokeN, smokeN, settings)
+	var labels []string
+	for _, c := range cfg.cases() {
+		labels = append(labels, c.label())
+	}
+	fmt.Fprintf(w, "bench-compare -smoke: ok: %s, one run per side each, every check held (no timings: a smoke run checks, make bench-compare measures)\n",
+		strings.Join(labels, "; "))
+	fmt.Fprintf(w, "  fanout, 1 orchestrator (--auth keys, called with the bench's API key) + %d workers: every run was accepted and SUCCEEDED,\n", cfg.workers)
+	fmt.Fprintf(w, "          every task SUCCEEDED after as many iterations as it makes calls, one reservation per call, all settled; %s\n", settings)
 	sides := "with PostgresSaver"
 	if cfg.noCheckpointer {
 		sides += ", and without a checkpointer"
 	}
-	fmt.Fprintf(w, "  LangGraph.js, %s: %d results joined; %s\n", sides, smokeN, versions)
+	fmt.Fprintf(w, "  LangGraph.js, %s: every run joined its N results; %s\n", sides, versions)
 }
 
-// printTable prints rows with right-aligned columns.
+// printTable prints rows with the first column left-aligned (the case),
+// the others right-aligned.
 func printTable(w io.Writer, rows [][]string) {
 	widths := make([]int, len(rows[0]))
 	for _, row := range rows {
@@ -123,7 +169,11 @@ func printTable(w io.Writer, rows [][]string) {
 	}
 	for _, row := range rows {
 		for i, c := range row {
-			fmt.Fprintf(w, "  %*s", widths[i], c)
+			if i == 0 {
+				fmt.Fprintf(w, "  %-*s", widths[i], c)
+			} else {
+				fmt.Fprintf(w, "  %*s", widths[i], c)
+			}
 		}
 		fmt.Fprintln(w)
 	}
