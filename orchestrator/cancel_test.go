@@ -105,7 +105,8 @@ func TestCancelAfterExhaustionUnderDrain(t *testing.T) {
 }
 
 // exhaust exhausts a run from outside its tasks: a reservation of all that
-// is available on the run account, voided at once.
+// is available on the run account and unused in its tasks' budget slices
+// (which the reserve recalls), voided at once.
 func exhaust(t *testing.T, b *testBundle, runID, tenantID string) {
 	t.Helper()
 	acct, err := b.ledger.RunAccount(t.Context(), runID)
@@ -117,7 +118,7 @@ func exhaust(t *testing.T, b *testBundle, runID, tenantID string) {
 		t.Fatal(err)
 	}
 	res, err := b.ledger.Reserve(t.Context(), budget.ReserveParams{Account: acct.ID, RunID: runID, TenantID: tenantID,
-		Attempt: attempt.N, Secret: attempt.Secret, Want: acct.Available(), Min: 1, Holder: "test", TTL: time.Minute})
+		Attempt: attempt.N, Secret: attempt.Secret, Want: acct.Available() + acct.Sliced, Min: 1, Holder: "test", TTL: time.Minute})
 	if err != nil {
 		t.Fatalf("reserve the rest of run %s: %v", runID, err)
 	}

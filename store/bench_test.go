@@ -32,6 +32,7 @@ func BenchmarkHotAccount(b *testing.B) {
 	type result struct {
 		ledger, coalesced, raw, ledgerP99, coalescedP99, rawP99               float64
 		tenant, tenantCoalesced, runs, tenantP99, tenantCoalescedP99, runsP99 float64
+		sliced, slicedCoalesced, slicedP99, slicedCoalescedP99              float64
 	}
 	results := map[int]*result{}
 	clientsList := []int{1, 16, 64}
@@ -86,6 +87,16 @@ func BenchmarkHotAccount(b *testing.B) {
 				*v.rate, *v.p99 = benchTenant(b, clients, v.tenant, v.coalesce)
 			})
 		}
+		for _, coalesce := range []bool{false, true} {
+			rate, p99 := &results[clients].sliced, &results[clients].slicedP99
+			name := "sliced"
+			if coalesce {
+				rate, p99, name = &results[clients].slicedCoalesced, &results[clients].slicedCoalescedP99, "sliced-coalesced"
+			}
+			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
+				*rate, *p99 = benchSliced(b, clients, coalesce)
+			})
+		}
 		b.Run(fmt.Sprintf("raw/clients=%d", clients), func(b *testing.B) {
 			ctx := context.Background()
 			pool := benchPool(b, clients)
@@ -130,6 +141,61 @@ func BenchmarkHotAccount(b *testing.B) {
 			r.tenantCoalesced/r.coalesced)
 	}
 	_ = w.Flush()
+	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "clients\tsliced pairs/s\tp99 ms\tsliced coalesced pairs/s\tp99 ms\traw pairs/s\tsliced/raw\tsliced coalesced/raw\tsliced coalesced/tenant coalesced\t")
+	for _, c := range clientsList {
+		r := results[c]
+		if r.raw == 0 || r.tenantCoalesced == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%d\t%.0f\t%.1f\t%.0f\t%.1f\t%.0f\t%.2f\t%.2f\t%.2f\t\n", c, r.sliced, r.slicedP99,
+			r.slicedCoalesced, r.slicedCoalescedP99, r.raw, r.sliced/r.raw, r.slicedCoalesced/r.raw,
+			r.slicedCoalesced/r.tenantCoalesced)
+	}
+	_ = w.Flush()
+}
+
+// benchSliced runs reserve+settle pairs with one sliced task per client,
+// all tasks of one run under one tenant account (docs/ledger.md#budget-slices):
+// one tenant with many subagents in flight. Each task's slice pays for its
+// calls, so a pair locks the task's row alone; pairs/s and p99 ms of a pair.
+func benchSliced(b *testing.B, clients int, coalesce bool) (rate, p99ms float64) {
+	ctx := context.Background()
+	pool := benchPool(b, clients)
+	l := store.NewLedger(pool, store.LedgerConfig{Coalesce: coalesce})
+	defer l.Close()
+	ten, err := l.SetTenantBudget(ctx, budget.TenantBudget{TenantID: "bench", Limit: 1 << 50, Actor: storetest.Actor(b, pool),
+		Period: budget.Period{Kind: budget.PeriodDay}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := budget.OpenRunParams{RunID: "hot", TenantID: "bench", TenantAccount: ten.ID, Limit: 1 << 50, MinReservation: 1}
+	for i := range clients {
+		p.Tasks = append(p.Tasks, budget.TaskBudget{TaskID: fmt.Sprintf("t%d", i), Limit: 1 << 40, Slice: 1 << 40})
+	}
+	ra, err := l.OpenRun(ctx, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pairs := make([]func() error, clients)
+	for i := range pairs {
+		acct := ra.Tasks[fmt.Sprintf("t%d", i)]
+		attempt, err := l.BeginAttempt(ctx, acct, "hot", "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		pairs[i] = func() error {
+			r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, RunID: "hot", TenantID: "bench", Attempt: attempt.N, Secret: attempt.Secret,
+				Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute, Model: "bench-model"})
+			if err != nil {
+				return err
+			}
+			_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700,
+				InputTokens: 500, OutputTokens: 200})
+			return err
+		}
+	}
+	return benchClientsEach(b, pairs)
 }
 
 // benchTenant runs reserve+settle pairs with one run per client, all under

@@ -186,6 +186,17 @@ BEGIN
     IF leaf.cap_tokens IS NOT NULL THEN
         RETURN ledger_reserve_slice(leaf, run, tenant, p_want, p_min, p_holder, p_ttl, p_key, p_attempt, p_model);
     END IF;
+    IF leaf.kind = 'run' AND ledger_available(leaf) < p_want
+       AND EXISTS (SELECT FROM account WHERE parent_id = leaf.account_id AND kind = 'task' AND cap_tokens IS NOT NULL
+                                      AND limit_tokens - reserved - spent > 0) THEN
+        -- A call on the run's own account its pool cannot pay: what its
+        -- tasks' slices do not use comes back first (docs/ledger.md#budget-slices).
+        PERFORM ledger_recall(leaf.account_id, NULL);
+        SELECT coalesce(array_agg(l ORDER BY l.chain), '{}') INTO locked FROM account l WHERE l.account_id = ANY (leaf.chain);
+        SELECT * INTO leaf FROM account WHERE account_id = p_account;
+        run := leaf;
+        SELECT * INTO tenant FROM account WHERE account_id = leaf.chain[1] AND kind = 'tenant';
+    END IF;
     -- The grant rule, root first (every account is open here).
     FOREACH a IN ARRAY locked LOOP
         IF ledger_grant_on(a, 0, g, p_min) IS NULL THEN
