@@ -81,7 +81,7 @@ CREATE TABLE fanout.account (
     CONSTRAINT account_held_check CHECK (held >= 0 AND (held = 0 OR kind <> 'task'::text)),
     CONSTRAINT account_kind_check CHECK (kind = ANY (ARRAY['tenant'::text, 'run'::text, 'task'::text])),
     CONSTRAINT account_kind_keys CHECK (kind = 'tenant'::text AND run_id IS NULL AND task_id IS NULL OR kind = 'run'::text AND run_id IS NOT NULL AND task_id IS NULL OR kind = 'task'::text AND run_id IS NOT NULL AND task_id IS NOT NULL),
-    CONSTRAINT account_limit_tokens_check CHECK (limit_tokens > 0),
+    CONSTRAINT account_limit_tokens_check CHECK (limit_tokens > 0 OR cap_tokens IS NOT NULL AND limit_tokens >= 0),
     CONSTRAINT account_min_reservation_check CHECK (min_reservation >= 1),
     CONSTRAINT account_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES fanout.account(account_id),
     CONSTRAINT account_period CHECK (kind <> 'tenant'::text AND period_kind = 'none'::text AND period_limit IS NULL AND period_end IS NULL AND period_every IS NULL OR kind = 'tenant'::text AND period_limit IS NOT NULL AND (period_kind = 'none'::text) = (period_end IS NULL) AND (period_kind = 'every'::text) = (period_every IS NOT NULL)),
@@ -713,13 +713,19 @@ CREATE VIEW fanout.conservation_check WITH (security_invoker=true) AS
              CROSS JOIN LATERAL unnest(r.chain) c(account_id)
           WHERE r.state = 'held'::text
           GROUP BY c.account_id) h USING (account_id)
-     LEFT JOIN ( SELECT x.account_id,
-            sum(t.limit_tokens - t.posted) AS carved
-           FROM fanout.account t
-             JOIN fanout.account r ON r.account_id = t.parent_id
-             CROSS JOIN LATERAL ( VALUES (r.account_id), (r.parent_id)) x(account_id)
-          WHERE t.cap_tokens IS NOT NULL AND x.account_id IS NOT NULL
-          GROUP BY x.account_id) sl USING (account_id)
+     LEFT JOIN ( SELECT s.account_id,
+            sum(s.carved) AS carved
+           FROM ( SELECT t.parent_id AS account_id,
+                    t.limit_tokens - t.posted AS carved
+                   FROM fanout.account t
+                  WHERE t.cap_tokens IS NOT NULL
+                UNION ALL
+                 SELECT r.parent_id,
+                    t.limit_tokens - t.posted
+                   FROM fanout.account t
+                     JOIN fanout.account r ON r.account_id = t.parent_id
+                  WHERE t.cap_tokens IS NOT NULL AND r.parent_id IS NOT NULL) s
+          GROUP BY s.account_id) sl USING (account_id)
      LEFT JOIN ( SELECT account.parent_id AS account_id,
             sum(account.held) AS kept
            FROM fanout.account
@@ -1193,7 +1199,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_check_owner(text,bigint,text) FROM PUBL
 CREATE FUNCTION fanout.ledger_check_pool(p_task bigint) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 14 lines, sha256 19847c43858b
+    -- body: 18 lines, sha256 a729a4bf6f56
 REVOKE EXECUTE ON FUNCTION fanout.ledger_check_pool(bigint) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_close_run(p_run_account bigint, p_note text) RETURNS void
@@ -1312,11 +1318,11 @@ CREATE FUNCTION fanout.ledger_post_slices(t fanout.account, p_until timestamp wi
     -- body: 20 lines, sha256 07c2d5925ca9
 REVOKE EXECUTE ON FUNCTION fanout.ledger_post_slices(fanout.account,timestamp with time zone) FROM PUBLIC;
 
-CREATE FUNCTION fanout.ledger_recall(p_run bigint, p_except bigint) RETURNS bigint
+CREATE FUNCTION fanout.ledger_recall(p_run bigint, p_except bigint, p_tenant_wide boolean DEFAULT false) RETURNS bigint
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 12 lines, sha256 f01f7c96d617
-REVOKE EXECUTE ON FUNCTION fanout.ledger_recall(bigint,bigint) FROM PUBLIC;
+    -- body: 16 lines, sha256 2a9b59f47b6a
+REVOKE EXECUTE ON FUNCTION fanout.ledger_recall(bigint,bigint,boolean) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_refusal(p_outcome text, p_account bigint, p_info text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql IMMUTABLE
@@ -1341,7 +1347,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 192 lines, sha256 4e9f1f0972ac
+    -- body: 203 lines, sha256 7b23d5ea80d4
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
@@ -1362,7 +1368,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],big
 CREATE FUNCTION fanout.ledger_reserve_slice(leaf fanout.account, run fanout.account, tenant fanout.account, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_attempt bigint, p_model text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 47 lines, sha256 33c3de12443e
+    -- body: 55 lines, sha256 5d5d28464bad
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_slice(fanout.account,fanout.account,fanout.account,bigint,bigint,text,interval,text,bigint,text) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void

@@ -301,12 +301,17 @@ func (c Config) toolPolicy(spec *fanoutv1.RunSpec) []runs.ToolPolicy {
 func openRunParams(runID string, p *plan) budget.OpenRunParams {
 	// Each task's account is a slice of the run's budget, as large as the
 	// task is forecast to need before any task has answered, and no larger
-	// than an even share of the budget among the tasks that start at once:
-	// what it may reserve without touching the run's account
-	// (docs/ledger.md#budget-slices).
+	// than an even share of the budget among the tasks that start at once,
+	// nor, under a tenant budget, of half what the tenant had left (other
+	// runs of the tenant carve from it too): what it may reserve without
+	// touching the run's account (docs/ledger.md#budget-slices).
 	f := newForecaster(p, p.spec.GetBudget().GetLimitTokens(), p.synthesisHeld)
 	wave := int64(max(1, min(len(p.spec.GetTasks()), p.concurrency)))
-	share := max(f.budget/wave, p.minReservation)
+	room := f.budget
+	if p.tenantAccount != 0 {
+		room = min(room, p.tenantAvailable/2)
+	}
+	share := max(room/wave, p.minReservation)
 	tasks := make([]budget.TaskBudget, len(p.spec.GetTasks()))
 	for i, t := range p.spec.GetTasks() {
 		tasks[i] = budget.TaskBudget{TaskID: t.GetId(), Limit: t.GetTokenBudget(), Slice: min(f.need(i), share)}

@@ -79,7 +79,7 @@ func (e *Engine) tenantAccount(ctx context.Context, p *plan, check bool) error {
 	case err != nil:
 		return fmt.Errorf("read the budget of tenant %s: %w", p.tenantID, err)
 	}
-	p.tenantAccount = ta.ID
+	p.tenantAccount, p.tenantAvailable = ta.ID, max(ta.Available(), 0)
 	if check && ta.Available() < ta.MinReservation {
 		if !ta.PeriodEnd.IsZero() {
 			return fmt.Errorf("%w: %d of %d tokens left in the period that ends %s", ErrTenantExhausted,

@@ -3,8 +3,9 @@
 -- pool is left below its min_reservation, the other slices' unused tokens
 -- are recalled first (ledger_recall), and only a pool still below it marks
 -- the run exhausted (ledger_check_exhausted); a tenant left below its own
--- minimum exhausts its runs (docs/ledger.md#budget-slices). Callers hold
--- the locks of the task's chain, root first.
+-- minimum, after a recall of its other runs' unused slices, exhausts its
+-- runs (docs/ledger.md#budget-slices). Callers hold the locks of the
+-- task's chain, root first.
 CREATE OR REPLACE FUNCTION ledger_check_pool(p_task bigint) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -14,7 +15,11 @@ BEGIN
     SELECT * INTO t FROM account WHERE account_id = p_task;
     FOR a IN SELECT * FROM account WHERE account_id = ANY (t.chain[1:cardinality(t.chain) - 1]) ORDER BY chain LOOP
         IF a.kind = 'tenant' AND a.state = 'open' AND ledger_below_minimum(a, 0) THEN
-            PERFORM ledger_exhaust_tenant(a);
+            PERFORM ledger_recall(t.chain[cardinality(t.chain) - 1], p_task, true);
+            SELECT * INTO a FROM account WHERE account_id = a.account_id;
+            IF ledger_below_minimum(a, 0) THEN
+                PERFORM ledger_exhaust_tenant(a);
+            END IF;
         ELSIF a.kind = 'run' AND a.state = 'open' AND ledger_below_minimum(a, 0) THEN
             PERFORM ledger_recall(a.account_id, p_task);
             PERFORM ledger_check_exhausted(t.chain);

@@ -6,7 +6,9 @@
 -- accounts as locked (tenant: NULL without one). The slice is topped up by
 -- what the call lacks, and by at least the task's slice_size, as far as
 -- its cap and the run's pool allow; a pool too small takes back what the
--- other slices do not use (ledger_recall) and tries again. The grant is
+-- other slices of the run do not use (ledger_recall) and tries again, and
+-- then, under a tenant, what the slices of the tenant's other runs do not
+-- use. The grant is
 -- then min(p_want, what the slice has), if that is at least p_min; else
 -- nothing is granted and the refusal names the account that could not pay:
 -- the task's (its cap), or the run's or the tenant's, which a refusal
@@ -28,6 +30,14 @@ BEGIN
         SELECT * INTO leaf FROM account WHERE account_id = leaf.account_id;
         IF ledger_available(leaf) < p_want AND leaf.limit_tokens < leaf.cap_tokens THEN
             IF ledger_recall(run.account_id, leaf.account_id) > 0 THEN
+                topup := ledger_carve(leaf.account_id, p_want - ledger_available(leaf)) > 0 OR topup;
+                SELECT * INTO leaf FROM account WHERE account_id = leaf.account_id;
+            END IF;
+        END IF;
+        IF ledger_available(leaf) < p_want AND leaf.limit_tokens < leaf.cap_tokens AND tenant.account_id IS NOT NULL THEN
+            -- The tenant is what is short: the other runs' slices give back
+            -- what they do not use.
+            IF ledger_recall(run.account_id, leaf.account_id, true) > 0 THEN
                 topup := ledger_carve(leaf.account_id, p_want - ledger_available(leaf)) > 0 OR topup;
                 SELECT * INTO leaf FROM account WHERE account_id = leaf.account_id;
             END IF;
