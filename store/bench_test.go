@@ -32,7 +32,7 @@ func BenchmarkHotAccount(b *testing.B) {
 	type result struct {
 		ledger, coalesced, raw, ledgerP99, coalescedP99, rawP99               float64
 		tenant, tenantCoalesced, runs, tenantP99, tenantCoalescedP99, runsP99 float64
-		sliced, slicedCoalesced, slicedP99, slicedCoalescedP99              float64
+		sliced, slicedCoalesced, slicedP99, slicedCoalescedP99                float64
 	}
 	results := map[int]*result{}
 	clientsList := []int{1, 16, 64}
