@@ -177,3 +177,66 @@ func BenchmarkRunFinishedLatency(b *testing.B) {
 	report("commit-to-watch", toWatch)
 	report("stamp-to-run", stamped)
 }
+
+// TestEndReachesFollowersWithoutThePoll: a run's end reaches the Run
+// caller and a WatchRun follower on the orchestrator that ended it through
+// that orchestrator's own signal (Engine.finished hands its closing events
+// to the followers), not through the poll that finds what other nodes
+// append: with the poll an hour apart, both streams still get their
+// RunFinished, and well before the poll's first tick.
+func TestEndReachesFollowersWithoutThePoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w1", llm.SimConfig{Latency: 10 * time.Millisecond, FinishAfter: 1}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{WatchPollInterval: time.Hour}, w)
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	stream, err := n.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec("end-no-poll", 3, 100_000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 1)
+	type end struct {
+		stream string
+		err    error
+	}
+	ends := make(chan end, 2)
+	go func() {
+		_, _, err := recvUntilEnd(func() (*fanoutv1.RunEvent, error) {
+			m, err := stream.Recv()
+			return m.GetEvent(), err
+		}, started)
+		ends <- end{"Run", err}
+	}()
+	go func() {
+		var runID string
+		select {
+		case runID = <-started:
+		case <-ctx.Done():
+			ends <- end{"WatchRun", fmt.Errorf("no RunStarted on the Run stream: %w", context.Cause(ctx))}
+			return
+		}
+		ws, err := n.client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
+		if err == nil {
+			_, _, err = recvUntilEnd(func() (*fanoutv1.RunEvent, error) {
+				m, err := ws.Recv()
+				return m.GetEvent(), err
+			}, nil)
+		}
+		ends <- end{"WatchRun", err}
+	}()
+	// The run takes well under a second; the poll ticks after an hour.
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for range 2 {
+		select {
+		case e := <-ends:
+			if e.err != nil {
+				t.Errorf("%s stream: %v", e.stream, e.err)
+			}
+		case <-deadline.C:
+			t.Fatal("no RunFinished within 20s on the Run stream and the WatchRun stream: " +
+				"the run's end did not reach this node's followers except by the poll")
+		}
+	}
+}
