@@ -75,7 +75,7 @@ type Closing struct {
 	// time set; what a read of the log returns): the last BudgetUpdate,
 	// for a run with an Account, then the RunFinished. None when the call
 	// did not end the run, or when a try after a lost reply found the run
-	// ended by the lost try: then the log alone has them.
+	// ended by the lost try.
 	Events []*fanoutv1.RunEvent
 }
 

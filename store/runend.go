@@ -54,12 +54,11 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (runs.Closing, error) {
 	var c runs.Closing
-	var appended []storedBody // decoded after the commit: the run row is locked until then
 	// As FinishRun; closing a closed run again changes nothing, and a try
 	// after a lost reply that committed finds the run ended (no event is
 	// appended to an ended run).
 	err := retried(ctx, s.log, "runs.close_run", idempotent, func(ctx context.Context, t try) error {
-		c, appended = runs.Closing{}, nil
+		c = runs.Closing{}
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			r, err := s.q.EndRunFenced(ctx, tx, dbsqlc.EndRunFencedParams{RunID: runID,
 				State: string(budget.StateClosed), Cause: "run closed", Epoch: epoch})
@@ -75,12 +74,12 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 				if result != nil {
 					result.TotalTokens = a.Spent
 				}
-				update, err := appendUpdate(ctx, tx, runID, a)
+				update, err := s.appendUpdate(ctx, tx, runID, a)
 				if err != nil {
 					return err
 				}
-				if update.body != nil {
-					appended = append(appended, update)
+				if update != nil {
+					c.Events = append(c.Events, update)
 				}
 				// No decision reaches a write of an ended run: those
 				// still waiting are denied, "run ended".
@@ -93,13 +92,16 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 				return err
 			}
 			c.Ended = end.ended
-			switch {
-			case end.finished.body != nil:
+			if !end.ended {
+				c.Events = nil
+				return nil
+			}
+			if end.finished != nil {
 				c.Run = &fanoutv1.Run{RunId: runID, State: state, CancelCause: cause,
-					CreatedAt: timestamppb.New(end.createdAt), FinishedAt: timestamppb.New(end.finished.at)}
-				appended = append(appended, end.finished)
-			default: // not ended here, or by a lost try whose events are in the log
-				appended = nil
+					CreatedAt: timestamppb.New(end.createdAt), FinishedAt: end.finished.GetTime()}
+				c.Events = append(c.Events, end.finished)
+			} else {
+				c.Events = nil // a try after a lost reply: what the lost try appended is in the log
 			}
 			return nil
 		})
@@ -107,19 +109,8 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 	if err != nil {
 		return runs.Closing{}, fmt.Errorf("close run %s: %w", runID, err)
 	}
-	if c.Run != nil { // no read after the commit: its end is all in hand
-		for _, b := range appended {
-			ev, err := storedEvent(runID, b.body, b.sequence, b.at)
-			if err != nil {
-				// The run has ended all the same: its followers read the
-				// events from the log instead.
-				s.log.WarnContext(ctx, "decode the closing events", "run_id", runID, "err", err)
-				c.Events = nil
-				break
-			}
-			c.Events = append(c.Events, ev)
-		}
-		return c, nil
+	if c.Run != nil {
+		return c, nil // no read after the commit: its end is all in hand
 	}
 	// Its row, not its tasks: reading back a wide run's outcomes would
 	// delay its end for nothing.
@@ -138,30 +129,23 @@ func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, s
 	return c, nil
 }
 
-// storedBody is one event as appended: its body and its columns.
-type storedBody struct {
-	body     []byte
-	sequence int64
-	at       time.Time
-}
-
 // appendUpdate appends the run's last BudgetUpdate, with its closed
-// account a, within tx and returns it as stored; none (a nil body) if the
-// run has ended already (a try after a lost reply).
-func appendUpdate(ctx context.Context, tx pgx.Tx, runID string, a budget.Account) (storedBody, error) {
+// account a, within tx and returns it as stored; nil if the run has ended
+// already (a try after a lost reply).
+func (s *Runs) appendUpdate(ctx context.Context, tx pgx.Tx, runID string, a budget.Account) (*fanoutv1.RunEvent, error) {
 	bodies, err := encodeEvents(runID, "closing events", []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_BudgetUpdate{
 		BudgetUpdate: &fanoutv1.BudgetUpdate{Budget: runs.Snapshot(a)}}}})
 	if err != nil {
-		return storedBody{}, err
+		return nil, err
 	}
 	seq, at, err := appendBodies(ctx, tx, runID, "closing events", bodies, []string{newEventKey()})
 	switch {
 	case errors.Is(err, runs.ErrEnded):
-		return storedBody{}, nil
+		return nil, nil
 	case err != nil:
-		return storedBody{}, err
+		return nil, err
 	}
-	return storedBody{body: bodies[0], sequence: seq, at: at}, nil
+	return storedEvent(runID, bodies[0], seq, at)
 }
 
 // runEnd is what one try of finishRun did: whether this call ended the
@@ -169,7 +153,7 @@ func appendUpdate(ctx context.Context, tx pgx.Tx, runID string, a budget.Account
 // run's creation time.
 type runEnd struct {
 	ended     bool
-	finished  storedBody // none (nil body) unless this try wrote the end
+	finished  *fanoutv1.RunEvent
 	createdAt time.Time
 }
 
@@ -195,6 +179,8 @@ func (s *Runs) finishRun(ctx context.Context, db dbsqlc.DBTX, runID, owner strin
 	// It returns what it wrote, so that nothing is read back after the
 	// commit.
 	var end runEnd
+	var seq int64
+	var at time.Time
 	err = db.QueryRow(ctx, `WITH fin AS (
 			UPDATE run
 			SET state = $3, cancel_cause = $4, result = $5, finished_at = now(), last_sequence = last_sequence + 1
@@ -205,10 +191,13 @@ func (s *Runs) finishRun(ctx context.Context, db dbsqlc.DBTX, runID, owner strin
 			SELECT $1, fin.last_sequence, fin.tenant_id, $6 FROM fin
 			RETURNING sequence, created_at)
 		SELECT fin.created_at, ins.sequence, ins.created_at FROM fin, ins`,
-		runID, owner, runs.Text(state), cause, body, event).Scan(&end.createdAt, &end.finished.sequence, &end.finished.at)
+		runID, owner, runs.Text(state), cause, body, event).Scan(&end.createdAt, &seq, &at)
 	switch {
 	case err == nil:
-		end.ended, end.finished.body = true, event
+		end.ended = true
+		if end.finished, err = storedEvent(runID, event, seq, at); err != nil {
+			return runEnd{}, fmt.Errorf("finish run %s: %w", runID, err)
+		}
 		return end, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return runEnd{}, fmt.Errorf("finish run %s: %w", runID, err)
