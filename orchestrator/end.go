@@ -82,11 +82,11 @@ func (e *Engine) endRun(parent context.Context, runID string, end runEnd) (close
 	// also counts calls cut off before their worker could report, settled
 	// at their full reservation, and becomes the result's total), the
 	// final BudgetUpdate that followers' budget views end with, and the end.
-	stored, closed, ended, err := e.store.CloseRun(ctx, runID, e.cfg.Node, end.epoch, end.state, end.cause, result)
+	closing, err := e.store.CloseRun(ctx, runID, e.cfg.Node, end.epoch, end.state, end.cause, result)
 	if e.fencedOut(ctx, runID, err) {
 		return nil, nil, false
 	}
-	return closed, result, e.finished(ctx, runID, end.state, stored, ended, err)
+	return closing.Account, result, e.finished(ctx, runID, end.state, closing, err)
 }
 
 // awaitHeld waits, up to Config.HeldWait (less on a forced shutdown), until
@@ -127,23 +127,26 @@ func (e *Engine) awaitHeld(parent context.Context, runID string) {
 }
 
 // finished reports what CloseRun said of ending the run as state: whether
-// this engine ended it, with its metrics and a wake of its followers if it
-// did. A run that another replica adopted (or that ended otherwise) is
-// left as it is: its RunFinished is the other's to append. If the write
-// failed the run stays RUNNING; once this engine stops heartbeating it, it
-// is adopted and ended.
-func (e *Engine) finished(ctx context.Context, runID string, state fanoutv1.RunState, stored *fanoutv1.Run,
-	ended bool, err error) bool {
+// this engine ended it, with its metrics if it did, and, first, its end
+// handed to this node's followers of the run: the closing events, durable
+// now, go to them without a read of the log (their Run and WatchRun
+// streams send the RunFinished at once; followers on other nodes find it
+// by their poll). A run that another replica adopted (or that ended
+// otherwise) is left as it is: its RunFinished is the other's to append.
+// If the write failed the run stays RUNNING; once this engine stops
+// heartbeating it, it is adopted and ended.
+func (e *Engine) finished(ctx context.Context, runID string, state fanoutv1.RunState, closing runs.Closing, err error) bool {
 	if err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "finish run", "run_id", runID, "err", err)
 		return false
 	}
-	if !ended {
+	stored := closing.Run
+	if !closing.Ended {
 		e.cfg.Logger.WarnContext(ctx, "run ended elsewhere; not ending it here", "run_id", runID,
 			"state", runs.Text(stored.GetState()), "cause", stored.GetCancelCause())
 		return false
 	}
-	e.wake(runID) // the RunFinished is stored with the end
+	e.followers.publish(runID, closing.Events) // the RunFinished is stored with the end
 	byState := metric.WithAttributes(attrRunState.String(runs.Text(state)))
 	metrics().runsFinished.Add(context.WithoutCancel(ctx), 1, byState)
 	if stored.GetCreatedAt() != nil && stored.GetFinishedAt() != nil {

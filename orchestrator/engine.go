@@ -339,9 +339,9 @@ func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts
 		cancelRun(errShutdown)
 		// Its ledger run closed and its end in one write, as endRun does (a
 		// run this engine just created has changed hands 0 times).
-		stored, _, ended, err := e.store.CloseRun(ctx, runID, e.cfg.Node, 0, fanoutv1.RunState_RUN_STATE_CANCELLED,
+		closing, err := e.store.CloseRun(ctx, runID, e.cfg.Node, 0, fanoutv1.RunState_RUN_STATE_CANCELLED,
 			errShutdown.Error(), join(run.GetTasks()))
-		e.finished(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, stored, ended, err)
+		e.finished(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, closing, err)
 		endRunSpan(span, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error(), errShutdown, nil, nil)
 		return ErrShuttingDown
 	}

@@ -70,7 +70,7 @@ var (
 	peerErr     error
 )
 
-func trust(t *testing.T) (fanoutnode.OrchestratorTrust, fanoutnode.WorkerTrust) {
+func trust(t testing.TB) (fanoutnode.OrchestratorTrust, fanoutnode.WorkerTrust) {
 	t.Helper()
 	peerOnce.Do(func() {
 		if peerDir, peerErr = os.MkdirTemp("", "fanout-orchestrator-peer-"); peerErr == nil {
@@ -97,7 +97,7 @@ type testBundle struct {
 	traced bool
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	url := storetest.NewDB(t)
 	// Group commit on, as `fanout worker` and `fanout orchestrator` run by
@@ -117,7 +117,7 @@ func setup(t *testing.T) *testBundle {
 // The test orchestrators run with --auth none, where a caller is the tenant
 // it names: every call names tenant t1 (the tenant of spec) unless its
 // context names another (tenantCtx).
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
@@ -137,7 +137,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 
 // worker starts a subagent worker (package node: its own gRPC server with
 // peer mTLS, a sim model) and returns its address and model.
-func (b *testBundle) worker(t *testing.T, name string, sim llm.SimConfig, capacity int) (string, *llm.Sim) {
+func (b *testBundle) worker(t testing.TB, name string, sim llm.SimConfig, capacity int) (string, *llm.Sim) {
 	t.Helper()
 	_, wt := trust(t)
 	w, err := fanoutnode.OpenWorker(t.Context(), b.backend, fanoutnode.WorkerConfig{Trust: wt, Sim: sim,
@@ -162,14 +162,14 @@ type node struct {
 
 // orchestrator starts an orchestrator replica on the test's database that
 // dispatches to workers (addresses), round-robin.
-func (b *testBundle) orchestrator(t *testing.T, name string, cfg orchestrator.Config, workers ...string) *node {
+func (b *testBundle) orchestrator(t testing.TB, name string, cfg orchestrator.Config, workers ...string) *node {
 	t.Helper()
 	return b.orchestratorWith(t, name, cfg, nil, workers...)
 }
 
 // orchestratorWith is orchestrator with the engine's params changed by
 // change (when not nil) before the engine is built.
-func (b *testBundle) orchestratorWith(t *testing.T, name string, cfg orchestrator.Config,
+func (b *testBundle) orchestratorWith(t testing.TB, name string, cfg orchestrator.Config,
 	change func(*orchestrator.EngineParams), workers ...string) *node {
 	t.Helper()
 	if len(workers) == 0 { // validation-only tests: a worker nobody calls

@@ -79,9 +79,9 @@ func (s cutStore) FinishRun(ctx context.Context, runID, owner string, state fano
 }
 
 func (s cutStore) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult) (*fanoutv1.Run, *budget.Account, bool, error) {
+	result *fanoutv1.JoinedResult) (runs.Closing, error) {
 	if err := s.check(); err != nil {
-		return nil, nil, false, err
+		return runs.Closing{}, err
 	}
 	return s.RunStore.CloseRun(ctx, runID, owner, epoch, state, cause, result)
 }

@@ -104,12 +104,13 @@ type RunEnder interface {
 	// budget.StateClosed, with owner epoch epoch), sets result's
 	// TotalTokens to the closed account's spend and appends its last
 	// BudgetUpdate, with that account, before the RunFinished. It returns
-	// the run's row (state, cause and times, not its tasks) and the closed
-	// account (nil for a run without accounts, and no BudgetUpdate then). A run that changed hands since epoch is a
-	// budget.DeniedError, and nothing is written.
+	// the run's row (state, cause and times, not its tasks), the closed
+	// account (nil for a run without accounts, and no BudgetUpdate then),
+	// whether it ended the run, and the events it appended as stored
+	// (runs.Closing), once they are durable. A run that changed hands
+	// since epoch is a budget.DeniedError, and nothing is written.
 	CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
-		result *fanoutv1.JoinedResult) (
-		run *fanoutv1.Run, acct *budget.Account, ended bool, err error)
+		result *fanoutv1.JoinedResult) (runs.Closing, error)
 }
 
 // Leases keep the runs an orchestrator drives, and adopt the runs nobody does.

@@ -18,6 +18,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/store"
 )
 
@@ -229,7 +230,7 @@ type gatedStore struct {
 }
 
 func (s gatedStore) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
-	result *fanoutv1.JoinedResult) (*fanoutv1.Run, *budget.Account, bool, error) {
+	result *fanoutv1.JoinedResult) (runs.Closing, error) {
 	select {
 	case s.entered <- struct{}{}:
 	default:

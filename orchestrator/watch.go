@@ -17,8 +17,10 @@ import (
 // one poller: one read of the heads of all the runs followed here, every
 // WatchPollInterval, instead of one query per stream per interval (8,000
 // streams polling alone drove Postgres to ~37k transactions/s, issue 12).
-// An append made on this node wakes its followers at once (Engine.wake);
-// the poller finds what other nodes appended. Each stream reads from its
+// An append made on this node wakes its followers at once (Engine.wake),
+// and the run's end hands them its closing events as it commits them
+// (followers.publish: no read between the commit and the streams); the
+// poller finds what other nodes appended. Each stream reads from its
 // own cursor: the run's latest events (its tail, up to tailEvents) are read
 // from the store once for every stream of the run on this node, and only a
 // stream further behind than the tail reads the store itself (5,000
@@ -175,6 +177,37 @@ func (f *followers) wake(runID string) {
 	defer f.mu.Unlock()
 	if r := f.runs[runID]; r != nil {
 		r.move()
+	}
+}
+
+// publish is wake for events this node has just appended and holds as
+// stored (consecutive, with their sequences; durable): when they follow
+// the tail that the streams read, they join it, so that a stream at the
+// end sends them without a read of the store. Otherwise (a gap: events
+// another writer appended are not read yet; or a shared read in flight,
+// which may or may not see them) they are only a wake, and the streams'
+// next shared read finds them, as it finds every event.
+func (f *followers) publish(runID string, evs []*fanoutv1.RunEvent) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.runs[runID]
+	if r == nil {
+		return
+	}
+	upToDate := r.readAt == r.moves // the last read missed no move: the tail was the whole log
+	r.move()
+	if len(evs) == 0 || r.fetching != nil || r.readTo < 0 || evs[0].GetSequence() != r.readTo+1 {
+		return
+	}
+	r.tail = append(r.tail, evs...)
+	r.readTo = evs[len(evs)-1].GetSequence()
+	if n := len(r.tail) - tailEvents; n > 0 {
+		r.tail = slices.Delete(r.tail, 0, n)
+	}
+	if upToDate {
+		// The tail is the log up to these events: a stream that sent them
+		// has nothing more to read until the next move.
+		r.readAt = r.moves
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -56,6 +57,26 @@ type Head struct {
 // Final reports whether the run has ended.
 func (h Head) Final() bool {
 	return h.State != fanoutv1.RunState_RUN_STATE_RUNNING && h.State != fanoutv1.RunState_RUN_STATE_UNSPECIFIED
+}
+
+// Closing is what ending a run with its ledger close (the run store's
+// CloseRun) did.
+type Closing struct {
+	// Run is the run's row as it is now: its state, cause and times, not
+	// its tasks.
+	Run *fanoutv1.Run
+	// Account is the run's closed ledger account; nil for a run without
+	// ledger accounts.
+	Account *budget.Account
+	// Ended reports whether this call ended the run (false: it had ended,
+	// or another replica had adopted it, and nothing was written).
+	Ended bool
+	// Events are the events the call appended, as stored (sequence and
+	// time set; what a read of the log returns): the last BudgetUpdate,
+	// for a run with an Account, then the RunFinished. None when the call
+	// did not end the run, or when a try after a lost reply found the run
+	// ended by the lost try.
+	Events []*fanoutv1.RunEvent
 }
 
 // The stored text of every run state and task status: what run.state and

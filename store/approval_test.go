@@ -343,7 +343,7 @@ func TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits(t *testing.T) {
 	if got, err := tc.IssueWrite(b.ctx, note, at.Secret); err != nil || got.State != runs.WriteIssued {
 		t.Errorf("issue a tool without approval: %+v, %v; want issued", got, err)
 	}
-	if _, _, _, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled", nil); err != nil {
+	if _, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_CANCELLED, "cancelled", nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := tc.WriteStatus(b.ctx, w.Key, ""); err != nil || st.State != runs.WriteDenied || st.Error != runs.DeniedRunEnded {

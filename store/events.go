@@ -32,27 +32,54 @@ func appendInTx(ctx context.Context, tx pgx.Tx, runID, what string, evs []*fanou
 
 // appendKeyed is appendInTx with each event's key given.
 func appendKeyed(ctx context.Context, tx pgx.Tx, runID, what string, evs []*fanoutv1.RunEvent, keys []string) error {
-	if len(evs) == 0 {
-		return nil
+	bodies, err := encodeEvents(runID, what, evs)
+	if err != nil {
+		return err
 	}
+	_, _, err = appendBodies(ctx, tx, runID, what, bodies, keys)
+	return err
+}
+
+// encodeEvents encodes evs (of one kind, named what) as the log stores them.
+func encodeEvents(runID, what string, evs []*fanoutv1.RunEvent) ([][]byte, error) {
 	bodies := make([][]byte, len(evs))
 	for i, ev := range evs {
 		body, err := encodeEvent(ev)
 		if err != nil {
-			return fmt.Errorf("append %s to run %s: encode: %w", what, runID, err)
+			return nil, fmt.Errorf("append %s to run %s: encode: %w", what, runID, err)
 		}
 		bodies[i] = body
 	}
+	return bodies, nil
+}
+
+// appendBodies appends encoded events to the run, in order, within tx
+// (appendSQL), and returns the sequence of the first and their time. A run
+// that has ended takes none: runs.ErrEnded.
+func appendBodies(ctx context.Context, tx pgx.Tx, runID, what string, bodies [][]byte, keys []string) (first int64, at time.Time, err error) {
+	if len(bodies) == 0 {
+		return 0, time.Time{}, nil
+	}
 	var state string
 	var last int64
-	var at time.Time
 	if err := tx.QueryRow(ctx, appendSQL, runID, bodies, keys).Scan(&state, &last, &at); err != nil {
-		return fmt.Errorf("append %s to run %s: %w", what, runID, err)
+		return 0, time.Time{}, fmt.Errorf("append %s to run %s: %w", what, runID, err)
 	}
 	if state != "RUNNING" {
-		return fmt.Errorf("append %s to run %s: the run has ended %s: %w", what, runID, state, runs.ErrEnded)
+		return 0, time.Time{}, fmt.Errorf("append %s to run %s: the run has ended %s: %w", what, runID, state, runs.ErrEnded)
 	}
-	return nil
+	return last - int64(len(bodies)) + 1, at, nil
+}
+
+// storedEvent is the event of a stored body with its columns: what a read
+// of the log returns, and what CloseRun hands back of what it appended.
+func storedEvent(runID string, body []byte, sequence int64, at time.Time) (*fanoutv1.RunEvent, error) {
+	ev, err := decodeEvent(body)
+	if err != nil {
+		return nil, fmt.Errorf("decode event %d: %w", sequence, err)
+	}
+	ev.RunId, ev.Sequence, ev.Time = runID, sequence, timestamppb.New(at)
+	return ev, nil
 }
 
 // AppendEvent appends ev as the run's next event and returns a copy with its
@@ -272,11 +299,10 @@ func (s *Runs) Events(ctx context.Context, tenantID, runID string, after int64, 
 		}
 		out := make([]*fanoutv1.RunEvent, len(rows))
 		for i, r := range rows {
-			ev, err := decodeEvent(r.Event)
+			ev, err := storedEvent(runID, r.Event, r.Sequence, r.CreatedAt)
 			if err != nil {
-				return nil, fmt.Errorf("decode event %d: %w", r.Sequence, err)
+				return nil, err
 			}
-			ev.RunId, ev.Sequence, ev.Time = runID, r.Sequence, timestamppb.New(r.CreatedAt)
 			out[i] = ev
 		}
 		return out, nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -119,7 +120,7 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	}
 
 	// A stale owner epoch: refused, nothing written.
-	_, _, _, err = rs.CloseRun(b.ctx, "r1", "node1", 3, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
+	_, err = rs.CloseRun(b.ctx, "r1", "node1", 3, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
 		&fanoutv1.JoinedResult{})
 	if !errors.Is(err, budget.ErrDenied) {
 		t.Errorf("close with a stale epoch: %v, want budget.ErrDenied", err)
@@ -129,19 +130,32 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	}
 
 	result := &fanoutv1.JoinedResult{}
-	run, acct, ended, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", result)
-	if err != nil || !ended || acct == nil || acct.State != budget.StateClosed || acct.Spent != 70 {
-		t.Fatalf("close: ended %v, account %+v, err %v; want ended, closed with 70 spent", ended, acct, err)
+	closing, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", result)
+	run, acct := closing.Run, closing.Account
+	if err != nil || !closing.Ended || acct == nil || acct.State != budget.StateClosed || acct.Spent != 70 {
+		t.Fatalf("close: ended %v, account %+v, err %v; want ended, closed with 70 spent", closing.Ended, acct, err)
 	}
 	if run.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED || run.GetFinishedAt() == nil || result.GetTotalTokens() != 70 {
 		t.Errorf("closed run %v, result total %d; want SUCCEEDED with its end time, 70", run, result.GetTotalTokens())
 	}
-	if stored, err := rs.GetRun(b.ctx, "ten", "r1"); err != nil || stored.GetResult().GetTotalTokens() != 70 {
+	stored, err := rs.GetRun(b.ctx, "ten", "r1")
+	if err != nil || stored.GetResult().GetTotalTokens() != 70 {
 		t.Errorf("stored result total %d (%v), want 70", stored.GetResult().GetTotalTokens(), err)
+	}
+	// The row it returns without reading it back is the stored one.
+	if !run.GetCreatedAt().AsTime().Equal(stored.GetCreatedAt().AsTime()) ||
+		!run.GetFinishedAt().AsTime().Equal(stored.GetFinishedAt().AsTime()) {
+		t.Errorf("closed run created %v, finished %v; stored %v, %v", run.GetCreatedAt().AsTime(),
+			run.GetFinishedAt().AsTime(), stored.GetCreatedAt().AsTime(), stored.GetFinishedAt().AsTime())
 	}
 	evs, err := rs.Events(b.ctx, "ten", "r1", 0, 10)
 	if err != nil || len(evs) != 3 || evs[0].GetRunStarted() == nil || evs[2].GetRunFinished() == nil {
 		t.Fatalf("events %v (%v): want RunStarted, BudgetUpdate, RunFinished", evs, err)
+	}
+	// What it appended, handed back as a read of the log returns it: a
+	// follower served these misses nothing a read would have given it.
+	if len(closing.Events) != 2 || !proto.Equal(closing.Events[0], evs[1]) || !proto.Equal(closing.Events[1], evs[2]) {
+		t.Errorf("closing events %v\nwant as read %v", closing.Events, evs[1:])
 	}
 	// The last budget view is the closed account's.
 	if got := evs[1].GetBudgetUpdate().GetBudget(); got.GetSpentTokens() != 70 || got.GetLimitTokens() != 1000 ||
@@ -155,9 +169,10 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 		t.Errorf("run account close, closing events and run end written by transactions %v: want one", xmins)
 	}
 	// Again (a retry): nothing more.
-	if _, _, ended, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
-		&fanoutv1.JoinedResult{}); err != nil || ended {
-		t.Errorf("close again: ended %v, %v; want not ended, no error", ended, err)
+	if again, err := rs.CloseRun(b.ctx, "r1", "node1", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "",
+		&fanoutv1.JoinedResult{}); err != nil || again.Ended || len(again.Events) != 0 ||
+		again.Run.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Errorf("close again: %+v, %v; want not ended, nothing appended, the run as stored, no error", again, err)
 	}
 	if evs, _ := rs.Events(b.ctx, "ten", "r1", 0, 10); len(evs) != 3 {
 		t.Errorf("close again appended: %d events, want 3", len(evs))

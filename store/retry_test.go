@@ -319,9 +319,12 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 		return err
 	})
 	step("close run", commit, func() error {
-		_, acct, ended, err := rs.CloseRun(ctx, "r2", "n", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{})
-		if err == nil && (!ended || acct == nil || acct.State != budget.StateClosed) {
-			err = fmt.Errorf("ended %v, account %+v: it reports its own end as another's", ended, acct)
+		c, err := rs.CloseRun(ctx, "r2", "n", 0, fanoutv1.RunState_RUN_STATE_SUCCEEDED, "", &fanoutv1.JoinedResult{})
+		switch {
+		case err == nil && (!c.Ended || c.Account == nil || c.Account.State != budget.StateClosed):
+			err = fmt.Errorf("ended %v, account %+v: it reports its own end as another's", c.Ended, c.Account)
+		case err == nil && c.Run.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED:
+			err = fmt.Errorf("returned the run %v, want it as stored, SUCCEEDED", c.Run)
 		}
 		return err
 	})
