@@ -81,7 +81,7 @@ CREATE TABLE fanout.account (
     CONSTRAINT account_held_check CHECK (held >= 0 AND (held = 0 OR kind <> 'task'::text)),
     CONSTRAINT account_kind_check CHECK (kind = ANY (ARRAY['tenant'::text, 'run'::text, 'task'::text])),
     CONSTRAINT account_kind_keys CHECK (kind = 'tenant'::text AND run_id IS NULL AND task_id IS NULL OR kind = 'run'::text AND run_id IS NOT NULL AND task_id IS NULL OR kind = 'task'::text AND run_id IS NOT NULL AND task_id IS NOT NULL),
-    CONSTRAINT account_limit_tokens_check CHECK (limit_tokens > 0),
+    CONSTRAINT account_limit_tokens_check CHECK (limit_tokens > 0 OR cap_tokens IS NOT NULL AND limit_tokens >= 0),
     CONSTRAINT account_min_reservation_check CHECK (min_reservation >= 1),
     CONSTRAINT account_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES fanout.account(account_id),
     CONSTRAINT account_period CHECK (kind <> 'tenant'::text AND period_kind = 'none'::text AND period_limit IS NULL AND period_end IS NULL AND period_every IS NULL OR kind = 'tenant'::text AND period_limit IS NOT NULL AND (period_kind = 'none'::text) = (period_end IS NULL) AND (period_kind = 'every'::text) = (period_every IS NOT NULL)),
@@ -126,8 +126,8 @@ COMMENT ON COLUMN fanout.account.cap_tokens IS 'Sliced task accounts: the most t
 COMMENT ON COLUMN fanout.account.slice_size IS 'Sliced task accounts: the slice carved when an attempt begins, and the least a top-up carves (docs/ledger.md#budget-slices).';
 COMMENT ON COLUMN fanout.account.posted IS 'Sliced task accounts: how much of spent has been posted to the accounts above (the rest counts there as reserved).';
 COMMENT ON COLUMN fanout.account.slice_until IS 'Sliced task accounts: the end of the tenant''s budget period the slice was carved in; after it, a call on the slice locks the chain (and the period rolls over).';
-GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_auditor;
-GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_tenant_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
 GRANT SELECT ON TABLE fanout.account TO fanout_app;
 GRANT SELECT ON TABLE fanout.account TO fanout_worker;
@@ -713,13 +713,19 @@ CREATE VIEW fanout.conservation_check WITH (security_invoker=true) AS
              CROSS JOIN LATERAL unnest(r.chain) c(account_id)
           WHERE r.state = 'held'::text
           GROUP BY c.account_id) h USING (account_id)
-     LEFT JOIN ( SELECT x.account_id,
-            sum(t.limit_tokens - t.posted) AS carved
-           FROM fanout.account t
-             JOIN fanout.account r ON r.account_id = t.parent_id
-             CROSS JOIN LATERAL ( VALUES (r.account_id), (r.parent_id)) x(account_id)
-          WHERE t.cap_tokens IS NOT NULL AND x.account_id IS NOT NULL
-          GROUP BY x.account_id) sl USING (account_id)
+     LEFT JOIN ( SELECT s.account_id,
+            sum(s.carved) AS carved
+           FROM ( SELECT t.parent_id AS account_id,
+                    t.limit_tokens - t.posted AS carved
+                   FROM fanout.account t
+                  WHERE t.cap_tokens IS NOT NULL
+                UNION ALL
+                 SELECT r.parent_id,
+                    t.limit_tokens - t.posted
+                   FROM fanout.account t
+                     JOIN fanout.account r ON r.account_id = t.parent_id
+                  WHERE t.cap_tokens IS NOT NULL AND r.parent_id IS NOT NULL) s
+          GROUP BY s.account_id) sl USING (account_id)
      LEFT JOIN ( SELECT account.parent_id AS account_id,
             sum(account.held) AS kept
            FROM fanout.account
@@ -958,7 +964,9 @@ CREATE VIEW fanout.tenant_period_spend WITH (security_invoker=true) AS
             tp.first_entry_id,
             lead(tp.first_entry_id) OVER (PARTITION BY tp.account_id ORDER BY tp.first_entry_id) AS next_entry_id
            FROM fanout.tenant_period tp) p
-     LEFT JOIN fanout.ledger_entry le ON le.tenant_id = p.tenant_id AND le.chain[1] = p.account_id AND (le.kind = ANY (ARRAY['settle'::text, 'expire'::text])) AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
+     LEFT JOIN fanout.ledger_entry le ON le.tenant_id = p.tenant_id AND (le.kind = ANY (ARRAY['settle'::text, 'expire'::text])) AND (le.chain[1] = p.account_id OR (le.chain[1] IN ( SELECT s.account_id
+           FROM fanout.account s
+          WHERE s.kind = 'task'::text AND s.cap_tokens IS NOT NULL AND s.chain[1] = p.account_id))) AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
   GROUP BY p.tenant_id, p.account_id, p.period_kind, p.period_start, p.period_end, p.first_entry_id;
 GRANT SELECT ON TABLE fanout.tenant_period_spend TO fanout_app;
 GRANT SELECT ON TABLE fanout.tenant_period_spend TO fanout_auditor;
@@ -1315,7 +1323,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_post_slices(fanout.account,timestamp wi
 CREATE FUNCTION fanout.ledger_recall(p_run bigint, p_except bigint) RETURNS bigint
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 12 lines, sha256 f01f7c96d617
+    -- body: 12 lines, sha256 b1873bbebdb4
 REVOKE EXECUTE ON FUNCTION fanout.ledger_recall(bigint,bigint) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_refusal(p_outcome text, p_account bigint, p_info text) RETURNS fanout.ledger_result
@@ -1341,7 +1349,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 192 lines, sha256 4e9f1f0972ac
+    -- body: 198 lines, sha256 1da992b001e8
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
@@ -1354,7 +1362,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_args_ok(bigint,bigint,text,bigi
 CREATE FUNCTION fanout.ledger_reserve_batch(p_accounts bigint[], p_runs text[], p_tenants text[], p_attempts bigint[], p_wants bigint[], p_mins bigint[], p_holders text[], p_ttls interval[], p_keys text[], p_models text[], p_secrets text[], p_from_held boolean[]) RETURNS SETOF fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 205 lines, sha256 e139316fe4cf
+    -- body: 214 lines, sha256 c484243518a2
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_worker;
