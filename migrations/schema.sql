@@ -126,8 +126,8 @@ COMMENT ON COLUMN fanout.account.cap_tokens IS 'Sliced task accounts: the most t
 COMMENT ON COLUMN fanout.account.slice_size IS 'Sliced task accounts: the slice carved when an attempt begins, and the least a top-up carves (docs/ledger.md#budget-slices).';
 COMMENT ON COLUMN fanout.account.posted IS 'Sliced task accounts: how much of spent has been posted to the accounts above (the rest counts there as reserved).';
 COMMENT ON COLUMN fanout.account.slice_until IS 'Sliced task accounts: the end of the tenant''s budget period the slice was carved in; after it, a call on the slice locks the chain (and the period rolls over).';
-GRANT SELECT (account_id, tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_auditor;
-GRANT SELECT (account_id, tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_tenant_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
 GRANT SELECT ON TABLE fanout.account TO fanout_app;
 GRANT SELECT ON TABLE fanout.account TO fanout_worker;
@@ -966,7 +966,8 @@ CREATE VIEW fanout.tenant_period_spend WITH (security_invoker=true) AS
            FROM fanout.tenant_period tp) p
      LEFT JOIN fanout.ledger_entry le ON le.tenant_id = p.tenant_id AND (le.kind = ANY (ARRAY['settle'::text, 'expire'::text])) AND (le.chain[1] = p.account_id OR (le.chain[1] IN ( SELECT s.account_id
            FROM fanout.account s
-          WHERE s.kind = 'task'::text AND s.cap_tokens IS NOT NULL AND s.chain[1] = p.account_id))) AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
+             JOIN fanout.account r ON r.account_id = s.parent_id
+          WHERE s.cap_tokens IS NOT NULL AND r.parent_id = p.account_id))) AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
   GROUP BY p.tenant_id, p.account_id, p.period_kind, p.period_start, p.period_end, p.first_entry_id;
 GRANT SELECT ON TABLE fanout.tenant_period_spend TO fanout_app;
 GRANT SELECT ON TABLE fanout.tenant_period_spend TO fanout_auditor;

@@ -15,8 +15,8 @@ SELECT p.tenant_id, p.account_id, p.period_kind, p.period_start, p.period_end,
   LEFT JOIN ledger_entry le
          ON le.tenant_id = p.tenant_id AND le.kind IN ('settle', 'expire')
         AND (le.chain[1] = p.account_id
-             OR le.chain[1] IN (SELECT s.account_id FROM account s
-                                 WHERE s.kind = 'task' AND s.cap_tokens IS NOT NULL AND s.chain[1] = p.account_id))
+             OR le.chain[1] IN (SELECT s.account_id FROM account s JOIN account r ON r.account_id = s.parent_id
+                                 WHERE s.cap_tokens IS NOT NULL AND r.parent_id = p.account_id))
         AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
  GROUP BY p.tenant_id, p.account_id, p.period_kind, p.period_start, p.period_end, p.first_entry_id;
 GRANT SELECT ON tenant_period_spend TO fanout_app, fanout_auditor;
