@@ -964,7 +964,10 @@ CREATE VIEW fanout.tenant_period_spend WITH (security_invoker=true) AS
             tp.first_entry_id,
             lead(tp.first_entry_id) OVER (PARTITION BY tp.account_id ORDER BY tp.first_entry_id) AS next_entry_id
            FROM fanout.tenant_period tp) p
-     LEFT JOIN fanout.ledger_entry le ON le.tenant_id = p.tenant_id AND le.chain[1] = p.account_id AND (le.kind = ANY (ARRAY['settle'::text, 'expire'::text])) AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
+     LEFT JOIN fanout.ledger_entry le ON le.tenant_id = p.tenant_id AND (le.kind = ANY (ARRAY['settle'::text, 'expire'::text])) AND (le.chain[1] = p.account_id OR (le.chain[1] IN ( SELECT s.account_id
+           FROM fanout.account s
+             JOIN fanout.account r ON r.account_id = s.parent_id
+          WHERE s.cap_tokens IS NOT NULL AND r.parent_id = p.account_id))) AND le.entry_id >= p.first_entry_id AND (p.next_entry_id IS NULL OR le.entry_id < p.next_entry_id)
   GROUP BY p.tenant_id, p.account_id, p.period_kind, p.period_start, p.period_end, p.first_entry_id;
 GRANT SELECT ON TABLE fanout.tenant_period_spend TO fanout_app;
 GRANT SELECT ON TABLE fanout.tenant_period_spend TO fanout_auditor;
@@ -1347,7 +1350,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 203 lines, sha256 7b23d5ea80d4
+    -- body: 209 lines, sha256 6b2893719046
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
@@ -1360,7 +1363,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_args_ok(bigint,bigint,text,bigi
 CREATE FUNCTION fanout.ledger_reserve_batch(p_accounts bigint[], p_runs text[], p_tenants text[], p_attempts bigint[], p_wants bigint[], p_mins bigint[], p_holders text[], p_ttls interval[], p_keys text[], p_models text[], p_secrets text[], p_from_held boolean[]) RETURNS SETOF fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 205 lines, sha256 e139316fe4cf
+    -- body: 214 lines, sha256 c484243518a2
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_worker;

@@ -449,6 +449,11 @@ func TestLedgerAgreesWithModel(t *testing.T) {
 			t.Cleanup(b.ledger.Close)
 			runModel(t, b, "model", rand.New(rand.NewPCG(seed, 42)), 150)
 		})
+		t.Run(fmt.Sprint("sliced/seed", seed), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			runSliceModel(t, b, "model", rand.New(rand.NewPCG(seed, 43)), 150)
+		})
 	}
 }
 

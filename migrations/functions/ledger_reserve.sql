@@ -78,14 +78,20 @@ BEGIN
     END IF;
     -- A call its task's slice pays for locks the task's row alone
     -- (docs/ledger.md#budget-slices). Checked again under that lock; a
-    -- slice that no longer fits (rare: a recall took from it meanwhile)
-    -- takes the chain's locks below.
-    IF NOT p_from_held AND ledger_slice_fits(leaf, 0, p_want) THEN
+    -- slice that no longer fits (another call or a recall took from it
+    -- meanwhile) cannot take the chain's locks after the task's (root
+    -- first: a top-up holding the run's row waits for the task's), so the
+    -- call is refused to be retried, and the retry reads that it does not
+    -- fit before it locks anything.
+    IF NOT p_from_held AND ledger_slice_fits(leaf, 0, p_want) AND leaf.attempt = p_attempt
+       AND (p_key IS NULL OR NOT EXISTS (SELECT FROM reservation WHERE account_id = p_account AND reserve_key = p_key)) THEN
         SELECT * INTO a FROM account WHERE account_id = p_account FOR UPDATE;
         IF ledger_slice_fits(a, 0, p_want) AND a.attempt = p_attempt AND ledger_secret_ok(a.secret_hash, p_secret)
            AND (p_key IS NULL OR NOT EXISTS (SELECT FROM reservation WHERE account_id = p_account AND reserve_key = p_key)) THEN
             RETURN ledger_grant_slice(a, p_want, p_want, p_holder, p_ttl, p_key, p_attempt, p_model);
         END IF;
+        RAISE EXCEPTION 'ledger_reserve: the slice of account % changed while it was locked; try again', p_account
+            USING ERRCODE = 'serialization_failure';
     END IF;
     FOR a IN SELECT * FROM ledger_lock_chain(leaf.chain) LOOP
         IF a.kind = 'tenant' THEN

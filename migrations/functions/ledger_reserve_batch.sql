@@ -128,6 +128,15 @@ BEGIN
             IF fast AND leaf.cap_tokens IS NOT NULL THEN
                 -- On a slice: granted whole from it, or made by
                 -- ledger_reserve (which tops the slice up).
+                IF onslice[i] AND NOT ledger_slice_fits(leaf, delta[k], p_wants[i])
+                   AND NOT leaf.chain[1] = ANY (ids) THEN
+                    -- Its slice no longer pays for it (a call or a recall
+                    -- took from it since it was read): the chain's locks
+                    -- cannot be taken after the task's (root first), so the
+                    -- batch is refused to be retried, reading that first.
+                    RAISE EXCEPTION 'ledger_reserve_batch: the slice of account % changed while it was locked; try again', p_accounts[i]
+                        USING ERRCODE = 'serialization_failure';
+                END IF;
                 IF onslice[i] AND ledger_slice_fits(leaf, delta[k], p_wants[i]) THEN
                     delta[k] := delta[k] + p_wants[i];
                     pend := pend || i;
