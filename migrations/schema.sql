@@ -1264,7 +1264,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_grant_slice(fanout.account,bigint,bigin
 CREATE FUNCTION fanout.ledger_lock_accounts(p_ids bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 10 lines, sha256 ce612f2b1857
+    -- body: 23 lines, sha256 93a95829ca9c
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_accounts(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_lock_chain(p_chain bigint[]) RETURNS SETOF fanout.account
@@ -1276,7 +1276,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_lock_reservation(r fanout.reservation, p_full boolean) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 14 lines, sha256 69fdf86f75ab
+    -- body: 15 lines, sha256 47bd375a6985
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_reservation(fanout.reservation,boolean) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_mark_tasks(p_runs bigint[], p_state text) RETURNS void
@@ -1350,7 +1350,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_renew(bigint,bigint,interval,text) TO fa
 CREATE FUNCTION fanout.ledger_reserve(p_account bigint, p_run text, p_tenant text, p_attempt bigint, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_model text DEFAULT NULL::text, p_secret text DEFAULT NULL::text, p_from_held boolean DEFAULT false) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 209 lines, sha256 6b2893719046
+    -- body: 212 lines, sha256 28474ad2f854
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text,text,boolean) TO fanout_worker;
@@ -1363,7 +1363,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_args_ok(bigint,bigint,text,bigi
 CREATE FUNCTION fanout.ledger_reserve_batch(p_accounts bigint[], p_runs text[], p_tenants text[], p_attempts bigint[], p_wants bigint[], p_mins bigint[], p_holders text[], p_ttls interval[], p_keys text[], p_models text[], p_secrets text[], p_from_held boolean[]) RETURNS SETOF fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 214 lines, sha256 c484243518a2
+    -- body: 219 lines, sha256 7e9150b9dbad
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],bigint[],bigint[],bigint[],text[],interval[],text[],text[],text[],boolean[]) TO fanout_worker;

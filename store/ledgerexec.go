@@ -200,11 +200,14 @@ func (b *batchExec) accountChain(ctx context.Context, account budget.AccountID) 
 // run executes batch in one transaction, in one round trip. The calls are ordered by their
 // account chains (a stable sort, so arrival order holds within a chain):
 // every transaction then takes row locks in one global order, tree preorder,
-// and batches on different nodes cannot deadlock. If the transaction fails
-// as a whole because of one call (a server error rolled it back), each call
-// is tried again on its own, so that it fails alone; a transient error
-// (retry.go) fails every call of the batch instead, for Ledger.call to
-// retry under its caller's deadline.
+// and batches on different nodes cannot deadlock. (A call on a budget
+// slice locks the slice's row alone; a later call of the batch that needs
+// the rows above it does not wait for them: docs/ledger.md#budget-slices.)
+// If the transaction fails as a whole because of one call (a server error
+// rolled it back) or a serialization failure, each call is tried again on
+// its own, so that it fails alone; any other transient error (retry.go)
+// fails every call of the batch instead, for Ledger.call to retry under its
+// caller's deadline.
 func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 	defer func() {
 		for _, p := range batch {
@@ -244,12 +247,17 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 		}
 		return br.Close()
 	}()
-	if class, _ := classify(err); class != permanent {
+	if class, code := classify(err); class != permanent && code != "40001" {
 		for _, p := range batch {
 			p.item.err = err
 		}
 		return
 	}
+	// A serialization failure of a batch (a call that needed the rows above
+	// a budget slice whose row an earlier call of the batch held, and that
+	// another transaction held: docs/ledger.md#budget-slices) is made good
+	// by each call on its own, in a transaction that takes its rows in
+	// order; so is a batch that failed because of one call.
 	if err != nil {
 		for _, p := range batch {
 			p.item.res, p.item.err = b.direct.call(ctx, p.item.ledgerCall)

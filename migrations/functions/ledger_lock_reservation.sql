@@ -13,6 +13,7 @@ BEGIN
     SELECT * INTO t FROM account WHERE account_id = r.chain[1];
     IF t.kind = 'task' THEN
         IF NOT p_full AND ledger_slice_fits(t, 0, 0) THEN
+            PERFORM set_config('fanout.slice_locked', 'on', true);
             RETURN QUERY SELECT * FROM account WHERE account_id = t.account_id FOR UPDATE;
             RETURN;
         END IF;

@@ -86,6 +86,9 @@ BEGIN
     IF NOT p_from_held AND ledger_slice_fits(leaf, 0, p_want) AND leaf.attempt = p_attempt
        AND (p_key IS NULL OR NOT EXISTS (SELECT FROM reservation WHERE account_id = p_account AND reserve_key = p_key)) THEN
         SELECT * INTO a FROM account WHERE account_id = p_account FOR UPDATE;
+        -- The rest of this transaction takes no row above a slice's but
+        -- without waiting (ledger_lock_accounts).
+        PERFORM set_config('fanout.slice_locked', 'on', true);
         IF ledger_slice_fits(a, 0, p_want) AND a.attempt = p_attempt AND ledger_secret_ok(a.secret_hash, p_secret)
            AND (p_key IS NULL OR NOT EXISTS (SELECT FROM reservation WHERE account_id = p_account AND reserve_key = p_key)) THEN
             RETURN ledger_grant_slice(a, p_want, p_want, p_holder, p_ttl, p_key, p_attempt, p_model);

@@ -94,6 +94,11 @@ BEGIN
         ids := ids || a.account_id;
         acc := acc || a;
     END LOOP;
+    IF true = ANY (onslice) THEN
+        -- Slices' rows are held without the rows above them: the rest of
+        -- this transaction takes those without waiting (ledger_lock_accounts).
+        PERFORM set_config('fanout.slice_locked', 'on', true);
+    END IF;
     -- As ledger_lock_chain: a run put under its tenant's budget after the
     -- chains were read has a longer chain now.
     IF EXISTS (SELECT FROM account l JOIN unnest(p_accounts, onslice) AS u(id, s) ON l.account_id = u.id AND NOT u.s,
