@@ -213,11 +213,6 @@ func (m *sliceModel) reserve(task budget.AccountID, want, minimum int64) (int64,
 func (m *sliceModel) settle(id budget.ReservationID, gen, actual int64) string {
 	r, task := m.res[id], m.resTask[id]
 	t := m.accounts[task]
-	if actual > r.Amount && actual-r.Amount > m.avail(task) {
-		// ledger_settle tops the slice up before it reads the reservation's
-		// state, so also for a settle it then refuses.
-		m.carve(task, actual-r.Amount-m.avail(task))
-	}
 	switch {
 	case r.State == budget.ReservationSettled:
 		if r.Actual == actual {
@@ -228,6 +223,10 @@ func (m *sliceModel) settle(id budget.ReservationID, gen, actual int64) string {
 		return "lease_lost"
 	case r.State == budget.ReservationVoided:
 		return "conflict"
+	}
+	if actual > r.Amount && actual-r.Amount > m.avail(task) {
+		// Only a settle that resolves the reservation tops its slice up.
+		m.carve(task, actual-r.Amount-m.avail(task))
 	}
 	charge := min(actual, t.limit-(t.reserved-r.Amount)-t.spent)
 	t.reserved -= r.Amount

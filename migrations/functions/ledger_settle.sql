@@ -47,6 +47,25 @@ BEGIN
         RETURN ledger_refusal('denied', r.account_id, 'the reservation was not granted to this secret');
     END IF;
     PERFORM FROM ledger_lock_reservation(r, p_actual > r.amount);
+    SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
+    IF r.state = 'settled' THEN
+        IF r.actual = p_actual AND r.estimated = p_estimated THEN
+            RETURN ledger_result_of('replay', r);
+        END IF;
+        res := ledger_result_of('conflict', r);
+        res.info := format('already settled with actual %s (estimated %s), not %s', r.actual, r.estimated, p_actual);
+        RETURN res;
+    ELSIF r.state = 'expired' OR r.generation IS DISTINCT FROM p_generation THEN
+        res := ledger_result_of('lease_lost', r);
+        res.info := format('reservation is %s at generation %s; settle came with generation %s', r.state, r.generation, p_generation);
+        RETURN res;
+    ELSIF r.state = 'voided' THEN
+        res := ledger_result_of('conflict', r);
+        res.info := 'reservation was voided';
+        RETURN res;
+    END IF;
+    -- The reservation is held and this settle resolves it: only now may a
+    -- charge past its grant top its slice up.
     sliced := r.chain = ARRAY[r.account_id] AND EXISTS (SELECT FROM account WHERE account_id = r.account_id AND kind = 'task');
     IF sliced AND p_actual > r.amount THEN
         -- Usage past a grant drawn on a slice: the slice is topped up from
@@ -69,23 +88,6 @@ BEGIN
             run := a;
         END IF;
     END LOOP;
-    SELECT * INTO r FROM reservation WHERE reservation_id = p_reservation FOR UPDATE;
-    IF r.state = 'settled' THEN
-        IF r.actual = p_actual AND r.estimated = p_estimated THEN
-            RETURN ledger_result_of('replay', r);
-        END IF;
-        res := ledger_result_of('conflict', r);
-        res.info := format('already settled with actual %s (estimated %s), not %s', r.actual, r.estimated, p_actual);
-        RETURN res;
-    ELSIF r.state = 'expired' OR r.generation IS DISTINCT FROM p_generation THEN
-        res := ledger_result_of('lease_lost', r);
-        res.info := format('reservation is %s at generation %s; settle came with generation %s', r.state, r.generation, p_generation);
-        RETURN res;
-    ELSIF r.state = 'voided' THEN
-        res := ledger_result_of('conflict', r);
-        res.info := 'reservation was voided';
-        RETURN res;
-    END IF;
 
     UPDATE account SET reserved = reserved - r.amount, spent = spent + charge, updated_at = now()
      WHERE account_id = ANY (r.chain);
