@@ -1172,7 +1172,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempt(bigint,text,text) TO fanou
 CREATE FUNCTION fanout.ledger_begin_attempts(p_accounts bigint[], p_run text, p_tenant text) RETURNS TABLE(account_id bigint, outcome text, attempt bigint, info_kind text, info_state text, secret text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 71 lines, sha256 2f4bbc96b9ca
+    -- body: 66 lines, sha256 94bc45a23d10
 REVOKE EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_begin_attempts(bigint[],text,text) TO fanout_app;
 
@@ -1186,6 +1186,12 @@ CREATE FUNCTION fanout.ledger_carve(p_task bigint, p_amount bigint) RETURNS bigi
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 35 lines, sha256 24063486ef56
 REVOKE EXECUTE ON FUNCTION fanout.ledger_carve(bigint,bigint) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_carve_many(p_tasks bigint[]) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 49 lines, sha256 f253c2f9e930
+REVOKE EXECUTE ON FUNCTION fanout.ledger_carve_many(bigint[]) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_check_exhausted(p_chain bigint[]) RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -1214,7 +1220,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_close_run(bigint,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_end_run(p_run text, p_state text, p_cause text) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 54 lines, sha256 0718dd3d71c9
+    -- body: 53 lines, sha256 819110d42482
 REVOKE EXECUTE ON FUNCTION fanout.ledger_end_run(text,text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_end_run(text,text,text) TO fanout_app;
 
@@ -1389,7 +1395,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_result_of(text,fanout.reservation) FROM
 CREATE FUNCTION fanout.ledger_return_slices(p_run text, p_task_ids text[]) RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 18 lines, sha256 a8a8f5ccb237
+    -- body: 16 lines, sha256 3dfdb0e51390
 REVOKE EXECUTE ON FUNCTION fanout.ledger_return_slices(text,text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_return_slices(text,text[]) TO fanout_app;
 
@@ -1430,6 +1436,12 @@ CREATE FUNCTION fanout.ledger_uncarve(p_task bigint, p_return boolean) RETURNS b
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 32 lines, sha256 f0c01239c87c
 REVOKE EXECUTE ON FUNCTION fanout.ledger_uncarve(bigint,boolean) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_uncarve_many(p_tasks bigint[], p_return boolean) RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 40 lines, sha256 9bc40711c00c
+REVOKE EXECUTE ON FUNCTION fanout.ledger_uncarve_many(bigint[],boolean) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_void(p_reservation bigint, p_generation bigint, p_note text, p_secret text DEFAULT NULL::text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER

@@ -83,3 +83,39 @@ func (b *testBundle) account(t *testing.T, id budget.AccountID) budget.Account {
 	}
 	return a
 }
+
+// TestFirstWaveCarvesWithinThePool: the slices of a run's first wave,
+// carved together by ledger_begin_attempts in the transaction that opens
+// the run, are given in account order until the pool runs out: never past
+// it (docs/ledger.md#budget-slices).
+func TestFirstWaveCarvesWithinThePool(t *testing.T) {
+	b := setup(t)
+	p := budget.OpenRunParams{RunID: "w1", TenantID: "tenant-a", Limit: 1_000, MinReservation: 10}
+	for i := range 3 {
+		p.Tasks = append(p.Tasks, budget.TaskBudget{TaskID: fmt.Sprintf("t%d", i), Limit: 900, Slice: 450})
+	}
+	ra, err := b.ledger.OpenRun(b.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int64{int64(ra.Tasks["t0"]), int64(ra.Tasks["t1"]), int64(ra.Tasks["t2"])}
+	rows, err := b.pool.Query(b.ctx, `SELECT outcome FROM ledger_begin_attempts($1, 'w1', 'tenant-a')`, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatalf("begin the first wave: %v", err)
+	}
+	var got []int64
+	for _, id := range ids {
+		got = append(got, b.account(t, budget.AccountID(id)).Limit)
+	}
+	if got[0] != 450 || got[1] != 450 || got[2] != 100 {
+		t.Fatalf("first wave's slices %v, want [450 450 100]: in order, until the pool of 1,000 runs out", got)
+	}
+	if run := b.account(t, ra.Run.ID); run.Reserved != 1_000 || run.State != budget.StateOpen {
+		t.Fatalf("run after the first wave: reserved %d, state %s; want 1,000 and open (a carve never exhausts)", run.Reserved, run.State)
+	}
+	b.checkConserved(t)
+}

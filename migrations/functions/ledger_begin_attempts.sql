@@ -10,15 +10,15 @@
 -- account_id order (the order every batch of the ledger locks task accounts
 -- in), then bumped by one UPDATE; any other account (not found, not the
 -- run's, not open, the run's own) gets ledger_begin_attempt's own answer.
--- Each sliced task account begun is given its slice (ledger_carve), as
--- ledger_begin_attempt does, under its run's chain's locks taken first.
+-- Each sliced task account begun is given its slice, as ledger_begin_attempt
+-- does, in one set-based carve (ledger_carve_many) under its run's chain's
+-- locks taken first.
 CREATE OR REPLACE FUNCTION ledger_begin_attempts(p_accounts bigint[], p_run text, p_tenant text)
 RETURNS TABLE (account_id bigint, outcome text, attempt bigint, info_kind text, info_state text, secret text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     run      account;
-    t        account;
     ids      bigint[] := '{}';
     attempts bigint[] := '{}';
     secrets  text[] := '{}';
@@ -63,11 +63,7 @@ BEGIN
         SELECT * INTO run FROM account a WHERE a.run_id = p_run AND a.kind = 'run';
         IF run.state = 'open' THEN
             -- Each sliced task begun gets its slice, in account order.
-            FOR t IN SELECT * FROM account a
-                      WHERE a.account_id = ANY (ids) AND a.cap_tokens IS NOT NULL AND ledger_available(a) < a.slice_size
-                      ORDER BY a.account_id LOOP
-                PERFORM ledger_carve(t.account_id, t.slice_size - ledger_available(t));
-            END LOOP;
+            PERFORM ledger_carve_many(ids);
         END IF;
     END IF;
     RETURN QUERY

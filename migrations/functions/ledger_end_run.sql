@@ -13,7 +13,6 @@ RETURNS SETOF account
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
     a account;
-    t account;
 BEGIN
     IF p_state IS NULL OR p_state NOT IN ('cancelled', 'closed') THEN
         RAISE EXCEPTION 'ledger_end_run: state % is not cancelled or closed', p_state
@@ -40,10 +39,10 @@ BEGIN
     END IF;
     -- Its tasks' slices go back, and what they spent is posted: what their
     -- held reservations hold stays carved until they resolve.
-    FOR t IN SELECT * FROM account WHERE parent_id = a.account_id AND kind = 'task' AND cap_tokens IS NOT NULL
-              ORDER BY account_id FOR UPDATE LOOP
-        PERFORM ledger_uncarve(t.account_id, true);
-    END LOOP;
+    PERFORM ledger_uncarve_many(array_agg(l.account_id ORDER BY l.account_id), true)
+       FROM (SELECT account_id FROM account WHERE parent_id = a.account_id AND kind = 'task' AND cap_tokens IS NOT NULL
+              ORDER BY account_id FOR UPDATE) AS l
+     HAVING count(*) > 0;
     SELECT * INTO a FROM account WHERE account_id = a.account_id;
     IF p_state = 'closed' AND a.reserved = 0 THEN
         PERFORM ledger_close_run(a.account_id, p_cause);

@@ -10,8 +10,7 @@ CREATE OR REPLACE FUNCTION ledger_return_slices(p_run text, p_task_ids text[]) R
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
     run account;
-    t   account;
-    got bigint := 0;
+    ids bigint[];
 BEGIN
     SELECT * INTO run FROM account WHERE run_id = p_run AND kind = 'run';
     IF NOT FOUND OR NOT EXISTS (SELECT FROM account WHERE run_id = p_run AND kind = 'task' AND task_id = ANY (p_task_ids)
@@ -19,12 +18,11 @@ BEGIN
         RETURN 0;
     END IF;
     PERFORM FROM ledger_lock_chain(run.chain);
-    FOR t IN SELECT * FROM account
-              WHERE run_id = p_run AND kind = 'task' AND task_id = ANY (p_task_ids) AND cap_tokens IS NOT NULL
-              ORDER BY account_id FOR UPDATE LOOP
-        got := got + ledger_uncarve(t.account_id, true);
-    END LOOP;
-    RETURN got;
+    SELECT array_agg(account_id ORDER BY account_id) INTO ids
+      FROM (SELECT account_id FROM account
+             WHERE run_id = p_run AND kind = 'task' AND task_id = ANY (p_task_ids) AND cap_tokens IS NOT NULL
+             ORDER BY account_id FOR UPDATE) AS l;
+    RETURN ledger_uncarve_many(ids, true);
 END $$;
 REVOKE ALL ON FUNCTION ledger_return_slices(text,text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION ledger_return_slices(text,text[]) TO fanout_app;
