@@ -370,11 +370,16 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 	if len(tasks) != n {
 		return r, fmt.Errorf("run %s: %d task outcomes, want %d", r.runID, len(tasks), n)
 	}
+	var bad []*fanoutv1.TaskOutcome
 	for _, o := range tasks {
 		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetSummary().GetIterations() != int32(c.calls) {
-			return r, fmt.Errorf("run %s: task %s ended %s after %d iterations, want SUCCEEDED after %d",
-				r.runID, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations(), c.calls)
+			bad = append(bad, o)
 		}
+	}
+	if len(bad) > 0 {
+		o := bad[0]
+		return r, fmt.Errorf("run %s: %d of %d tasks did not succeed after %d iterations; the first, %s, ended %s after %d (error %q, worker %s)",
+			r.runID, len(bad), n, c.calls, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations(), o.GetSummary().GetError(), o.GetWorker())
 	}
 	xidAfter, err := f.nextXID(ctx)
 	if err != nil {
