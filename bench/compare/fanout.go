@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -37,7 +36,8 @@ type fanoutSide struct {
 	client  fanoutv1.OrchestratorServiceClient
 	tenant  string   // of the runs and of the API key
 	simLogs []string // each worker's sim call log, if fanoutConfig.SimLogs is set
-	owner   *pgxpool.Pool
+	// queryRow runs a query as the database's owner.
+	queryRow func(ctx context.Context, sql string, args ...any) scanner
 
 	// reservations counts a run's reservations, and those settled, as
 	// the database's owner; closeDB closes its pool.
@@ -139,7 +139,8 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 	if err != nil {
 		return nil, err
 	}
-	f.closeDB, f.owner = owner.Close, owner
+	f.closeDB = owner.Close
+	f.queryRow = func(ctx context.Context, sql string, args ...any) scanner { return owner.QueryRow(ctx, sql, args...) }
 	f.reservations = func(ctx context.Context, runID string) (total, settled int, err error) {
 		err = owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'settled')
 			FROM reservation WHERE run_id = $1`, runID).Scan(&total, &settled)
@@ -153,6 +154,9 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 	}
 	return f, nil
 }
+
+// scanner is a row of a query's result.
+type scanner interface{ Scan(dest ...any) error }
 
 // createKey creates tenant and an API key of it with the scopes the bench
 // needs, the way an operator makes a fleet's first ones: `fanout tenant

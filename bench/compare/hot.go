@@ -142,7 +142,7 @@ func measureHotCase(ctx context.Context, cfg config, fc fanoutConfig, c benchCas
 // settles from the ledger.
 func (f *fanoutSide) hot(ctx context.Context, c benchCase, fr fanoutRun) (hotRun, error) {
 	var underTenant bool
-	if err := f.owner.QueryRow(ctx, `SELECT r.chain[1] = t.account_id
+	if err := f.queryRow(ctx, `SELECT r.chain[1] = t.account_id
 		FROM account r JOIN account t ON t.kind = 'tenant' AND t.tenant_id = r.tenant_id
 		WHERE r.kind = 'run' AND r.run_id = $1`, fr.runID).Scan(&underTenant); err != nil {
 		return hotRun{}, fmt.Errorf("read the accounts of run %s: %w", fr.runID, err)
@@ -170,19 +170,19 @@ func (f *fanoutSide) hot(ctx context.Context, c benchCase, fr fanoutRun) (hotRun
 	h.peak, h.inFlight = inFlight(calls, from, to)
 	h.from, h.to = from.Sub(fr.start), to.Sub(fr.start)
 	var first, last time.Time
-	if err := f.owner.QueryRow(ctx, `SELECT min(created_at), max(resolved_at) FROM reservation WHERE run_id = $1`,
+	if err := f.queryRow(ctx, `SELECT min(created_at), max(resolved_at) FROM reservation WHERE run_id = $1`,
 		fr.runID).Scan(&first, &last); err != nil {
 		return hotRun{}, fmt.Errorf("read the first grant and the last settle of run %s: %w", fr.runID, err)
 	}
 	h.span = last.Sub(first)
 	var lastGrant time.Time
 	var sliced int
-	if err := f.owner.QueryRow(ctx, `SELECT max(created_at), count(*) FILTER (WHERE cardinality(chain) = 1)
+	if err := f.queryRow(ctx, `SELECT max(created_at), count(*) FILTER (WHERE cardinality(chain) = 1)
 		FROM reservation WHERE run_id = $1`, fr.runID).Scan(&lastGrant, &sliced); err != nil {
 		return hotRun{}, fmt.Errorf("read the grants of run %s: %w", fr.runID, err)
 	}
 	var entries string
-	if err := f.owner.QueryRow(ctx, `SELECT string_agg(kind || ' ' || n, ', ' ORDER BY kind)
+	if err := f.queryRow(ctx, `SELECT string_agg(kind || ' ' || n, ', ' ORDER BY kind)
 		FROM (SELECT kind, count(*) AS n FROM ledger_entry WHERE run_id = $1 GROUP BY kind) e`, fr.runID).Scan(&entries); err != nil {
 		return hotRun{}, fmt.Errorf("count the ledger entries of run %s: %w", fr.runID, err)
 	}
@@ -396,8 +396,11 @@ func procStat(pid int) ([]string, error) {
 
 func procParent(pid int) (int, error) {
 	f, err := procStat(pid)
-	if err != nil || len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: %v", pid, err)
+	if err != nil {
+		return 0, err
+	}
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
 	return strconv.Atoi(f[1])
 }
@@ -406,8 +409,11 @@ func procParent(pid int) (int, error) {
 // cstime) of process pid, at 100 ticks a second (Linux's USER_HZ).
 func procCPU(pid int, children bool) (float64, error) {
 	f, err := procStat(pid)
-	if err != nil || len(f) < 15 {
-		return 0, fmt.Errorf("/proc/%d/stat: %v", pid, err)
+	if err != nil {
+		return 0, err
+	}
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
 	last := 13 // fields 14 and 15 of stat: utime, stime (indexes 11, 12 here)
 	if children {
