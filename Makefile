@@ -106,7 +106,7 @@ bench: ## Benchmarks: ledger hot account vs raw SQL, cancellation latency, fan-o
 	@scripts/ensure-postgres.sh
 	$(GO) test -run '^$$' -bench . -benchtime 3s -timeout 30m ./store/ ./cmd/fanout/ ./subagent/...
 
-bench-compare: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## fanout vs LangGraph.js in one run: overhead over the ideal at N = 10, 100, 1,000 (bench/README.md)
+bench-compare: $(LANGGRAPH_DIR)/node_modules/.package-lock.json ## fanout vs LangGraph.js in one run: overhead over the ideal at N = 10, 100, 1,000; then one tenant's 5,000 subagents in flight (bench/README.md)
 	@scripts/ensure-postgres.sh --always
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 	$(GO) run ./bench/compare --fanout .tmp/bin/fanout --langgraph $(LANGGRAPH_DIR)

@@ -34,6 +34,10 @@ type fanoutSide struct {
 	workers []*proc
 	conn    *grpc.ClientConn
 	client  fanoutv1.OrchestratorServiceClient
+	tenant  string   // of the runs and of the API key
+	simLogs []string // each worker's sim call log, if fanoutConfig.SimLogs is set
+	// queryRow runs a query as the database's owner.
+	queryRow func(ctx context.Context, sql string, args ...any) scanner
 
 	// reservations counts a run's reservations, and those settled, as
 	// the database's owner; closeDB closes its pool.
@@ -47,6 +51,7 @@ type fanoutSide struct {
 type fanoutConfig struct {
 	Bin        string        // the fanout binary
 	Token      string        // the bench's API key (createKey)
+	Tenant     string        // the key's tenant, and the runs'
 	Peer       peer.DevFiles // the peer credentials, as `fanout dev` makes them
 	OwnerURL   string        // the migrated database, as its owner
 	NodeURL    string        // the same database as a member of fanout_app
@@ -55,6 +60,9 @@ type fanoutConfig struct {
 	Latency    time.Duration // of each sim call
 	Calls      int           // the most sim calls a task makes (a task allowed no tool makes one)
 	StartLimit time.Duration // for each process to start serving
+	// SimLogs, if set, is the prefix of the workers' sim call logs
+	// (--sim-log SimLogs-<i>.jsonl): every call's start and end.
+	SimLogs string
 }
 
 // benchTenant is the tenant of the bench's runs and of its API key. It has
@@ -67,7 +75,7 @@ const benchTenant = "bench"
 // bench's API key.
 func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err error) {
 	token, files := cfg.Token, cfg.Peer
-	f := &fanoutSide{}
+	f := &fanoutSide{tenant: cfg.Tenant}
 	defer func() {
 		if err != nil {
 			f.stop()
@@ -89,6 +97,10 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 			// no compression call.
 			"--sim-latency", cfg.Latency.String(), "--sim-finish-after", strconv.Itoa(max(1, cfg.Calls)),
 			"--sim-tool-calls", strconv.Itoa(min(1, max(0, cfg.Calls-1))), "--sim-output-tokens", "64")
+		if cfg.SimLogs != "" {
+			f.simLogs = append(f.simLogs, fmt.Sprintf("%s-%d.jsonl", cfg.SimLogs, i+1))
+			args = append(args, "--sim-log", f.simLogs[i])
+		}
 		p, addr, err := startServer(ctx, name, "worker serving", cfg.StartLimit, cfg.Bin, args...)
 		if p != nil {
 			f.workers = append(f.workers, p)
@@ -113,11 +125,14 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 	// API key (the orchestrator allows that on loopback only); the peer hop
 	// is mTLS.
 	if f.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer(token))); err != nil {
+		grpc.WithPerRPCCredentials(bearer(token)),
+		// RunFinished carries every task's outcome: over gRPC's default
+		// 4 MB at N = 5,000.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20))); err != nil {
 		return nil, fmt.Errorf("dial orchestrator: %w", err)
 	}
 	f.client = fanoutv1.NewOrchestratorServiceClient(f.conn)
-	if err := checkAuth(ctx, addr, f.client); err != nil {
+	if err := checkAuth(ctx, addr, f.client, f.tenant); err != nil {
 		return nil, err
 	}
 	owner, err := store.Open(ctx, cfg.OwnerURL)
@@ -125,6 +140,7 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 		return nil, err
 	}
 	f.closeDB = owner.Close
+	f.queryRow = func(ctx context.Context, sql string, args ...any) scanner { return owner.QueryRow(ctx, sql, args...) }
 	f.reservations = func(ctx context.Context, runID string) (total, settled int, err error) {
 		err = owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'settled')
 			FROM reservation WHERE run_id = $1`, runID).Scan(&total, &settled)
@@ -139,11 +155,16 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 	return f, nil
 }
 
-// createKey creates tenant benchTenant and an API key of it with the scopes
-// the bench needs, the way an operator makes a fleet's first ones: `fanout
-// tenant create` and `fanout key create` as the schema's owner
-// (--database-url). It returns the key's token, which it never prints.
-func createKey(ctx context.Context, bin, ownerURL string) (string, error) {
+// scanner is a row of a query's result.
+type scanner interface{ Scan(dest ...any) error }
+
+// createKey creates tenant and an API key of it with the scopes the bench
+// needs, the way an operator makes a fleet's first ones: `fanout tenant
+// create` and `fanout key create` as the schema's owner (--database-url);
+// and, if budget > 0, gives the tenant a token budget of budget with no
+// period (`fanout tenant set-budget`). It returns the key's token, which it
+// never prints.
+func createKey(ctx context.Context, bin, ownerURL, tenant string, budget int64) (string, error) {
 	admin := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, bin, append(args, "--database-url", ownerURL)...)
 		cmd.Env = childEnv()
@@ -155,10 +176,17 @@ func createKey(ctx context.Context, bin, ownerURL string) (string, error) {
 		}
 		return string(out), nil
 	}
-	if _, err := admin("tenant", "create", benchTenant); err != nil {
+	if _, err := admin("tenant", "create", tenant); err != nil {
 		return "", err
 	}
-	out, err := admin("key", "create", "--tenant", benchTenant, "--name", "bench-compare", "--scopes", "run,read")
+	if budget > 0 {
+		// No period: a day's would roll over in the middle of a run at
+		// midnight UTC.
+		if _, err := admin("tenant", "set-budget", tenant, "--limit", strconv.FormatInt(budget, 10), "--period", "none"); err != nil {
+			return "", err
+		}
+	}
+	out, err := admin("key", "create", "--tenant", tenant, "--name", "bench-compare", "--scopes", "run,read")
 	if err != nil {
 		return "", err
 	}
@@ -184,18 +212,18 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // checkAuth checks, before anything is measured, that the orchestrator at
 // addr accepts the bench's key (client) and refuses a call without one:
 // the bench measures the production path, with caller authentication on.
-func checkAuth(ctx context.Context, addr string, client fanoutv1.OrchestratorServiceClient) error {
+func checkAuth(ctx context.Context, addr string, client fanoutv1.OrchestratorServiceClient, tenant string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := client.ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: benchTenant, PageSize: 1}); err != nil {
-		return refused("the orchestrator's check of the bench's API key (ListRuns)", err)
+	if _, err := client.ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: tenant, PageSize: 1}); err != nil {
+		return refused("the orchestrator's check of the bench's API key (ListRuns)", err, tenant)
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("dial orchestrator: %w", err)
 	}
 	defer func() { _ = conn.Close() }()
-	_, err = fanoutv1.NewOrchestratorServiceClient(conn).ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: benchTenant, PageSize: 1})
+	_, err = fanoutv1.NewOrchestratorServiceClient(conn).ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: tenant, PageSize: 1})
 	if status.Code(err) != codes.Unauthenticated {
 		return fmt.Errorf("the orchestrator answered a call without an API key with %v, want Unauthenticated: "+
 			"the bench measures fanout with caller authentication on (--auth keys)", status.Code(err))
@@ -206,11 +234,11 @@ func checkAuth(ctx context.Context, addr string, client fanoutv1.OrchestratorSer
 // refused is err of a call described by what. A call the orchestrator
 // refused for its credential says so plainly: the benchmark stops there,
 // and nothing it measured is reported.
-func refused(what string, err error) error {
+func refused(what string, err error, tenant string) error {
 	switch status.Code(err) {
 	case codes.Unauthenticated, codes.PermissionDenied:
 		return fmt.Errorf("%s: REFUSED by the orchestrator (%w); the bench calls with an API key of tenant %q "+
-			"made by `fanout key create --database-url` (bench/README.md); no numbers are reported", what, err, benchTenant)
+			"made by `fanout key create --database-url` (bench/README.md); no numbers are reported", what, err, tenant)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -263,9 +291,11 @@ func (f *fanoutSide) alive() error {
 
 // fanoutRun is what one run measured.
 type fanoutRun struct {
+	start  time.Time     // Run sent
 	wall   time.Duration // Run sent -> RunFinished received
 	runID  string
 	phases string // where the time went, from the events' database times
+	xids   int64  // transactions that wrote, on the whole server, meanwhile
 }
 
 // runs counts the runs submitted, on every deployment: each run's
@@ -287,7 +317,7 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 	n := c.n
 	spec := &fanoutv1.RunSpec{
 		IdempotencyKey: fmt.Sprintf("bench-compare-%d-%d-%d", os.Getpid(), n, runs),
-		TenantId:       benchTenant,
+		TenantId:       f.tenant,
 		Goal:           "bench-compare",
 		// Twice what the tasks' token_budgets add up to, or (the one-wave
 		// case) exactly that: either way the default admission by
@@ -313,9 +343,9 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 	start := time.Now()
 	stream, err := f.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec})
 	if err != nil {
-		return fanoutRun{}, refused(fmt.Sprintf("run %d tasks", n), err)
+		return fanoutRun{}, refused(fmt.Sprintf("run %d tasks", n), err, f.tenant)
 	}
-	var r fanoutRun
+	r := fanoutRun{start: start}
 	var evs []*fanoutv1.RunEvent
 	var fin *fanoutv1.RunFinished
 	for {
@@ -324,7 +354,7 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 			break
 		}
 		if err != nil {
-			return r, refused(fmt.Sprintf("run %d tasks", n), err)
+			return r, refused(fmt.Sprintf("run %d tasks", n), err, f.tenant)
 		}
 		ev := m.GetEvent()
 		evs = append(evs, ev)
@@ -344,11 +374,16 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 	if len(tasks) != n {
 		return r, fmt.Errorf("run %s: %d task outcomes, want %d", r.runID, len(tasks), n)
 	}
+	var bad []*fanoutv1.TaskOutcome
 	for _, o := range tasks {
 		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetSummary().GetIterations() != int32(c.calls) {
-			return r, fmt.Errorf("run %s: task %s ended %s after %d iterations, want SUCCEEDED after %d",
-				r.runID, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations(), c.calls)
+			bad = append(bad, o)
 		}
+	}
+	if len(bad) > 0 {
+		o := bad[0]
+		return r, fmt.Errorf("run %s: %d of %d tasks did not succeed after %d iterations; the first, %s, ended %s after %d (error %q, worker %s)",
+			r.runID, len(bad), n, c.calls, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations(), o.GetSummary().GetError(), o.GetWorker())
 	}
 	xidAfter, err := f.nextXID(ctx)
 	if err != nil {
@@ -357,7 +392,8 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 	if err := f.checkCalls(ctx, r.runID, n*c.calls); err != nil {
 		return r, err
 	}
-	r.phases = phases(start, evs) + writes(xidAfter-xidBefore, n)
+	r.xids = xidAfter - xidBefore
+	r.phases = phases(start, evs) + writes(r.xids, n)
 	return r, nil
 }
 

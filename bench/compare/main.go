@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -43,8 +44,14 @@ type config struct {
 	// loopSizes: the sizes of the agent-loop case (each task makes
 	// loopCalls sim calls of loopLatency in a row), loopReps their
 	// repetitions.
-	loopSizes, loopReps    []int
-	loopCalls              int
+	loopSizes, loopReps []int
+	loopCalls           int
+	// hotSizes: the sizes of the hot-tenant case (N tasks of hotCalls sim
+	// calls of hotLatency, all in flight at once under one tenant with a
+	// budget; hot.go), hotReps their repetitions.
+	hotSizes, hotReps      []int
+	hotCalls               int
+	hotLatency             time.Duration
 	warmup                 int
 	latency, loopLatency   time.Duration
 	runLimit, total, pause time.Duration
@@ -60,14 +67,14 @@ const smokeN = 10
 
 func parseConfig(args []string) (config, error) {
 	var c config
-	var sizes, reps, oneWave, oneWaveReps, loopSizes, loopReps string
+	var sizes, reps, oneWave, oneWaveReps, loopSizes, loopReps, hotSizes, hotReps string
 	fs := flag.NewFlagSet("compare", flag.ExitOnError)
 	fs.StringVar(&c.fanoutBin, "fanout", ".tmp/bin/fanout", "the fanout binary (go build ./cmd/fanout)")
 	fs.StringVar(&c.langGraphDir, "langgraph", "bench/langgraph", "directory of bench.mjs and its installed node_modules")
 	fs.StringVar(&c.node, "node", "node", "the Node.js binary")
 	fs.StringVar(&c.tmpDir, "tmp-dir", "", "parent of the run's temporary directory (PostgreSQL cluster, credentials); default the system's")
 	fs.StringVar(&c.pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
-	fs.StringVar(&sizes, "n", "10,100,1000", "task counts, comma-separated")
+	fs.StringVar(&sizes, "n", "10,100,1000", "task counts, comma-separated (\"\": none)")
 	fs.StringVar(&reps, "reps", "5,5,5", "measured repetitions per task count (after the warm-ups)")
 	fs.StringVar(&oneWave, "one-wave", "10,100", "task counts of the one-wave case: the run's budget is exactly the sum of its tasks' token_budgets (\"\": none)")
 	fs.StringVar(&oneWaveReps, "one-wave-reps", "5,5", "measured repetitions per task count of the one-wave case")
@@ -75,11 +82,16 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&loopReps, "loop-reps", "5", "measured repetitions per task count of the agent-loop case")
 	fs.IntVar(&c.loopCalls, "loop-calls", 3, "sim calls (iterations) of each task of the agent-loop case, a tool call between two")
 	fs.DurationVar(&c.loopLatency, "loop-latency", 500*time.Millisecond, "latency of each sim call of the agent-loop case")
+	fs.StringVar(&hotSizes, "hot", strconv.Itoa(defaultHotN), "task counts of the hot-tenant case: N tasks in flight at once under one tenant with a budget, "+
+		"each -hot-calls sim calls of -hot-latency; fanout alone (\"\": none)")
+	fs.StringVar(&hotReps, "hot-reps", "3", "measured repetitions per task count of the hot-tenant case")
+	fs.IntVar(&c.hotCalls, "hot-calls", 3, "sim calls (iterations) of each task of the hot-tenant case, a tool call between two")
+	fs.DurationVar(&c.hotLatency, "hot-latency", time.Second, "latency of each sim call of the hot-tenant case")
 	fs.IntVar(&c.warmup, "warmup", 1, "warm-up runs per task count and side, not measured")
 	fs.DurationVar(&c.latency, "latency", 700*time.Millisecond, "latency of the one sim call each task makes (all but the agent-loop case)")
 	fs.IntVar(&c.workers, "workers", 3, "fanout worker processes")
 	fs.DurationVar(&c.runLimit, "run-timeout", 90*time.Second, "deadline of each measured run")
-	fs.DurationVar(&c.total, "timeout", 10*time.Minute, "deadline of the whole benchmark (3m with -smoke)")
+	fs.DurationVar(&c.total, "timeout", 20*time.Minute, "deadline of the whole benchmark (3m with -smoke)")
 	fs.DurationVar(&c.pause, "pause", 300*time.Millisecond, "idle time between runs (not measured)")
 	fs.BoolVar(&c.noCheckpointer, "langgraph-no-checkpointer", true, "also run LangGraph.js without a checkpointer, for reference")
 	fs.BoolVar(&c.smoke, "smoke", false, fmt.Sprintf("check that the benchmark works, measuring nothing: N=%d in every case, one run per side, no warm-up; "+
@@ -93,26 +105,20 @@ func parseConfig(args []string) (config, error) {
 	if c.smoke {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, name := range []string{"n", "reps", "one-wave", "one-wave-reps", "loop-n", "loop-reps", "warmup"} {
+		for _, name := range []string{"n", "reps", "one-wave", "one-wave-reps", "loop-n", "loop-reps", "hot", "hot-reps", "warmup"} {
 			if set[name] {
-				return c, fmt.Errorf("-smoke sets -n, -one-wave and -loop-n %d, their -reps 1 and -warmup 0: drop -%s", smokeN, name)
+				return c, fmt.Errorf("-smoke sets -n, -one-wave, -loop-n and -hot %d, their -reps 1 and -warmup 0: drop -%s", smokeN, name)
 			}
 		}
 		sizes, reps, c.warmup = strconv.Itoa(smokeN), "1", 0
-		oneWave, oneWaveReps, loopSizes, loopReps = sizes, reps, sizes, reps
+		oneWave, oneWaveReps, loopSizes, loopReps, hotSizes, hotReps = sizes, reps, sizes, reps, sizes, reps
 		if !set["timeout"] {
 			c.total = 3 * time.Minute
 		}
 	}
 	var err error
-	if c.sizes, err = ints(sizes); err != nil {
-		return c, fmt.Errorf("-n: %w", err)
-	}
-	if c.reps, err = ints(reps); err != nil {
-		return c, fmt.Errorf("-reps: %w", err)
-	}
-	if len(c.reps) != len(c.sizes) {
-		return c, fmt.Errorf("-reps: %d counts for %d task counts", len(c.reps), len(c.sizes))
+	if c.sizes, c.reps, err = optionalSizes("n", sizes, reps); err != nil {
+		return c, err
 	}
 	if c.oneWave, c.oneWaveReps, err = optionalSizes("one-wave", oneWave, oneWaveReps); err != nil {
 		return c, err
@@ -120,11 +126,20 @@ func parseConfig(args []string) (config, error) {
 	if c.loopSizes, c.loopReps, err = optionalSizes("loop-n", loopSizes, loopReps); err != nil {
 		return c, err
 	}
+	if c.hotSizes, c.hotReps, err = optionalSizes("hot", hotSizes, hotReps); err != nil {
+		return c, err
+	}
+	if len(c.sizes)+len(c.oneWave)+len(c.loopSizes)+len(c.hotSizes) == 0 {
+		return c, errors.New("-n, -one-wave, -loop-n and -hot are all empty: nothing to measure")
+	}
 	if c.loopCalls < 2 {
 		return c, fmt.Errorf("-loop-calls: an agent loop makes at least 2 calls, got %d", c.loopCalls)
 	}
-	if c.latency <= 0 || c.loopLatency <= 0 {
-		return c, fmt.Errorf("-latency %v, -loop-latency %v: both must be > 0", c.latency, c.loopLatency)
+	if c.hotCalls < 1 {
+		return c, fmt.Errorf("-hot-calls: a task makes at least 1 call, got %d", c.hotCalls)
+	}
+	if c.latency <= 0 || c.loopLatency <= 0 || c.hotLatency <= 0 {
+		return c, fmt.Errorf("-latency %v, -loop-latency %v, -hot-latency %v: all must be > 0", c.latency, c.loopLatency, c.hotLatency)
 	}
 	if c.workers < 1 {
 		return c, fmt.Errorf("-workers: need at least 1, got %d", c.workers)
@@ -155,8 +170,9 @@ func optionalSizes(name, sizes, reps string) ([]int, []int, error) {
 	return n, r, nil
 }
 
-// cases are the report's rows, in order: the main sizes, the one-wave
-// ones, then the agent loop's.
+// cases are the rows of the main report, in order: the main sizes, the
+// one-wave ones, then the agent loop's (the hot-tenant case has a report of
+// its own: hotCases).
 func (c config) cases() []benchCase {
 	var out []benchCase
 	for i, n := range c.sizes {
@@ -194,7 +210,8 @@ func run(ctx context.Context) error {
 	if _, err := os.Stat(cfg.fanoutBin); err != nil {
 		return fmt.Errorf("fanout binary: %w (build it: go build -o %s ./cmd/fanout)", err, cfg.fanoutBin)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.langGraphDir, "node_modules", "@langchain", "langgraph")); err != nil {
+	cases := cfg.cases()
+	if _, err := os.Stat(filepath.Join(cfg.langGraphDir, "node_modules", "@langchain", "langgraph")); err != nil && len(cases) > 0 {
 		return fmt.Errorf("LangGraph.js is not installed in %s: run npm ci there (make bench-compare does)", cfg.langGraphDir)
 	}
 
@@ -211,16 +228,14 @@ func run(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "bench-compare: warning: %s is on tmpfs, where fsync costs nothing; use -tmp-dir on a disk for a durable PostgreSQL\n", tmp)
 	}
 
-	db, err := startPostgres(ctx, tmp, cfg.pgBinDir)
+	db, err := startPostgres(ctx, tmp, cfg.pgBinDir, cfg.fanoutBin)
 	if err != nil {
 		return err
 	}
 	defer db.stop()
 
-	cases := cfg.cases()
-	maxN := slices.MaxFunc(cases, func(a, b benchCase) int { return a.n - b.n }).n
 	// One API key and one set of peer credentials for every deployment.
-	token, err := createKey(ctx, cfg.fanoutBin, db.ownerURL)
+	token, err := createKey(ctx, cfg.fanoutBin, db.ownerURL, benchTenant, 0)
 	if err != nil {
 		return err
 	}
@@ -228,9 +243,36 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("generate peer credentials: %w", err)
 	}
+	base := fanoutConfig{Bin: cfg.fanoutBin, Token: token, Tenant: benchTenant, Peer: files, NodeURL: db.nodeURL, OwnerURL: db.ownerURL,
+		Workers: cfg.workers, StartLimit: 60 * time.Second}
+	versions := "LangGraph.js not run"
+	if len(cases) > 0 {
+		if versions, err = measureCases(ctx, cfg, base, db, cases, began); err != nil {
+			return err
+		}
+	}
+	if hot := cfg.hotCases(); len(hot) > 0 {
+		if err := measureHot(ctx, cfg, base, tmp, hot, began); err != nil {
+			return err
+		}
+	}
+	if cfg.smoke {
+		// A smoke run checks; it does not measure. Its timings, from one
+		// cold run on a busy machine, would mean nothing.
+		printSmoke(os.Stdout, cfg, versions, db.settings)
+	}
+	fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+// measureCases runs the main report's cases, fanout's (a deployment of base
+// per sim latency) and LangGraph.js's interleaved, and prints the report
+// unless cfg.smoke. It returns the versions of what LangGraph.js ran on.
+func measureCases(ctx context.Context, cfg config, base fanoutConfig, db *database, cases []benchCase, began time.Time) (string, error) {
+	maxN := slices.MaxFunc(cases, func(a, b benchCase) int { return a.n - b.n }).n
 	lg, err := startLangGraph(ctx, cfg.node, cfg.langGraphDir, db.langGraphURL, cfg.latency, 60*time.Second)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer lg.stop()
 	versions := describeVersions(ctx, cfg)
@@ -241,27 +283,21 @@ func run(ctx context.Context) error {
 	// The sim call's latency is a worker's flag: the cases of one latency
 	// run on one deployment, started for them and stopped after them.
 	for _, group := range byLatency(cases) {
-		fc := fanoutConfig{Bin: cfg.fanoutBin, Token: token, Peer: files, NodeURL: db.nodeURL, OwnerURL: db.ownerURL,
-			Workers: cfg.workers, Capacity: maxN, Latency: cases[group[0]].latency, StartLimit: 60 * time.Second}
+		fc := base
+		fc.Capacity, fc.Latency = maxN, cases[group[0]].latency
 		for _, i := range group {
 			fc.Calls = max(fc.Calls, cases[i].calls)
 		}
 		if err := measure(ctx, cfg, fc, lg, cases, group, results, began); err != nil {
-			return err
+			return "", err
 		}
 	}
-	if cfg.smoke {
-		// A smoke run checks; it does not measure. Its timings, from one
-		// cold run on a busy machine, would mean nothing.
-		printSmoke(os.Stdout, cfg, versions, db.settings)
-		fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
-		return nil
+	if !cfg.smoke {
+		printReport(os.Stdout, cfg, versions, db.settings, cases, results)
+		fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
+			runtime.NumCPU(), loadBefore, loadAverage())
 	}
-	printReport(os.Stdout, cfg, versions, db.settings, cases, results)
-	fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
-		runtime.NumCPU(), loadBefore, loadAverage())
-	fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
-	return nil
+	return versions, nil
 }
 
 // byLatency groups the indexes of cases by their sim latency, in the order
@@ -341,7 +377,10 @@ type database struct {
 	stop                            func()
 }
 
-func startPostgres(ctx context.Context, dir, binDir string) (*database, error) {
+// startPostgres starts the run's PostgreSQL in dir and sets its databases
+// up, fanout's with the schema of fanoutBin (`fanout migrate`): a binary
+// of another commit is measured on its own schema.
+func startPostgres(ctx context.Context, dir, binDir, fanoutBin string) (*database, error) {
 	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
 		return nil, err
@@ -361,22 +400,24 @@ func startPostgres(ctx context.Context, dir, binDir string) (*database, error) {
 		}
 		_ = logFile.Close()
 	}}
-	if err := db.setup(ctx, srv); err != nil {
+	if err := db.setup(ctx, srv, fanoutBin); err != nil {
 		db.stop()
 		return nil, err
 	}
 	return db, nil
 }
 
-func (db *database) setup(ctx context.Context, srv *pglocal.Server) error {
+func (db *database) setup(ctx context.Context, srv *pglocal.Server, fanoutBin string) error {
 	for _, name := range []string{"fanout", "langgraph"} {
 		if err := store.CreateDatabase(ctx, srv.URL("postgres"), name); err != nil {
 			return err
 		}
 	}
 	db.ownerURL, db.langGraphURL = srv.URL("fanout"), srv.URL("langgraph")
-	if err := store.Migrate(ctx, db.ownerURL); err != nil {
-		return err
+	migrate := exec.CommandContext(ctx, fanoutBin, "migrate", "--database-url", db.ownerURL)
+	migrate.Env = childEnv()
+	if out, err := migrate.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s migrate: %w: %s", fanoutBin, err, strings.TrimSpace(string(out)))
 	}
 	if err := store.CreateLoginRole(ctx, db.ownerURL, "fanout_node", "fanout_app"); err != nil {
 		return err

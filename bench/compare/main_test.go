@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fanout/fanout/subagent/llm"
 )
 
 func TestSmokeIsOneRunOfTenPerSide(t *testing.T) {
@@ -28,10 +31,13 @@ func TestSmokeIsOneRunOfTenPerSide(t *testing.T) {
 	if want := []string{"N=10 x1, ideal 700ms", "N=10, budget = sum x1, ideal 700ms", "N=10, 3 calls of 500ms x1, ideal 1.5s"}; !slices.Equal(got, want) {
 		t.Errorf("-smoke's cases: %q, want %q", got, want)
 	}
+	if hot := c.hotCases(); len(hot) != 1 || hot[0].label() != "hot tenant, N=10, 3 calls of 1s" || hot[0].reps != 1 {
+		t.Errorf("-smoke's hot-tenant case: %+v, want N=10 once", hot)
+	}
 	if c, err := parseConfig([]string{"-smoke", "-timeout", "1m"}); err != nil || c.total != time.Minute {
 		t.Errorf("-smoke -timeout 1m: %v, %v", c.total, err)
 	}
-	for _, flag := range []string{"-n", "-reps", "-warmup", "-one-wave", "-one-wave-reps", "-loop-n", "-loop-reps"} {
+	for _, flag := range []string{"-n", "-reps", "-warmup", "-one-wave", "-one-wave-reps", "-loop-n", "-loop-reps", "-hot", "-hot-reps"} {
 		if _, err := parseConfig([]string{"-smoke", flag, "1"}); err == nil || !strings.Contains(err.Error(), "-smoke") {
 			t.Errorf("-smoke %s 1: %v, want an error naming -smoke", flag, err)
 		}
@@ -51,6 +57,9 @@ func TestDefaultsMeasureAfterOneWarmUp(t *testing.T) {
 		t.Errorf("defaults: one wave %v x %v, agent loop %v x %v of %d calls of %v", c.oneWave, c.oneWaveReps,
 			c.loopSizes, c.loopReps, c.loopCalls, c.loopLatency)
 	}
+	if !slices.Equal(c.hotSizes, []int{defaultHotN}) || !slices.Equal(c.hotReps, []int{3}) || c.hotCalls != 3 || c.hotLatency != time.Second {
+		t.Errorf("defaults: hot tenant %v x %v of %d calls of %v", c.hotSizes, c.hotReps, c.hotCalls, c.hotLatency)
+	}
 	if _, err := parseConfig([]string{"-warmup", "-1"}); err == nil {
 		t.Error("-warmup -1 accepted")
 	}
@@ -62,14 +71,53 @@ func TestDefaultsMeasureAfterOneWarmUp(t *testing.T) {
 	}
 }
 
-// TestCasesMayBeLeftOut: -one-wave "" and -loop-n "" leave those cases out.
+// TestCasesMayBeLeftOut: -n "", -one-wave "", -loop-n "" and -hot "" leave
+// those cases out, but not all of them.
 func TestCasesMayBeLeftOut(t *testing.T) {
-	c, err := parseConfig([]string{"-n", "100", "-reps", "3", "-one-wave", "", "-loop-n", ""})
+	c, err := parseConfig([]string{"-n", "100", "-reps", "3", "-one-wave", "", "-loop-n", "", "-hot", ""})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cs := c.cases(); len(cs) != 1 || cs[0].label() != "N=100" || cs[0].reps != 3 || cs[0].budgetPerTask() != 2*taskBudget {
 		t.Errorf("cases %+v, want N=100 alone, 3 reps, twice the tasks' token_budgets", cs)
+	}
+	if hot := c.hotCases(); len(hot) != 0 {
+		t.Errorf("-hot \"\": hot-tenant cases %+v", hot)
+	}
+	c, err = parseConfig([]string{"-n", "", "-one-wave", "", "-loop-n", "", "-hot", "2000", "-hot-reps", "2", "-hot-calls", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hot := c.hotCases(); len(c.cases()) != 0 || len(hot) != 1 || hot[0].label() != "hot tenant, N=2000, 1 call of 1s" || hot[0].reps != 2 {
+		t.Errorf("the hot-tenant case alone: cases %+v, hot %+v", c.cases(), hot)
+	}
+	if _, err := parseConfig([]string{"-n", "", "-one-wave", "", "-loop-n", "", "-hot", ""}); err == nil {
+		t.Error("every case left out: accepted")
+	}
+}
+
+// TestInFlight: the peak and the mean of the calls in flight, and the
+// middle, when every task is in its loop.
+func TestInFlight(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	// Two tasks of two calls of 1 s: a from 0 to 1,000 and 1,100 to 2,100;
+	// b from 500 to 1,500 and 1,500 to 2,500 (its second call starts as its
+	// first ends: not three in flight).
+	calls := []llm.CallRecord{
+		{TaskID: "a", Start: at(0), End: at(1000)}, {TaskID: "a", Start: at(1100), End: at(2100)},
+		{TaskID: "b", Start: at(500), End: at(1500)}, {TaskID: "b", Start: at(1500), End: at(2500)},
+	}
+	from, to := middle(calls)
+	if !from.Equal(at(500)) || !to.Equal(at(2100)) {
+		t.Errorf("middle %v..%v, want 500..2100 ms", from.Sub(at(0)), to.Sub(at(0)))
+	}
+	// From 500 to 2,100 (1.6 s): 2 in flight but from 1,000 to 1,100.
+	peak, mean := inFlight(calls, from, to)
+	if want := (2*1.6 - 0.1) / 1.6; peak != 2 || math.Abs(mean-want) > 1e-9 {
+		t.Errorf("inFlight: peak %d, mean %v; want 2, %v", peak, mean, want)
+	}
+	if _, mean := inFlight(calls, at(2100), at(500)); mean != 0 {
+		t.Errorf("no middle: mean %v, want 0", mean)
 	}
 }
 
@@ -85,12 +133,12 @@ func TestDeploymentsByLatency(t *testing.T) {
 
 func TestRefusedRunsSaySo(t *testing.T) {
 	for _, code := range []codes.Code{codes.Unauthenticated, codes.PermissionDenied} {
-		err := refused("run 10 tasks", status.Error(code, "no"))
+		err := refused("run 10 tasks", status.Error(code, "no"), benchTenant)
 		if !strings.Contains(err.Error(), "REFUSED") || status.Code(errors.Unwrap(err)) != code {
 			t.Errorf("%v: %v", code, err)
 		}
 	}
-	if err := refused("run 10 tasks", status.Error(codes.Unavailable, "down")); strings.Contains(err.Error(), "REFUSED") {
+	if err := refused("run 10 tasks", status.Error(codes.Unavailable, "down"), benchTenant); strings.Contains(err.Error(), "REFUSED") {
 		t.Errorf("Unavailable: %v", err)
 	}
 }

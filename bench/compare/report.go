@@ -16,6 +16,7 @@ type benchCase struct {
 	calls   int
 	latency time.Duration
 	oneWave bool
+	hot     bool // the hot-tenant case (hot.go): under a tenant with a budget, fanout alone
 	reps    int
 }
 
@@ -31,14 +32,20 @@ func (c benchCase) budgetPerTask() int64 {
 }
 
 // label names the case in the report: "N=100", "N=10, budget = sum",
-// "N=1000, 3 calls of 500ms".
+// "N=1000, 3 calls of 500ms", "hot tenant, N=5000, 3 calls of 1s".
 func (c benchCase) label() string {
 	l := fmt.Sprintf("N=%d", c.n)
+	if c.hot {
+		l = "hot tenant, " + l
+	}
 	if c.oneWave {
 		l += ", budget = sum"
 	}
-	if c.calls > 1 {
+	switch {
+	case c.calls > 1:
 		l += fmt.Sprintf(", %d calls of %v", c.calls, c.latency)
+	case c.hot:
+		l += fmt.Sprintf(", 1 call of %v", c.latency)
 	}
 	return l
 }
@@ -144,13 +151,16 @@ func warmups(n int) string {
 // long they took.
 func printSmoke(w io.Writer, cfg config, versions, settings string) {
 	var labels []string
-	for _, c := range cfg.cases() {
+	for _, c := range append(cfg.cases(), cfg.hotCases()...) {
 		labels = append(labels, c.label())
 	}
 	fmt.Fprintf(w, "bench-compare -smoke: ok: %s, one run per side each, every check held (no timings: a smoke run checks, make bench-compare measures)\n",
 		strings.Join(labels, "; "))
 	fmt.Fprintf(w, "  fanout, 1 orchestrator (--auth keys, called with the bench's API key) + %d workers: every run was accepted and SUCCEEDED,\n", cfg.workers)
 	fmt.Fprintf(w, "          every task SUCCEEDED after as many iterations as it makes calls, one reservation per call, all settled; %s\n", settings)
+	if len(cfg.hotSizes) > 0 {
+		fmt.Fprintf(w, "          hot tenant: the run was under tenant %s's account, the sim logged one call per model call\n", hotTenant)
+	}
 	sides := "with PostgresSaver"
 	if cfg.noCheckpointer {
 		sides += ", and without a checkpointer"
