@@ -1154,7 +1154,7 @@ GRANT EXECUTE ON FUNCTION fanout.audit_tenants() TO fanout_tenant_auditor;
 CREATE FUNCTION fanout.ledger_adopt_runs(t fanout.account) RETURNS fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 37 lines, sha256 613df7d3b990
+    -- body: 37 lines, sha256 09a56f1bce36
 REVOKE EXECUTE ON FUNCTION fanout.ledger_adopt_runs(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_available(a fanout.account) RETURNS bigint
@@ -1208,7 +1208,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_check_owner(text,bigint,text) FROM PUBL
 CREATE FUNCTION fanout.ledger_check_pool(p_task bigint) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 18 lines, sha256 a729a4bf6f56
+    -- body: 24 lines, sha256 78ce89fff26f
 REVOKE EXECUTE ON FUNCTION fanout.ledger_check_pool(bigint) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_close_run(p_run_account bigint, p_note text) RETURNS void
@@ -1282,13 +1282,13 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_chain(bigint[]) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_lock_reservation(r fanout.reservation, p_full boolean) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 47bd375a6985
+    -- body: 24 lines, sha256 d53e54f01ebf
 REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_reservation(fanout.reservation,boolean) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_mark_tasks(p_runs bigint[], p_state text) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 7 lines, sha256 d0dd979bf7e6
+    -- body: 7 lines, sha256 b9632cde354e
 REVOKE EXECUTE ON FUNCTION fanout.ledger_mark_tasks(bigint[],text) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF fanout.account
@@ -1377,7 +1377,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_reserve_batch(bigint[],text[],text[],big
 CREATE FUNCTION fanout.ledger_reserve_slice(leaf fanout.account, run fanout.account, tenant fanout.account, p_want bigint, p_min bigint, p_holder text, p_ttl interval, p_key text, p_attempt bigint, p_model text) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 55 lines, sha256 5d5d28464bad
+    -- body: 60 lines, sha256 d76011f77b09
 REVOKE EXECUTE ON FUNCTION fanout.ledger_reserve_slice(fanout.account,fanout.account,fanout.account,bigint,bigint,text,interval,text,bigint,text) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_resolved(r fanout.reservation) RETURNS void

@@ -25,7 +25,7 @@ BEGIN
     IF moved IS NULL THEN
         RETURN t;
     END IF;
-    PERFORM FROM account WHERE kind = 'task' AND parent_id = ANY (moved) ORDER BY account_id FOR UPDATE;
+    PERFORM FROM account WHERE kind = 'task' AND parent_id = ANY (moved) ORDER BY chain FOR UPDATE;
     SELECT coalesce(sum(amount), 0) INTO res_held
       FROM reservation WHERE state = 'held' AND chain[1] = ANY (moved);
     -- A sliced task's slice counts as reserved on its run: what it has not

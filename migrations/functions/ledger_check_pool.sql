@@ -1,8 +1,9 @@
 -- ledger_check_pool is the exhaustion check after a slice of task account
 -- p_task was topped up (a reserve, or a settle's overrun): when its run's
 -- pool is left below its min_reservation, the other slices' unused tokens
--- are recalled first (ledger_recall), and only a pool still below it marks
--- the run exhausted (ledger_check_exhausted); a tenant left below its own
+-- are recalled first (ledger_recall), and only a pool that, with what the
+-- caller's own slice has left, is still below it marks the run exhausted
+-- (ledger_check_exhausted); a tenant left below its own
 -- minimum, after a recall of its other runs' unused slices, exhausts its
 -- runs (docs/ledger.md#budget-slices). Callers hold the locks of the
 -- task's chain, root first.
@@ -22,7 +23,13 @@ BEGIN
             END IF;
         ELSIF a.kind = 'run' AND a.state = 'open' AND ledger_below_minimum(a, 0) THEN
             PERFORM ledger_recall(a.account_id, p_task);
-            PERFORM ledger_check_exhausted(t.chain);
+            -- The caller's own slice counts too: its unused tokens pay its
+            -- next calls, and its refusal exhausts the run when they do not.
+            SELECT * INTO a FROM account WHERE account_id = a.account_id;
+            SELECT * INTO t FROM account WHERE account_id = p_task;
+            IF ledger_available(a) + greatest(ledger_available(t), 0) < a.min_reservation THEN
+                PERFORM ledger_check_exhausted(t.chain);
+            END IF;
         END IF;
     END LOOP;
 END $$;

@@ -14,7 +14,16 @@ BEGIN
     IF t.kind = 'task' THEN
         IF NOT p_full AND ledger_slice_fits(t, 0, 0) THEN
             PERFORM set_config('fanout.slice_locked', 'on', true);
-            RETURN QUERY SELECT * FROM account WHERE account_id = t.account_id FOR UPDATE;
+            SELECT * INTO t FROM account WHERE account_id = t.account_id FOR UPDATE;
+            IF NOT ledger_slice_fits(t, 0, 0) THEN
+                -- Its run ended (or its period) while this waited: the rows
+                -- above are needed, and taking them now, after the task's,
+                -- would break the root-first order. Retried, it takes them
+                -- first.
+                RAISE EXCEPTION 'ledger_lock_reservation: the slice of account % changed while it was locked; try again',
+                    t.account_id USING ERRCODE = 'serialization_failure';
+            END IF;
+            RETURN NEXT t;
             RETURN;
         END IF;
         RETURN QUERY SELECT * FROM ledger_lock_chain(t.chain);

@@ -35,8 +35,13 @@ BEGIN
             END IF;
         END IF;
         IF ledger_available(leaf) < p_want AND leaf.limit_tokens < leaf.cap_tokens AND tenant.account_id IS NOT NULL THEN
-            -- The tenant is what is short: the other runs' slices give back
-            -- what they do not use.
+            SELECT * INTO tenant FROM account WHERE account_id = tenant.account_id;
+            SELECT * INTO run FROM account WHERE account_id = run.account_id;
+        END IF;
+        IF ledger_available(leaf) < p_want AND leaf.limit_tokens < leaf.cap_tokens AND tenant.account_id IS NOT NULL
+           AND ledger_available(tenant) < least(p_want - ledger_available(leaf), ledger_available(run)) THEN
+            -- The tenant is what is short (not the run's own pool): the
+            -- other runs' slices give back what they do not use.
             IF ledger_recall(run.account_id, leaf.account_id, true) > 0 THEN
                 topup := ledger_carve(leaf.account_id, p_want - ledger_available(leaf)) > 0 OR topup;
                 SELECT * INTO leaf FROM account WHERE account_id = leaf.account_id;
