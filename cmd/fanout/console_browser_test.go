@@ -269,8 +269,10 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Logf("wrote %s", path)
 	}
 
-	// A second run, long (40 tasks one at a time), cancelled from its page.
-	spec := e2eSpec("console-cancel", 40, 10_000_000)
+	// A second run, long (120 tasks one at a time: about a minute, longer
+	// than the browser takes to open its page and cancel it on a loaded
+	// machine; 40 ended in 20 s before the click), cancelled from its page.
+	spec := e2eSpec("console-cancel", 120, 10_000_000)
 	spec.TenantId = "acme"
 	spec.Limits.MaxConcurrency = 1
 	started, err := keyClient(t, o.addr, acme).StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec})
