@@ -867,14 +867,18 @@ CREATE VIEW fanout.task_spend WITH (security_invoker=true) AS
  SELECT a.tenant_id,
     a.run_id,
     a.task_id,
-    a.limit_tokens,
+    COALESCE(a.cap_tokens, a.limit_tokens) AS limit_tokens,
     a.reserved AS reserved_tokens,
     a.spent AS spent_tokens,
     a.state,
     COALESCE(r.reported, 0::numeric) AS reported_tokens,
     COALESCE(r.estimated, 0::numeric) AS estimated_tokens,
     COALESCE(r.overrun, 0::numeric) AS overrun_tokens,
-    COALESCE(r.calls, 0::bigint) AS reservations
+    COALESCE(r.calls, 0::bigint) AS reservations,
+        CASE
+            WHEN a.cap_tokens IS NOT NULL THEN a.limit_tokens
+            ELSE NULL::bigint
+        END AS slice_tokens
    FROM fanout.account a
      LEFT JOIN ( SELECT reservation.account_id,
             sum(reservation.spent) FILTER (WHERE NOT reservation.estimated) AS reported,

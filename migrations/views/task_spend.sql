@@ -1,8 +1,11 @@
 CREATE VIEW task_spend AS
-SELECT a.tenant_id, a.run_id, a.task_id, a.limit_tokens, a.reserved AS reserved_tokens,
+-- limit_tokens is the task's budget (a sliced task's cap); slice_tokens what
+-- its slice holds now (NULL: not sliced; docs/ledger.md#budget-slices).
+SELECT a.tenant_id, a.run_id, a.task_id, coalesce(a.cap_tokens, a.limit_tokens) AS limit_tokens, a.reserved AS reserved_tokens,
        a.spent AS spent_tokens, a.state,
        coalesce(r.reported, 0) AS reported_tokens, coalesce(r.estimated, 0) AS estimated_tokens,
-       coalesce(r.overrun, 0) AS overrun_tokens, coalesce(r.calls, 0) AS reservations
+       coalesce(r.overrun, 0) AS overrun_tokens, coalesce(r.calls, 0) AS reservations,
+       CASE WHEN a.cap_tokens IS NOT NULL THEN a.limit_tokens END AS slice_tokens
   FROM account a
   LEFT JOIN (SELECT account_id,
                     sum(spent) FILTER (WHERE NOT estimated) AS reported,

@@ -400,6 +400,7 @@ type TaskSpend struct {
 	EstimatedTokens int64
 	OverrunTokens   int64
 	Reservations    int64
+	SliceTokens     interface{}
 }
 
 type TaskSpendMoney struct {
