@@ -1430,6 +1430,14 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,tex
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint,text) TO fanout_worker;
 
+CREATE FUNCTION fanout.ledger_settle_batch(p_ids bigint[], p_gens bigint[], p_actuals bigint[], p_estimated boolean[], p_models text[], p_inputs bigint[], p_outputs bigint[], p_secrets text[]) RETURNS SETOF fanout.ledger_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 80 lines, sha256 317eba888d9b
+REVOKE EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) TO fanout_worker;
+
 CREATE FUNCTION fanout.ledger_slice_fits(t fanout.account, p_pending bigint, p_want bigint) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE;
     -- body: 1 line, sha256 7685c3665940

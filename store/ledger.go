@@ -286,9 +286,9 @@ func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.
 		AttrActual.Int64(p.Actual), AttrEstimated.Bool(p.Estimated))
 	var r ledgerResult
 	defer func() { done(&r, err, AttrGranted.Int64(res.Amount), AttrRunID.String(res.RunID)) }()
-	r, err = l.call(ctx, "settle", ledgerCall{sql: settleSQL,
-		args:        []any{int64(p.Reservation), p.Generation, p.Actual, p.Estimated, p.Model, p.InputTokens, p.OutputTokens, nullable(p.Secret)},
-		reservation: p.Reservation})
+	args := &settleArgs{id: int64(p.Reservation), generation: p.Generation, actual: p.Actual, estimated: p.Estimated,
+		model: p.Model, input: p.InputTokens, output: p.OutputTokens, secret: nullable(p.Secret)}
+	r, err = l.call(ctx, "settle", ledgerCall{sql: settleSQL, args: args.args(), reservation: p.Reservation, settle: args})
 	if err == nil && r.Outcome == "ok" {
 		countSpent(ctx, val(r.Spent), p.Estimated)
 	}

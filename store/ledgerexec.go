@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,6 +27,47 @@ type ledgerCall struct {
 	// reserve is a reserve's arguments, typed: a batch writes consecutive
 	// reserves with one call of ledger_reserve_batch.
 	reserve *reserveArgs
+	// settle is a settle's, for ledger_settle_batch the same way.
+	settle *settleArgs
+}
+
+// settleArgs are the arguments of one ledger_settle call, in its order.
+type settleArgs struct {
+	id, generation, actual int64
+	estimated              bool
+	model                  string
+	input, output          int64
+	secret                 *string
+}
+
+func (a *settleArgs) args() []any {
+	return []any{a.id, a.generation, a.actual, a.estimated, a.model, a.input, a.output, a.secret}
+}
+
+// settleBatchSQL makes consecutive settles of a batch in one statement
+// (migrations/functions/ledger_settle_batch.sql): row i is call i's result.
+const settleBatchSQL = resultColumns + `ledger_settle_batch($1, $2, $3, $4, $5, $6, $7, $8)`
+
+// queueSettles queues calls, all settles, as one ledger_settle_batch.
+func queueSettles(q *pgx.Batch, calls []*pending[*batchedCall]) {
+	n := len(calls)
+	ids, gens, actuals, inputs, outputs := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	estimated, models, secrets := make([]bool, n), make([]string, n), make([]*string, n)
+	for i, p := range calls {
+		a := p.item.settle
+		ids[i], gens[i], actuals[i], inputs[i], outputs[i] = a.id, a.generation, a.actual, a.input, a.output
+		estimated[i], models[i], secrets[i] = a.estimated, a.model, a.secret
+	}
+	q.Queue(settleBatchSQL, ids, gens, actuals, estimated, models, inputs, outputs, secrets)
+}
+
+// settleRun is the length of the run of settles batch starts with.
+func settleRun(batch []*pending[*batchedCall]) int {
+	n := 0
+	for n < len(batch) && batch[n].item.settle != nil {
+		n++
+	}
+	return n
 }
 
 // reserveArgs are the arguments of one ledger_reserve call, in its order.
@@ -102,16 +144,24 @@ type batchExec struct {
 	g      *groupCommit[*batchedCall]
 
 	mu       sync.Mutex
-	chains   map[budget.AccountID][]int64     // account -> chain (immutable once created)
-	resChain map[budget.ReservationID][]int64 // reservations this node holds -> chain
+	chains   map[budget.AccountID]lockSet     // account -> what its calls lock (immutable once created)
+	resChain map[budget.ReservationID]lockSet // reservations this node holds -> what their calls lock
+}
+
+// lockSet is what a call locks: the chain of its account, root first, and
+// whether the account is a budget slice (a call the slice pays for locks
+// the slice's row alone; docs/ledger.md#budget-slices).
+type lockSet struct {
+	chain  []int64
+	sliced bool
 }
 
 // batchedCall is one call waiting for its batch.
 type batchedCall struct {
 	ledgerCall
-	chain []int64 // the accounts it locks, root first: the batch sort key
-	res   ledgerResult
-	err   error
+	lockSet // the accounts it locks, root first: the batch sort key
+	res     ledgerResult
+	err     error
 }
 
 // maxRememberedReservations bounds resChain; past it the map starts afresh
@@ -124,22 +174,22 @@ const maxRememberedChains = 1 << 16
 func newBatchExec(pool *pgxpool.Pool, committers, maxBatch int) *batchExec {
 	b := &batchExec{
 		direct:   directExec{pool: pool},
-		chains:   map[budget.AccountID][]int64{},
-		resChain: map[budget.ReservationID][]int64{},
+		chains:   map[budget.AccountID]lockSet{},
+		resChain: map[budget.ReservationID]lockSet{},
 	}
 	b.g = newGroupCommit(committers, maxBatch, b.run)
 	return b
 }
 
 func (b *batchExec) call(ctx context.Context, c ledgerCall) (ledgerResult, error) {
-	chain, err := b.chainOf(ctx, c)
+	locks, err := b.chainOf(ctx, c)
 	if err != nil {
 		return ledgerResult{}, err
 	}
-	if chain == nil {
+	if locks.chain == nil {
 		return b.direct.call(ctx, c)
 	}
-	o, err := b.g.do(ctx, &batchedCall{ledgerCall: c, chain: chain})
+	o, err := b.g.do(ctx, &batchedCall{ledgerCall: c, lockSet: locks})
 	if err != nil {
 		return ledgerResult{}, err
 	}
@@ -148,9 +198,9 @@ func (b *batchExec) call(ctx context.Context, c ledgerCall) (ledgerResult, error
 		switch {
 		case c.account != 0: // a new reservation on chain
 			if len(b.resChain) >= maxRememberedReservations {
-				b.resChain = map[budget.ReservationID][]int64{}
+				b.resChain = map[budget.ReservationID]lockSet{}
 			}
-			b.resChain[budget.ReservationID(val(o.res.ReservationID))] = chain
+			b.resChain[budget.ReservationID(val(o.res.ReservationID))] = locks
 		case c.reservation != 0: // resolved: it takes no more calls
 			delete(b.resChain, c.reservation)
 		}
@@ -159,8 +209,8 @@ func (b *batchExec) call(ctx context.Context, c ledgerCall) (ledgerResult, error
 	return o.res, o.err
 }
 
-// chainOf returns the chain c locks, or nil when it is not known.
-func (b *batchExec) chainOf(ctx context.Context, c ledgerCall) ([]int64, error) {
+// chainOf returns what c locks; its chain is nil when it is not known.
+func (b *batchExec) chainOf(ctx context.Context, c ledgerCall) (lockSet, error) {
 	switch {
 	case c.reservation != 0:
 		b.mu.Lock()
@@ -169,32 +219,68 @@ func (b *batchExec) chainOf(ctx context.Context, c ledgerCall) ([]int64, error) 
 	case c.account != 0:
 		return b.accountChain(ctx, c.account)
 	}
-	return nil, nil
+	return lockSet{}, nil
 }
 
-func (b *batchExec) accountChain(ctx context.Context, account budget.AccountID) ([]int64, error) {
+func (b *batchExec) accountChain(ctx context.Context, account budget.AccountID) (lockSet, error) {
 	b.mu.Lock()
-	ch, ok := b.chains[account]
+	ls, ok := b.chains[account]
 	b.mu.Unlock()
 	if ok {
-		return ch, nil
+		return ls, nil
 	}
-	err := b.direct.pool.QueryRow(ctx, "SELECT chain FROM account WHERE account_id = $1", int64(account)).Scan(&ch)
+	err := b.direct.pool.QueryRow(ctx, "SELECT chain, cap_tokens IS NOT NULL FROM account WHERE account_id = $1",
+		int64(account)).Scan(&ls.chain, &ls.sliced)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil // the function reports not_found
+		return lockSet{}, nil // the function reports not_found
 	}
 	if err != nil {
-		return nil, err
+		return lockSet{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.chains) >= maxRememberedChains {
 		// Chains never change, but accounts of ended runs are asked for no
 		// more: start afresh rather than grow without bound.
-		b.chains = map[budget.AccountID][]int64{}
+		b.chains = map[budget.AccountID]lockSet{}
 	}
-	b.chains[account] = ch
-	return ch, nil
+	b.chains[account] = ls
+	return ls, nil
+}
+
+// batchOrder is the order of a batch's calls: calls on accounts that are
+// not slices first, by chain (tree preorder: every transaction takes
+// those locks in one global order); then calls on slices, reserves before
+// settles before the rest, so that each kind is one statement
+// (ledger_reserve_batch, ledger_settle_batch), by chain within a kind. A
+// call on a slice locks the slice's row alone, and after one the
+// transaction takes no row above a slice but without waiting
+// (docs/ledger.md#budget-slices).
+func batchOrder(x, y *pending[*batchedCall]) int {
+	a, b := x.item, y.item
+	if a.sliced != b.sliced {
+		if a.sliced {
+			return 1
+		}
+		return -1
+	}
+	if a.sliced {
+		if c := cmp.Compare(a.kindRank(), b.kindRank()); c != 0 {
+			return c
+		}
+	}
+	return slices.Compare(a.chain, b.chain)
+}
+
+// kindRank orders calls on slices: reserves, settles, the rest.
+func (c *batchedCall) kindRank() int {
+	switch {
+	case c.reserve != nil:
+		return 0
+	case c.settle != nil:
+		return 1
+	}
+	return 2
 }
 
 // run executes batch in one transaction, in one round trip. The calls are ordered by their
@@ -220,7 +306,7 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 		o.res, o.err = b.direct.call(ctx, o.ledgerCall)
 		return
 	}
-	slices.SortStableFunc(batch, func(x, y *pending[*batchedCall]) int { return slices.Compare(x.item.chain, y.item.chain) })
+	slices.SortStableFunc(batch, batchOrder)
 	// One round trip: a batch sent without BEGIN runs in one implicit
 	// transaction (the extended protocol's Sync commits it, or rolls all
 	// of it back on an error), as BEGIN, the calls and COMMIT did in three.
@@ -229,9 +315,13 @@ func (b *batchExec) run(ctx context.Context, batch []*pending[*batchedCall]) {
 	var stmts [][]*pending[*batchedCall] // the calls each statement answers, in order
 	for rest := batch; len(rest) > 0; {
 		n := max(reserveRun(rest), 1)
-		if n > 1 {
+		switch s := settleRun(rest); {
+		case n > 1:
 			queueReserves(q, rest[:n])
-		} else {
+		case s > 1:
+			n = s
+			queueSettles(q, rest[:n])
+		default:
 			q.Queue(rest[0].item.sql, rest[0].item.args...)
 		}
 		stmts = append(stmts, rest[:n])

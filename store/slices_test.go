@@ -119,3 +119,75 @@ func TestFirstWaveCarvesWithinThePool(t *testing.T) {
 	}
 	b.checkConserved(t)
 }
+
+// TestSettleBatchAnswersAsSettle: ledger_settle_batch answers as
+// ledger_settle called one after another: two identical sliced runs get the
+// same calls, one run's settles in one batch statement, the other's one by
+// one: plain settles, a settle past its grant, a stale generation, a
+// reservation named twice, one already settled (docs/ledger.md#budget-slices).
+func TestSettleBatchAnswersAsSettle(t *testing.T) {
+	b := setup(t)
+	type call struct {
+		res    int // index of the reservation
+		gen    int64
+		actual int64
+	}
+	calls := []call{{0, 1, 300}, {1, 1, 600}, {2, 2, 100}, {3, 1, 50}, {3, 1, 50}, {4, 1, 400}, {0, 1, 300}}
+	answers := map[string][]string{}
+	for _, runID := range []string{"one-by-one", "batched"} {
+		ra := b.openSliced(t, runID, 0, 10_000, 10, 5_000, 1_000, 2)
+		var ids []int64
+		for i := range 5 {
+			r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks[fmt.Sprintf("t%d", i%2)],
+				Want: 400, Min: 1, Holder: "w", TTL: time.Minute}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, int64(r.ID))
+		}
+		var got []string
+		if runID == "batched" {
+			var qi, qg, qa []int64
+			for _, c := range calls {
+				qi, qg, qa = append(qi, ids[c.res]), append(qg, c.gen), append(qa, c.actual)
+			}
+			n := len(calls)
+			rows, err := b.pool.Query(b.ctx, `SELECT outcome, coalesce(actual, -1), spent, overrun
+				FROM ledger_settle_batch($1, $2, $3, $4, $5, $6, $7, $8)`,
+				qi, qg, qa, make([]bool, n), make([]string, n), make([]int64, n), make([]int64, n), make([]*string, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var o string
+				var actual, spent, overrun int64
+				if err := rows.Scan(&o, &actual, &spent, &overrun); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, fmt.Sprintf("%s %d %d %d", o, actual, spent, overrun))
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for _, c := range calls {
+				var o string
+				var actual, spent, overrun int64
+				if err := b.pool.QueryRow(b.ctx, `SELECT outcome, coalesce(actual, -1), spent, overrun
+					FROM ledger_settle($1, $2, $3, false)`, ids[c.res], c.gen, c.actual).Scan(&o, &actual, &spent, &overrun); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, fmt.Sprintf("%s %d %d %d", o, actual, spent, overrun))
+			}
+		}
+		for _, task := range []string{"t0", "t1"} {
+			a := b.account(t, ra.Tasks[task])
+			got = append(got, fmt.Sprintf("%s: limit %d reserved %d spent %d", task, a.Limit, a.Reserved, a.Spent))
+		}
+		answers[runID] = got
+	}
+	if fmt.Sprint(answers["batched"]) != fmt.Sprint(answers["one-by-one"]) {
+		t.Fatalf("ledger_settle_batch answered\n%q\nledger_settle one by one\n%q", answers["batched"], answers["one-by-one"])
+	}
+	b.checkConserved(t)
+}
