@@ -184,18 +184,25 @@ func benchSliced(b *testing.B, clients int, coalesce bool) (rate, p99ms float64)
 		if err != nil {
 			b.Fatal(err)
 		}
-		pairs[i] = func() error {
-			r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, RunID: "hot", TenantID: "bench", Attempt: attempt.N, Secret: attempt.Secret,
-				Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute, Model: "bench-model"})
-			if err != nil {
-				return err
-			}
-			_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700,
-				InputTokens: 500, OutputTokens: 200})
-			return err
-		}
+		pairs[i] = benchPair(l, acct, "hot", attempt)
 	}
 	return benchClientsEach(b, pairs)
+}
+
+// benchPair is one client's pair: a reserve of 1,000 on acct, settled
+// at 700 (500 in, 200 out).
+func benchPair(l *store.Ledger, acct budget.AccountID, run string, attempt budget.Attempt) func() error {
+	ctx := context.Background()
+	return func() error {
+		r, err := l.Reserve(ctx, budget.ReserveParams{Account: acct, RunID: run, TenantID: "bench", Attempt: attempt.N, Secret: attempt.Secret,
+			Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute, Model: "bench-model"})
+		if err != nil {
+			return err
+		}
+		_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700,
+			InputTokens: 500, OutputTokens: 200})
+		return err
+	}
 }
 
 // benchTenant runs reserve+settle pairs with one run per client, all under
@@ -236,16 +243,7 @@ func benchTenant(b *testing.B, clients int, tenant, coalesce bool) (rate, p99ms 
 	pairs := make([]func() error, clients)
 	for i := range pairs {
 		tk := tasks[i]
-		pairs[i] = func() error {
-			r, err := l.Reserve(ctx, budget.ReserveParams{Account: tk.acct, RunID: tk.run, TenantID: "bench", Attempt: tk.attempt.N, Secret: tk.attempt.Secret,
-				Want: 1000, Min: 1, Holder: "bench", TTL: time.Minute, Model: "bench-model"})
-			if err != nil {
-				return err
-			}
-			_, err = l.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation, Actual: 700,
-				InputTokens: 500, OutputTokens: 200})
-			return err
-		}
+		pairs[i] = benchPair(l, tk.acct, tk.run, tk.attempt)
 	}
 	return benchClientsEach(b, pairs)
 }
