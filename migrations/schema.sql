@@ -1433,7 +1433,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_settle(bigint,bigint,bigint,boolean,text
 CREATE FUNCTION fanout.ledger_settle_batch(p_ids bigint[], p_gens bigint[], p_actuals bigint[], p_estimated boolean[], p_models text[], p_inputs bigint[], p_outputs bigint[], p_secrets text[]) RETURNS SETOF fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 80 lines, sha256 317eba888d9b
+    -- body: 86 lines, sha256 bf7be6770884
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) TO fanout_worker;

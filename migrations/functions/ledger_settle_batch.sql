@@ -38,12 +38,18 @@ BEGIN
     results := array_fill(NULL::ledger_result, ARRAY[n]);
     -- The slices the plain settles are on, locked in chain order; the
     -- rest of this transaction takes no row above them but without waiting.
-    PERFORM set_config('fanout.slice_locked', 'on', true);
-    PERFORM FROM account a
-      WHERE a.account_id IN (SELECT v.account_id FROM reservation v WHERE v.reservation_id = ANY (p_ids)
-                                AND v.state = 'held' AND v.chain = ARRAY[v.account_id])
-        AND a.kind = 'task' AND ledger_slice_fits(a, 0, 0)
-      ORDER BY a.chain FOR UPDATE;
+    -- (A batch with none, of calls on accounts that are not slices, locks
+    -- as ledger_settle does.)
+    IF EXISTS (SELECT FROM reservation v JOIN account a ON a.account_id = v.account_id
+                WHERE v.reservation_id = ANY (p_ids) AND v.state = 'held' AND v.chain = ARRAY[v.account_id]
+                  AND a.kind = 'task') THEN
+        PERFORM set_config('fanout.slice_locked', 'on', true);
+        PERFORM FROM account a
+          WHERE a.account_id IN (SELECT v.account_id FROM reservation v WHERE v.reservation_id = ANY (p_ids)
+                                    AND v.state = 'held' AND v.chain = ARRAY[v.account_id])
+            AND a.kind = 'task' AND ledger_slice_fits(a, 0, 0)
+          ORDER BY a.chain FOR UPDATE;
+    END IF;
     FOR rec IN
         WITH u AS (
             SELECT * FROM unnest(p_ids, p_gens, p_actuals, p_estimated, p_models, p_inputs, p_outputs, p_secrets)
