@@ -20,10 +20,7 @@ import (
 func TestReserveBatchAnswersAsReserveSliced(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 9000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 9000)
 	open := func(id string, limit int64, sliced []bool) budget.RunAccounts {
 		t.Helper()
 		p := budget.OpenRunParams{RunID: id, TenantID: "tenant-a", TenantAccount: ten.ID, Limit: limit, MinReservation: 20}

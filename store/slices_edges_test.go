@@ -37,10 +37,7 @@ func TestSliceNeverPastItsParent(t *testing.T) {
 	if run := b.account(t, ra.Run.ID); run.Reserved != 1_000 {
 		t.Errorf("run reserved %d, want its whole 1,000 carved", run.Reserved)
 	}
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 700)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 700)
 	rt := b.openSliced(t, "r2", ten.ID, 10_000, 10, 1_000, 400, 3)
 	if got := b.taskLimits(t, rt); !slices.Equal(got, []int64{0, 300, 400}) {
 		t.Errorf("slices of 400 under a tenant of 700: %v, want [0 300 400]", got)
@@ -240,10 +237,7 @@ func (b *testBundle) awaitLockWaitOr(t *testing.T, done chan error) error {
 func TestSliceHotPathTouchesNoSharedRow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 100_000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 100_000)
 	ra := b.openSliced(t, "r1", ten.ID, 10_000, 10, 5_000, 1_000, 2)
 	t0 := ra.Tasks["t0"]
 	tx, err := b.pool.Begin(b.ctx)
@@ -291,10 +285,7 @@ func TestSliceHotPathTouchesNoSharedRow(t *testing.T) {
 func TestSliceExpiredIsSpentAndPosted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 100_000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 100_000)
 	ra := b.openSliced(t, "r1", ten.ID, 10_000, 10, 5_000, 1_000, 2)
 	t0 := ra.Tasks["t0"]
 	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: t0, Want: 300, Min: 300, Holder: "w", TTL: ttl}))
@@ -327,10 +318,7 @@ func TestSliceExpiredIsSpentAndPosted(t *testing.T) {
 func TestSliceTopUpMovesTheTenant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 100_000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 100_000)
 	ra := b.openSliced(t, "r1", ten.ID, 10_000, 10, 5_000, 1_000, 2)
 	if tn, run := b.account(t, ten.ID), b.account(t, ra.Run.ID); tn.Reserved != 2_000 || run.Reserved != 2_000 {
 		t.Errorf("after two slices of 1,000: tenant reserved %d, run %d, want 2,000 each", tn.Reserved, run.Reserved)
@@ -349,10 +337,7 @@ func TestSliceTopUpMovesTheTenant(t *testing.T) {
 func TestSliceReturnPostsSpend(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 100_000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 100_000)
 	ra := b.openSliced(t, "r1", ten.ID, 10_000, 10, 5_000, 1_000, 2)
 	t0 := ra.Tasks["t0"]
 	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: t0, Want: 400, Min: 400, Holder: "w", TTL: ttl}))

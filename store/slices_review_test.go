@@ -15,10 +15,7 @@ import (
 // runs: that would not pay its call (docs/ledger.md#budget-slices).
 func TestSliceRunShortLeavesOtherRunsAlone(t *testing.T) {
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 1_000_000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 1_000_000)
 	ra := b.openSliced(t, "rA", ten.ID, 1_000, 10, 2_000, 300, 2)
 	rb := b.openSliced(t, "rB", ten.ID, 10_000, 10, 5_000, 1_000, 2)
 	t.Logf("B's slices before: %v", b.taskLimits(t, rb))
@@ -41,10 +38,7 @@ func TestSliceRunShortLeavesOtherRunsAlone(t *testing.T) {
 // orchestrator's return_slices waiting on the tenant closes the cycle.
 func TestSliceSettleAfterACloseDoesNotDeadlock(t *testing.T) {
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 1_000_000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 1_000_000)
 	ra := b.openSliced(t, "r1", ten.ID, 10_000, 10, 5_000, 1_000, 2)
 	r, err := b.ledger.Reserve(b.ctx, grant(ra, budget.ReserveParams{Account: ra.Tasks["t0"], Want: 100, Min: 1, Holder: "w", TTL: ttl}))
 	if err != nil {

@@ -25,15 +25,22 @@ func (b *testBundle) openSliced(t *testing.T, runID string, tenant budget.Accoun
 	return ra
 }
 
+// openTenant opens tenant-a's account with limit tokens.
+func (b *testBundle) openTenant(t *testing.T, limit int64) budget.Account {
+	t.Helper()
+	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ten
+}
+
 // TestSliceFlow: a task's first attempt gets its slice from the run; a call
 // it pays for reserves and settles on the task alone; a call past it tops
 // it up; the end of the run posts and returns every slice.
 func TestSliceFlow(t *testing.T) {
 	b := setup(t)
-	ten, err := b.ledger.OpenTenant(b.ctx, "tenant-a", 100_000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ten := b.openTenant(t, 100_000)
 	ra := b.openSliced(t, "r1", ten.ID, 10_000, 100, 4_000, 1_000, 3)
 	run := b.account(t, ra.Run.ID)
 	if run.Reserved != 3_000 {
