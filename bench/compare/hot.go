@@ -78,7 +78,7 @@ func measureHot(ctx context.Context, cfg config, base fanoutConfig, tmp string, 
 	for _, c := range hot {
 		budget += 2 * int64(cfg.warmup+c.reps) * int64(c.n) * c.budgetPerTask()
 	}
-	token, err := fleet.CreateKey(ctx, base.Bin, base.OwnerURL, hotTenant, "bench-compare", budget)
+	token, err := fleet.CreateKey(ctx, base.Bin, base.OwnerURL, hotTenant, "bench-compare", "run,read", budget)
 	if err != nil {
 		return err
 	}

@@ -227,7 +227,7 @@ func run(ctx context.Context) error {
 	defer db.Stop()
 
 	// One API key and one set of peer credentials for every deployment.
-	token, err := fleet.CreateKey(ctx, cfg.fanoutBin, db.OwnerURL, benchTenant, "bench-compare", 0)
+	token, err := fleet.CreateKey(ctx, cfg.fanoutBin, db.OwnerURL, benchTenant, "bench-compare", "run,read", 0)
 	if err != nil {
 		return err
 	}

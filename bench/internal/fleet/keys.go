@@ -17,13 +17,13 @@ import (
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
-// CreateKey creates tenant and an API key of it named keyName with the
-// scopes a bench needs, the way an operator makes a fleet's first ones:
+// CreateKey creates tenant and an API key of it named keyName with scopes
+// (comma-separated), the way an operator makes a fleet's first ones:
 // `fanout tenant create` and `fanout key create` as the schema's owner
 // (--database-url); and, if budget > 0, gives the tenant a token budget of
 // budget with no period (`fanout tenant set-budget`). It returns the key's
 // token, which it never prints.
-func CreateKey(ctx context.Context, bin, ownerURL, tenant, keyName string, budget int64) (string, error) {
+func CreateKey(ctx context.Context, bin, ownerURL, tenant, keyName, scopes string, budget int64) (string, error) {
 	admin := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, bin, append(args, "--database-url", ownerURL)...)
 		cmd.Env = ChildEnv()
@@ -45,7 +45,7 @@ func CreateKey(ctx context.Context, bin, ownerURL, tenant, keyName string, budge
 			return "", err
 		}
 	}
-	out, err := admin("key", "create", "--tenant", tenant, "--name", keyName, "--scopes", "run,read")
+	out, err := admin("key", "create", "--tenant", tenant, "--name", keyName, "--scopes", scopes)
 	if err != nil {
 		return "", err
 	}
@@ -76,11 +76,15 @@ const MaxRecv = 256 << 20
 
 // Dial connects to the orchestrator at addr in plain gRPC on loopback with
 // the API key token (the orchestrator allows that on loopback only; the
-// peer hop is mTLS), with a receive limit of MaxRecv.
+// peer hop is mTLS), with a receive limit of MaxRecv. With token "" the
+// calls carry no key: each names its own (grpc.PerRPCCredentials).
 func Dial(addr, token string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(Bearer(token)),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecv)))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecv))}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(Bearer(token)))
+	}
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial orchestrator %s: %w", addr, err)
 	}
