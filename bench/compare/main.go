@@ -155,11 +155,11 @@ func optionalSizes(name, sizes, reps string) ([]int, []int, error) {
 	if strings.TrimSpace(sizes) == "" {
 		return nil, nil, nil
 	}
-	n, err := ints(sizes)
+	n, err := fleet.Ints(sizes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-%s: %w", name, err)
 	}
-	r, err := ints(reps)
+	r, err := fleet.Ints(reps)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-%s's reps: %w", name, err)
 	}
@@ -184,18 +184,6 @@ func (c config) cases() []benchCase {
 		out = append(out, benchCase{n: n, calls: c.loopCalls, latency: c.loopLatency, reps: c.loopReps[i]})
 	}
 	return out
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 func run(ctx context.Context) error {

@@ -15,13 +15,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout/bench/internal/fleet"
 	"github.com/fanout/fanout/peer"
@@ -104,7 +101,7 @@ func parseConfig(args []string) (config, error) {
 	fs.IntVar(&c.orchestrators, "orchestrators", 2, "cancel: orchestrator processes (the runs and the WatchRun streams spread over them)")
 	fs.DurationVar(&c.cancelLatency, "cancel-latency", 10*time.Minute, "cancel: latency of each sim call (longer than the scenario: every run is cancelled in flight)")
 	fs.IntVar(&c.noisyHot, "noisy-hot", 2000, "noisy: the busy tenant's subagents in flight")
-	fs.IntVar(&c.noisyHotCalls, "noisy-hot-calls", 120, "noisy: sim calls of each of the busy tenant's tasks (long enough to outlast the small tenants' fan-outs)")
+	fs.IntVar(&c.noisyHotCalls, "noisy-hot-calls", 50, "noisy: sim calls of each of the busy tenant's tasks, at most 50 (a task's max_iterations): long enough to outlast the small tenants' fan-outs")
 	fs.IntVar(&c.noisyTenants, "noisy-tenants", 50, "noisy: small tenants, running at once")
 	fs.IntVar(&c.noisySmallRuns, "noisy-small-runs", 3, "noisy: fan-outs of each small tenant, one after another")
 	fs.IntVar(&c.noisySmallTasks, "noisy-small-tasks", 10, "noisy: tasks of each small fan-out, one call each")
@@ -126,7 +123,7 @@ func parseConfig(args []string) (config, error) {
 		}
 	}
 	var err error
-	if c.memoryTasks, err = ints(memoryTasks); err != nil {
+	if c.memoryTasks, err = fleet.Ints(memoryTasks); err != nil {
 		return c, fmt.Errorf("-memory-tasks: %w", err)
 	}
 	if c.tool != "memory" && c.tool != "search" {
@@ -145,6 +142,9 @@ func parseConfig(args []string) (config, error) {
 	if c.workers < 1 || c.orchestrators < 1 {
 		return c, fmt.Errorf("-workers %d, -orchestrators %d: need at least 1 of each", c.workers, c.orchestrators)
 	}
+	if c.wideCalls > maxIterations || c.noisyHotCalls > maxIterations {
+		return c, fmt.Errorf("-wide-calls %d, -noisy-hot-calls %d: a task makes at most %d calls (max_iterations)", c.wideCalls, c.noisyHotCalls, maxIterations)
+	}
 	if c.wideCalls < 2 || c.noisyHotCalls < 2 {
 		return c, fmt.Errorf("-wide-calls %d, -noisy-hot-calls %d: a task with a tool makes at least 2 calls", c.wideCalls, c.noisyHotCalls)
 	}
@@ -153,6 +153,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	return c, nil
 }
+
+// maxIterations is the API's most iterations of a task.
+const maxIterations = 50
 
 // smokeTasks is -smoke's -tasks.
 const smokeTasks = 12
@@ -174,24 +177,12 @@ func (c *config) scaleTo(n int) {
 	c.noisyHot = max(2, n/5)
 }
 
-func ints(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
 // harness is what every scenario shares: the PostgreSQL, the peer
 // credentials, the MCP config, a pool as the database's owner.
 type harness struct {
 	cfg   config
 	db    *fleet.Database
-	owner *pgxpool.Pool
+	owner *store.Pool
 	peer  peer.DevFiles
 	tmp   string
 	// mcpConfig is the workers' and orchestrators' --mcp-config (-tool
@@ -235,6 +226,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("# bench/scale: %s\n\n", describe(cfg))
 	fmt.Printf("%s; %d CPUs; load average %s at the start\n", h.db.Settings, runtime.NumCPU(), fleet.LoadAverage())
+	var failed []string
 	for _, name := range cfg.scenarios {
 		var reps []*report
 		var err error
@@ -252,11 +244,22 @@ func run(ctx context.Context, args []string) error {
 			r.print(os.Stdout)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			// The next scenarios run all the same: a fleet that fails at
+			// one scale may hold at another.
+			fmt.Printf("\n**%s FAILED**: %s\n", name, clip(err.Error()))
+			fmt.Fprintf(os.Stderr, "bench-scale: %s FAILED: %s\n", name, clip(err.Error()))
+			failed = append(failed, name)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
 		}
 		fmt.Fprintf(os.Stderr, "bench-scale: %s done (%v so far)\n", name, time.Since(h.began).Round(time.Second))
 	}
 	fmt.Printf("\nload average %s at the end; %v in all\n", fleet.LoadAverage(), time.Since(h.began).Round(time.Second))
+	if len(failed) > 0 {
+		return fmt.Errorf("%s failed (above)", strings.Join(failed, ", "))
+	}
 	return nil
 }
 
@@ -297,4 +300,14 @@ func writeMCPConfig(tmp, mcpDir string) (string, error) {
       - {name: search_nodes, effect: read}
 `, server, filepath.Join(tmp, "memory.jsonl"))
 	return path, os.WriteFile(path, []byte(yaml), 0o644)
+}
+
+// clip shortens an error for the report: a refused spec of 2,000 tasks
+// says so once per task.
+func clip(s string) string {
+	const most = 1500
+	if len(s) <= most {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes in all)", s[:most], len(s))
 }

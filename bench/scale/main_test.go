@@ -48,7 +48,7 @@ func TestScaledDown(t *testing.T) {
 		t.Errorf("-tasks 1000: wide %d, %dx%d, memory %v, cancel %d, noisy %d", c.wideTasks, c.wideRuns, c.wideRunTasks,
 			c.memoryTasks, c.cancelRuns, c.noisyHot)
 	}
-	for _, bad := range [][]string{{"-scenario", "wid"}, {"-tool", "fetch"}, {"-memory-tasks", "0"}, {"-wide-calls", "1"}} {
+	for _, bad := range [][]string{{"-scenario", "wid"}, {"-tool", "fetch"}, {"-memory-tasks", "0"}, {"-wide-calls", "1"}, {"-noisy-hot-calls", "51"}} {
 		if _, err := parseConfig(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

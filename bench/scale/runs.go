@@ -95,7 +95,7 @@ func startRun(ctx context.Context, client fanoutv1.OrchestratorServiceClient, t 
 		resp, err := client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: spec}, t.creds())
 		if status.Code(err) == codes.ResourceExhausted && strings.Contains(err.Error(), "retry later") {
 			startRetries.Add(1)
-			if err := sleepCtx(ctx, pause+time.Duration(rand.Int64N(int64(pause)))); err != nil {
+			if err := fleet.Sleep(ctx, pause+time.Duration(rand.Int64N(int64(pause)))); err != nil {
 				return "", sent, 0, fmt.Errorf("StartRun of %d tasks, retried: %w", len(spec.GetTasks()), err)
 			}
 			continue

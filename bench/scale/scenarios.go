@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fanout/fanout/bench/internal/fleet"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
 
@@ -117,13 +118,21 @@ func (h *harness) loadRuns(ctx context.Context, dc deployConfig, tenantID, title
 	err = g.Wait()
 	r := w.end(ctx, title, shapeLine)
 	if err != nil {
-		return r, fmt.Errorf("%s: %w (%v)", title, err, d.alive())
+		if dead := d.alive(); dead != nil {
+			return r, fmt.Errorf("%s: %w (%w)", title, err, dead)
+		}
+		return r, fmt.Errorf("%s: %w", title, err)
 	}
 	var ids []string
 	var starts, firsts []time.Duration
 	var last time.Time
 	for _, f := range fs {
 		if err := checkSucceeded(f, s.tasks, s.iterations); err != nil {
+			var accounts, bad int
+			if qerr := h.owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT conserved) FROM conservation_check`).Scan(&accounts, &bad); qerr == nil {
+				r.notes = append(r.notes, fmt.Sprintf("after the failure: %d of %d accounts not conserved (conservation_check)", bad, accounts))
+			}
+			r.notes = append(r.notes, "FAILED: "+err.Error())
 			return r, err
 		}
 		ids = append(ids, f.id)
@@ -214,7 +223,7 @@ func (h *harness) cancel(ctx context.Context) ([]*report, error) {
 		select {
 		case <-st.ready:
 		case <-st.done:
-			return []*report{w.end(ctx, title, shapeLine)}, fmt.Errorf("the stream of run %s ended before the cancel: %v", st.id, st.err)
+			return []*report{w.end(ctx, title, shapeLine)}, fmt.Errorf("the stream of run %s ended before the cancel: %w", st.id, st.err)
 		case <-sctx.Done():
 			return []*report{w.end(ctx, title, shapeLine)}, context.Cause(sctx)
 		}
@@ -227,7 +236,7 @@ func (h *harness) cancel(ctx context.Context) ([]*report, error) {
 		if k == n {
 			break
 		}
-		if err := sleepCtx(sctx, 250*time.Millisecond); err != nil {
+		if err := fleet.Sleep(sctx, 250*time.Millisecond); err != nil {
 			return []*report{w.end(ctx, title, shapeLine)}, fmt.Errorf("waiting for all %d tasks to run (%d are): %w", n, k, err)
 		}
 	}
@@ -295,17 +304,6 @@ func ids[T any](s []T, id func(T) string) []string {
 	return out
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
 // noisy: the small tenants' fan-outs on the idle fleet, then again while
 // one tenant has noisyHot subagents in flight.
 func (h *harness) noisy(ctx context.Context) ([]*report, error) {
@@ -361,7 +359,7 @@ func (h *harness) noisy(ctx context.Context) ([]*report, error) {
 		if k == c.noisyHot {
 			break
 		}
-		if err := sleepCtx(sctx, 250*time.Millisecond); err != nil {
+		if err := fleet.Sleep(sctx, 250*time.Millisecond); err != nil {
 			return []*report{w.end(ctx, title, shapeLine)}, fmt.Errorf("waiting for the busy tenant's %d tasks to run (%d are): %w", c.noisyHot, k, err)
 		}
 	}

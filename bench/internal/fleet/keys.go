@@ -60,6 +60,7 @@ func CreateKey(ctx context.Context, bin, ownerURL, tenant, keyName, scopes strin
 // Bearer sends an API key as `authorization: Bearer <token>` on every call.
 type Bearer string
 
+// GetRequestMetadata is the key's header.
 func (b Bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }

@@ -101,8 +101,10 @@ func (m Metrics) Histogram(name string, match map[string]string) Histogram {
 			one.Bounds = append(one.Bounds, b.GetUpperBound())
 			one.Counts = append(one.Counts, float64(b.GetCumulativeCount()))
 		}
-		one.Bounds = append(one.Bounds, math.Inf(1))
-		one.Counts = append(one.Counts, float64(s.GetHistogram().GetSampleCount()))
+		if n := len(one.Bounds); n == 0 || !math.IsInf(one.Bounds[n-1], 1) { // the text format lists le="+Inf"; keep one
+			one.Bounds = append(one.Bounds, math.Inf(1))
+			one.Counts = append(one.Counts, float64(s.GetHistogram().GetSampleCount()))
+		}
 		one.Sum = s.GetHistogram().GetSampleSum()
 		h = h.Add(one)
 	}
