@@ -124,10 +124,13 @@ func (s *sampler) take(ctx context.Context) {
 	}
 	waits := map[string]int{}
 	active := 0
-	// A lock wait says which statement waits: the ledger function's name.
+	// A lock wait says which statement waits: the ledger function or the
+	// table written, else the statement's start.
 	rows, err := s.h.owner.Query(ctx, `SELECT coalesce(nullif(application_name, ''), usename::text, '?'), state,
 			coalesce(wait_event_type || ':' || wait_event, '') ||
-			CASE WHEN wait_event_type = 'Lock' THEN ' (' || coalesce(substring(query FROM '([a-z_]+)\('), left(query, 30)) || ')' ELSE '' END
+			CASE WHEN wait_event_type = 'Lock' THEN ' (' || coalesce(
+				substring(query FROM '(ledger_[a-z_]+|INSERT INTO [a-z_.]+|UPDATE [a-z_.]+|DELETE FROM [a-z_.]+)'),
+				left(regexp_replace(query, '\s+', ' ', 'g'), 40)) || ')' ELSE '' END
 		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
 	if err != nil {
 		if ctx.Err() == nil {
