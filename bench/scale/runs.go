@@ -153,11 +153,29 @@ func startAndFollow(ctx context.Context, client fanoutv1.OrchestratorServiceClie
 	return f, err
 }
 
-// checkSucceeded checks that run f of n tasks succeeded, each task started
-// once and ended SUCCEEDED after iterations, with its result joined.
+// checkSucceeded checks that run f of n tasks succeeded with its result
+// joined, each task SUCCEEDED after iterations and started once (one
+// TaskStarted on the stream).
 func checkSucceeded(f *followed, n, iterations int) error {
 	if f.fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		return fmt.Errorf("run %s ended %s (%s)", f.id, f.fin.GetState(), f.fin.GetCancelCause())
+	}
+	tasks := f.fin.GetResult().GetTasks()
+	if len(tasks) != n {
+		return fmt.Errorf("run %s: the joined result has %d task outcomes, want %d", f.id, len(tasks), n)
+	}
+	var bad []*fanoutv1.TaskOutcome
+	byStatus := map[string]int{}
+	for _, o := range tasks {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetSummary().GetIterations() != int32(iterations) {
+			bad = append(bad, o)
+			byStatus[o.GetStatus().String()]++
+		}
+	}
+	if len(bad) > 0 {
+		o := bad[0]
+		return fmt.Errorf("run %s: %d of %d tasks did not SUCCEED after %d iterations (%s); the first, %s, ended %s after %d (error %q)",
+			f.id, len(bad), n, iterations, byApp(byStatus), o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations(), o.GetSummary().GetError())
 	}
 	if len(f.started) != n {
 		return fmt.Errorf("run %s: %d tasks started, want %d", f.id, len(f.started), n)
@@ -165,16 +183,6 @@ func checkSucceeded(f *followed, n, iterations int) error {
 	for task, c := range f.started {
 		if c != 1 {
 			return fmt.Errorf("run %s: task %s started %d times, want once", f.id, task, c)
-		}
-	}
-	tasks := f.fin.GetResult().GetTasks()
-	if len(tasks) != n {
-		return fmt.Errorf("run %s: the joined result has %d task outcomes, want %d", f.id, len(tasks), n)
-	}
-	for _, o := range tasks {
-		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetSummary().GetIterations() != int32(iterations) {
-			return fmt.Errorf("run %s: task %s ended %s after %d iterations (want SUCCEEDED after %d; error %q)",
-				f.id, o.GetTaskId(), o.GetStatus(), o.GetSummary().GetIterations(), iterations, o.GetSummary().GetError())
 		}
 	}
 	return nil
