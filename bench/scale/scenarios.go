@@ -132,15 +132,17 @@ func (h *harness) loadRuns(ctx context.Context, dc deployConfig, tenantID, title
 			if qerr := h.owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE NOT conserved) FROM conservation_check`).Scan(&accounts, &bad); qerr == nil {
 				r.notes = append(r.notes, fmt.Sprintf("after the failure: %d of %d accounts not conserved (conservation_check)", bad, accounts))
 			}
-			var stored, storedStarted int
-			if qerr := h.owner.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE event ? 'task_started') FROM run_event WHERE run_id = $1`,
-				f.id).Scan(&stored, &storedStarted); qerr == nil {
+			var stored, storedStarted, tasksStarted int
+			if qerr := h.owner.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_event WHERE run_id = $1),
+					(SELECT count(*) FROM run_event WHERE run_id = $1 AND event ? 'task_started'),
+					(SELECT count(*) FROM task WHERE run_id = $1 AND started_at IS NOT NULL)`,
+				f.id).Scan(&stored, &storedStarted, &tasksStarted); qerr == nil {
 				started := 0
 				for _, c := range f.started {
 					started += c
 				}
 				r.notes = append(r.notes, fmt.Sprintf("run %s: its WatchRun stream delivered %d events, %d of them TaskStarted; "+
-					"the database holds %d events, %d of them TaskStarted", f.id, f.events, started, stored, storedStarted))
+					"the database holds %d events, %d of them TaskStarted, and %d tasks with a started_at", f.id, f.events, started, stored, storedStarted, tasksStarted))
 			}
 			r.notes = append(r.notes, "FAILED: "+err.Error())
 			return r, err
