@@ -2,23 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fanout/fanout/bench/internal/fleet"
 	"github.com/fanout/fanout/peer"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
@@ -26,12 +20,11 @@ import (
 
 // fanoutSide is a fanout deployment of separate OS processes of the real
 // binary: workers and one orchestrator, against one PostgreSQL, peer mTLS
-// and signed dispatches as `fanout dev` sets them up. Its callers
-// authenticate as in production (--auth keys): the bench calls with an API
-// key of tenant benchTenant.
+// and signed dispatches as `fanout dev` sets them up (fleet.Start). Its
+// callers authenticate as in production (--auth keys): the bench calls with
+// an API key of tenant benchTenant.
 type fanoutSide struct {
-	orch    *proc
-	workers []*proc
+	fleet   *fleet.Fleet
 	conn    *grpc.ClientConn
 	client  fanoutv1.OrchestratorServiceClient
 	tenant  string   // of the runs and of the API key
@@ -50,7 +43,7 @@ type fanoutSide struct {
 
 type fanoutConfig struct {
 	Bin        string        // the fanout binary
-	Token      string        // the bench's API key (createKey)
+	Token      string        // the bench's API key (fleet.CreateKey)
 	Tenant     string        // the key's tenant, and the runs'
 	Peer       peer.DevFiles // the peer credentials, as `fanout dev` makes them
 	OwnerURL   string        // the migrated database, as its owner
@@ -74,65 +67,47 @@ const benchTenant = "bench"
 // that dispatches to them, and connects to the orchestrator with the
 // bench's API key.
 func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err error) {
-	token, files := cfg.Token, cfg.Peer
 	f := &fanoutSide{tenant: cfg.Tenant}
 	defer func() {
 		if err != nil {
 			f.stop()
 		}
 	}()
-	common := []string{"--listen", "127.0.0.1:0", "--metrics-listen", "", "--database-url", cfg.NodeURL,
-		"--peer-tls-ca", files.CA}
-	var addrs []string
-	for i := range cfg.Workers {
-		name := fmt.Sprintf("bench-worker-%d", i+1)
-		args := append([]string{"worker"}, common...)
-		args = append(args, "--name", name, "--capacity", strconv.Itoa(cfg.Capacity),
-			"--peer-tls-cert", files.Worker.Cert, "--peer-tls-key", files.Worker.Key, "--peer-verify-keys", files.VerifyKey,
+	if cfg.SimLogs != "" {
+		for i := range cfg.Workers {
+			f.simLogs = append(f.simLogs, fmt.Sprintf("%s-%d.jsonl", cfg.SimLogs, i+1))
+		}
+	}
+	f.fleet, err = fleet.Start(ctx, fleet.Config{Bin: cfg.Bin, Peer: cfg.Peer, NodeURL: cfg.NodeURL, Prefix: "bench",
+		Workers: cfg.Workers, StartLimit: cfg.StartLimit,
+		WorkerArgs: func(i int) []string {
 			// One model call per task: answer at the first iteration, no
 			// tool calls (the tasks allow none either); or, for the agent
 			// loop, one tool call an iteration, an answer at iteration
 			// cfg.Calls (a task that allows no tool still answers at its
 			// first). The sim model is not a StructuredModel, so there is
 			// no compression call.
-			"--sim-latency", cfg.Latency.String(), "--sim-finish-after", strconv.Itoa(max(1, cfg.Calls)),
-			"--sim-tool-calls", strconv.Itoa(min(1, max(0, cfg.Calls-1))), "--sim-output-tokens", "64")
-		if cfg.SimLogs != "" {
-			f.simLogs = append(f.simLogs, fmt.Sprintf("%s-%d.jsonl", cfg.SimLogs, i+1))
-			args = append(args, "--sim-log", f.simLogs[i])
-		}
-		p, addr, err := startServer(ctx, name, "worker serving", cfg.StartLimit, cfg.Bin, args...)
-		if p != nil {
-			f.workers = append(f.workers, p)
-		}
-		if err != nil {
-			return nil, err
-		}
-		addrs = append(addrs, addr)
-	}
-	args := append([]string{"orchestrator"}, common...)
-	// --auth keys is the default; it is named so that the bench measures
-	// the production path whatever the default becomes.
-	args = append(args, "--name", "bench-orchestrator", "--auth", "keys", "--workers", strings.Join(addrs, ","),
-		"--max-tasks", strconv.Itoa(cfg.Capacity), "--max-concurrency", strconv.Itoa(cfg.Capacity),
-		"--peer-tls-cert", files.Orchestrator.Cert, "--peer-tls-key", files.Orchestrator.Key, "--peer-signing-key", files.SigningKey)
-	p, addr, err := startServer(ctx, "orchestrator", "orchestrator serving", cfg.StartLimit, cfg.Bin, args...)
-	f.orch = p
+			args := []string{"--capacity", strconv.Itoa(cfg.Capacity),
+				"--sim-latency", cfg.Latency.String(), "--sim-finish-after", strconv.Itoa(max(1, cfg.Calls)),
+				"--sim-tool-calls", strconv.Itoa(min(1, max(0, cfg.Calls-1))), "--sim-output-tokens", "64"}
+			if cfg.SimLogs != "" {
+				args = append(args, "--sim-log", f.simLogs[i])
+			}
+			return args
+		},
+		OrchestratorArgs: func(int) []string {
+			return []string{"--max-tasks", strconv.Itoa(cfg.Capacity), "--max-concurrency", strconv.Itoa(cfg.Capacity)}
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
-	// Callers reach the orchestrator in plain gRPC on loopback with their
-	// API key (the orchestrator allows that on loopback only); the peer hop
-	// is mTLS.
-	if f.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer(token)),
-		// RunFinished carries every task's outcome: over gRPC's default
-		// 4 MB at N = 5,000.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20))); err != nil {
-		return nil, fmt.Errorf("dial orchestrator: %w", err)
+	addr := f.fleet.Orchestrators[0].Addr
+	if f.conn, err = fleet.Dial(addr, cfg.Token); err != nil {
+		return nil, err
 	}
 	f.client = fanoutv1.NewOrchestratorServiceClient(f.conn)
-	if err := checkAuth(ctx, addr, f.client, f.tenant); err != nil {
+	if err := fleet.CheckAuth(ctx, addr, f.client, f.tenant); err != nil {
 		return nil, err
 	}
 	owner, err := store.Open(ctx, cfg.OwnerURL)
@@ -158,111 +133,6 @@ func startFanout(ctx context.Context, cfg fanoutConfig) (_ *fanoutSide, err erro
 // scanner is a row of a query's result.
 type scanner interface{ Scan(dest ...any) error }
 
-// createKey creates tenant and an API key of it with the scopes the bench
-// needs, the way an operator makes a fleet's first ones: `fanout tenant
-// create` and `fanout key create` as the schema's owner (--database-url);
-// and, if budget > 0, gives the tenant a token budget of budget with no
-// period (`fanout tenant set-budget`). It returns the key's token, which it
-// never prints.
-func createKey(ctx context.Context, bin, ownerURL, tenant string, budget int64) (string, error) {
-	admin := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, bin, append(args, "--database-url", ownerURL)...)
-		cmd.Env = childEnv()
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("fanout %s %s: %w: %s", args[0], args[1], err, strings.TrimSpace(stderr.String()))
-		}
-		return string(out), nil
-	}
-	if _, err := admin("tenant", "create", tenant); err != nil {
-		return "", err
-	}
-	if budget > 0 {
-		// No period: a day's would roll over in the middle of a run at
-		// midnight UTC.
-		if _, err := admin("tenant", "set-budget", tenant, "--limit", strconv.FormatInt(budget, 10), "--period", "none"); err != nil {
-			return "", err
-		}
-	}
-	out, err := admin("key", "create", "--tenant", tenant, "--name", "bench-compare", "--scopes", "run,read")
-	if err != nil {
-		return "", err
-	}
-	// The token is the last line printed.
-	fields := strings.Fields(out)
-	if len(fields) == 0 || !strings.HasPrefix(fields[len(fields)-1], "fanout_fk_") {
-		return "", errors.New("fanout key create: no token in its output")
-	}
-	return fields[len(fields)-1], nil
-}
-
-// bearer sends an API key as `authorization: Bearer <token>` on every call.
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-// RequireTransportSecurity is false: the bench calls on loopback in
-// plaintext, as the orchestrator allows.
-func (bearer) RequireTransportSecurity() bool { return false }
-
-// checkAuth checks, before anything is measured, that the orchestrator at
-// addr accepts the bench's key (client) and refuses a call without one:
-// the bench measures the production path, with caller authentication on.
-func checkAuth(ctx context.Context, addr string, client fanoutv1.OrchestratorServiceClient, tenant string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := client.ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: tenant, PageSize: 1}); err != nil {
-		return refused("the orchestrator's check of the bench's API key (ListRuns)", err, tenant)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("dial orchestrator: %w", err)
-	}
-	defer func() { _ = conn.Close() }()
-	_, err = fanoutv1.NewOrchestratorServiceClient(conn).ListRuns(ctx, &fanoutv1.ListRunsRequest{TenantId: tenant, PageSize: 1})
-	if status.Code(err) != codes.Unauthenticated {
-		return fmt.Errorf("the orchestrator answered a call without an API key with %v, want Unauthenticated: "+
-			"the bench measures fanout with caller authentication on (--auth keys)", status.Code(err))
-	}
-	return nil
-}
-
-// refused is err of a call described by what. A call the orchestrator
-// refused for its credential says so plainly: the benchmark stops there,
-// and nothing it measured is reported.
-func refused(what string, err error, tenant string) error {
-	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied:
-		return fmt.Errorf("%s: REFUSED by the orchestrator (%w); the bench calls with an API key of tenant %q "+
-			"made by `fanout key create --database-url` (bench/README.md); no numbers are reported", what, err, tenant)
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-// startServer starts one fanout server and waits for its log line msg,
-// which carries the address it serves on.
-func startServer(ctx context.Context, name, msg string, limit time.Duration, bin string, args ...string) (*proc, string, error) {
-	addrs := make(chan string, 1)
-	p, err := startProc(name, childEnv(), func(line string, _ bool) {
-		var l struct{ Msg, Addr string }
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == msg {
-			select {
-			case addrs <- l.Addr:
-			default:
-			}
-		}
-	}, bin, args...)
-	if err != nil {
-		return nil, "", err
-	}
-	addr, err := waitFor(ctx, p, fmt.Sprintf("%q log line", msg), limit, addrs)
-	return p, addr, err
-}
-
 // stop stops the orchestrator first (it drains its runs), then the workers.
 func (f *fanoutSide) stop() {
 	if f.conn != nil {
@@ -271,23 +141,13 @@ func (f *fanoutSide) stop() {
 	if f.closeDB != nil {
 		f.closeDB()
 	}
-	if f.orch != nil {
-		f.orch.stop(15 * time.Second)
-	}
-	for _, w := range f.workers {
-		w.stop(15 * time.Second)
+	if f.fleet != nil {
+		f.fleet.Stop()
 	}
 }
 
 // alive returns an error if a process of the deployment has exited.
-func (f *fanoutSide) alive() error {
-	for _, p := range append([]*proc{f.orch}, f.workers...) {
-		if err := p.exited(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (f *fanoutSide) alive() error { return f.fleet.Alive() }
 
 // fanoutRun is what one run measured.
 type fanoutRun struct {
@@ -343,7 +203,7 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 	start := time.Now()
 	stream, err := f.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec})
 	if err != nil {
-		return fanoutRun{}, refused(fmt.Sprintf("run %d tasks", n), err, f.tenant)
+		return fanoutRun{}, fleet.Refused(fmt.Sprintf("run %d tasks", n), err, f.tenant)
 	}
 	r := fanoutRun{start: start}
 	var evs []*fanoutv1.RunEvent
@@ -354,7 +214,7 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 			break
 		}
 		if err != nil {
-			return r, refused(fmt.Sprintf("run %d tasks", n), err, f.tenant)
+			return r, fleet.Refused(fmt.Sprintf("run %d tasks", n), err, f.tenant)
 		}
 		ev := m.GetEvent()
 		evs = append(evs, ev)
@@ -456,14 +316,4 @@ func phases(start time.Time, evs []*fanoutv1.RunEvent) string {
 // that time are in it too.
 func writes(xids int64, n int) string {
 	return fmt.Sprintf("; %d write transactions, %.1f per task", xids, float64(xids)/float64(n))
-}
-
-// roleURL returns ownerURL logging in as role.
-func roleURL(ownerURL, role string) (string, error) {
-	u, err := url.Parse(ownerURL)
-	if err != nil {
-		return "", err
-	}
-	u.User = url.User(role)
-	return u.String(), nil
 }

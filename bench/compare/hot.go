@@ -9,9 +9,9 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/fanout/fanout/bench/internal/fleet"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -78,7 +78,7 @@ func measureHot(ctx context.Context, cfg config, base fanoutConfig, tmp string, 
 	for _, c := range hot {
 		budget += 2 * int64(cfg.warmup+c.reps) * int64(c.n) * c.budgetPerTask()
 	}
-	token, err := createKey(ctx, base.Bin, base.OwnerURL, hotTenant, budget)
+	token, err := fleet.CreateKey(ctx, base.Bin, base.OwnerURL, hotTenant, "bench-compare", "run,read", budget)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func measureHot(ctx context.Context, cfg config, base fanoutConfig, tmp string, 
 		fc.Token, fc.Tenant = token, hotTenant
 		fc.Capacity, fc.Latency, fc.Calls = c.n, c.latency, c.calls
 		fc.SimLogs = filepath.Join(tmp, "sim-hot-"+strconv.Itoa(c.n))
-		loadBefore := loadAverage()
+		loadBefore := fleet.LoadAverage()
 		runs, err := measureHotCase(ctx, cfg, fc, c, limit, filepath.Join(tmp, "pg", "postmaster.pid"))
 		if err != nil {
 			return fmt.Errorf("fanout, %s: %w", c.label(), err)
@@ -99,7 +99,7 @@ func measureHot(ctx context.Context, cfg config, base fanoutConfig, tmp string, 
 		if !cfg.smoke {
 			printHot(os.Stdout, cfg, c, runs, budget)
 			fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
-				runtime.NumCPU(), loadBefore, loadAverage())
+				runtime.NumCPU(), loadBefore, fleet.LoadAverage())
 		}
 	}
 	return nil
@@ -130,7 +130,7 @@ func measureHotCase(ctx context.Context, cfg config, fc fanoutConfig, c benchCas
 		if rep >= 0 {
 			out = append(out, hr)
 		}
-		if err := sleep(ctx, cfg.pause); err != nil {
+		if err := fleet.Sleep(ctx, cfg.pause); err != nil {
 			return nil, err
 		}
 	}
@@ -349,83 +349,14 @@ func (c cpuTimes) String() string {
 // pid in pgPIDFile. A process it cannot read counts 0.
 func (f *fanoutSide) cpu(pgPIDFile string) cpuTimes {
 	var c cpuTimes
-	c.orch, _ = procCPU(f.orch.cmd.Process.Pid, false)
-	for _, w := range f.workers {
-		t, _ := procCPU(w.cmd.Process.Pid, false)
+	c.orch, _ = fleet.ProcCPU(f.fleet.Orchestrators[0].Pid(), false)
+	for _, w := range f.fleet.Workers {
+		t, _ := fleet.ProcCPU(w.Pid(), false)
 		c.workers += t
 	}
-	c.driver, _ = procCPU(os.Getpid(), false)
-	b, err := os.ReadFile(pgPIDFile)
-	if err != nil {
-		return c
-	}
-	lines := strings.SplitN(string(b), "\n", 2)
-	postmaster, err := strconv.Atoi(strings.TrimSpace(lines[0]))
-	if err != nil {
-		return c
-	}
-	c.pg, _ = procCPU(postmaster, true)
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, err := procParent(pid); err == nil && ppid == postmaster {
-			t, _ := procCPU(pid, false)
-			c.pg += t
-		}
+	c.driver, _ = fleet.ProcCPU(os.Getpid(), false)
+	if postmaster, err := fleet.PIDFromFile(pgPIDFile); err == nil {
+		c.pg = fleet.TreeCPU(postmaster)
 	}
 	return c
-}
-
-// procStat returns the fields of /proc/pid/stat after the command's name
-// (the first is the state, field 3).
-func procStat(pid int) ([]string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	return strings.Fields(s[i+1:]), nil
-}
-
-func procParent(pid int) (int, error) {
-	f, err := procStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	if len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	return strconv.Atoi(f[1])
-}
-
-// procCPU is the CPU seconds (utime + stime, and with children cutime +
-// cstime) of process pid, at 100 ticks a second (Linux's USER_HZ).
-func procCPU(pid int, children bool) (float64, error) {
-	f, err := procStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	if len(f) < 15 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	last := 13 // fields 14 and 15 of stat: utime, stime (indexes 11, 12 here)
-	if children {
-		last = 15 // and cutime, cstime
-	}
-	var ticks int64
-	for _, v := range f[11:last] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += n
-	}
-	return float64(ticks) / 100, nil
 }

@@ -7,13 +7,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/fanout/fanout/bench/internal/fleet"
 )
 
 // langGraphSide is one Node.js process running bench/langgraph/bench.mjs,
 // which invokes a LangGraph.js fan-out graph on request (one JSON line in,
 // one out).
 type langGraphSide struct {
-	p       *proc
+	p       *fleet.Proc
 	replies chan string
 }
 
@@ -27,13 +29,13 @@ const (
 // waits until it has set up its checkpoint tables.
 func startLangGraph(ctx context.Context, node, dir, pgURL string, latency time.Duration, limit time.Duration) (*langGraphSide, error) {
 	l := &langGraphSide{replies: make(chan string, 16)}
-	env := childEnv("BENCH_PG_URL="+pgURL, "SIM_LATENCY_MS="+strconv.FormatInt(latency.Milliseconds(), 10),
+	env := fleet.ChildEnv("BENCH_PG_URL="+pgURL, "SIM_LATENCY_MS="+strconv.FormatInt(latency.Milliseconds(), 10),
 		"LANGSMITH_TRACING=false", "LANGCHAIN_TRACING_V2=false", "NODE_ENV=production")
 	script, err := filepath.Abs(filepath.Join(dir, "bench.mjs"))
 	if err != nil {
 		return nil, err
 	}
-	l.p, err = startProc("langgraph.js", env, func(line string, stderr bool) {
+	l.p, err = fleet.StartProc("langgraph.js", env, func(line string, stderr bool) {
 		if !stderr {
 			l.replies <- line
 		}
@@ -44,7 +46,7 @@ func startLangGraph(ctx context.Context, node, dir, pgURL string, latency time.D
 	var ready struct {
 		Ready bool `json:"ready"`
 	}
-	line, err := waitFor(ctx, l.p, "ready line", limit, l.replies)
+	line, err := fleet.WaitFor(ctx, l.p, "ready line", limit, l.replies)
 	if err == nil {
 		err = json.Unmarshal([]byte(line), &ready)
 	}
@@ -72,13 +74,13 @@ func (l *langGraphSide) run(ctx context.Context, c benchCase, checkpointer strin
 	if err != nil {
 		return 0, err
 	}
-	if _, err := l.p.stdin.Write(append(req, '\n')); err != nil {
-		if exited := l.p.exited(); exited != nil {
+	if _, err := l.p.Stdin.Write(append(req, '\n')); err != nil {
+		if exited := l.p.Exited(); exited != nil {
 			return 0, exited
 		}
 		return 0, fmt.Errorf("langgraph.js: send request: %w", err)
 	}
-	line, err := waitFor(ctx, l.p, fmt.Sprintf("answer to %s", req), limit, l.replies)
+	line, err := fleet.WaitFor(ctx, l.p, fmt.Sprintf("answer to %s", req), limit, l.replies)
 	if err != nil {
 		return 0, err
 	}
@@ -102,12 +104,12 @@ func (l *langGraphSide) run(ctx context.Context, c benchCase, checkpointer strin
 // stop closes the script's stdin, which ends it, and waits for it; then
 // stops it the hard way if it is still there.
 func (l *langGraphSide) stop() {
-	_ = l.p.stdin.Close()
+	_ = l.p.Stdin.Close()
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
 	select {
-	case <-l.p.done:
+	case <-l.p.Done():
 	case <-t.C:
 	}
-	l.p.stop(5 * time.Second)
+	l.p.Stop(5 * time.Second)
 }

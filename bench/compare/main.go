@@ -20,9 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fanout/fanout/bench/internal/fleet"
 	"github.com/fanout/fanout/peer"
-	"github.com/fanout/fanout/store"
-	"github.com/fanout/fanout/store/pglocal"
 )
 
 func main() {
@@ -156,11 +155,11 @@ func optionalSizes(name, sizes, reps string) ([]int, []int, error) {
 	if strings.TrimSpace(sizes) == "" {
 		return nil, nil, nil
 	}
-	n, err := ints(sizes)
+	n, err := fleet.Ints(sizes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-%s: %w", name, err)
 	}
-	r, err := ints(reps)
+	r, err := fleet.Ints(reps)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-%s's reps: %w", name, err)
 	}
@@ -187,18 +186,6 @@ func (c config) cases() []benchCase {
 	return out
 }
 
-func ints(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
 func run(ctx context.Context) error {
 	cfg, err := parseConfig(os.Args[1:])
 	if err != nil {
@@ -215,27 +202,20 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("LangGraph.js is not installed in %s: run npm ci there (make bench-compare does)", cfg.langGraphDir)
 	}
 
-	tmp, err := os.MkdirTemp(cfg.tmpDir, "fanout-bench-compare-")
+	tmp, err := fleet.TempDir(cfg.tmpDir, "fanout-bench-compare-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	// As root, PostgreSQL runs as an unprivileged user, which must enter it.
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	if onTmpfs(tmp) {
-		fmt.Fprintf(os.Stderr, "bench-compare: warning: %s is on tmpfs, where fsync costs nothing; use -tmp-dir on a disk for a durable PostgreSQL\n", tmp)
-	}
 
-	db, err := startPostgres(ctx, tmp, cfg.pgBinDir, cfg.fanoutBin)
+	db, err := fleet.StartPostgres(ctx, tmp, cfg.pgBinDir, cfg.fanoutBin, "langgraph")
 	if err != nil {
 		return err
 	}
-	defer db.stop()
+	defer db.Stop()
 
 	// One API key and one set of peer credentials for every deployment.
-	token, err := createKey(ctx, cfg.fanoutBin, db.ownerURL, benchTenant, 0)
+	token, err := fleet.CreateKey(ctx, cfg.fanoutBin, db.OwnerURL, benchTenant, "bench-compare", "run,read", 0)
 	if err != nil {
 		return err
 	}
@@ -243,7 +223,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("generate peer credentials: %w", err)
 	}
-	base := fanoutConfig{Bin: cfg.fanoutBin, Token: token, Tenant: benchTenant, Peer: files, NodeURL: db.nodeURL, OwnerURL: db.ownerURL,
+	base := fanoutConfig{Bin: cfg.fanoutBin, Token: token, Tenant: benchTenant, Peer: files, NodeURL: db.NodeURL, OwnerURL: db.OwnerURL,
 		Workers: cfg.workers, StartLimit: 60 * time.Second}
 	versions := "LangGraph.js not run"
 	if len(cases) > 0 {
@@ -259,7 +239,7 @@ func run(ctx context.Context) error {
 	if cfg.smoke {
 		// A smoke run checks; it does not measure. Its timings, from one
 		// cold run on a busy machine, would mean nothing.
-		printSmoke(os.Stdout, cfg, versions, db.settings)
+		printSmoke(os.Stdout, cfg, versions, db.Settings)
 	}
 	fmt.Fprintf(os.Stderr, "bench-compare: %v in all\n", time.Since(began).Round(time.Second))
 	return nil
@@ -268,16 +248,16 @@ func run(ctx context.Context) error {
 // measureCases runs the main report's cases, fanout's (a deployment of base
 // per sim latency) and LangGraph.js's interleaved, and prints the report
 // unless cfg.smoke. It returns the versions of what LangGraph.js ran on.
-func measureCases(ctx context.Context, cfg config, base fanoutConfig, db *database, cases []benchCase, began time.Time) (string, error) {
+func measureCases(ctx context.Context, cfg config, base fanoutConfig, db *fleet.Database, cases []benchCase, began time.Time) (string, error) {
 	maxN := slices.MaxFunc(cases, func(a, b benchCase) int { return a.n - b.n }).n
-	lg, err := startLangGraph(ctx, cfg.node, cfg.langGraphDir, db.langGraphURL, cfg.latency, 60*time.Second)
+	lg, err := startLangGraph(ctx, cfg.node, cfg.langGraphDir, db.Others["langgraph"], cfg.latency, 60*time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer lg.stop()
 	versions := describeVersions(ctx, cfg)
-	loadBefore := loadAverage()
-	fmt.Fprintf(os.Stderr, "bench-compare: ready after %v; %s\n", time.Since(began).Round(time.Millisecond), db.settings)
+	loadBefore := fleet.LoadAverage()
+	fmt.Fprintf(os.Stderr, "bench-compare: ready after %v; %s\n", time.Since(began).Round(time.Millisecond), db.Settings)
 
 	results := make([]result, len(cases))
 	// The sim call's latency is a worker's flag: the cases of one latency
@@ -293,9 +273,9 @@ func measureCases(ctx context.Context, cfg config, base fanoutConfig, db *databa
 		}
 	}
 	if !cfg.smoke {
-		printReport(os.Stdout, cfg, versions, db.settings, cases, results)
+		printReport(os.Stdout, cfg, versions, db.Settings, cases, results)
 		fmt.Fprintf(os.Stdout, "\nload average (1, 5, 15 min) on %d CPUs: %s before, %s after: the higher, the noisier\n",
-			runtime.NumCPU(), loadBefore, loadAverage())
+			runtime.NumCPU(), loadBefore, fleet.LoadAverage())
 	}
 	return versions, nil
 }
@@ -334,14 +314,14 @@ func measure(ctx context.Context, cfg config, fc fanoutConfig, lg *langGraphSide
 			if err != nil {
 				return fmt.Errorf("fanout, %s: %w", c.label(), err)
 			}
-			if err := sleep(ctx, cfg.pause); err != nil {
+			if err := fleet.Sleep(ctx, cfg.pause); err != nil {
 				return err
 			}
 			lgPG, err := lg.run(ctx, c, checkpointPostgres, cfg.runLimit)
 			if err != nil {
 				return err
 			}
-			if err := sleep(ctx, cfg.pause); err != nil {
+			if err := fleet.Sleep(ctx, cfg.pause); err != nil {
 				return err
 			}
 			var lgNone time.Duration
@@ -349,7 +329,7 @@ func measure(ctx context.Context, cfg config, fc fanoutConfig, lg *langGraphSide
 				if lgNone, err = lg.run(ctx, c, checkpointNone, cfg.runLimit); err != nil {
 					return err
 				}
-				if err := sleep(ctx, cfg.pause); err != nil {
+				if err := fleet.Sleep(ctx, cfg.pause); err != nil {
 					return err
 				}
 			}
@@ -366,107 +346,6 @@ func measure(ctx context.Context, cfg config, fc fanoutConfig, lg *langGraphSide
 		fmt.Fprintf(os.Stderr, "bench-compare: %s done (%v so far)\n", c.label(), time.Since(began).Round(time.Second))
 	}
 	return nil
-}
-
-// database is the run's private PostgreSQL: one database for fanout
-// (migrated; nodes log in as a member of fanout_app, as under `fanout dev`)
-// and one for LangGraph.js's checkpoints.
-type database struct {
-	ownerURL, nodeURL, langGraphURL string
-	settings                        string // server version and durability settings, as the server reports them
-	stop                            func()
-}
-
-// startPostgres starts the run's PostgreSQL in dir and sets its databases
-// up, fanout's with the schema of fanoutBin (`fanout migrate`): a binary
-// of another commit is measured on its own schema.
-func startPostgres(ctx context.Context, dir, binDir, fanoutBin string) (*database, error) {
-	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err != nil {
-		return nil, err
-	}
-	// Durable: Fast stays off, so fsync, synchronous_commit and
-	// full_page_writes keep their defaults (on).
-	srv, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dir, "pg"), BinDir: binDir, Log: logFile})
-	if err != nil {
-		_ = logFile.Close()
-		return nil, err
-	}
-	db := &database{stop: func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "bench-compare: %v\n", err)
-		}
-		_ = logFile.Close()
-	}}
-	if err := db.setup(ctx, srv, fanoutBin); err != nil {
-		db.stop()
-		return nil, err
-	}
-	return db, nil
-}
-
-func (db *database) setup(ctx context.Context, srv *pglocal.Server, fanoutBin string) error {
-	for _, name := range []string{"fanout", "langgraph"} {
-		if err := store.CreateDatabase(ctx, srv.URL("postgres"), name); err != nil {
-			return err
-		}
-	}
-	db.ownerURL, db.langGraphURL = srv.URL("fanout"), srv.URL("langgraph")
-	migrate := exec.CommandContext(ctx, fanoutBin, "migrate", "--database-url", db.ownerURL)
-	migrate.Env = childEnv()
-	if out, err := migrate.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s migrate: %w: %s", fanoutBin, err, strings.TrimSpace(string(out)))
-	}
-	if err := store.CreateLoginRole(ctx, db.ownerURL, "fanout_node", "fanout_app"); err != nil {
-		return err
-	}
-	var err error
-	if db.nodeURL, err = roleURL(db.ownerURL, "fanout_node"); err != nil {
-		return err
-	}
-	pool, err := store.Open(ctx, db.ownerURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	var version, fsync, syncCommit, fpw string
-	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
-		current_setting('synchronous_commit'), current_setting('full_page_writes')`).Scan(&version, &fsync, &syncCommit, &fpw); err != nil {
-		return fmt.Errorf("read durability settings: %w", err)
-	}
-	if fsync != "on" || syncCommit != "on" || fpw != "on" {
-		return fmt.Errorf("postgres is not durable: fsync=%s synchronous_commit=%s full_page_writes=%s", fsync, syncCommit, fpw)
-	}
-	db.settings = fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, full_page_writes=%s)", version, fsync, syncCommit, fpw)
-	return nil
-}
-
-// loadAverage is the first three fields of /proc/loadavg, or "?".
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
-}
-
-// onTmpfs reports whether dir is on a tmpfs.
-func onTmpfs(dir string) bool {
-	var st syscall.Statfs_t
-	return syscall.Statfs(dir, &st) == nil && st.Type == 0x01021994 // TMPFS_MAGIC
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // describeVersions names what is being compared: Node.js and the installed

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/fanout/fanout/subagent/llm"
 )
@@ -128,17 +124,5 @@ func TestDeploymentsByLatency(t *testing.T) {
 	cases := []benchCase{{latency: 700 * ms}, {latency: 500 * ms}, {latency: 700 * ms}}
 	if got := byLatency(cases); len(got) != 2 || !slices.Equal(got[0], []int{0, 2}) || !slices.Equal(got[1], []int{1}) {
 		t.Errorf("byLatency: %v, want [[0 2] [1]]", got)
-	}
-}
-
-func TestRefusedRunsSaySo(t *testing.T) {
-	for _, code := range []codes.Code{codes.Unauthenticated, codes.PermissionDenied} {
-		err := refused("run 10 tasks", status.Error(code, "no"), benchTenant)
-		if !strings.Contains(err.Error(), "REFUSED") || status.Code(errors.Unwrap(err)) != code {
-			t.Errorf("%v: %v", code, err)
-		}
-	}
-	if err := refused("run 10 tasks", status.Error(codes.Unavailable, "down"), benchTenant); strings.Contains(err.Error(), "REFUSED") {
-		t.Errorf("Unavailable: %v", err)
 	}
 }

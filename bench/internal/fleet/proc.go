@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"bufio"
@@ -7,28 +7,29 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// proc is a child process whose output is kept (the last lines, for error
+// Proc is a child process whose output is kept (the last lines, for error
 // messages) and scanned line by line while it runs.
-type proc struct {
-	name  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	tail  *tail
+type Proc struct {
+	Name  string
+	Cmd   *exec.Cmd
+	Stdin io.WriteCloser
+	Tail  *Tail
 	done  chan struct{} // closed when the process has exited and its output is drained
 	err   error         // the exit error; read after done
 }
 
-// startProc starts bin with args and env, feeding every line of its
+// StartProc starts bin with args and env, feeding every line of its
 // stdout and stderr to onLine (which may be nil; stderr says which stream)
 // from one goroutine per stream. The child gets SIGKILL if this process
 // dies first (Pdeathsig), so that a killed driver leaves no servers behind.
-func startProc(name string, env []string, onLine func(line string, stderr bool), bin string, args ...string) (*proc, error) {
+func StartProc(name string, env []string, onLine func(line string, stderr bool), bin string, args ...string) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -47,7 +48,7 @@ func startProc(name string, env []string, onLine func(line string, stderr bool),
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, stdin: stdin, tail: &tail{max: 40}, done: make(chan struct{})}
+	p := &Proc{Name: name, Cmd: cmd, Stdin: stdin, Tail: &Tail{max: 40}, done: make(chan struct{})}
 	var wg sync.WaitGroup
 	for i, r := range []io.Reader{stdout, stderr} {
 		wg.Add(1)
@@ -56,7 +57,7 @@ func startProc(name string, env []string, onLine func(line string, stderr bool),
 			sc := bufio.NewScanner(r)
 			sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 			for sc.Scan() {
-				p.tail.add(sc.Text())
+				p.Tail.add(sc.Text())
 				if onLine != nil {
 					onLine(sc.Text(), i == 1)
 				}
@@ -72,43 +73,49 @@ func startProc(name string, env []string, onLine func(line string, stderr bool),
 	return p, nil
 }
 
-// stop sends SIGTERM, waits up to grace for the process to exit, then
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
+
+// Done is closed when the process has exited and its output is drained.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Stop sends SIGTERM, waits up to grace for the process to exit, then
 // kills it. It returns at once if the process has already exited.
-func (p *proc) stop(grace time.Duration) {
+func (p *Proc) Stop(grace time.Duration) {
 	select {
 	case <-p.done:
 		return
 	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-p.done:
 	case <-t.C:
-		fmt.Fprintf(os.Stderr, "bench-compare: %s did not stop within %v after SIGTERM; killing it\n", p.name, grace)
-		_ = p.cmd.Process.Kill()
+		fmt.Fprintf(os.Stderr, "bench: %s did not stop within %v after SIGTERM; killing it\n", p.Name, grace)
+		_ = p.Cmd.Process.Kill()
 		<-p.done
 	}
 }
 
-// exited returns an error describing how the process ended, with its last
+// Exited returns an error describing how the process ended, with its last
 // output, if it has ended; nil while it runs.
-func (p *proc) exited() error {
+func (p *Proc) Exited() error {
 	select {
 	case <-p.done:
 		if p.err == nil {
-			return fmt.Errorf("%s exited with status 0; its last output:\n%s", p.name, p.tail)
+			return fmt.Errorf("%s exited with status 0; its last output:\n%s", p.Name, p.Tail)
 		}
-		return fmt.Errorf("%s exited: %w; its last output:\n%s", p.name, p.err, p.tail)
+		return fmt.Errorf("%s exited: %w; its last output:\n%s", p.Name, p.err, p.Tail)
 	default:
 		return nil
 	}
 }
 
-// waitFor waits until got delivers a value, the process exits, or ctx or
+// WaitFor waits until got delivers a value, the process exits, or ctx or
 // timeout ends, whichever comes first.
-func waitFor[T any](ctx context.Context, p *proc, what string, timeout time.Duration, got <-chan T) (T, error) {
+func WaitFor[T any](ctx context.Context, p *Proc, what string, timeout time.Duration, got <-chan T) (T, error) {
 	var zero T
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -116,22 +123,22 @@ func waitFor[T any](ctx context.Context, p *proc, what string, timeout time.Dura
 	case v := <-got:
 		return v, nil
 	case <-p.done:
-		return zero, p.exited()
+		return zero, p.Exited()
 	case <-t.C:
-		return zero, fmt.Errorf("%s: no %s within %v; its last output:\n%s", p.name, what, timeout, p.tail)
+		return zero, fmt.Errorf("%s: no %s within %v; its last output:\n%s", p.Name, what, timeout, p.Tail)
 	case <-ctx.Done():
-		return zero, fmt.Errorf("%s: wait for %s: %w", p.name, what, context.Cause(ctx))
+		return zero, fmt.Errorf("%s: wait for %s: %w", p.Name, what, context.Cause(ctx))
 	}
 }
 
-// tail keeps the last max lines written to it.
-type tail struct {
+// Tail keeps the last max lines written to it.
+type Tail struct {
 	mu    sync.Mutex
 	max   int
 	lines []string
 }
 
-func (t *tail) add(line string) {
+func (t *Tail) add(line string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.lines = append(t.lines, line)
@@ -140,7 +147,7 @@ func (t *tail) add(line string) {
 	}
 }
 
-func (t *tail) String() string {
+func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.lines) == 0 {
@@ -149,10 +156,10 @@ func (t *tail) String() string {
 	return "  " + strings.Join(t.lines, "\n  ")
 }
 
-// childEnv is this process's environment without the variables that would
+// ChildEnv is this process's environment without the variables that would
 // change a child's configuration behind the benchmark's back (FANOUT_*
 // flags, DATABASE_URL, LangSmith tracing), plus extra.
-func childEnv(extra ...string) []string {
+func ChildEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -163,4 +170,29 @@ func childEnv(extra ...string) []string {
 		env = append(env, kv)
 	}
 	return append(env, extra...)
+}
+
+// Sleep waits d, or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Ints parses a flag's comma-separated positive integers.
+func Ints(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
