@@ -212,16 +212,15 @@ func (s *Server) runListing(ctx context.Context, rpc string, req textMessage, ru
 	return tenantID, size, from, nil
 }
 
-// listPage returns the page of items that starts at from: at most size of
-// them, as many as pageOf holds, and the token of the page after it.
-func listPage[T proto.Message](items []T, from, size int, rpc, tenantID, runID string) ([]T, string) {
-	page := items[min(from, len(items)):min(from+size, len(items))]
-	page = page[:pageOf(page)]
-	next := min(from, len(items)) + len(page)
-	if next >= len(items) {
-		return page, ""
+// listPage returns the page of found, the items of a listing from index
+// from (at most a page size of them, of total), that the response holds
+// (pageOf), and the token of the page after it.
+func listPage[T proto.Message](found []T, from, total int, rpc, tenantID, runID string) ([]T, string) {
+	page := found[:pageOf(found)]
+	if next := from + len(page); next < total {
+		return page, runPage{RPC: rpc, Tenant: tenantID, RunID: runID, Next: next}.encode()
 	}
-	return page, runPage{RPC: rpc, Tenant: tenantID, RunID: runID, Next: next}.encode()
+	return page, ""
 }
 
 // ListRunTasks implements fanoutv1.OrchestratorServiceServer.
@@ -230,12 +229,12 @@ func (s *Server) ListRunTasks(ctx context.Context, req *fanoutv1.ListRunTasksReq
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.e.Get(ctx, tenantID, req.GetRunId())
+	found, total, err := s.e.Tasks(ctx, tenantID, req.GetRunId(), from, size)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	resp := &fanoutv1.ListRunTasksResponse{TaskCount: int32(len(run.GetTasks()))} //nolint:gosec // the server's task cap
-	resp.Tasks, resp.NextPageToken = listPage(run.GetTasks(), from, size, rpcListRunTasks, tenantID, req.GetRunId())
+	resp := &fanoutv1.ListRunTasksResponse{TaskCount: int32(total)} //nolint:gosec // the server's task cap
+	resp.Tasks, resp.NextPageToken = listPage(found, from, total, rpcListRunTasks, tenantID, req.GetRunId())
 	return resp, nil
 }
 
@@ -245,12 +244,11 @@ func (s *Server) ListRunFacts(ctx context.Context, req *fanoutv1.ListRunFactsReq
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.e.Get(ctx, tenantID, req.GetRunId())
+	found, total, err := s.e.Facts(ctx, tenantID, req.GetRunId(), from, size)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	facts := run.GetResult().GetFacts()
-	resp := &fanoutv1.ListRunFactsResponse{FactCount: int32(len(facts))} //nolint:gosec // bounded by the tasks' summaries
-	resp.Facts, resp.NextPageToken = listPage(facts, from, size, rpcListRunFacts, tenantID, req.GetRunId())
+	resp := &fanoutv1.ListRunFactsResponse{FactCount: int32(total)} //nolint:gosec // bounded by the tasks' summaries
+	resp.Facts, resp.NextPageToken = listPage(found, from, total, rpcListRunFacts, tenantID, req.GetRunId())
 	return resp, nil
 }

@@ -83,7 +83,7 @@ func TestListPageAtTheBoundary(t *testing.T) {
 			t.Fatalf("no text makes an element of %d bytes", rest)
 		}
 	}
-	page, next := listPage(facts, 0, 1000, rpcListRunFacts, "ten", "r")
+	page, next := listPage(facts, 0, 3, rpcListRunFacts, "ten", "r")
 	if len(page) != 3 || next != "" {
 		t.Errorf("items of exactly %d bytes: a page of %d, next %q; want all 3 and no token", pageItemBytes, len(page), next)
 	}
@@ -92,14 +92,14 @@ func TestListPageAtTheBoundary(t *testing.T) {
 		t.Errorf("the page is %d bytes, over %d", proto.Size(resp), MaxResponseBytes)
 	}
 	facts[2].Text += "z" // one byte over
-	page, next = listPage(facts, 0, 1000, rpcListRunFacts, "ten", "r")
+	page, next = listPage(facts, 0, 3, rpcListRunFacts, "ten", "r")
 	if len(page) != 2 || next == "" || decodeRunPage(t, next).Next != 2 {
 		t.Errorf("items one byte over: a page of %d, next %q; want 2 and a token for the third", len(page), next)
 	}
 	// A page always moves on: an item over the cap on its own is served
 	// alone.
 	facts[0].Text = strings.Repeat("w", MaxResponseBytes)
-	if page, next := listPage(facts, 0, 1000, rpcListRunFacts, "ten", "r"); len(page) != 1 || decodeRunPage(t, next).Next != 1 {
+	if page, next := listPage(facts, 0, 3, rpcListRunFacts, "ten", "r"); len(page) != 1 || decodeRunPage(t, next).Next != 1 {
 		t.Errorf("an item over the cap: a page of %d, next %q; want it alone", len(page), next)
 	}
 }
@@ -134,7 +134,7 @@ func TestCutRunUnderTheCap(t *testing.T) {
 				t.Fatalf("token %+v; want %s's of ten's run-big", p, rpc)
 			}
 			var page []*fanoutv1.TaskOutcome
-			page, token = listPage(items, p.Next, maxRunPage, rpc, "ten", "run-big")
+			page, token = listPage(items[p.Next:min(p.Next+maxRunPage, len(items))], p.Next, len(items), rpc, "ten", "run-big")
 			if n := proto.Size(&fanoutv1.ListRunTasksResponse{Tasks: page, NextPageToken: token, TaskCount: 10_000}); n > MaxResponseBytes {
 				t.Errorf("a page of %d tasks: %d bytes", len(page), n)
 			}
@@ -160,7 +160,8 @@ func TestCutRunUnderTheCap(t *testing.T) {
 	facts := append([]*fanoutv1.Fact(nil), served.GetResult().GetFacts()...)
 	for token := served.GetResult().GetFactsNextPageToken(); token != ""; {
 		var page []*fanoutv1.Fact
-		page, token = listPage(full.GetResult().GetFacts(), decodeRunPage(t, token).Next, maxRunPage, rpcListRunFacts, "ten", "run-big")
+		all, from := full.GetResult().GetFacts(), decodeRunPage(t, token).Next
+		page, token = listPage(all[from:min(from+maxRunPage, len(all))], from, len(all), rpcListRunFacts, "ten", "run-big")
 		facts = append(facts, page...)
 	}
 	if len(facts) != 10_000 || !proto.Equal(&fanoutv1.JoinedResult{Facts: facts}, &fanoutv1.JoinedResult{Facts: full.GetResult().GetFacts()}) {
