@@ -516,7 +516,7 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(env.Stdout, "%-36s %-17s %6s %10s %10s  %s\n", "RUN", "STATE", "TASKS", "SPENT", "LIMIT", "CREATED")
 	for _, r := range resp.GetRuns() {
 		fmt.Fprintf(env.Stdout, "%-36s %-17s %6d %10d %10d  %s\n", r.GetRunId(), runs.Text(r.GetState()),
-			len(r.GetTasks()), r.GetBudget().GetSpentTokens(), r.GetBudget().GetLimitTokens(),
+			max(int(r.GetTaskCount()), len(r.GetTasks())), r.GetBudget().GetSpentTokens(), r.GetBudget().GetLimitTokens(),
 			r.GetCreatedAt().AsTime().Local().Format(time.DateTime))
 	}
 	return nil
