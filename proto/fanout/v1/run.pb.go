@@ -2143,7 +2143,8 @@ func (x *ApprovalDecided) GetDecidedAt() *timestamppb.Timestamp {
 // RunStarted reports that a run was accepted.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The run as accepted: state RUNNING, every task PENDING.
+	// The run as accepted: state RUNNING, every task PENDING. A large run's
+	// tasks and spec are cut as Run says (task_count, tasks_next_page_token).
 	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2537,7 +2538,8 @@ type RunFinished struct {
 	State RunState `protobuf:"varint,1,opt,name=state,proto3,enum=fanout.v1.RunState" json:"state,omitempty"`
 	// Why it was cancelled or failed; empty on SUCCEEDED.
 	CancelCause string `protobuf:"bytes,2,opt,name=cancel_cause,json=cancelCause,proto3" json:"cancel_cause,omitempty"`
-	// The joined result.
+	// The joined result, its facts and tasks cut as JoinedResult says
+	// (fact_count, facts_next_page_token, task_count, tasks_next_page_token).
 	Result        *JoinedResult `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1130,7 +1130,8 @@ export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
  */
 export type RunStarted = Message<"fanout.v1.RunStarted"> & {
   /**
-   * The run as accepted: state RUNNING, every task PENDING.
+   * The run as accepted: state RUNNING, every task PENDING. A large run's
+   * tasks and spec are cut as Run says (task_count, tasks_next_page_token).
    *
    * @generated from field: fanout.v1.Run run = 1;
    */
@@ -1347,7 +1348,8 @@ export type RunFinished = Message<"fanout.v1.RunFinished"> & {
   cancelCause: string;
 
   /**
-   * The joined result.
+   * The joined result, its facts and tasks cut as JoinedResult says
+   * (fact_count, facts_next_page_token, task_count, tasks_next_page_token).
    *
    * @generated from field: fanout.v1.JoinedResult result = 3;
    */
