@@ -236,6 +236,7 @@ func TestEveryMethodHasAScope(t *testing.T) {
 		"WatchRun": tenant.ScopeRead, "ListRuns": tenant.ScopeRead, "CancelRun": tenant.ScopeCancel,
 		"ListApprovals": tenant.ScopeApprove, "ApproveToolCall": tenant.ScopeApprove, "DenyToolCall": tenant.ScopeApprove,
 		"ListToolCalls": tenant.ScopeRead, "GetSpend": tenant.ScopeAudit,
+		"ListRunTasks": tenant.ScopeRead, "ListRunFacts": tenant.ScopeRead,
 	}
 	sd := fanoutv1.OrchestratorService_ServiceDesc
 	var names []string

@@ -446,6 +446,8 @@ var methodScopes = map[string]tenant.Scope{
 	fanoutv1.OrchestratorService_ApproveToolCall_FullMethodName: tenant.ScopeApprove,
 	fanoutv1.OrchestratorService_DenyToolCall_FullMethodName:    tenant.ScopeApprove,
 	fanoutv1.OrchestratorService_ListToolCalls_FullMethodName:   tenant.ScopeRead,
+	fanoutv1.OrchestratorService_ListRunTasks_FullMethodName:    tenant.ScopeRead,
+	fanoutv1.OrchestratorService_ListRunFacts_FullMethodName:    tenant.ScopeRead,
 	fanoutv1.OrchestratorService_GetSpend_FullMethodName:        tenant.ScopeAudit,
 	fanoutv1.AdminService_CreateTenant_FullMethodName:           tenant.ScopeAdmin,
 	fanoutv1.AdminService_UpdateTenant_FullMethodName:           tenant.ScopeAdmin,

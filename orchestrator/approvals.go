@@ -130,14 +130,14 @@ func (s *Server) ListApprovals(ctx context.Context, req *fanoutv1.ListApprovalsR
 		return nil, s.toStatus(ctx, err)
 	}
 	resp := &fanoutv1.ListApprovalsResponse{}
-	for i, w := range found {
-		if i == size {
-			resp.NextPageToken = p.next(req.GetRunId(), found[i-1].CreatedAt, found[i-1].CallID)
-			break
-		}
+	for _, w := range found[:min(size, len(found))] {
 		resp.Calls = append(resp.Calls, &fanoutv1.PendingToolCall{CallId: w.CallID, RunId: w.RunID, TaskId: w.TaskID,
 			Tool: w.Tool, Preview: w.Preview, RequestedAt: timestamppb.New(w.CreatedAt),
 			Deadline: timestamppb.New(w.ApprovalDeadline)})
+	}
+	resp.Calls = resp.Calls[:pageOf(resp.Calls)]
+	if n := len(resp.Calls); n < len(found) {
+		resp.NextPageToken = p.next(req.GetRunId(), found[n-1].CreatedAt, found[n-1].CallID)
 	}
 	return resp, nil
 }

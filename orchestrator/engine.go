@@ -420,6 +420,20 @@ func (e *Engine) List(ctx context.Context, tenantID string, state fanoutv1.RunSt
 	return e.store.ListRuns(ctx, tenantID, state, beforeCreated, beforeID, limit)
 }
 
+// Tasks returns up to limit of tenantID's run runID's task outcomes in
+// dispatch order from dispatch index from, and how many tasks it has
+// (RunStore.RunTasks). Returns runs.ErrNotFound for an unknown run.
+func (e *Engine) Tasks(ctx context.Context, tenantID, runID string, from, limit int) ([]*fanoutv1.TaskOutcome, int, error) {
+	return e.store.RunTasks(ctx, tenantID, runID, from, limit)
+}
+
+// Facts returns up to limit of the facts of tenantID's run runID's joined
+// result from index from, and how many it has (RunStore.RunFacts).
+// Returns runs.ErrNotFound for an unknown run.
+func (e *Engine) Facts(ctx context.Context, tenantID, runID string, from, limit int) ([]*fanoutv1.Fact, int, error) {
+	return e.store.RunFacts(ctx, tenantID, runID, from, limit)
+}
+
 // Cancel cancels a running run, wherever it is driven: the ledger account is
 // cancelled (every node's watcher hears it and the driving node cancels the
 // run with a *CancelError carrying cause), and if this node drives the run

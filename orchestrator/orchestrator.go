@@ -68,6 +68,14 @@ type RunReader interface {
 	// it must not cost their size.
 	ListRuns(ctx context.Context, tenantID string, state fanoutv1.RunState,
 		beforeCreated time.Time, beforeID string, limit int) ([]*fanoutv1.Run, error)
+	// RunTasks returns up to limit of the outcomes of a tenant's run's
+	// tasks in dispatch order, from dispatch index from, and how many tasks
+	// the run has; reading a page must not cost the run's size.
+	RunTasks(ctx context.Context, tenantID, runID string, from, limit int) ([]*fanoutv1.TaskOutcome, int, error)
+	// RunFacts returns up to limit of the facts of a tenant's run's joined
+	// result, from index from, and how many it has (none while the run has
+	// no result), at the cost of the page.
+	RunFacts(ctx context.Context, tenantID, runID string, from, limit int) ([]*fanoutv1.Fact, int, error)
 }
 
 // TaskWriter writes a run's tasks, fenced by the run's owner.

@@ -31,14 +31,11 @@ const TenantMetadataKey = "fanout-tenant-id"
 
 const (
 	// defaultPageSize and maxPageSize bound a ListRuns page (a page_size
-	// above maxPageSize is lowered to it, as the API doc says).
+	// above maxPageSize is lowered to it, as the API doc says); its encoded
+	// size is bounded by MaxResponseBytes (pageOf).
 	defaultPageSize = 50
 	maxPageSize     = 100
-	// maxListBytes bounds a ListRuns response, encoded: the page ends early
-	// (with a next_page_token) rather than pass it. It stays well under
-	// gRPC's default 4 MiB receive limit of the callers.
-	maxListBytes = 2 << 20
-	errorDomain  = "fanout.v1"
+	errorDomain     = "fanout.v1"
 )
 
 // Server is the gRPC adapter of an Engine: fanout.v1.OrchestratorService.
@@ -87,7 +84,7 @@ func (s *Server) Run(req *fanoutv1.RunRequest, stream grpc.ServerStreamingServer
 	}
 	tenantID := run.GetTenantId()
 	err = s.e.Watch(ctx, tenantID, run.GetRunId(), 0, func(ev *fanoutv1.RunEvent) error {
-		return stream.Send(&fanoutv1.RunResponse{Event: ev})
+		return stream.Send(&fanoutv1.RunResponse{Event: servedEvent(ev, tenantID)})
 	})
 	if err != nil && ctx.Err() != nil && created {
 		// The caller went away: the run it created goes with it. A caller
@@ -134,7 +131,7 @@ func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStrea
 		return err
 	}
 	err = s.e.Watch(ctx, tenantID, req.GetRunId(), req.GetAfterSequence(), func(ev *fanoutv1.RunEvent) error {
-		return stream.Send(&fanoutv1.WatchRunResponse{Event: ev})
+		return stream.Send(&fanoutv1.WatchRunResponse{Event: servedEvent(ev, tenantID)})
 	})
 	return s.toStatus(ctx, err)
 }
@@ -155,6 +152,7 @@ func (s *Server) GetRun(ctx context.Context, req *fanoutv1.GetRunRequest) (*fano
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
+	cutRun(run, tenantID)
 	return &fanoutv1.GetRunResponse{Run: run}, nil
 }
 
@@ -186,6 +184,7 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	if p, _ := tenant.FromContext(ctx); !p.Has(tenant.ScopeRead) {
 		summarize(run)
 	}
+	cutRun(run, tenantID)
 	return &fanoutv1.CancelRunResponse{Run: run}, nil
 }
 
@@ -235,23 +234,20 @@ func (s *Server) ListRuns(ctx context.Context, req *fanoutv1.ListRunsRequest) (*
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	resp := &fanoutv1.ListRunsResponse{}
-	bytes := 0
-	for i, r := range found {
+	for _, r := range found {
 		summarize(r)
-		n := proto.Size(r)
-		if i == size || (i > 0 && bytes+n > maxListBytes) {
-			last := resp.Runs[len(resp.Runs)-1]
-			raw, err := json.Marshal(pageToken{Tenant: tenantID, State: int32(req.GetState()),
-				Created: last.GetCreatedAt().AsTime(), RunID: last.GetRunId()})
-			if err != nil {
-				return nil, s.toStatus(ctx, err)
-			}
-			resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
-			break
+		cutRun(r, tenantID)
+	}
+	resp := &fanoutv1.ListRunsResponse{Runs: found[:min(size, len(found))]}
+	resp.Runs = resp.Runs[:pageOf(resp.Runs)]
+	if len(resp.Runs) < len(found) {
+		last := resp.Runs[len(resp.Runs)-1]
+		raw, err := json.Marshal(pageToken{Tenant: tenantID, State: int32(req.GetState()),
+			Created: last.GetCreatedAt().AsTime(), RunID: last.GetRunId()})
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
 		}
-		bytes += n
-		resp.Runs = append(resp.Runs, r)
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString(raw)
 	}
 	return resp, nil
 }

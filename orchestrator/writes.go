@@ -30,12 +30,12 @@ func (s *Server) ListToolCalls(ctx context.Context, req *fanoutv1.ListToolCallsR
 		}
 	}
 	resp := &fanoutv1.ListToolCallsResponse{}
-	for i, w := range found {
-		if i == size {
-			resp.NextPageToken = p.next(req.GetRunId(), found[i-1].CreatedAt, found[i-1].CallID)
-			break
-		}
+	for _, w := range found[:min(size, len(found))] {
 		resp.Calls = append(resp.Calls, toolCallProto(w))
+	}
+	resp.Calls = resp.Calls[:pageOf(resp.Calls)] // a call's error may be up to 1 MiB
+	if n := len(resp.Calls); n < len(found) {
+		resp.NextPageToken = p.next(req.GetRunId(), found[n-1].CreatedAt, found[n-1].CallID)
 	}
 	return resp, nil
 }

@@ -12,7 +12,7 @@ type Scope string
 // approve; an admin key holds admin only.
 const (
 	ScopeRun    Scope = "run"    // StartRun, Run
-	ScopeRead   Scope = "read"   // GetRun, WatchRun, ListRuns, ListToolCalls
+	ScopeRead   Scope = "read"   // GetRun, WatchRun, ListRuns, ListRunTasks, ListRunFacts, ListToolCalls
 	ScopeCancel Scope = "cancel" // CancelRun
 	ScopeAudit  Scope = "audit"  // GetSpend: the tenant's spend in money
 	// ScopeApprove: ListApprovals, ApproveToolCall, DenyToolCall.

@@ -249,7 +249,7 @@ func cmdRun(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	final, err := follow(env, cf.json, func() (*fanoutv1.RunEvent, error) {
+	final, err := follow(ctx, env, client, cf.json, func() (*fanoutv1.RunEvent, error) {
 		m, err := stream.Recv()
 		return m.GetEvent(), err
 	})
@@ -261,13 +261,19 @@ func cmdRun(ctx context.Context, env *Env, args []string) error {
 		if err != nil {
 			return err
 		}
+		if err := completeRun(ctx, client, run.GetRun()); err != nil {
+			return err
+		}
 		printRun(env.Stdout, run.GetRun())
 	}
 	return nil
 }
 
-// follow prints events from next until the stream ends and returns the last event.
-func follow(env *Env, asJSON bool, next func() (*fanoutv1.RunEvent, error)) (*fanoutv1.RunEvent, error) {
+// follow prints events from next until the stream ends and returns the last
+// event. A RunFinished's result is printed whole: client pages through what
+// the server cut of it (completeResult).
+func follow(ctx context.Context, env *Env, client fanoutv1.OrchestratorServiceClient, asJSON bool,
+	next func() (*fanoutv1.RunEvent, error)) (*fanoutv1.RunEvent, error) {
 	var p *progress
 	if !asJSON {
 		p = newProgress(env.Stdout)
@@ -288,6 +294,14 @@ func follow(env *Env, asJSON bool, next func() (*fanoutv1.RunEvent, error)) (*fa
 			return last, err
 		}
 		last = ev
+		if end := ev.GetRunFinished(); end != nil {
+			if err := completeResult(ctx, client, ev.GetRunId(), end.GetResult()); err != nil {
+				if p != nil {
+					p.finish()
+				}
+				return last, err
+			}
+		}
 		if asJSON {
 			printJSON(env.Stdout, ev)
 		} else {
@@ -317,12 +331,19 @@ func cmdWatch(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	next, closeConn, err := cf.watch(ctx, runID, after)
+	client, closeConn, err := cf.dial()
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	_, err = follow(env, cf.json, next)
+	stream, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID, AfterSequence: after})
+	if err != nil {
+		return err
+	}
+	_, err = follow(ctx, env, client, cf.json, func() (*fanoutv1.RunEvent, error) {
+		m, err := stream.Recv()
+		return m.GetEvent(), err
+	})
 	return err
 }
 
@@ -390,6 +411,9 @@ func cmdGet(ctx context.Context, env *Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := completeRun(ctx, client, resp.GetRun()); err != nil {
+		return err
+	}
 	if cf.json {
 		printJSON(env.Stdout, resp.GetRun())
 		return nil
@@ -429,6 +453,9 @@ func cmdCancel(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	if cf.json {
+		if err := completeRun(ctx, client, resp.GetRun()); err != nil {
+			return err
+		}
 		printJSON(env.Stdout, resp.GetRun())
 		return nil
 	}
@@ -489,7 +516,7 @@ func cmdRuns(ctx context.Context, env *Env, args []string) error {
 	fmt.Fprintf(env.Stdout, "%-36s %-17s %6s %10s %10s  %s\n", "RUN", "STATE", "TASKS", "SPENT", "LIMIT", "CREATED")
 	for _, r := range resp.GetRuns() {
 		fmt.Fprintf(env.Stdout, "%-36s %-17s %6d %10d %10d  %s\n", r.GetRunId(), runs.Text(r.GetState()),
-			len(r.GetTasks()), r.GetBudget().GetSpentTokens(), r.GetBudget().GetLimitTokens(),
+			max(int(r.GetTaskCount()), len(r.GetTasks())), r.GetBudget().GetSpentTokens(), r.GetBudget().GetLimitTokens(),
 			r.GetCreatedAt().AsTime().Local().Format(time.DateTime))
 	}
 	return nil

@@ -274,7 +274,7 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 	if err != nil {
 		return err
 	}
-	last, err := follow(env, false, func() (*fanoutv1.RunEvent, error) {
+	last, err := follow(ctx, env, client, false, func() (*fanoutv1.RunEvent, error) {
 		m, err := stream.Recv()
 		return m.GetEvent(), err
 	})
@@ -286,6 +286,9 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 	}
 	got, err := client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: last.GetRunId()})
 	if err != nil {
+		return err
+	}
+	if err := completeRun(ctx, client, got.GetRun()); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "\n== joined result\n")

@@ -149,3 +149,11 @@ func (c *connectClient) ListToolCalls(ctx context.Context, in *fanoutv1.ListTool
 func (c *connectClient) GetSpend(ctx context.Context, in *fanoutv1.GetSpendRequest, _ ...grpc.CallOption) (*fanoutv1.GetSpendResponse, error) {
 	return unary[fanoutv1.GetSpendRequest, fanoutv1.GetSpendResponse](ctx, c, fanoutv1.OrchestratorService_GetSpend_FullMethodName, in)
 }
+
+func (c *connectClient) ListRunTasks(ctx context.Context, in *fanoutv1.ListRunTasksRequest, _ ...grpc.CallOption) (*fanoutv1.ListRunTasksResponse, error) {
+	return unary[fanoutv1.ListRunTasksRequest, fanoutv1.ListRunTasksResponse](ctx, c, fanoutv1.OrchestratorService_ListRunTasks_FullMethodName, in)
+}
+
+func (c *connectClient) ListRunFacts(ctx context.Context, in *fanoutv1.ListRunFactsRequest, _ ...grpc.CallOption) (*fanoutv1.ListRunFactsResponse, error) {
+	return unary[fanoutv1.ListRunFactsRequest, fanoutv1.ListRunFactsResponse](ctx, c, fanoutv1.OrchestratorService_ListRunFacts_FullMethodName, in)
+}

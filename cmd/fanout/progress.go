@@ -62,7 +62,9 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 		for _, t := range r.GetSpec().GetTasks() {
 			p.task(t.GetId())
 		}
-		line = fmt.Sprintf("run %s started: %d tasks, budget %d tokens", r.GetRunId(), len(r.GetSpec().GetTasks()), r.GetSpec().GetBudget().GetLimitTokens())
+		// A large run's spec is served cut (Run.spec_cut): task_count counts them all.
+		line = fmt.Sprintf("run %s started: %d tasks, budget %d tokens", r.GetRunId(), max(int(r.GetTaskCount()), len(r.GetSpec().GetTasks())),
+			r.GetSpec().GetBudget().GetLimitTokens())
 		if h := r.GetBudget().GetHeldTokens(); h > 0 {
 			line += fmt.Sprintf(", %d of them held for the synthesis", h)
 		}

@@ -171,6 +171,14 @@ func TestEveryRPCIsScopedToTheCredentialsTenant(t *testing.T) {
 			_, err := cl.GetSpend(ctx, &fanoutv1.GetSpendRequest{TenantId: "acme", RunIds: []string{runID}})
 			return err
 		},
+		"ListRunTasks": func(cl fanoutv1.OrchestratorServiceClient) error {
+			_, err := cl.ListRunTasks(ctx, &fanoutv1.ListRunTasksRequest{RunId: runID})
+			return err
+		},
+		"ListRunFacts": func(cl fanoutv1.OrchestratorServiceClient) error {
+			_, err := cl.ListRunFacts(ctx, &fanoutv1.ListRunFactsRequest{RunId: runID})
+			return err
+		},
 	}
 	// Another tenant's key: a spec or request naming acme is
 	// PERMISSION_DENIED; a run id of acme's is NOT_FOUND (its existence is
@@ -178,7 +186,8 @@ func TestEveryRPCIsScopedToTheCredentialsTenant(t *testing.T) {
 	wrongTenant := map[string]codes.Code{"StartRun": codes.PermissionDenied, "Run": codes.PermissionDenied,
 		"GetRun": codes.NotFound, "WatchRun": codes.NotFound, "CancelRun": codes.NotFound, "ListRuns": codes.PermissionDenied,
 		"ApproveToolCall": codes.NotFound, "DenyToolCall": codes.NotFound, // ListApprovals: globex's own, none
-		"ListToolCalls": codes.NotFound, "GetSpend": codes.PermissionDenied}
+		"ListToolCalls": codes.NotFound, "GetSpend": codes.PermissionDenied,
+		"ListRunTasks": codes.NotFound, "ListRunFacts": codes.NotFound}
 	missingScope := map[string]codes.Code{"StartRun": codes.PermissionDenied, "Run": codes.PermissionDenied,
 		"CancelRun": codes.PermissionDenied, "ListApprovals": codes.PermissionDenied, "ApproveToolCall": codes.PermissionDenied,
 		"DenyToolCall": codes.PermissionDenied, "GetSpend": codes.PermissionDenied}
@@ -230,6 +239,8 @@ func TestEveryRPCIsScopedToTheCredentialsTenant(t *testing.T) {
 	}{
 		{"GET", "/v1/runs/" + runID, "", http.StatusNotFound},
 		{"GET", "/v1/runs/" + runID + "/tool-calls", "", http.StatusNotFound},
+		{"GET", "/v1/runs/" + runID + "/tasks", "", http.StatusNotFound},
+		{"GET", "/v1/runs/" + runID + "/facts", "", http.StatusNotFound},
 		{"POST", "/v1/runs/" + runID + ":cancel", `{"reason":"not yours"}`, http.StatusNotFound},
 		{"GET", "/v1/runs?tenantId=acme", "", http.StatusForbidden},
 		{"GET", "/v1/spend?tenantId=acme", "", http.StatusForbidden},

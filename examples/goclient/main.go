@@ -81,7 +81,18 @@ func main() {
 		case *fanoutv1.RunEvent_RunFinished:
 			res := ev.RunFinished.GetResult()
 			fmt.Printf("run %s: %s, %d tokens\n", resp.GetEvent().GetRunId(), ev.RunFinished.GetState(), res.GetTotalTokens())
-			for _, f := range res.GetFacts() {
+			facts := res.GetFacts()
+			// A large run's result holds its first facts (each message stays
+			// under 2 MiB): the rest are ListRunFacts' pages.
+			for token := res.GetFactsNextPageToken(); token != ""; {
+				page, err := client.ListRunFacts(ctx, &fanoutv1.ListRunFactsRequest{RunId: resp.GetEvent().GetRunId(),
+					PageSize: 1000, PageToken: token})
+				if err != nil {
+					log.Fatal(status.Convert(err).Message())
+				}
+				facts, token = append(facts, page.GetFacts()...), page.GetNextPageToken()
+			}
+			for _, f := range facts {
 				fmt.Printf("  - %s %v\n", f.GetText(), f.GetSources())
 			}
 		}

@@ -99,3 +99,17 @@ SELECT sequence, event, created_at FROM run_event
 WHERE run_id = @run_id AND tenant_id = @tenant_id AND sequence > @after
 ORDER BY sequence
 LIMIT @max_events;
+
+-- name: RunTaskCount :one
+-- How many tasks a tenant's run has (no row: no such run of the tenant).
+SELECT (SELECT count(*) FROM task t WHERE t.run_id = r.run_id)::int AS task_count
+FROM run r
+WHERE r.run_id = @run_id AND r.tenant_id = @tenant_id;
+
+-- name: RunTaskPage :many
+-- A page of a run's tasks in dispatch order, from dispatch index @from_index.
+SELECT run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at
+FROM task
+WHERE run_id = @run_id AND dispatch_index >= @from_index::int
+ORDER BY dispatch_index
+LIMIT @max_tasks;

@@ -62,8 +62,17 @@ export function newRunView(runId: string): RunView {
   return { runId, state: RunState.RUNNING, cause: "", tasks: [], finished: false, lastSequence: 0n, adoptions: 0 };
 }
 
+// byId indexes each view's tasks by id: a run of 10,000 tasks folds 40,000
+// events, and a search of the list for each cost seconds.
+const byId = new WeakMap<RunView, Map<string, TaskView>>();
+
 function task(v: RunView, id: string, dispatchIndex = -1): TaskView {
-  let t = v.tasks.find((x) => x.id === id);
+  let index = byId.get(v);
+  if (!index || index.size !== v.tasks.length) {
+    index = new Map(v.tasks.map((x) => [x.id, x]));
+    byId.set(v, index);
+  }
+  let t = index.get(id);
   if (!t) {
     t = {
       id,
@@ -77,8 +86,10 @@ function task(v: RunView, id: string, dispatchIndex = -1): TaskView {
       forecastTokens: 0n,
       segments: [],
     };
+    const last = v.tasks[v.tasks.length - 1];
     v.tasks.push(t);
-    v.tasks.sort((a, b) => a.dispatchIndex - b.dispatchIndex);
+    index.set(id, t);
+    if (last && last.dispatchIndex > t.dispatchIndex) v.tasks.sort((a, b) => a.dispatchIndex - b.dispatchIndex);
   }
   return t;
 }
@@ -99,7 +110,23 @@ function applyOutcome(t: TaskView, o: TaskOutcome, at: Date | undefined): void {
 /** seedFromRun fills the view from a Run (GetRun or RunStarted), without going back in time. */
 export function seedFromRun(v: RunView, run: Run): void {
   v.run = run;
-  for (const o of run.tasks) {
+  seedTasks(v, run.tasks);
+  if (!v.budget && run.budget) v.budget = run.budget;
+  if (run.state !== RunState.RUNNING && run.state !== RunState.UNSPECIFIED) {
+    v.state = run.state;
+    v.cause = run.cancelCause;
+    v.finished = true;
+  }
+  if (run.result) v.result = run.result;
+}
+
+/**
+ * seedTasks adds the tasks the view lacks and takes what outcomes tell of
+ * the others, without going back in time: a Run's tasks, or a page of
+ * ListRunTasks (the rest of a run cut to fit its response).
+ */
+export function seedTasks(v: RunView, outcomes: TaskOutcome[]): void {
+  for (const o of outcomes) {
     const t = task(v, o.taskId, o.dispatchIndex);
     if (o.status !== TaskStatus.PENDING && o.status !== TaskStatus.UNSPECIFIED) {
       if (o.status === TaskStatus.RUNNING) {
@@ -112,13 +139,6 @@ export function seedFromRun(v: RunView, run: Run): void {
       }
     }
   }
-  if (!v.budget && run.budget) v.budget = run.budget;
-  if (run.state !== RunState.RUNNING && run.state !== RunState.UNSPECIFIED) {
-    v.state = run.state;
-    v.cause = run.cancelCause;
-    v.finished = true;
-  }
-  if (run.result) v.result = run.result;
 }
 
 /**

@@ -591,7 +591,9 @@ type ListRunsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The runs of this page, newest first, as summaries: state, cause, budget,
 	// labels, times and each task's status, spend and worker, but no spec, no
-	// result and no task summaries. GetRun returns a run in full.
+	// result and no task summaries. GetRun returns a run in full. A summary's
+	// tasks are cut as GetRun's are (Run.task_count,
+	// Run.tasks_next_page_token).
 	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	// Token for the next page; empty when there are no more runs.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -643,6 +645,273 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// ListRunTasksRequest is the request of OrchestratorService.ListRunTasks.
+type ListRunTasksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The run whose tasks to list.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The most tasks to return. 0 means the server default (100); values
+	// above the server maximum (1,000) are lowered to it. Must be >= 0. A
+	// page may hold fewer tasks than asked, when its encoded size would pass
+	// 2 MiB; follow next_page_token for the rest.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous ListRunTasksResponse.next_page_token, or from
+	// Run.tasks_next_page_token or JoinedResult.tasks_next_page_token, to
+	// continue that listing; empty for the first page (the run's first
+	// task). run_id must match the call that produced it.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunTasksRequest) Reset() {
+	*x = ListRunTasksRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunTasksRequest) ProtoMessage() {}
+
+func (x *ListRunTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunTasksRequest.ProtoReflect.Descriptor instead.
+func (*ListRunTasksRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListRunTasksRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListRunTasksRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunTasksRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListRunTasksResponse is the response of OrchestratorService.ListRunTasks.
+type ListRunTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tasks of this page, in dispatch order.
+	Tasks []*TaskOutcome `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Token for the next page; empty when there are no more tasks.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many tasks the run has.
+	TaskCount     int32 `protobuf:"varint,3,opt,name=task_count,json=taskCount,proto3" json:"task_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunTasksResponse) Reset() {
+	*x = ListRunTasksResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunTasksResponse) ProtoMessage() {}
+
+func (x *ListRunTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunTasksResponse.ProtoReflect.Descriptor instead.
+func (*ListRunTasksResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListRunTasksResponse) GetTasks() []*TaskOutcome {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *ListRunTasksResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListRunTasksResponse) GetTaskCount() int32 {
+	if x != nil {
+		return x.TaskCount
+	}
+	return 0
+}
+
+// ListRunFactsRequest is the request of OrchestratorService.ListRunFacts.
+type ListRunFactsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The run whose joined facts to list.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The most facts to return. 0 means the server default (100); values
+	// above the server maximum (1,000) are lowered to it. Must be >= 0. A
+	// page may hold fewer facts than asked, when its encoded size would pass
+	// 2 MiB; follow next_page_token for the rest.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous ListRunFactsResponse.next_page_token, or from
+	// JoinedResult.facts_next_page_token, to continue that listing; empty for
+	// the first page. run_id must match the call that produced it.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunFactsRequest) Reset() {
+	*x = ListRunFactsRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunFactsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunFactsRequest) ProtoMessage() {}
+
+func (x *ListRunFactsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunFactsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunFactsRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListRunFactsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListRunFactsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunFactsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListRunFactsResponse is the response of OrchestratorService.ListRunFacts.
+type ListRunFactsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The facts of this page, in the joined result's order.
+	Facts []*Fact `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
+	// Token for the next page; empty when there are no more facts.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many facts the joined result has (0 while the run is running).
+	FactCount     int32 `protobuf:"varint,3,opt,name=fact_count,json=factCount,proto3" json:"fact_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunFactsResponse) Reset() {
+	*x = ListRunFactsResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunFactsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunFactsResponse) ProtoMessage() {}
+
+func (x *ListRunFactsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunFactsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunFactsResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListRunFactsResponse) GetFacts() []*Fact {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+func (x *ListRunFactsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListRunFactsResponse) GetFactCount() int32 {
+	if x != nil {
+		return x.FactCount
+	}
+	return 0
+}
+
 // PendingToolCall is a write that waits for approval.
 type PendingToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -667,7 +936,7 @@ type PendingToolCall struct {
 
 func (x *PendingToolCall) Reset() {
 	*x = PendingToolCall{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +948,7 @@ func (x *PendingToolCall) String() string {
 func (*PendingToolCall) ProtoMessage() {}
 
 func (x *PendingToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +961,7 @@ func (x *PendingToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingToolCall.ProtoReflect.Descriptor instead.
 func (*PendingToolCall) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PendingToolCall) GetCallId() string {
@@ -769,7 +1038,7 @@ type ToolCallDecision struct {
 
 func (x *ToolCallDecision) Reset() {
 	*x = ToolCallDecision{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +1050,7 @@ func (x *ToolCallDecision) String() string {
 func (*ToolCallDecision) ProtoMessage() {}
 
 func (x *ToolCallDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +1063,7 @@ func (x *ToolCallDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDecision.ProtoReflect.Descriptor instead.
 func (*ToolCallDecision) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolCallDecision) GetCallId() string {
@@ -858,7 +1127,8 @@ type ListApprovalsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this run's calls; empty lists every run's.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// The most calls to return: 0 means 50; at most 200.
+	// The most calls to return: 0 means 50; at most 200. A page may hold
+	// fewer, when its encoded size would pass 2 MiB.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous ListApprovalsResponse.next_page_token; empty for
 	// the first page. run_id must match the call that produced it.
@@ -869,7 +1139,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +1151,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1164,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListApprovalsRequest) GetRunId() string {
@@ -931,7 +1201,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1213,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1226,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListApprovalsResponse) GetCalls() []*PendingToolCall {
@@ -986,7 +1256,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1268,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1281,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApproveToolCallRequest) GetCallId() string {
@@ -1039,7 +1309,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1321,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1334,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApproveToolCallResponse) GetDecision() *ToolCallDecision {
@@ -1087,7 +1357,7 @@ type DenyToolCallRequest struct {
 
 func (x *DenyToolCallRequest) Reset() {
 	*x = DenyToolCallRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1369,7 @@ func (x *DenyToolCallRequest) String() string {
 func (*DenyToolCallRequest) ProtoMessage() {}
 
 func (x *DenyToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1382,7 @@ func (x *DenyToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyToolCallRequest.ProtoReflect.Descriptor instead.
 func (*DenyToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DenyToolCallRequest) GetCallId() string {
@@ -1140,7 +1410,7 @@ type DenyToolCallResponse struct {
 
 func (x *DenyToolCallResponse) Reset() {
 	*x = DenyToolCallResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1422,7 @@ func (x *DenyToolCallResponse) String() string {
 func (*DenyToolCallResponse) ProtoMessage() {}
 
 func (x *DenyToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1435,7 @@ func (x *DenyToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyToolCallResponse.ProtoReflect.Descriptor instead.
 func (*DenyToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DenyToolCallResponse) GetDecision() *ToolCallDecision {
@@ -1180,7 +1450,9 @@ type ListToolCallsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The run whose writes to list.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	// The most calls to return: 0 means 50; at most 200.
+	// The most calls to return: 0 means 50; at most 200. A page may hold
+	// fewer, when its encoded size would pass 2 MiB (a call's error may be
+	// up to 1 MiB).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous ListToolCallsResponse.next_page_token; empty for
 	// the first page. run_id must match the call that produced it.
@@ -1191,7 +1463,7 @@ type ListToolCallsRequest struct {
 
 func (x *ListToolCallsRequest) Reset() {
 	*x = ListToolCallsRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1475,7 @@ func (x *ListToolCallsRequest) String() string {
 func (*ListToolCallsRequest) ProtoMessage() {}
 
 func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1488,7 @@ func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolCallsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolCallsRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListToolCallsRequest) GetRunId() string {
@@ -1283,7 +1555,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1567,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1580,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ToolCall) GetCallId() string {
@@ -1429,7 +1701,7 @@ type ListToolCallsResponse struct {
 
 func (x *ListToolCallsResponse) Reset() {
 	*x = ListToolCallsResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1713,7 @@ func (x *ListToolCallsResponse) String() string {
 func (*ListToolCallsResponse) ProtoMessage() {}
 
 func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1726,7 @@ func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolCallsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolCallsResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListToolCallsResponse) GetCalls() []*ToolCall {
@@ -1491,7 +1763,7 @@ type GetSpendRequest struct {
 
 func (x *GetSpendRequest) Reset() {
 	*x = GetSpendRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1775,7 @@ func (x *GetSpendRequest) String() string {
 func (*GetSpendRequest) ProtoMessage() {}
 
 func (x *GetSpendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1788,7 @@ func (x *GetSpendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSpendRequest.ProtoReflect.Descriptor instead.
 func (*GetSpendRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetSpendRequest) GetTenantId() string {
@@ -1573,7 +1845,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1857,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1870,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Spend) GetCurrency() string {
@@ -1665,7 +1937,7 @@ type DaySpend struct {
 
 func (x *DaySpend) Reset() {
 	*x = DaySpend{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1949,7 @@ func (x *DaySpend) String() string {
 func (*DaySpend) ProtoMessage() {}
 
 func (x *DaySpend) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1962,7 @@ func (x *DaySpend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaySpend.ProtoReflect.Descriptor instead.
 func (*DaySpend) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DaySpend) GetDay() string {
@@ -1727,7 +1999,7 @@ type RunSpend struct {
 
 func (x *RunSpend) Reset() {
 	*x = RunSpend{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +2011,7 @@ func (x *RunSpend) String() string {
 func (*RunSpend) ProtoMessage() {}
 
 func (x *RunSpend) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +2024,7 @@ func (x *RunSpend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpend.ProtoReflect.Descriptor instead.
 func (*RunSpend) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RunSpend) GetRunId() string {
@@ -1787,7 +2059,7 @@ type GetSpendResponse struct {
 
 func (x *GetSpendResponse) Reset() {
 	*x = GetSpendResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +2071,7 @@ func (x *GetSpendResponse) String() string {
 func (*GetSpendResponse) ProtoMessage() {}
 
 func (x *GetSpendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +2084,7 @@ func (x *GetSpendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSpendResponse.ProtoReflect.Descriptor instead.
 func (*GetSpendResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetSpendResponse) GetDays() []*DaySpend {
@@ -1879,7 +2151,27 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\x0e2\x13.fanout.v1.RunStateR\x05state\"^\n" +
 	"\x10ListRunsResponse\x12\"\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0e.fanout.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xff\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"h\n" +
+	"\x13ListRunTasksRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x8b\x01\n" +
+	"\x14ListRunTasksResponse\x12,\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.fanout.v1.TaskOutcomeR\x05tasks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"task_count\x18\x03 \x01(\x05R\ttaskCount\"h\n" +
+	"\x13ListRunFactsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x84\x01\n" +
+	"\x14ListRunFactsResponse\x12%\n" +
+	"\x05facts\x18\x01 \x03(\v2\x0f.fanout.v1.FactR\x05facts\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"fact_count\x18\x03 \x01(\x05R\tfactCount\"\xff\x01\n" +
 	"\x0fPendingToolCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x17\n" +
@@ -1968,7 +2260,8 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\x04days\x18\x01 \x03(\v2\x13.fanout.v1.DaySpendR\x04days\x12'\n" +
 	"\x04runs\x18\x02 \x03(\v2\x13.fanout.v1.RunSpendR\x04runs\x12\x19\n" +
 	"\bfrom_day\x18\x03 \x01(\tR\afromDay\x12\x15\n" +
-	"\x06to_day\x18\x04 \x01(\tR\x05toDay2\xea\b\n" +
+	"\x06to_day\x18\x04 \x01(\tR\x05toDay2\xd4\n" +
+	"\n" +
 	"\x13OrchestratorService\x126\n" +
 	"\x03Run\x12\x15.fanout.v1.RunRequest\x1a\x16.fanout.v1.RunResponse0\x01\x12[\n" +
 	"\bStartRun\x12\x1a.fanout.v1.StartRunRequest\x1a\x1b.fanout.v1.StartRunResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x04spec\"\b/v1/runs\x12J\n" +
@@ -1976,7 +2269,9 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\x06GetRun\x12\x18.fanout.v1.GetRunRequest\x1a\x19.fanout.v1.GetRunResponse\"\x1c\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/runs/{run_id}\x90\x02\x01\x12n\n" +
 	"\tCancelRun\x12\x1b.fanout.v1.CancelRunRequest\x1a\x1c.fanout.v1.CancelRunResponse\"&\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/runs/{run_id}:cancel\x90\x02\x02\x12X\n" +
 	"\bListRuns\x12\x1a.fanout.v1.ListRunsRequest\x1a\x1b.fanout.v1.ListRunsResponse\"\x13\x82\xd3\xe4\x93\x02\n" +
-	"\x12\b/v1/runs\x90\x02\x01\x12l\n" +
+	"\x12\b/v1/runs\x90\x02\x01\x12s\n" +
+	"\fListRunTasks\x12\x1e.fanout.v1.ListRunTasksRequest\x1a\x1f.fanout.v1.ListRunTasksResponse\"\"\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/runs/{run_id}/tasks\x90\x02\x01\x12s\n" +
+	"\fListRunFacts\x12\x1e.fanout.v1.ListRunFactsRequest\x1a\x1f.fanout.v1.ListRunFactsResponse\"\"\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/runs/{run_id}/facts\x90\x02\x01\x12l\n" +
 	"\rListApprovals\x12\x1f.fanout.v1.ListApprovalsRequest\x1a .fanout.v1.ListApprovalsResponse\"\x18\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/approvals\x90\x02\x01\x12\x87\x01\n" +
 	"\x0fApproveToolCall\x12!.fanout.v1.ApproveToolCallRequest\x1a\".fanout.v1.ApproveToolCallResponse\"-\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/approvals/{call_id}:approve\x90\x02\x02\x12{\n" +
 	"\fDenyToolCall\x12\x1e.fanout.v1.DenyToolCallRequest\x1a\x1f.fanout.v1.DenyToolCallResponse\"*\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/approvals/{call_id}:deny\x90\x02\x02\x12{\n" +
@@ -1995,7 +2290,7 @@ func file_fanout_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_orchestrator_proto_rawDescData
 }
 
-var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_fanout_v1_orchestrator_proto_goTypes = []any{
 	(*RunRequest)(nil),              // 0: fanout.v1.RunRequest
 	(*RunResponse)(nil),             // 1: fanout.v1.RunResponse
@@ -2009,79 +2304,91 @@ var file_fanout_v1_orchestrator_proto_goTypes = []any{
 	(*CancelRunResponse)(nil),       // 9: fanout.v1.CancelRunResponse
 	(*ListRunsRequest)(nil),         // 10: fanout.v1.ListRunsRequest
 	(*ListRunsResponse)(nil),        // 11: fanout.v1.ListRunsResponse
-	(*PendingToolCall)(nil),         // 12: fanout.v1.PendingToolCall
-	(*ToolCallDecision)(nil),        // 13: fanout.v1.ToolCallDecision
-	(*ListApprovalsRequest)(nil),    // 14: fanout.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),   // 15: fanout.v1.ListApprovalsResponse
-	(*ApproveToolCallRequest)(nil),  // 16: fanout.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil), // 17: fanout.v1.ApproveToolCallResponse
-	(*DenyToolCallRequest)(nil),     // 18: fanout.v1.DenyToolCallRequest
-	(*DenyToolCallResponse)(nil),    // 19: fanout.v1.DenyToolCallResponse
-	(*ListToolCallsRequest)(nil),    // 20: fanout.v1.ListToolCallsRequest
-	(*ToolCall)(nil),                // 21: fanout.v1.ToolCall
-	(*ListToolCallsResponse)(nil),   // 22: fanout.v1.ListToolCallsResponse
-	(*GetSpendRequest)(nil),         // 23: fanout.v1.GetSpendRequest
-	(*Spend)(nil),                   // 24: fanout.v1.Spend
-	(*DaySpend)(nil),                // 25: fanout.v1.DaySpend
-	(*RunSpend)(nil),                // 26: fanout.v1.RunSpend
-	(*GetSpendResponse)(nil),        // 27: fanout.v1.GetSpendResponse
-	(*RunSpec)(nil),                 // 28: fanout.v1.RunSpec
-	(*RunEvent)(nil),                // 29: fanout.v1.RunEvent
-	(*Run)(nil),                     // 30: fanout.v1.Run
-	(RunState)(0),                   // 31: fanout.v1.RunState
-	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
+	(*ListRunTasksRequest)(nil),     // 12: fanout.v1.ListRunTasksRequest
+	(*ListRunTasksResponse)(nil),    // 13: fanout.v1.ListRunTasksResponse
+	(*ListRunFactsRequest)(nil),     // 14: fanout.v1.ListRunFactsRequest
+	(*ListRunFactsResponse)(nil),    // 15: fanout.v1.ListRunFactsResponse
+	(*PendingToolCall)(nil),         // 16: fanout.v1.PendingToolCall
+	(*ToolCallDecision)(nil),        // 17: fanout.v1.ToolCallDecision
+	(*ListApprovalsRequest)(nil),    // 18: fanout.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),   // 19: fanout.v1.ListApprovalsResponse
+	(*ApproveToolCallRequest)(nil),  // 20: fanout.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 21: fanout.v1.ApproveToolCallResponse
+	(*DenyToolCallRequest)(nil),     // 22: fanout.v1.DenyToolCallRequest
+	(*DenyToolCallResponse)(nil),    // 23: fanout.v1.DenyToolCallResponse
+	(*ListToolCallsRequest)(nil),    // 24: fanout.v1.ListToolCallsRequest
+	(*ToolCall)(nil),                // 25: fanout.v1.ToolCall
+	(*ListToolCallsResponse)(nil),   // 26: fanout.v1.ListToolCallsResponse
+	(*GetSpendRequest)(nil),         // 27: fanout.v1.GetSpendRequest
+	(*Spend)(nil),                   // 28: fanout.v1.Spend
+	(*DaySpend)(nil),                // 29: fanout.v1.DaySpend
+	(*RunSpend)(nil),                // 30: fanout.v1.RunSpend
+	(*GetSpendResponse)(nil),        // 31: fanout.v1.GetSpendResponse
+	(*RunSpec)(nil),                 // 32: fanout.v1.RunSpec
+	(*RunEvent)(nil),                // 33: fanout.v1.RunEvent
+	(*Run)(nil),                     // 34: fanout.v1.Run
+	(RunState)(0),                   // 35: fanout.v1.RunState
+	(*TaskOutcome)(nil),             // 36: fanout.v1.TaskOutcome
+	(*Fact)(nil),                    // 37: fanout.v1.Fact
+	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
 }
 var file_fanout_v1_orchestrator_proto_depIdxs = []int32{
-	28, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
-	29, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
-	28, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
-	29, // 3: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
-	30, // 4: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
-	30, // 5: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
-	31, // 6: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
-	30, // 7: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
-	32, // 8: fanout.v1.PendingToolCall.requested_at:type_name -> google.protobuf.Timestamp
-	32, // 9: fanout.v1.PendingToolCall.deadline:type_name -> google.protobuf.Timestamp
-	32, // 10: fanout.v1.ToolCallDecision.decided_at:type_name -> google.protobuf.Timestamp
-	12, // 11: fanout.v1.ListApprovalsResponse.calls:type_name -> fanout.v1.PendingToolCall
-	13, // 12: fanout.v1.ApproveToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
-	13, // 13: fanout.v1.DenyToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
-	32, // 14: fanout.v1.ToolCall.created_at:type_name -> google.protobuf.Timestamp
-	32, // 15: fanout.v1.ToolCall.resolved_at:type_name -> google.protobuf.Timestamp
-	32, // 16: fanout.v1.ToolCall.approval_deadline:type_name -> google.protobuf.Timestamp
-	13, // 17: fanout.v1.ToolCall.decision:type_name -> fanout.v1.ToolCallDecision
-	21, // 18: fanout.v1.ListToolCallsResponse.calls:type_name -> fanout.v1.ToolCall
-	24, // 19: fanout.v1.DaySpend.spend:type_name -> fanout.v1.Spend
-	24, // 20: fanout.v1.RunSpend.spend:type_name -> fanout.v1.Spend
-	25, // 21: fanout.v1.GetSpendResponse.days:type_name -> fanout.v1.DaySpend
-	26, // 22: fanout.v1.GetSpendResponse.runs:type_name -> fanout.v1.RunSpend
-	0,  // 23: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
-	2,  // 24: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
-	4,  // 25: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
-	6,  // 26: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
-	8,  // 27: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
-	10, // 28: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
-	14, // 29: fanout.v1.OrchestratorService.ListApprovals:input_type -> fanout.v1.ListApprovalsRequest
-	16, // 30: fanout.v1.OrchestratorService.ApproveToolCall:input_type -> fanout.v1.ApproveToolCallRequest
-	18, // 31: fanout.v1.OrchestratorService.DenyToolCall:input_type -> fanout.v1.DenyToolCallRequest
-	20, // 32: fanout.v1.OrchestratorService.ListToolCalls:input_type -> fanout.v1.ListToolCallsRequest
-	23, // 33: fanout.v1.OrchestratorService.GetSpend:input_type -> fanout.v1.GetSpendRequest
-	1,  // 34: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
-	3,  // 35: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
-	5,  // 36: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
-	7,  // 37: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
-	9,  // 38: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
-	11, // 39: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
-	15, // 40: fanout.v1.OrchestratorService.ListApprovals:output_type -> fanout.v1.ListApprovalsResponse
-	17, // 41: fanout.v1.OrchestratorService.ApproveToolCall:output_type -> fanout.v1.ApproveToolCallResponse
-	19, // 42: fanout.v1.OrchestratorService.DenyToolCall:output_type -> fanout.v1.DenyToolCallResponse
-	22, // 43: fanout.v1.OrchestratorService.ListToolCalls:output_type -> fanout.v1.ListToolCallsResponse
-	27, // 44: fanout.v1.OrchestratorService.GetSpend:output_type -> fanout.v1.GetSpendResponse
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	32, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
+	33, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
+	32, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
+	33, // 3: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
+	34, // 4: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
+	34, // 5: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
+	35, // 6: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
+	34, // 7: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
+	36, // 8: fanout.v1.ListRunTasksResponse.tasks:type_name -> fanout.v1.TaskOutcome
+	37, // 9: fanout.v1.ListRunFactsResponse.facts:type_name -> fanout.v1.Fact
+	38, // 10: fanout.v1.PendingToolCall.requested_at:type_name -> google.protobuf.Timestamp
+	38, // 11: fanout.v1.PendingToolCall.deadline:type_name -> google.protobuf.Timestamp
+	38, // 12: fanout.v1.ToolCallDecision.decided_at:type_name -> google.protobuf.Timestamp
+	16, // 13: fanout.v1.ListApprovalsResponse.calls:type_name -> fanout.v1.PendingToolCall
+	17, // 14: fanout.v1.ApproveToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
+	17, // 15: fanout.v1.DenyToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
+	38, // 16: fanout.v1.ToolCall.created_at:type_name -> google.protobuf.Timestamp
+	38, // 17: fanout.v1.ToolCall.resolved_at:type_name -> google.protobuf.Timestamp
+	38, // 18: fanout.v1.ToolCall.approval_deadline:type_name -> google.protobuf.Timestamp
+	17, // 19: fanout.v1.ToolCall.decision:type_name -> fanout.v1.ToolCallDecision
+	25, // 20: fanout.v1.ListToolCallsResponse.calls:type_name -> fanout.v1.ToolCall
+	28, // 21: fanout.v1.DaySpend.spend:type_name -> fanout.v1.Spend
+	28, // 22: fanout.v1.RunSpend.spend:type_name -> fanout.v1.Spend
+	29, // 23: fanout.v1.GetSpendResponse.days:type_name -> fanout.v1.DaySpend
+	30, // 24: fanout.v1.GetSpendResponse.runs:type_name -> fanout.v1.RunSpend
+	0,  // 25: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
+	2,  // 26: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
+	4,  // 27: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
+	6,  // 28: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
+	8,  // 29: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
+	10, // 30: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
+	12, // 31: fanout.v1.OrchestratorService.ListRunTasks:input_type -> fanout.v1.ListRunTasksRequest
+	14, // 32: fanout.v1.OrchestratorService.ListRunFacts:input_type -> fanout.v1.ListRunFactsRequest
+	18, // 33: fanout.v1.OrchestratorService.ListApprovals:input_type -> fanout.v1.ListApprovalsRequest
+	20, // 34: fanout.v1.OrchestratorService.ApproveToolCall:input_type -> fanout.v1.ApproveToolCallRequest
+	22, // 35: fanout.v1.OrchestratorService.DenyToolCall:input_type -> fanout.v1.DenyToolCallRequest
+	24, // 36: fanout.v1.OrchestratorService.ListToolCalls:input_type -> fanout.v1.ListToolCallsRequest
+	27, // 37: fanout.v1.OrchestratorService.GetSpend:input_type -> fanout.v1.GetSpendRequest
+	1,  // 38: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
+	3,  // 39: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
+	5,  // 40: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
+	7,  // 41: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
+	9,  // 42: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
+	11, // 43: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
+	13, // 44: fanout.v1.OrchestratorService.ListRunTasks:output_type -> fanout.v1.ListRunTasksResponse
+	15, // 45: fanout.v1.OrchestratorService.ListRunFacts:output_type -> fanout.v1.ListRunFactsResponse
+	19, // 46: fanout.v1.OrchestratorService.ListApprovals:output_type -> fanout.v1.ListApprovalsResponse
+	21, // 47: fanout.v1.OrchestratorService.ApproveToolCall:output_type -> fanout.v1.ApproveToolCallResponse
+	23, // 48: fanout.v1.OrchestratorService.DenyToolCall:output_type -> fanout.v1.DenyToolCallResponse
+	26, // 49: fanout.v1.OrchestratorService.ListToolCalls:output_type -> fanout.v1.ListToolCallsResponse
+	31, // 50: fanout.v1.OrchestratorService.GetSpend:output_type -> fanout.v1.GetSpendResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_orchestrator_proto_init() }
@@ -2096,7 +2403,7 @@ func file_fanout_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_orchestrator_proto_rawDesc), len(file_fanout_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,8 @@ const (
 	OrchestratorService_GetRun_FullMethodName          = "/fanout.v1.OrchestratorService/GetRun"
 	OrchestratorService_CancelRun_FullMethodName       = "/fanout.v1.OrchestratorService/CancelRun"
 	OrchestratorService_ListRuns_FullMethodName        = "/fanout.v1.OrchestratorService/ListRuns"
+	OrchestratorService_ListRunTasks_FullMethodName    = "/fanout.v1.OrchestratorService/ListRunTasks"
+	OrchestratorService_ListRunFacts_FullMethodName    = "/fanout.v1.OrchestratorService/ListRunFacts"
 	OrchestratorService_ListApprovals_FullMethodName   = "/fanout.v1.OrchestratorService/ListApprovals"
 	OrchestratorService_ApproveToolCall_FullMethodName = "/fanout.v1.OrchestratorService/ApproveToolCall"
 	OrchestratorService_DenyToolCall_FullMethodName    = "/fanout.v1.OrchestratorService/DenyToolCall"
@@ -47,6 +49,17 @@ const (
 // never returned for a reused idempotency key (the existing run is
 // returned instead) unless the spec differs from the stored one, which is
 // FAILED_PRECONDITION.
+//
+// Sizes: no response message (nor any message of a stream) grows with the
+// size of a run. Each stays under 2 MiB encoded, half of gRPC's default
+// 4 MiB receive limit, whatever the run's number of tasks and facts: a run
+// (GetRun, CancelRun, RunStarted, ListRuns) and a joined result
+// (RunFinished) carry the first tasks and facts that fit, their totals and
+// a page token for the rest, which ListRunTasks and ListRunFacts page
+// through; a list page ends early (with a next_page_token) rather than pass
+// the cap. The one exception is a single item bigger than a page's cap on
+// its own (one task's summary, one tool call's error): a page holds at
+// least one item, so that a listing always moves on.
 type OrchestratorServiceClient interface {
 	// Run creates a run, or joins the existing run with the same tenant and
 	// idempotency key, and streams its events until it ends: RunStarted
@@ -68,7 +81,9 @@ type OrchestratorServiceClient interface {
 	// WATCH_READER_BEHIND) whose metadata after_sequence is the last event
 	// sent: watch again with that after_sequence.
 	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunResponse], error)
-	// GetRun returns a run's current state.
+	// GetRun returns a run's current state. A large run's tasks, facts and
+	// spec are cut to fit the response under 2 MiB (see Run and
+	// JoinedResult); ListRunTasks and ListRunFacts page through the rest.
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
 	// CancelRun cancels a running run: every in-flight subagent on every node
 	// is cancelled, settled work is kept, and the run ends CANCELLED with the
@@ -77,6 +92,15 @@ type OrchestratorServiceClient interface {
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 	// ListRuns lists a tenant's runs, newest first.
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
+	// ListRunTasks lists a run's tasks' current outcomes (as Run.tasks holds
+	// them, summaries included), in dispatch order: the rest of a run whose
+	// tasks did not all fit in GetRun. Needs scope read, as GetRun.
+	ListRunTasks(ctx context.Context, in *ListRunTasksRequest, opts ...grpc.CallOption) (*ListRunTasksResponse, error)
+	// ListRunFacts lists the facts of a run's joined result
+	// (JoinedResult.facts), in their order: the rest of a result whose facts
+	// did not all fit in GetRun or RunFinished. Empty while the run is
+	// running (it has no result yet). Needs scope read, as GetRun.
+	ListRunFacts(ctx context.Context, in *ListRunFactsRequest, opts ...grpc.CallOption) (*ListRunFactsResponse, error)
 	// ListApprovals lists the caller's tenant's writes that wait for
 	// approval, oldest first. Needs scope approve.
 	ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error)
@@ -190,6 +214,26 @@ func (c *orchestratorServiceClient) ListRuns(ctx context.Context, in *ListRunsRe
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) ListRunTasks(ctx context.Context, in *ListRunTasksRequest, opts ...grpc.CallOption) (*ListRunTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunTasksResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListRunTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) ListRunFacts(ctx context.Context, in *ListRunFactsRequest, opts ...grpc.CallOption) (*ListRunFactsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunFactsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListRunFacts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *orchestratorServiceClient) ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListApprovalsResponse)
@@ -255,6 +299,17 @@ func (c *orchestratorServiceClient) GetSpend(ctx context.Context, in *GetSpendRe
 // never returned for a reused idempotency key (the existing run is
 // returned instead) unless the spec differs from the stored one, which is
 // FAILED_PRECONDITION.
+//
+// Sizes: no response message (nor any message of a stream) grows with the
+// size of a run. Each stays under 2 MiB encoded, half of gRPC's default
+// 4 MiB receive limit, whatever the run's number of tasks and facts: a run
+// (GetRun, CancelRun, RunStarted, ListRuns) and a joined result
+// (RunFinished) carry the first tasks and facts that fit, their totals and
+// a page token for the rest, which ListRunTasks and ListRunFacts page
+// through; a list page ends early (with a next_page_token) rather than pass
+// the cap. The one exception is a single item bigger than a page's cap on
+// its own (one task's summary, one tool call's error): a page holds at
+// least one item, so that a listing always moves on.
 type OrchestratorServiceServer interface {
 	// Run creates a run, or joins the existing run with the same tenant and
 	// idempotency key, and streams its events until it ends: RunStarted
@@ -276,7 +331,9 @@ type OrchestratorServiceServer interface {
 	// WATCH_READER_BEHIND) whose metadata after_sequence is the last event
 	// sent: watch again with that after_sequence.
 	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunResponse]) error
-	// GetRun returns a run's current state.
+	// GetRun returns a run's current state. A large run's tasks, facts and
+	// spec are cut to fit the response under 2 MiB (see Run and
+	// JoinedResult); ListRunTasks and ListRunFacts page through the rest.
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
 	// CancelRun cancels a running run: every in-flight subagent on every node
 	// is cancelled, settled work is kept, and the run ends CANCELLED with the
@@ -285,6 +342,15 @@ type OrchestratorServiceServer interface {
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	// ListRuns lists a tenant's runs, newest first.
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
+	// ListRunTasks lists a run's tasks' current outcomes (as Run.tasks holds
+	// them, summaries included), in dispatch order: the rest of a run whose
+	// tasks did not all fit in GetRun. Needs scope read, as GetRun.
+	ListRunTasks(context.Context, *ListRunTasksRequest) (*ListRunTasksResponse, error)
+	// ListRunFacts lists the facts of a run's joined result
+	// (JoinedResult.facts), in their order: the rest of a result whose facts
+	// did not all fit in GetRun or RunFinished. Empty while the run is
+	// running (it has no result yet). Needs scope read, as GetRun.
+	ListRunFacts(context.Context, *ListRunFactsRequest) (*ListRunFactsResponse, error)
 	// ListApprovals lists the caller's tenant's writes that wait for
 	// approval, oldest first. Needs scope approve.
 	ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error)
@@ -337,6 +403,12 @@ func (UnimplementedOrchestratorServiceServer) CancelRun(context.Context, *Cancel
 }
 func (UnimplementedOrchestratorServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ListRunTasks(context.Context, *ListRunTasksRequest) (*ListRunTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRunTasks not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ListRunFacts(context.Context, *ListRunFactsRequest) (*ListRunFactsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRunFacts not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListApprovals not implemented")
@@ -468,6 +540,42 @@ func _OrchestratorService_ListRuns_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_ListRunTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListRunTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListRunTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListRunTasks(ctx, req.(*ListRunTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_ListRunFacts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunFactsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListRunFacts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListRunFacts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListRunFacts(ctx, req.(*ListRunFactsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OrchestratorService_ListApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListApprovalsRequest)
 	if err := dec(in); err != nil {
@@ -580,6 +688,14 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRuns",
 			Handler:    _OrchestratorService_ListRuns_Handler,
+		},
+		{
+			MethodName: "ListRunTasks",
+			Handler:    _OrchestratorService_ListRunTasks_Handler,
+		},
+		{
+			MethodName: "ListRunFacts",
+			Handler:    _OrchestratorService_ListRunFacts_Handler,
 		},
 		{
 			MethodName: "ListApprovals",

@@ -383,7 +383,7 @@ func (RunState) EnumDescriptor() ([]byte, []int) {
 }
 
 // RunSpec is everything a caller submits to start a run. It is stored with
-// the run and returned unchanged in Run.spec.
+// the run and returned unchanged in Run.spec (up to 384 KiB; see Run.spec).
 type RunSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. Caller-chosen key that makes submission idempotent within a
@@ -1277,12 +1277,20 @@ func (x *BudgetSnapshot) GetHeldTokens() int64 {
 }
 
 // JoinedResult is the outcome of a run's join.
+//
+// Served (in GetRun, CancelRun and RunFinished) its facts and tasks are cut
+// to the first that fit in 384 KiB each, encoded, so that the message that
+// carries it stays under 2 MiB whatever the size of the run: fact_count and
+// task_count say how many there are, and facts_next_page_token and
+// tasks_next_page_token continue with ListRunFacts and ListRunTasks.
 type JoinedResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Facts from every task's summary, in dispatch order, with duplicates
-	// merged into one fact that keeps all their sources.
+	// merged into one fact that keeps all their sources. Served: the first
+	// that fit (see above).
 	Facts []*Fact `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
-	// Every task's outcome in dispatch order, failed ones included.
+	// Every task's outcome in dispatch order, failed ones included. Served:
+	// the first that fit (see above).
 	Tasks []*TaskOutcome `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// Tokens the run spent in total, tasks and synthesis.
 	TotalTokens int64 `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
@@ -1292,8 +1300,18 @@ type JoinedResult struct {
 	// Why synthesis was skipped although asked for (e.g. budget exhausted, no
 	// facts). Empty otherwise.
 	SynthesisSkippedReason string `protobuf:"bytes,5,opt,name=synthesis_skipped_reason,json=synthesisSkippedReason,proto3" json:"synthesis_skipped_reason,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// How many facts the result has, whether or not facts holds them all.
+	FactCount int32 `protobuf:"varint,6,opt,name=fact_count,json=factCount,proto3" json:"fact_count,omitempty"`
+	// Set when facts holds fewer than fact_count: the page_token of
+	// ListRunFacts for the facts after them. Empty otherwise.
+	FactsNextPageToken string `protobuf:"bytes,7,opt,name=facts_next_page_token,json=factsNextPageToken,proto3" json:"facts_next_page_token,omitempty"`
+	// How many tasks the result has, whether or not tasks holds them all.
+	TaskCount int32 `protobuf:"varint,8,opt,name=task_count,json=taskCount,proto3" json:"task_count,omitempty"`
+	// Set when tasks holds fewer than task_count: the page_token of
+	// ListRunTasks for the tasks after them. Empty otherwise.
+	TasksNextPageToken string `protobuf:"bytes,9,opt,name=tasks_next_page_token,json=tasksNextPageToken,proto3" json:"tasks_next_page_token,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *JoinedResult) Reset() {
@@ -1361,7 +1379,41 @@ func (x *JoinedResult) GetSynthesisSkippedReason() string {
 	return ""
 }
 
+func (x *JoinedResult) GetFactCount() int32 {
+	if x != nil {
+		return x.FactCount
+	}
+	return 0
+}
+
+func (x *JoinedResult) GetFactsNextPageToken() string {
+	if x != nil {
+		return x.FactsNextPageToken
+	}
+	return ""
+}
+
+func (x *JoinedResult) GetTaskCount() int32 {
+	if x != nil {
+		return x.TaskCount
+	}
+	return 0
+}
+
+func (x *JoinedResult) GetTasksNextPageToken() string {
+	if x != nil {
+		return x.TasksNextPageToken
+	}
+	return ""
+}
+
 // Run is a run's stored state.
+//
+// Served (GetRun, CancelRun, RunStarted, ListRuns) a run stays under 2 MiB
+// encoded whatever its size: its tasks are cut to the first that fit in
+// 384 KiB (task_count says how many there are, tasks_next_page_token
+// continues with ListRunTasks), its result as JoinedResult says, and its
+// spec as spec says.
 type Run struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Server-assigned run id (a UUID).
@@ -1376,14 +1428,27 @@ type Run struct {
 	// by caller: <reason>", "task t2 failed"). Empty while RUNNING and on
 	// SUCCEEDED.
 	CancelCause string `protobuf:"bytes,5,opt,name=cancel_cause,json=cancelCause,proto3" json:"cancel_cause,omitempty"`
-	// The spec as submitted.
+	// The spec as submitted, when it is at most 384 KiB encoded. A larger
+	// spec is served with its tasks cut to the first that fit in 384 KiB, or
+	// unset when its other fields alone pass that (a very long goal); then
+	// spec_cut is true. The rest of a cut spec is not served: the caller
+	// submitted it, and every task's id and outcome is in tasks and
+	// ListRunTasks.
 	Spec *RunSpec `protobuf:"bytes,10,opt,name=spec,proto3" json:"spec,omitempty"`
 	// The run's budget as last known.
 	Budget *BudgetSnapshot `protobuf:"bytes,11,opt,name=budget,proto3" json:"budget,omitempty"`
-	// Every task's current outcome, in dispatch order.
+	// Every task's current outcome, in dispatch order. Served: the first that
+	// fit (see above).
 	Tasks []*TaskOutcome `protobuf:"bytes,12,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// The joined result. Set once the run has ended.
 	Result *JoinedResult `protobuf:"bytes,13,opt,name=result,proto3" json:"result,omitempty"`
+	// How many tasks the run has, whether or not tasks holds them all.
+	TaskCount int32 `protobuf:"varint,14,opt,name=task_count,json=taskCount,proto3" json:"task_count,omitempty"`
+	// Set when tasks holds fewer than task_count: the page_token of
+	// ListRunTasks for the tasks after them. Empty otherwise.
+	TasksNextPageToken string `protobuf:"bytes,15,opt,name=tasks_next_page_token,json=tasksNextPageToken,proto3" json:"tasks_next_page_token,omitempty"`
+	// Whether spec was cut (or left out) to fit; see spec.
+	SpecCut bool `protobuf:"varint,16,opt,name=spec_cut,json=specCut,proto3" json:"spec_cut,omitempty"`
 	// When the run was accepted (Postgres time).
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the run ended (Postgres time). Unset while RUNNING.
@@ -1485,6 +1550,27 @@ func (x *Run) GetResult() *JoinedResult {
 		return x.Result
 	}
 	return nil
+}
+
+func (x *Run) GetTaskCount() int32 {
+	if x != nil {
+		return x.TaskCount
+	}
+	return 0
+}
+
+func (x *Run) GetTasksNextPageToken() string {
+	if x != nil {
+		return x.TasksNextPageToken
+	}
+	return ""
+}
+
+func (x *Run) GetSpecCut() bool {
+	if x != nil {
+		return x.SpecCut
+	}
+	return false
 }
 
 func (x *Run) GetCreatedAt() *timestamppb.Timestamp {
@@ -2057,7 +2143,8 @@ func (x *ApprovalDecided) GetDecidedAt() *timestamppb.Timestamp {
 // RunStarted reports that a run was accepted.
 type RunStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The run as accepted: state RUNNING, every task PENDING.
+	// The run as accepted: state RUNNING, every task PENDING. A large run's
+	// tasks and spec are cut as Run says (task_count, tasks_next_page_token).
 	Run           *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2451,7 +2538,8 @@ type RunFinished struct {
 	State RunState `protobuf:"varint,1,opt,name=state,proto3,enum=fanout.v1.RunState" json:"state,omitempty"`
 	// Why it was cancelled or failed; empty on SUCCEEDED.
 	CancelCause string `protobuf:"bytes,2,opt,name=cancel_cause,json=cancelCause,proto3" json:"cancel_cause,omitempty"`
-	// The joined result.
+	// The joined result, its facts and tasks cut as JoinedResult says
+	// (fact_count, facts_next_page_token, task_count, tasks_next_page_token).
 	Result        *JoinedResult `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2593,13 +2681,19 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\fspent_tokens\x18\x04 \x01(\x03R\vspentTokens\x12\x1c\n" +
 	"\texhausted\x18\x05 \x01(\bR\texhausted\x12\x1f\n" +
 	"\vheld_tokens\x18\x06 \x01(\x03R\n" +
-	"heldTokens\"\xde\x01\n" +
+	"heldTokens\"\x82\x03\n" +
 	"\fJoinedResult\x12%\n" +
 	"\x05facts\x18\x01 \x03(\v2\x0f.fanout.v1.FactR\x05facts\x12,\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x16.fanout.v1.TaskOutcomeR\x05tasks\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12\x1c\n" +
 	"\tsynthesis\x18\x04 \x01(\tR\tsynthesis\x128\n" +
-	"\x18synthesis_skipped_reason\x18\x05 \x01(\tR\x16synthesisSkippedReason\"\xd1\x04\n" +
+	"\x18synthesis_skipped_reason\x18\x05 \x01(\tR\x16synthesisSkippedReason\x12\x1d\n" +
+	"\n" +
+	"fact_count\x18\x06 \x01(\x05R\tfactCount\x121\n" +
+	"\x15facts_next_page_token\x18\a \x01(\tR\x12factsNextPageToken\x12\x1d\n" +
+	"\n" +
+	"task_count\x18\b \x01(\x05R\ttaskCount\x121\n" +
+	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xbe\x05\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -2610,7 +2704,11 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	" \x01(\v2\x12.fanout.v1.RunSpecR\x04spec\x121\n" +
 	"\x06budget\x18\v \x01(\v2\x19.fanout.v1.BudgetSnapshotR\x06budget\x12,\n" +
 	"\x05tasks\x18\f \x03(\v2\x16.fanout.v1.TaskOutcomeR\x05tasks\x12/\n" +
-	"\x06result\x18\r \x01(\v2\x17.fanout.v1.JoinedResultR\x06result\x129\n" +
+	"\x06result\x18\r \x01(\v2\x17.fanout.v1.JoinedResultR\x06result\x12\x1d\n" +
+	"\n" +
+	"task_count\x18\x0e \x01(\x05R\ttaskCount\x121\n" +
+	"\x15tasks_next_page_token\x18\x0f \x01(\tR\x12tasksNextPageToken\x12\x19\n" +
+	"\bspec_cut\x18\x10 \x01(\bR\aspecCut\x129\n" +
 	"\n" +
 	"created_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vfinished_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +

@@ -459,6 +459,82 @@ func (q *Queries) RunSummaries(ctx context.Context, db DBTX, arg RunSummariesPar
 	return items, nil
 }
 
+const runTaskCount = `-- name: RunTaskCount :one
+SELECT (SELECT count(*) FROM task t WHERE t.run_id = r.run_id)::int AS task_count
+FROM run r
+WHERE r.run_id = $1 AND r.tenant_id = $2
+`
+
+type RunTaskCountParams struct {
+	RunID    string
+	TenantID string
+}
+
+// How many tasks a tenant's run has (no row: no such run of the tenant).
+func (q *Queries) RunTaskCount(ctx context.Context, db DBTX, arg RunTaskCountParams) (int32, error) {
+	row := db.QueryRow(ctx, runTaskCount, arg.RunID, arg.TenantID)
+	var task_count int32
+	err := row.Scan(&task_count)
+	return task_count, err
+}
+
+const runTaskPage = `-- name: RunTaskPage :many
+SELECT run_id, task_id, dispatch_index, status, outcome, tokens_spent, worker, started_at, finished_at
+FROM task
+WHERE run_id = $1 AND dispatch_index >= $2::int
+ORDER BY dispatch_index
+LIMIT $3
+`
+
+type RunTaskPageParams struct {
+	RunID     string
+	FromIndex int32
+	MaxTasks  int32
+}
+
+type RunTaskPageRow struct {
+	RunID         string
+	TaskID        string
+	DispatchIndex int32
+	Status        string
+	Outcome       []byte
+	TokensSpent   int64
+	Worker        string
+	StartedAt     *time.Time
+	FinishedAt    *time.Time
+}
+
+// A page of a run's tasks in dispatch order, from dispatch index @from_index.
+func (q *Queries) RunTaskPage(ctx context.Context, db DBTX, arg RunTaskPageParams) ([]RunTaskPageRow, error) {
+	rows, err := db.Query(ctx, runTaskPage, arg.RunID, arg.FromIndex, arg.MaxTasks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunTaskPageRow
+	for rows.Next() {
+		var i RunTaskPageRow
+		if err := rows.Scan(
+			&i.RunID,
+			&i.TaskID,
+			&i.DispatchIndex,
+			&i.Status,
+			&i.Outcome,
+			&i.TokensSpent,
+			&i.Worker,
+			&i.StartedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const taskStatusAndOwner = `-- name: TaskStatusAndOwner :one
 SELECT t.status, r.owner
 FROM task t JOIN run r USING (run_id)

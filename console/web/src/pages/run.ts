@@ -14,6 +14,8 @@ import { factsPanel, synthesisPanel } from "../components/result";
 import { tasksPanel, type TasksPanel } from "../components/tasks";
 import { timelinePanel } from "../components/timelinepanel";
 import { toolCallsPanel, type ToolCallsPanel } from "../components/toolcalls";
+import { seedTasks } from "../model";
+import { completeRun, restOfTasks } from "../paging";
 import { createRunStore, type RunStore } from "../runstore";
 import { statusText, watch } from "../watch";
 import { heading, setTitle, showError, type Page } from "../ui";
@@ -34,7 +36,8 @@ interface Parts {
 }
 
 // follow feeds store from WatchRun until the run ends, then from GetRun
-// (the run in full); approvals and writes are listed again on their events
+// (the run in full, its tasks and facts paged when the server cut them);
+// approvals and writes are listed again on their events
 // and at the end.
 async function follow(runId: string, store: RunStore, p: Parts, signal: AbortSignal): Promise<void> {
   const end = await watch({
@@ -42,6 +45,14 @@ async function follow(runId: string, store: RunStore, p: Parts, signal: AbortSig
     after: () => store.view.lastSequence,
     event: (ev) => {
       store.apply(ev);
+      if (ev.event.case === "runStarted" && ev.event.value.run?.tasksNextPageToken) {
+        // A large run's RunStarted holds its first tasks only: the rest, by page.
+        const run = ev.event.value.run;
+        restOfTasks(api, runId, [], run.tasksNextPageToken, signal).then(
+          (rest) => store.update((v) => seedTasks(v, rest)),
+          (err) => showError(err, "ListRunTasks"),
+        );
+      }
       if (ev.event.case === "approvalRequested" || ev.event.case === "approvalDecided") {
         void p.approvals.load();
         void p.toolCalls.load();
@@ -59,7 +70,10 @@ async function follow(runId: string, store: RunStore, p: Parts, signal: AbortSig
     p.header.status("The run has ended.");
     try {
       const resp = await api.getRun({ runId }, { signal });
-      if (resp.run) store.seed(resp.run);
+      if (resp.run) {
+        await completeRun(api, resp.run, signal); // a large run's tasks and facts, by page
+        store.seed(resp.run);
+      }
     } catch (err) {
       showError(err, "GetRun");
     }

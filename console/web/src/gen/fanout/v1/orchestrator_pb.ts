@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Run, RunEvent, RunSpec, RunState } from "./run_pb";
+import type { Fact, Run, RunEvent, RunSpec, RunState, TaskOutcome } from "./run_pb";
 import { file_fanout_v1_run } from "./run_pb";
 import { file_google_api_annotations } from "../../google/api/annotations_pb";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fanout/v1/orchestrator.proto.
  */
 export const file_fanout_v1_orchestrator: GenFile = /*@__PURE__*/
-  fileDesc("ChxmYW5vdXQvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglmYW5vdXQudjEiLgoKUnVuUmVxdWVzdBIgCgRzcGVjGAEgASgLMhIuZmFub3V0LnYxLlJ1blNwZWMiMQoLUnVuUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5mYW5vdXQudjEuUnVuRXZlbnQiMwoPU3RhcnRSdW5SZXF1ZXN0EiAKBHNwZWMYASABKAsyEi5mYW5vdXQudjEuUnVuU3BlYyIiChBTdGFydFJ1blJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCSI5Cg9XYXRjaFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgDIjYKEFdhdGNoUnVuUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5mYW5vdXQudjEuUnVuRXZlbnQiHwoNR2V0UnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkiLQoOR2V0UnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4uZmFub3V0LnYxLlJ1biIyChBDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiMAoRQ2FuY2VsUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4uZmFub3V0LnYxLlJ1biJvCg9MaXN0UnVuc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEiIKBXN0YXRlGAQgASgOMhMuZmFub3V0LnYxLlJ1blN0YXRlIkkKEExpc3RSdW5zUmVzcG9uc2USHAoEcnVucxgBIAMoCzIOLmZhbm91dC52MS5SdW4SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIsIBCg9QZW5kaW5nVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSDwoHdGFza19pZBgDIAEoCRIMCgR0b29sGAQgASgJEg8KB3ByZXZpZXcYBSABKAkSMAoMcmVxdWVzdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghkZWFkbGluZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiswEKEFRvb2xDYWxsRGVjaXNpb24SDwoHY2FsbF9pZBgBIAEoCRIOCgZydW5faWQYAiABKAkSDwoHdGFza19pZBgDIAEoCRIMCgR0b29sGAQgASgJEhAKCGFwcHJvdmVkGAUgASgIEg4KBnJlYXNvbhgGIAEoCRINCgVhY3RvchgHIAEoCRIuCgpkZWNpZGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJNChRMaXN0QXBwcm92YWxzUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiWwoVTGlzdEFwcHJvdmFsc1Jlc3BvbnNlEikKBWNhbGxzGAEgAygLMhouZmFub3V0LnYxLlBlbmRpbmdUb29sQ2FsbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiOQoWQXBwcm92ZVRvb2xDYWxsUmVxdWVzdBIPCgdjYWxsX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJIChdBcHByb3ZlVG9vbENhbGxSZXNwb25zZRItCghkZWNpc2lvbhgBIAEoCzIbLmZhbm91dC52MS5Ub29sQ2FsbERlY2lzaW9uIjYKE0RlbnlUb29sQ2FsbFJlcXVlc3QSDwoHY2FsbF9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiRQoURGVueVRvb2xDYWxsUmVzcG9uc2USLQoIZGVjaXNpb24YASABKAsyGy5mYW5vdXQudjEuVG9vbENhbGxEZWNpc2lvbiJNChRMaXN0VG9vbENhbGxzUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkijgMKCFRvb2xDYWxsEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIPCgdhdHRlbXB0GAMgASgFEhEKCWl0ZXJhdGlvbhgEIAEoBRISCgpjYWxsX2luZGV4GAUgASgFEg4KBnNlcnZlchgGIAEoCRIMCgR0b29sGAcgASgJEg0KBXN0YXRlGAggASgJEg0KBWVycm9yGAkgASgJEg8KB3ByZXZpZXcYCiABKAkSFAoMcmVzdWx0X2J5dGVzGAsgASgDEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3Jlc29sdmVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChFhcHByb3ZhbF9kZWFkbGluZRgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLQoIZGVjaXNpb24YDyABKAsyGy5mYW5vdXQudjEuVG9vbENhbGxEZWNpc2lvbiJUChVMaXN0VG9vbENhbGxzUmVzcG9uc2USIgoFY2FsbHMYASADKAsyEy5mYW5vdXQudjEuVG9vbENhbGwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIlcKD0dldFNwZW5kUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEAoIZnJvbV9kYXkYAiABKAkSDgoGdG9fZGF5GAMgASgJEg8KB3J1bl9pZHMYBCADKAkiogEKBVNwZW5kEhAKCGN1cnJlbmN5GAEgASgJEgwKBGNvc3QYAiABKAkSFQoNcmVwb3J0ZWRfY29zdBgDIAEoCRIXCg93b3JzdF9jYXNlX2Nvc3QYBCABKAkSFQoNcHJpY2VkX3Rva2VucxgFIAEoAxIZChF3b3JzdF9jYXNlX3Rva2VucxgGIAEoAxIXCg91bnByaWNlZF90b2tlbnMYByABKAMiRgoIRGF5U3BlbmQSCwoDZGF5GAEgASgJEh8KBXNwZW5kGAIgASgLMhAuZmFub3V0LnYxLlNwZW5kEgwKBHJ1bnMYAyABKAMiOwoIUnVuU3BlbmQSDgoGcnVuX2lkGAEgASgJEh8KBXNwZW5kGAIgASgLMhAuZmFub3V0LnYxLlNwZW5kInoKEEdldFNwZW5kUmVzcG9uc2USIQoEZGF5cxgBIAMoCzITLmZhbm91dC52MS5EYXlTcGVuZBIhCgRydW5zGAIgAygLMhMuZmFub3V0LnYxLlJ1blNwZW5kEhAKCGZyb21fZGF5GAMgASgJEg4KBnRvX2RheRgEIAEoCTLqCAoTT3JjaGVzdHJhdG9yU2VydmljZRI2CgNSdW4SFS5mYW5vdXQudjEuUnVuUmVxdWVzdBoWLmZhbm91dC52MS5SdW5SZXNwb25zZTABElsKCFN0YXJ0UnVuEhouZmFub3V0LnYxLlN0YXJ0UnVuUmVxdWVzdBobLmZhbm91dC52MS5TdGFydFJ1blJlc3BvbnNlIhaC0+STAhA6BHNwZWMiCC92MS9ydW5zEkoKCFdhdGNoUnVuEhouZmFub3V0LnYxLldhdGNoUnVuUmVxdWVzdBobLmZhbm91dC52MS5XYXRjaFJ1blJlc3BvbnNlIgOQAgEwARJbCgZHZXRSdW4SGC5mYW5vdXQudjEuR2V0UnVuUmVxdWVzdBoZLmZhbm91dC52MS5HZXRSdW5SZXNwb25zZSIckAIBgtPkkwITEhEvdjEvcnVucy97cnVuX2lkfRJuCglDYW5jZWxSdW4SGy5mYW5vdXQudjEuQ2FuY2VsUnVuUmVxdWVzdBocLmZhbm91dC52MS5DYW5jZWxSdW5SZXNwb25zZSImkAICgtPkkwIdOgEqIhgvdjEvcnVucy97cnVuX2lkfTpjYW5jZWwSWAoITGlzdFJ1bnMSGi5mYW5vdXQudjEuTGlzdFJ1bnNSZXF1ZXN0GhsuZmFub3V0LnYxLkxpc3RSdW5zUmVzcG9uc2UiE5ACAYLT5JMCChIIL3YxL3J1bnMSbAoNTGlzdEFwcHJvdmFscxIfLmZhbm91dC52MS5MaXN0QXBwcm92YWxzUmVxdWVzdBogLmZhbm91dC52MS5MaXN0QXBwcm92YWxzUmVzcG9uc2UiGJACAYLT5JMCDxINL3YxL2FwcHJvdmFscxKHAQoPQXBwcm92ZVRvb2xDYWxsEiEuZmFub3V0LnYxLkFwcHJvdmVUb29sQ2FsbFJlcXVlc3QaIi5mYW5vdXQudjEuQXBwcm92ZVRvb2xDYWxsUmVzcG9uc2UiLZACAoLT5JMCJDoBKiIfL3YxL2FwcHJvdmFscy97Y2FsbF9pZH06YXBwcm92ZRJ7CgxEZW55VG9vbENhbGwSHi5mYW5vdXQudjEuRGVueVRvb2xDYWxsUmVxdWVzdBofLmZhbm91dC52MS5EZW55VG9vbENhbGxSZXNwb25zZSIqkAICgtPkkwIhOgEqIhwvdjEvYXBwcm92YWxzL3tjYWxsX2lkfTpkZW55EnsKDUxpc3RUb29sQ2FsbHMSHy5mYW5vdXQudjEuTGlzdFRvb2xDYWxsc1JlcXVlc3QaIC5mYW5vdXQudjEuTGlzdFRvb2xDYWxsc1Jlc3BvbnNlIieQAgGC0+STAh4SHC92MS9ydW5zL3tydW5faWR9L3Rvb2wtY2FsbHMSWQoIR2V0U3BlbmQSGi5mYW5vdXQudjEuR2V0U3BlbmRSZXF1ZXN0GhsuZmFub3V0LnYxLkdldFNwZW5kUmVzcG9uc2UiFJACAYLT5JMCCxIJL3YxL3NwZW5kQjNaMWdpdGh1Yi5jb20vZmFub3V0L2Zhbm91dC9wcm90by9mYW5vdXQvdjE7ZmFub3V0djFiBnByb3RvMw", [file_fanout_v1_run, file_google_api_annotations, file_google_protobuf_timestamp]);
+  fileDesc("ChxmYW5vdXQvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglmYW5vdXQudjEiLgoKUnVuUmVxdWVzdBIgCgRzcGVjGAEgASgLMhIuZmFub3V0LnYxLlJ1blNwZWMiMQoLUnVuUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5mYW5vdXQudjEuUnVuRXZlbnQiMwoPU3RhcnRSdW5SZXF1ZXN0EiAKBHNwZWMYASABKAsyEi5mYW5vdXQudjEuUnVuU3BlYyIiChBTdGFydFJ1blJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCSI5Cg9XYXRjaFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgDIjYKEFdhdGNoUnVuUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5mYW5vdXQudjEuUnVuRXZlbnQiHwoNR2V0UnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkiLQoOR2V0UnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4uZmFub3V0LnYxLlJ1biIyChBDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiMAoRQ2FuY2VsUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4uZmFub3V0LnYxLlJ1biJvCg9MaXN0UnVuc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEiIKBXN0YXRlGAQgASgOMhMuZmFub3V0LnYxLlJ1blN0YXRlIkkKEExpc3RSdW5zUmVzcG9uc2USHAoEcnVucxgBIAMoCzIOLmZhbm91dC52MS5SdW4SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkwKE0xpc3RSdW5UYXNrc1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImoKFExpc3RSdW5UYXNrc1Jlc3BvbnNlEiUKBXRhc2tzGAEgAygLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRISCgp0YXNrX2NvdW50GAMgASgFIkwKE0xpc3RSdW5GYWN0c1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImMKFExpc3RSdW5GYWN0c1Jlc3BvbnNlEh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhIKCmZhY3RfY291bnQYAyABKAUiwgEKD1BlbmRpbmdUb29sQ2FsbBIPCgdjYWxsX2lkGAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEgwKBHRvb2wYBCABKAkSDwoHcHJldmlldxgFIAEoCRIwCgxyZXF1ZXN0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKzAQoQVG9vbENhbGxEZWNpc2lvbhIPCgdjYWxsX2lkGAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEgwKBHRvb2wYBCABKAkSEAoIYXBwcm92ZWQYBSABKAgSDgoGcmVhc29uGAYgASgJEg0KBWFjdG9yGAcgASgJEi4KCmRlY2lkZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIk0KFExpc3RBcHByb3ZhbHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJbChVMaXN0QXBwcm92YWxzUmVzcG9uc2USKQoFY2FsbHMYASADKAsyGi5mYW5vdXQudjEuUGVuZGluZ1Rvb2xDYWxsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI5ChZBcHByb3ZlVG9vbENhbGxSZXF1ZXN0Eg8KB2NhbGxfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIkgKF0FwcHJvdmVUb29sQ2FsbFJlc3BvbnNlEi0KCGRlY2lzaW9uGAEgASgLMhsuZmFub3V0LnYxLlRvb2xDYWxsRGVjaXNpb24iNgoTRGVueVRvb2xDYWxsUmVxdWVzdBIPCgdjYWxsX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJFChREZW55VG9vbENhbGxSZXNwb25zZRItCghkZWNpc2lvbhgBIAEoCzIbLmZhbm91dC52MS5Ub29sQ2FsbERlY2lzaW9uIk0KFExpc3RUb29sQ2FsbHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSKOAwoIVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSEQoJaXRlcmF0aW9uGAQgASgFEhIKCmNhbGxfaW5kZXgYBSABKAUSDgoGc2VydmVyGAYgASgJEgwKBHRvb2wYByABKAkSDQoFc3RhdGUYCCABKAkSDQoFZXJyb3IYCSABKAkSDwoHcHJldmlldxgKIAEoCRIUCgxyZXN1bHRfYnl0ZXMYCyABKAMSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLcmVzb2x2ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWFwcHJvdmFsX2RlYWRsaW5lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCghkZWNpc2lvbhgPIAEoCzIbLmZhbm91dC52MS5Ub29sQ2FsbERlY2lzaW9uIlQKFUxpc3RUb29sQ2FsbHNSZXNwb25zZRIiCgVjYWxscxgBIAMoCzITLmZhbm91dC52MS5Ub29sQ2FsbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiVwoPR2V0U3BlbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIQCghmcm9tX2RheRgCIAEoCRIOCgZ0b19kYXkYAyABKAkSDwoHcnVuX2lkcxgEIAMoCSKiAQoFU3BlbmQSEAoIY3VycmVuY3kYASABKAkSDAoEY29zdBgCIAEoCRIVCg1yZXBvcnRlZF9jb3N0GAMgASgJEhcKD3dvcnN0X2Nhc2VfY29zdBgEIAEoCRIVCg1wcmljZWRfdG9rZW5zGAUgASgDEhkKEXdvcnN0X2Nhc2VfdG9rZW5zGAYgASgDEhcKD3VucHJpY2VkX3Rva2VucxgHIAEoAyJGCghEYXlTcGVuZBILCgNkYXkYASABKAkSHwoFc3BlbmQYAiABKAsyEC5mYW5vdXQudjEuU3BlbmQSDAoEcnVucxgDIAEoAyI7CghSdW5TcGVuZBIOCgZydW5faWQYASABKAkSHwoFc3BlbmQYAiABKAsyEC5mYW5vdXQudjEuU3BlbmQiegoQR2V0U3BlbmRSZXNwb25zZRIhCgRkYXlzGAEgAygLMhMuZmFub3V0LnYxLkRheVNwZW5kEiEKBHJ1bnMYAiADKAsyEy5mYW5vdXQudjEuUnVuU3BlbmQSEAoIZnJvbV9kYXkYAyABKAkSDgoGdG9fZGF5GAQgASgJMtQKChNPcmNoZXN0cmF0b3JTZXJ2aWNlEjYKA1J1bhIVLmZhbm91dC52MS5SdW5SZXF1ZXN0GhYuZmFub3V0LnYxLlJ1blJlc3BvbnNlMAESWwoIU3RhcnRSdW4SGi5mYW5vdXQudjEuU3RhcnRSdW5SZXF1ZXN0GhsuZmFub3V0LnYxLlN0YXJ0UnVuUmVzcG9uc2UiFoLT5JMCEDoEc3BlYyIIL3YxL3J1bnMSSgoIV2F0Y2hSdW4SGi5mYW5vdXQudjEuV2F0Y2hSdW5SZXF1ZXN0GhsuZmFub3V0LnYxLldhdGNoUnVuUmVzcG9uc2UiA5ACATABElsKBkdldFJ1bhIYLmZhbm91dC52MS5HZXRSdW5SZXF1ZXN0GhkuZmFub3V0LnYxLkdldFJ1blJlc3BvbnNlIhyQAgGC0+STAhMSES92MS9ydW5zL3tydW5faWR9Em4KCUNhbmNlbFJ1bhIbLmZhbm91dC52MS5DYW5jZWxSdW5SZXF1ZXN0GhwuZmFub3V0LnYxLkNhbmNlbFJ1blJlc3BvbnNlIiaQAgKC0+STAh06ASoiGC92MS9ydW5zL3tydW5faWR9OmNhbmNlbBJYCghMaXN0UnVucxIaLmZhbm91dC52MS5MaXN0UnVuc1JlcXVlc3QaGy5mYW5vdXQudjEuTGlzdFJ1bnNSZXNwb25zZSITkAIBgtPkkwIKEggvdjEvcnVucxJzCgxMaXN0UnVuVGFza3MSHi5mYW5vdXQudjEuTGlzdFJ1blRhc2tzUmVxdWVzdBofLmZhbm91dC52MS5MaXN0UnVuVGFza3NSZXNwb25zZSIikAIBgtPkkwIZEhcvdjEvcnVucy97cnVuX2lkfS90YXNrcxJzCgxMaXN0UnVuRmFjdHMSHi5mYW5vdXQudjEuTGlzdFJ1bkZhY3RzUmVxdWVzdBofLmZhbm91dC52MS5MaXN0UnVuRmFjdHNSZXNwb25zZSIikAIBgtPkkwIZEhcvdjEvcnVucy97cnVuX2lkfS9mYWN0cxJsCg1MaXN0QXBwcm92YWxzEh8uZmFub3V0LnYxLkxpc3RBcHByb3ZhbHNSZXF1ZXN0GiAuZmFub3V0LnYxLkxpc3RBcHByb3ZhbHNSZXNwb25zZSIYkAIBgtPkkwIPEg0vdjEvYXBwcm92YWxzEocBCg9BcHByb3ZlVG9vbENhbGwSIS5mYW5vdXQudjEuQXBwcm92ZVRvb2xDYWxsUmVxdWVzdBoiLmZhbm91dC52MS5BcHByb3ZlVG9vbENhbGxSZXNwb25zZSItkAICgtPkkwIkOgEqIh8vdjEvYXBwcm92YWxzL3tjYWxsX2lkfTphcHByb3ZlEnsKDERlbnlUb29sQ2FsbBIeLmZhbm91dC52MS5EZW55VG9vbENhbGxSZXF1ZXN0Gh8uZmFub3V0LnYxLkRlbnlUb29sQ2FsbFJlc3BvbnNlIiqQAgKC0+STAiE6ASoiHC92MS9hcHByb3ZhbHMve2NhbGxfaWR9OmRlbnkSewoNTGlzdFRvb2xDYWxscxIfLmZhbm91dC52MS5MaXN0VG9vbENhbGxzUmVxdWVzdBogLmZhbm91dC52MS5MaXN0VG9vbENhbGxzUmVzcG9uc2UiJ5ACAYLT5JMCHhIcL3YxL3J1bnMve3J1bl9pZH0vdG9vbC1jYWxscxJZCghHZXRTcGVuZBIaLmZhbm91dC52MS5HZXRTcGVuZFJlcXVlc3QaGy5mYW5vdXQudjEuR2V0U3BlbmRSZXNwb25zZSIUkAIBgtPkkwILEgkvdjEvc3BlbmRCM1oxZ2l0aHViLmNvbS9mYW5vdXQvZmFub3V0L3Byb3RvL2Zhbm91dC92MTtmYW5vdXR2MWIGcHJvdG8z", [file_fanout_v1_run, file_google_api_annotations, file_google_protobuf_timestamp]);
 
 /**
  * RunRequest is the request of OrchestratorService.Run.
@@ -304,7 +304,9 @@ export type ListRunsResponse = Message<"fanout.v1.ListRunsResponse"> & {
   /**
    * The runs of this page, newest first, as summaries: state, cause, budget,
    * labels, times and each task's status, spend and worker, but no spec, no
-   * result and no task summaries. GetRun returns a run in full.
+   * result and no task summaries. GetRun returns a run in full. A summary's
+   * tasks are cut as GetRun's are (Run.task_count,
+   * Run.tasks_next_page_token).
    *
    * @generated from field: repeated fanout.v1.Run runs = 1;
    */
@@ -324,6 +326,157 @@ export type ListRunsResponse = Message<"fanout.v1.ListRunsResponse"> & {
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
   messageDesc(file_fanout_v1_orchestrator, 11);
+
+/**
+ * ListRunTasksRequest is the request of OrchestratorService.ListRunTasks.
+ *
+ * @generated from message fanout.v1.ListRunTasksRequest
+ */
+export type ListRunTasksRequest = Message<"fanout.v1.ListRunTasksRequest"> & {
+  /**
+   * Required. The run whose tasks to list.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The most tasks to return. 0 means the server default (100); values
+   * above the server maximum (1,000) are lowered to it. Must be >= 0. A
+   * page may hold fewer tasks than asked, when its encoded size would pass
+   * 2 MiB; follow next_page_token for the rest.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * Token from a previous ListRunTasksResponse.next_page_token, or from
+   * Run.tasks_next_page_token or JoinedResult.tasks_next_page_token, to
+   * continue that listing; empty for the first page (the run's first
+   * task). run_id must match the call that produced it.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message fanout.v1.ListRunTasksRequest.
+ * Use `create(ListRunTasksRequestSchema)` to create a new message.
+ */
+export const ListRunTasksRequestSchema: GenMessage<ListRunTasksRequest> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 12);
+
+/**
+ * ListRunTasksResponse is the response of OrchestratorService.ListRunTasks.
+ *
+ * @generated from message fanout.v1.ListRunTasksResponse
+ */
+export type ListRunTasksResponse = Message<"fanout.v1.ListRunTasksResponse"> & {
+  /**
+   * The tasks of this page, in dispatch order.
+   *
+   * @generated from field: repeated fanout.v1.TaskOutcome tasks = 1;
+   */
+  tasks: TaskOutcome[];
+
+  /**
+   * Token for the next page; empty when there are no more tasks.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * How many tasks the run has.
+   *
+   * @generated from field: int32 task_count = 3;
+   */
+  taskCount: number;
+};
+
+/**
+ * Describes the message fanout.v1.ListRunTasksResponse.
+ * Use `create(ListRunTasksResponseSchema)` to create a new message.
+ */
+export const ListRunTasksResponseSchema: GenMessage<ListRunTasksResponse> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 13);
+
+/**
+ * ListRunFactsRequest is the request of OrchestratorService.ListRunFacts.
+ *
+ * @generated from message fanout.v1.ListRunFactsRequest
+ */
+export type ListRunFactsRequest = Message<"fanout.v1.ListRunFactsRequest"> & {
+  /**
+   * Required. The run whose joined facts to list.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The most facts to return. 0 means the server default (100); values
+   * above the server maximum (1,000) are lowered to it. Must be >= 0. A
+   * page may hold fewer facts than asked, when its encoded size would pass
+   * 2 MiB; follow next_page_token for the rest.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * Token from a previous ListRunFactsResponse.next_page_token, or from
+   * JoinedResult.facts_next_page_token, to continue that listing; empty for
+   * the first page. run_id must match the call that produced it.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message fanout.v1.ListRunFactsRequest.
+ * Use `create(ListRunFactsRequestSchema)` to create a new message.
+ */
+export const ListRunFactsRequestSchema: GenMessage<ListRunFactsRequest> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 14);
+
+/**
+ * ListRunFactsResponse is the response of OrchestratorService.ListRunFacts.
+ *
+ * @generated from message fanout.v1.ListRunFactsResponse
+ */
+export type ListRunFactsResponse = Message<"fanout.v1.ListRunFactsResponse"> & {
+  /**
+   * The facts of this page, in the joined result's order.
+   *
+   * @generated from field: repeated fanout.v1.Fact facts = 1;
+   */
+  facts: Fact[];
+
+  /**
+   * Token for the next page; empty when there are no more facts.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+
+  /**
+   * How many facts the joined result has (0 while the run is running).
+   *
+   * @generated from field: int32 fact_count = 3;
+   */
+  factCount: number;
+};
+
+/**
+ * Describes the message fanout.v1.ListRunFactsResponse.
+ * Use `create(ListRunFactsResponseSchema)` to create a new message.
+ */
+export const ListRunFactsResponseSchema: GenMessage<ListRunFactsResponse> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 15);
 
 /**
  * PendingToolCall is a write that waits for approval.
@@ -387,7 +540,7 @@ export type PendingToolCall = Message<"fanout.v1.PendingToolCall"> & {
  * Use `create(PendingToolCallSchema)` to create a new message.
  */
 export const PendingToolCallSchema: GenMessage<PendingToolCall> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 12);
+  messageDesc(file_fanout_v1_orchestrator, 16);
 
 /**
  * ToolCallDecision is a recorded decision on a write.
@@ -457,7 +610,7 @@ export type ToolCallDecision = Message<"fanout.v1.ToolCallDecision"> & {
  * Use `create(ToolCallDecisionSchema)` to create a new message.
  */
 export const ToolCallDecisionSchema: GenMessage<ToolCallDecision> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 13);
+  messageDesc(file_fanout_v1_orchestrator, 17);
 
 /**
  * ListApprovalsRequest is the request of OrchestratorService.ListApprovals.
@@ -473,7 +626,8 @@ export type ListApprovalsRequest = Message<"fanout.v1.ListApprovalsRequest"> & {
   runId: string;
 
   /**
-   * The most calls to return: 0 means 50; at most 200.
+   * The most calls to return: 0 means 50; at most 200. A page may hold
+   * fewer, when its encoded size would pass 2 MiB.
    *
    * @generated from field: int32 page_size = 2;
    */
@@ -493,7 +647,7 @@ export type ListApprovalsRequest = Message<"fanout.v1.ListApprovalsRequest"> & {
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 14);
+  messageDesc(file_fanout_v1_orchestrator, 18);
 
 /**
  * ListApprovalsResponse is the response of OrchestratorService.ListApprovals.
@@ -521,7 +675,7 @@ export type ListApprovalsResponse = Message<"fanout.v1.ListApprovalsResponse"> &
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 15);
+  messageDesc(file_fanout_v1_orchestrator, 19);
 
 /**
  * ApproveToolCallRequest is the request of OrchestratorService.ApproveToolCall.
@@ -549,7 +703,7 @@ export type ApproveToolCallRequest = Message<"fanout.v1.ApproveToolCallRequest">
  * Use `create(ApproveToolCallRequestSchema)` to create a new message.
  */
 export const ApproveToolCallRequestSchema: GenMessage<ApproveToolCallRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 16);
+  messageDesc(file_fanout_v1_orchestrator, 20);
 
 /**
  * ApproveToolCallResponse is the response of OrchestratorService.ApproveToolCall.
@@ -570,7 +724,7 @@ export type ApproveToolCallResponse = Message<"fanout.v1.ApproveToolCallResponse
  * Use `create(ApproveToolCallResponseSchema)` to create a new message.
  */
 export const ApproveToolCallResponseSchema: GenMessage<ApproveToolCallResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 17);
+  messageDesc(file_fanout_v1_orchestrator, 21);
 
 /**
  * DenyToolCallRequest is the request of OrchestratorService.DenyToolCall.
@@ -598,7 +752,7 @@ export type DenyToolCallRequest = Message<"fanout.v1.DenyToolCallRequest"> & {
  * Use `create(DenyToolCallRequestSchema)` to create a new message.
  */
 export const DenyToolCallRequestSchema: GenMessage<DenyToolCallRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 18);
+  messageDesc(file_fanout_v1_orchestrator, 22);
 
 /**
  * DenyToolCallResponse is the response of OrchestratorService.DenyToolCall.
@@ -619,7 +773,7 @@ export type DenyToolCallResponse = Message<"fanout.v1.DenyToolCallResponse"> & {
  * Use `create(DenyToolCallResponseSchema)` to create a new message.
  */
 export const DenyToolCallResponseSchema: GenMessage<DenyToolCallResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 19);
+  messageDesc(file_fanout_v1_orchestrator, 23);
 
 /**
  * ListToolCallsRequest is the request of OrchestratorService.ListToolCalls.
@@ -635,7 +789,9 @@ export type ListToolCallsRequest = Message<"fanout.v1.ListToolCallsRequest"> & {
   runId: string;
 
   /**
-   * The most calls to return: 0 means 50; at most 200.
+   * The most calls to return: 0 means 50; at most 200. A page may hold
+   * fewer, when its encoded size would pass 2 MiB (a call's error may be
+   * up to 1 MiB).
    *
    * @generated from field: int32 page_size = 2;
    */
@@ -655,7 +811,7 @@ export type ListToolCallsRequest = Message<"fanout.v1.ListToolCallsRequest"> & {
  * Use `create(ListToolCallsRequestSchema)` to create a new message.
  */
 export const ListToolCallsRequestSchema: GenMessage<ListToolCallsRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 20);
+  messageDesc(file_fanout_v1_orchestrator, 24);
 
 /**
  * ToolCall is one write a subagent asked for, as the write log holds it.
@@ -778,7 +934,7 @@ export type ToolCall = Message<"fanout.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 21);
+  messageDesc(file_fanout_v1_orchestrator, 25);
 
 /**
  * ListToolCallsResponse is the response of OrchestratorService.ListToolCalls.
@@ -806,7 +962,7 @@ export type ListToolCallsResponse = Message<"fanout.v1.ListToolCallsResponse"> &
  * Use `create(ListToolCallsResponseSchema)` to create a new message.
  */
 export const ListToolCallsResponseSchema: GenMessage<ListToolCallsResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 22);
+  messageDesc(file_fanout_v1_orchestrator, 26);
 
 /**
  * GetSpendRequest is the request of OrchestratorService.GetSpend.
@@ -851,7 +1007,7 @@ export type GetSpendRequest = Message<"fanout.v1.GetSpendRequest"> & {
  * Use `create(GetSpendRequestSchema)` to create a new message.
  */
 export const GetSpendRequestSchema: GenMessage<GetSpendRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 23);
+  messageDesc(file_fanout_v1_orchestrator, 27);
 
 /**
  * Spend is tokens spent and what they cost in one currency. A cost is a
@@ -917,7 +1073,7 @@ export type Spend = Message<"fanout.v1.Spend"> & {
  * Use `create(SpendSchema)` to create a new message.
  */
 export const SpendSchema: GenMessage<Spend> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 24);
+  messageDesc(file_fanout_v1_orchestrator, 28);
 
 /**
  * DaySpend is a tenant's spend on one UTC day in one currency.
@@ -952,7 +1108,7 @@ export type DaySpend = Message<"fanout.v1.DaySpend"> & {
  * Use `create(DaySpendSchema)` to create a new message.
  */
 export const DaySpendSchema: GenMessage<DaySpend> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 25);
+  messageDesc(file_fanout_v1_orchestrator, 29);
 
 /**
  * RunSpend is one run's spend in one currency.
@@ -980,7 +1136,7 @@ export type RunSpend = Message<"fanout.v1.RunSpend"> & {
  * Use `create(RunSpendSchema)` to create a new message.
  */
 export const RunSpendSchema: GenMessage<RunSpend> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 26);
+  messageDesc(file_fanout_v1_orchestrator, 30);
 
 /**
  * GetSpendResponse is the response of OrchestratorService.GetSpend.
@@ -1023,7 +1179,7 @@ export type GetSpendResponse = Message<"fanout.v1.GetSpendResponse"> & {
  * Use `create(GetSpendResponseSchema)` to create a new message.
  */
 export const GetSpendResponseSchema: GenMessage<GetSpendResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 27);
+  messageDesc(file_fanout_v1_orchestrator, 31);
 
 /**
  * OrchestratorService accepts runs, fans their tasks out to workers under one
@@ -1037,6 +1193,17 @@ export const GetSpendResponseSchema: GenMessage<GetSpendResponse> = /*@__PURE__*
  * never returned for a reused idempotency key (the existing run is
  * returned instead) unless the spec differs from the stored one, which is
  * FAILED_PRECONDITION.
+ *
+ * Sizes: no response message (nor any message of a stream) grows with the
+ * size of a run. Each stays under 2 MiB encoded, half of gRPC's default
+ * 4 MiB receive limit, whatever the run's number of tasks and facts: a run
+ * (GetRun, CancelRun, RunStarted, ListRuns) and a joined result
+ * (RunFinished) carry the first tasks and facts that fit, their totals and
+ * a page token for the rest, which ListRunTasks and ListRunFacts page
+ * through; a list page ends early (with a next_page_token) rather than pass
+ * the cap. The one exception is a single item bigger than a page's cap on
+ * its own (one task's summary, one tool call's error): a page holds at
+ * least one item, so that a listing always moves on.
  *
  * @generated from service fanout.v1.OrchestratorService
  */
@@ -1086,7 +1253,9 @@ export const OrchestratorService: GenService<{
     output: typeof WatchRunResponseSchema;
   },
   /**
-   * GetRun returns a run's current state.
+   * GetRun returns a run's current state. A large run's tasks, facts and
+   * spec are cut to fit the response under 2 MiB (see Run and
+   * JoinedResult); ListRunTasks and ListRunFacts page through the rest.
    *
    * @generated from rpc fanout.v1.OrchestratorService.GetRun
    */
@@ -1117,6 +1286,31 @@ export const OrchestratorService: GenService<{
     methodKind: "unary";
     input: typeof ListRunsRequestSchema;
     output: typeof ListRunsResponseSchema;
+  },
+  /**
+   * ListRunTasks lists a run's tasks' current outcomes (as Run.tasks holds
+   * them, summaries included), in dispatch order: the rest of a run whose
+   * tasks did not all fit in GetRun. Needs scope read, as GetRun.
+   *
+   * @generated from rpc fanout.v1.OrchestratorService.ListRunTasks
+   */
+  listRunTasks: {
+    methodKind: "unary";
+    input: typeof ListRunTasksRequestSchema;
+    output: typeof ListRunTasksResponseSchema;
+  },
+  /**
+   * ListRunFacts lists the facts of a run's joined result
+   * (JoinedResult.facts), in their order: the rest of a result whose facts
+   * did not all fit in GetRun or RunFinished. Empty while the run is
+   * running (it has no result yet). Needs scope read, as GetRun.
+   *
+   * @generated from rpc fanout.v1.OrchestratorService.ListRunFacts
+   */
+  listRunFacts: {
+    methodKind: "unary";
+    input: typeof ListRunFactsRequestSchema;
+    output: typeof ListRunFactsResponseSchema;
   },
   /**
    * ListApprovals lists the caller's tenant's writes that wait for

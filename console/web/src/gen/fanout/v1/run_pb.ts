@@ -12,11 +12,11 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fanout/v1/run.proto.
  */
 export const file_fanout_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEiqQMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSLgoGbGFiZWxzGBQgAygLMh4uZmFub3V0LnYxLlJ1blNwZWMuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKwAQoIVGFza1NwZWMSCgoCaWQYASABKAkSEwoLaW5zdHJ1Y3Rpb24YAiABKAkSFAoMdG9rZW5fYnVkZ2V0GAMgASgDEhYKDm1heF9pdGVyYXRpb25zGAQgASgFEhUKDWFsbG93ZWRfdG9vbHMYBSADKAkSEgoKZGVwZW5kc19vbhgGIAMoCRIqCgd0aW1lb3V0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIqYCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKgAQoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAki1AMKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0Ei4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijQUKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIAEIHCgVldmVudCJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJdCg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBkIzWjFnaXRodWIuY29tL2Zhbm91dC9mYW5vdXQvcHJvdG8vZmFub3V0L3YxO2Zhbm91dHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEiqQMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSLgoGbGFiZWxzGBQgAygLMh4uZmFub3V0LnYxLlJ1blNwZWMuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKwAQoIVGFza1NwZWMSCgoCaWQYASABKAkSEwoLaW5zdHJ1Y3Rpb24YAiABKAkSFAoMdG9rZW5fYnVkZ2V0GAMgASgDEhYKDm1heF9pdGVyYXRpb25zGAQgASgFEhUKDWFsbG93ZWRfdG9vbHMYBSADKAkSEgoKZGVwZW5kc19vbhgGIAMoCRIqCgd0aW1lb3V0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIqYCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkimQQKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEi4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijQUKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIAEIHCgVldmVudCJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJdCg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBkIzWjFnaXRodWIuY29tL2Zhbm91dC9mYW5vdXQvcHJvdG8vZmFub3V0L3YxO2Zhbm91dHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * RunSpec is everything a caller submits to start a run. It is stored with
- * the run and returned unchanged in Run.spec.
+ * the run and returned unchanged in Run.spec (up to 384 KiB; see Run.spec).
  *
  * @generated from message fanout.v1.RunSpec
  */
@@ -594,19 +594,27 @@ export const BudgetSnapshotSchema: GenMessage<BudgetSnapshot> = /*@__PURE__*/
 /**
  * JoinedResult is the outcome of a run's join.
  *
+ * Served (in GetRun, CancelRun and RunFinished) its facts and tasks are cut
+ * to the first that fit in 384 KiB each, encoded, so that the message that
+ * carries it stays under 2 MiB whatever the size of the run: fact_count and
+ * task_count say how many there are, and facts_next_page_token and
+ * tasks_next_page_token continue with ListRunFacts and ListRunTasks.
+ *
  * @generated from message fanout.v1.JoinedResult
  */
 export type JoinedResult = Message<"fanout.v1.JoinedResult"> & {
   /**
    * Facts from every task's summary, in dispatch order, with duplicates
-   * merged into one fact that keeps all their sources.
+   * merged into one fact that keeps all their sources. Served: the first
+   * that fit (see above).
    *
    * @generated from field: repeated fanout.v1.Fact facts = 1;
    */
   facts: Fact[];
 
   /**
-   * Every task's outcome in dispatch order, failed ones included.
+   * Every task's outcome in dispatch order, failed ones included. Served:
+   * the first that fit (see above).
    *
    * @generated from field: repeated fanout.v1.TaskOutcome tasks = 2;
    */
@@ -634,6 +642,36 @@ export type JoinedResult = Message<"fanout.v1.JoinedResult"> & {
    * @generated from field: string synthesis_skipped_reason = 5;
    */
   synthesisSkippedReason: string;
+
+  /**
+   * How many facts the result has, whether or not facts holds them all.
+   *
+   * @generated from field: int32 fact_count = 6;
+   */
+  factCount: number;
+
+  /**
+   * Set when facts holds fewer than fact_count: the page_token of
+   * ListRunFacts for the facts after them. Empty otherwise.
+   *
+   * @generated from field: string facts_next_page_token = 7;
+   */
+  factsNextPageToken: string;
+
+  /**
+   * How many tasks the result has, whether or not tasks holds them all.
+   *
+   * @generated from field: int32 task_count = 8;
+   */
+  taskCount: number;
+
+  /**
+   * Set when tasks holds fewer than task_count: the page_token of
+   * ListRunTasks for the tasks after them. Empty otherwise.
+   *
+   * @generated from field: string tasks_next_page_token = 9;
+   */
+  tasksNextPageToken: string;
 };
 
 /**
@@ -645,6 +683,12 @@ export const JoinedResultSchema: GenMessage<JoinedResult> = /*@__PURE__*/
 
 /**
  * Run is a run's stored state.
+ *
+ * Served (GetRun, CancelRun, RunStarted, ListRuns) a run stays under 2 MiB
+ * encoded whatever its size: its tasks are cut to the first that fit in
+ * 384 KiB (task_count says how many there are, tasks_next_page_token
+ * continues with ListRunTasks), its result as JoinedResult says, and its
+ * spec as spec says.
  *
  * @generated from message fanout.v1.Run
  */
@@ -687,7 +731,12 @@ export type Run = Message<"fanout.v1.Run"> & {
   cancelCause: string;
 
   /**
-   * The spec as submitted.
+   * The spec as submitted, when it is at most 384 KiB encoded. A larger
+   * spec is served with its tasks cut to the first that fit in 384 KiB, or
+   * unset when its other fields alone pass that (a very long goal); then
+   * spec_cut is true. The rest of a cut spec is not served: the caller
+   * submitted it, and every task's id and outcome is in tasks and
+   * ListRunTasks.
    *
    * @generated from field: fanout.v1.RunSpec spec = 10;
    */
@@ -701,7 +750,8 @@ export type Run = Message<"fanout.v1.Run"> & {
   budget?: BudgetSnapshot | undefined;
 
   /**
-   * Every task's current outcome, in dispatch order.
+   * Every task's current outcome, in dispatch order. Served: the first that
+   * fit (see above).
    *
    * @generated from field: repeated fanout.v1.TaskOutcome tasks = 12;
    */
@@ -713,6 +763,28 @@ export type Run = Message<"fanout.v1.Run"> & {
    * @generated from field: fanout.v1.JoinedResult result = 13;
    */
   result?: JoinedResult | undefined;
+
+  /**
+   * How many tasks the run has, whether or not tasks holds them all.
+   *
+   * @generated from field: int32 task_count = 14;
+   */
+  taskCount: number;
+
+  /**
+   * Set when tasks holds fewer than task_count: the page_token of
+   * ListRunTasks for the tasks after them. Empty otherwise.
+   *
+   * @generated from field: string tasks_next_page_token = 15;
+   */
+  tasksNextPageToken: string;
+
+  /**
+   * Whether spec was cut (or left out) to fit; see spec.
+   *
+   * @generated from field: bool spec_cut = 16;
+   */
+  specCut: boolean;
 
   /**
    * When the run was accepted (Postgres time).
@@ -1058,7 +1130,8 @@ export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
  */
 export type RunStarted = Message<"fanout.v1.RunStarted"> & {
   /**
-   * The run as accepted: state RUNNING, every task PENDING.
+   * The run as accepted: state RUNNING, every task PENDING. A large run's
+   * tasks and spec are cut as Run says (task_count, tasks_next_page_token).
    *
    * @generated from field: fanout.v1.Run run = 1;
    */
@@ -1275,7 +1348,8 @@ export type RunFinished = Message<"fanout.v1.RunFinished"> & {
   cancelCause: string;
 
   /**
-   * The joined result.
+   * The joined result, its facts and tasks cut as JoinedResult says
+   * (fact_count, facts_next_page_token, task_count, tasks_next_page_token).
    *
    * @generated from field: fanout.v1.JoinedResult result = 3;
    */
