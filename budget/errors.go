@@ -114,10 +114,22 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 // ValidationErrors is everything wrong with one request, reported together.
 type ValidationErrors []*ValidationError
 
+// MaxReported is how many violations an error names; past it the rest are
+// counted ("and 1980 more"), so that one mistake copied over 2,000 tasks
+// costs an answer of a few kilobytes, not one line per task.
+const MaxReported = 20
+
+// Reported is the violations an error names: the first MaxReported.
+func (e ValidationErrors) Reported() ValidationErrors { return e[:min(len(e), MaxReported)] }
+
 func (e ValidationErrors) Error() string {
-	parts := make([]string, len(e))
-	for i, v := range e {
+	shown := e.Reported()
+	parts := make([]string, len(shown), len(shown)+1)
+	for i, v := range shown {
 		parts[i] = v.Error()
+	}
+	if more := len(e) - len(shown); more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -385,13 +385,13 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 					slow.MaxLag, slow.For, after)}}})
 	case errors.As(err, &ve):
 		br := &errdetails.BadRequest{}
-		for _, fv := range ve {
+		for _, fv := range ve.Reported() {
 			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
 				Field: fv.Field, Description: fv.Reason})
 		}
 		if ve.OverCap() {
 			qf := &errdetails.QuotaFailure{}
-			for _, fv := range ve {
+			for _, fv := range ve.Reported() {
 				qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
 					Subject: fv.Field, Description: fv.Reason})
 			}
