@@ -111,6 +111,9 @@ type Authenticator struct {
 	unknown map[string]time.Time // the negative cache: id -> until when
 	known   map[string]struct{}  // the known ids
 	streams map[string]map[*streamEntry]struct{}
+	// lookups are the lookups of key ids under way (lookupKey): the calls
+	// of one id wait for one query.
+	lookups map[string]*keyLookup
 
 	// loop polls every PollInterval, and at once when a notification says
 	// something changed (wake).
@@ -129,7 +132,7 @@ func NewAuthenticator(keys tenant.KeyLookup, cfg Config) *Authenticator {
 		cfg.Logger = slog.Default()
 	}
 	return &Authenticator{keys: keys, cfg: cfg, cache: map[string]*cached{}, unknown: map[string]time.Time{},
-		streams: map[string]map[*streamEntry]struct{}{}, loop: poll.New()}
+		streams: map[string]map[*streamEntry]struct{}{}, lookups: map[string]*keyLookup{}, loop: poll.New()}
 }
 
 // RevokedError is the cause of a stream ended because its key died. It is
@@ -165,24 +168,12 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (tenant.
 		return tenant.Principal{}, nil, errUnauthenticated(keyID)
 	}
 	if c == nil {
-		rec, err := a.keys.LookupKey(ctx, keyID)
-		switch {
-		case errors.Is(err, tenant.ErrKeyNotFound):
-			a.rememberUnknown(keyID)
-			return tenant.Principal{}, nil, errUnauthenticated(keyID)
-		case err != nil:
+		if c, err = a.lookupKey(ctx, keyID); err != nil {
+			if errors.Is(err, tenant.ErrKeyNotFound) {
+				return tenant.Principal{}, nil, errUnauthenticated(keyID)
+			}
 			a.cfg.Logger.ErrorContext(ctx, "look up API key", "key_id", keyID, "err", err)
 			return tenant.Principal{}, nil, status.Error(codes.Unavailable, "cannot check the credential now; retry")
-		}
-		c = &cached{rec: rec}
-		if rec.Live {
-			a.mu.Lock()
-			if prev := a.cache[keyID]; prev != nil {
-				c = prev
-			} else {
-				a.cache[keyID] = c
-			}
-			a.mu.Unlock()
 		}
 	}
 	if subtle.ConstantTimeCompare(c.rec.SecretSHA256, digest) != 1 {
@@ -192,6 +183,75 @@ func (a *Authenticator) authenticate(ctx context.Context, token string) (tenant.
 		return tenant.Principal{}, nil, status.Errorf(codes.Unauthenticated, "API key %s was revoked or has expired", keyID)
 	}
 	return principal(keyID, c.rec), c, nil
+}
+
+// keyLookup is a lookup of a key id under way, which the calls of the
+// same id wait for until done is closed.
+type keyLookup struct {
+	done chan struct{}
+	c    *cached
+	err  error
+	// abandoned: the call that looked it up ended first, and err says so
+	// rather than anything about the key.
+	abandoned bool
+}
+
+// lookupKey looks key id up in the database, once for all the calls that
+// ask for it at the same time: a client's burst of first calls with a key
+// this process has not cached costs one query (and the node's admission
+// lets such a burst share one share of the unauthenticated budget). The
+// key found is cached if live, an id not found goes to the negative cache
+// (tenant.ErrKeyNotFound), before the next call can miss both. A call
+// waits for the lookup under way until its own ctx ends; if the call that
+// looked it up ended before the answer, the next looks it up again.
+func (a *Authenticator) lookupKey(ctx context.Context, id string) (*cached, error) {
+	for {
+		a.mu.Lock()
+		l := a.lookups[id]
+		lead := l == nil
+		if lead {
+			l = &keyLookup{done: make(chan struct{})}
+			a.lookups[id] = l
+		}
+		a.mu.Unlock()
+		if lead {
+			a.lookUp(ctx, id, l)
+			return l.c, l.err
+		}
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if !l.abandoned {
+			return l.c, l.err
+		}
+	}
+}
+
+// lookUp runs lookup l of key id, keeps what it found (the cache, the
+// negative cache) and ends l, in the same critical section: a call that
+// finds no lookup under way finds its result.
+func (a *Authenticator) lookUp(ctx context.Context, id string, l *keyLookup) {
+	rec, err := a.keys.LookupKey(ctx, id)
+	if errors.Is(err, tenant.ErrKeyNotFound) {
+		a.rememberUnknown(id)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case err != nil:
+		l.err, l.abandoned = err, ctx.Err() != nil
+	case !rec.Live:
+		l.c = &cached{rec: rec}
+	case a.cache[id] != nil:
+		l.c = a.cache[id]
+	default:
+		l.c = &cached{rec: rec}
+		a.cache[id] = l.c
+	}
+	delete(a.lookups, id)
+	close(l.done)
 }
 
 // principal is who a call of key id, whose record is rec, acts as.

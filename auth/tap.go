@@ -87,6 +87,27 @@ func (a *Authenticator) TapCredential(vals []string) (TapClass, tenant.Principal
 	return TapVerified, principal(keyID, c.rec)
 }
 
+// Credential is who an authorization header's values (as TapCredential
+// reads them) say a call is, as one string: its key id and the SHA-256 of
+// its secret, the same for every call presenting the same key and secret
+// and different for any other; "" for none or a malformed one. The node's
+// admission lets the calls of one credential waiting for its key's lookup
+// share that lookup.
+func Credential(vals []string) string {
+	if len(vals) != 1 {
+		return ""
+	}
+	token, ok := strings.CutPrefix(vals[0], "Bearer ")
+	if !ok {
+		return ""
+	}
+	keyID, digest, err := ParseToken(strings.TrimSpace(token))
+	if err != nil {
+		return ""
+	}
+	return keyID + ":" + string(digest)
+}
+
 // ErrKnownBad is the status the interceptor answers a call of key id
 // (TapKnownBad's principal's KeyID): the same as for any failed
 // authentication, so that an unknown id and a wrong secret cannot be told

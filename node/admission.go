@@ -48,11 +48,64 @@ type preauth struct {
 	wait time.Duration
 	// what names the budget in a refusal.
 	what string
+
+	// burstSize is how many calls presenting one credential one share
+	// admits (tryJoin): a call waiting for its key's lookup, its body not
+	// read, holds its HTTP/2 stream and at most callerWindow of its body,
+	// so a share of the receive limit covers receive limit / callerWindow
+	// of them (128 with the defaults).
+	burstSize int
+	mu        sync.Mutex
+	bursts    map[string]*burst // by credential (auth.Credential)
+}
+
+// burst is the calls presenting one credential that share one share of a
+// preauth budget while its key is looked up (the first call looks it up,
+// the others wait for its answer, auth.Authenticator's lookupKey): the
+// share is given back when the last of them is authenticated or ends, and
+// each is ended at the deadline of the first if not authenticated by then.
+type burst struct {
+	calls    int // admitted, not yet authenticated or ended
+	deadline time.Time
 }
 
 func newPreauth(budgetBytes int64, recvLimit int, wait time.Duration, what string) *preauth {
 	n := max(1, min(budgetBytes/int64(max(recvLimit, 1)), unauthenticatedCalls))
-	return &preauth{max: n, sem: semaphore.NewWeighted(n), wait: wait, what: what}
+	return &preauth{max: n, sem: semaphore.NewWeighted(n), wait: wait, what: what,
+		burstSize: max(1, recvLimit/callerWindow), bursts: map[string]*burst{}}
+}
+
+// tryJoin admits a call presenting credential cred: into the burst of cred
+// under way if it has room, else into a new one that takes a share of the
+// budget (as does one whose burst is full or past its deadline); it
+// reports false when none is left. It never waits. deadline is when the
+// call is ended unless authenticated: its burst's.
+func (p *preauth) tryJoin(cred string) (release func(), deadline time.Time, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.bursts[cred]
+	if b == nil || b.calls >= p.burstSize || !time.Now().Before(b.deadline) {
+		if !p.sem.TryAcquire(1) {
+			return nil, time.Time{}, false
+		}
+		b = &burst{deadline: time.Now().Add(p.wait)}
+		p.bursts[cred] = b
+	}
+	b.calls++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if b.calls--; b.calls > 0 {
+				return
+			}
+			if p.bursts[cred] == b {
+				delete(p.bursts, cred)
+			}
+			p.sem.Release(1)
+		})
+	}, b.deadline, true
 }
 
 // tryAcquire takes one call's share of the budget, or reports false when
@@ -131,13 +184,15 @@ func releaseAdmission(ctx context.Context) (tenantRelease func()) {
 // its quota of requests being read; any other (an unverified key, an open
 // method) takes a share of the unverified or open budget, given back after
 // authentication or when the call ends, and is ended if it is not
-// authenticated within the budget's wait. A call is refused
+// authenticated within the budget's wait. The calls of one credential
+// whose key is to be looked up share a share (preauth.tryJoin): a client's
+// burst of first calls with a new key costs one. A call is refused
 // RESOURCE_EXHAUSTED when none is left. It runs on the connection's reader:
 // it never blocks and never queries the database.
 func callerTap(keys *auth.Authenticator, adm callerAdmission) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		class, who := keys.Tap(info.FullMethodName, info.Header)
-		return adm.admit(ctx, info.FullMethodName, class, who)
+		return adm.admit(ctx, info.FullMethodName, class, who, credential(class, info.Header.Get("authorization")))
 	}
 }
 
@@ -145,9 +200,11 @@ func callerTap(keys *auth.Authenticator, adm callerAdmission) tap.ServerInHandle
 // verified key) before its body is read, as callerTap says, and returns the
 // context it runs in: a key this process knows to be bad is refused
 // UNAUTHENTICATED, and a verified key that lacks the method's scope
-// PERMISSION_DENIED, before the body. It never blocks and never queries the
-// database.
-func (adm callerAdmission) admit(ctx context.Context, method string, class auth.TapClass, who tenant.Principal) (context.Context, error) {
+// PERMISSION_DENIED, before the body. A call whose key is to be looked up
+// presents credential cred (credential; "" for the others): it joins the
+// burst of its credential (preauth.tryJoin). It never blocks and never
+// queries the database.
+func (adm callerAdmission) admit(ctx context.Context, method string, class auth.TapClass, who tenant.Principal, cred string) (context.Context, error) {
 	var p *preauth
 	switch class {
 	case auth.TapVerified:
@@ -172,33 +229,55 @@ func (adm callerAdmission) admit(ctx context.Context, method string, class auth.
 	default:
 		p = adm.unverified
 	}
+	if cred != "" {
+		release, deadline, ok := p.tryJoin(cred)
+		if !ok {
+			return nil, p.refusal()
+		}
+		return adm.admitted(ctx, release, time.Until(deadline))
+	}
 	release, ok := p.tryAcquire()
 	if !ok {
 		return nil, p.refusal()
 	}
-	return adm.admitted(ctx, p, release)
+	return adm.admitted(ctx, release, p.wait)
 }
 
-// lookup admits a call of class (TapKnown or TapUnverified) for the lookup
-// of its key, waiting for a share of its lane up to the budget's wait.
-func (adm callerAdmission) lookup(ctx context.Context, class auth.TapClass) (context.Context, error) {
+// credential is the credential (auth.Credential) of a call of class whose
+// authorization header has vals, when its key is to be looked up: its
+// calls share one lookup. "" for any other class.
+func credential(class auth.TapClass, vals []string) string {
+	if class != auth.TapUnverified && class != auth.TapKnown {
+		return ""
+	}
+	return auth.Credential(vals)
+}
+
+// lookup admits a call of class (TapKnown or TapUnverified) presenting
+// credential cred for the lookup of its key: into the burst of cred under
+// way, or a new one, if its lane has a share left; else waiting for a share
+// of its own up to the budget's wait.
+func (adm callerAdmission) lookup(ctx context.Context, class auth.TapClass, cred string) (context.Context, error) {
 	p := adm.unverified
 	if class == auth.TapKnown {
 		p = adm.known
+	}
+	if release, deadline, ok := p.tryJoin(cred); ok {
+		return adm.admitted(ctx, release, time.Until(deadline))
 	}
 	release, err := p.acquire(ctx, p.wait)
 	if err != nil {
 		return nil, err
 	}
-	return adm.admitted(ctx, p, release)
+	return adm.admitted(ctx, release, p.wait)
 }
 
-// admitted is ctx of a call holding release of p's budget: given back
-// when the call is authenticated or ends, and the call ended if it is not
-// authenticated within p's wait.
-func (adm callerAdmission) admitted(ctx context.Context, p *preauth, release func()) (context.Context, error) {
+// admitted is ctx of a call holding release of a preauth budget: given
+// back when the call is authenticated or ends, and the call ended if it is
+// not authenticated within wait.
+func (adm callerAdmission) admitted(ctx context.Context, release func(), wait time.Duration) (context.Context, error) {
 	ctx, end := context.WithCancelCause(ctx)
-	late := time.AfterFunc(p.wait, func() { end(errLate) })
+	late := time.AfterFunc(wait, func() { end(errLate) })
 	done := func() { late.Stop(); release() }
 	context.AfterFunc(ctx, done) // the stream's context ends with the call: nothing outlives it
 	return context.WithValue(ctx, admissionKey{}, &admission{release: done, end: end}), nil

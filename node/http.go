@@ -236,7 +236,7 @@ func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		class, p := h.keys.TapCredential(vals)
 		if class == auth.TapUnverified || class == auth.TapKnown {
 			// Look the key up before any byte of the body is read.
-			lookup, err := h.adm.lookup(ctx, class)
+			lookup, err := h.adm.lookup(ctx, class, auth.Credential(vals))
 			if err != nil {
 				writeStatus(w, r, status.Convert(err))
 				return
@@ -249,7 +249,7 @@ func (h *httpAdmission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			class, p = h.keys.TapCredential(vals)
 		}
-		admitted, err := h.adm.admit(ctx, method, class, p)
+		admitted, err := h.adm.admit(ctx, method, class, p, "")
 		if err != nil {
 			writeStatus(w, r, status.Convert(err))
 			return
