@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,8 +33,9 @@ type telemetry struct {
 // setupTelemetry installs global OpenTelemetry providers: spans are exported
 // over OTLP only when the standard OTEL_* variables ask for it, metrics are
 // always served as Prometheus text on metricsListen (unless empty) and
-// exported over OTLP when asked. Nothing needs a collector to start.
-func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string, log *slog.Logger) (*telemetry, error) {
+// exported over OTLP when asked. Nothing needs a collector to start. With
+// pprof, the same listener also serves Go's profiles under /debug/pprof/.
+func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string, pprof bool, log *slog.Logger) (*telemetry, error) {
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
 	if err != nil {
 		return nil, err
@@ -77,6 +79,13 @@ func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string
 		} else {
 			mux := http.NewServeMux()
 			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			if pprof {
+				mux.HandleFunc("/debug/pprof/", httppprof.Index)
+				mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
+				mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+				mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+				mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+			}
 			t.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 			t.addr = lis.Addr().String()
 			go t.metrics.Serve(lis) //nolint:errcheck // ends with Shutdown

@@ -20,7 +20,7 @@ import (
 func TestMetricsEndpoint(t *testing.T) { //nolint:paralleltest // global providers
 	ctx := t.Context()
 	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
-	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
