@@ -149,6 +149,12 @@ func run() error {
 	defer func() { _ = conn.Close() }()
 	client := fanoutv1.NewOrchestratorServiceClient(conn)
 
+	idleLive, err := live(procs)
+	if err != nil {
+		return err
+	}
+	var peakLive []int64 // at the capture, with its subagents running
+	capturedRunning := 0
 	idle := make([]sample, len(procs))
 	for i, p := range procs {
 		if idle[i], err = p.sample(); err != nil {
@@ -167,6 +173,12 @@ func run() error {
 		spec.Tasks = append(spec.Tasks, &fanoutv1.TaskSpec{Id: fmt.Sprintf("t%05d", i),
 			Instruction: fmt.Sprintf("look up item %d", i), TokenBudget: 5_000, MaxIterations: 1})
 	}
+	cpu := make(chan error, 1) // the CPU profiles taken while the run starts, with -profiles
+	if c.profiles != "" {
+		go func() { cpu <- cpuProfiles(c.profiles, procs, c.latency) }()
+	} else {
+		cpu <- nil
+	}
 	began := time.Now()
 	started, err := client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: spec})
 	if err != nil {
@@ -175,7 +187,7 @@ func run() error {
 	runID := started.GetRunId()
 
 	peak := make([]sample, len(procs)) // each field's maximum over the run
-	peakRunning, captured := 0, c.profiles == ""
+	peakRunning, captured := 0, false
 	for {
 		running := 0
 		for i, p := range procs {
@@ -190,9 +202,14 @@ func run() error {
 		}
 		peakRunning = max(peakRunning, running)
 		if !captured && running >= c.n*80/100 {
-			captured = true
-			if err := capture(c.profiles, procs); err != nil {
+			captured, capturedRunning = true, running
+			if peakLive, err = live(procs); err != nil {
 				return err
+			}
+			if c.profiles != "" {
+				if err := capture(c.profiles, procs); err != nil {
+					return err
+				}
 			}
 		}
 		if running == 0 && time.Since(began) > c.latency {
@@ -208,6 +225,9 @@ func run() error {
 		time.Sleep(c.every)
 	}
 
+	if err := <-cpu; err != nil {
+		return err
+	}
 	fmt.Printf("n=%d workers=%d latency=%v; at most %d subagents running at once (workers' fanout_subagents_running)\n",
 		c.n, c.workers, c.latency, peakRunning)
 	per := func(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024/float64(c.n)) }
@@ -232,6 +252,17 @@ func run() error {
 	fmt.Printf("%-34s %10.1fMB %10.1fMB %12s\n", "workers' stacks", mb(wStackIdle), mb(wStack), per(wStack-wStackIdle))
 	fmt.Printf("%-34s %10.1fMB %10.1fMB %12s\n", "workers' RSS", mb(wIdle), mb(wRSS), per(wRSS-wIdle))
 	fmt.Printf("%-34s %10.1fMB %10.1fMB %12s\n", "together (orchestrator + workers RSS)", mb(oi.rss+wIdle), mb(o.rss+wRSS), per(o.rss+wRSS-oi.rss-wIdle))
+	if captured {
+		var w, wi int64
+		for i := range workers {
+			w += peakLive[i]
+			wi += idleLive[i]
+		}
+		o, oi := peakLive[c.workers], idleLive[c.workers]
+		perRun := func(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024/float64(capturedRunning)) }
+		fmt.Printf("live heap after a GC, %d running:  orchestrator %s, workers %s per running subagent\n",
+			capturedRunning, perRun(o-oi), perRun(w-wi))
+	}
 	fmt.Printf("%-34s %12d %12d %12.2f\n", "orchestrator goroutines", oi.goroutines, o.goroutines, float64(o.goroutines-oi.goroutines)/float64(c.n))
 	fmt.Printf("%-34s %12d %12d %12.2f\n", "workers' goroutines", wGIdle, wG, float64(wG-wGIdle)/float64(c.n))
 	return nil
@@ -316,6 +347,7 @@ func (s sample) max(o sample) sample {
 var (
 	vmRSS      = regexp.MustCompile(`(?m)^VmRSS:\s+(\d+) kB`)
 	heapInuse  = regexp.MustCompile(`(?m)^# HeapInuse = (\d+)`)
+	heapAlloc  = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)`)
 	stackInuse = regexp.MustCompile(`(?m)^# Stack = (\d+)`)
 	goroutines = regexp.MustCompile(`^goroutine profile: total (\d+)`)
 	running    = regexp.MustCompile(`(?m)^fanout_subagents_running(?:\{[^}]*\})? (\S+)`)
@@ -371,6 +403,22 @@ func (p *proc) get(path string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
+// live is each process's heap after a forced GC: what is live.
+func live(procs []*proc) ([]int64, error) {
+	out := make([]int64, len(procs))
+	for i, p := range procs {
+		if _, err := p.get("/debug/pprof/heap?gc=1"); err != nil {
+			return nil, err
+		}
+		b, err := p.get("/debug/pprof/heap?debug=1")
+		if err != nil {
+			return nil, err
+		}
+		out[i] = int64(atoi(heapAlloc.FindSubmatch(b)))
+	}
+	return out, nil
+}
+
 // capture saves each process's heap profile and goroutine stacks in dir.
 func capture(dir string, procs []*proc) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -390,4 +438,28 @@ func capture(dir string, procs []*proc) error {
 	}
 	fmt.Printf("profiles saved in %s\n", dir)
 	return errors.Join(errs...)
+}
+
+// cpuProfiles saves each process's CPU profile over d (at most 10s) in dir:
+// its samples' stacks show how deep a subagent's goroutines go.
+func cpuProfiles(dir string, procs []*proc, d time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	secs := max(1, min(10, int(d.Seconds())))
+	errs := make(chan error, len(procs))
+	for _, p := range procs {
+		go func() {
+			b, err := p.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(p.name, " ", "")+".cpu.pb.gz"), b, 0o644) //nolint:gosec // a profile
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range procs {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
 }
