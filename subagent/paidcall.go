@@ -62,20 +62,33 @@ func (r *taskAttempt) paid(ctx context.Context, c paidCall) (resp llm.Response, 
 		if billed == nil {
 			return resp, true, err
 		}
-		delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
-		if why != "" {
-			return llm.Response{}, true, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
-		}
-		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
-		r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
-			"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", c.iteration, "key", key,
-			"status", billed.StatusCode, "call", n, "sleep", delay, "retry_after", billed.RetryAfter)
-		if err := llm.Sleep(ctx, delay); err != nil {
+		delay, err := r.retryBilled(ctx, &c, key, n, slept, billed, err)
+		if err != nil {
 			return llm.Response{}, true, err
 		}
 		slept += delay
 		key = fmt.Sprintf("%sr%d", c.key, n)
 	}
+}
+
+// retryBilled waits before the nth call of c, made under key, is made again
+// after err, a failure that may have been billed, as BilledRetry allows
+// (slept so far). It returns the time it waited, or why c is not made again.
+// It is apart from paid to keep paid's frame small (Loop.run).
+func (r *taskAttempt) retryBilled(ctx context.Context, c *paidCall, key string, n int, slept time.Duration,
+	billed *llm.StatusError, err error) (time.Duration, error) {
+	delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
+	if why != "" {
+		return 0, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
+	}
+	r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
+	r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
+		"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", c.iteration, "key", key,
+		"status", billed.StatusCode, "call", n, "sleep", delay, "retry_after", billed.RetryAfter)
+	if err := llm.Sleep(ctx, delay); err != nil {
+		return 0, err
+	}
+	return delay, nil
 }
 
 // grant reserves for c under key. A grant that arrives after ctx ended,
@@ -146,15 +159,23 @@ func (r *taskAttempt) callAndPay(ctx context.Context, c paidCall, res budget.Res
 	if callErr == nil {
 		return resp, nil, nil
 	}
+	billed, err := r.callFailed(ctx, c.name, callErr)
+	return llm.Response{}, billed, err
+}
+
+// callFailed is the error of the call named name that failed with callErr,
+// and callErr's status if the call may have been billed (callAndPay). It is
+// apart from callAndPay to keep callAndPay's frame small (Loop.run).
+func (r *taskAttempt) callFailed(ctx context.Context, name string, callErr error) (*llm.StatusError, error) {
 	if ctx.Err() != nil {
-		return llm.Response{}, nil, context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
-	err := fmt.Errorf("call model %s in %s: %w", r.task.Model.Name(), c.name, callErr)
+	err := fmt.Errorf("call model %s in %s: %w", r.task.Model.Name(), name, callErr)
 	var se *llm.StatusError
 	if errors.As(callErr, &se) && se.MaybeBilled() {
-		return llm.Response{}, se, err
+		return se, err
 	}
-	return llm.Response{}, nil, err
+	return nil, err
 }
 
 // reserve asks the task account for a grant of want tokens (at least least).
