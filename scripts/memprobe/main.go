@@ -149,18 +149,20 @@ func run() error {
 	defer func() { _ = conn.Close() }()
 	client := fanoutv1.NewOrchestratorServiceClient(conn)
 
-	idleLive, err := live(procs)
-	if err != nil {
-		return err
-	}
-	var peakLive []int64 // at the capture, with its subagents running
-	capturedRunning := 0
+	// Idle first: a forced GC and a heap profile's rendering (live) leave
+	// their buffers in the process's RSS.
 	idle := make([]sample, len(procs))
 	for i, p := range procs {
 		if idle[i], err = p.sample(); err != nil {
 			return err
 		}
 	}
+	idleLive, err := live(procs)
+	if err != nil {
+		return err
+	}
+	var peakLive []int64 // at the capture, with its subagents running
+	capturedRunning := 0
 	spec := &fanoutv1.RunSpec{
 		IdempotencyKey: fmt.Sprintf("memprobe-%d", os.Getpid()),
 		TenantId:       "memprobe",
