@@ -285,13 +285,18 @@ func (l *Loop) defaults() Loop {
 // is noted in Summary.Failed; the Status stays what the loop ended with.
 func (l *Loop) Run(ctx context.Context, t Task) Summary {
 	cfg := l.defaults()
-	return cfg.run(ctx, t)
+	return *cfg.run(ctx, &t)
 }
 
 // run is Run on a Loop whose defaults are set (defaults): a worker's,
 // built once, runs every task it is dispatched through it.
-func (l *Loop) run(ctx context.Context, t Task) Summary {
-	r := &taskAttempt{Loop: l, task: l.taskDefaults(t)}
+//
+// It takes and returns pointers, as Execute does, for the frames of the
+// goroutine a running subagent holds: its stack grows to the deepest they
+// reach (docs/operations.md, "Memory").
+func (l *Loop) run(ctx context.Context, t *Task) *Summary {
+	r := &taskAttempt{Loop: l, task: *t}
+	l.setDefaults(&r.task)
 	ctx, span := r.startAgentSpan(ctx)
 	running := metrics().running
 	running.Add(ctx, 1)
@@ -304,11 +309,11 @@ func (l *Loop) run(ctx context.Context, t Task) Summary {
 	stopHearing()
 	running.Add(context.WithoutCancel(ctx), -1)
 	r.endAgentSpan(ctx, span, sum, cause, h, ended)
-	return sum
+	return &sum
 }
 
-// taskDefaults is t with what it leaves unset taken from l (defaulted).
-func (l *Loop) taskDefaults(t Task) Task {
+// setDefaults sets what t leaves unset from l (defaulted).
+func (l *Loop) setDefaults(t *Task) {
 	if t.Attempt <= 0 {
 		t.Attempt = 1
 	}
@@ -333,7 +338,6 @@ func (l *Loop) taskDefaults(t Task) Task {
 	if t.OnApproval == nil {
 		t.OnApproval = l.OnApproval
 	}
-	return t
 }
 
 // watched runs the loop under the run's watcher and returns the summary and
@@ -373,7 +377,7 @@ func (r *taskAttempt) watched(ctx context.Context, h *hearing) (Summary, error) 
 // taskAttempt is the state of one Run: one attempt of one task (the
 // ledger's dispatch attempt, Task.Attempt). The Loop is shared by every
 // attempt and never changed; what varies per task is in task, with the
-// Loop's defaults filled in (taskDefaults): read the model, the tools, the
+// Loop's defaults filled in (setDefaults): read the model, the tools, the
 // output allowance and the callbacks there, never the Loop's.
 type taskAttempt struct {
 	*Loop

@@ -62,20 +62,33 @@ func (r *taskAttempt) paid(ctx context.Context, c paidCall) (resp llm.Response, 
 		if billed == nil {
 			return resp, true, err
 		}
-		delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
-		if why != "" {
-			return llm.Response{}, true, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
-		}
-		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
-		r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
-			"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", c.iteration, "key", key,
-			"status", billed.StatusCode, "call", n, "sleep", delay, "retry_after", billed.RetryAfter)
-		if err := llm.Sleep(ctx, delay); err != nil {
+		delay, err := r.retryBilled(ctx, &c, key, n, slept, billed, err)
+		if err != nil {
 			return llm.Response{}, true, err
 		}
 		slept += delay
 		key = fmt.Sprintf("%sr%d", c.key, n)
 	}
+}
+
+// retryBilled waits before the nth call of c, made under key, is made again
+// after err, a failure that may have been billed, as BilledRetry allows
+// (slept so far). It returns the time it waited, or why c is not made again.
+// It is apart from paid to keep paid's frame small (Loop.run).
+func (r *taskAttempt) retryBilled(ctx context.Context, c *paidCall, key string, n int, slept time.Duration,
+	billed *llm.StatusError, err error) (time.Duration, error) {
+	delay, why := r.BilledRetry.Next(ctx, n, slept, billed.RetryAfter)
+	if why != "" {
+		return 0, fmt.Errorf("%w after %s: %w", llm.ErrRetriesExhausted, why, err)
+	}
+	r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("%v; paid at its whole reservation, retried under a new one", err))
+	r.Logger.WarnContext(ctx, "model call may have been billed: retried under a new reservation",
+		"run_id", r.task.RunID, "task_id", r.task.TaskID, "iteration", c.iteration, "key", key,
+		"status", billed.StatusCode, "call", n, "sleep", delay, "retry_after", billed.RetryAfter)
+	if err := llm.Sleep(ctx, delay); err != nil {
+		return 0, err
+	}
+	return delay, nil
 }
 
 // grant reserves for c under key. A grant that arrives after ctx ended,
@@ -146,15 +159,23 @@ func (r *taskAttempt) callAndPay(ctx context.Context, c paidCall, res budget.Res
 	if callErr == nil {
 		return resp, nil, nil
 	}
+	billed, err := r.callFailed(ctx, c.name, callErr)
+	return llm.Response{}, billed, err
+}
+
+// callFailed is the error of the call named name that failed with callErr,
+// and callErr's status if the call may have been billed (callAndPay). It is
+// apart from callAndPay to keep callAndPay's frame small (Loop.run).
+func (r *taskAttempt) callFailed(ctx context.Context, name string, callErr error) (*llm.StatusError, error) {
 	if ctx.Err() != nil {
-		return llm.Response{}, nil, context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
-	err := fmt.Errorf("call model %s in %s: %w", r.task.Model.Name(), c.name, callErr)
+	err := fmt.Errorf("call model %s in %s: %w", r.task.Model.Name(), name, callErr)
 	var se *llm.StatusError
 	if errors.As(callErr, &se) && se.MaybeBilled() {
-		return llm.Response{}, se, err
+		return se, err
 	}
-	return llm.Response{}, nil, err
+	return nil, err
 }
 
 // reserve asks the task account for a grant of want tokens (at least least).
@@ -217,25 +238,24 @@ func (r *taskAttempt) call(ctx context.Context, res budget.Reservation, asked ti
 	defer func() { r.endChatSpan(ctx, span, common, start, resp, err) }()
 	callCtx, cancel := context.WithCancelCause(spanCtx)
 	defer cancel(nil)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r.renewLease(callCtx, cancel, res, asked)
-	}()
+	stopRenewing := r.renewLease(callCtx, cancel, res, asked)
 	resp, err = do(callCtx)
 	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
 		err = context.Cause(callCtx) // the lease renewal failed
 	}
 	cancel(nil)
-	wg.Wait()
+	stopRenewing()
 	return resp, err
 }
 
-// renewLease renews res's lease every LeaseTTL/3 until callCtx ends, and
-// cancels the call (with the reason as cause) if a renewal fails or would
-// come too late. asked is when the reserve that granted res was sent.
-func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, asked time.Time) {
+// renewLease renews res's lease every LeaseTTL/3 until callCtx ends or stop
+// is called, and cancels the call (with the reason as cause) if a renewal
+// fails or would come too late. asked is when the reserve that granted res
+// was sent. It runs on two timers, not on a goroutine of its own: a call
+// waiting on its model holds no goroutine for its lease (a renewal runs on
+// its timer's, while it runs). stop stops the timers and waits for a
+// renewal in flight.
+func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelCauseFunc, res budget.Reservation, asked time.Time) (stop func()) {
 	// The database started the lease when it granted it: after the reserve
 	// was sent, but possibly well before the grant arrived (a slow reply, a
 	// batch that waited on locks), so the lease is timed from asked, and
@@ -244,38 +264,103 @@ func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelC
 	// margin before the lease could end: a renewal is given TTL/3 to
 	// answer, and never past that point.
 	margin := r.LeaseTTL / 10
-	leaseEnd := asked.Add(r.LeaseTTL)
-	expire := time.NewTimer(time.Until(leaseEnd) - margin)
-	defer expire.Stop()
-	renew := time.NewTimer(time.Until(asked.Add(r.LeaseTTL / 3)))
-	defer renew.Stop()
-	for {
-		select {
-		case <-callCtx.Done():
+	l := &leaseTimers{leaseEnd: asked.Add(r.LeaseTTL)}
+	l.mu.Lock() // the timers are set before either callback reads them
+	defer l.mu.Unlock()
+	l.expire = time.AfterFunc(time.Until(l.leaseEnd)-margin, func() {
+		// A renewal in flight answers (or fails) before the point this
+		// timer marks: its deadline is never past it.
+		if !l.enter(callCtx, true) {
 			return
-		case <-expire.C:
-			cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
-			return
-		case <-renew.C:
-			sent := time.Now()
-			deadline := sent.Add(r.LeaseTTL / 3)
-			if stop := leaseEnd.Add(-margin); stop.Before(deadline) {
-				deadline = stop
-			}
-			rctx, rcancel := context.WithDeadline(callCtx, deadline)
-			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL, r.task.AttemptSecret)
-			rcancel()
-			if err != nil {
-				if callCtx.Err() == nil {
-					cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
-				}
-				return
-			}
-			leaseEnd = sent.Add(r.LeaseTTL)
-			expire.Reset(time.Until(leaseEnd) - margin)
-			renew.Reset(time.Until(sent.Add(r.LeaseTTL / 3)))
 		}
+		defer l.busy.Done()
+		cancel(fmt.Errorf("lease of reservation %d would end before a renewal came through", res.ID))
+	})
+	l.renew = time.AfterFunc(time.Until(asked.Add(r.LeaseTTL/3)), func() {
+		if !l.enter(callCtx, false) {
+			return
+		}
+		defer l.busy.Done()
+		sent := time.Now()
+		deadline := sent.Add(r.LeaseTTL / 3)
+		if last := l.end().Add(-margin); last.Before(deadline) {
+			deadline = last
+		}
+		rctx, rcancel := context.WithDeadline(callCtx, deadline)
+		_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL, r.task.AttemptSecret)
+		rcancel()
+		if err != nil {
+			l.giveUp()
+			if callCtx.Err() == nil {
+				cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))
+			}
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.renewing = false
+		if l.done {
+			return // stopped meanwhile
+		}
+		l.leaseEnd = sent.Add(r.LeaseTTL)
+		l.expire.Reset(time.Until(l.leaseEnd) - margin)
+		l.renew.Reset(time.Until(sent.Add(r.LeaseTTL / 3)))
+	})
+	return l.stop
+}
+
+// leaseTimers is the state of one call's lease renewal (renewLease): its
+// two timers and what their callbacks share.
+type leaseTimers struct {
+	mu            sync.Mutex
+	expire, renew *time.Timer
+	leaseEnd      time.Time
+	done          bool           // stopped, or the lease given up (expired, a renewal failed)
+	renewing      bool           // a renewal is in flight
+	busy          sync.WaitGroup // the callbacks running
+}
+
+// enter starts a callback, expiry or renewal, and reports whether it is to
+// act: not after stop or the lease given up, nor once callCtx has ended;
+// the expiry not while a renewal is in flight. The expiry gives the lease
+// up. A callback that acts calls busy.Done when it returns.
+func (l *leaseTimers) enter(callCtx context.Context, expiry bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done || callCtx.Err() != nil || (expiry && l.renewing) {
+		return false
 	}
+	if expiry {
+		l.done = true
+	} else {
+		l.renewing = true
+	}
+	l.busy.Add(1)
+	return true
+}
+
+// end is when the lease ends, as of the last renewal.
+func (l *leaseTimers) end() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leaseEnd
+}
+
+// giveUp ends a renewal that failed: the lease is given up.
+func (l *leaseTimers) giveUp() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewing, l.done = false, true
+}
+
+// stop stops the timers and waits for a callback in flight.
+func (l *leaseTimers) stop() {
+	l.mu.Lock()
+	l.done = true
+	l.expire.Stop()
+	l.renew.Stop()
+	l.mu.Unlock()
+	l.busy.Wait()
 }
 
 // settle posts actual (split by usage, when the provider reported it) as

@@ -261,10 +261,21 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 		return err // The stream is broken; nothing was reserved.
 	}
 
+	sum := s.run(ctx, req, model, stream)
+	s.logEnded(ctx, req, sum)
+	return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Summary{Summary: sum.Proto()}})
+}
+
+// run runs the subagent of req with model, reporting on stream, under the
+// run's watcher. It is apart from Execute, as logEnded is, to keep the
+// frames of the goroutine that waits on the model small: its stack grows
+// to the deepest they reach, and a running subagent holds it.
+func (s *Server) run(ctx context.Context, req *fanoutv1.Dispatch, model llm.Model,
+	stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse]) *Summary {
 	task := taskFromRequest(req)
 	task.Model = model
 	task.Tools = s.tools()
-	reportOn(stream, &task)
+	reportOn(stream, task)
 	if s.cfg.Watcher != nil {
 		sub := s.cfg.Watcher.Subscribe(req.GetRunId())
 		defer sub.Close()
@@ -273,10 +284,13 @@ func (s *Server) Execute(env *fanoutv1.ExecuteRequest, stream grpc.ServerStreami
 			task.Watch = cancelOnly{sub}
 		}
 	}
-	sum := s.loop.run(ctx, task)
+	return s.loop.run(ctx, task)
+}
+
+// logEnded logs how the subagent of req ended.
+func (s *Server) logEnded(ctx context.Context, req *fanoutv1.Dispatch, sum *Summary) {
 	s.cfg.Logger.InfoContext(ctx, "subagent ended", "run_id", req.GetRunId(), "task_id", req.GetTask().GetId(),
 		"status", sum.Status, "tokens", sum.TokensSpent, "iterations", sum.Iterations, "err", sum.Err)
-	return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Summary{Summary: sum.Proto()}})
 }
 
 // newLoop returns the agent loop of every task this worker runs, with its
@@ -530,7 +544,7 @@ func badRequest(v ...*errdetails.BadRequest_FieldViolation) error {
 	return st.Err()
 }
 
-func taskFromRequest(req *fanoutv1.Dispatch) Task {
+func taskFromRequest(req *fanoutv1.Dispatch) *Task {
 	t := req.GetTask()
 	facts := make([]Fact, len(req.GetContextFacts()))
 	for i, f := range req.GetContextFacts() {
@@ -540,7 +554,7 @@ func taskFromRequest(req *fanoutv1.Dispatch) Task {
 	if req.GetOnExhaustion() == fanoutv1.ExhaustionPolicy_EXHAUSTION_POLICY_DRAIN {
 		policy = PolicyDrain
 	}
-	return Task{
+	return &Task{
 		RunID:          req.GetRunId(),
 		TenantID:       req.GetTenantId(),
 		TaskID:         t.GetId(),

@@ -28,6 +28,7 @@ type serverFlags struct {
 	pollInterval  time.Duration
 	groupCommit   bool
 	metricsListen string
+	pprof         bool
 	probeListen   string
 	ledgerPool    int
 	apiPool       int
@@ -44,6 +45,7 @@ type serverFlags struct {
 func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.StringVar(&s.listen, "listen", listen, "address to serve gRPC on (HOST:PORT)")
 	f.StringVar(&s.metricsListen, "metrics-listen", metrics, "address to serve Prometheus /metrics on (empty: off)")
+	f.BoolVar(&s.pprof, "pprof", false, "also serve Go's profiles (net/http/pprof) under /debug/pprof/ on --metrics-listen; off: they expose the process's memory and stacks")
 	f.StringVar(&s.probeListen, "probe-listen", "", "address to serve the gRPC health service alone on, in plaintext, for Kubernetes probes (empty: off)")
 	f.secretVar(&s.databaseURL, "database-url", "PostgreSQL URL (postgres://user:pass@host:5432/db)")
 	f.alsoEnv("database-url", "DATABASE_URL")
@@ -100,7 +102,7 @@ func (s *serverFlags) start(ctx context.Context, env *Env, service string, cfg n
 		return nil, fmt.Errorf("--database-url or --database-url-file (or DATABASE_URL, FANOUT_DATABASE_URL_FILE) is required")
 	}
 	log := newLogger(env.Stderr, s.logLevel)
-	tel, err := setupTelemetry(ctx, env, service, s.metricsListen, log)
+	tel, err := setupTelemetry(ctx, env, service, s.metricsListen, s.pprof, log)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}

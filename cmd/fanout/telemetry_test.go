@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TestMetricsEndpoint checks that /metrics serves what the meter provider
@@ -20,7 +21,7 @@ import (
 func TestMetricsEndpoint(t *testing.T) { //nolint:paralleltest // global providers
 	ctx := t.Context()
 	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
-	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,5 +93,33 @@ func TestMetricsEndpoint(t *testing.T) { //nolint:paralleltest // global provide
 	}
 	if !hist {
 		t.Errorf("no fanout_cancel_latency histogram with one sample (fanout series: %v)", fanout)
+	}
+}
+
+// TestUnrecordedSpansCarryContexts: without a span exporter, spans record
+// nothing but carry span contexts as the SDK's default sampler would make
+// them: a root starts a sampled trace, a child keeps its parent's trace id
+// and flags with an id of its own, WithNewRoot ignores the parent.
+func TestUnrecordedSpansCarryContexts(t *testing.T) {
+	t.Parallel()
+	tr := unrecorded{}.Tracer("test")
+	ctx, root := tr.Start(t.Context(), "root")
+	rsc := root.SpanContext()
+	if root.IsRecording() || !rsc.IsValid() || !rsc.IsSampled() {
+		t.Fatalf("root: recording %v, span context %+v; want a valid sampled context, not recording", root.IsRecording(), rsc)
+	}
+	_, child := tr.Start(ctx, "child")
+	csc := child.SpanContext()
+	if csc.TraceID() != rsc.TraceID() || csc.SpanID() == rsc.SpanID() || !csc.IsValid() || !csc.IsSampled() {
+		t.Errorf("child %+v of root %+v: want the root's trace id, sampled, a span id of its own", csc, rsc)
+	}
+	_, fresh := tr.Start(ctx, "new root", trace.WithNewRoot())
+	if fresh.SpanContext().TraceID() == rsc.TraceID() || !fresh.SpanContext().IsValid() {
+		t.Errorf("WithNewRoot: trace id %s, the parent's %s: want a new one", fresh.SpanContext().TraceID(), rsc.TraceID())
+	}
+	unsampled := trace.ContextWithRemoteSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: rsc.TraceID(), SpanID: rsc.SpanID()}))
+	if _, s := tr.Start(unsampled, "child of an unsampled parent"); s.SpanContext().IsSampled() || s.SpanContext().TraceID() != rsc.TraceID() {
+		t.Errorf("child of an unsampled remote parent: %+v, want its trace id, not sampled", s.SpanContext())
 	}
 }
