@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
@@ -56,6 +57,10 @@ func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string
 	}
 
 	reg := prometheus.NewRegistry()
+	// The Go runtime's and the process's own series (go_goroutines,
+	// go_memstats_*, process_resident_memory_bytes): what an operator sizes
+	// a node by (docs/capacity.md) and what bench/scale reads.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	prom, err := prometheusReader(reg)
 	if err != nil {
 		return nil, err

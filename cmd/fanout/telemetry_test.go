@@ -94,6 +94,12 @@ func TestMetricsEndpoint(t *testing.T) { //nolint:paralleltest // global provide
 	if !hist {
 		t.Errorf("no fanout_cancel_latency histogram with one sample (fanout series: %v)", fanout)
 	}
+	// The runtime's series, which operators size a node by.
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"} {
+		if f := families[name]; f == nil || len(f.GetMetric()) == 0 || f.GetMetric()[0].GetGauge().GetValue() <= 0 {
+			t.Errorf("/metrics has no positive %s", name)
+		}
+	}
 }
 
 // TestUnrecordedSpansCarryContexts: without a span exporter, spans record
