@@ -44,6 +44,8 @@ type window struct {
 	cpu0    cpuTimes
 	busy0   machineCPU
 	xacts0  int64
+	wal0    string // pg_current_wal_lsn() at the start
+	size0   int64  // pg_database_size at the start
 	starts0 int64
 	hist0   map[string]fleet.Histogram
 	sampler *sampler
@@ -85,6 +87,7 @@ func (h *harness) begin(ctx context.Context, d *deployment) *window {
 	w := &window{h: h, d: d}
 	w.hist0 = w.histograms(ctx)
 	w.xacts0 = h.xacts(ctx)
+	_ = h.owner.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_database_size(current_database())`).Scan(&w.wal0, &w.size0)
 	w.cpu0 = h.cpu(d)
 	w.busy0 = readMachineCPU()
 	w.starts0 = startRetries.Load()
@@ -102,6 +105,8 @@ type report struct {
 	cpu          cpuTimes
 	busy         float64 // the machine's CPUs busy, all processes, 0..1
 	xacts        int64
+	walBytes     int64 // WAL written in the window
+	growth       int64 // the database's growth in the window, bytes
 	retries      int64 // StartRuns sent again after RESOURCE_EXHAUSTED
 	hist         map[string]fleet.Histogram
 	waits        string
@@ -128,6 +133,8 @@ func (w *window) end(ctx context.Context, title, shape string) *report {
 	r.retries = startRetries.Load() - w.starts0
 	_ = fleet.Sleep(ctx, 1100*time.Millisecond) // let pg_stat_database catch up with the last transactions
 	r.xacts = w.h.xacts(ctx) - w.xacts0
+	_ = w.h.owner.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint,
+		pg_database_size(current_database()) - $2`, w.wal0, w.size0).Scan(&r.walBytes, &r.growth)
 	_ = w.h.owner.QueryRow(ctx, `SELECT count(*) FROM reservation WHERE created_at >= $1`, w.start.Add(-time.Second)).Scan(&r.calls)
 	r.hist = map[string]fleet.Histogram{}
 	for k, v := range w.histograms(ctx) {
@@ -195,6 +202,10 @@ func (r *report) print(w io.Writer) {
 	}
 	rows = append(rows, [2]string{"PostgreSQL transactions/s (pg_stat_database)", fmt.Sprintf("%.0f (%d in %v)", float64(r.xacts)/r.wall.Seconds(), r.xacts, r.wall.Round(time.Second))})
 	rows = append(rows, [2]string{"model calls (reservations made)", fmt.Sprintf("%d (%.0f/s)", r.calls, float64(r.calls)/r.wall.Seconds())})
+	if r.calls > 0 {
+		rows = append(rows, [2]string{"PostgreSQL WAL written; database growth (per model call)", fmt.Sprintf("%.1f MiB, %.1f KiB a call; %.1f MiB, %.1f KiB a call",
+			float64(r.walBytes)/(1<<20), float64(r.walBytes)/float64(r.calls)/1024, float64(r.growth)/(1<<20), float64(r.growth)/float64(r.calls)/1024)})
+	}
 	if r.calls > 0 {
 		k := float64(r.calls) / 1000
 		rows = append(rows, [2]string{"CPU s per 1,000 model calls: orchestrators, workers, PostgreSQL",
