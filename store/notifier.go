@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +25,11 @@ const (
 	// TenantQuotasChannel: admin_set_quotas signals a tenant whose quotas
 	// changed.
 	TenantQuotasChannel = "fanout_tenant_quotas"
+	// RunEventsChannel: every write of a run's events (appendSQL, the
+	// run's end) signals "<run_id> <last_sequence>", the run's new head,
+	// at its commit: one notification per run per statement, whatever the
+	// number of its events.
+	RunEventsChannel = "fanout_run_events"
 )
 
 // notifyChannels are the channels every Notifier LISTENs on, each with its
@@ -30,6 +38,18 @@ var notifyChannels = []struct{ name, listen string }{
 	{runStateChannel, "LISTEN " + runStateChannel},
 	{KeyRevokedChannel, "LISTEN " + KeyRevokedChannel},
 	{TenantQuotasChannel, "LISTEN " + TenantQuotasChannel},
+	{RunEventsChannel, "LISTEN " + RunEventsChannel},
+}
+
+// ListenChannels returns the channels every Notifier LISTENs on: a fixed
+// set, whatever the number of runs, streams or tenants (a run is named in
+// a payload, never in a channel).
+func ListenChannels() []string {
+	names := make([]string, len(notifyChannels))
+	for i, ch := range notifyChannels {
+		names[i] = ch.name
+	}
+	return names
 }
 
 // ListenerApplicationName is the application_name of the Notifier's
@@ -73,7 +93,8 @@ type Notifier struct {
 
 	mu        sync.Mutex
 	subs      map[string]map[*Handler]struct{}
-	listening bool // connected and LISTENing now
+	listening bool     // connected and LISTENing now
+	channels  []string // pg_listening_channels() of the last connection, read once it listened
 }
 
 // NewNotifier returns a notifier that listens on its own connection to
@@ -127,6 +148,15 @@ func (n *Notifier) handlers(channel string) []*Handler {
 	return hs
 }
 
+// Listening returns the channels the Notifier's connection LISTENed on
+// when it last connected, as PostgreSQL listed them
+// (pg_listening_channels(), sorted); nil before it first listened.
+func (n *Notifier) Listening() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.channels)
+}
+
 func (n *Notifier) setListening(on bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -175,10 +205,15 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 			return false, fmt.Errorf("listen %s: %w", ch.name, err)
 		}
 	}
+	var channels []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(c ORDER BY c), '{}') FROM pg_listening_channels() AS c`).
+		Scan(&channels); err != nil {
+		return false, fmt.Errorf("listen: read the channels: %w", err)
+	}
 	// The subscribers as of the moment it is listening: one that
 	// subscribes later is told by Subscribe, so each hears it once.
 	n.mu.Lock()
-	n.listening = true
+	n.listening, n.channels = true, channels
 	var hs []*Handler
 	for _, set := range n.subs {
 		for h := range set {
@@ -228,4 +263,20 @@ func (n *Notifier) subscribe(ctx context.Context, ready func(), on map[string]fu
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// ListenEvents implements orchestrator.EventNotices: until ctx ends, it
+// hands moved each head a write of a run's events announced
+// (RunEventsChannel), and calls ready on every (re)connect, after which
+// what was announced while the Notifier was away is gone (re-read then).
+// Any login may NOTIFY: a head is a hint to read the log, never trusted as
+// the log's end. ErrNoNotifier at once when n is nil.
+func (n *Notifier) ListenEvents(ctx context.Context, ready func(), moved func(runID string, head int64)) error {
+	return n.subscribe(ctx, ready, map[string]func(string){RunEventsChannel: func(payload string) {
+		runID, seq, ok := strings.Cut(payload, " ")
+		head, err := strconv.ParseInt(seq, 10, 64)
+		if ok && err == nil {
+			moved(runID, head)
+		}
+	}})
 }

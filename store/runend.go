@@ -175,7 +175,8 @@ func (s *Runs) finishRun(ctx context.Context, db dbsqlc.DBTX, runID, owner strin
 		return runEnd{}, fmt.Errorf("finish run %s: encode RunFinished: %w", runID, err)
 	}
 	// One statement: the final state, the result and the RunFinished event
-	// commit together, so that no follower sees an ended run without its end.
+	// commit together, so that no follower sees an ended run without its end,
+	// and every node's followers hear of it (RunEventsChannel, as appendSQL).
 	// It returns what it wrote, so that nothing is read back after the
 	// commit.
 	var end runEnd
@@ -185,12 +186,13 @@ func (s *Runs) finishRun(ctx context.Context, db dbsqlc.DBTX, runID, owner strin
 			UPDATE run
 			SET state = $3, cancel_cause = $4, result = $5, finished_at = now(), last_sequence = last_sequence + 1
 			WHERE run_id = $1 AND owner = $2 AND state = 'RUNNING'
-			RETURNING tenant_id, last_sequence, created_at),
+			RETURNING run_id, tenant_id, last_sequence, created_at),
 		ins AS (
 			INSERT INTO run_event (run_id, sequence, tenant_id, event)
 			SELECT $1, fin.last_sequence, fin.tenant_id, $6 FROM fin
 			RETURNING sequence, created_at)
-		SELECT fin.created_at, ins.sequence, ins.created_at FROM fin, ins`,
+		SELECT fin.created_at, ins.sequence, ins.created_at FROM fin CROSS JOIN ins
+		CROSS JOIN LATERAL (SELECT pg_notify('`+RunEventsChannel+`', fin.run_id || ' ' || fin.last_sequence)) AS notified`,
 		runID, owner, runs.Text(state), cause, body, event).Scan(&end.createdAt, &seq, &at)
 	switch {
 	case err == nil:

@@ -30,6 +30,9 @@ type Runs struct {
 	// together in one transaction.
 	starts   committer[*startOp]
 	finishes committer[*finishOp]
+	// appendSQL is what appendGroups runs per run: appendSQL (a benchmark
+	// of the store's measures it without its NOTIFY).
+	appendSQL string
 }
 
 // RunsConfig tunes a Runs.
@@ -53,7 +56,7 @@ func NewRuns(pool *Pool, config ...RunsConfig) *Runs {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Runs{db: newDB(pool, cfg.Logger)}
+	s := &Runs{db: newDB(pool, cfg.Logger), appendSQL: appendSQL}
 	s.events = inlineCommit[*eventOp]{run: s.appendBatch}
 	s.starts = inlineCommit[*startOp]{run: s.startBatch}
 	s.finishes = inlineCommit[*finishOp]{run: s.finishBatch}
