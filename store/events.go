@@ -183,13 +183,11 @@ type eventOp struct {
 // run's last event, its RunFinished) and
 // one INSERT stores them with their keys ($3), numbered in array order. The
 // row lock makes the sequences gapless; no row back means no such run.
-// When it appends, it NOTIFYs RunEventsChannel with the run's new head
-// (notifyHeadSQL): every node's followers of the run hear of it at commit.
 const appendSQL = `
 	WITH seq AS (
 		UPDATE run SET last_sequence = last_sequence + CASE WHEN state = 'RUNNING' THEN cardinality($2::jsonb[]) ELSE 0 END
 		WHERE run_id = $1
-		RETURNING run_id, tenant_id, last_sequence, state),
+		RETURNING tenant_id, last_sequence, state),
 	kept AS (
 		SELECT t.body, t.key, row_number() OVER (ORDER BY t.ord) AS k, count(*) OVER () AS n
 		  FROM seq, unnest($2::jsonb[], $3::uuid[]) WITH ORDINALITY AS t(body, key, ord)
@@ -197,20 +195,7 @@ const appendSQL = `
 	ins AS (
 		INSERT INTO run_event (run_id, sequence, tenant_id, event, event_key)
 		SELECT $1, seq.last_sequence - kept.n + kept.k, seq.tenant_id, kept.body, kept.key FROM seq, kept)
-	SELECT state, last_sequence, now() FROM seq` + notifyHeadSQL
-
-// notifyHeadSQL ends a statement whose CTE seq (run_id, last_sequence,
-// state) moved a run's head: it NOTIFYs RunEventsChannel with
-// "<run_id> <last_sequence>" if the run is still RUNNING (a head that did
-// not move, the run having ended, is not news). A NOTIFY is sent at
-// commit, and not at all if the transaction rolls back; PostgreSQL queues
-// a transaction's notifications under one lock taken at commit (all
-// notifying commits take it in turn), so the cost is per transaction, and
-// group commit makes one transaction of the appends that arrive together
-// (docs/operations.md, "Followers").
-const notifyHeadSQL = `
-	LEFT JOIN LATERAL (SELECT pg_notify('` + RunEventsChannel + `', seq.run_id || ' ' || seq.last_sequence)
-	                    WHERE seq.state = 'RUNNING') AS notified ON true`
+	SELECT state, last_sequence, now() FROM seq`
 
 // appendBatch appends a batch of AppendEvents calls in one round trip and
 // one transaction: one appendSQL per run, runs in id order (so concurrent
@@ -225,6 +210,7 @@ func (s *Runs) appendBatch(ctx context.Context, batch []*pending[*eventOp]) {
 			close(p.done)
 		}
 	}()
+	defer announceRuns(s.notices, batch, func(op *eventOp) string { return op.runID })
 	slices.SortStableFunc(batch, func(a, b *pending[*eventOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
 	var groups [][]*eventOp
 	for i, p := range batch {
@@ -262,7 +248,7 @@ func (s *Runs) appendGroups(ctx context.Context, groups [][]*eventOp) error {
 			bodies = append(bodies, op.bodies...)
 			keys = append(keys, op.keys...)
 		}
-		q.Queue(s.appendSQL, g[0].runID, bodies, keys)
+		q.Queue(appendSQL, g[0].runID, bodies, keys)
 	}
 	br := s.pool.SendBatch(ctx, q)
 	for _, g := range groups {

@@ -25,10 +25,9 @@ const (
 	// TenantQuotasChannel: admin_set_quotas signals a tenant whose quotas
 	// changed.
 	TenantQuotasChannel = "fanout_tenant_quotas"
-	// RunEventsChannel: every write of a run's events (appendSQL, the
-	// run's end) signals "<run_id> <last_sequence>", the run's new head,
-	// at its commit: one notification per run per statement, whatever the
-	// number of its events.
+	// RunEventsChannel: the run store signals the heads of the runs whose
+	// events it wrote, "<run_id> <last_sequence>" joined by ",", once the
+	// writes have returned (headnotices.go).
 	RunEventsChannel = "fanout_run_events"
 )
 
@@ -273,10 +272,12 @@ func (n *Notifier) subscribe(ctx context.Context, ready func(), on map[string]fu
 // the log's end. ErrNoNotifier at once when n is nil.
 func (n *Notifier) ListenEvents(ctx context.Context, ready func(), moved func(runID string, head int64)) error {
 	return n.subscribe(ctx, ready, map[string]func(string){RunEventsChannel: func(payload string) {
-		runID, seq, ok := strings.Cut(payload, " ")
-		head, err := strconv.ParseInt(seq, 10, 64)
-		if ok && err == nil {
-			moved(runID, head)
+		for run := range strings.SplitSeq(payload, ",") {
+			runID, seq, ok := strings.Cut(run, " ")
+			head, err := strconv.ParseInt(seq, 10, 64)
+			if ok && err == nil {
+				moved(runID, head)
+			}
 		}
 	}})
 }

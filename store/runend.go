@@ -23,6 +23,7 @@ import (
 // run and reports it. Returns runs.ErrNotFound for an unknown run.
 func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
+	defer s.notices.announce(runID)
 	// Only the owner ends a run, and once: a try after an ambiguous commit
 	// that finds the run ended as this call would end it, still owned by
 	// owner, was that try (finishRun).
@@ -53,6 +54,7 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 // budget.DeniedError.
 func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (runs.Closing, error) {
+	defer s.notices.announce(runID)
 	var c runs.Closing
 	// As FinishRun; closing a closed run again changes nothing, and a try
 	// after a lost reply that committed finds the run ended (no event is
@@ -175,8 +177,7 @@ func (s *Runs) finishRun(ctx context.Context, db dbsqlc.DBTX, runID, owner strin
 		return runEnd{}, fmt.Errorf("finish run %s: encode RunFinished: %w", runID, err)
 	}
 	// One statement: the final state, the result and the RunFinished event
-	// commit together, so that no follower sees an ended run without its end,
-	// and every node's followers hear of it (RunEventsChannel, as appendSQL).
+	// commit together, so that no follower sees an ended run without its end.
 	// It returns what it wrote, so that nothing is read back after the
 	// commit.
 	var end runEnd
@@ -186,13 +187,12 @@ func (s *Runs) finishRun(ctx context.Context, db dbsqlc.DBTX, runID, owner strin
 			UPDATE run
 			SET state = $3, cancel_cause = $4, result = $5, finished_at = now(), last_sequence = last_sequence + 1
 			WHERE run_id = $1 AND owner = $2 AND state = 'RUNNING'
-			RETURNING run_id, tenant_id, last_sequence, created_at),
+			RETURNING tenant_id, last_sequence, created_at),
 		ins AS (
 			INSERT INTO run_event (run_id, sequence, tenant_id, event)
 			SELECT $1, fin.last_sequence, fin.tenant_id, $6 FROM fin
 			RETURNING sequence, created_at)
-		SELECT fin.created_at, ins.sequence, ins.created_at FROM fin CROSS JOIN ins
-		CROSS JOIN LATERAL (SELECT pg_notify('`+RunEventsChannel+`', fin.run_id || ' ' || fin.last_sequence)) AS notified`,
+		SELECT fin.created_at, ins.sequence, ins.created_at FROM fin, ins`,
 		runID, owner, runs.Text(state), cause, body, event).Scan(&end.createdAt, &seq, &at)
 	switch {
 	case err == nil:
