@@ -10,6 +10,7 @@ import (
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // TestAppendsAnnounceTheirHeads: 200 runs, each appended to 5 times by
@@ -21,7 +22,12 @@ func TestAppendsAnnounceTheirHeads(t *testing.T) {
 	t.Parallel()
 	const runs, appends = 200, 5
 	b := setup(t)
-	rs := store.NewRuns(b.pool, store.RunsConfig{Coalesce: true})
+	pool, err := store.OpenPool(b.ctx, storetest.NodeURL(t, b.url), store.PoolConfig{}) // as a node sends them
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rs := store.NewRuns(pool, store.RunsConfig{Coalesce: true})
 	defer rs.Close()
 	n := b.notifier(t, store.NotifierConfig{})
 	var mu sync.Mutex
