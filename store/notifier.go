@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,25 +30,14 @@ const (
 	RunEventsChannel = "fanout_run_events"
 )
 
-// notifyChannels are the channels every Notifier LISTENs on, each with its
-// statement (LISTEN takes no parameter: the names are constants).
-var notifyChannels = []struct{ name, listen string }{
-	{runStateChannel, "LISTEN " + runStateChannel},
-	{KeyRevokedChannel, "LISTEN " + KeyRevokedChannel},
-	{TenantQuotasChannel, "LISTEN " + TenantQuotasChannel},
-	{RunEventsChannel, "LISTEN " + RunEventsChannel},
-}
-
-// ListenChannels returns the channels every Notifier LISTENs on: a fixed
-// set, whatever the number of runs, streams or tenants (a run is named in
-// a payload, never in a channel).
-func ListenChannels() []string {
-	names := make([]string, len(notifyChannels))
-	for i, ch := range notifyChannels {
-		names[i] = ch.name
-	}
-	return names
-}
+// ListenStatement is what a Notifier's session runs once connected, and
+// the last statement it runs: it LISTENs on every channel of the schema, a
+// fixed set whatever the number of runs, streams or tenants (a run is
+// named in a payload, never in a channel), in one round trip (a simple
+// query: LISTEN takes no parameter, the names are constants).
+// pg_stat_activity.query shows it for the session.
+const ListenStatement = "LISTEN " + runStateChannel + "; LISTEN " + KeyRevokedChannel + "; LISTEN " +
+	TenantQuotasChannel + "; LISTEN " + RunEventsChannel
 
 // ListenerApplicationName is the application_name of the Notifier's
 // connection, so operators (and tests) can find it in pg_stat_activity.
@@ -92,8 +80,7 @@ type Notifier struct {
 
 	mu        sync.Mutex
 	subs      map[string]map[*Handler]struct{}
-	listening bool     // connected and LISTENing now
-	channels  []string // pg_listening_channels() of the last connection, read once it listened
+	listening bool // connected and LISTENing now
 }
 
 // NewNotifier returns a notifier that listens on its own connection to
@@ -147,15 +134,6 @@ func (n *Notifier) handlers(channel string) []*Handler {
 	return hs
 }
 
-// Listening returns the channels the Notifier's connection LISTENed on
-// when it last connected, as PostgreSQL listed them
-// (pg_listening_channels(), sorted); nil before it first listened.
-func (n *Notifier) Listening() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.channels)
-}
-
 func (n *Notifier) setListening(on bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -199,20 +177,13 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: connect: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	for _, ch := range notifyChannels {
-		if _, err := conn.Exec(ctx, ch.listen); err != nil {
-			return false, fmt.Errorf("listen %s: %w", ch.name, err)
-		}
-	}
-	var channels []string
-	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(c ORDER BY c), '{}') FROM pg_listening_channels() AS c`).
-		Scan(&channels); err != nil {
-		return false, fmt.Errorf("listen: read the channels: %w", err)
+	if _, err := conn.PgConn().Exec(ctx, ListenStatement).ReadAll(); err != nil {
+		return false, fmt.Errorf("listen: %w", err)
 	}
 	// The subscribers as of the moment it is listening: one that
 	// subscribes later is told by Subscribe, so each hears it once.
 	n.mu.Lock()
-	n.listening, n.channels = true, channels
+	n.listening = true
 	var hs []*Handler
 	for _, set := range n.subs {
 		for h := range set {
