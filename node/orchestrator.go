@@ -173,6 +173,9 @@ func (o *Orchestrator) startEngine(b *Backend, cfg OrchestratorConfig) error {
 		// Decisions are API writes: the API pool, never the ledger's.
 		Approvals: b.stores.Approvals,
 		Spend:     b.stores.Spending,
+		// WatchRun's followers hear other nodes' events on the process's
+		// one LISTEN connection.
+		Events: b.stores.Notifier,
 	}
 	if cfg.ParamsFunc != nil {
 		cfg.ParamsFunc(&params)

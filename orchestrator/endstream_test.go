@@ -181,14 +181,19 @@ func BenchmarkRunFinishedLatency(b *testing.B) {
 // TestEndReachesFollowersWithoutThePoll: a run's end reaches the Run
 // caller and a WatchRun follower on the orchestrator that ended it through
 // that orchestrator's own signal (Engine.finished hands its closing events
-// to the followers), not through the poll that finds what other nodes
-// append: with the poll an hour apart, both streams still get their
-// RunFinished, and well before the poll's first tick.
+// to the followers), not through what finds what other nodes append (the
+// notifications, off here, and the poll): with the poll an hour apart,
+// both streams still get their RunFinished, and well before the poll's
+// first tick.
 func TestEndReachesFollowersWithoutThePoll(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, _ := b.worker(t, "w1", llm.SimConfig{Latency: 10 * time.Millisecond, FinishAfter: 1}, 8)
-	n := b.orchestrator(t, "o1", orchestrator.Config{WatchPollInterval: time.Hour}, w)
+	// Calls of 300ms: the WatchRun stream opens (on the Run stream's
+	// RunStarted) well before the end, which it must then be handed, not
+	// read with the run's history.
+	w, _ := b.worker(t, "w1", llm.SimConfig{Latency: 300 * time.Millisecond, FinishAfter: 1}, 8)
+	n := b.orchestratorWith(t, "o1", orchestrator.Config{WatchPollInterval: time.Hour},
+		func(p *orchestrator.EngineParams) { p.Events = nil }, w)
 	ctx, cancel := context.WithTimeout(t.Context(), patience)
 	defer cancel()
 	stream, err := n.client.Run(ctx, &fanoutv1.RunRequest{Spec: spec("end-no-poll", 3, 100_000)})

@@ -44,6 +44,9 @@ type EngineParams struct {
 	// Spend reads a tenant's spend in money (store.Spending); nil: GetSpend
 	// is UNIMPLEMENTED.
 	Spend SpendReader
+	// Events tells WatchRun's followers of the events other nodes write
+	// (store.Notifier); nil: they poll every Config.WatchPollInterval.
+	Events EventNotices
 }
 
 // Engine creates runs, drives them on this node (dispatching their tasks to
@@ -76,8 +79,9 @@ type Engine struct {
 	born      time.Time
 	leaseFrom atomic.Int64
 
-	// followers is the one poller of the runs streamed from this node
-	// (watch.go); stopPoll stops it, which closes pollDone.
+	// followers are the runs streamed from this node, with their poller
+	// and their listener of notifications (watch.go); stopPoll stops both,
+	// which closes pollDone.
 	followers *followers
 	stopPoll  context.CancelFunc
 	pollDone  chan struct{}
@@ -143,16 +147,37 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		born:       time.Now(),
 	}
 	go e.heartbeat(beatCtx)
-	pollCtx, stopPoll := context.WithCancel(context.Background())
-	e.followers = newFollowers(p.Store, e.cfg.WatchPollInterval, func(err error) {
+	e.startFollowers(p.Events)
+	return e, nil
+}
+
+// startFollowers starts the followers' poller and, with events, their
+// listener: notifications then carry what other nodes write, and the poll
+// is the fallback (watch.go).
+func (e *Engine) startFollowers(events EventNotices) {
+	ctx, stopPoll := context.WithCancel(context.Background())
+	interval := e.cfg.WatchPollInterval
+	if events != nil {
+		interval = e.cfg.WatchFallbackPoll
+	}
+	e.followers = newFollowers(e.store, interval, func(err error) {
 		e.cfg.Logger.Warn("read the heads of followed runs", "err", err)
 	})
 	e.stopPoll, e.pollDone = stopPoll, make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { e.followers.poll(ctx) })
+	if events != nil {
+		wg.Go(func() {
+			if err := events.ListenEvents(ctx, e.followers.resync, e.followers.moved); err != nil {
+				e.cfg.Logger.Warn("followers hear no notifications: other nodes' events reach them by the poll alone",
+					"poll", interval, "err", err)
+			}
+		})
+	}
 	go func() {
 		defer close(e.pollDone)
-		e.followers.poll(pollCtx)
+		wg.Wait()
 	}()
-	return e, nil
 }
 
 // Config returns the engine's configuration with defaults applied.

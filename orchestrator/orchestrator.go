@@ -159,6 +159,16 @@ type EventReader interface {
 	Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error)
 }
 
+// EventNotices tells of writes of any run's events, by any node, as they
+// commit. *store.Notifier implements it.
+type EventNotices interface {
+	// ListenEvents calls moved with a run's id and the sequence its log
+	// now ends at, for each write, and ready on every (re)connect (what
+	// was written while it was away is not told), until ctx ends. It
+	// returns at once if it cannot listen at all.
+	ListenEvents(ctx context.Context, ready func(), moved func(runID string, head int64)) error
+}
+
 // RunWatcher tells when a run's ledger account ended (exhausted, cancelled,
 // closed) on any node. *budget.Watcher implements it.
 type RunWatcher interface {
@@ -232,8 +242,14 @@ type Config struct {
 	// CancelRun, timeout) before the call is cut. Default 2s; negative: none.
 	CancelGrace time.Duration
 	// WatchPollInterval is how often WatchRun polls for events of a run
-	// driven by another replica. Default 150ms.
+	// driven by another replica when no notifications tell of them
+	// (EngineParams.Events nil). Default 150ms.
 	WatchPollInterval time.Duration
+	// WatchFallbackPoll is how often WatchRun polls for them when
+	// notifications do (EngineParams.Events), in case one is lost without
+	// the LISTEN connection dropping (a dropped one is made up for when it
+	// is back). Default 3s.
+	WatchFallbackPoll time.Duration
 	// WatchMaxLag and WatchSlowAfter end a slow reader: a WatchRun or Run
 	// stream that stays more than WatchMaxLag events behind its run's head
 	// for WatchSlowAfter without a break ends RESOURCE_EXHAUSTED naming the
@@ -320,6 +336,7 @@ func (c Config) withDefaults() Config {
 		c.CancelGrace = 2 * time.Second
 	}
 	defDur(&c.WatchPollInterval, 150*time.Millisecond)
+	defDur(&c.WatchFallbackPoll, 3*time.Second)
 	if c.WatchMaxLag <= 0 {
 		c.WatchMaxLag = 1000
 	}

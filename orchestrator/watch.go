@@ -14,19 +14,29 @@ import (
 )
 
 // Followers (WatchRun and Run streams) of every run, on this node, share
-// one poller: one read of the heads of all the runs followed here, every
-// WatchPollInterval, instead of one query per stream per interval (8,000
-// streams polling alone drove Postgres to ~37k transactions/s, issue 12).
+// what tells them that their run moved, and one read of its new events.
 // An append made on this node wakes its followers at once (Engine.wake),
 // and the run's end hands them its closing events as it commits them
-// (followers.publish: no read between the commit and the streams); the
-// poller finds what other nodes appended. Each stream reads from its
-// own cursor: the run's latest events (its tail, up to tailEvents) are read
-// from the store once for every stream of the run on this node, and only a
-// stream further behind than the tail reads the store itself (5,000
-// streams each reading on every move of the head kept a concurrent run
-// waiting for the pool over 90s, issue 12). With nothing followed, the
-// poller reads nothing: an idle node commits no transaction for it.
+// (followers.publish: no read between the commit and the streams). What
+// other nodes append is announced by PostgreSQL: every write of a run's
+// events NOTIFYs the run's new head on one fixed channel at its commit
+// (store.RunEventsChannel), the node's one LISTEN connection hands it to
+// moved, and only runs followed here are woken. A notification is lost
+// while that connection is down: when it is back (resync), and every
+// WatchFallbackPoll in case one is lost otherwise, the node reads the
+// heads of every run followed here in one query (poll). Without
+// notifications (EngineParams.Events nil) that poll runs every
+// WatchPollInterval instead, as it did before (8,000 streams each polling
+// alone drove Postgres to ~37k transactions/s, issue 12; one poll every
+// 150 ms for them all did not).
+//
+// Each stream reads from its own cursor: the run's latest events (its
+// tail, up to tailEvents) are read from the store once for every stream of
+// the run on this node, and only a stream further behind than the tail
+// reads the store itself (5,000 streams each reading on every move of the
+// head kept a concurrent run waiting for the pool over 90s, issue 12).
+// With nothing followed, the poller reads nothing: an idle node commits no
+// transaction for it.
 
 // tailEvents is how many of a followed run's latest events a node keeps
 // for its streams.
@@ -37,6 +47,7 @@ type followers struct {
 	store    EventReader
 	interval time.Duration
 	onError  func(error)
+	resyncs  chan struct{} // a poll now (resync); buffered, 1
 
 	mu   sync.Mutex
 	runs map[string]*followed
@@ -67,7 +78,8 @@ func (r *followed) move() {
 }
 
 func newFollowers(store EventReader, interval time.Duration, onError func(error)) *followers {
-	return &followers{store: store, interval: interval, onError: onError, runs: map[string]*followed{}}
+	return &followers{store: store, interval: interval, onError: onError, resyncs: make(chan struct{}, 1),
+		runs: map[string]*followed{}}
 }
 
 // follow registers one more stream of runID; unfollow must follow.
@@ -211,7 +223,31 @@ func (f *followers) publish(runID string, evs []*fanoutv1.RunEvent) {
 	}
 }
 
-// poll reads the heads of every followed run until ctx ends.
+// moved is what a notification says: runID's log now ends at head (a
+// hint: any login may NOTIFY). Its streams here are woken unless they have
+// read up to head already (the end this node published, or a read that
+// overtook the notification); a forged head costs one read of the run.
+// It runs on the notifier's goroutine and returns at once.
+func (f *followers) moved(runID string, head int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r := f.runs[runID]; r != nil && head > r.readTo {
+		r.move()
+	}
+}
+
+// resync has the poller read the heads of every followed run now: the
+// notifications sent while the node was not listening are gone. It does
+// not wait.
+func (f *followers) resync() {
+	select {
+	case f.resyncs <- struct{}{}:
+	default: // one is due already
+	}
+}
+
+// poll reads the heads of every followed run every interval, and at once
+// on resync, until ctx ends.
 func (f *followers) poll(ctx context.Context) {
 	tick := time.NewTicker(f.interval)
 	defer tick.Stop()
@@ -220,6 +256,7 @@ func (f *followers) poll(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-f.resyncs:
 		}
 		f.mu.Lock()
 		ids := slices.Sorted(maps.Keys(f.runs))

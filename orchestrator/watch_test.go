@@ -178,13 +178,14 @@ func TestSlowReaderEndsNamingWhereToResume(t *testing.T) {
 // reader even when a run's first wave puts it more than 1,000 events
 // behind at once (1,000 TaskQueued in one write, then the tasks' next
 // events): the rule is being behind for a time, not a gap at one instant.
-// The node polls heads every 5ms, so that it sees the gap before the
-// stream has closed it.
+// The node polls heads every 5ms (its fallback poll: a notification wakes
+// the stream but does not tell it the head), so that it sees the gap
+// before the stream has closed it.
 func TestFirstWaveReaderIsNotSlow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	n := b.orchestrator(t, "o1", orchestrator.Config{WatchSlowAfter: 5 * time.Second, OrphanAfter: time.Hour,
-		WatchPollInterval: 5 * time.Millisecond})
+		WatchFallbackPoll: 5 * time.Millisecond})
 	runID := b.storedRun(t, "first-wave")
 	ctx, cancel := context.WithTimeout(t.Context(), patience)
 	defer cancel()

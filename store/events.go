@@ -210,6 +210,7 @@ func (s *Runs) appendBatch(ctx context.Context, batch []*pending[*eventOp]) {
 			close(p.done)
 		}
 	}()
+	defer announceRuns(s.notices, batch, func(op *eventOp) string { return op.runID })
 	slices.SortStableFunc(batch, func(a, b *pending[*eventOp]) int { return strings.Compare(a.item.runID, b.item.runID) })
 	var groups [][]*eventOp
 	for i, p := range batch {

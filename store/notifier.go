@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,15 +24,20 @@ const (
 	// TenantQuotasChannel: admin_set_quotas signals a tenant whose quotas
 	// changed.
 	TenantQuotasChannel = "fanout_tenant_quotas"
+	// RunEventsChannel: the run store signals the heads of the runs whose
+	// events it wrote, "<run_id> <last_sequence>" joined by ",", once the
+	// writes have returned (headnotices.go).
+	RunEventsChannel = "fanout_run_events"
 )
 
-// notifyChannels are the channels every Notifier LISTENs on, each with its
-// statement (LISTEN takes no parameter: the names are constants).
-var notifyChannels = []struct{ name, listen string }{
-	{runStateChannel, "LISTEN " + runStateChannel},
-	{KeyRevokedChannel, "LISTEN " + KeyRevokedChannel},
-	{TenantQuotasChannel, "LISTEN " + TenantQuotasChannel},
-}
+// ListenStatement is what a Notifier's session runs once connected, and
+// the last statement it runs: it LISTENs on every channel of the schema, a
+// fixed set whatever the number of runs, streams or tenants (a run is
+// named in a payload, never in a channel), in one round trip (a simple
+// query: LISTEN takes no parameter, the names are constants).
+// pg_stat_activity.query shows it for the session.
+const ListenStatement = "LISTEN " + runStateChannel + "; LISTEN " + KeyRevokedChannel + "; LISTEN " +
+	TenantQuotasChannel + "; LISTEN " + RunEventsChannel
 
 // ListenerApplicationName is the application_name of the Notifier's
 // connection, so operators (and tests) can find it in pg_stat_activity.
@@ -170,10 +177,8 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: connect: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	for _, ch := range notifyChannels {
-		if _, err := conn.Exec(ctx, ch.listen); err != nil {
-			return false, fmt.Errorf("listen %s: %w", ch.name, err)
-		}
+	if _, err := conn.PgConn().Exec(ctx, ListenStatement).ReadAll(); err != nil {
+		return false, fmt.Errorf("listen: %w", err)
 	}
 	// The subscribers as of the moment it is listening: one that
 	// subscribes later is told by Subscribe, so each hears it once.
@@ -228,4 +233,22 @@ func (n *Notifier) subscribe(ctx context.Context, ready func(), on map[string]fu
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// ListenEvents implements orchestrator.EventNotices: until ctx ends, it
+// hands moved each head a write of a run's events announced
+// (RunEventsChannel), and calls ready on every (re)connect, after which
+// what was announced while the Notifier was away is gone (re-read then).
+// Any login may NOTIFY: a head is a hint to read the log, never trusted as
+// the log's end. ErrNoNotifier at once when n is nil.
+func (n *Notifier) ListenEvents(ctx context.Context, ready func(), moved func(runID string, head int64)) error {
+	return n.subscribe(ctx, ready, map[string]func(string){RunEventsChannel: func(payload string) {
+		for run := range strings.SplitSeq(payload, ",") {
+			runID, seq, ok := strings.Cut(run, " ")
+			head, err := strconv.ParseInt(seq, 10, 64)
+			if ok && err == nil {
+				moved(runID, head)
+			}
+		}
+	}})
 }

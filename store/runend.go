@@ -23,6 +23,7 @@ import (
 // run and reports it. Returns runs.ErrNotFound for an unknown run.
 func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (run *fanoutv1.Run, ended bool, err error) {
+	defer s.notices.announce(runID)
 	// Only the owner ends a run, and once: a try after an ambiguous commit
 	// that finds the run ended as this call would end it, still owned by
 	// owner, was that try (finishRun).
@@ -53,6 +54,7 @@ func (s *Runs) FinishRun(ctx context.Context, runID, owner string, state fanoutv
 // budget.DeniedError.
 func (s *Runs) CloseRun(ctx context.Context, runID, owner string, epoch int64, state fanoutv1.RunState, cause string,
 	result *fanoutv1.JoinedResult) (runs.Closing, error) {
+	defer s.notices.announce(runID)
 	var c runs.Closing
 	// As FinishRun; closing a closed run again changes nothing, and a try
 	// after a lost reply that committed finds the run ended (no event is

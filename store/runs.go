@@ -30,6 +30,10 @@ type Runs struct {
 	// together in one transaction.
 	starts   committer[*startOp]
 	finishes committer[*finishOp]
+	// notices NOTIFYs the heads of the runs whose events were written, once
+	// each write has returned (headnotices.go); nil: none (a benchmark of
+	// the store's measures the appends without them).
+	notices *headNotices
 }
 
 // RunsConfig tunes a Runs.
@@ -54,6 +58,7 @@ func NewRuns(pool *Pool, config ...RunsConfig) *Runs {
 		cfg.Logger = slog.Default()
 	}
 	s := &Runs{db: newDB(pool, cfg.Logger)}
+	s.notices = newHeadNotices(pool, s.log)
 	s.events = inlineCommit[*eventOp]{run: s.appendBatch}
 	s.starts = inlineCommit[*startOp]{run: s.startBatch}
 	s.finishes = inlineCommit[*finishOp]{run: s.finishBatch}
@@ -65,9 +70,23 @@ func NewRuns(pool *Pool, config ...RunsConfig) *Runs {
 	return s
 }
 
-// Close stops the event and task committers; a no-op without Coalesce.
+// Close stops the event and task committers (a no-op without Coalesce)
+// and waits for the notices of the heads they moved to be sent.
 func (s *Runs) Close() {
 	s.events.close()
 	s.starts.close()
 	s.finishes.close()
+	s.notices.wait()
+}
+
+// announceRuns has the heads of the runs of a batch NOTIFYed
+// (headNotices.announce), each run once.
+func announceRuns[T any](h *headNotices, batch []*pending[T], runID func(T) string) {
+	ids := make([]string, 0, len(batch))
+	for _, p := range batch {
+		if id := runID(p.item); len(ids) == 0 || ids[len(ids)-1] != id {
+			ids = append(ids, id)
+		}
+	}
+	h.announce(ids...)
 }

@@ -68,6 +68,7 @@ type startOp struct {
 // startTask starts one task and appends its TaskStarted (unless stored),
 // in one transaction.
 func (s *Runs) startTask(ctx context.Context, op *startOp) (*fanoutv1.TaskOutcome, error) {
+	defer s.notices.announce(op.runID)
 	taskID := op.started.GetTaskId()
 	var out *fanoutv1.TaskOutcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -120,6 +121,7 @@ func (s *Runs) startBatch(ctx context.Context, batch []*pending[*startOp]) {
 			close(p.done)
 		}
 	}()
+	defer announceRuns(s.notices, batch, func(op *startOp) string { return op.runID })
 	alone := func(op *startOp) { op.out, op.err = s.startTask(ctx, op) }
 	if len(batch) == 1 {
 		alone(batch[0].item)
@@ -274,6 +276,7 @@ func finishArgs(runID, owner string, o *fanoutv1.TaskOutcome) ([]any, error) {
 // transaction, so that no follower (nor the replica that adopts the run)
 // sees a task ended without its event.
 func (s *Runs) finishTask(ctx context.Context, runID, owner string, o *fanoutv1.TaskOutcome) (*fanoutv1.TaskOutcome, error) {
+	defer s.notices.announce(runID)
 	args, err := finishArgs(runID, owner, o)
 	if err != nil {
 		return nil, err
@@ -309,6 +312,7 @@ func (s *Runs) finishBatch(ctx context.Context, batch []*pending[*finishOp]) {
 			close(p.done)
 		}
 	}()
+	defer announceRuns(s.notices, batch, func(op *finishOp) string { return op.runID })
 	alone := func(op *finishOp) { op.out, op.err = s.finishTask(ctx, op.runID, op.owner, op.o) }
 	if len(batch) == 1 {
 		alone(batch[0].item)
@@ -509,6 +513,7 @@ func (s *Runs) FailTasks(ctx context.Context, runID, owner, reason string) ([]*f
 // the outcome body and their TaskFinished events are appended, in one
 // transaction.
 func (s *Runs) failTasks(ctx context.Context, runID, owner string, body []byte) (taskRows []taskRow, err error) {
+	defer s.notices.announce(runID)
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The run row first, as FinishTask takes it: one lock order (run,
 		// then tasks) for every task write.
