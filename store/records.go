@@ -394,6 +394,12 @@ type resultRecord struct {
 	TotalTokens            int64JSON        `json:"total_tokens,omitzero"`
 	Synthesis              string           `json:"synthesis,omitempty"`
 	SynthesisSkippedReason string           `json:"synthesis_skipped_reason,omitempty"`
+	// Set only on a result cut at the API's edge (orchestrator/pages.go),
+	// never on one stored; kept so that a record is its message whole.
+	FactCount          int32  `json:"fact_count,omitempty"`
+	FactsNextPageToken string `json:"facts_next_page_token,omitempty"`
+	TaskCount          int32  `json:"task_count,omitempty"`
+	TasksNextPageToken string `json:"tasks_next_page_token,omitempty"`
 }
 
 func resultRecordOf(m *fanoutv1.JoinedResult) *resultRecord {
@@ -402,7 +408,8 @@ func resultRecordOf(m *fanoutv1.JoinedResult) *resultRecord {
 	}
 	return &resultRecord{Facts: each(m.GetFacts(), factRecordOf), Tasks: each(m.GetTasks(), outcomeRecordOf),
 		TotalTokens: int64JSON(m.GetTotalTokens()), Synthesis: m.GetSynthesis(),
-		SynthesisSkippedReason: m.GetSynthesisSkippedReason()}
+		SynthesisSkippedReason: m.GetSynthesisSkippedReason(), FactCount: m.GetFactCount(),
+		FactsNextPageToken: m.GetFactsNextPageToken(), TaskCount: m.GetTaskCount(), TasksNextPageToken: m.GetTasksNextPageToken()}
 }
 
 func (r *resultRecord) proto() *fanoutv1.JoinedResult {
@@ -410,23 +417,29 @@ func (r *resultRecord) proto() *fanoutv1.JoinedResult {
 		return nil
 	}
 	return &fanoutv1.JoinedResult{Facts: each(r.Facts, (*factRecord).proto), Tasks: each(r.Tasks, (*outcomeRecord).proto),
-		TotalTokens: int64(r.TotalTokens), Synthesis: r.Synthesis, SynthesisSkippedReason: r.SynthesisSkippedReason}
+		TotalTokens: int64(r.TotalTokens), Synthesis: r.Synthesis, SynthesisSkippedReason: r.SynthesisSkippedReason,
+		FactCount: r.FactCount, FactsNextPageToken: r.FactsNextPageToken, TaskCount: r.TaskCount,
+		TasksNextPageToken: r.TasksNextPageToken}
 }
 
 // runRecord is a fanout.v1.Run, in a RunStarted event.
 type runRecord struct {
-	RunID          string            `json:"run_id,omitempty"`
-	TenantID       string            `json:"tenant_id,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key,omitempty"`
-	State          runStateJSON      `json:"state,omitzero"`
-	CancelCause    string            `json:"cancel_cause,omitempty"`
-	Spec           *specRecord       `json:"spec,omitempty"`
-	Budget         *snapshotRecord   `json:"budget,omitempty"`
-	Tasks          []*outcomeRecord  `json:"tasks,omitempty"`
-	Result         *resultRecord     `json:"result,omitempty"`
-	CreatedAt      *timestampJSON    `json:"created_at,omitempty"`
-	FinishedAt     *timestampJSON    `json:"finished_at,omitempty"`
-	Labels         map[string]string `json:"labels,omitempty"`
+	RunID          string           `json:"run_id,omitempty"`
+	TenantID       string           `json:"tenant_id,omitempty"`
+	IdempotencyKey string           `json:"idempotency_key,omitempty"`
+	State          runStateJSON     `json:"state,omitzero"`
+	CancelCause    string           `json:"cancel_cause,omitempty"`
+	Spec           *specRecord      `json:"spec,omitempty"`
+	Budget         *snapshotRecord  `json:"budget,omitempty"`
+	Tasks          []*outcomeRecord `json:"tasks,omitempty"`
+	Result         *resultRecord    `json:"result,omitempty"`
+	// Set only on a run cut at the API's edge, as resultRecord's.
+	TaskCount          int32             `json:"task_count,omitempty"`
+	TasksNextPageToken string            `json:"tasks_next_page_token,omitempty"`
+	SpecCut            bool              `json:"spec_cut,omitempty"`
+	CreatedAt          *timestampJSON    `json:"created_at,omitempty"`
+	FinishedAt         *timestampJSON    `json:"finished_at,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
 }
 
 func runRecordOf(m *fanoutv1.Run) *runRecord {
@@ -436,7 +449,8 @@ func runRecordOf(m *fanoutv1.Run) *runRecord {
 	return &runRecord{RunID: m.GetRunId(), TenantID: m.GetTenantId(), IdempotencyKey: m.GetIdempotencyKey(),
 		State: runStateJSON(m.GetState()), CancelCause: m.GetCancelCause(), Spec: specRecordOf(m.GetSpec()),
 		Budget: snapshotRecordOf(m.GetBudget()), Tasks: each(m.GetTasks(), outcomeRecordOf),
-		Result: resultRecordOf(m.GetResult()), CreatedAt: timestampOf(m.GetCreatedAt()),
+		Result: resultRecordOf(m.GetResult()), TaskCount: m.GetTaskCount(), TasksNextPageToken: m.GetTasksNextPageToken(),
+		SpecCut: m.GetSpecCut(), CreatedAt: timestampOf(m.GetCreatedAt()),
 		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels()}
 }
 
@@ -446,7 +460,8 @@ func (r *runRecord) proto() *fanoutv1.Run {
 	}
 	return &fanoutv1.Run{RunId: r.RunID, TenantId: r.TenantID, IdempotencyKey: r.IdempotencyKey,
 		State: fanoutv1.RunState(r.State), CancelCause: r.CancelCause, Spec: r.Spec.proto(), Budget: r.Budget.proto(),
-		Tasks: each(r.Tasks, (*outcomeRecord).proto), Result: r.Result.proto(), CreatedAt: r.CreatedAt.proto(),
+		Tasks: each(r.Tasks, (*outcomeRecord).proto), Result: r.Result.proto(), TaskCount: r.TaskCount,
+		TasksNextPageToken: r.TasksNextPageToken, SpecCut: r.SpecCut, CreatedAt: r.CreatedAt.proto(),
 		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels}
 }
 
