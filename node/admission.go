@@ -69,10 +69,16 @@ type burst struct {
 	deadline time.Time
 }
 
+// waitingCallBytes is what a call waiting in a burst may hold before its
+// body is read: its stream's window and its headers (a burst's calls share
+// one share of the receive limit, so a share admits receive limit /
+// waitingCallBytes of them, 64 at the defaults).
+const waitingCallBytes = callerWindow + maxHTTPHeaderBytes
+
 func newPreauth(budgetBytes int64, recvLimit int, wait time.Duration, what string) *preauth {
 	n := max(1, min(budgetBytes/int64(max(recvLimit, 1)), unauthenticatedCalls))
 	return &preauth{max: n, sem: semaphore.NewWeighted(n), wait: wait, what: what,
-		burstSize: max(1, recvLimit/callerWindow), bursts: map[string]*burst{}}
+		burstSize: max(1, recvLimit/waitingCallBytes), bursts: map[string]*burst{}}
 }
 
 // tryJoin admits a call presenting credential cred: into the burst of cred

@@ -7,8 +7,9 @@ import (
 
 // TestABurstIsBounded (issue 44): the calls presenting one credential
 // share one share of a preauth budget while its key is looked up, but at
-// most burstSize of them (receive limit / callerWindow: what the share's
-// bytes cover of calls holding only their stream's window), all with the
+// most burstSize of them (receive limit / waitingCallBytes: what the
+// share's bytes cover of calls holding only their stream's window and their
+// headers), all with the
 // deadline of the first; the next call of the same credential needs a share
 // of its own, so a flood with one made-up id holds at most a share's worth.
 // The share is given back when the last call of the burst leaves.
@@ -16,8 +17,8 @@ func TestABurstIsBounded(t *testing.T) {
 	t.Parallel()
 	const recvLimit = 8<<20 + 1024
 	p := newPreauth(recvLimit, recvLimit, 10*time.Second, "unauthenticated") // one share
-	if p.burstSize != 128 {
-		t.Fatalf("burst size at a receive limit of %d: %d; want 128", recvLimit, p.burstSize)
+	if p.burstSize != 64 {
+		t.Fatalf("burst size at a receive limit of %d: %d; want 64", recvLimit, p.burstSize)
 	}
 	var releases []func()
 	var first time.Time

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -199,7 +200,7 @@ func (s *Server) runListing(ctx context.Context, rpc string, req textMessage, ru
 			err = json.Unmarshal(raw, &tok)
 		}
 		switch {
-		case err != nil || tok.RPC != rpc || tok.Next < 0 || textProblem(tok.Tenant+tok.RunID) != "":
+		case err != nil || tok.RPC != rpc || tok.Next < 0 || tok.Next > math.MaxInt32 || textProblem(tok.Tenant+tok.RunID) != "":
 			v.add("page_token", "is not a token from %s", rpc)
 		case tok.Tenant != tenantID || tok.RunID != runID:
 			v.add("page_token", "was issued for another tenant or run_id")

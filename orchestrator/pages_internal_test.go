@@ -200,3 +200,26 @@ func TestCutSpecLeavesOutAHugeGoal(t *testing.T) {
 		t.Errorf("served: %d bytes", n)
 	}
 }
+
+// TestCancelOnlyKeyGetsNoPageToken: CancelRun's answer to a key without
+// read scope is the run's summary, cut to fit, with its task count and no
+// token: the token's ListRunTasks would be refused to that key (and would
+// hand it the summaries the cut left out), so `fanout cancel --json` with a
+// cancel-only key failed after the cancel had succeeded. A key that may
+// read gets the token.
+func TestCancelOnlyKeyGetsNoPageToken(t *testing.T) {
+	t.Parallel()
+	for _, readable := range []bool{false, true} {
+		r := bigRun(20000)
+		cancelView(r, "ten", readable)
+		if r.GetTaskCount() != 20000 || len(r.GetTasks()) == 20000 {
+			t.Fatalf("readable %v: %d of %d tasks served, want a cut run", readable, len(r.GetTasks()), r.GetTaskCount())
+		}
+		if got := r.GetTasksNextPageToken() != ""; got != readable {
+			t.Errorf("readable %v: a page token: %v, want %v", readable, got, readable)
+		}
+		if !readable && (r.GetSpec() != nil || r.GetResult() != nil || r.GetTasks()[0].GetSummary() != nil) {
+			t.Errorf("a cancel-only key was served the run's spec, result or summaries")
+		}
+	}
+}

@@ -179,13 +179,24 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
-	// What the run holds (its spec, result and summaries) is for keys that
-	// may read it; a cancel-only key learns what became of the run.
-	if p, _ := tenant.FromContext(ctx); !p.Has(tenant.ScopeRead) {
+	p, _ := tenant.FromContext(ctx)
+	cancelView(run, tenantID, p.Has(tenant.ScopeRead))
+	return &fanoutv1.CancelRunResponse{Run: run}, nil
+}
+
+// cancelView makes run what CancelRun answers, in place: cut to the
+// response's size (cutRun). What the run holds (its spec, result and
+// summaries) is for keys that may read it: a cancel-only key learns what
+// became of the run and how many tasks it has, and is given no page token,
+// which only ListRunTasks (a read) could follow.
+func cancelView(run *fanoutv1.Run, tenantID string, readable bool) {
+	if !readable {
 		summarize(run)
 	}
 	cutRun(run, tenantID)
-	return &fanoutv1.CancelRunResponse{Run: run}, nil
+	if !readable {
+		run.TasksNextPageToken = ""
+	}
 }
 
 // pageToken is what ListRuns' opaque page token holds.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -209,6 +210,20 @@ func TestTenThousandTasksReadableByAnyClient(t *testing.T) {
 	}
 	if _, err := client.ListRunTasks(ctx, &fanoutv1.ListRunTasksRequest{RunId: runID, PageToken: res.GetFactsNextPageToken()}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("ListRunTasks with ListRunFacts' token: %v, want INVALID_ARGUMENT", err)
+	}
+	// A token whose position is past any run's (forged by its own tenant:
+	// tokens are not signed) is the caller's mistake, not an internal error.
+	var forged map[string]any
+	if raw, err := base64.RawURLEncoding.DecodeString(res.GetFactsNextPageToken()); err != nil || json.Unmarshal(raw, &forged) != nil {
+		t.Fatalf("the facts token %q is not base64 JSON", res.GetFactsNextPageToken())
+	}
+	forged["n"] = int64(1) << 62
+	raw, err := json.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.ListRunFacts(ctx, &fanoutv1.ListRunFactsRequest{RunId: runID, PageToken: base64.RawURLEncoding.EncodeToString(raw)}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("ListRunFacts with a token at 2^62: %v, want INVALID_ARGUMENT", err)
 	}
 
 	// The CLI prints it whole.

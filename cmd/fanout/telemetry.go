@@ -89,8 +89,9 @@ func setupTelemetry(ctx context.Context, env *Env, service, metricsListen string
 			mux := http.NewServeMux()
 			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 			if pprof {
+				// Not /debug/pprof/cmdline: the command line may hold a
+				// credential (a --database-url with its password).
 				mux.HandleFunc("/debug/pprof/", httppprof.Index)
-				mux.HandleFunc("/debug/pprof/cmdline", httppprof.Cmdline)
 				mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
 				mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
 				mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)

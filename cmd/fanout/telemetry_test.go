@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,41 @@ func TestUnrecordedSpansCarryContexts(t *testing.T) {
 		TraceID: rsc.TraceID(), SpanID: rsc.SpanID()}))
 	if _, s := tr.Start(unsampled, "child of an unsampled parent"); s.SpanContext().IsSampled() || s.SpanContext().TraceID() != rsc.TraceID() {
 		t.Errorf("child of an unsampled remote parent: %+v, want its trace id, not sampled", s.SpanContext())
+	}
+}
+
+// TestPprofServesNoCommandLine: with --pprof the metrics listener serves
+// Go's profiles but not /debug/pprof/cmdline, whose command line may hold a
+// credential (a --database-url with its password).
+func TestPprofServesNoCommandLine(t *testing.T) { //nolint:paralleltest // global providers
+	ctx := t.Context()
+	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", true, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tel.shutdown(sctx)
+	})
+	get := func(path string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+tel.addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := get("/debug/pprof/goroutine?debug=1"); code != http.StatusOK {
+		t.Fatalf("/debug/pprof/goroutine: %d, want 200 with --pprof", code)
+	}
+	if code, body := get("/debug/pprof/cmdline"); code == http.StatusOK || strings.Contains(body, os.Args[0]) {
+		t.Errorf("/debug/pprof/cmdline: %d %q, want no command line", code, body)
 	}
 }

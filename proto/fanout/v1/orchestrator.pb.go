@@ -591,9 +591,9 @@ type ListRunsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The runs of this page, newest first, as summaries: state, cause, budget,
 	// labels, times and each task's status, spend and worker, but no spec, no
-	// result and no task summaries. GetRun returns a run in full. A summary's
-	// tasks are cut as GetRun's are (Run.task_count,
-	// Run.tasks_next_page_token).
+	// result and no task summaries. GetRun returns a run with all of these
+	// (cut to its size, "Sizes" above). A summary's tasks are cut as GetRun's
+	// are (Run.task_count, Run.tasks_next_page_token).
 	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	// Token for the next page; empty when there are no more runs.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
