@@ -164,9 +164,10 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 	// leaving a grant held (and later counted as spent) for a call never
 	// made. It is one short statement; callers void a grant that arrives
 	// after ctx ended.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	return r.Ledger.Reserve(rctx, budget.ReserveParams{
+	// A reserve repeated with its key returns its first grant
+	// (docs/ledger.md#i4-idempotent-settle): one whose try ran out of time
+	// is tried again while the task lives.
+	p := budget.ReserveParams{
 		Account:  r.task.Account,
 		RunID:    r.task.RunID,
 		TenantID: r.task.TenantID,
@@ -179,6 +180,9 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
 		Model:    requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		FromHeld: r.task.FromHeld,
+	}
+	return patiently(ctx, ctx, ledgerPatience, r.slow("reserve"), func(ctx context.Context) (budget.Reservation, error) {
+		return r.Ledger.Reserve(ctx, p)
 	})
 }
 
@@ -281,14 +285,18 @@ func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelC
 // settle posts actual (split by usage, when the provider reported it) as
 // the spend of res, with the model the call was made to.
 func (r *taskAttempt) settle(ctx context.Context, res budget.Reservation, actual int64, usage llm.Usage, estimated bool) (budget.Reservation, error) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
+	p := budget.SettleParams{
 		Reservation: res.ID, Generation: res.Lease.Generation, Secret: r.task.AttemptSecret,
 		Actual: actual, Estimated: estimated,
 		Model:       requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
-	})
+	}
+	// A settle repeated with the same arguments returns its first outcome
+	// (docs/ledger.md#i4-idempotent-settle): one whose try ran out of time
+	// is tried again, after a cancel too (I7), until the lease could have
+	// ended, past which the sweeper posts the reservation whole.
+	settled, err := patiently(context.Background(), ctx, min(ledgerPatience, r.LeaseTTL), r.slow("settle"),
+		func(ctx context.Context) (budget.Reservation, error) { return r.Ledger.Settle(ctx, p) })
 	if err != nil {
 		return settled, fmt.Errorf("settle reservation %d with %d tokens: %w", res.ID, actual, err)
 	}
@@ -303,4 +311,51 @@ func (r *taskAttempt) void(ctx context.Context, res budget.Reservation) {
 		r.Logger.WarnContext(ctx, "void reservation", "reservation", res.ID, "run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
 		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("void reservation %d: %v", res.ID, err))
 	}
+}
+
+// ledgerTry bounds one try of a reserve or a settle, made on a context
+// detached from the task's (settleTimeout); a variable for the tests.
+var ledgerTry = settleTimeout
+
+// ledgerPatience bounds how long a reserve or a settle is tried again when
+// its tries run out of time: a database slowed down for seconds (row locks,
+// a loaded machine: issue 44) must not fail a task whose budget is fine.
+// It is the longest a group commit's batch may take (store's batchTimeout).
+const ledgerPatience = 30 * time.Second
+
+// patiently runs call, each try on a context detached from values (whose
+// values it keeps) and bounded by ledgerTry, and runs it again after a try
+// that ran out of its time, as long as live has not ended and within
+// patience of the first try (the last try cut to what is left). Only for a
+// call that a second try does once (a reserve by its key, a settle with the
+// same arguments). slow hears of each try that ran out of time and is
+// tried again.
+func patiently[T any](live, values context.Context, patience time.Duration, slow func(tries int, err error),
+	call func(context.Context) (T, error)) (T, error) {
+	until := time.Now().Add(patience)
+	for tries := 1; ; tries++ {
+		ctx, cancel := context.WithDeadline(context.WithoutCancel(values), minTime(time.Now().Add(ledgerTry), until))
+		out, err := call(ctx)
+		ranOut := err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil
+		cancel()
+		if !ranOut || live.Err() != nil || !time.Now().Before(until) {
+			return out, err
+		}
+		slow(tries, err)
+	}
+}
+
+// slow logs a ledger call (op) whose try ran out of time, tried again.
+func (r *taskAttempt) slow(op string) func(tries int, err error) {
+	return func(tries int, err error) {
+		r.Logger.Warn("ledger call ran out of time; trying again", "op", op, "run_id", r.task.RunID,
+			"task_id", r.task.TaskID, "tries", tries, "err", err)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

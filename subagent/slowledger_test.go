@@ -1,0 +1,76 @@
+package subagent_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/subagent"
+	"github.com/fanout/fanout/subagent/llm"
+)
+
+// lateLedger is the real ledger, except that the first try of each reserve
+// (by key) and of each settle (by reservation) is done in the database and
+// its reply comes too late: the try runs out of its time (a database slowed
+// down by row locks on a loaded machine, issue 44).
+type lateLedger struct {
+	budget.Ledger
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// late reports whether this is the first try of what.
+func (l *lateLedger) late(what string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := !l.seen[what]
+	l.seen[what] = true
+	return first
+}
+
+func (l *lateLedger) Reserve(ctx context.Context, p budget.ReserveParams) (budget.Reservation, error) {
+	res, err := l.Ledger.Reserve(ctx, p)
+	if err == nil && l.late("reserve "+p.Key) {
+		<-ctx.Done()
+		return budget.Reservation{}, ctx.Err()
+	}
+	return res, err
+}
+
+func (l *lateLedger) Settle(ctx context.Context, p budget.SettleParams) (budget.Reservation, error) {
+	res, err := l.Ledger.Settle(ctx, p)
+	if err == nil && l.late("settle "+fmt.Sprint(p.Reservation)) {
+		<-ctx.Done()
+		return budget.Reservation{}, ctx.Err()
+	}
+	return res, err
+}
+
+// TestLoopWaitsOutASlowLedger: a reserve or a settle whose try runs out of
+// time while the database did it is tried again (the same key, the same
+// arguments) and finds what the first did: the task succeeds with one
+// reservation per call, each settled once, and the ledger is conserved.
+func TestLoopWaitsOutASlowLedger(t *testing.T) {
+	subagent.SetLedgerTry(t, 200*time.Millisecond)
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	sim := newSim(t, llm.SimConfig{FinishAfter: 2, Facts: 1, InputTokens: 100, OutputTokens: 50})
+	loop := newLoop(b, sim)
+	loop.Ledger = &lateLedger{Ledger: b.ledger, seen: map[string]bool{}}
+	sum := loop.Run(within(t), newTask(b, "a"))
+	if sum.Status != subagent.StatusSucceeded {
+		t.Fatalf("task ended %s (%v); want it SUCCEEDED through the slow ledger", sum.Status, sum.Err)
+	}
+	rs := b.reservations(t)
+	if len(rs) != len(sim.Calls()) {
+		t.Errorf("%d reservations for %d model calls; want one each", len(rs), len(sim.Calls()))
+	}
+	for _, r := range rs {
+		if r.State != "settled" || r.Estimated {
+			t.Errorf("reservation %d (%s) is %s, estimated %v; want settled with the call's usage", r.ID, r.Key, r.State, r.Estimated)
+		}
+	}
+	b.checkLedger(t)
+}
