@@ -263,12 +263,22 @@ func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelC
 		case <-renew.C:
 			sent := time.Now()
 			deadline := sent.Add(r.LeaseTTL / 3)
-			if stop := leaseEnd.Add(-margin); stop.Before(deadline) {
+			stop := leaseEnd.Add(-margin)
+			if stop.Before(deadline) {
 				deadline = stop
 			}
 			rctx, rcancel := context.WithDeadline(callCtx, deadline)
 			_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL, r.task.AttemptSecret)
+			ranOut := err != nil && errors.Is(err, context.DeadlineExceeded) && rctx.Err() != nil
 			rcancel()
+			if ranOut && callCtx.Err() == nil && time.Now().Before(stop) {
+				// A slow database, not a refusal: a renewal repeated
+				// does no harm (it moves the lease's end again), so it is
+				// tried again while the lease still has time left.
+				r.slow("renew")(1, err)
+				renew.Reset(0)
+				continue
+			}
 			if err != nil {
 				if callCtx.Err() == nil {
 					cancel(fmt.Errorf("renew lease of reservation %d: %w", res.ID, err))

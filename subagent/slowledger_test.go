@@ -74,3 +74,44 @@ func TestLoopWaitsOutASlowLedger(t *testing.T) {
 	}
 	b.checkLedger(t)
 }
+
+// slowRenewLedger is the real ledger, except that the first renewal of
+// each reservation is done in the database and its reply comes too late.
+type slowRenewLedger struct {
+	budget.Ledger
+	first *lateLedger // only its record of first tries
+}
+
+func (l slowRenewLedger) Renew(ctx context.Context, id budget.ReservationID, gen int64, ttl time.Duration, secret string) (budget.Reservation, error) {
+	res, err := l.Ledger.Renew(ctx, id, gen, ttl, secret)
+	if err == nil && l.first.late(fmt.Sprint("renew ", id)) {
+		<-ctx.Done()
+		return budget.Reservation{}, ctx.Err()
+	}
+	return res, err
+}
+
+// TestLoopRenewsThroughASlowLedger: a lease renewal whose reply comes too
+// late is tried again while the lease has time left, so the call goes on
+// and the task succeeds, its call stopped by nothing.
+func TestLoopRenewsThroughASlowLedger(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	loop := newLoop(b, nil)
+	loop.LeaseTTL = 1200 * time.Millisecond
+	// A call of a lease and a half: the first renewal (at TTL/3) runs out
+	// of time at 2·TTL/3, the second must go through.
+	sim := newSim(t, llm.SimConfig{Latency: loop.LeaseTTL * 3 / 2, FinishAfter: 1, Facts: 1})
+	loop.Model = sim
+	loop.Ledger = slowRenewLedger{Ledger: b.ledger, first: &lateLedger{seen: map[string]bool{}}}
+	sum := loop.Run(within(t), newTask(b, "a"))
+	if sum.Status != subagent.StatusSucceeded {
+		t.Fatalf("task ended %s (%v); want it SUCCEEDED through the slow renewal", sum.Status, sum.Err)
+	}
+	for _, c := range sim.Calls() {
+		if c.Cancelled {
+			t.Errorf("call under reservation %d was cancelled", c.ReservationID)
+		}
+	}
+	b.checkLedger(t)
+}
