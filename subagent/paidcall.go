@@ -164,9 +164,8 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 	// leaving a grant held (and later counted as spent) for a call never
 	// made. It is one short statement; callers void a grant that arrives
 	// after ctx ended.
-	// A reserve repeated with its key returns its first grant
-	// (docs/ledger.md#i4-idempotent-settle): one whose try ran out of time
-	// is tried again while the task lives.
+	// Given up to ledgerPatience while the task lives: a slow database
+	// does not fail the task.
 	p := budget.ReserveParams{
 		Account:  r.task.Account,
 		RunID:    r.task.RunID,
@@ -181,7 +180,7 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 		Model:    requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		FromHeld: r.task.FromHeld,
 	}
-	return patiently(ctx, ctx, ledgerPatience, r.slow("reserve"), func(ctx context.Context) (budget.Reservation, error) {
+	return patiently(ctx, ctx, ledgerPatience, func(ctx context.Context) (budget.Reservation, error) {
 		return r.Ledger.Reserve(ctx, p)
 	})
 }
@@ -275,7 +274,8 @@ func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelC
 				// A slow database, not a refusal: a renewal repeated
 				// does no harm (it moves the lease's end again), so it is
 				// tried again while the lease still has time left.
-				r.slow("renew")(1, err)
+				r.Logger.WarnContext(callCtx, "lease renewal ran out of time; trying again", "reservation", res.ID,
+					"run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
 				renew.Reset(0)
 				continue
 			}
@@ -301,12 +301,13 @@ func (r *taskAttempt) settle(ctx context.Context, res budget.Reservation, actual
 		Model:       requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
 	}
-	// A settle repeated with the same arguments returns its first outcome
-	// (docs/ledger.md#i4-idempotent-settle): one whose try ran out of time
-	// is tried again, after a cancel too (I7), until the lease could have
-	// ended, past which the sweeper posts the reservation whole.
-	settled, err := patiently(context.Background(), ctx, min(ledgerPatience, r.LeaseTTL), r.slow("settle"),
-		func(ctx context.Context) (budget.Reservation, error) { return r.Ledger.Settle(ctx, p) })
+	// Given up to ledgerPatience while the task lives, but no longer than
+	// the lease (past its end the sweeper posts the reservation whole), and
+	// ledgerTry once the task ended (a cancel, I7): a slow database does
+	// not fail the task.
+	settled, err := patiently(ctx, ctx, min(ledgerPatience, r.LeaseTTL), func(ctx context.Context) (budget.Reservation, error) {
+		return r.Ledger.Settle(ctx, p)
+	})
 	if err != nil {
 		return settled, fmt.Errorf("settle reservation %d with %d tokens: %w", res.ID, actual, err)
 	}
@@ -323,49 +324,33 @@ func (r *taskAttempt) void(ctx context.Context, res budget.Reservation) {
 	}
 }
 
-// ledgerTry bounds one try of a reserve or a settle, made on a context
-// detached from the task's (settleTimeout); a variable for the tests.
+// ledgerTry bounds a reserve or a settle once its task's context has
+// ended (settleTimeout); a variable for the tests.
 var ledgerTry = settleTimeout
 
-// ledgerPatience bounds how long a reserve or a settle is tried again when
-// its tries run out of time: a database slowed down for seconds (row locks,
+// ledgerPatience bounds a reserve or a settle while its task lives: a
+// database slowed down for seconds (a deep group-commit queue, row locks,
 // a loaded machine: issue 44) must not fail a task whose budget is fine.
 // It is the longest a group commit's batch may take (store's batchTimeout).
 const ledgerPatience = 30 * time.Second
 
-// patiently runs call, each try on a context detached from values (whose
-// values it keeps) and bounded by ledgerTry, and runs it again after a try
-// that ran out of its time, as long as live has not ended and within
-// patience of the first try (the last try cut to what is left). Only for a
-// call that a second try does once (a reserve by its key, a settle with the
-// same arguments). slow hears of each try that ran out of time and is
-// tried again.
-func patiently[T any](live, values context.Context, patience time.Duration, slow func(tries int, err error),
-	call func(context.Context) (T, error)) (T, error) {
-	until := time.Now().Add(patience)
-	for tries := 1; ; tries++ {
-		ctx, cancel := context.WithDeadline(context.WithoutCancel(values), minTime(time.Now().Add(ledgerTry), until))
-		out, err := call(ctx)
-		ranOut := err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil
-		cancel()
-		if !ranOut || live.Err() != nil || !time.Now().Before(until) {
-			return out, err
+// patiently runs call once, on a context detached from values (a reserve or
+// a settle cut short may commit with its reply lost) that ends patience
+// from now, or ledgerTry after live ends if that comes first. One try, not
+// several shorter ones: a try that gave up would lose its place in the
+// group commit's queue and wait behind every call that came since.
+func patiently[T any](live, values context.Context, patience time.Duration, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(values), patience)
+	defer cancel()
+	stop := context.AfterFunc(live, func() {
+		t := time.NewTimer(ledgerTry)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
 		}
-		slow(tries, err)
-	}
-}
-
-// slow logs a ledger call (op) whose try ran out of time, tried again.
-func (r *taskAttempt) slow(op string) func(tries int, err error) {
-	return func(tries int, err error) {
-		r.Logger.Warn("ledger call ran out of time; trying again", "op", op, "run_id", r.task.RunID,
-			"task_id", r.task.TaskID, "tries", tries, "err", err)
-	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
+	})
+	defer stop()
+	return call(ctx)
 }
