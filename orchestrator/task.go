@@ -93,23 +93,33 @@ type taskProgress struct {
 
 func (p taskProgress) started(ctx context.Context, worker string) {
 	d := p.d
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	detached := context.WithoutCancel(ctx)
+	sctx, cancel := context.WithTimeout(detached, startTimeout)
 	defer cancel()
 	started := &fanoutv1.TaskStarted{TaskId: p.taskID, Worker: worker, ForecastTokens: d.fc.forecastOf(p.index)}
-	_, err := d.e.store.StartTask(ctx, d.runID, d.e.cfg.Node, started) // and its TaskStarted
+	_, err := d.e.store.StartTask(sctx, d.runID, d.e.cfg.Node, started) // and its TaskStarted
 	switch {
 	case err == nil:
 		d.e.wake(d.runID)
 	case errors.Is(err, runs.ErrNotOwner):
-		d.lose(ctx, err)
+		d.lose(sctx, err)
 	case errors.Is(err, runs.ErrEnded): // ended by the replica that adopted the run
-		d.e.cfg.Logger.InfoContext(ctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
+		d.e.cfg.Logger.InfoContext(sctx, "task ended elsewhere", "run_id", d.runID, "task_id", p.taskID, "err", err)
 	default:
-		// The task runs on; followers hear of it by its event, at least.
-		d.e.cfg.Logger.ErrorContext(ctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
-		d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: started}})
+		// The task runs on; followers hear of it by its event, at least:
+		// appended on a context of its own, since StartTask may have used
+		// all of its own (a slow database), and the event is what tells
+		// that the task started.
+		d.e.cfg.Logger.ErrorContext(sctx, "start task", "run_id", d.runID, "task_id", p.taskID, "err", err)
+		ectx, cancel := context.WithTimeout(detached, cleanupTimeout)
+		defer cancel()
+		d.event(ectx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: started}})
 	}
 }
+
+// startTimeout bounds a task's StartTask; a variable for the tests of what
+// happens when it runs out.
+var startTimeout = cleanupTimeout
 
 func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)

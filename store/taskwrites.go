@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -100,13 +101,89 @@ func (s *Runs) startTask(ctx context.Context, op *startOp) (*fanoutv1.TaskOutcom
 // appendStarted appends the TaskStarted event of each of ops, in order and
 // under its key, within tx (appendSQL).
 func appendStarted(ctx context.Context, tx pgx.Tx, runID string, ops []*startOp) error {
-	evs := make([]*fanoutv1.RunEvent, len(ops))
-	keys := make([]string, len(ops))
+	evs, keys := startedEvents(ops)
+	return appendKeyed(ctx, tx, runID, "TaskStarted", evs, keys)
+}
+
+// startedEvents are the TaskStarted events of ops, in order, and their keys.
+func startedEvents(ops []*startOp) (evs []*fanoutv1.RunEvent, keys []string) {
+	evs = make([]*fanoutv1.RunEvent, len(ops))
+	keys = make([]string, len(ops))
 	for i, op := range ops {
 		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskStarted{TaskStarted: op.started}}
 		keys[i] = op.key
 	}
-	return appendKeyed(ctx, tx, runID, "TaskStarted", evs, keys)
+	return evs, keys
+}
+
+// runAppends are the event appends (appendSQL) of a batch of task writes,
+// one per run, and, for ended tasks, the return of their budget slices
+// before (returnSlicesSQL): sent in one pgx batch, so that a batch across
+// many runs holds their rows for one round trip, not one per run (issue 44:
+// batches holding a hundred run rows "idle in transaction" between their
+// statements queued every other batch, and the heartbeat, behind them).
+type runAppends struct {
+	q     pgx.Batch
+	reads []func(pgx.BatchResults) error // one per queued statement, in order
+}
+
+// queue queues the append of evs (of one kind, named what) to runID under keys.
+func (a *runAppends) queue(runID, what string, evs []*fanoutv1.RunEvent, keys []string) error {
+	bodies, err := encodeEvents(runID, what, evs)
+	if err != nil {
+		return err
+	}
+	if len(bodies) == 0 {
+		return nil
+	}
+	a.q.Queue(appendSQL, runID, bodies, keys)
+	a.reads = append(a.reads, func(br pgx.BatchResults) error {
+		var state string
+		var last int64
+		var at time.Time
+		if err := br.QueryRow().Scan(&state, &last, &at); err != nil {
+			return fmt.Errorf("append %s to run %s: %w", what, runID, err)
+		}
+		if state != "RUNNING" {
+			return fmt.Errorf("append %s to run %s: the run has ended %s: %w", what, runID, state, runs.ErrEnded)
+		}
+		return nil
+	})
+	return nil
+}
+
+// queueFinished queues what appendFinished does for outcomes of runID.
+func (a *runAppends) queueFinished(runID string, outcomes []*fanoutv1.TaskOutcome) error {
+	evs, ids := finishedEvents(outcomes)
+	if len(ids) > 0 {
+		a.q.Queue(returnSlicesSQL, runID, ids)
+		a.reads = append(a.reads, func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("return the slices of %d tasks of run %s: %w", len(ids), runID, err)
+			}
+			return nil
+		})
+	}
+	keys := make([]string, len(evs))
+	for i := range keys {
+		keys[i] = newEventKey()
+	}
+	return a.queue(runID, "TaskFinished", evs, keys)
+}
+
+// send runs the queued statements in tx, in one round trip.
+func (a *runAppends) send(ctx context.Context, tx pgx.Tx) error {
+	if len(a.reads) == 0 {
+		return nil
+	}
+	br := tx.SendBatch(ctx, &a.q)
+	for _, read := range a.reads {
+		if err := read(br); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return br.Close()
 }
 
 // startBatch starts the tasks of a batch of StartTask calls in one
@@ -159,6 +236,7 @@ func (s *Runs) startBatch(ctx context.Context, batch []*pending[*startOp]) {
 		if err := br.Close(); err != nil {
 			return err
 		}
+		appends := &runAppends{}
 		for i := 0; i < len(batch); {
 			j := i
 			var started []*startOp
@@ -168,13 +246,14 @@ func (s *Runs) startBatch(ctx context.Context, batch []*pending[*startOp]) {
 				}
 			}
 			if len(started) > 0 {
-				if err := appendStarted(ctx, tx, batch[i].item.runID, started); err != nil {
+				evs, keys := startedEvents(started)
+				if err := appends.queue(batch[i].item.runID, "TaskStarted", evs, keys); err != nil {
 					return err
 				}
 			}
 			i = j
 		}
-		return nil
+		return appends.send(ctx, tx)
 	})
 	switch class, _ := classify(err); {
 	case err == nil:
@@ -358,6 +437,7 @@ func (s *Runs) finishBatch(ctx context.Context, batch []*pending[*finishOp]) {
 		if err := br.Close(); err != nil {
 			return err
 		}
+		appends := &runAppends{}
 		for i := 0; i < len(queued); {
 			j := i
 			var outs []*fanoutv1.TaskOutcome
@@ -366,12 +446,12 @@ func (s *Runs) finishBatch(ctx context.Context, batch []*pending[*finishOp]) {
 					outs = append(outs, queued[j].out)
 				}
 			}
-			if err := appendFinished(ctx, tx, queued[i].runID, outs); err != nil {
+			if err := appends.queueFinished(queued[i].runID, outs); err != nil {
 				return err
 			}
 			i = j
 		}
-		return nil
+		return appends.send(ctx, tx)
 	})
 	switch class, _ := classify(err); {
 	case err == nil:
@@ -397,18 +477,25 @@ func (s *Runs) finishBatch(ctx context.Context, batch []*pending[*finishOp]) {
 // order, within tx (appendSQL, as AppendEvents does), and gives back to the
 // run what those tasks' budget slices did not use (returnSlicesSQL).
 func appendFinished(ctx context.Context, tx pgx.Tx, runID string, outcomes []*fanoutv1.TaskOutcome) error {
-	evs := make([]*fanoutv1.RunEvent, len(outcomes))
-	ids := make([]string, len(outcomes))
-	for i, o := range outcomes {
-		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}
-		ids[i] = o.GetTaskId()
-	}
+	evs, ids := finishedEvents(outcomes)
 	if len(ids) > 0 {
 		if _, err := tx.Exec(ctx, returnSlicesSQL, runID, ids); err != nil {
 			return fmt.Errorf("return the slices of %d tasks of run %s: %w", len(ids), runID, err)
 		}
 	}
 	return appendInTx(ctx, tx, runID, "TaskFinished", evs)
+}
+
+// finishedEvents are the TaskFinished events of outcomes, in order, and
+// their tasks' ids.
+func finishedEvents(outcomes []*fanoutv1.TaskOutcome) (evs []*fanoutv1.RunEvent, ids []string) {
+	evs = make([]*fanoutv1.RunEvent, len(outcomes))
+	ids = make([]string, len(outcomes))
+	for i, o := range outcomes {
+		evs[i] = &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{Outcome: o}}}
+		ids[i] = o.GetTaskId()
+	}
+	return evs, ids
 }
 
 // returnSlicesSQL gives back what the ended tasks' budget slices did not

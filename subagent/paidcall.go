@@ -185,9 +185,9 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 	// leaving a grant held (and later counted as spent) for a call never
 	// made. It is one short statement; callers void a grant that arrives
 	// after ctx ended.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	return r.Ledger.Reserve(rctx, budget.ReserveParams{
+	// Given up to ledgerPatience while the task lives: a slow database
+	// does not fail the task.
+	p := budget.ReserveParams{
 		Account:  r.task.Account,
 		RunID:    r.task.RunID,
 		TenantID: r.task.TenantID,
@@ -200,6 +200,9 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
 		Model:    requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		FromHeld: r.task.FromHeld,
+	}
+	return patiently(ctx, ctx, ledgerPatience, func(ctx context.Context) (budget.Reservation, error) {
+		return r.Ledger.Reserve(ctx, p)
 	})
 }
 
@@ -288,7 +291,23 @@ func (r *taskAttempt) renewLease(callCtx context.Context, cancel context.CancelC
 		}
 		rctx, rcancel := context.WithDeadline(callCtx, deadline)
 		_, err := r.Ledger.Renew(rctx, res.ID, res.Lease.Generation, r.LeaseTTL, r.task.AttemptSecret)
+		ranOut := err != nil && errors.Is(err, context.DeadlineExceeded) && rctx.Err() != nil
 		rcancel()
+		if ranOut && callCtx.Err() == nil && time.Now().Before(l.end().Add(-margin)) {
+			// A slow database, not a refusal: a renewal repeated does no
+			// harm (it moves the lease's end again), so it is tried again
+			// at once while the lease still has time left; its deadline
+			// is never past the point the expiry marks.
+			r.Logger.WarnContext(callCtx, "lease renewal ran out of time; trying again", "reservation", res.ID,
+				"run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.renewing = false
+			if !l.done {
+				l.renew.Reset(0)
+			}
+			return
+		}
 		if err != nil {
 			l.giveUp()
 			if callCtx.Err() == nil {
@@ -366,13 +385,18 @@ func (l *leaseTimers) stop() {
 // settle posts actual (split by usage, when the provider reported it) as
 // the spend of res, with the model the call was made to.
 func (r *taskAttempt) settle(ctx context.Context, res budget.Reservation, actual int64, usage llm.Usage, estimated bool) (budget.Reservation, error) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	settled, err := r.Ledger.Settle(sctx, budget.SettleParams{
+	p := budget.SettleParams{
 		Reservation: res.ID, Generation: res.Lease.Generation, Secret: r.task.AttemptSecret,
 		Actual: actual, Estimated: estimated,
 		Model:       requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
+	}
+	// Given up to ledgerPatience while the task lives, but no longer than
+	// the lease (past its end the sweeper posts the reservation whole), and
+	// ledgerTry once the task ended (a cancel, I7): a slow database does
+	// not fail the task.
+	settled, err := patiently(ctx, ctx, min(ledgerPatience, r.LeaseTTL), func(ctx context.Context) (budget.Reservation, error) {
+		return r.Ledger.Settle(ctx, p)
 	})
 	if err != nil {
 		return settled, fmt.Errorf("settle reservation %d with %d tokens: %w", res.ID, actual, err)
@@ -388,4 +412,35 @@ func (r *taskAttempt) void(ctx context.Context, res budget.Reservation) {
 		r.Logger.WarnContext(ctx, "void reservation", "reservation", res.ID, "run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
 		r.sum.Failed = append(r.sum.Failed, fmt.Sprintf("void reservation %d: %v", res.ID, err))
 	}
+}
+
+// ledgerTry bounds a reserve or a settle once its task's context has
+// ended (settleTimeout); a variable for the tests.
+var ledgerTry = settleTimeout
+
+// ledgerPatience bounds a reserve or a settle while its task lives: a
+// database slowed down for seconds (a deep group-commit queue, row locks,
+// a loaded machine: issue 44) must not fail a task whose budget is fine.
+// It is the longest a group commit's batch may take (store's batchTimeout).
+const ledgerPatience = 30 * time.Second
+
+// patiently runs call once, on a context detached from values (a reserve or
+// a settle cut short may commit with its reply lost) that ends patience
+// from now, or ledgerTry after live ends if that comes first. One try, not
+// several shorter ones: a try that gave up would lose its place in the
+// group commit's queue and wait behind every call that came since.
+func patiently[T any](live, values context.Context, patience time.Duration, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(values), patience)
+	defer cancel()
+	stop := context.AfterFunc(live, func() {
+		t := time.NewTimer(ledgerTry)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	defer stop()
+	return call(ctx)
 }

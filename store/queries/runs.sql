@@ -73,10 +73,18 @@ SELECT run_id, last_sequence, state FROM run WHERE run_id = ANY(@run_ids::text[]
 -- name: Heartbeat :many
 -- Refreshes the lease of the runs of run_ids that owner drives, and returns
 -- those another node drives now. The SELECT sees the rows as they were
--- before the UPDATE, which does not change owners.
-WITH beat AS (
-    UPDATE run b SET owner_heartbeat = now()
-    WHERE b.run_id = ANY(@run_ids::text[]) AND b.owner = @owner::text AND b.state = 'RUNNING')
+-- before the UPDATE, which does not change owners. The rows are locked in
+-- run id order (byte order: COLLATE "C"), the order in which every batch
+-- that writes many runs takes them (startBatch, finishBatch, appendBatch):
+-- taken in the order the scan finds them, a heartbeat of many runs
+-- deadlocked with those batches, each deadlock failing a whole batch.
+WITH mine AS (
+    SELECT run_id FROM run
+    WHERE run_id = ANY(@run_ids::text[]) AND owner = @owner::text AND state = 'RUNNING'
+    ORDER BY run_id COLLATE "C"
+    FOR NO KEY UPDATE),
+beat AS (
+    UPDATE run b SET owner_heartbeat = now() FROM mine WHERE b.run_id = mine.run_id)
 SELECT r.run_id FROM run r WHERE r.run_id = ANY(@run_ids::text[]) AND r.owner <> @owner::text AND r.state = 'RUNNING';
 
 -- name: AdoptOrphan :one

@@ -144,9 +144,13 @@ func (q *Queries) Heads(ctx context.Context, db DBTX, runIds []string) ([]HeadsR
 }
 
 const heartbeat = `-- name: Heartbeat :many
-WITH beat AS (
-    UPDATE run b SET owner_heartbeat = now()
-    WHERE b.run_id = ANY($1::text[]) AND b.owner = $2::text AND b.state = 'RUNNING')
+WITH mine AS (
+    SELECT run_id FROM run
+    WHERE run_id = ANY($1::text[]) AND owner = $2::text AND state = 'RUNNING'
+    ORDER BY run_id COLLATE "C"
+    FOR NO KEY UPDATE),
+beat AS (
+    UPDATE run b SET owner_heartbeat = now() FROM mine WHERE b.run_id = mine.run_id)
 SELECT r.run_id FROM run r WHERE r.run_id = ANY($1::text[]) AND r.owner <> $2::text AND r.state = 'RUNNING'
 `
 
@@ -157,7 +161,11 @@ type HeartbeatParams struct {
 
 // Refreshes the lease of the runs of run_ids that owner drives, and returns
 // those another node drives now. The SELECT sees the rows as they were
-// before the UPDATE, which does not change owners.
+// before the UPDATE, which does not change owners. The rows are locked in
+// run id order (byte order: COLLATE "C"), the order in which every batch
+// that writes many runs takes them (startBatch, finishBatch, appendBatch):
+// taken in the order the scan finds them, a heartbeat of many runs
+// deadlocked with those batches, each deadlock failing a whole batch.
 func (q *Queries) Heartbeat(ctx context.Context, db DBTX, arg HeartbeatParams) ([]string, error) {
 	rows, err := db.Query(ctx, heartbeat, arg.RunIds, arg.Owner)
 	if err != nil {
