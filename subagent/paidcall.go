@@ -187,7 +187,9 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 	// after ctx ended.
 	// Given up to ledgerPatience while the task lives: a slow database
 	// does not fail the task.
-	p := budget.ReserveParams{
+	pctx, done := patient(ctx, ledgerPatience)
+	defer done()
+	return r.Ledger.Reserve(pctx, budget.ReserveParams{
 		Account:  r.task.Account,
 		RunID:    r.task.RunID,
 		TenantID: r.task.TenantID,
@@ -200,9 +202,6 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 		Key:      fmt.Sprintf("%s/%s/a%d/%s", r.task.RunID, r.task.TaskID, r.task.Attempt, key),
 		Model:    requestModel(r.task.Model, llm.Request{Model: r.task.ModelName}),
 		FromHeld: r.task.FromHeld,
-	}
-	return patiently(ctx, ctx, ledgerPatience, func(ctx context.Context) (budget.Reservation, error) {
-		return r.Ledger.Reserve(ctx, p)
 	})
 }
 
@@ -395,9 +394,9 @@ func (r *taskAttempt) settle(ctx context.Context, res budget.Reservation, actual
 	// the lease (past its end the sweeper posts the reservation whole), and
 	// ledgerTry once the task ended (a cancel, I7): a slow database does
 	// not fail the task.
-	settled, err := patiently(ctx, ctx, min(ledgerPatience, r.LeaseTTL), func(ctx context.Context) (budget.Reservation, error) {
-		return r.Ledger.Settle(ctx, p)
-	})
+	pctx, done := patient(ctx, min(ledgerPatience, r.LeaseTTL))
+	defer done()
+	settled, err := r.Ledger.Settle(pctx, p)
 	if err != nil {
 		return settled, fmt.Errorf("settle reservation %d with %d tokens: %w", res.ID, actual, err)
 	}
@@ -424,23 +423,25 @@ var ledgerTry = settleTimeout
 // It is the longest a group commit's batch may take (store's batchTimeout).
 const ledgerPatience = 30 * time.Second
 
-// patiently runs call once, on a context detached from values (a reserve or
-// a settle cut short may commit with its reply lost) that ends patience
-// from now, or ledgerTry after live ends if that comes first. One try, not
-// several shorter ones: a try that gave up would lose its place in the
-// group commit's queue and wait behind every call that came since.
-func patiently[T any](live, values context.Context, patience time.Duration, call func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(values), patience)
-	defer cancel()
-	stop := context.AfterFunc(live, func() {
+// patient returns the context a reserve or a settle runs on: detached
+// from ctx's values' end (a reserve or a settle cut short may commit with
+// its reply lost), ending patience from now, or ledgerTry after ctx ends if
+// that comes first; done releases it. The call gets one try, not several
+// shorter ones: a try that gave up would lose its place in the group
+// commit's queue and wait behind every call that came since. A function
+// that returns, not one that calls: the worker's Execute goroutine waits
+// on the model at the bottom of this path, and every frame on it counts
+// toward its stack (docs/operations.md "Memory per running subagent").
+func patient(ctx context.Context, patience time.Duration) (_ context.Context, done func()) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
+	stop := context.AfterFunc(ctx, func() {
 		t := time.NewTimer(ledgerTry)
 		defer t.Stop()
 		select {
 		case <-t.C:
 			cancel()
-		case <-ctx.Done():
+		case <-pctx.Done():
 		}
 	})
-	defer stop()
-	return call(ctx)
+	return pctx, func() { stop(); cancel() }
 }
