@@ -230,7 +230,10 @@ func (f *fanoutSide) run(ctx context.Context, c benchCase, limit time.Duration) 
 	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		return r, fmt.Errorf("run %s ended %s (%s)", r.runID, fin.GetState(), fin.GetCancelCause())
 	}
-	tasks := fin.GetResult().GetTasks()
+	tasks, err := fleet.AllTasks(ctx, f.client, r.runID, fin.GetResult())
+	if err != nil {
+		return r, err
+	}
 	if len(tasks) != n {
 		return r, fmt.Errorf("run %s: %d task outcomes, want %d", r.runID, len(tasks), n)
 	}

@@ -76,7 +76,8 @@ type followed struct {
 	firstStarted time.Duration // from sent to the first TaskStarted (the event's time)
 	finished     time.Time     // RunFinished received
 	fin          *fanoutv1.RunFinished
-	started      map[string]int // TaskStarted events per task
+	tasks        []*fanoutv1.TaskOutcome // every task of the joined result, paged
+	started      map[string]int          // TaskStarted events per task
 	events       int
 }
 
@@ -137,7 +138,8 @@ func watch(ctx context.Context, client fanoutv1.OrchestratorServiceClient, t ten
 		}
 		if fin := ev.GetRunFinished(); fin != nil {
 			f.finished, f.fin = time.Now(), fin
-			return f, nil
+			f.tasks, err = fleet.AllTasks(ctx, client, id, fin.GetResult(), t.creds())
+			return f, err
 		}
 	}
 }
@@ -160,7 +162,7 @@ func checkSucceeded(f *followed, n, iterations int) error {
 	if f.fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		return fmt.Errorf("run %s ended %s (%s)", f.id, f.fin.GetState(), f.fin.GetCancelCause())
 	}
-	tasks := f.fin.GetResult().GetTasks()
+	tasks := f.tasks
 	if len(tasks) != n {
 		return fmt.Errorf("run %s: the joined result has %d task outcomes, want %d", f.id, len(tasks), n)
 	}
