@@ -153,22 +153,38 @@ func (f *followers) events(ctx context.Context, runID string, after, known int64
 		}
 		// Read what follows after for every stream of the run.
 		done := make(chan struct{})
-		r.fetching, r.readAt = done, r.moves
+		r.fetching = done
+		at := r.moves
 		f.mu.Unlock()
 		evs, err := own(after)
 		f.mu.Lock()
 		switch {
 		case err != nil:
 			r.readAt = -1
+		case len(evs) == 0 && after != r.readTo:
+			// Nothing past a point ahead of the tail (a stream asking
+			// for more than the run has): it tells nothing of what
+			// follows the tail, which stays as it was.
 		case after != r.readTo: // ahead of the tail: start a new one
-			r.tail, r.readTo = evs, after
+			r.tail, r.readAt = evs, at
 		default:
-			r.tail = append(r.tail, evs...)
+			r.tail, r.readAt = append(r.tail, evs...), at
 		}
 		if err == nil && len(evs) > 0 {
 			r.readTo = evs[len(evs)-1].GetSequence()
 			if n := len(r.tail) - tailEvents; n > 0 {
 				r.tail = slices.Delete(r.tail, 0, n)
+			}
+			// The run's other streams may wait for these events without
+			// having been woken for them (a stream that knew of a later
+			// head read them before their notices came, and moved takes
+			// those as read now): wake them. They find the events in the
+			// tail, and those at its end know that nothing more is there
+			// unless another move came during the read.
+			upToDate := r.readAt == r.moves
+			r.move()
+			if upToDate {
+				r.readAt = r.moves
 			}
 		}
 		if len(evs) == limit {
@@ -224,9 +240,10 @@ func (f *followers) publish(runID string, evs []*fanoutv1.RunEvent) {
 }
 
 // moved is what a notification says: runID's log now ends at head (a
-// hint: any login may NOTIFY). Its streams here are woken unless they have
-// read up to head already (the end this node published, or a read that
-// overtook the notification); a forged head costs one read of the run.
+// hint: any login may NOTIFY). Its streams here are woken unless the tail
+// they share reaches head already: the end this node published, or a read
+// that overtook the notification (which woke them itself, events). A
+// forged head costs one read of the run.
 // It runs on the notifier's goroutine and returns at once.
 func (f *followers) moved(runID string, head int64) {
 	f.mu.Lock()
