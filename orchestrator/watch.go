@@ -263,18 +263,34 @@ func (f *followers) resync() {
 	}
 }
 
-// poll reads the heads of every followed run every interval, and at once
-// on resync, until ctx ends.
+// Backoff of a failed read of the heads: it is tried again after
+// pollRetryMin, doubling up to pollRetryMax (and never later than the next
+// poll). A resync follows a reconnect, usually after the database
+// restarted, when the read often fails: waiting for the fallback poll
+// (3 s) would leave the streams that long without what they missed.
+const (
+	pollRetryMin = 100 * time.Millisecond
+	pollRetryMax = time.Second
+)
+
+// poll reads the heads of every followed run every interval, at once on
+// resync, and soon again after a failed read, until ctx ends.
 func (f *followers) poll(ctx context.Context) {
 	tick := time.NewTicker(f.interval)
 	defer tick.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := pollRetryMin
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		case <-f.resyncs:
+		case <-retry.C:
 		}
+		retry.Stop()
 		f.mu.Lock()
 		ids := slices.Sorted(maps.Keys(f.runs))
 		f.mu.Unlock()
@@ -288,8 +304,11 @@ func (f *followers) poll(ctx context.Context) {
 			if ctx.Err() == nil {
 				f.onError(err)
 			}
+			retry.Reset(min(backoff, f.interval))
+			backoff = min(2*backoff, pollRetryMax)
 			continue
 		}
+		backoff = pollRetryMin
 		f.mu.Lock()
 		for id, h := range heads {
 			if r := f.runs[id]; r != nil && h != r.head {

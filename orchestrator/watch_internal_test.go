@@ -2,10 +2,13 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
 )
 
 // TestPublishedEndNeedsNoRead: the events the run's end hands to this
@@ -144,5 +147,51 @@ func TestNoticesWakeStreamsWhateverOthersRead(t *testing.T) {
 	f.moved("r", 5)
 	if !woken(changedA) {
 		t.Fatal("stream A, waiting at 4, was not woken for event 5: stream C read it first and the notice was taken as read")
+	}
+}
+
+// failingHeads is an EventReader whose Heads fails until ok is closed.
+type failingHeads struct {
+	EventReader
+	ok    chan struct{}
+	tries atomic.Int64
+}
+
+func (h *failingHeads) Heads(context.Context, []string) (map[string]runs.Head, error) {
+	h.tries.Add(1)
+	select {
+	case <-h.ok:
+		return map[string]runs.Head{"r": {Sequence: 7, State: fanoutv1.RunState_RUN_STATE_RUNNING}}, nil
+	default:
+		return nil, errors.New("the database is restarting")
+	}
+}
+
+// TestResyncRetriedSoon: a re-read of the heads when the LISTEN connection
+// is back (resync) that fails, as it often does just after the database
+// restarted, is tried again within a fraction of a second, not at the next
+// fallback poll (an hour here).
+func TestResyncRetriedSoon(t *testing.T) {
+	heads := &failingHeads{ok: make(chan struct{})}
+	f := newFollowers(heads, time.Hour, func(error) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.poll(ctx)
+	f.follow("r")
+	defer f.unfollow("r")
+	_, changed := f.state("r")
+	f.resync()
+	deadline := time.Now().Add(5 * time.Second)
+	for heads.tries.Load() < 2 { // the resync's read failed, and one more
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads of the heads in 5s after a failed resync; want it tried again soon", heads.tries.Load())
+		}
+		time.Sleep(5 * time.Millisecond) // polling a counter
+	}
+	close(heads.ok)
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the run's streams were not woken within 5s of the database answering again")
 	}
 }
