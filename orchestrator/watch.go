@@ -18,11 +18,13 @@ import (
 // An append made on this node wakes its followers at once (Engine.wake),
 // and the run's end hands them its closing events as it commits them
 // (followers.publish: no read between the commit and the streams). What
-// other nodes append is announced by PostgreSQL: every write of a run's
-// events NOTIFYs the run's new head on one fixed channel at its commit
-// (store.RunEventsChannel), the node's one LISTEN connection hands it to
+// other nodes append is announced by PostgreSQL: once a write of a run's
+// events has committed, the writer NOTIFYs the run's new head on one
+// fixed channel (store.RunEventsChannel), from a transaction of its own
+// a few milliseconds later; the node's one LISTEN connection hands it to
 // moved, and only runs followed here are woken. A notification is lost
-// while that connection is down: when it is back (resync), and every
+// while that connection is down, and when the writer dies or its NOTIFY
+// fails: when the connection is back (resync), and every
 // WatchFallbackPoll in case one is lost otherwise, the node reads the
 // heads of every run followed here in one query (poll). Without
 // notifications (EngineParams.Events nil) that poll runs every
