@@ -102,6 +102,13 @@ type BackendConfig struct {
 	// alerts of deploy/prometheus. Default store.HealthConfig's (1m);
 	// negative: off.
 	HealthInterval time.Duration
+	// WorkersOnly: the process serves workers and no orchestrator (Main
+	// sets it so). Its LISTEN connection does not listen on run events
+	// (store.WorkerListenStatement): only orchestrators' WatchRun
+	// followers hear them, and a session listening on a channel it never
+	// reads holds PostgreSQL's notification queue. An orchestrator cannot
+	// be opened on such a backend.
+	WorkersOnly bool
 	// Logger receives the backend's and its nodes' logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -110,8 +117,10 @@ type BackendConfig struct {
 // once on its pool (store.Stores: the ledger's pool, the API's), the
 // exhaustion watcher, the lease sweeper and the cap on calls in flight.
 type Backend struct {
-	stores  *store.Stores
-	streams *streamLimit
+	stores *store.Stores
+	// workersOnly is BackendConfig.WorkersOnly.
+	workersOnly bool
+	streams     *streamLimit
 	// tenants caps each tenant's calls; unauthBytes is the budget of
 	// unauthenticated calls (BackendConfig.UnauthenticatedBytes), and
 	// unauthWait how long one may hold its share.
@@ -172,7 +181,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 		cfg.RequestReadTimeout = DefaultRequestReadTimeout
 	}
 	st, err := store.OpenStores(ctx, store.StoresConfig{DatabaseURL: cfg.DatabaseURL, LedgerPool: cfg.LedgerPool,
-		APIPool: cfg.APIPool, GroupCommit: cfg.GroupCommit, Logger: cfg.Logger})
+		APIPool: cfg.APIPool, GroupCommit: cfg.GroupCommit, Logger: cfg.Logger, WorkersOnly: cfg.WorkersOnly})
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +193,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	}
 	b := &Backend{
 		stores:      st,
+		workersOnly: cfg.WorkersOnly,
 		streams:     newStreamLimit(cfg.MaxStreams),
 		tenants:     newTenantLimit(tenantQuota(cfg.MaxStreams, cfg.TenantMaxStreams)),
 		unauthBytes: cfg.UnauthenticatedBytes,

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"strings"
@@ -15,16 +16,54 @@ import (
 )
 
 // TestOneListenConnectionPerProcess (issue 24): an orchestrator with API
-// keys hears run ends (its watcher) and key events (its authenticator) on
+// keys hears run ends (its watcher), key events (its authenticator) and
+// the heads of runs whose events were written (its WatchRun followers) on
 // one LISTEN connection, not one each.
 func TestOneListenConnectionPerProcess(t *testing.T) {
 	t.Parallel()
 	b, _ := openOrchestrator(t, node.BackendConfig{})
+	checkListening(t, b, store.ListenStatement)
+}
+
+// TestWorkerDoesNotListenOnRunEvents: a process that serves only a worker
+// LISTENs on every channel but the run events': nothing in it reads them,
+// and a session listening on a channel holds PostgreSQL's notification
+// queue until it reads that channel's notifications, so one stopped worker
+// would let the queue fill and every NOTIFY fail, fleet-wide.
+func TestWorkerDoesNotListenOnRunEvents(t *testing.T) {
+	t.Parallel()
+	_, workerTrust, _, err := node.DevTrust(peerDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := node.NewMain(node.Config{
+		Backend: node.BackendConfig{DatabaseURL: storetest.NewDB(t), Logger: quiet},
+		Workers: []node.WorkerConfig{{Trust: workerTrust}},
+	})
+	if err := m.Open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = m.Close(ctx)
+	})
+	if strings.Contains(store.WorkerListenStatement, store.RunEventsChannel) {
+		t.Fatalf("a worker's LISTEN statement %q names %s", store.WorkerListenStatement, store.RunEventsChannel)
+	}
+	checkListening(t, m.Backend(), store.WorkerListenStatement)
+}
+
+// checkListening waits until b's database has one connection named
+// store.ListenerApplicationName, the only one whose last statement was a
+// LISTEN, and that statement is want.
+func checkListening(t *testing.T, b *node.Backend, want string) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		var n int
-		if err := b.Pool().QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = $1`, store.ListenerApplicationName).Scan(&n); err != nil {
+		var listens []string
+		if err := b.Pool().QueryRow(t.Context(), `SELECT coalesce(array_agg(query), '{}') FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1`, store.ListenerApplicationName).Scan(&listens); err != nil {
 			t.Fatal(err)
 		}
 		var listening int
@@ -32,11 +71,12 @@ func TestOneListenConnectionPerProcess(t *testing.T) {
 			WHERE datname = current_database() AND query ILIKE 'LISTEN%'`).Scan(&listening); err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 && listening == 1 {
+		if len(listens) == 1 && listening == 1 && listens[0] == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections named %s and %d whose last statement was a LISTEN; want 1 and 1", n, store.ListenerApplicationName, listening)
+			t.Fatalf("connections named %s last ran %q, and %d connections' last statement was a LISTEN; want one, %q, and 1",
+				store.ListenerApplicationName, listens, listening, want)
 		}
 		time.Sleep(20 * time.Millisecond) // polling pg_stat_activity
 	}

@@ -38,7 +38,9 @@ func (m *Main) Open(ctx context.Context) (err error) {
 	if m.backend != nil {
 		return errors.New("node: Main opened twice")
 	}
-	if m.backend, err = OpenBackend(ctx, m.cfg.Backend); err != nil {
+	bc := m.cfg.Backend
+	bc.WorkersOnly = m.cfg.Orchestrator == nil
+	if m.backend, err = OpenBackend(ctx, bc); err != nil {
 		return err
 	}
 	defer func() {

@@ -96,6 +96,9 @@ func openOrchestrator(ctx context.Context, b *Backend, cfg OrchestratorConfig, e
 	if cfg.Trust.TLS == nil || cfg.Trust.Signer == nil {
 		return nil, errors.New("orchestrator: peer TLS and a dispatch signing key are required")
 	}
+	if b.workersOnly {
+		return nil, errors.New("orchestrator: the backend was opened WorkersOnly (it does not listen on run events)")
+	}
 	o := &Orchestrator{}
 	defer func() {
 		if err != nil {

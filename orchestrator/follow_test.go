@@ -126,7 +126,11 @@ func BenchmarkCrossNodeFollower(b *testing.B) {
 // connection is down is lost) does not reach a follower on another node
 // until its notifier's connection is killed: once it listens again, the
 // node re-reads the head of every run followed there, and the stream gets
-// the event, with the fallback poll an hour apart.
+// the event, with the fallback poll an hour apart. The connection is
+// killed once before the event too, so that the node has read the run's
+// current head when the event is written: only a re-read that tells the
+// new head from that one wakes the stream (against the zero head of a
+// node that never polled, any read differs).
 func TestFollowerRereadsWhenListeningAgain(t *testing.T) {
 	t.Parallel()
 	bu := setup(t)
@@ -171,6 +175,15 @@ func TestFollowerRereadsWhenListeningAgain(t *testing.T) {
 			t.Fatal("no TaskStarted on the other node's stream")
 		}
 	}
+	// The node reads the run's current head (its first re-read).
+	killListener(t, bu)
+	for deadline := time.Now().Add(patience); b.engine.FollowedHead(runID).Sequence != last; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the other node's head of the run is %v after it listened again; want sequence %d",
+				b.engine.FollowedHead(runID), last)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the node's head
+	}
 	// A copy of the run's first event, appended as the store appends but
 	// without the NOTIFY.
 	if _, err := bu.pool.Exec(ctx, `WITH seq AS (
@@ -186,12 +199,7 @@ func TestFollowerRereadsWhenListeningAgain(t *testing.T) {
 		t.Fatalf("event %d reached the stream with no notification and no poll", ev.GetSequence())
 	case <-time.After(300 * time.Millisecond):
 	}
-	var killed bool
-	if err := bu.pool.QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false)
-		FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`,
-		store.ListenerApplicationName).Scan(&killed); err != nil || !killed {
-		t.Fatalf("kill the listening connection: %v, %v", killed, err)
-	}
+	killListener(t, bu)
 	select {
 	case ev := <-events:
 		if ev.GetSequence() != last+1 {
@@ -199,6 +207,18 @@ func TestFollowerRereadsWhenListeningAgain(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatalf("event %d, whose notification was lost, did not reach the stream once the node listened again", last+1)
+	}
+}
+
+// killListener ends the backend's LISTEN connection (its notifier
+// reconnects).
+func killListener(t *testing.T, bu *testBundle) {
+	t.Helper()
+	var killed bool
+	if err := bu.pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false)
+		FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`,
+		store.ListenerApplicationName).Scan(&killed); err != nil || !killed {
+		t.Fatalf("kill the listening connection: %v, %v", killed, err)
 	}
 }
 

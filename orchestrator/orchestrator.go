@@ -159,8 +159,10 @@ type EventReader interface {
 	Events(ctx context.Context, tenantID, runID string, after int64, limit int) ([]*fanoutv1.RunEvent, error)
 }
 
-// EventNotices tells of writes of any run's events, by any node, as they
-// commit. *store.Notifier implements it.
+// EventNotices tells of writes of any run's events, by any node, soon
+// after they commit (the writer notifies from a transaction of its own,
+// once the write has returned; a notice can be lost). *store.Notifier
+// implements it.
 type EventNotices interface {
 	// ListenEvents calls moved with a run's id and the sequence its log
 	// now ends at, for each write, and ready on every (re)connect (what

@@ -18,11 +18,13 @@ import (
 // An append made on this node wakes its followers at once (Engine.wake),
 // and the run's end hands them its closing events as it commits them
 // (followers.publish: no read between the commit and the streams). What
-// other nodes append is announced by PostgreSQL: every write of a run's
-// events NOTIFYs the run's new head on one fixed channel at its commit
-// (store.RunEventsChannel), the node's one LISTEN connection hands it to
+// other nodes append is announced by PostgreSQL: once a write of a run's
+// events has committed, the writer NOTIFYs the run's new head on one
+// fixed channel (store.RunEventsChannel), from a transaction of its own
+// a few milliseconds later; the node's one LISTEN connection hands it to
 // moved, and only runs followed here are woken. A notification is lost
-// while that connection is down: when it is back (resync), and every
+// while that connection is down, and when the writer dies or its NOTIFY
+// fails: when the connection is back (resync), and every
 // WatchFallbackPoll in case one is lost otherwise, the node reads the
 // heads of every run followed here in one query (poll). Without
 // notifications (EngineParams.Events nil) that poll runs every
@@ -153,22 +155,38 @@ func (f *followers) events(ctx context.Context, runID string, after, known int64
 		}
 		// Read what follows after for every stream of the run.
 		done := make(chan struct{})
-		r.fetching, r.readAt = done, r.moves
+		r.fetching = done
+		at := r.moves
 		f.mu.Unlock()
 		evs, err := own(after)
 		f.mu.Lock()
 		switch {
 		case err != nil:
 			r.readAt = -1
+		case len(evs) == 0 && after != r.readTo:
+			// Nothing past a point ahead of the tail (a stream asking
+			// for more than the run has): it tells nothing of what
+			// follows the tail, which stays as it was.
 		case after != r.readTo: // ahead of the tail: start a new one
-			r.tail, r.readTo = evs, after
+			r.tail, r.readAt = evs, at
 		default:
-			r.tail = append(r.tail, evs...)
+			r.tail, r.readAt = append(r.tail, evs...), at
 		}
 		if err == nil && len(evs) > 0 {
 			r.readTo = evs[len(evs)-1].GetSequence()
 			if n := len(r.tail) - tailEvents; n > 0 {
 				r.tail = slices.Delete(r.tail, 0, n)
+			}
+			// The run's other streams may wait for these events without
+			// having been woken for them (a stream that knew of a later
+			// head read them before their notices came, and moved takes
+			// those as read now): wake them. They find the events in the
+			// tail, and those at its end know that nothing more is there
+			// unless another move came during the read.
+			upToDate := r.readAt == r.moves
+			r.move()
+			if upToDate {
+				r.readAt = r.moves
 			}
 		}
 		if len(evs) == limit {
@@ -224,9 +242,10 @@ func (f *followers) publish(runID string, evs []*fanoutv1.RunEvent) {
 }
 
 // moved is what a notification says: runID's log now ends at head (a
-// hint: any login may NOTIFY). Its streams here are woken unless they have
-// read up to head already (the end this node published, or a read that
-// overtook the notification); a forged head costs one read of the run.
+// hint: any login may NOTIFY). Its streams here are woken unless the tail
+// they share reaches head already: the end this node published, or a read
+// that overtook the notification (which woke them itself, events). A
+// forged head costs one read of the run.
 // It runs on the notifier's goroutine and returns at once.
 func (f *followers) moved(runID string, head int64) {
 	f.mu.Lock()
@@ -246,18 +265,34 @@ func (f *followers) resync() {
 	}
 }
 
-// poll reads the heads of every followed run every interval, and at once
-// on resync, until ctx ends.
+// Backoff of a failed read of the heads: it is tried again after
+// pollRetryMin, doubling up to pollRetryMax (and never later than the next
+// poll). A resync follows a reconnect, usually after the database
+// restarted, when the read often fails: waiting for the fallback poll
+// (3 s) would leave the streams that long without what they missed.
+const (
+	pollRetryMin = 100 * time.Millisecond
+	pollRetryMax = time.Second
+)
+
+// poll reads the heads of every followed run every interval, at once on
+// resync, and soon again after a failed read, until ctx ends.
 func (f *followers) poll(ctx context.Context) {
 	tick := time.NewTicker(f.interval)
 	defer tick.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := pollRetryMin
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		case <-f.resyncs:
+		case <-retry.C:
 		}
+		retry.Stop()
 		f.mu.Lock()
 		ids := slices.Sorted(maps.Keys(f.runs))
 		f.mu.Unlock()
@@ -271,8 +306,11 @@ func (f *followers) poll(ctx context.Context) {
 			if ctx.Err() == nil {
 				f.onError(err)
 			}
+			retry.Reset(min(backoff, f.interval))
+			backoff = min(2*backoff, pollRetryMax)
 			continue
 		}
+		backoff = pollRetryMin
 		f.mu.Lock()
 		for id, h := range heads {
 			if r := f.runs[id]; r != nil && h != r.head {

@@ -14,8 +14,8 @@ import (
 // Head notices: every node's WatchRun followers hear of the events any
 // node writes through a NOTIFY on RunEventsChannel, whose payload is
 // "<run_id> <last_sequence>" for each run whose log moved, joined by ","
-// (at most notifyRunsPerPayload runs a notification, well within
-// NOTIFY's 8,000 bytes).
+// (as many runs a notification as fit within NOTIFY's 8,000 bytes,
+// counted in bytes: notifyPayloadBytes).
 //
 // The NOTIFY is not sent by the transaction that appends. PostgreSQL
 // serializes every commit that notifies, from taking its notify lock until
@@ -27,9 +27,10 @@ import (
 // runs handed to it meanwhile, one at a time per process: it reads their
 // heads as committed and NOTIFYs them in a transaction of its own that
 // commits without waiting for its WAL flush (synchronous_commit off: it
-// writes nothing, and the lock is held for microseconds). A notice lost
-// to a crash between the append's commit and its notice is a hint lost:
-// followers re-read on their fallback poll.
+// writes nothing, and the lock is held for microseconds). A notice is
+// lost when the process dies between the append's commit and its notice,
+// and when the sender's statement fails or gives up (after 5 s; it logs
+// it): a hint lost, which followers make up on their fallback poll.
 type headNotices struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
@@ -40,18 +41,28 @@ type headNotices struct {
 	idle    *sync.Cond          // signalled when sending turns false
 }
 
-// notifyRunsPerPayload bounds a notification's runs: a run id of up to 64
-// bytes and its head make under 90 bytes.
-const notifyRunsPerPayload = 80
+// A notification's runs, counted in bytes: each run's entry (its id, a
+// space, its head, a comma) starts within notifyPayloadBytes of the
+// notification's start, so that the payload, with the last entry whole,
+// is at most notifyPayloadBytes + notifyRunIDBytes + 21 bytes, under
+// NOTIFY's limit of 8,000. A run whose id is longer than notifyRunIDBytes
+// (this server's are UUIDs, 36 bytes) is not announced: its followers on
+// other nodes find its events by their poll.
+const (
+	notifyPayloadBytes = 7000
+	notifyRunIDBytes   = 900
+)
 
-// notifyHeadsSQL NOTIFYs the heads of the runs $1, notifyRunsPerPayload a
-// notification, from a transaction that does not wait for its commit to be
-// flushed (it writes nothing but the notifications).
+// notifyHeadsSQL NOTIFYs the heads of the runs $1, split into
+// notifications by their entries' offsets ($2 notifyPayloadBytes, $3
+// notifyRunIDBytes), from a transaction that does not wait for its commit
+// to be flushed (it writes nothing but the notifications).
 const notifyHeadsSQL = `
 	SELECT set_config('synchronous_commit', 'off', true),
-	       pg_notify('` + RunEventsChannel + `', string_agg(run_id || ' ' || last_sequence, ','))
-	  FROM (SELECT run_id, last_sequence, (row_number() OVER (ORDER BY run_id) - 1) / $2 AS part
-	          FROM run WHERE run_id = ANY($1)) AS moved
+	       pg_notify('` + RunEventsChannel + `', string_agg(entry, ','))
+	  FROM (SELECT entry, (sum(octet_length(entry) + 1) OVER (ORDER BY run_id) - octet_length(entry) - 1) / $2 AS part
+	          FROM (SELECT run_id, run_id || ' ' || last_sequence AS entry
+	                  FROM run WHERE run_id = ANY($1) AND octet_length(run_id) <= $3) AS r) AS moved
 	 GROUP BY part`
 
 func newHeadNotices(pool *pgxpool.Pool, log *slog.Logger) *headNotices {
@@ -92,7 +103,7 @@ func (h *headNotices) send() {
 		clear(h.pending)
 		h.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := h.pool.Exec(ctx, notifyHeadsSQL, ids, notifyRunsPerPayload)
+		_, err := h.pool.Exec(ctx, notifyHeadsSQL, ids, notifyPayloadBytes, notifyRunIDBytes)
 		cancel()
 		if err != nil {
 			h.log.Warn("notify the heads of runs whose events were written; other nodes' followers find them by their poll",

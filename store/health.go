@@ -33,6 +33,11 @@ type Health struct {
 	// OldestApproval is how long the oldest write still awaiting a
 	// person's approval has waited (0 when none waits).
 	OldestApproval time.Duration
+	// NotifyQueueUsage is the fraction of PostgreSQL's notification queue
+	// (8 GB) in use, pg_notification_queue_usage(): notifications some
+	// listening session has not read yet. Once it is full every NOTIFY
+	// fails, and with it a run's end, an exhaustion, a revocation.
+	NotifyQueueUsage float64
 }
 
 // HealthConfig tunes MonitorHealth. Zero values take the documented defaults.
@@ -78,7 +83,8 @@ func (c HealthConfig) withDefaults() HealthConfig {
 func CheckHealth(ctx context.Context, pool *Pool, leaseGrace, staleAfter time.Duration) (Health, error) {
 	var h Health
 	var oldest, approval float64
-	err := pool.QueryRow(ctx, `SELECT c.accounts, c.unconserved, r.overdue, s.stale, s.oldest, a.oldest
+	err := pool.QueryRow(ctx, `SELECT c.accounts, c.unconserved, r.overdue, s.stale, s.oldest, a.oldest,
+		       pg_notification_queue_usage()
 		FROM (SELECT count(*) AS accounts, count(*) FILTER (WHERE NOT conserved) AS unconserved
 		        FROM conservation_check) c,
 		     (SELECT count(*) AS overdue FROM reservation
@@ -89,7 +95,7 @@ func CheckHealth(ctx context.Context, pool *Pool, leaseGrace, staleAfter time.Du
 		     (SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest
 		        FROM tool_call WHERE state = 'awaiting_approval') a`,
 		leaseGrace.Seconds(), staleAfter.Seconds()).Scan(&h.Accounts, &h.Unconserved, &h.OverdueReservations,
-		&h.StaleRuns, &oldest, &approval)
+		&h.StaleRuns, &oldest, &approval, &h.NotifyQueueUsage)
 	if err != nil {
 		return Health{}, fmt.Errorf("check the database's health: %w", err)
 	}
@@ -106,6 +112,7 @@ const (
 	metricStaleRuns       = "fanout.runs.stale"
 	metricOldestHeartbeat = "fanout.runs.heartbeat.age"
 	metricOldestApproval  = "fanout.approvals.oldest.age"
+	metricNotifyQueue     = "fanout.notify.queue.usage"
 	metricHealthChecks    = "fanout.health.checks"
 	metricLeasesExpired   = "fanout.sweeper.leases.expired"
 )
@@ -117,7 +124,8 @@ const attrHealthOutcome = attribute.Key("fanout.health.outcome")
 // MonitorHealth runs CheckHealth every cfg.Interval until ctx ends and
 // publishes the last result as gauges (fanout.ledger.accounts.unconserved,
 // fanout.ledger.reservations.overdue, fanout.runs.stale,
-// fanout.runs.heartbeat.age, fanout.approvals.oldest.age;
+// fanout.runs.heartbeat.age, fanout.approvals.oldest.age,
+// fanout.notify.queue.usage;
 // fanout.semaphore.slots.held by key from its
 // own count) and every check as fanout.health.checks by outcome. The
 // gauges report nothing until a check has succeeded, so a node that cannot
@@ -137,6 +145,8 @@ func MonitorHealth(ctx context.Context, pool *Pool, cfg HealthConfig) {
 		metric.WithDescription("Age of the oldest heartbeat of a RUNNING run (0 when none runs)."))
 	approval, _ := m.Float64ObservableGauge(metricOldestApproval, metric.WithUnit("s"),
 		metric.WithDescription("How long the oldest write still awaiting a person's approval has waited, in the whole database (0 when none waits)."))
+	notifyQueue, _ := m.Float64ObservableGauge(metricNotifyQueue, metric.WithUnit("1"),
+		metric.WithDescription("Fraction of PostgreSQL's notification queue in use (pg_notification_queue_usage()): notifications a listening session has not read. Full, every NOTIFY fails."))
 	checks, _ := m.Int64Counter(metricHealthChecks, metric.WithUnit("{check}"),
 		metric.WithDescription("Database health checks this process ran, by outcome."))
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -150,8 +160,9 @@ func MonitorHealth(ctx context.Context, pool *Pool, cfg HealthConfig) {
 		o.ObserveInt64(stale, last.StaleRuns)
 		o.ObserveFloat64(oldest, last.OldestHeartbeat.Seconds())
 		o.ObserveFloat64(approval, last.OldestApproval.Seconds())
+		o.ObserveFloat64(notifyQueue, last.NotifyQueueUsage)
 		return nil
-	}, unconserved, overdue, stale, oldest, approval)
+	}, unconserved, overdue, stale, oldest, approval, notifyQueue)
 	if err != nil {
 		cfg.Logger.Warn("health gauges off", "err", err)
 	} else {

@@ -2,18 +2,21 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fanout/fanout/budget"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store"
+	"github.com/fanout/fanout/store/storetest"
 )
 
 // TestHealthReportsWhatIsWrong is the health check's positive control: on
@@ -131,4 +134,60 @@ func collectGauges(t *testing.T, reader *sdkmetric.ManualReader) map[string]floa
 		}
 	}
 	return out
+}
+
+// TestHealthReportsTheNotifyQueue: the health check reports how full
+// PostgreSQL's notification queue is, as a node's login may read it: a
+// listening session that reads nothing (a stopped process) holds the
+// notifications sent after it, and the gauge shows them.
+func TestHealthReportsTheNotifyQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	nodePool, err := store.Open(b.ctx, storetest.NodeURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nodePool.Close)
+	stopped, err := pgx.Connect(b.ctx, b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopped.Close(context.Background()) })
+	// A session in a transaction reads no notification until it ends: it
+	// holds them as a stopped process does once its socket's buffer is
+	// full.
+	if _, err := stopped.Exec(b.ctx, "LISTEN fanout_health_test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stopped.Exec(b.ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	// Four pages' worth of notifications (a page is 8 kB of the 8 GB).
+	for i := range 4 {
+		if _, err := b.pool.Exec(b.ctx, "SELECT pg_notify('fanout_health_test', $1)", fmt.Sprint(i, strings.Repeat("x", 7000))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := store.CheckHealth(b.ctx, nodePool, 30*time.Second, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.NotifyQueueUsage <= 0 {
+		t.Errorf("notify queue usage %v with a session holding 4 pages of notifications; want more than 0", h.NotifyQueueUsage)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	ctx, cancel := context.WithCancel(b.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		store.MonitorHealth(ctx, nodePool, store.HealthConfig{Interval: 50 * time.Millisecond, Meter: mp.Meter("test"), Logger: slog.New(slog.DiscardHandler)})
+	})
+	defer func() { cancel(); wg.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); collectGauges(t, reader)["fanout.notify.queue.usage"] <= 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("gauges %v; want fanout.notify.queue.usage above 0", collectGauges(t, reader))
+		}
+		time.Sleep(20 * time.Millisecond) // polling the gauges
+	}
 }

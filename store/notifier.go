@@ -30,14 +30,30 @@ const (
 	RunEventsChannel = "fanout_run_events"
 )
 
-// ListenStatement is what a Notifier's session runs once connected, and
-// the last statement it runs: it LISTENs on every channel of the schema, a
-// fixed set whatever the number of runs, streams or tenants (a run is
-// named in a payload, never in a channel), in one round trip (a simple
-// query: LISTEN takes no parameter, the names are constants).
-// pg_stat_activity.query shows it for the session.
-const ListenStatement = "LISTEN " + runStateChannel + "; LISTEN " + KeyRevokedChannel + "; LISTEN " +
-	TenantQuotasChannel + "; LISTEN " + RunEventsChannel
+// What a Notifier's session runs once connected, and the last statement
+// it runs: it LISTENs on a fixed set of the schema's channels whatever the
+// number of runs, streams or tenants (a run is named in a payload, never
+// in a channel), in one round trip (a simple query: LISTEN takes no
+// parameter, the names are constants). pg_stat_activity.query shows it for
+// the session.
+//
+// Only a process that serves an orchestrator listens on RunEventsChannel,
+// the busiest channel, which nothing else reads. A listening session's
+// backend reads PostgreSQL's notification queue for its client and skips
+// what the client does not listen for; once what it must send to a client
+// that does not read (a stopped, paused process) fills the socket's
+// buffer, it stops and holds the queue's tail, and once the queue is full
+// every NOTIFY fails (docs/operations.md "What queues when a pool is
+// busy"). A stopped worker listening on run events would do so within
+// seconds under load; on the rarer channels alone, far later.
+const (
+	// ListenStatement is an orchestrator's: every channel.
+	ListenStatement = WorkerListenStatement + "; LISTEN " + RunEventsChannel
+	// WorkerListenStatement is a process's without an orchestrator
+	// (NotifierConfig.WithoutRunEvents): every channel but RunEventsChannel.
+	WorkerListenStatement = "LISTEN " + runStateChannel + "; LISTEN " + KeyRevokedChannel + "; LISTEN " +
+		TenantQuotasChannel
+)
 
 // ListenerApplicationName is the application_name of the Notifier's
 // connection, so operators (and tests) can find it in pg_stat_activity.
@@ -57,6 +73,10 @@ type NotifierConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Logger receives a lost connection's warning. Default slog.Default().
 	Logger *slog.Logger
+	// WithoutRunEvents: the process serves no orchestrator, and nothing
+	// in it hears RunEventsChannel; the session does not LISTEN on it
+	// (WorkerListenStatement), and ListenEvents fails at once.
+	WithoutRunEvents bool
 }
 
 // Handler is what a subscriber of a channel is told: each notification's
@@ -69,7 +89,8 @@ type Handler struct {
 }
 
 // Notifier is a process's one LISTEN connection (a pooled connection would
-// be reused by others): it listens on every channel of the schema, hands
+// be reused by others): it listens on the schema's channels (all of them
+// but RunEventsChannel, WithoutRunEvents), hands
 // each notification to the subscribers of its channel, and reconnects with
 // backoff when the connection is lost. Any database login may NOTIFY, so a
 // subscriber takes a notification as a hint to read the tables, never as
@@ -140,6 +161,20 @@ func (n *Notifier) setListening(on bool) {
 	n.listening = on
 }
 
+// Statement is what n's session runs once connected: ListenStatement, or
+// WorkerListenStatement WithoutRunEvents.
+func (n *Notifier) Statement() string {
+	if n.cfg.WithoutRunEvents {
+		return WorkerListenStatement
+	}
+	return ListenStatement
+}
+
+// ErrNoRunEvents is what ListenEvents returns at once from a Notifier
+// WithoutRunEvents.
+var ErrNoRunEvents = errors.New("this process's notifier does not listen on " + RunEventsChannel +
+	" (it serves no orchestrator): the poll alone carries other nodes' events")
+
 // Run listens until ctx ends, reconnecting with backoff, and returns nil
 // then.
 func (n *Notifier) Run(ctx context.Context) error {
@@ -177,7 +212,7 @@ func (n *Notifier) listen(ctx context.Context) (connected bool, err error) {
 		return false, fmt.Errorf("listen: connect: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.PgConn().Exec(ctx, ListenStatement).ReadAll(); err != nil {
+	if _, err := conn.PgConn().Exec(ctx, n.Statement()).ReadAll(); err != nil {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	// The subscribers as of the moment it is listening: one that
@@ -240,8 +275,12 @@ func (n *Notifier) subscribe(ctx context.Context, ready func(), on map[string]fu
 // (RunEventsChannel), and calls ready on every (re)connect, after which
 // what was announced while the Notifier was away is gone (re-read then).
 // Any login may NOTIFY: a head is a hint to read the log, never trusted as
-// the log's end. ErrNoNotifier at once when n is nil.
+// the log's end. ErrNoNotifier at once when n is nil, ErrNoRunEvents when
+// it is WithoutRunEvents.
 func (n *Notifier) ListenEvents(ctx context.Context, ready func(), moved func(runID string, head int64)) error {
+	if n != nil && n.cfg.WithoutRunEvents {
+		return ErrNoRunEvents
+	}
 	return n.subscribe(ctx, ready, map[string]func(string){RunEventsChannel: func(payload string) {
 		for run := range strings.SplitSeq(payload, ",") {
 			runID, seq, ok := strings.Cut(run, " ")

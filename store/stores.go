@@ -23,6 +23,9 @@ type StoresConfig struct {
 	// Logger receives every store's warnings (retried database errors, a
 	// lost LISTEN connection). Default slog.Default().
 	Logger *slog.Logger
+	// WorkersOnly: the process serves no orchestrator, so its Notifier
+	// does not listen on RunEventsChannel (NotifierConfig.WithoutRunEvents).
+	WorkersOnly bool
 }
 
 // Stores is every store a node process uses, each built once by
@@ -110,7 +113,7 @@ func OpenStores(ctx context.Context, cfg StoresConfig) (*Stores, error) {
 		return nil, err
 	}
 	log := cfg.Logger
-	n := NewNotifier(cfg.DatabaseURL, NotifierConfig{Logger: log})
+	n := NewNotifier(cfg.DatabaseURL, NotifierConfig{Logger: log, WithoutRunEvents: cfg.WorkersOnly})
 	return &Stores{
 		Ledger:      NewLedger(ledgerPool, LedgerConfig{Coalesce: cfg.GroupCommit, Logger: log}),
 		Writes:      NewToolCalls(ledgerPool, ToolCallsConfig{Logger: log}),
