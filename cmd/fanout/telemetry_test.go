@@ -21,16 +21,7 @@ import (
 // setupTelemetry installs global providers.
 func TestMetricsEndpoint(t *testing.T) { //nolint:paralleltest // global providers
 	ctx := t.Context()
-	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
-	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", false, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		tel.shutdown(sctx)
-	})
+	tel := startTelemetry(t, false)
 	if tel.addr == "" {
 		t.Fatal("no /metrics address")
 	}
@@ -136,16 +127,7 @@ func TestUnrecordedSpansCarryContexts(t *testing.T) {
 // credential (a --database-url with its password).
 func TestPprofServesNoCommandLine(t *testing.T) { //nolint:paralleltest // global providers
 	ctx := t.Context()
-	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
-	tel, err := setupTelemetry(ctx, env, "fanout-test", "127.0.0.1:0", true, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		tel.shutdown(sctx)
-	})
+	tel := startTelemetry(t, true)
 	get := func(path string) (int, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+tel.addr+path, nil)
 		if err != nil {
@@ -165,4 +147,22 @@ func TestPprofServesNoCommandLine(t *testing.T) { //nolint:paralleltest // globa
 	if code, body := get("/debug/pprof/cmdline"); code == http.StatusOK || strings.Contains(body, os.Args[0]) {
 		t.Errorf("/debug/pprof/cmdline: %d %q, want no command line", code, body)
 	}
+}
+
+// startTelemetry sets up the process's telemetry as a server does, with
+// /metrics on a free loopback port (and pprof with it if asked), shut down
+// at the test's end.
+func startTelemetry(t *testing.T, pprof bool) *telemetry {
+	t.Helper()
+	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	tel, err := setupTelemetry(t.Context(), env, "fanout-test", "127.0.0.1:0", pprof, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tel.shutdown(sctx)
+	})
+	return tel
 }
