@@ -304,9 +304,9 @@ export type ListRunsResponse = Message<"fanout.v1.ListRunsResponse"> & {
   /**
    * The runs of this page, newest first, as summaries: state, cause, budget,
    * labels, times and each task's status, spend and worker, but no spec, no
-   * result and no task summaries. GetRun returns a run in full. A summary's
-   * tasks are cut as GetRun's are (Run.task_count,
-   * Run.tasks_next_page_token).
+   * result and no task summaries. GetRun returns a run with all of these
+   * (cut to its size, "Sizes" above). A summary's tasks are cut as GetRun's
+   * are (Run.task_count, Run.tasks_next_page_token).
    *
    * @generated from field: repeated fanout.v1.Run runs = 1;
    */
