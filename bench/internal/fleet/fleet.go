@@ -110,6 +110,22 @@ func Start(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 	return f, nil
 }
 
+// logLine is the message and address of a server's JSON log line. The
+// line may start with what the Go runtime wrote to the same stderr at the
+// same moment (GODEBUG=gctrace=1's "gc " before a log line's "{"): the
+// JSON is read from its first '{'.
+func logLine(line string) (msg, addr string, ok bool) {
+	i := strings.IndexByte(line, '{')
+	if i < 0 {
+		return "", "", false
+	}
+	var l struct{ Msg, Addr string }
+	if json.Unmarshal([]byte(line[i:]), &l) != nil {
+		return "", "", false
+	}
+	return l.Msg, l.Addr, true
+}
+
 // startNode starts one fanout server and waits for its log line msg, which
 // carries the address it serves on (and, before it, the "metrics" line with
 // its /metrics URL).
@@ -121,19 +137,19 @@ func startNode(ctx context.Context, cfg Config, name, msg string, args []string)
 		if cfg.OnLine != nil {
 			cfg.OnLine(name, line, stderr)
 		}
-		var l struct{ Msg, Addr string }
-		if json.Unmarshal([]byte(line), &l) != nil {
+		m, addr, ok := logLine(line)
+		if !ok {
 			return
 		}
-		switch l.Msg {
+		switch m {
 		case msg:
 			select {
-			case addrs <- l.Addr:
+			case addrs <- addr:
 			default:
 			}
 		case "metrics":
 			select {
-			case metrics <- l.Addr:
+			case metrics <- addr:
 			default:
 			}
 		}

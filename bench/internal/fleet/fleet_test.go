@@ -44,3 +44,21 @@ func TestHistogramQuantile(t *testing.T) {
 		t.Errorf("Add: count %v, want 10", sum.Count())
 	}
 }
+
+// TestLogLineAfterTheRuntimesOutput: a server's "worker serving" line that
+// the runtime's gctrace output started on the same stderr line (as in a
+// clean-clone .ci/run: `gc {"time":…,"msg":"worker serving",…}`) is still
+// read, or the harness waits a minute and fails the scenario.
+func TestLogLineAfterTheRuntimesOutput(t *testing.T) {
+	for _, line := range []string{
+		`{"time":"t","level":"INFO","msg":"worker serving","addr":"127.0.0.1:42973"}`,
+		`gc {"time":"t","level":"INFO","msg":"worker serving","addr":"127.0.0.1:42973"}`,
+	} {
+		if msg, addr, ok := logLine(line); !ok || msg != "worker serving" || addr != "127.0.0.1:42973" {
+			t.Errorf("%q: %q %q %v, want the worker serving on 127.0.0.1:42973", line, msg, addr, ok)
+		}
+	}
+	if _, _, ok := logLine("gc 1 @0.034s 2%: 0.76+2.1+0.013 ms clock"); ok {
+		t.Error("a gctrace line read as a log line")
+	}
+}
