@@ -35,9 +35,6 @@ const bigRunTasks = 10_000
 // REST; `fanout get --json` and `fanout watch --json` print the run and its
 // result whole.
 func TestTenThousandTasksReadableByAnyClient(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a run of 10,000 tasks")
-	}
 	one := []string{"--sim-latency", "1ms", "--sim-finish-after", "1", "--sim-tool-calls", "0", "--sim-output-tokens", "40"}
 	c := startWorkers(t, [][]string{one, one})
 	o := startOrchestratorMain(t, c.url, c.workers, "--max-tasks", fmt.Sprint(bigRunTasks), "--max-concurrency", "400",
