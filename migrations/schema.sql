@@ -272,6 +272,51 @@ GRANT SELECT ON TABLE fanout.price TO fanout_admin;
 GRANT SELECT ON TABLE fanout.price TO fanout_app;
 GRANT SELECT ON TABLE fanout.price TO fanout_auditor;
 
+CREATE TABLE fanout.provider_limit (
+    bucket text NOT NULL,
+    model text NOT NULL,
+    provider text NOT NULL,
+    provider_default boolean DEFAULT false NOT NULL,
+    model_default boolean DEFAULT false NOT NULL,
+    limit_requests bigint,
+    limit_tokens bigint,
+    remaining_requests bigint,
+    remaining_tokens bigint,
+    requests_reset_at timestamp with time zone,
+    tokens_reset_at timestamp with time zone,
+    configured_rpm bigint DEFAULT 0 NOT NULL,
+    configured_tpm bigint DEFAULT 0 NOT NULL,
+    throttled bigint DEFAULT 0 NOT NULL,
+    throttled_until timestamp with time zone,
+    learned_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT provider_limit_bucket_check CHECK (bucket <> ''::text AND octet_length(bucket) <= 128 AND bucket !~~ 'key:%'::text),
+    CONSTRAINT provider_limit_configured_rpm_check CHECK (configured_rpm >= 0),
+    CONSTRAINT provider_limit_configured_tpm_check CHECK (configured_tpm >= 0),
+    CONSTRAINT provider_limit_limit_requests_check CHECK (limit_requests > 0),
+    CONSTRAINT provider_limit_limit_tokens_check CHECK (limit_tokens > 0),
+    CONSTRAINT provider_limit_model_check CHECK (octet_length(model) <= 256),
+    CONSTRAINT provider_limit_pkey PRIMARY KEY (bucket, model),
+    CONSTRAINT provider_limit_provider_check CHECK (provider <> ''::text AND octet_length(provider) <= 64),
+    CONSTRAINT provider_limit_remaining_requests_check CHECK (remaining_requests >= 0),
+    CONSTRAINT provider_limit_remaining_tokens_check CHECK (remaining_tokens >= 0),
+    CONSTRAINT provider_limit_throttled_check CHECK (throttled >= 0)
+);
+COMMENT ON TABLE fanout.provider_limit IS 'The rate limits each provider states for a key and model, as the workers last read them from its responses (docs/operations.md#rate-limits-and-headroom).';
+COMMENT ON COLUMN fanout.provider_limit.bucket IS 'The provider key''s rate bucket ("provider:key id"; never the key).';
+COMMENT ON COLUMN fanout.provider_limit.model IS 'The model the responses were for, as the worker called it.';
+COMMENT ON COLUMN fanout.provider_limit.provider_default IS 'The provider is the workers'' default (a run that names no provider uses it).';
+COMMENT ON COLUMN fanout.provider_limit.model_default IS 'The model is the provider''s default on the workers (a run that names no model uses it).';
+COMMENT ON COLUMN fanout.provider_limit.limit_requests IS 'Requests per minute the provider states (NULL: not stated).';
+COMMENT ON COLUMN fanout.provider_limit.limit_tokens IS 'Tokens per minute the provider states (NULL: not stated).';
+COMMENT ON COLUMN fanout.provider_limit.remaining_requests IS 'Requests left in the provider''s window at learned_at.';
+COMMENT ON COLUMN fanout.provider_limit.remaining_tokens IS 'Tokens left in the provider''s window at learned_at.';
+COMMENT ON COLUMN fanout.provider_limit.configured_rpm IS 'The ceiling the worker''s flags set on requests per minute (0: none).';
+COMMENT ON COLUMN fanout.provider_limit.configured_tpm IS 'The ceiling the worker''s flags set on tokens per minute (0: none).';
+COMMENT ON COLUMN fanout.provider_limit.throttled IS '429 responses the workers have seen for this key and model, in all.';
+COMMENT ON COLUMN fanout.provider_limit.throttled_until IS 'The latest retry-after a 429 asked for.';
+GRANT INSERT, SELECT, UPDATE ON TABLE fanout.provider_limit TO fanout_worker;
+GRANT SELECT ON TABLE fanout.provider_limit TO fanout_app;
+
 CREATE TABLE fanout.rate_bucket (
     bucket text NOT NULL,
     rpm bigint NOT NULL,
