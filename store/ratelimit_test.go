@@ -235,7 +235,7 @@ func fleetRateLimit(tb testing.TB, d time.Duration) fleetResult {
 	}
 	defer pool.Close()
 	// The bucket starts empty now; the window is [now, now+d].
-	if err := store.NewRateLimiter(pool).Define(ctx, llm.BucketName("openai", fleetKey), fleetRPM, fleetTPM, time.Second); err != nil {
+	if err := store.NewRateLimiter(pool).Define(ctx, llm.ModelBucket("openai", fleetKey, "bench"), fleetRPM, fleetTPM, time.Second); err != nil {
 		tb.Fatal(err)
 	}
 	start := time.Now()

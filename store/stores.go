@@ -70,6 +70,9 @@ type Stores struct {
 	// RateLimiter holds the providers' and MCP tools' rate limits, which
 	// every call made on a worker waits for.
 	RateLimiter *RateLimiter
+	// ProviderLimits is the fleet's view of the limits the model providers
+	// state: a worker's providers Learn it, an orchestrator reads it.
+	ProviderLimits *ProviderLimits
 	// Watch is the exhaustion watcher's source: notices from Notifier, and
 	// the poll of the run accounts.
 	Watch *WatchSource
@@ -115,11 +118,12 @@ func OpenStores(ctx context.Context, cfg StoresConfig) (*Stores, error) {
 	log := cfg.Logger
 	n := NewNotifier(cfg.DatabaseURL, NotifierConfig{Logger: log, WithoutRunEvents: cfg.WorkersOnly})
 	return &Stores{
-		Ledger:      NewLedger(ledgerPool, LedgerConfig{Coalesce: cfg.GroupCommit, Logger: log}),
-		Writes:      NewToolCalls(ledgerPool, ToolCallsConfig{Logger: log}),
-		Semaphore:   NewSemaphore(ledgerPool, SemaphoreConfig{Logger: log}),
-		RateLimiter: NewRateLimiter(ledgerPool, RateLimiterConfig{Logger: log}),
-		Watch:       NewWatchSource(ledgerPool, n),
+		Ledger:         NewLedger(ledgerPool, LedgerConfig{Coalesce: cfg.GroupCommit, Logger: log}),
+		Writes:         NewToolCalls(ledgerPool, ToolCallsConfig{Logger: log}),
+		Semaphore:      NewSemaphore(ledgerPool, SemaphoreConfig{Logger: log}),
+		RateLimiter:    NewRateLimiter(ledgerPool, RateLimiterConfig{Logger: log}),
+		ProviderLimits: NewProviderLimits(ledgerPool, RateLimiterConfig{Logger: log}),
+		Watch:          NewWatchSource(ledgerPool, n),
 
 		Runs:      NewRuns(apiPool, RunsConfig{Coalesce: cfg.GroupCommit, Logger: log}),
 		Approvals: NewToolCalls(apiPool, ToolCallsConfig{Logger: log}),

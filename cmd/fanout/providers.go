@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -38,11 +39,11 @@ func (p *providerFlags) register(f *flags) {
 	f.StringVar(&p.openaiModel, "openai-model", "gpt-4o-mini", "OpenAI-compatible model when a run names none")
 	f.BoolVar(&p.openaiStream, "openai-stream", true, "stream OpenAI-compatible replies (usage from the final chunk)")
 	f.StringVar(&p.anthropicMdl, "anthropic-model", "claude-3-5-haiku-latest", "Anthropic model when a run names none")
-	f.Int64Var(&p.openaiLimit.RPM, "openai-rpm", 0, "the OpenAI key's requests per minute, as the provider states it, shared by every worker (0: no limit)")
-	f.Int64Var(&p.openaiLimit.TPM, "openai-tpm", 0, "the OpenAI key's tokens per minute, as the provider states it, shared by every worker (0: no limit)")
-	f.Int64Var(&p.anthropicLim.RPM, "anthropic-rpm", 0, "the Anthropic key's requests per minute, as the provider states it, shared by every worker (0: no limit)")
-	f.Int64Var(&p.anthropicLim.TPM, "anthropic-tpm", 0, "the Anthropic key's tokens per minute, as the provider states it, shared by every worker (0: no limit)")
-	f.Float64Var(&p.headroom, "rate-headroom", llm.DefaultHeadroom, "the fraction of each stated RPM/TPM the fleet uses, in (0, 1]")
+	f.Int64Var(&p.openaiLimit.RPM, "openai-rpm", 0, "ceiling of the OpenAI key's requests per minute for each model, shared by every worker, over the limit the provider states (0: the stated limit alone)")
+	f.Int64Var(&p.openaiLimit.TPM, "openai-tpm", 0, "ceiling of the OpenAI key's tokens per minute for each model, shared by every worker, over the limit the provider states (0: the stated limit alone)")
+	f.Int64Var(&p.anthropicLim.RPM, "anthropic-rpm", 0, "ceiling of the Anthropic key's requests per minute for each model, shared by every worker, over the limit the provider states (0: the stated limit alone)")
+	f.Int64Var(&p.anthropicLim.TPM, "anthropic-tpm", 0, "ceiling of the Anthropic key's tokens per minute for each model, shared by every worker, over the limit the provider states (0: the stated limit alone)")
+	f.Float64Var(&p.headroom, "rate-headroom", llm.DefaultHeadroom, "the fraction of each provider limit (the smaller of stated and ceiling) the fleet uses, in (0, 1]")
 	f.Int64Var(&p.rpm, "rpm", 0, "deprecated: --openai-rpm and --anthropic-rpm both (each wins where set)")
 	f.Int64Var(&p.tpm, "tpm", 0, "deprecated: --openai-tpm and --anthropic-tpm both (each wins where set)")
 	f.Int64Var(&p.modelCalls, "max-model-calls", 32, "model calls in flight on this worker, across providers")
@@ -51,12 +52,31 @@ func (p *providerFlags) register(f *flags) {
 }
 
 // modelsFunc returns the worker's node.WorkerConfig.ModelsFunc: models
-// with the backend's rate limiter (the fleet's, on its ledger pool) and
-// logger.
+// with the backend's rate limiter and provider limits (the fleet's, on its
+// ledger pool) and logger.
 func (p *providerFlags) modelsFunc(env *Env) func(*node.Backend, llm.Model) (subagent.ModelFunc, error) {
 	return func(b *node.Backend, sim llm.Model) (subagent.ModelFunc, error) {
-		return p.models(env, b.Stores().RateLimiter, sim, b.Logger())
+		return p.models(env, b.Stores().RateLimiter, b.Stores().ProviderLimits, sim, b.Logger())
 	}
+}
+
+// limitBook records what the providers state in provider_limit, marking
+// the worker's default provider (a run that names none is served by it).
+type limitBook struct {
+	limits          *store.ProviderLimits
+	defaultProvider string
+}
+
+func (b limitBook) Learn(ctx context.Context, l llm.Learned) error {
+	return b.limits.Learn(ctx, store.ProviderLimit{
+		Bucket: l.Bucket, Provider: l.Provider, Model: l.Model,
+		ProviderDefault: l.Provider == b.defaultProvider, ModelDefault: l.ModelDefault,
+		LimitRequests: l.LimitRequests, LimitTokens: l.LimitTokens,
+		RemainingRequests: l.RemainingRequests, RemainingTokens: l.RemainingTokens,
+		RequestsResetAt: l.RequestsResetAt, TokensResetAt: l.TokensResetAt,
+		ConfiguredRPM: l.ConfiguredRPM, ConfiguredTPM: l.ConfiguredTPM,
+		Throttled: l.Throttled, ThrottledUntil: l.ThrottledUntil,
+	})
 }
 
 // limits returns each provider's stated limits with the headroom, the
@@ -98,10 +118,11 @@ func (p *providerFlags) limits() (openai, anthropic llm.RateLimit, err error) {
 
 // models builds the worker's ModelFunc: sim always, openai and anthropic
 // when their key is set. It names a provider that was asked for by default
-// but has no key, and a limit flag out of its bounds. A provider with a
-// limit waits for fleet, the fleet's rate limiter, unless p.limiter
-// replaces it.
-func (p *providerFlags) models(env *Env, fleet *store.RateLimiter, sim llm.Model, log *slog.Logger) (subagent.ModelFunc, error) {
+// but has no key, and a limit flag out of its bounds. The providers wait
+// for fleet, the fleet's rate limiter (unless p.limiter replaces it), for
+// the limits their replies state under the flags' ceilings, and record
+// what the replies state in book; nil fleet or book: none.
+func (p *providerFlags) models(env *Env, fleet *store.RateLimiter, book *store.ProviderLimits, sim llm.Model, log *slog.Logger) (subagent.ModelFunc, error) {
 	byName := map[string]llm.Model{"sim": sim}
 	openaiLimit, anthropicLimit, err := p.limits()
 	if err != nil {
@@ -111,19 +132,26 @@ func (p *providerFlags) models(env *Env, fleet *store.RateLimiter, sim llm.Model
 		log.Warn("--rpm and --tpm are deprecated: use --openai-rpm, --openai-tpm, --anthropic-rpm, --anthropic-tpm",
 			"rpm", p.rpm, "tpm", p.tpm)
 	}
+	// The fleet's limiter even without a ceiling: the limits the
+	// providers state are enforced once a reply states them (nothing is
+	// taken from it before).
 	limiter := p.limiter
-	limited := func(l llm.RateLimit) bool { return l.RPM > 0 || l.TPM > 0 }
-	if limiter == nil && fleet != nil && (limited(openaiLimit) || limited(anthropicLimit)) {
+	if limiter == nil && fleet != nil {
 		limiter = fleet
 	}
+	var limits llm.LimitBook
+	if book != nil {
+		limits = limitBook{limits: book, defaultProvider: p.provider}
+	}
 	slots := semaphore.NewWeighted(max(p.modelCalls, 1))
-	base := func(key, baseURL, model string, limits llm.RateLimit) llm.ProviderConfig {
+	base := func(key, baseURL, model string, ceilings llm.RateLimit) llm.ProviderConfig {
 		return llm.ProviderConfig{
 			APIKey: key, BaseURL: baseURL, Model: model,
 			CallTimeout: p.callTimeout,
 			Retry:       llm.RetryPolicy{MaxAttempts: p.retryAttempts},
-			Limits:      limits,
+			Limits:      ceilings,
 			Limiter:     limiter,
+			Book:        limits,
 			Slots:       slots,
 			Logger:      log,
 		}

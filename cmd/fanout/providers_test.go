@@ -30,7 +30,7 @@ func TestProvidersFromEnvironment(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			models, err := p.models(env, nil, sim, nil)
+			models, err := p.models(env, nil, nil, sim, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +59,7 @@ func TestProvidersFromEnvironment(t *testing.T) {
 		})
 	}
 	p := providerFlags{provider: "anthropic", headroom: llm.DefaultHeadroom}
-	_, err := p.models(&Env{Getenv: func(string) string { return "" }}, nil, nil, nil)
+	_, err := p.models(&Env{Getenv: func(string) string { return "" }}, nil, nil, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "ANTHROPIC_API_KEY") {
 		t.Errorf("default anthropic without a key: err = %v, want it to name ANTHROPIC_API_KEY", err)
 	}
@@ -109,7 +109,7 @@ func TestProviderLimitFlagsPerProvider(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			models, err := p.models(&Env{Getenv: func(k string) string { return env[k] }}, nil, sim, nil)
+			models, err := p.models(&Env{Getenv: func(k string) string { return env[k] }}, nil, nil, sim, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +171,7 @@ func TestProviderLimitFlagsValidated(t *testing.T) {
 	} {
 		p := parseProviderFlags(t, tc.args, tc.env)
 		p.limiter = llm.NewMemoryLimiter()
-		_, err := p.models(&Env{Getenv: func(string) string { return "" }}, nil, nil, nil)
+		_, err := p.models(&Env{Getenv: func(string) string { return "" }}, nil, nil, nil, nil)
 		if len(tc.want) == 0 {
 			if err != nil {
 				t.Errorf("%q: %v, want accepted", tc.args, err)

@@ -104,11 +104,11 @@ func TestSecretsFromFiles(t *testing.T) {
 		// the one openai gets (a provider without a key is refused).
 		pf := parseProviderFlags(t, []string{"--provider", "openai"}, map[string]string{"OPENAI_API_KEY_FILE": keyFile})
 		e, _ = env(map[string]string{"OPENAI_API_KEY_FILE": keyFile})
-		if _, err := pf.models(e, nil, nil, nil); err != nil {
+		if _, err := pf.models(e, nil, nil, nil, nil); err != nil {
 			t.Errorf("--provider openai with OPENAI_API_KEY_FILE: %v", err)
 		}
 		e, _ = env(nil)
-		if _, err := pf.models(e, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "OPENAI_API_KEY_FILE") {
+		if _, err := pf.models(e, nil, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "OPENAI_API_KEY_FILE") {
 			t.Errorf("--provider openai with no key: %v; want refused, naming OPENAI_API_KEY_FILE", err)
 		}
 	})

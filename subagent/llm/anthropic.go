@@ -46,7 +46,7 @@ func NewAnthropic(cfg AnthropicConfig) (*Anthropic, error) {
 		option.WithMaxRetries(0),
 		option.WithMiddleware(errorShapeMiddleware(anthropicErrorShape)), //nolint:bodyclose // the middleware closes what it reads; the SDK closes what it hands on
 	)
-	return &Anthropic{c: newCaller("anthropic", pc), msgs: client.Messages}, nil
+	return &Anthropic{c: newCaller("anthropic", pc, ParseAnthropicLimits), msgs: client.Messages}, nil
 }
 
 // Name implements Model.

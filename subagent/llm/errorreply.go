@@ -34,10 +34,14 @@ func (e *foreignReply) Error() string {
 // errorShapeMiddleware returns an HTTP middleware (the signature of both
 // clients' option.Middleware) that lets a reply through unless it has an
 // error status and a body that shaped does not accept; that one becomes a
-// *foreignReply error.
+// *foreignReply error. It notes every reply's status and headers for the
+// caller first (noteReply), whatever happens to the reply next.
 func errorShapeMiddleware(shaped func([]byte) bool) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 		res, err := next(req)
+		if err == nil {
+			noteReply(req.Context(), res)
+		}
 		if err != nil || res.StatusCode < 400 {
 			return res, err
 		}

@@ -59,7 +59,7 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 		option.WithMaxRetries(0),
 		option.WithMiddleware(errorShapeMiddleware(openAIErrorShape)), //nolint:bodyclose // the middleware closes what it reads; the SDK closes what it hands on
 	)
-	return &OpenAI{c: newCaller("openai", pc), stream: cfg.Stream, chat: chat}, nil
+	return &OpenAI{c: newCaller("openai", pc, ParseOpenAILimits), stream: cfg.Stream, chat: chat}, nil
 }
 
 // Name implements Model.

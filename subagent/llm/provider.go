@@ -174,11 +174,21 @@ type ProviderConfig struct {
 	// default 2m.
 	CallTimeout time.Duration
 	Retry       RetryPolicy
-	// Limits are the key's provider limits, enforced by Limiter before each
-	// attempt at Limits.Effective(): Headroom below what the provider
-	// states. Ignored without a Limiter.
+	// Limits are the ceilings configured for the key's limits, per model
+	// (0: none). Limiter enforces, before each attempt, the limits the
+	// provider states for the model called (learned from its replies)
+	// under these ceilings, at Effective(): Headroom below them
+	// (docs/operations.md#rate-limits-and-headroom). Before a reply has
+	// stated anything, the ceilings alone; with neither, nothing. Ignored
+	// without a Limiter.
 	Limits  RateLimit
 	Limiter Limiter
+	// Book receives what the replies state of the limits, for the fleet
+	// (provider_limit): at most once per LearnEvery (default
+	// DefaultLearnEvery) per model, and at once after a 429 or a changed
+	// limit. Nil: nothing is recorded.
+	Book       LimitBook
+	LearnEvery time.Duration
 	// Slots caps the model calls in flight on this worker; share one across
 	// every provider of a worker. A call holds a slot through its retries.
 	// Nil = no cap.
@@ -204,6 +214,9 @@ func (c ProviderConfig) withDefaults(provider string) (ProviderConfig, error) {
 		c.CallTimeout = DefaultCallTimeout
 	}
 	c.Retry = c.Retry.withDefaults()
+	if c.LearnEvery <= 0 {
+		c.LearnEvery = DefaultLearnEvery
+	}
 	if c.Limits.Burst <= 0 {
 		c.Limits.Burst = time.Second
 	}
@@ -223,8 +236,9 @@ func KeyID(key string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// BucketName returns the rate-limit bucket of a provider key: every worker
-// using the same key shares it.
+// BucketName returns the name of a provider key in the fleet's records
+// (provider_limit.bucket); the limiter's buckets are the key's per model
+// (ModelBucket), every worker using the key sharing them.
 func BucketName(provider, key string) string { return provider + ":" + KeyID(key) }
 
 // redactor removes a key from text that may reach a log or an error.

@@ -73,7 +73,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, k kind, script func(llmtest.Request) llmtest.Reply, tune func(*llm.ProviderConfig)) *fixture {
 	t.Helper()
-	srv := llmtest.New(llmtest.Config{Provider: k.provider, Key: canary, Script: script})
+	return newFixtureOn(t, k, llmtest.Config{Script: script}, tune)
+}
+
+// newFixtureOn is newFixture on a server configured by sc (its Provider
+// and Key are the fixture's).
+func newFixtureOn(t *testing.T, k kind, sc llmtest.Config, tune func(*llm.ProviderConfig)) *fixture {
+	t.Helper()
+	sc.Provider, sc.Key = k.provider, canary
+	srv := llmtest.New(sc)
 	t.Cleanup(srv.Close)
 	w := &witness{}
 	cfg := llm.ProviderConfig{

@@ -29,69 +29,114 @@ type Limiter interface {
 	Refund(ctx context.Context, bucket string, tokens int64) error
 }
 
-// take waits until the limiter grants one request and tokens, or ctx ends.
-func (c *caller) take(ctx context.Context, runID string, tokens int64) error {
+// take waits until the limiter grants one request and tokens from the
+// bucket of model, or ctx ends. It returns the bucket it took from, or ""
+// when no limit of model is known (none configured, none stated yet):
+// then it takes nothing.
+func (c *caller) take(ctx context.Context, runID, model string, tokens int64) (string, error) {
 	l := c.cfg.Limiter
 	if l == nil {
-		return nil
+		return "", nil
 	}
-	if err := c.define(ctx); err != nil {
+	bucket, err := c.define(ctx, model)
+	if err != nil {
 		if ctx.Err() != nil {
-			return context.Cause(ctx)
+			return "", context.Cause(ctx)
 		}
-		return fmt.Errorf("%s: run %s: define rate limits: %w", c.provider, runID, err)
+		return "", fmt.Errorf("%s: run %s: define rate limits of model %s: %w", c.provider, runID, model, err)
+	}
+	if bucket == "" {
+		return "", nil
 	}
 	start := time.Now()
 	defer func() { c.recordWait(ctx, waitLimiter, time.Since(start)) }()
 	for {
-		wait, err := l.Take(ctx, c.bucket, 1, tokens)
+		wait, err := l.Take(ctx, bucket, 1, tokens)
 		if err != nil {
 			if ctx.Err() != nil {
-				return context.Cause(ctx)
+				return "", context.Cause(ctx)
 			}
-			return fmt.Errorf("%s: run %s: take %d tokens from rate limit bucket %s: %w", c.provider, runID, tokens, c.bucket, err)
+			return "", fmt.Errorf("%s: run %s: take %d tokens from rate limit bucket %s: %w", c.provider, runID, tokens, bucket, err)
 		}
 		if wait <= 0 {
-			return nil
+			return bucket, nil
 		}
 		// A little jitter keeps waiting callers from arriving together.
 		wait += rand.N(wait/4 + time.Millisecond)
 		if err := Sleep(ctx, wait); err != nil {
-			return err
+			return "", err
 		}
 	}
 }
 
-func (c *caller) define(ctx context.Context) error {
+// define makes sure model's bucket holds the limits known now (the
+// stated ones under the configured ceilings, times the headroom) and
+// returns it; "" when no limit is known.
+func (c *caller) define(ctx context.Context, model string) (string, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.defined {
-		return nil
+	m := c.limitsOf(model)
+	want := c.ceilings(m)
+	bucket, done := m.bucket, m.defined && m.definedAs == want
+	c.mu.Unlock()
+	if want.RPM == 0 && want.TPM == 0 {
+		return "", nil
+	}
+	if done {
+		return bucket, nil
 	}
 	// The headroom is applied here and only here: the Limiter enforces
 	// what it is given.
-	lim, err := c.cfg.Limits.Effective()
+	lim, err := want.Effective()
 	if err != nil {
-		return err
+		return "", err
 	}
-	if err := c.cfg.Limiter.Define(ctx, c.bucket, lim.RPM, lim.TPM, lim.Burst); err != nil {
-		return err
+	if err := c.cfg.Limiter.Define(ctx, bucket, lim.RPM, lim.TPM, lim.Burst); err != nil {
+		return "", err
 	}
-	c.recordLimits(ctx, c.cfg.Limits, lim)
-	c.defined = true
-	return nil
+	c.mu.Lock()
+	// A reading that changed the limits while Define ran leaves the
+	// bucket to be defined again by the next take.
+	if c.ceilings(m) == want {
+		m.defined, m.definedAs = true, want
+	}
+	stated := RateLimit{RPM: m.rpm, TPM: m.tpm}
+	c.mu.Unlock()
+	c.recordLimits(ctx, m.metricModel, stated, c.cfg.Limits, lim)
+	return bucket, nil
 }
 
-// refund credits tokens back, best effort: a failed refund only makes the
-// limiter stricter than it needs to be.
-func (c *caller) refund(ctx context.Context, tokens int64) {
-	if c.cfg.Limiter == nil || tokens == 0 {
+// ceilings are the limits of m before the headroom: each stated limit
+// under its configured ceiling, whichever is known (0: neither).
+func (c *caller) ceilings(m *modelLimits) RateLimit {
+	out := c.cfg.Limits
+	out.RPM = ceiling(m.rpm, c.cfg.Limits.RPM)
+	out.TPM = ceiling(m.tpm, c.cfg.Limits.TPM)
+	return out
+}
+
+// ceiling is the stated limit under the configured one, whichever is
+// known; 0 when neither is.
+func ceiling(stated, configured int64) int64 {
+	switch {
+	case stated <= 0:
+		return configured
+	case configured <= 0:
+		return stated
+	}
+	return min(stated, configured)
+}
+
+// refund credits tokens back to bucket, best effort: a failed refund only
+// makes the limiter stricter than it needs to be. No bucket: nothing was
+// taken.
+func (c *caller) refund(ctx context.Context, bucket string, tokens int64) {
+	if c.cfg.Limiter == nil || bucket == "" || tokens == 0 {
 		return
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := c.cfg.Limiter.Refund(rctx, c.bucket, tokens); err != nil {
-		c.cfg.Logger.WarnContext(ctx, "refund rate limit tokens", "provider", c.provider, "bucket", c.bucket, "tokens", tokens, "err", err)
+	if err := c.cfg.Limiter.Refund(rctx, bucket, tokens); err != nil {
+		c.cfg.Logger.WarnContext(ctx, "refund rate limit tokens", "provider", c.provider, "bucket", bucket, "tokens", tokens, "err", err)
 	}
 }
 

@@ -121,19 +121,22 @@ func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 }
 
 // caller is what both providers share: the per-worker slot, the fleet rate
-// limits, the per-attempt timeout, retries and key redaction.
+// limits (configured, and learned from the replies), the per-attempt
+// timeout, retries and key redaction.
 type caller struct {
-	provider string
-	cfg      ProviderConfig
-	bucket   string
-	redact   redactor
+	provider  string
+	cfg       ProviderConfig
+	keyBucket string // BucketName of the key
+	redact    redactor
+	parse     func(http.Header, time.Time) Stated
 
-	mu      sync.Mutex
-	defined bool // the bucket's limits were written to the Limiter
+	mu     sync.Mutex
+	models map[string]*modelLimits // by model called
 }
 
-func newCaller(provider string, cfg ProviderConfig) *caller {
-	return &caller{provider: provider, cfg: cfg, bucket: BucketName(provider, cfg.APIKey), redact: redactor(cfg.APIKey)}
+func newCaller(provider string, cfg ProviderConfig, parse func(http.Header, time.Time) Stated) *caller {
+	return &caller{provider: provider, cfg: cfg, keyBucket: BucketName(provider, cfg.APIKey), redact: redactor(cfg.APIKey),
+		parse: parse, models: map[string]*modelLimits{}}
 }
 
 // errAttemptTimeout is the cause of an attempt's context when CallTimeout passes.
@@ -166,28 +169,37 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		input = InputBound(req.Messages, req.Tools...) + extraInput
 	}
 	cost := input + int64(req.MaxTokens)
+	model := req.Model
+	if model == "" {
+		model = c.cfg.Model
+	}
 	log := c.cfg.Logger.With("provider", c.provider, "key_id", KeyID(c.cfg.APIKey),
 		"run_id", req.Meta.RunID, "task_id", req.Meta.TaskID, "iteration", req.Meta.Iteration)
 	var slept time.Duration
 	for n := 1; ; n++ {
-		if err := c.take(ctx, req.Meta.RunID, cost); err != nil {
+		bucket, err := c.take(ctx, req.Meta.RunID, model, cost)
+		if err != nil {
 			return Response{}, err
 		}
 		actx, cancel := context.WithTimeoutCause(ctx, c.cfg.CallTimeout, errAttemptTimeout)
+		actx, rep := withReply(actx)
 		resp, err := attempt(actx)
 		timedOut := errors.Is(context.Cause(actx), errAttemptTimeout)
 		cancel()
 		c.recordAttempt(ctx, err, timedOut)
+		if status, h, ok := rep.seen(); ok {
+			c.learn(ctx, model, status, h) // every reply states its limits, an error's too
+		}
 		if err == nil {
-			c.recordUse(ctx, resp.Usage.Total())
-			c.refund(ctx, cost-resp.Usage.Total())
+			c.recordUse(ctx, model, resp.Usage.Total())
+			c.refund(ctx, bucket, cost-resp.Usage.Total())
 			return resp, nil
 		}
 		var se *StatusError
 		if !errors.As(err, &se) || se.MaybeBilled() || ctx.Err() != nil || timedOut {
-			c.recordUse(ctx, cost) // usage unknown: its cost stays taken
+			c.recordUse(ctx, model, cost) // usage unknown: its cost stays taken
 		} else {
-			c.recordUse(ctx, 0)
+			c.recordUse(ctx, model, 0)
 		}
 		if ctx.Err() != nil {
 			return Response{}, context.Cause(ctx)
@@ -199,7 +211,7 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		if se == nil || se.MaybeBilled() {
 			return Response{}, err // usage unknown: never retried, and its cost stays taken
 		}
-		c.refund(ctx, cost) // an error reply in the provider's shape consumed no tokens
+		c.refund(ctx, bucket, cost) // an error reply in the provider's shape consumed no tokens
 		if se.StatusCode == http.StatusTooManyRequests {
 			c.recordRateLimited(ctx, req.Meta)
 		}

@@ -21,14 +21,16 @@ const (
 	attrDimension  = attribute.Key("fanout.ratelimit.dimension")
 	attrCeiling    = attribute.Key("fanout.ratelimit.ceiling")
 	attrTenant     = attribute.Key("fanout.tenant.id")
+	attrModel      = attribute.Key("gen_ai.request.model")
 )
 
 // The values of fanout.ratelimit.dimension and fanout.ratelimit.ceiling.
 const (
-	dimRPM           = "rpm"
-	dimTPM           = "tpm"
-	ceilingStated    = "stated"    // the provider's limit, as configured
-	ceilingEffective = "effective" // what the Limiter enforces: stated x headroom
+	dimRPM            = "rpm"
+	dimTPM            = "tpm"
+	ceilingStated     = "stated"     // the provider's limit, learned from its replies
+	ceilingConfigured = "configured" // the worker's flags (--openai-rpm ...)
+	ceilingEffective  = "effective"  // what the Limiter enforces: min(stated, configured) x headroom
 )
 
 // The sources of a rate-limit wait.
@@ -64,11 +66,11 @@ func metrics() *instruments {
 		inst.rateLimited, _ = m.Int64Counter("fanout.provider.rate_limited", metric.WithUnit("{response}"),
 			metric.WithDescription("429 replies of model providers, by provider and, when the call names it, tenant (by run: the \"model call retried\" log lines carry run_id)."))
 		inst.limit, _ = m.Int64Gauge("fanout.ratelimit.limit", metric.WithUnit("1/min"),
-			metric.WithDescription("A provider key's per-minute ceiling: dimension rpm or tpm; ceiling stated (configured) or effective (stated x headroom, what the fleet's limiter enforces)."))
+			metric.WithDescription("A provider key's per-minute ceiling for a model: dimension rpm or tpm; ceiling stated (learned from the provider's replies), configured (the worker's flags) or effective (min(stated, configured) x headroom, what the fleet's limiter enforces)."))
 		inst.requests, _ = m.Int64Counter("fanout.ratelimit.requests", metric.WithUnit("{request}"),
-			metric.WithDescription("Attempts sent to a provider by this process, each one request taken from the key's RPM; rate x 60 over the effective rpm ceiling is the share used."))
+			metric.WithDescription("Attempts sent to a provider by this process, by model, each one request taken from the key's RPM for the model; rate x 60 over the effective rpm ceiling is the share used."))
 		inst.tokens, _ = m.Int64Counter("fanout.ratelimit.tokens", metric.WithUnit("{token}"),
-			metric.WithDescription("Tokens this process's attempts hold of the key's TPM once each attempt ends: real usage, the whole bound when usage is unknown, 0 for an error reply; rate x 60 over the effective tpm ceiling is the share used."))
+			metric.WithDescription("Tokens this process's attempts hold of the key's TPM for a model once each attempt ends: real usage, the whole bound when usage is unknown, 0 for an error reply; rate x 60 over the effective tpm ceiling is the share used."))
 	})
 	return &inst
 }
@@ -100,28 +102,39 @@ func (c *caller) recordAttempt(ctx context.Context, err error, timedOut bool) {
 	metrics().responses.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrs...))
 }
 
-// recordLimits sets the key's ceilings, stated and effective, when the
-// bucket is defined.
-func (c *caller) recordLimits(ctx context.Context, stated, effective RateLimit) {
+// recordLimits sets a model's ceilings (stated, configured and effective)
+// when its bucket is defined.
+func (c *caller) recordLimits(ctx context.Context, model string, stated, configured, effective RateLimit) {
+	c.recordCeilings(ctx, model, ceilingStated, stated)
+	c.recordCeilings(ctx, model, ceilingConfigured, configured)
+	c.recordCeilings(ctx, model, ceilingEffective, effective)
+}
+
+// recordStated sets a model's stated ceilings when a reply changes them.
+func (c *caller) recordStated(ctx context.Context, model string, stated RateLimit) {
+	c.recordCeilings(ctx, model, ceilingStated, stated)
+}
+
+func (c *caller) recordCeilings(ctx context.Context, model, ceiling string, l RateLimit) {
 	ctx = context.WithoutCancel(ctx)
 	for _, p := range []struct {
-		dim, ceiling string
-		v            int64
-	}{
-		{dimRPM, ceilingStated, stated.RPM}, {dimRPM, ceilingEffective, effective.RPM},
-		{dimTPM, ceilingStated, stated.TPM}, {dimTPM, ceilingEffective, effective.TPM},
-	} {
+		dim string
+		v   int64
+	}{{dimRPM, l.RPM}, {dimTPM, l.TPM}} {
 		if p.v > 0 {
-			metrics().limit.Record(ctx, p.v, metric.WithAttributes(attrProvider.String(c.provider),
-				attrDimension.String(p.dim), attrCeiling.String(p.ceiling)))
+			metrics().limit.Record(ctx, p.v, metric.WithAttributes(attrProvider.String(c.provider), attrModel.String(model),
+				attrDimension.String(p.dim), attrCeiling.String(ceiling)))
 		}
 	}
 }
 
-// recordUse counts one attempt's share of the key's limits.
-func (c *caller) recordUse(ctx context.Context, tokens int64) {
+// recordUse counts one attempt's share of the key's limits for model.
+func (c *caller) recordUse(ctx context.Context, model string, tokens int64) {
 	ctx = context.WithoutCancel(ctx)
-	attrs := metric.WithAttributes(attrProvider.String(c.provider))
+	c.mu.Lock()
+	model = c.limitsOf(model).metricModel
+	c.mu.Unlock()
+	attrs := metric.WithAttributes(attrProvider.String(c.provider), attrModel.String(model))
 	metrics().requests.Add(ctx, 1, attrs)
 	if tokens > 0 {
 		metrics().tokens.Add(ctx, tokens, attrs)

@@ -120,7 +120,11 @@ func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter p
 
 	f := newFixture(t, kinds[0], func(r llmtest.Request) llmtest.Reply {
 		if r.N <= 2 {
-			return llmtest.Reply{Status: http.StatusTooManyRequests}
+			// The provider states its limits on a 429 too: 3,000 RPM
+			// under the configured 6,000, 2,000,000 TPM over the
+			// configured 1,000,000.
+			return llmtest.Reply{Status: http.StatusTooManyRequests, Header: http.Header{
+				"X-Ratelimit-Limit-Requests": {"3000"}, "X-Ratelimit-Limit-Tokens": {"2000000"}}}
 		}
 		return llmtest.Reply{Text: "ok", Usage: llm.Usage{InputTokens: 10, OutputTokens: 2}}
 	}, func(c *llm.ProviderConfig) {
@@ -154,7 +158,10 @@ func TestProviderMetrics(t *testing.T) { //nolint:paralleltest // global meter p
 	if n := after.limited["tenant-metrics"] - before.limited["tenant-metrics"]; n != 2 {
 		t.Errorf("fanout.provider.rate_limited{fanout.tenant.id=tenant-metrics} grew by %d, want 2", n)
 	}
-	want := map[string]int64{"rpm/stated": 6000, "rpm/effective": 4200, "tpm/stated": 1_000_000, "tpm/effective": 700_000}
+	want := map[string]int64{
+		"rpm/stated": 3000, "rpm/configured": 6000, "rpm/effective": 2100, // the stated limit is the smaller
+		"tpm/stated": 2_000_000, "tpm/configured": 1_000_000, "tpm/effective": 700_000, // the configured one is
+	}
 	for k, v := range want {
 		if after.limits[k] != v {
 			t.Errorf("fanout.ratelimit.limit{%s} = %d, want %d (all: %v)", k, after.limits[k], v, after.limits)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,9 @@ type Reply struct {
 	Usage       llm.Usage // zero: computed from the request (see Server)
 	Hang        bool      // never answer; wait for the client to go away
 	CutAfter    int       // streaming: drop the connection after this many chunks
+	// Header is set on the reply last, over the rate-limit headers the
+	// server states (a test's own or hostile values).
+	Header http.Header
 }
 
 // Request is what the server saw of one request.
@@ -93,7 +97,13 @@ type Config struct {
 	// Limits, if set, are enforced like a provider does: token buckets that
 	// start full and refill continuously, holding Burst of a minute's rate;
 	// a request over them is answered 429 with Retry-After. Tokens are the
-	// request's real usage.
+	// request's real usage. Every reply (but a 401) states them in the
+	// provider's headers, as the real ones do: x-ratelimit-limit-requests,
+	// -tokens, x-ratelimit-remaining-*, x-ratelimit-reset-* (durations such
+	// as "1.5s", "20ms") for OpenAI; anthropic-ratelimit-requests-*,
+	// -tokens-*, -input-tokens-*, -output-tokens-* (-limit, -remaining,
+	// -reset as RFC 3339) for Anthropic. Remaining is what the server's
+	// bucket holds, reset when it will be full.
 	Limits llm.RateLimit
 }
 
@@ -164,6 +174,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.cancelled <- struct{}{}
 		return
 	}
+	s.stateLimits(w.Header(), reply)
 	if reply.Raw != "" {
 		s.writeRaw(w, reply)
 		return
@@ -176,7 +187,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if reply.Usage == (llm.Usage{}) {
 		reply.Usage = usage(req, reply)
 	}
-	if wait, ok := s.admit(reply.Usage.Total()); !ok {
+	wait, ok := s.admit(reply.Usage.Total())
+	s.stateLimits(w.Header(), reply)
+	if !ok {
 		s.count(func(st *Stats) { st.Limited++ })
 		s.writeError(w, http.StatusTooManyRequests, fmt.Sprint(int(math.Ceil(wait.Seconds()))), "rate limit exceeded")
 		return
@@ -276,6 +289,64 @@ func (s *Server) admit(tokens int64) (time.Duration, bool) {
 		s.tokBal -= float64(tokens)
 	}
 	return 0, true
+}
+
+// stateLimits sets the rate-limit headers of the provider on h: the
+// server's limits and its buckets' balances, refilled to now; then
+// reply.Header over them.
+func (s *Server) stateLimits(h http.Header, reply Reply) {
+	if s.limits.RPM > 0 || s.limits.TPM > 0 {
+		s.mu.Lock()
+		now := time.Now()
+		el := now.Sub(s.bucketAt).Minutes()
+		reqBal := min(capacity(s.limits.RPM, s.limits.Burst), s.reqBal+float64(s.limits.RPM)*el)
+		tokBal := min(capacity(s.limits.TPM, s.limits.Burst), s.tokBal+float64(s.limits.TPM)*el)
+		s.mu.Unlock()
+		type dim struct {
+			limit         int64
+			balance       float64
+			untilFull     time.Duration
+			openAI, anthr []string
+		}
+		untilFull := func(perMinute int64, balance float64) time.Duration {
+			if perMinute <= 0 {
+				return 0
+			}
+			d := (capacity(perMinute, s.limits.Burst) - balance) / float64(perMinute) * float64(time.Minute)
+			return time.Duration(max(0, d)).Round(time.Millisecond)
+		}
+		dims := []dim{
+			{limit: s.limits.RPM, balance: reqBal, untilFull: untilFull(s.limits.RPM, reqBal),
+				openAI: []string{"requests"}, anthr: []string{"requests"}},
+			{limit: s.limits.TPM, balance: tokBal, untilFull: untilFull(s.limits.TPM, tokBal),
+				openAI: []string{"tokens"}, anthr: []string{"tokens", "input-tokens", "output-tokens"}},
+		}
+		for _, d := range dims {
+			if d.limit <= 0 {
+				continue
+			}
+			left := strconv.FormatInt(int64(max(0, math.Floor(d.balance))), 10)
+			if s.Provider == OpenAI {
+				for _, n := range d.openAI {
+					h.Set("x-ratelimit-limit-"+n, strconv.FormatInt(d.limit, 10))
+					h.Set("x-ratelimit-remaining-"+n, left)
+					h.Set("x-ratelimit-reset-"+n, d.untilFull.String())
+				}
+				continue
+			}
+			for _, n := range d.anthr {
+				h.Set("anthropic-ratelimit-"+n+"-limit", strconv.FormatInt(d.limit, 10))
+				h.Set("anthropic-ratelimit-"+n+"-remaining", left)
+				h.Set("anthropic-ratelimit-"+n+"-reset", now.Add(d.untilFull).UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	for k, vs := range reply.Header {
+		h.Del(k)
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
 }
 
 func capacity(perMinute int64, burst time.Duration) float64 {
