@@ -52,7 +52,6 @@ type modelLimits struct {
 	rpm, tpm    int64  // stated; 0: not yet
 	defined     bool
 	definedAs   RateLimit // the ceilings bucket was last Defined with, before the headroom
-	latest      Stated    // the newest reading
 	throttled   int64     // 429s not written yet
 	until       time.Time // the latest retry-after asked for
 	written     time.Time // the last write to the book
@@ -88,7 +87,8 @@ func (c *caller) limitsOf(model string) *modelLimits {
 }
 
 // learn takes in what an attempt's reply stated of model's limits. A
-// stated limit that changes makes the next take define the bucket again.
+// stated limit that changes makes the next take define the bucket again
+// (define compares what it would define with what it did).
 // The reading is written to the book at once when a limit changed or the
 // reply was a 429, and otherwise at most once per LearnEvery per model:
 // no write per call.
@@ -112,10 +112,6 @@ func (c *caller) learn(ctx context.Context, model string, status int, h http.Hea
 	if s.LimitTokens > 0 && s.LimitTokens != m.tpm {
 		m.tpm, changed = s.LimitTokens, true
 	}
-	if changed {
-		m.defined = false
-	}
-	m.latest = s
 	if throttled {
 		m.throttled++
 		if s.RetryAfter > 0 && now.Add(s.RetryAfter).After(m.until) {
