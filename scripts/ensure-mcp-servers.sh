@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# ensure-mcp-servers.sh installs the MCP servers nobody here wrote that the
-# black-box tests run (.ci/mcp/package.json, pinned with its lock file), with
+# ensure-mcp-servers.sh installs the servers nobody here wrote that the
+# black-box tests run (.ci/mcp/package.json, pinned with its lock file: the
+# MCP servers, and Mockoon's CLI serving model replies with the providers'
+# rate-limit headers), with
 # npm ci into .ci/mcp/node_modules. It does nothing when they are installed
 # from the current lock file. Node.js 18+ and npm (and the npm registry) are
 # needed; without them it says so and fails.
