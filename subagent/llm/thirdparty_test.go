@@ -54,7 +54,9 @@ func startMockoon(t *testing.T) string {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		if err := <-exited; err == nil {
+			t.Log("Mockoon exited cleanly before it was killed")
+		}
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(60 * time.Second)
