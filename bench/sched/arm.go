@@ -67,7 +67,23 @@ func (h *harness) runArm(ctx context.Context, mode string, fixed int) (*arm, err
 	m := newMock(key, c.rpm, c.tpm, c.latencyMin, c.latencyMax, c.sample)
 	a.err = h.load(ctx, a, m, key)
 	a.samples = m.close()
+	if a.err == nil && c.smoke {
+		a.err = smokeCheck(a)
+	}
 	return a, a.err
+}
+
+// smokeCheck checks that a tiny arm did what the load is made of: every
+// run and task SUCCEEDED, each task after at least 2 answered calls.
+func smokeCheck(a *arm) error {
+	s := summarize(a)
+	if len(s.notSucceeded) > 0 || len(a.runs) != 1 || a.runs["SUCCEEDED"] == 0 {
+		return fmt.Errorf("smoke: runs %s, tasks not SUCCEEDED %s; want every one SUCCEEDED", counts(a.runs), counts(s.notSucceeded))
+	}
+	if s.answered < 2*s.succeeded {
+		return fmt.Errorf("smoke: %d answered calls for %d tasks, want at least 2 a task", s.answered, s.succeeded)
+	}
+	return nil
 }
 
 // load deploys the arm's fleet and runs its load.

@@ -70,6 +70,7 @@ type summary struct {
 	notSucceeded              map[string]int // tasks by status, SUCCEEDED left out
 	p50, p95                  time.Duration  // task latency, started to finished
 	tokens                    int64          // spent by the tasks, by the ledger
+	mockTokens                int64          // the answered calls' usage, by the mock
 }
 
 // calls is every call the mock received.
@@ -88,6 +89,7 @@ func summarize(a *arm) summary {
 	if n := len(a.samples); n > 0 {
 		first, last := a.samples[0], a.samples[n-1]
 		s.answered, s.limited, s.errors = last.answered-first.answered, last.limited-first.limited, last.errors-first.errors
+		s.mockTokens = last.tokens - first.tokens
 	}
 	s.steady, s.steadyOK = steady(a.samples)
 	s.whole = whole(a.samples, a.wall)
@@ -132,7 +134,7 @@ func printTable(w io.Writer, c config, mode string, arms []*arm) {
 		"the mock's ceiling %d RPM / %d TPM; RPM and TPM answered by the mock, with their share of the ceiling in brackets; "+
 		"steady = from %.0f%% to %.0f%% of the arm's answered calls.\n\n",
 		c.runs, c.tasks, c.rpm, c.tpm, 100*steadyFrom, 100*steadyTo)
-	fmt.Fprintln(w, "| arm | wall | tasks ok / not | calls answered | 429s (of calls) | RPM steady | RPM whole | TPM steady | TPM whole | task p50 / p95 | tokens (ledger) | wall vs fixed | steady RPM vs fixed |")
+	fmt.Fprintln(w, "| arm | wall | tasks ok / not | calls answered | 429s (of calls) | RPM steady | RPM whole | TPM steady | TPM whole | task p50 / p95 | tokens: ledger / mock | wall vs fixed | steady RPM vs fixed |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	sums := make([]summary, len(arms))
 	for i, a := range arms {
@@ -160,15 +162,15 @@ func printTable(w io.Writer, c config, mode string, arms []*arm) {
 		if a.err != nil {
 			name += " (FAILED)"
 		}
-		fmt.Fprintf(w, "| %s | %v | %d / %d | %d | %d (%.1f%%) | %s | %s | %s | %s | %v / %v | %d | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %v | %d / %d | %d | %d (%.1f%%) | %s | %s | %s | %s | %v / %v | %d / %d | %s | %s |\n",
 			name, a.wall.Round(100*time.Millisecond), s.succeeded, len(a.outcomes)-s.succeeded, s.answered,
 			s.limited, 100*s.limitedShare(), steadyRPM, ofCeiling(s.whole.rpm, c.rpm), steadyTPM, ofCeiling(s.whole.tpm, c.tpm),
-			s.p50.Round(10*time.Millisecond), s.p95.Round(10*time.Millisecond), s.tokens, vsWall, vsRPM)
+			s.p50.Round(10*time.Millisecond), s.p95.Round(10*time.Millisecond), s.tokens, s.mockTokens, vsWall, vsRPM)
 	}
 	fmt.Fprintln(w)
 	for i, a := range arms {
 		s := sums[i]
-		fmt.Fprintf(w, "- %s: runs %s; tasks not SUCCEEDED %s; %s answered calls per SUCCEEDED task; %d other error replies; %s\n",
+		fmt.Fprintf(w, "- %s: runs %s; tasks not SUCCEEDED %s; answered calls / tasks SUCCEEDED %s; %d other error replies; %s\n",
 			a.name(), counts(a.runs), counts(s.notSucceeded), perTask(s.answered, s.succeeded), s.errors, chosenLine(a, c.runs))
 		if a.err != nil {
 			fmt.Fprintf(w, "  - FAILED: %s\n", clip(a.err.Error()))
