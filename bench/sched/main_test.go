@@ -165,7 +165,7 @@ func TestMockHoldsAnsweredCallsOnly(t *testing.T) {
 	if d := m.latency(body); d < m.min || d > m.max || d != m.latency(body) {
 		t.Errorf("latency %v: not the same each time within [%v, %v]", d, m.min, m.max)
 	}
-	call := func() (*http.Response, time.Duration) {
+	call := func() (int, string, time.Duration) {
 		req, err := http.NewRequest(http.MethodPost, m.BaseURL()+"chat/completions", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
@@ -177,14 +177,14 @@ func TestMockHoldsAnsweredCallsOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = resp.Body.Close()
-		return resp, time.Since(began)
+		return resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(began)
 	}
 	// 1 RPM: the bucket holds one call.
-	if resp, took := call(); resp.StatusCode != http.StatusOK || took < m.latency(body) {
-		t.Errorf("first call: %d after %v, want 200 after at least %v", resp.StatusCode, took, m.latency(body))
+	if code, _, took := call(); code != http.StatusOK || took < m.latency(body) {
+		t.Errorf("first call: %d after %v, want 200 after at least %v", code, took, m.latency(body))
 	}
-	if resp, _ := call(); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("second call: %d, Retry-After %q; want 429 with one", resp.StatusCode, resp.Header.Get("Retry-After"))
+	if code, retryAfter, _ := call(); code != http.StatusTooManyRequests || retryAfter == "" {
+		t.Errorf("second call: %d, Retry-After %q; want 429 with one", code, retryAfter)
 	}
 	samples := m.close()
 	if last := samples[len(samples)-1]; last.answered != 1 || last.limited != 1 || last.tokens == 0 {
