@@ -60,9 +60,10 @@ func EventKind(ev *fanoutv1.RunEvent) string {
 	return ""
 }
 
-// EventNumber is the first integer field of ev's event (depth first, in
-// field order) whose name holds want ("concurrency" finds a
-// chosen-concurrency event's number, whatever the event is called), and
+// EventNumber is the integer field of ev's event named want, or else the
+// first whose name holds it (depth first, in field order): "concurrency"
+// finds a chosen-concurrency event's number whatever the event is called,
+// and its "concurrency" before a "previous_concurrency". It reports
 // whether there is one.
 func EventNumber(ev *fanoutv1.RunEvent, want string) (int64, bool) {
 	m := ev.ProtoReflect()
@@ -74,10 +75,16 @@ func EventNumber(ev *fanoutv1.RunEvent, want string) (int64, bool) {
 	if f == nil || f.Kind() != protoreflect.MessageKind {
 		return 0, false
 	}
-	return intField(m.Get(f).Message(), want)
+	msg := m.Get(f).Message()
+	if v, ok := intField(msg, want, true); ok {
+		return v, true
+	}
+	return intField(msg, want, false)
 }
 
-func intField(m protoreflect.Message, want string) (int64, bool) {
+// intField is the first integer field of m named want (exact) or whose
+// name holds it.
+func intField(m protoreflect.Message, want string, exact bool) (int64, bool) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		f := fields.Get(i)
@@ -87,7 +94,7 @@ func intField(m protoreflect.Message, want string) (int64, bool) {
 		switch f.Kind() {
 		case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Uint32Kind, protoreflect.Uint64Kind,
 			protoreflect.Sint32Kind, protoreflect.Sint64Kind:
-			if strings.Contains(string(f.Name()), want) {
+			if name := string(f.Name()); name == want || !exact && strings.Contains(name, want) {
 				v := m.Get(f)
 				if f.Kind() == protoreflect.Uint32Kind || f.Kind() == protoreflect.Uint64Kind {
 					return int64(v.Uint()), true
@@ -95,7 +102,7 @@ func intField(m protoreflect.Message, want string) (int64, bool) {
 				return v.Int(), true
 			}
 		case protoreflect.MessageKind:
-			if v, ok := intField(m.Get(f).Message(), want); ok {
+			if v, ok := intField(m.Get(f).Message(), want, exact); ok {
 				return v, true
 			}
 		}

@@ -19,9 +19,15 @@ func TestEventKindAndNumber(t *testing.T) {
 		t.Errorf("forecast %d, %v; want 900", n, ok)
 	}
 	update := &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_BudgetUpdate{BudgetUpdate: &fanoutv1.BudgetUpdate{
-		Budget: &fanoutv1.BudgetSnapshot{LimitTokens: 100, SpentTokens: 40}}}}
+		Budget: &fanoutv1.BudgetSnapshot{LimitTokens: 100, AvailableTokens: 60, SpentTokens: 40}}}}
 	if n, ok := EventNumber(update, "spent"); !ok || n != 40 {
 		t.Errorf("spent %d, %v; want 40 (nested in the snapshot)", n, ok)
+	}
+	if n, ok := EventNumber(update, "available_tokens"); !ok || n != 60 {
+		t.Errorf("available_tokens %d, %v; want 60", n, ok)
+	}
+	if n, ok := EventNumber(update, "tokens"); !ok || n != 100 {
+		t.Errorf("tokens %d, %v; want 100 (the first field whose name holds it)", n, ok)
 	}
 	if _, ok := EventNumber(update, "concurrency"); ok {
 		t.Error("a budget update has a concurrency")
