@@ -17,7 +17,7 @@ LANGGRAPH_DIR := bench/langgraph
 # build, console/dist, is committed: go build never needs Node.
 CONSOLE_DIR := console/web
 
-.PHONY: console-screenshot help demo test test/race mutants mutants-index lint generate verify bench bench-compare scale budget-compare tidy build clean image chart-test k8s-e2e console
+.PHONY: console-screenshot help demo test test/race mutants mutants-index lint generate verify bench bench-compare scale bench-sched budget-compare tidy build clean image chart-test k8s-e2e console
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -29,7 +29,7 @@ demo: ## Run the demo: embedded Postgres, orchestrator + 3 workers, a sample fan
 build: ## Build the fanout binary into .tmp/bin
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 
-test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json $(CONSOLE_DIR)/node_modules/.package-lock.json ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers, axe-core for the console's browser test), then bench-compare's and bench/scale's smoke runs
+test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json $(CONSOLE_DIR)/node_modules/.package-lock.json ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers, axe-core for the console's browser test), then bench-compare's, bench/scale's and bench/sched's smoke runs
 	@scripts/ensure-postgres.sh --always
 	@scripts/ensure-mcp-servers.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
@@ -39,6 +39,7 @@ test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json $(CONSOLE_DIR)/node_modul
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 	$(GO) run ./bench/compare --smoke --fanout .tmp/bin/fanout --langgraph $(LANGGRAPH_DIR)
 	$(GO) run ./bench/scale --smoke --fanout .tmp/bin/fanout
+	$(GO) run ./bench/sched --smoke --fanout .tmp/bin/fanout
 
 chart-test: ## The Helm chart offline (deploy/, its own go.mod): render, lint, values schema, strict API types, rules, golden files
 	cd deploy && $(GO) vet ./... && $(GO) vet -tags cluster ./... && $(GO) test -count=1 ./...
@@ -119,6 +120,13 @@ scale: ## fanout at scale on one machine: 10,000 subagents at once, memory per s
 	@scripts/ensure-mcp-servers.sh
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 	$(GO) run ./bench/scale --fanout .tmp/bin/fanout $(SCALE_FLAGS)
+
+# SCHED_FLAGS picks modes and sizes, e.g. SCHED_FLAGS="--mode learn,flags" or "--runs 4 --tasks 20".
+SCHED_FLAGS ?=
+bench-sched: ## The scheduler: 20 runs of 50 tasks on one key against a 600 RPM / 200k TPM mock, fixed concurrency 16 vs unset: RPM/TPM against the ceiling, 429s (bench/README.md; SCHED_FLAGS)
+	@scripts/ensure-postgres.sh --always
+	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
+	$(GO) run ./bench/sched --fanout .tmp/bin/fanout $(SCHED_FLAGS)
 
 $(LANGGRAPH_DIR)/node_modules/.package-lock.json: $(LANGGRAPH_DIR)/package.json $(LANGGRAPH_DIR)/package-lock.json
 	cd $(LANGGRAPH_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error

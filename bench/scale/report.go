@@ -275,11 +275,8 @@ func percentiles(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "-"
 	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	q := func(p float64) time.Duration { return s[min(len(s)-1, int(math.Ceil(p*float64(len(s))))-1)] }
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/1000) }
-	return fmt.Sprintf("%s / %s / %s ms (n=%d)", ms(q(0.5)), ms(q(0.99)), ms(s[len(s)-1]), len(s))
+	return fmt.Sprintf("%s / %s / %s ms (n=%d)", ms(fleet.Quantile(ds, 0.5)), ms(fleet.Quantile(ds, 0.99)), ms(fleet.Quantile(ds, 1)), len(ds))
 }
 
 func histQuantiles(h fleet.Histogram) string {

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -112,23 +110,11 @@ func startRun(ctx context.Context, client fanoutv1.OrchestratorServiceClient, t 
 // not nil, is closed once the stream is open (its first event came).
 func watch(ctx context.Context, client fanoutv1.OrchestratorServiceClient, t tenant, id string, sent time.Time, ready chan<- struct{}) (*followed, error) {
 	f := &followed{id: id, sent: sent, started: map[string]int{}}
-	stream, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: id}, t.creds())
-	if err != nil {
-		return f, fleet.Refused("WatchRun "+id, err, t.id)
-	}
-	for {
-		m, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return f, fmt.Errorf("WatchRun %s: the stream ended without RunFinished", id)
-		}
-		if err != nil {
-			return f, fmt.Errorf("WatchRun %s: %w", id, err)
-		}
+	fin, err := fleet.Watch(ctx, client, id, func(ev *fanoutv1.RunEvent) {
 		if ready != nil {
 			close(ready)
 			ready = nil
 		}
-		ev := m.GetEvent()
 		f.events++
 		if ts := ev.GetTaskStarted(); ts != nil {
 			if len(f.started) == 0 && !sent.IsZero() {
@@ -136,12 +122,16 @@ func watch(ctx context.Context, client fanoutv1.OrchestratorServiceClient, t ten
 			}
 			f.started[ts.GetTaskId()]++
 		}
-		if fin := ev.GetRunFinished(); fin != nil {
-			f.finished, f.fin = time.Now(), fin
-			f.tasks, err = fleet.AllTasks(ctx, client, id, fin.GetResult(), t.creds())
-			return f, err
+	}, t.creds())
+	if err != nil {
+		if f.events == 0 {
+			return f, fleet.Refused("follow run", err, t.id)
 		}
+		return f, err
 	}
+	f.finished, f.fin = time.Now(), fin
+	f.tasks, err = fleet.AllTasks(ctx, client, id, fin.GetResult(), t.creds())
+	return f, err
 }
 
 // startAndFollow starts spec and follows it to its end.
