@@ -207,12 +207,18 @@ func (r *taskAttempt) reserve(ctx context.Context, want, least int64, key string
 
 // pay settles res after its call: with the reported usage, or, if the call
 // failed (usage unknown), with the whole reservation, flagged estimated.
-// Usage past the reservation is reported (see reportOverrun) and settled
-// as it is: the ledger records the overrun.
+// A call the provider refused in its own error shape (a 429, a 400, a 5xx
+// it owns to) ran nothing and is settled at 0, exactly: that is proof it
+// is unspent (docs/ledger.md#reservation-states). Usage past the
+// reservation is reported (see reportOverrun) and settled as it is: the
+// ledger records the overrun.
 func (r *taskAttempt) pay(ctx context.Context, res budget.Reservation, resp llm.Response, callErr error) error {
 	actual, estimated := resp.Usage.Total(), false
 	if callErr != nil {
 		actual, estimated = res.Amount, true
+		if refused(callErr) {
+			actual, estimated = 0, false
+		}
 	}
 	if actual > res.Amount {
 		r.reportOverrun(ctx, res, resp.Usage)
@@ -227,6 +233,13 @@ func (r *taskAttempt) pay(ctx context.Context, res budget.Reservation, resp llm.
 	}
 	r.sum.TokensSpent += settled.Spent
 	return nil
+}
+
+// refused reports whether err is a provider's refusal in its own error
+// shape, after which it billed nothing (llm.StatusError, not MaybeBilled).
+func refused(err error) bool {
+	var se *llm.StatusError
+	return errors.As(err, &se) && !se.MaybeBilled()
 }
 
 // call runs do, one model call for req, in a chat span while renewing the

@@ -381,3 +381,41 @@ func TestLoopBilledCompressionRetriesAreBounded(t *testing.T) {
 	}
 	b.checkLedger(t)
 }
+
+// TestLoopRefusedCallIsSettledAtZero answers every call with a refusal in
+// the provider's own error shape (429s past the retries inside the
+// reservation, a 400): the provider ran nothing, so the reservation is
+// settled at 0, not estimated, and the task spent nothing
+// (docs/ledger.md#reservation-states).
+func TestLoopRefusedCallIsSettledAtZero(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusBadRequest} {
+		for _, k := range providerKinds {
+			t.Run(http.StatusText(status)+"/"+k.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+				srv, model := newProviderModel(t, k.provider, k.stream, func(llmtest.Request) llmtest.Reply {
+					return llmtest.Reply{Status: status, RetryAfter: "0"}
+				})
+
+				sum := newLoop(b, model).Run(t.Context(), newTask(b, "a"))
+
+				var se *llm.StatusError
+				if sum.Status != subagent.StatusFailed || !errors.As(sum.Err, &se) || se.StatusCode != status {
+					t.Fatalf("status %s, err %v; want FAILED with the %d", sum.Status, sum.Err, status)
+				}
+				res := b.reservations(t)
+				if len(res) != 1 || len(srv.Requests()) == 0 {
+					t.Fatalf("reservations %+v after %d requests, want one, for the refused call", res, len(srv.Requests()))
+				}
+				if r := res[0]; r.State != "settled" || r.Estimated || r.Actual == nil || *r.Actual != 0 || r.Spent != 0 {
+					t.Errorf("reservation %+v: want settled at 0, not estimated (a refusal is proof nothing ran)", r)
+				}
+				if spent := b.account(t, "a").Spent; spent != 0 || sum.TokensSpent != 0 {
+					t.Errorf("task account spent %d, summary %d; want 0", spent, sum.TokensSpent)
+				}
+				b.checkLedger(t)
+			})
+		}
+	}
+}
