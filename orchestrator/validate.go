@@ -126,6 +126,12 @@ type plan struct {
 	minReservation int64
 	synthesisHeld  int64 // tokens held back for the synthesis from the start (0 without synthesize)
 	concurrency    int
+	// autoConcurrency: the spec left max_concurrency unset, so the engine
+	// sizes it from the rate limits when it reads them (concurrency.go);
+	// firstSizing is Submit's choice, headroom the tenant's.
+	autoConcurrency bool
+	firstSizing     *concurrencyInputs
+	headroom        float64
 	runTimeout     time.Duration
 	taskTimeouts   []time.Duration
 	iterations     []int32
@@ -260,6 +266,7 @@ func (c Config) planLimits(v *validator, p *plan) {
 		v.add("spec.limits.max_concurrency", "must be >= 0, got %d", conc)
 	case conc == 0:
 		p.concurrency = int(c.DefaultConcurrency)
+		p.autoConcurrency, p.headroom = true, c.DefaultHeadroom
 	default:
 		p.concurrency = int(min(conc, c.MaxConcurrency)) // the server caps it
 	}
