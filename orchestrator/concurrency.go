@@ -142,7 +142,9 @@ func (in concurrencyInputs) choose() (int, string) {
 // whole number on paper (600 × 0.7 ÷ 60 × 2 is 14, not 13.999…).
 func floor(x float64) int { return int(math.Floor(x + 1e-9)) }
 
-func decimal(f float64) string { return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", f), "0"), ".") }
+func decimal(f float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.2f", f), "0"), ".")
+}
 
 func plural(n int, one, many string) string {
 	if n == 1 {

@@ -132,10 +132,10 @@ type plan struct {
 	autoConcurrency bool
 	firstSizing     *concurrencyInputs
 	headroom        float64
-	runTimeout     time.Duration
-	taskTimeouts   []time.Duration
-	iterations     []int32
-	deps           [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
+	runTimeout      time.Duration
+	taskTimeouts    []time.Duration
+	iterations      []int32
+	deps            [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
 
 	// Of the tenant (Engine.checkTenant), not of the spec:
 	tenantAccount    budget.AccountID // its ledger account, 0 if it has no budget
