@@ -101,7 +101,8 @@ func TestConcurrencyFromALearnedLimit(t *testing.T) {
 	w, sim := b.worker(t, "w", llm.SimConfig{Latency: 300 * time.Millisecond, FinishAfter: 1}, 64)
 	n := b.orchestrator(t, "o", sizedConfig, w)
 	s := spec("sized", 20, 1_000_000)
-	evs := watchAll(t, n.client, start(t, n, s))
+	id := start(t, n, s)
+	evs := watchAll(t, n.client, id)
 	if fin := checkEvents(t, evs); fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		t.Fatalf("run ended %s", fin.GetState())
 	}
@@ -114,6 +115,13 @@ func TestConcurrencyFromALearnedLimit(t *testing.T) {
 	}
 	if len(cs) < 2 || cs[len(cs)-1].GetObservedCalls() == 0 {
 		t.Errorf("%d choices, the last observing %d calls: want the observed calls (0.3 s each) to change it", len(cs), cs[len(cs)-1].GetObservedCalls())
+	}
+	got, err := n.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got.GetRun().GetConcurrency(); c.GetConcurrency() != cs[len(cs)-1].GetConcurrency() || c.GetReason() != cs[len(cs)-1].GetReason() {
+		t.Errorf("GetRun shows concurrency %+v; want the last chosen, %+v", c, cs[len(cs)-1])
 	}
 	if most := mostTasksAtOnce(sim.Calls()); most > 14 {
 		t.Errorf("%d tasks had a call open at once; the run never allowed more than 14", most)
