@@ -245,3 +245,21 @@ func TestA429GrowthHalvesItAndItCreepsBack(t *testing.T) {
 		t.Errorf("the concurrency did not creep back to the arithmetic's: %+v", rest)
 	}
 }
+
+// TestATenantsHeadroom: a tenant's headroom replaces the server's 0.7: at
+// 0.5, 600 RPM × 0.5 ÷ 60 × 2 s per call = 10 tasks at once.
+func TestATenantsHeadroom(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.learnLimit(t, 600, 0)
+	if _, err := b.pool.Exec(t.Context(), `INSERT INTO tenant (tenant_id, headroom) VALUES ('t1', 0.5)`); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := b.worker(t, "w", llm.SimConfig{Latency: 2 * time.Second, FinishAfter: 1}, 64)
+	n := b.orchestrator(t, "o", sizedConfig, w)
+	cs := chosen(watchAll(t, n.client, start(t, n, spec("headroom", 12, 1_000_000))))
+	if len(cs) == 0 || cs[0].GetConcurrency() != 10 || cs[0].GetHeadroom() != 0.5 ||
+		!strings.Contains(cs[0].GetReason(), "600 RPM × 0.5 ÷ 60 s") {
+		t.Errorf("choices %+v; want first 10 = 600 RPM × 0.5 ÷ 60 × 2 s per call", cs)
+	}
+}

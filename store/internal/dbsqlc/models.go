@@ -460,6 +460,8 @@ type Tenant struct {
 	// The request rate of each key of the tenant that sets none of its own. NULL: no cap.
 	KeyRequestsPerMinute *int32
 	UpdatedAt            time.Time
+	// The share (0 < h <= 1) of a provider's stated rate limit the tenant's runs plan to use when their concurrency is sized from it (docs/operations.md#concurrency-from-the-rate-limits). NULL: the server's default, 0.7.
+	Headroom *float64
 }
 
 type TenantBudget struct {
