@@ -456,6 +456,7 @@ CREATE TABLE fanout.run_event (
     CONSTRAINT run_event_sequence_check CHECK (sequence >= 1)
 );
 ALTER TABLE fanout.run_event ENABLE ROW LEVEL SECURITY;
+CREATE INDEX run_event_concurrency_chosen ON fanout.run_event USING btree (run_id, sequence DESC) WHERE event ? 'concurrency_chosen'::text;
 CREATE UNIQUE INDEX run_event_key ON fanout.run_event USING btree (run_id, event_key);
 CREATE POLICY fanout_app_all ON fanout.run_event FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.run_event FOR SELECT TO fanout_auditor USING (true);
