@@ -126,16 +126,17 @@ type plan struct {
 	minReservation int64
 	synthesisHeld  int64 // tokens held back for the synthesis from the start (0 without synthesize)
 	concurrency    int
+	runTimeout     time.Duration
+	taskTimeouts   []time.Duration
+	iterations     []int32
+	deps           [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
+
 	// autoConcurrency: the spec left max_concurrency unset, so the engine
 	// sizes it from the rate limits when it reads them (concurrency.go);
 	// firstSizing is Submit's choice, headroom the tenant's.
 	autoConcurrency bool
 	firstSizing     *concurrencyInputs
 	headroom        float64
-	runTimeout      time.Duration
-	taskTimeouts    []time.Duration
-	iterations      []int32
-	deps            [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
 
 	// Of the tenant (Engine.checkTenant), not of the spec:
 	tenantAccount    budget.AccountID // its ledger account, 0 if it has no budget
