@@ -434,13 +434,15 @@ type runRecord struct {
 	Tasks          []*outcomeRecord `json:"tasks,omitempty"`
 	Result         *resultRecord    `json:"result,omitempty"`
 	// Set only on a run cut at the API's edge, as resultRecord's.
-	TaskCount          int32                    `json:"task_count,omitempty"`
-	TasksNextPageToken string                   `json:"tasks_next_page_token,omitempty"`
-	SpecCut            bool                     `json:"spec_cut,omitempty"`
-	CreatedAt          *timestampJSON           `json:"created_at,omitempty"`
-	FinishedAt         *timestampJSON           `json:"finished_at,omitempty"`
-	Labels             map[string]string        `json:"labels,omitempty"`
-	Concurrency        *concurrencyChosenRecord `json:"concurrency,omitempty"`
+	TaskCount          int32             `json:"task_count,omitempty"`
+	TasksNextPageToken string            `json:"tasks_next_page_token,omitempty"`
+	SpecCut            bool              `json:"spec_cut,omitempty"`
+	CreatedAt          *timestampJSON    `json:"created_at,omitempty"`
+	FinishedAt         *timestampJSON    `json:"finished_at,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+
+	// Set by GetRun only (Run.concurrency), never stored with a run.
+	Concurrency *concurrencyChosenRecord `json:"concurrency,omitempty"`
 }
 
 func runRecordOf(m *fanoutv1.Run) *runRecord {
