@@ -1124,7 +1124,7 @@ CREATE FUNCTION fanout.admin_check_actor(p_actor text) RETURNS void
 REVOKE EXECUTE ON FUNCTION fanout.admin_check_actor(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_check_actor(text) TO fanout_admin;
 
-CREATE FUNCTION fanout.admin_check_quotas(p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision) RETURNS void
+CREATE FUNCTION fanout.admin_check_quotas(p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision DEFAULT NULL::double precision) RETURNS void
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 18 lines, sha256 c5a60bc7ef76
@@ -1145,7 +1145,7 @@ CREATE FUNCTION fanout.admin_create_key(p_actor text, p_key_id text, p_tenant te
 REVOKE EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) TO fanout_admin;
 
-CREATE FUNCTION fanout.admin_create_tenant(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision) RETURNS SETOF fanout.tenant
+CREATE FUNCTION fanout.admin_create_tenant(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision DEFAULT NULL::double precision) RETURNS SETOF fanout.tenant
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 17 lines, sha256 47040b7fae12
@@ -1165,7 +1165,7 @@ CREATE FUNCTION fanout.admin_revoke_key(p_actor text, p_key_id text) RETURNS tim
 REVOKE EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) TO fanout_admin;
 
-CREATE FUNCTION fanout.admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision) RETURNS SETOF fanout.tenant
+CREATE FUNCTION fanout.admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision DEFAULT NULL::double precision) RETURNS SETOF fanout.tenant
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 18 lines, sha256 37b88bb0dcb5

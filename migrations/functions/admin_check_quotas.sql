@@ -2,7 +2,7 @@
 -- tenant table's CHECKs (NULL: no cap).
 CREATE OR REPLACE FUNCTION admin_check_quotas(p_max_run_tokens bigint, p_max_concurrent_runs int,
                                    p_max_tasks_in_flight int, p_key_requests_per_minute int,
-                                   p_headroom double precision) RETURNS void
+                                   p_headroom double precision DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 BEGIN
     IF p_max_run_tokens <= 0 THEN

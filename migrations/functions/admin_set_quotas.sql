@@ -4,7 +4,8 @@
 -- An unknown tenant is no_data_found.
 CREATE OR REPLACE FUNCTION admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint,
                                  p_max_concurrent_runs int, p_max_tasks_in_flight int,
-                                 p_key_requests_per_minute int, p_headroom double precision) RETURNS SETOF tenant
+                                 p_key_requests_per_minute int,
+                                 p_headroom double precision DEFAULT NULL) RETURNS SETOF tenant
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 BEGIN
     PERFORM admin_check_actor(p_actor);
