@@ -156,7 +156,7 @@ func quotasFromProto(q *fanoutv1.TenantQuotas) tenant.Quotas {
 		return tenant.Quotas{}
 	}
 	return tenant.Quotas{MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
-		MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute}
+		MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute, Headroom: q.Headroom}
 }
 
 var periodToProto = map[budget.PeriodKind]fanoutv1.BudgetPeriod{
@@ -175,7 +175,7 @@ func optTime(t *time.Time) *timestamppb.Timestamp {
 func (s *Server) tenant(ctx context.Context, t tenant.Tenant) (*fanoutv1.Tenant, error) {
 	out := &fanoutv1.Tenant{TenantId: t.ID, CreateTime: timestamppb.New(t.CreatedAt), UpdateTime: timestamppb.New(t.UpdatedAt),
 		Quotas: &fanoutv1.TenantQuotas{MaxRunTokens: t.MaxRunTokens, MaxConcurrentRuns: t.MaxConcurrentRuns,
-			MaxTasksInFlight: t.MaxTasksInFlight, KeyRequestsPerMinute: t.KeyRequestsPerMinute}}
+			MaxTasksInFlight: t.MaxTasksInFlight, KeyRequestsPerMinute: t.KeyRequestsPerMinute, Headroom: t.Headroom}}
 	acct, err := s.ledger.TenantAccount(ctx, t.ID)
 	switch {
 	case errors.Is(err, budget.ErrNotFound):

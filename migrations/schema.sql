@@ -456,6 +456,7 @@ CREATE TABLE fanout.run_event (
     CONSTRAINT run_event_sequence_check CHECK (sequence >= 1)
 );
 ALTER TABLE fanout.run_event ENABLE ROW LEVEL SECURITY;
+CREATE INDEX run_event_concurrency_chosen ON fanout.run_event USING btree (run_id, sequence DESC) WHERE event ? 'concurrency_chosen'::text;
 CREATE UNIQUE INDEX run_event_key ON fanout.run_event USING btree (run_id, event_key);
 CREATE POLICY fanout_app_all ON fanout.run_event FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.run_event FOR SELECT TO fanout_auditor USING (true);
@@ -548,6 +549,8 @@ CREATE TABLE fanout.tenant (
     max_tasks_in_flight integer,
     key_requests_per_minute integer,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    headroom double precision,
+    CONSTRAINT tenant_headroom_check CHECK (headroom > 0::double precision AND headroom <= 1::double precision),
     CONSTRAINT tenant_key_requests_per_minute_check CHECK (key_requests_per_minute > 0),
     CONSTRAINT tenant_max_concurrent_runs_check CHECK (max_concurrent_runs >= 0),
     CONSTRAINT tenant_max_run_tokens_check CHECK (max_run_tokens > 0),
@@ -563,6 +566,7 @@ COMMENT ON COLUMN fanout.tenant.max_run_tokens IS 'The largest budget.limit_toke
 COMMENT ON COLUMN fanout.tenant.max_concurrent_runs IS 'Runs of the tenant RUNNING at once; counted under the tenant row''s lock. NULL: no cap.';
 COMMENT ON COLUMN fanout.tenant.max_tasks_in_flight IS 'Tasks of the tenant dispatched at once across the fleet (a store semaphore). NULL: no cap.';
 COMMENT ON COLUMN fanout.tenant.key_requests_per_minute IS 'The request rate of each key of the tenant that sets none of its own. NULL: no cap.';
+COMMENT ON COLUMN fanout.tenant.headroom IS 'The share (0 < h <= 1) of a provider''s stated rate limit the tenant''s runs plan to use when their concurrency is sized from it (docs/operations.md#concurrency-from-the-rate-limits). NULL: the server''s default, 0.7.';
 GRANT SELECT ON TABLE fanout.tenant TO fanout_admin;
 GRANT SELECT ON TABLE fanout.tenant TO fanout_app;
 
@@ -1120,12 +1124,12 @@ CREATE FUNCTION fanout.admin_check_actor(p_actor text) RETURNS void
 REVOKE EXECUTE ON FUNCTION fanout.admin_check_actor(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_check_actor(text) TO fanout_admin;
 
-CREATE FUNCTION fanout.admin_check_quotas(p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer) RETURNS void
+CREATE FUNCTION fanout.admin_check_quotas(p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision DEFAULT NULL::double precision) RETURNS void
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 53a363107f1c
-REVOKE EXECUTE ON FUNCTION fanout.admin_check_quotas(bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_check_quotas(bigint,integer,integer,integer) TO fanout_admin;
+    -- body: 18 lines, sha256 c5a60bc7ef76
+REVOKE EXECUTE ON FUNCTION fanout.admin_check_quotas(bigint,integer,integer,integer,double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.admin_check_quotas(bigint,integer,integer,integer,double precision) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_check_tenant_id(p_tenant text) RETURNS void
     LANGUAGE plpgsql IMMUTABLE SECURITY DEFINER
@@ -1141,12 +1145,12 @@ CREATE FUNCTION fanout.admin_create_key(p_actor text, p_key_id text, p_tenant te
 REVOKE EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_create_key(text,text,text,text,text[],bytea,integer,timestamp with time zone) TO fanout_admin;
 
-CREATE FUNCTION fanout.admin_create_tenant(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer) RETURNS SETOF fanout.tenant
+CREATE FUNCTION fanout.admin_create_tenant(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision DEFAULT NULL::double precision) RETURNS SETOF fanout.tenant
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 fdec59e3e190
-REVOKE EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer) TO fanout_admin;
+    -- body: 17 lines, sha256 47040b7fae12
+REVOKE EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer,double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.admin_create_tenant(text,text,bigint,integer,integer,integer,double precision) TO fanout_admin;
 
 CREATE FUNCTION fanout.admin_log(p_actor text, p_action text, p_tenant text, p_detail jsonb) RETURNS void
     LANGUAGE plpgsql VOLATILE
@@ -1161,12 +1165,12 @@ CREATE FUNCTION fanout.admin_revoke_key(p_actor text, p_key_id text) RETURNS tim
 REVOKE EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.admin_revoke_key(text,text) TO fanout_admin;
 
-CREATE FUNCTION fanout.admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer) RETURNS SETOF fanout.tenant
+CREATE FUNCTION fanout.admin_set_quotas(p_actor text, p_tenant text, p_max_run_tokens bigint, p_max_concurrent_runs integer, p_max_tasks_in_flight integer, p_key_requests_per_minute integer, p_headroom double precision DEFAULT NULL::double precision) RETURNS SETOF fanout.tenant
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 17 lines, sha256 bf9fefa3d025
-REVOKE EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer) TO fanout_admin;
+    -- body: 18 lines, sha256 37b88bb0dcb5
+REVOKE EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer,double precision) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.admin_set_quotas(text,text,bigint,integer,integer,integer,double precision) TO fanout_admin;
 
 CREATE FUNCTION fanout.audit_check_role(p_role text) RETURNS void
     LANGUAGE plpgsql STABLE

@@ -179,6 +179,9 @@ func (o *Orchestrator) startEngine(b *Backend, cfg OrchestratorConfig) error {
 		// WatchRun's followers hear other nodes' events on the process's
 		// one LISTEN connection.
 		Events: b.stores.Notifier,
+		// Runs that leave their concurrency unset are sized from the
+		// providers' stated limits (ledger pool, as the workers' limiter).
+		RateLimits: rateLimits{store.NewProviderLimits(b.Pool())},
 	}
 	if cfg.ParamsFunc != nil {
 		cfg.ParamsFunc(&params)

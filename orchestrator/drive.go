@@ -50,6 +50,9 @@ type driver struct {
 	// queued: the first wave's TaskQueued events were written with the
 	// run (Engine.Submit), not by the driver.
 	queued bool
+	// sizing: the run's concurrency comes from the rate limits
+	// (concurrency.go); nil when it is fixed.
+	sizing *sizing
 	// begun are the attempts begun with the run (RunAccounts.Attempts), by
 	// task index: each task's first try takes its own, once.
 	begun map[int]budget.Attempt
@@ -133,11 +136,16 @@ func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseF
 	if !d.queued {
 		d.queue(runCtx, d.sched.Ready()) // the first wave in one write
 	}
+	resize, stopResize := d.startSizing(runCtx)
+	defer stopResize()
 	runDone, drain := runCtx.Done(), (<-chan struct{})(d.drain)
 	for d.startReady(runCtx); !d.sched.Done(); d.startReady(runCtx) {
 		select {
 		case r := <-d.results:
 			d.taskEnded(runCtx, r, cancelRun)
+			d.resizeAfter(runCtx, r)
+		case <-resize:
+			d.resize(runCtx, true)
 		case <-runDone:
 			runDone = nil // startReady ends the queued tasks
 		case <-drain:

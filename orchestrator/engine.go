@@ -44,6 +44,10 @@ type EngineParams struct {
 	// Spend reads a tenant's spend in money (store.Spending); nil: GetSpend
 	// is UNIMPLEMENTED.
 	Spend SpendReader
+	// RateLimits reads the providers' rate limits, to size the concurrency
+	// of runs that leave it unset (concurrency.go); nil: they run at
+	// Config.DefaultConcurrency.
+	RateLimits RateLimits
 	// Events tells WatchRun's followers of the events other nodes write
 	// (store.Notifier); nil: they poll every Config.WatchPollInterval.
 	Events EventNotices
@@ -62,6 +66,7 @@ type Engine struct {
 	slots   TaskSlots
 	appr    Approvals
 	spend   SpendReader
+	limits  RateLimits
 	cfg     Config
 
 	// base is the context of every run this engine drives: the engine's
@@ -138,6 +143,7 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		slots:      p.Slots,
 		appr:       p.Approvals,
 		spend:      p.Spend,
+		limits:     p.RateLimits,
 		cfg:        p.Config.withDefaults(),
 		base:       base,
 		cancelBase: cancel,
@@ -207,6 +213,7 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 		}
 		return nil, false, err
 	}
+	e.sizeFirst(ctx, p)
 	start := time.Now()
 	// Once the run row exists, finish creating it even if the caller leaves.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -430,6 +437,9 @@ func (e *Engine) Get(ctx context.Context, tenantID, runID string) (*fanoutv1.Run
 	if acct, err := e.ledger.RunAccount(ctx, runID); err == nil {
 		run.Budget = runs.Snapshot(acct)
 	} else if !errors.Is(err, budget.ErrNotFound) {
+		return nil, err
+	}
+	if err := e.lastConcurrency(ctx, run); err != nil {
 		return nil, err
 	}
 	return run, nil

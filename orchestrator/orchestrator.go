@@ -202,6 +202,14 @@ type Config struct {
 	DefaultConcurrency int32
 	// MaxConcurrency lowers larger Limits.max_concurrency. Default 256.
 	MaxConcurrency int32
+	// ConcurrencyInterval is how often a run whose concurrency comes from
+	// the rate limits (Limits.max_concurrency 0, EngineParams.RateLimits
+	// set) reads them again and recomputes it; it is also recomputed when
+	// a task ends, from what the run observed. Default 5s.
+	ConcurrencyInterval time.Duration
+	// DefaultHeadroom is the share of a rate limit the fleet's runs may
+	// plan to use, for a tenant that sets none. Default 0.7.
+	DefaultHeadroom float64
 	// DefaultMinReservation replaces Budget.min_reservation_tokens 0 (lowered
 	// to the limit when the limit is smaller). Default 256.
 	DefaultMinReservation int64
@@ -322,6 +330,10 @@ func (c Config) withDefaults() Config {
 	def32(&c.DefaultIterations, min(10, c.MaxIterations))
 	def32(&c.MaxConcurrency, 256)
 	def32(&c.DefaultConcurrency, min(16, c.MaxConcurrency))
+	defDur(&c.ConcurrencyInterval, 5*time.Second)
+	if c.DefaultHeadroom <= 0 || c.DefaultHeadroom > 1 {
+		c.DefaultHeadroom = 0.7
+	}
 	if c.DefaultMinReservation <= 0 {
 		c.DefaultMinReservation = 256
 	}

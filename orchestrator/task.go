@@ -93,6 +93,7 @@ type taskProgress struct {
 
 func (p taskProgress) started(ctx context.Context, worker string) {
 	d := p.d
+	d.observeStart(p.index)
 	detached := context.WithoutCancel(ctx)
 	sctx, cancel := context.WithTimeout(detached, startTimeout)
 	defer cancel()
@@ -124,6 +125,7 @@ var startTimeout = cleanupTimeout
 func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	p.d.observeCall(p.index, it.GetTokensSpent())
 	if p.d.fc != nil { // first: the task asks for its next grant as soon as it sent this
 		if tasks := p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens()); len(tasks) > 0 {
 			p.d.windDown(ctx, tasks)

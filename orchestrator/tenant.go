@@ -51,6 +51,9 @@ func (e *Engine) checkTenant(ctx context.Context, p *plan, resumed bool) error {
 		if q.MaxTasksInFlight != nil {
 			p.maxTasksInFlight = int(*q.MaxTasksInFlight)
 		}
+		if q.Headroom != nil && p.autoConcurrency {
+			p.headroom = *q.Headroom
+		}
 		if limit := p.spec.GetBudget().GetLimitTokens(); !resumed && q.MaxRunTokens != nil && limit > *q.MaxRunTokens {
 			var v validator
 			v.overCap("spec.budget.limit_tokens", "must be at most %d (tenant %s's max_run_tokens), got %d",

@@ -131,6 +131,13 @@ type plan struct {
 	iterations     []int32
 	deps           [][]int // deps[i]: dispatch indexes task i depends on, in dispatch order
 
+	// autoConcurrency: the spec left max_concurrency unset, so the engine
+	// sizes it from the rate limits when it reads them (concurrency.go);
+	// firstSizing is Submit's choice, headroom the tenant's.
+	autoConcurrency bool
+	firstSizing     *concurrencyInputs
+	headroom        float64
+
 	// Of the tenant (Engine.checkTenant), not of the spec:
 	tenantAccount    budget.AccountID // its ledger account, 0 if it has no budget
 	tenantAvailable  int64            // what that account had available at admission (0: no budget)
@@ -260,6 +267,7 @@ func (c Config) planLimits(v *validator, p *plan) {
 		v.add("spec.limits.max_concurrency", "must be >= 0, got %d", conc)
 	case conc == 0:
 		p.concurrency = int(c.DefaultConcurrency)
+		p.autoConcurrency, p.headroom = true, c.DefaultHeadroom
 	default:
 		p.concurrency = int(min(conc, c.MaxConcurrency)) // the server caps it
 	}

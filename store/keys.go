@@ -118,7 +118,7 @@ func optInt32(v int32) *int32 {
 func tenantOf(r dbsqlc.Tenant) tenant.Tenant {
 	return tenant.Tenant{ID: r.TenantID, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Quotas: tenant.Quotas{
 		MaxRunTokens: r.MaxRunTokens, MaxConcurrentRuns: r.MaxConcurrentRuns,
-		MaxTasksInFlight: r.MaxTasksInFlight, KeyRequestsPerMinute: r.KeyRequestsPerMinute}}
+		MaxTasksInFlight: r.MaxTasksInFlight, KeyRequestsPerMinute: r.KeyRequestsPerMinute, Headroom: r.Headroom}}
 }
 
 // CreateTenant creates tenant id with quotas q, logged as actor. A tenant
@@ -131,7 +131,7 @@ func (k *Keys) CreateTenant(ctx context.Context, actor, id string, q tenant.Quot
 		err := k.change(ctx, func(tx pgx.Tx) (err error) {
 			r, err = k.q.CreateTenant(ctx, tx, dbsqlc.CreateTenantParams{Actor: actor, TenantID: id,
 				MaxRunTokens: q.MaxRunTokens, MaxConcurrentRuns: q.MaxConcurrentRuns,
-				MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute})
+				MaxTasksInFlight: q.MaxTasksInFlight, KeyRequestsPerMinute: q.KeyRequestsPerMinute, Headroom: q.Headroom})
 			return err
 		})
 		return tenantOf(r), err
@@ -392,5 +392,5 @@ func (k *Keys) TakeKeyRequest(ctx context.Context, id string) (time.Duration, er
 func setQuotasParams(actor, id string, q tenant.Quotas) dbsqlc.SetQuotasParams {
 	return dbsqlc.SetQuotasParams{Actor: actor, TenantID: id, MaxRunTokens: q.MaxRunTokens,
 		MaxConcurrentRuns: q.MaxConcurrentRuns, MaxTasksInFlight: q.MaxTasksInFlight,
-		KeyRequestsPerMinute: q.KeyRequestsPerMinute}
+		KeyRequestsPerMinute: q.KeyRequestsPerMinute, Headroom: q.Headroom}
 }

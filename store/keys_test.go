@@ -71,14 +71,16 @@ func TestTenantCreateSetQuotasAndLog(t *testing.T) {
 	if _, err := keys.CreateTenant(b.ctx, actor, "acme", tenant.Quotas{}); !errors.Is(err, tenant.ErrTenantExists) {
 		t.Errorf("second create: %v; want ErrTenantExists", err)
 	}
-	if _, err := keys.SetQuotas(b.ctx, actor, "acme", tenant.Quotas{MaxConcurrentRuns: ptr[int32](3), MaxTasksInFlight: ptr[int32](20)}); err != nil {
+	if _, err := keys.SetQuotas(b.ctx, actor, "acme", tenant.Quotas{MaxConcurrentRuns: ptr[int32](3), MaxTasksInFlight: ptr[int32](20),
+		Headroom: ptr(0.5)}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := keys.Tenant(b.ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.MaxRunTokens != nil || *got.MaxConcurrentRuns != 3 || *got.MaxTasksInFlight != 20 || got.KeyRequestsPerMinute != nil {
+	if got.MaxRunTokens != nil || *got.MaxConcurrentRuns != 3 || *got.MaxTasksInFlight != 20 || got.KeyRequestsPerMinute != nil ||
+		got.Headroom == nil || *got.Headroom != 0.5 {
 		t.Errorf("tenant after SetQuotas = %+v; want exactly the quotas set (nil: no cap)", got)
 	}
 	if _, err := keys.SetQuotas(b.ctx, actor, "nobody", tenant.Quotas{}); !errors.Is(err, tenant.ErrTenantNotFound) {
@@ -116,6 +118,8 @@ func TestTenantAndKeyValidation(t *testing.T) {
 		{"concurrent", "t1", "max_concurrent_runs", tenant.Quotas{MaxConcurrentRuns: ptr[int32](-1)}},
 		{"tasks", "t1", "max_tasks_in_flight", tenant.Quotas{MaxTasksInFlight: ptr[int32](10_000)}},
 		{"rpm", "t1", "key_requests_per_minute", tenant.Quotas{KeyRequestsPerMinute: ptr[int32](0)}},
+		{"no headroom", "t1", "headroom", tenant.Quotas{Headroom: ptr(0.0)}},
+		{"more than the limit", "t1", "headroom", tenant.Quotas{Headroom: ptr(1.01)}},
 	}
 	for _, c := range tenantCases {
 		_, err := keys.CreateTenant(b.ctx, actor, c.id, c.q)

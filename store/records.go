@@ -440,6 +440,9 @@ type runRecord struct {
 	CreatedAt          *timestampJSON    `json:"created_at,omitempty"`
 	FinishedAt         *timestampJSON    `json:"finished_at,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
+
+	// Set by GetRun only (Run.concurrency), never stored with a run.
+	Concurrency *concurrencyChosenRecord `json:"concurrency,omitempty"`
 }
 
 func runRecordOf(m *fanoutv1.Run) *runRecord {
@@ -451,7 +454,7 @@ func runRecordOf(m *fanoutv1.Run) *runRecord {
 		Budget: snapshotRecordOf(m.GetBudget()), Tasks: each(m.GetTasks(), outcomeRecordOf),
 		Result: resultRecordOf(m.GetResult()), TaskCount: m.GetTaskCount(), TasksNextPageToken: m.GetTasksNextPageToken(),
 		SpecCut: m.GetSpecCut(), CreatedAt: timestampOf(m.GetCreatedAt()),
-		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels()}
+		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels(), Concurrency: concurrencyRecordOf(m.GetConcurrency())}
 }
 
 func (r *runRecord) proto() *fanoutv1.Run {
@@ -462,7 +465,7 @@ func (r *runRecord) proto() *fanoutv1.Run {
 		State: fanoutv1.RunState(r.State), CancelCause: r.CancelCause, Spec: r.Spec.proto(), Budget: r.Budget.proto(),
 		Tasks: each(r.Tasks, (*outcomeRecord).proto), Result: r.Result.proto(), TaskCount: r.TaskCount,
 		TasksNextPageToken: r.TasksNextPageToken, SpecCut: r.SpecCut, CreatedAt: r.CreatedAt.proto(),
-		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels}
+		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels, Concurrency: r.Concurrency.proto()}
 }
 
 // eventRecord is a fanout.v1.RunEvent: run_event.event (stored without its
@@ -483,6 +486,7 @@ type eventRecord struct {
 	RunAdopted        *runAdoptedRecord        `json:"run_adopted,omitempty"`
 	ApprovalRequested *approvalRequestedRecord `json:"approval_requested,omitempty"`
 	ApprovalDecided   *approvalDecidedRecord   `json:"approval_decided,omitempty"`
+	ConcurrencyChosen *concurrencyChosenRecord `json:"concurrency_chosen,omitempty"`
 }
 
 // The members of an event; each is its API message of the same name, but
@@ -539,6 +543,21 @@ type (
 		Actor     string         `json:"actor,omitempty"`
 		DecidedAt *timestampJSON `json:"decided_at,omitempty"`
 	}
+	concurrencyChosenRecord struct {
+		Concurrency    int32      `json:"concurrency,omitempty"`
+		Previous       int32      `json:"previous,omitempty"`
+		Reason         string     `json:"reason,omitempty"`
+		LimitRequests  int64JSON  `json:"limit_requests,omitzero"`
+		LimitTokens    int64JSON  `json:"limit_tokens,omitzero"`
+		Headroom       doubleJSON `json:"headroom,omitzero"`
+		SecondsPerCall doubleJSON `json:"seconds_per_call,omitzero"`
+		TokensPerCall  doubleJSON `json:"tokens_per_call,omitzero"`
+		CallsPerTask   doubleJSON `json:"calls_per_task,omitzero"`
+		ObservedCalls  int32      `json:"observed_calls,omitempty"`
+		RunsSharing    int32      `json:"runs_sharing,omitempty"`
+		Throttled      int64JSON  `json:"throttled,omitzero"`
+		ThrottleCap    int32      `json:"throttle_cap,omitempty"`
+	}
 )
 
 // eventRecordOf maps an event; a member set to a nil message is an empty
@@ -583,6 +602,11 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 		d := e.ApprovalDecided
 		r.ApprovalDecided = &approvalDecidedRecord{CallID: d.GetCallId(), TaskID: d.GetTaskId(), Tool: d.GetTool(),
 			Approved: d.GetApproved(), Reason: d.GetReason(), Actor: d.GetActor(), DecidedAt: timestampOf(d.GetDecidedAt())}
+	case *fanoutv1.RunEvent_ConcurrencyChosen:
+		r.ConcurrencyChosen = concurrencyRecordOf(e.ConcurrencyChosen)
+		if r.ConcurrencyChosen == nil {
+			r.ConcurrencyChosen = &concurrencyChosenRecord{}
+		}
 	}
 	return r
 }
@@ -591,7 +615,7 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 func (r *eventRecord) set() bool {
 	return r.RunStarted != nil || r.TaskQueued != nil || r.TaskStarted != nil || r.TaskIteration != nil ||
 		r.TaskFinished != nil || r.BudgetUpdate != nil || r.BudgetExhausted != nil || r.RunFinished != nil ||
-		r.RunAdopted != nil || r.ApprovalRequested != nil || r.ApprovalDecided != nil
+		r.RunAdopted != nil || r.ApprovalRequested != nil || r.ApprovalDecided != nil || r.ConcurrencyChosen != nil
 }
 
 func (r *eventRecord) proto() *fanoutv1.RunEvent {
@@ -638,6 +662,31 @@ func (r *eventRecord) proto() *fanoutv1.RunEvent {
 		m.Event = &fanoutv1.RunEvent_ApprovalDecided{ApprovalDecided: &fanoutv1.ApprovalDecided{CallId: d.CallID,
 			TaskId: d.TaskID, Tool: d.Tool, Approved: d.Approved, Reason: d.Reason, Actor: d.Actor,
 			DecidedAt: d.DecidedAt.proto()}}
+	case r.ConcurrencyChosen != nil:
+		m.Event = &fanoutv1.RunEvent_ConcurrencyChosen{ConcurrencyChosen: r.ConcurrencyChosen.proto()}
 	}
 	return m
+}
+
+func concurrencyRecordOf(c *fanoutv1.ConcurrencyChosen) *concurrencyChosenRecord {
+	if c == nil {
+		return nil
+	}
+	return &concurrencyChosenRecord{Concurrency: c.GetConcurrency(), Previous: c.GetPrevious(),
+		Reason: c.GetReason(), LimitRequests: int64JSON(c.GetLimitRequests()), LimitTokens: int64JSON(c.GetLimitTokens()),
+		Headroom: doubleJSON(c.GetHeadroom()), SecondsPerCall: doubleJSON(c.GetSecondsPerCall()),
+		TokensPerCall: doubleJSON(c.GetTokensPerCall()), CallsPerTask: doubleJSON(c.GetCallsPerTask()),
+		ObservedCalls: c.GetObservedCalls(), RunsSharing: c.GetRunsSharing(), Throttled: int64JSON(c.GetThrottled()),
+		ThrottleCap: c.GetThrottleCap()}
+}
+
+func (r *concurrencyChosenRecord) proto() *fanoutv1.ConcurrencyChosen {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.ConcurrencyChosen{Concurrency: r.Concurrency, Previous: r.Previous, Reason: r.Reason,
+		LimitRequests: int64(r.LimitRequests), LimitTokens: int64(r.LimitTokens), Headroom: float64(r.Headroom),
+		SecondsPerCall: float64(r.SecondsPerCall), TokensPerCall: float64(r.TokensPerCall),
+		CallsPerTask: float64(r.CallsPerTask), ObservedCalls: r.ObservedCalls, RunsSharing: r.RunsSharing,
+		Throttled: int64(r.Throttled), ThrottleCap: r.ThrottleCap}
 }

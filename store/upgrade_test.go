@@ -159,6 +159,10 @@ func TestUpgradeFromSchema21(t *testing.T) {
 		"function ledger_settle(bigint,bigint,bigint,boolean,text,bigint,bigint)",
 		"function ledger_reserve(bigint,text,text,bigint,bigint,bigint,text,interval,text,text)",
 		"function ledger_renew(bigint,bigint,interval)",
+		// Each took a tenant's headroom (migration 0033), defaulting to NULL.
+		"function admin_set_quotas(text,text,bigint,integer,integer,integer)",
+		"function admin_create_tenant(text,text,bigint,integer,integer,integer)",
+		"function admin_check_quotas(bigint,integer,integer,integer)",
 	}
 	if fmt.Sprint(done.Versions) != fmt.Sprint(later) || !done.Redefined || fmt.Sprint(done.Dropped) != fmt.Sprint(wantDropped) {
 		t.Errorf("upgrade did %+v; want versions %v, the definitions applied, %v dropped", done, later, wantDropped)

@@ -49,6 +49,11 @@ type Quotas struct {
 	MaxConcurrentRuns    *int32
 	MaxTasksInFlight     *int32
 	KeyRequestsPerMinute *int32
+	// Headroom is the share (0 < h <= 1) of a provider's stated rate limit
+	// the tenant's runs plan to use when their concurrency is sized from it
+	// (docs/operations.md#concurrency-from-the-rate-limits); nil: the
+	// server's default. Not a cap: set with the quotas.
+	Headroom *float64
 }
 
 // QuotaError is a request refused by one of a tenant's quotas: where

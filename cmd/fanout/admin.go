@@ -29,7 +29,9 @@ Usage:
   fanout tenant show TENANT
 
 Quota flags (0: no cap): --max-run-tokens, --max-concurrent-runs,
---max-tasks-in-flight, --key-requests-per-minute.
+--max-tasks-in-flight, --key-requests-per-minute; and --headroom, the share
+of a provider's rate limit the tenant's runs plan to use (0: the server's
+default, 0.7).
 
 Example:
   FANOUT_API_KEY=fanout_fk_... fanout tenant create acme --max-concurrent-runs 20
@@ -123,6 +125,7 @@ func (l localAdmin) RevokeKey(ctx context.Context, r *fanoutv1.RevokeKeyRequest,
 type quotaFlags struct {
 	runTokens           int64
 	runs, tasks, keyRPM int
+	headroom            float64
 }
 
 func (q *quotaFlags) register(f *flags) {
@@ -130,12 +133,16 @@ func (q *quotaFlags) register(f *flags) {
 	f.IntVar(&q.runs, "max-concurrent-runs", 0, "runs RUNNING at once (0: no cap)")
 	f.IntVar(&q.tasks, "max-tasks-in-flight", 0, "tasks dispatched at once across the fleet (0: no cap)")
 	f.IntVar(&q.keyRPM, "key-requests-per-minute", 0, "the request rate of each key that sets none (0: no cap)")
+	f.Float64Var(&q.headroom, "headroom", 0, "the share (0 < h <= 1) of a provider's rate limit its runs plan to use when their concurrency is sized from it (0: the server's default, 0.7)")
 }
 
 func (q *quotaFlags) proto() *fanoutv1.TenantQuotas {
 	out := &fanoutv1.TenantQuotas{}
 	if q.runTokens > 0 {
 		out.MaxRunTokens = &q.runTokens
+	}
+	if q.headroom != 0 {
+		out.Headroom = &q.headroom
 	}
 	for _, v := range []struct {
 		n   int

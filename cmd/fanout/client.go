@@ -569,6 +569,9 @@ func printRun(w io.Writer, r *fanoutv1.Run) {
 		fmt.Fprintf(w, ", %d held for the synthesis", h)
 	}
 	fmt.Fprintln(w)
+	if c := r.GetConcurrency(); c != nil {
+		fmt.Fprintf(w, "concurrency: %d tasks at once, from the rate limits: %s\n", c.GetConcurrency(), c.GetReason())
+	}
 	res := r.GetResult()
 	if res == nil {
 		return

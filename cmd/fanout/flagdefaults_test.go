@@ -74,6 +74,8 @@ func TestServerFlagDefaultsAreTheDocumentedBounds(t *testing.T) {
 			{"--max-run-tokens", e.MaxRunTokens, 100_000_000, "README.md:153, 449"},
 			{"--max-tasks", e.MaxTasks, 256, "README.md:185, 451"},
 			{"--default-concurrency", e.DefaultConcurrency, 16, "README.md:188, 452"},
+			{"--headroom", e.DefaultHeadroom, 0.7, "README.md flags; operations.md Concurrency from the rate limits"},
+			{"--concurrency-interval", e.ConcurrencyInterval, 5 * time.Second, "README.md flags; operations.md Concurrency from the rate limits"},
 			{"--max-concurrency", e.MaxConcurrency, 256, "README.md:453"},
 			{"--min-reservation", e.DefaultMinReservation, 256, "README.md:187, 454"},
 			{"--task-timeout", e.DefaultTaskTimeout, 5 * time.Minute, "README.md:455"},

@@ -96,6 +96,7 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 	// budget ran out"); the console's timeline reads the same.
 	var exhaustedAt time.Time
 	var runID, final string
+	var sizes []string // the run's ConcurrencyChosen, in order
 	for _, ev := range events {
 		at := ev.GetTime().AsTime()
 		runID = ev.GetRunId()
@@ -117,6 +118,10 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 			r.wound = o.GetSummary().GetWoundDown()
 		case *fanoutv1.RunEvent_BudgetExhausted:
 			exhaustedAt = at
+		case *fanoutv1.RunEvent_ConcurrencyChosen:
+			c := e.ConcurrencyChosen
+			sizes = append(sizes, fmt.Sprintf("concurrency %d at +%s: %s", c.GetConcurrency(),
+				at.Sub(t0).Round(time.Millisecond), c.GetReason()))
 		case *fanoutv1.RunEvent_RunFinished:
 			final = runs.Text(e.RunFinished.GetState())
 			if c := e.RunFinished.GetCancelCause(); c != "" {
@@ -184,4 +189,7 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 	fmt.Fprintf(w, "%-*s  0%s%s\n", nameW, "", strings.Repeat(" ", max(width-len(span.Round(time.Millisecond).String())-1, 1)), span.Round(time.Millisecond))
 	fmt.Fprintf(w, "%-*s  digits: iteration number; +: the iteration ran tools; ~: cut short or summarising; !: budget exhausted\n", nameW, "")
 	fmt.Fprintf(w, "%-*s  w: wound down (its last iteration answered without tools); x: not started (the run could not afford it)\n", nameW, "")
+	for _, s := range sizes {
+		fmt.Fprintln(w, s)
+	}
 }

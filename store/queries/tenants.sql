@@ -1,12 +1,12 @@
 -- name: CreateTenant :one
 SELECT * FROM admin_create_tenant(@actor, @tenant_id, sqlc.narg('max_run_tokens')::bigint,
     sqlc.narg('max_concurrent_runs')::int, sqlc.narg('max_tasks_in_flight')::int,
-    sqlc.narg('key_requests_per_minute')::int);
+    sqlc.narg('key_requests_per_minute')::int, sqlc.narg('headroom')::float8);
 
 -- name: SetQuotas :one
 SELECT * FROM admin_set_quotas(@actor, @tenant_id, sqlc.narg('max_run_tokens')::bigint,
     sqlc.narg('max_concurrent_runs')::int, sqlc.narg('max_tasks_in_flight')::int,
-    sqlc.narg('key_requests_per_minute')::int);
+    sqlc.narg('key_requests_per_minute')::int, sqlc.narg('headroom')::float8);
 
 -- name: Tenant :one
 SELECT * FROM tenant WHERE tenant_id = @tenant_id;

@@ -1,7 +1,7 @@
 // The run page's model: a run folded from its WatchRun events, in sequence
 // order. Pure (no DOM), so the timeline and the tables draw from one place.
 
-import type { BudgetSnapshot, FactSummary, JoinedResult, Run, RunEvent, TaskOutcome } from "./gen/fanout/v1/run_pb";
+import type { BudgetSnapshot, ConcurrencyChosen, FactSummary, JoinedResult, Run, RunEvent, TaskOutcome } from "./gen/fanout/v1/run_pb";
 import { RunState, TaskStatus } from "./gen/fanout/v1/run_pb";
 import { date } from "./format";
 
@@ -56,10 +56,26 @@ export interface RunView {
   result?: JoinedResult;
   lastSequence: bigint;
   adoptions: number;
+  /**
+   * How many tasks may run at once and why, for a run whose concurrency
+   * comes from the rate limits: its latest ConcurrencyChosen (or GetRun's
+   * Run.concurrency); changes counts the events.
+   */
+  concurrency?: ConcurrencyChosen;
+  concurrencyChanges: number;
 }
 
 export function newRunView(runId: string): RunView {
-  return { runId, state: RunState.RUNNING, cause: "", tasks: [], finished: false, lastSequence: 0n, adoptions: 0 };
+  return {
+    runId,
+    state: RunState.RUNNING,
+    cause: "",
+    tasks: [],
+    finished: false,
+    lastSequence: 0n,
+    adoptions: 0,
+    concurrencyChanges: 0,
+  };
 }
 
 // byId indexes each view's tasks by id: a run of 10,000 tasks folds 40,000
@@ -112,6 +128,7 @@ export function seedFromRun(v: RunView, run: Run): void {
   v.run = run;
   seedTasks(v, run.tasks);
   if (!v.budget && run.budget) v.budget = run.budget;
+  if (!v.concurrency && run.concurrency) v.concurrency = run.concurrency;
   if (run.state !== RunState.RUNNING && run.state !== RunState.UNSPECIFIED) {
     v.state = run.state;
     v.cause = run.cancelCause;
@@ -215,6 +232,10 @@ export function applyEvent(v: RunView, ev: RunEvent): void {
         const t = task(v, id);
         t.status = TaskStatus.PENDING;
       }
+      break;
+    case "concurrencyChosen":
+      v.concurrency = e.value;
+      v.concurrencyChanges += 1;
       break;
     case "approvalRequested":
     case "approvalDecided":

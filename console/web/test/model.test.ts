@@ -14,7 +14,7 @@ import {
   TaskStatus,
   type RunEvent,
 } from "../src/gen/fanout/v1/run_pb";
-import { applyEvent, newRunView } from "../src/model";
+import { applyEvent, newRunView, seedFromRun } from "../src/model";
 import { enumName, enumText } from "../src/enums";
 import { addDecimal } from "../src/format";
 
@@ -117,4 +117,20 @@ test("costs add exactly", () => {
   assert.equal(addDecimal("0", "0.000001"), "0.000001");
   assert.equal(addDecimal("12", "3"), "15");
   assert.equal(addDecimal("0.999", "0.001"), "1.000");
+});
+
+test("the concurrency chosen from the rate limits is the latest ConcurrencyChosen, seeded by GetRun", () => {
+  seq = 0n;
+  const v = newRunView("r1");
+  applyEvent(v, started());
+  assert.equal(v.concurrency, undefined);
+  applyEvent(v, ev(1, { case: "concurrencyChosen", value: { concurrency: 14, reason: "14 = 600 RPM × 0.7 ÷ 60 s × 2.00 s per call (starting point) ÷ 1 run sharing the limit" } }));
+  applyEvent(v, ev(2, { case: "concurrencyChosen", value: { concurrency: 7, previous: 14, runsSharing: 2, reason: "7 = 600 RPM × 0.7 ÷ 60 s × 2.00 s per call ÷ 2 runs sharing the limit" } }));
+  assert.equal(v.concurrency?.concurrency, 7);
+  assert.equal(v.concurrency?.previous, 14);
+  assert.ok((v.concurrency?.reason ?? "").includes("2 runs sharing"));
+  assert.equal(v.concurrencyChanges, 2);
+  const fromGet = newRunView("r1");
+  seedFromRun(fromGet, create(RunSchema, { runId: "r1", concurrency: { concurrency: 3, reason: "why" } }));
+  assert.equal(fromGet.concurrency?.concurrency, 3);
 });

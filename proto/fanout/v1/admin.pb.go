@@ -92,8 +92,13 @@ type TenantQuotas struct {
 	MaxTasksInFlight *int32 `protobuf:"varint,3,opt,name=max_tasks_in_flight,json=maxTasksInFlight,proto3,oneof" json:"max_tasks_in_flight,omitempty"`
 	// The request rate of each key of the tenant that sets none of its own.
 	KeyRequestsPerMinute *int32 `protobuf:"varint,4,opt,name=key_requests_per_minute,json=keyRequestsPerMinute,proto3,oneof" json:"key_requests_per_minute,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Not a cap: the share (0 < h <= 1) of a provider's stated rate limit the
+	// tenant's runs plan to use when their concurrency is sized from it (a
+	// run that leaves limits.max_concurrency unset); unset: the server's
+	// default, 0.7.
+	Headroom      *float64 `protobuf:"fixed64,5,opt,name=headroom,proto3,oneof" json:"headroom,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantQuotas) Reset() {
@@ -150,6 +155,13 @@ func (x *TenantQuotas) GetMaxTasksInFlight() int32 {
 func (x *TenantQuotas) GetKeyRequestsPerMinute() int32 {
 	if x != nil && x.KeyRequestsPerMinute != nil {
 		return *x.KeyRequestsPerMinute
+	}
+	return 0
+}
+
+func (x *TenantQuotas) GetHeadroom() float64 {
+	if x != nil && x.Headroom != nil {
+		return *x.Headroom
 	}
 	return 0
 }
@@ -1129,16 +1141,18 @@ var File_fanout_v1_admin_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15fanout/v1/admin.proto\x12\tfanout.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x02\n" +
+	"\x15fanout/v1/admin.proto\x12\tfanout.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x02\n" +
 	"\fTenantQuotas\x12)\n" +
 	"\x0emax_run_tokens\x18\x01 \x01(\x03H\x00R\fmaxRunTokens\x88\x01\x01\x123\n" +
 	"\x13max_concurrent_runs\x18\x02 \x01(\x05H\x01R\x11maxConcurrentRuns\x88\x01\x01\x122\n" +
 	"\x13max_tasks_in_flight\x18\x03 \x01(\x05H\x02R\x10maxTasksInFlight\x88\x01\x01\x12:\n" +
-	"\x17key_requests_per_minute\x18\x04 \x01(\x05H\x03R\x14keyRequestsPerMinute\x88\x01\x01B\x11\n" +
+	"\x17key_requests_per_minute\x18\x04 \x01(\x05H\x03R\x14keyRequestsPerMinute\x88\x01\x01\x12\x1f\n" +
+	"\bheadroom\x18\x05 \x01(\x01H\x04R\bheadroom\x88\x01\x01B\x11\n" +
 	"\x0f_max_run_tokensB\x16\n" +
 	"\x14_max_concurrent_runsB\x16\n" +
 	"\x14_max_tasks_in_flightB\x1a\n" +
-	"\x18_key_requests_per_minute\"b\n" +
+	"\x18_key_requests_per_minuteB\v\n" +
+	"\t_headroom\"b\n" +
 	"\fTenantBudget\x12!\n" +
 	"\flimit_tokens\x18\x01 \x01(\x03R\vlimitTokens\x12/\n" +
 	"\x06period\x18\x02 \x01(\x0e2\x17.fanout.v1.BudgetPeriodR\x06period\"\xf5\x01\n" +

@@ -1449,6 +1449,10 @@ type Run struct {
 	TasksNextPageToken string `protobuf:"bytes,15,opt,name=tasks_next_page_token,json=tasksNextPageToken,proto3" json:"tasks_next_page_token,omitempty"`
 	// Whether spec was cut (or left out) to fit; see spec.
 	SpecCut bool `protobuf:"varint,16,opt,name=spec_cut,json=specCut,proto3" json:"spec_cut,omitempty"`
+	// The run's latest ConcurrencyChosen event, for a run whose concurrency
+	// comes from the rate limits (limits.max_concurrency unset): how many of
+	// its tasks may run at once, and why. Set by GetRun only.
+	Concurrency *ConcurrencyChosen `protobuf:"bytes,17,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	// When the run was accepted (Postgres time).
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the run ended (Postgres time). Unset while RUNNING.
@@ -1573,6 +1577,13 @@ func (x *Run) GetSpecCut() bool {
 	return false
 }
 
+func (x *Run) GetConcurrency() *ConcurrencyChosen {
+	if x != nil {
+		return x.Concurrency
+	}
+	return nil
+}
+
 func (x *Run) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
@@ -1620,6 +1631,7 @@ type RunEvent struct {
 	//	*RunEvent_RunAdopted
 	//	*RunEvent_ApprovalRequested
 	//	*RunEvent_ApprovalDecided
+	//	*RunEvent_ConcurrencyChosen
 	Event         isRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1782,6 +1794,15 @@ func (x *RunEvent) GetApprovalDecided() *ApprovalDecided {
 	return nil
 }
 
+func (x *RunEvent) GetConcurrencyChosen() *ConcurrencyChosen {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_ConcurrencyChosen); ok {
+			return x.ConcurrencyChosen
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -1847,6 +1868,13 @@ type RunEvent_ApprovalDecided struct {
 	ApprovalDecided *ApprovalDecided `protobuf:"bytes,20,opt,name=approval_decided,json=approvalDecided,proto3,oneof"`
 }
 
+type RunEvent_ConcurrencyChosen struct {
+	// The run's concurrency was chosen from the providers' rate limits
+	// (a run that leaves limits.max_concurrency unset): when it is first
+	// chosen and whenever it changes.
+	ConcurrencyChosen *ConcurrencyChosen `protobuf:"bytes,21,opt,name=concurrency_chosen,json=concurrencyChosen,proto3,oneof"`
+}
+
 func (*RunEvent_RunStarted) isRunEvent_Event() {}
 
 func (*RunEvent_TaskQueued) isRunEvent_Event() {}
@@ -1868,6 +1896,178 @@ func (*RunEvent_RunAdopted) isRunEvent_Event() {}
 func (*RunEvent_ApprovalRequested) isRunEvent_Event() {}
 
 func (*RunEvent_ApprovalDecided) isRunEvent_Event() {}
+
+func (*RunEvent_ConcurrencyChosen) isRunEvent_Event() {}
+
+// ConcurrencyChosen reports how many of a run's tasks may run at once, and
+// why, for a run that left limits.max_concurrency unset: the orchestrator
+// sizes it from the rate limits the providers state for the run's
+// provider and model, the headroom, the run's observed seconds and tokens
+// per model call, and the runs of the fleet that share the limit, and
+// recomputes it while the run goes (docs/operations.md, "Concurrency from
+// the rate limits"). Appended when it is first chosen and whenever it
+// changes.
+type ConcurrencyChosen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tasks of the run that may run at once from now on.
+	Concurrency int32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// What it was before; 0 for the first choice.
+	Previous int32 `protobuf:"varint,2,opt,name=previous,proto3" json:"previous,omitempty"`
+	// Why, in one sentence: "7 = 600 RPM × 0.7 ÷ 60 s × 2.0 s per call ÷ 2
+	// runs sharing the limit".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Requests per minute the providers state for the run's provider and
+	// model, summed over the fleet's keys, under the configured ceilings; 0:
+	// none known.
+	LimitRequests int64 `protobuf:"varint,4,opt,name=limit_requests,json=limitRequests,proto3" json:"limit_requests,omitempty"`
+	// Tokens per minute, likewise; 0: none known.
+	LimitTokens int64 `protobuf:"varint,5,opt,name=limit_tokens,json=limitTokens,proto3" json:"limit_tokens,omitempty"`
+	// The share of each limit the fleet may use (the tenant's headroom).
+	Headroom float64 `protobuf:"fixed64,6,opt,name=headroom,proto3" json:"headroom,omitempty"`
+	// Wall seconds per model call of a task in flight (each iteration of the
+	// agent loop), as observed in this run; the starting point until one is.
+	SecondsPerCall float64 `protobuf:"fixed64,7,opt,name=seconds_per_call,json=secondsPerCall,proto3" json:"seconds_per_call,omitempty"`
+	// Tokens per model call, likewise.
+	TokensPerCall float64 `protobuf:"fixed64,8,opt,name=tokens_per_call,json=tokensPerCall,proto3" json:"tokens_per_call,omitempty"`
+	// Model calls per ended task, as observed in this run (0: none ended
+	// yet). It cancels out of the arithmetic (a task holds one call at a
+	// time) and is reported for the reader.
+	CallsPerTask float64 `protobuf:"fixed64,9,opt,name=calls_per_task,json=callsPerTask,proto3" json:"calls_per_task,omitempty"`
+	// Calls observed in this run: 0 means seconds_per_call and
+	// tokens_per_call are the starting point.
+	ObservedCalls int32 `protobuf:"varint,10,opt,name=observed_calls,json=observedCalls,proto3" json:"observed_calls,omitempty"`
+	// Running runs of the fleet naming the same provider and model, this one
+	// included: each takes an equal share of the limit.
+	RunsSharing int32 `protobuf:"varint,11,opt,name=runs_sharing,json=runsSharing,proto3" json:"runs_sharing,omitempty"`
+	// 429s the providers returned for the limit, fleet-wide, in all.
+	Throttled int64 `protobuf:"varint,12,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	// The additive-increase, multiplicative-decrease cap that 429s set (0:
+	// none applies).
+	ThrottleCap   int32 `protobuf:"varint,13,opt,name=throttle_cap,json=throttleCap,proto3" json:"throttle_cap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConcurrencyChosen) Reset() {
+	*x = ConcurrencyChosen{}
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConcurrencyChosen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConcurrencyChosen) ProtoMessage() {}
+
+func (x *ConcurrencyChosen) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConcurrencyChosen.ProtoReflect.Descriptor instead.
+func (*ConcurrencyChosen) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ConcurrencyChosen) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetPrevious() int32 {
+	if x != nil {
+		return x.Previous
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ConcurrencyChosen) GetLimitRequests() int64 {
+	if x != nil {
+		return x.LimitRequests
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetLimitTokens() int64 {
+	if x != nil {
+		return x.LimitTokens
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetHeadroom() float64 {
+	if x != nil {
+		return x.Headroom
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetSecondsPerCall() float64 {
+	if x != nil {
+		return x.SecondsPerCall
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetTokensPerCall() float64 {
+	if x != nil {
+		return x.TokensPerCall
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetCallsPerTask() float64 {
+	if x != nil {
+		return x.CallsPerTask
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetObservedCalls() int32 {
+	if x != nil {
+		return x.ObservedCalls
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetRunsSharing() int32 {
+	if x != nil {
+		return x.RunsSharing
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetThrottled() int64 {
+	if x != nil {
+		return x.Throttled
+	}
+	return 0
+}
+
+func (x *ConcurrencyChosen) GetThrottleCap() int32 {
+	if x != nil {
+		return x.ThrottleCap
+	}
+	return 0
+}
 
 // RunAdopted reports that the orchestrator driving the run was lost (its
 // lease in the database lapsed: a crash, a kill, a long pause) and another
@@ -1896,7 +2096,7 @@ type RunAdopted struct {
 
 func (x *RunAdopted) Reset() {
 	*x = RunAdopted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2108,7 @@ func (x *RunAdopted) String() string {
 func (*RunAdopted) ProtoMessage() {}
 
 func (x *RunAdopted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2121,7 @@ func (x *RunAdopted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAdopted.ProtoReflect.Descriptor instead.
 func (*RunAdopted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunAdopted) GetPreviousOwner() string {
@@ -1976,7 +2176,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2188,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2201,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApprovalRequested) GetTaskId() string {
@@ -2063,7 +2263,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2275,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2288,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApprovalDecided) GetCallId() string {
@@ -2152,7 +2352,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2364,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2377,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -2201,7 +2401,7 @@ type TaskQueued struct {
 
 func (x *TaskQueued) Reset() {
 	*x = TaskQueued{}
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2413,7 @@ func (x *TaskQueued) String() string {
 func (*TaskQueued) ProtoMessage() {}
 
 func (x *TaskQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2426,7 @@ func (x *TaskQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskQueued.ProtoReflect.Descriptor instead.
 func (*TaskQueued) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskQueued) GetTaskId() string {
@@ -2259,7 +2459,7 @@ type TaskStarted struct {
 
 func (x *TaskStarted) Reset() {
 	*x = TaskStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2471,7 @@ func (x *TaskStarted) String() string {
 func (*TaskStarted) ProtoMessage() {}
 
 func (x *TaskStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2484,7 @@ func (x *TaskStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStarted.ProtoReflect.Descriptor instead.
 func (*TaskStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskStarted) GetTaskId() string {
@@ -2325,7 +2525,7 @@ type TaskIteration struct {
 
 func (x *TaskIteration) Reset() {
 	*x = TaskIteration{}
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2537,7 @@ func (x *TaskIteration) String() string {
 func (*TaskIteration) ProtoMessage() {}
 
 func (x *TaskIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2550,7 @@ func (x *TaskIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskIteration.ProtoReflect.Descriptor instead.
 func (*TaskIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TaskIteration) GetTaskId() string {
@@ -2392,7 +2592,7 @@ type TaskFinished struct {
 
 func (x *TaskFinished) Reset() {
 	*x = TaskFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2604,7 @@ func (x *TaskFinished) String() string {
 func (*TaskFinished) ProtoMessage() {}
 
 func (x *TaskFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2617,7 @@ func (x *TaskFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinished.ProtoReflect.Descriptor instead.
 func (*TaskFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskFinished) GetOutcome() *TaskOutcome {
@@ -2438,7 +2638,7 @@ type BudgetUpdate struct {
 
 func (x *BudgetUpdate) Reset() {
 	*x = BudgetUpdate{}
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2650,7 @@ func (x *BudgetUpdate) String() string {
 func (*BudgetUpdate) ProtoMessage() {}
 
 func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2663,7 @@ func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetUpdate.ProtoReflect.Descriptor instead.
 func (*BudgetUpdate) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
@@ -2496,7 +2696,7 @@ type BudgetExhausted struct {
 
 func (x *BudgetExhausted) Reset() {
 	*x = BudgetExhausted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2708,7 @@ func (x *BudgetExhausted) String() string {
 func (*BudgetExhausted) ProtoMessage() {}
 
 func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2721,7 @@ func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExhausted.ProtoReflect.Descriptor instead.
 func (*BudgetExhausted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BudgetExhausted) GetBudget() *BudgetSnapshot {
@@ -2547,7 +2747,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2759,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2772,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunFinished) GetState() RunState {
@@ -2693,7 +2893,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x15facts_next_page_token\x18\a \x01(\tR\x12factsNextPageToken\x12\x1d\n" +
 	"\n" +
 	"task_count\x18\b \x01(\x05R\ttaskCount\x121\n" +
-	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xbe\x05\n" +
+	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xfe\x05\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -2708,7 +2908,8 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"task_count\x18\x0e \x01(\x05R\ttaskCount\x121\n" +
 	"\x15tasks_next_page_token\x18\x0f \x01(\tR\x12tasksNextPageToken\x12\x19\n" +
-	"\bspec_cut\x18\x10 \x01(\bR\aspecCut\x129\n" +
+	"\bspec_cut\x18\x10 \x01(\bR\aspecCut\x12>\n" +
+	"\vconcurrency\x18\x11 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenR\vconcurrency\x129\n" +
 	"\n" +
 	"created_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vfinished_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -2716,7 +2917,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06labels\x18\x1e \x03(\v2\x1a.fanout.v1.Run.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc2\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x91\a\n" +
 	"\bRunEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12.\n" +
@@ -2735,8 +2936,24 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\vrun_adopted\x18\x12 \x01(\v2\x15.fanout.v1.RunAdoptedH\x00R\n" +
 	"runAdopted\x12M\n" +
 	"\x12approval_requested\x18\x13 \x01(\v2\x1c.fanout.v1.ApprovalRequestedH\x00R\x11approvalRequested\x12G\n" +
-	"\x10approval_decided\x18\x14 \x01(\v2\x1a.fanout.v1.ApprovalDecidedH\x00R\x0fapprovalDecidedB\a\n" +
-	"\x05event\"\x91\x01\n" +
+	"\x10approval_decided\x18\x14 \x01(\v2\x1a.fanout.v1.ApprovalDecidedH\x00R\x0fapprovalDecided\x12M\n" +
+	"\x12concurrency_chosen\x18\x15 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenH\x00R\x11concurrencyChosenB\a\n" +
+	"\x05event\"\xd2\x03\n" +
+	"\x11ConcurrencyChosen\x12 \n" +
+	"\vconcurrency\x18\x01 \x01(\x05R\vconcurrency\x12\x1a\n" +
+	"\bprevious\x18\x02 \x01(\x05R\bprevious\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12%\n" +
+	"\x0elimit_requests\x18\x04 \x01(\x03R\rlimitRequests\x12!\n" +
+	"\flimit_tokens\x18\x05 \x01(\x03R\vlimitTokens\x12\x1a\n" +
+	"\bheadroom\x18\x06 \x01(\x01R\bheadroom\x12(\n" +
+	"\x10seconds_per_call\x18\a \x01(\x01R\x0esecondsPerCall\x12&\n" +
+	"\x0ftokens_per_call\x18\b \x01(\x01R\rtokensPerCall\x12$\n" +
+	"\x0ecalls_per_task\x18\t \x01(\x01R\fcallsPerTask\x12%\n" +
+	"\x0eobserved_calls\x18\n" +
+	" \x01(\x05R\robservedCalls\x12!\n" +
+	"\fruns_sharing\x18\v \x01(\x05R\vrunsSharing\x12\x1c\n" +
+	"\tthrottled\x18\f \x01(\x03R\tthrottled\x12!\n" +
+	"\fthrottle_cap\x18\r \x01(\x05R\vthrottleCap\"\x91\x01\n" +
 	"\n" +
 	"RunAdopted\x12%\n" +
 	"\x0eprevious_owner\x18\x01 \x01(\tR\rpreviousOwner\x12\x14\n" +
@@ -2835,7 +3052,7 @@ func file_fanout_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_fanout_v1_run_proto_goTypes = []any{
 	(ExhaustionPolicy)(0),         // 0: fanout.v1.ExhaustionPolicy
 	(JoinPolicy)(0),               // 1: fanout.v1.JoinPolicy
@@ -2854,21 +3071,22 @@ var file_fanout_v1_run_proto_goTypes = []any{
 	(*JoinedResult)(nil),          // 14: fanout.v1.JoinedResult
 	(*Run)(nil),                   // 15: fanout.v1.Run
 	(*RunEvent)(nil),              // 16: fanout.v1.RunEvent
-	(*RunAdopted)(nil),            // 17: fanout.v1.RunAdopted
-	(*ApprovalRequested)(nil),     // 18: fanout.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 19: fanout.v1.ApprovalDecided
-	(*RunStarted)(nil),            // 20: fanout.v1.RunStarted
-	(*TaskQueued)(nil),            // 21: fanout.v1.TaskQueued
-	(*TaskStarted)(nil),           // 22: fanout.v1.TaskStarted
-	(*TaskIteration)(nil),         // 23: fanout.v1.TaskIteration
-	(*TaskFinished)(nil),          // 24: fanout.v1.TaskFinished
-	(*BudgetUpdate)(nil),          // 25: fanout.v1.BudgetUpdate
-	(*BudgetExhausted)(nil),       // 26: fanout.v1.BudgetExhausted
-	(*RunFinished)(nil),           // 27: fanout.v1.RunFinished
-	nil,                           // 28: fanout.v1.RunSpec.LabelsEntry
-	nil,                           // 29: fanout.v1.Run.LabelsEntry
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*ConcurrencyChosen)(nil),     // 17: fanout.v1.ConcurrencyChosen
+	(*RunAdopted)(nil),            // 18: fanout.v1.RunAdopted
+	(*ApprovalRequested)(nil),     // 19: fanout.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 20: fanout.v1.ApprovalDecided
+	(*RunStarted)(nil),            // 21: fanout.v1.RunStarted
+	(*TaskQueued)(nil),            // 22: fanout.v1.TaskQueued
+	(*TaskStarted)(nil),           // 23: fanout.v1.TaskStarted
+	(*TaskIteration)(nil),         // 24: fanout.v1.TaskIteration
+	(*TaskFinished)(nil),          // 25: fanout.v1.TaskFinished
+	(*BudgetUpdate)(nil),          // 26: fanout.v1.BudgetUpdate
+	(*BudgetExhausted)(nil),       // 27: fanout.v1.BudgetExhausted
+	(*RunFinished)(nil),           // 28: fanout.v1.RunFinished
+	nil,                           // 29: fanout.v1.RunSpec.LabelsEntry
+	nil,                           // 30: fanout.v1.Run.LabelsEntry
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_fanout_v1_run_proto_depIdxs = []int32{
 	6,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
@@ -2877,16 +3095,16 @@ var file_fanout_v1_run_proto_depIdxs = []int32{
 	0,  // 3: fanout.v1.RunSpec.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
 	1,  // 4: fanout.v1.RunSpec.join_policy:type_name -> fanout.v1.JoinPolicy
 	9,  // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
-	28, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
-	30, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	29, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
+	31, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
 	3,  // 8: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
-	30, // 9: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
+	31, // 9: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
 	10, // 10: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
 	2,  // 11: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
 	2,  // 12: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
 	11, // 13: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
-	31, // 14: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
-	31, // 15: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
+	32, // 14: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
+	32, // 15: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
 	10, // 16: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
 	12, // 17: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
 	4,  // 18: fanout.v1.Run.state:type_name -> fanout.v1.RunState
@@ -2894,34 +3112,36 @@ var file_fanout_v1_run_proto_depIdxs = []int32{
 	13, // 20: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
 	12, // 21: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
 	14, // 22: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
-	31, // 23: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	31, // 24: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	29, // 25: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	31, // 26: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	20, // 27: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	21, // 28: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	22, // 29: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	23, // 30: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	24, // 31: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	25, // 32: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	26, // 33: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	27, // 34: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
-	17, // 35: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
-	18, // 36: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
-	19, // 37: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
-	31, // 38: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	31, // 39: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
-	15, // 40: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	12, // 41: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	13, // 42: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	13, // 43: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	4,  // 44: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	14, // 45: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	17, // 23: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
+	32, // 24: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	32, // 25: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	30, // 26: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	32, // 27: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	21, // 28: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	22, // 29: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	23, // 30: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	24, // 31: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	25, // 32: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	26, // 33: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	27, // 34: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	28, // 35: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	18, // 36: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
+	19, // 37: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
+	20, // 38: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
+	17, // 39: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
+	32, // 40: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	32, // 41: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
+	15, // 42: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	12, // 43: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	13, // 44: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	13, // 45: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	4,  // 46: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	14, // 47: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	48, // [48:48] is the sub-list for method output_type
+	48, // [48:48] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }
@@ -2941,6 +3161,7 @@ func file_fanout_v1_run_proto_init() {
 		(*RunEvent_RunAdopted)(nil),
 		(*RunEvent_ApprovalRequested)(nil),
 		(*RunEvent_ApprovalDecided)(nil),
+		(*RunEvent_ConcurrencyChosen)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2948,7 +3169,7 @@ func file_fanout_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_run_proto_rawDesc), len(file_fanout_v1_run_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -220,6 +220,38 @@ type Price struct {
 	SetBy            *string
 }
 
+// The rate limits each provider states for a key and model, as the workers last read them from its responses (docs/operations.md#rate-limits-and-headroom).
+type ProviderLimit struct {
+	// The provider key's rate bucket ("provider:key id"; never the key).
+	Bucket string
+	// The model the responses were for, as the worker called it.
+	Model    string
+	Provider string
+	// The provider is the workers' default (a run that names no provider uses it).
+	ProviderDefault bool
+	// The model is the provider's default on the workers (a run that names no model uses it).
+	ModelDefault bool
+	// Requests per minute the provider states (NULL: not stated).
+	LimitRequests *int64
+	// Tokens per minute the provider states (NULL: not stated).
+	LimitTokens *int64
+	// Requests left in the provider's window at learned_at.
+	RemainingRequests *int64
+	// Tokens left in the provider's window at learned_at.
+	RemainingTokens *int64
+	RequestsResetAt *time.Time
+	TokensResetAt   *time.Time
+	// The ceiling the worker's flags set on requests per minute (0: none).
+	ConfiguredRpm int64
+	// The ceiling the worker's flags set on tokens per minute (0: none).
+	ConfiguredTpm int64
+	// 429 responses the workers have seen for this key and model, in all.
+	Throttled int64
+	// The latest retry-after a 429 asked for.
+	ThrottledUntil *time.Time
+	LearnedAt      time.Time
+}
+
 type RateBucket struct {
 	Bucket     string
 	Rpm        int64
@@ -428,6 +460,8 @@ type Tenant struct {
 	// The request rate of each key of the tenant that sets none of its own. NULL: no cap.
 	KeyRequestsPerMinute *int32
 	UpdatedAt            time.Time
+	// The share (0 < h <= 1) of a provider's stated rate limit the tenant's runs plan to use when their concurrency is sized from it (docs/operations.md#concurrency-from-the-rate-limits). NULL: the server's default, 0.7.
+	Headroom *float64
 }
 
 type TenantBudget struct {

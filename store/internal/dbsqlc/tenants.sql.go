@@ -11,9 +11,9 @@ import (
 )
 
 const createTenant = `-- name: CreateTenant :one
-SELECT tenant_id, created_at, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, updated_at FROM admin_create_tenant($1, $2, $3::bigint,
+SELECT tenant_id, created_at, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, updated_at, headroom FROM admin_create_tenant($1, $2, $3::bigint,
     $4::int, $5::int,
-    $6::int)
+    $6::int, $7::float8)
 `
 
 type CreateTenantParams struct {
@@ -23,6 +23,7 @@ type CreateTenantParams struct {
 	MaxConcurrentRuns    *int32
 	MaxTasksInFlight     *int32
 	KeyRequestsPerMinute *int32
+	Headroom             *float64
 }
 
 func (q *Queries) CreateTenant(ctx context.Context, db DBTX, arg CreateTenantParams) (Tenant, error) {
@@ -33,6 +34,7 @@ func (q *Queries) CreateTenant(ctx context.Context, db DBTX, arg CreateTenantPar
 		arg.MaxConcurrentRuns,
 		arg.MaxTasksInFlight,
 		arg.KeyRequestsPerMinute,
+		arg.Headroom,
 	)
 	var i Tenant
 	err := row.Scan(
@@ -43,14 +45,15 @@ func (q *Queries) CreateTenant(ctx context.Context, db DBTX, arg CreateTenantPar
 		&i.MaxTasksInFlight,
 		&i.KeyRequestsPerMinute,
 		&i.UpdatedAt,
+		&i.Headroom,
 	)
 	return i, err
 }
 
 const setQuotas = `-- name: SetQuotas :one
-SELECT tenant_id, created_at, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, updated_at FROM admin_set_quotas($1, $2, $3::bigint,
+SELECT tenant_id, created_at, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, updated_at, headroom FROM admin_set_quotas($1, $2, $3::bigint,
     $4::int, $5::int,
-    $6::int)
+    $6::int, $7::float8)
 `
 
 type SetQuotasParams struct {
@@ -60,6 +63,7 @@ type SetQuotasParams struct {
 	MaxConcurrentRuns    *int32
 	MaxTasksInFlight     *int32
 	KeyRequestsPerMinute *int32
+	Headroom             *float64
 }
 
 func (q *Queries) SetQuotas(ctx context.Context, db DBTX, arg SetQuotasParams) (Tenant, error) {
@@ -70,6 +74,7 @@ func (q *Queries) SetQuotas(ctx context.Context, db DBTX, arg SetQuotasParams) (
 		arg.MaxConcurrentRuns,
 		arg.MaxTasksInFlight,
 		arg.KeyRequestsPerMinute,
+		arg.Headroom,
 	)
 	var i Tenant
 	err := row.Scan(
@@ -80,6 +85,7 @@ func (q *Queries) SetQuotas(ctx context.Context, db DBTX, arg SetQuotasParams) (
 		&i.MaxTasksInFlight,
 		&i.KeyRequestsPerMinute,
 		&i.UpdatedAt,
+		&i.Headroom,
 	)
 	return i, err
 }
@@ -113,7 +119,7 @@ func (q *Queries) SetTenantBudget(ctx context.Context, db DBTX, arg SetTenantBud
 }
 
 const tenant = `-- name: Tenant :one
-SELECT tenant_id, created_at, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, updated_at FROM tenant WHERE tenant_id = $1
+SELECT tenant_id, created_at, max_run_tokens, max_concurrent_runs, max_tasks_in_flight, key_requests_per_minute, updated_at, headroom FROM tenant WHERE tenant_id = $1
 `
 
 func (q *Queries) Tenant(ctx context.Context, db DBTX, tenantID string) (Tenant, error) {
@@ -127,6 +133,7 @@ func (q *Queries) Tenant(ctx context.Context, db DBTX, tenantID string) (Tenant,
 		&i.MaxTasksInFlight,
 		&i.KeyRequestsPerMinute,
 		&i.UpdatedAt,
+		&i.Headroom,
 	)
 	return i, err
 }

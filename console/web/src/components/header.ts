@@ -28,6 +28,16 @@ function meta(v: RunView): Child[] {
     run?.finishedAt ? [h("dt", null, "Finished"), h("dd", null, timeElement(run.finishedAt))] : null,
     labels.length ? [h("dt", null, "Labels"), h("dd", null, labels.map(([k, val]) => `${k}=${val}`).join(", "))] : null,
     v.adoptions ? [h("dt", null, "Adopted"), h("dd", null, `${v.adoptions} times`)] : null,
+    v.concurrency
+      ? [
+          h("dt", null, "Concurrency"),
+          h(
+            "dd",
+            { id: "run-concurrency" },
+            `${v.concurrency.concurrency} tasks at once, from the rate limits: ${v.concurrency.reason}`,
+          ),
+        ]
+      : null,
   ];
 }
 

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fanout/v1/run.proto.
  */
 export const file_fanout_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEiqQMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSLgoGbGFiZWxzGBQgAygLMh4uZmFub3V0LnYxLlJ1blNwZWMuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKwAQoIVGFza1NwZWMSCgoCaWQYASABKAkSEwoLaW5zdHJ1Y3Rpb24YAiABKAkSFAoMdG9rZW5fYnVkZ2V0GAMgASgDEhYKDm1heF9pdGVyYXRpb25zGAQgASgFEhUKDWFsbG93ZWRfdG9vbHMYBSADKAkSEgoKZGVwZW5kc19vbhgGIAMoCRIqCgd0aW1lb3V0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIqYCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkimQQKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEi4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijQUKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIAEIHCgVldmVudCJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJdCg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBkIzWjFnaXRodWIuY29tL2Zhbm91dC9mYW5vdXQvcHJvdG8vZmFub3V0L3YxO2Zhbm91dHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEiqQMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSLgoGbGFiZWxzGBQgAygLMh4uZmFub3V0LnYxLlJ1blNwZWMuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKwAQoIVGFza1NwZWMSCgoCaWQYASABKAkSEwoLaW5zdHJ1Y3Rpb24YAiABKAkSFAoMdG9rZW5fYnVkZ2V0GAMgASgDEhYKDm1heF9pdGVyYXRpb25zGAQgASgFEhUKDWFsbG93ZWRfdG9vbHMYBSADKAkSEgoKZGVwZW5kc19vbhgGIAMoCRIqCgd0aW1lb3V0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIqYCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkizAQKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEjEKC2NvbmN1cnJlbmN5GBEgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuEi4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiyQUKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIABI6ChJjb25jdXJyZW5jeV9jaG9zZW4YFSABKAsyHC5mYW5vdXQudjEuQ29uY3VycmVuY3lDaG9zZW5IAEIHCgVldmVudCKsAgoRQ29uY3VycmVuY3lDaG9zZW4SEwoLY29uY3VycmVuY3kYASABKAUSEAoIcHJldmlvdXMYAiABKAUSDgoGcmVhc29uGAMgASgJEhYKDmxpbWl0X3JlcXVlc3RzGAQgASgDEhQKDGxpbWl0X3Rva2VucxgFIAEoAxIQCghoZWFkcm9vbRgGIAEoARIYChBzZWNvbmRzX3Blcl9jYWxsGAcgASgBEhcKD3Rva2Vuc19wZXJfY2FsbBgIIAEoARIWCg5jYWxsc19wZXJfdGFzaxgJIAEoARIWCg5vYnNlcnZlZF9jYWxscxgKIAEoBRIUCgxydW5zX3NoYXJpbmcYCyABKAUSEQoJdGhyb3R0bGVkGAwgASgDEhQKDHRocm90dGxlX2NhcBgNIAEoBSJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJdCg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBkIzWjFnaXRodWIuY29tL2Zhbm91dC9mYW5vdXQvcHJvdG8vZmFub3V0L3YxO2Zhbm91dHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * RunSpec is everything a caller submits to start a run. It is stored with
@@ -787,6 +787,15 @@ export type Run = Message<"fanout.v1.Run"> & {
   specCut: boolean;
 
   /**
+   * The run's latest ConcurrencyChosen event, for a run whose concurrency
+   * comes from the rate limits (limits.max_concurrency unset): how many of
+   * its tasks may run at once, and why. Set by GetRun only.
+   *
+   * @generated from field: fanout.v1.ConcurrencyChosen concurrency = 17;
+   */
+  concurrency?: ConcurrencyChosen | undefined;
+
+  /**
    * When the run was accepted (Postgres time).
    *
    * @generated from field: google.protobuf.Timestamp created_at = 20;
@@ -943,6 +952,16 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
      */
     value: ApprovalDecided;
     case: "approvalDecided";
+  } | {
+    /**
+     * The run's concurrency was chosen from the providers' rate limits
+     * (a run that leaves limits.max_concurrency unset): when it is first
+     * chosen and whenever it changes.
+     *
+     * @generated from field: fanout.v1.ConcurrencyChosen concurrency_chosen = 21;
+     */
+    value: ConcurrencyChosen;
+    case: "concurrencyChosen";
   } | { case: undefined; value?: undefined };
 };
 
@@ -952,6 +971,127 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
   messageDesc(file_fanout_v1_run, 11);
+
+/**
+ * ConcurrencyChosen reports how many of a run's tasks may run at once, and
+ * why, for a run that left limits.max_concurrency unset: the orchestrator
+ * sizes it from the rate limits the providers state for the run's
+ * provider and model, the headroom, the run's observed seconds and tokens
+ * per model call, and the runs of the fleet that share the limit, and
+ * recomputes it while the run goes (docs/operations.md, "Concurrency from
+ * the rate limits"). Appended when it is first chosen and whenever it
+ * changes.
+ *
+ * @generated from message fanout.v1.ConcurrencyChosen
+ */
+export type ConcurrencyChosen = Message<"fanout.v1.ConcurrencyChosen"> & {
+  /**
+   * Tasks of the run that may run at once from now on.
+   *
+   * @generated from field: int32 concurrency = 1;
+   */
+  concurrency: number;
+
+  /**
+   * What it was before; 0 for the first choice.
+   *
+   * @generated from field: int32 previous = 2;
+   */
+  previous: number;
+
+  /**
+   * Why, in one sentence: "7 = 600 RPM × 0.7 ÷ 60 s × 2.0 s per call ÷ 2
+   * runs sharing the limit".
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * Requests per minute the providers state for the run's provider and
+   * model, summed over the fleet's keys, under the configured ceilings; 0:
+   * none known.
+   *
+   * @generated from field: int64 limit_requests = 4;
+   */
+  limitRequests: bigint;
+
+  /**
+   * Tokens per minute, likewise; 0: none known.
+   *
+   * @generated from field: int64 limit_tokens = 5;
+   */
+  limitTokens: bigint;
+
+  /**
+   * The share of each limit the fleet may use (the tenant's headroom).
+   *
+   * @generated from field: double headroom = 6;
+   */
+  headroom: number;
+
+  /**
+   * Wall seconds per model call of a task in flight (each iteration of the
+   * agent loop), as observed in this run; the starting point until one is.
+   *
+   * @generated from field: double seconds_per_call = 7;
+   */
+  secondsPerCall: number;
+
+  /**
+   * Tokens per model call, likewise.
+   *
+   * @generated from field: double tokens_per_call = 8;
+   */
+  tokensPerCall: number;
+
+  /**
+   * Model calls per ended task, as observed in this run (0: none ended
+   * yet). It cancels out of the arithmetic (a task holds one call at a
+   * time) and is reported for the reader.
+   *
+   * @generated from field: double calls_per_task = 9;
+   */
+  callsPerTask: number;
+
+  /**
+   * Calls observed in this run: 0 means seconds_per_call and
+   * tokens_per_call are the starting point.
+   *
+   * @generated from field: int32 observed_calls = 10;
+   */
+  observedCalls: number;
+
+  /**
+   * Running runs of the fleet naming the same provider and model, this one
+   * included: each takes an equal share of the limit.
+   *
+   * @generated from field: int32 runs_sharing = 11;
+   */
+  runsSharing: number;
+
+  /**
+   * 429s the providers returned for the limit, fleet-wide, in all.
+   *
+   * @generated from field: int64 throttled = 12;
+   */
+  throttled: bigint;
+
+  /**
+   * The additive-increase, multiplicative-decrease cap that 429s set (0:
+   * none applies).
+   *
+   * @generated from field: int32 throttle_cap = 13;
+   */
+  throttleCap: number;
+};
+
+/**
+ * Describes the message fanout.v1.ConcurrencyChosen.
+ * Use `create(ConcurrencyChosenSchema)` to create a new message.
+ */
+export const ConcurrencyChosenSchema: GenMessage<ConcurrencyChosen> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 12);
 
 /**
  * RunAdopted reports that the orchestrator driving the run was lost (its
@@ -1003,7 +1143,7 @@ export type RunAdopted = Message<"fanout.v1.RunAdopted"> & {
  * Use `create(RunAdoptedSchema)` to create a new message.
  */
 export const RunAdoptedSchema: GenMessage<RunAdopted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 12);
+  messageDesc(file_fanout_v1_run, 13);
 
 /**
  * ApprovalRequested reports that a task's write waits for a person's
@@ -1057,7 +1197,7 @@ export type ApprovalRequested = Message<"fanout.v1.ApprovalRequested"> & {
  * Use `create(ApprovalRequestedSchema)` to create a new message.
  */
 export const ApprovalRequestedSchema: GenMessage<ApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 13);
+  messageDesc(file_fanout_v1_run, 14);
 
 /**
  * ApprovalDecided reports a decision on a write that waited for approval.
@@ -1121,7 +1261,7 @@ export type ApprovalDecided = Message<"fanout.v1.ApprovalDecided"> & {
  * Use `create(ApprovalDecidedSchema)` to create a new message.
  */
 export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 14);
+  messageDesc(file_fanout_v1_run, 15);
 
 /**
  * RunStarted reports that a run was accepted.
@@ -1143,7 +1283,7 @@ export type RunStarted = Message<"fanout.v1.RunStarted"> & {
  * Use `create(RunStartedSchema)` to create a new message.
  */
 export const RunStartedSchema: GenMessage<RunStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 15);
+  messageDesc(file_fanout_v1_run, 16);
 
 /**
  * TaskQueued reports that a task is waiting for a concurrency slot (its
@@ -1172,7 +1312,7 @@ export type TaskQueued = Message<"fanout.v1.TaskQueued"> & {
  * Use `create(TaskQueuedSchema)` to create a new message.
  */
 export const TaskQueuedSchema: GenMessage<TaskQueued> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 16);
+  messageDesc(file_fanout_v1_run, 17);
 
 /**
  * TaskStarted reports that a worker started a task.
@@ -1208,7 +1348,7 @@ export type TaskStarted = Message<"fanout.v1.TaskStarted"> & {
  * Use `create(TaskStartedSchema)` to create a new message.
  */
 export const TaskStartedSchema: GenMessage<TaskStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 17);
+  messageDesc(file_fanout_v1_run, 18);
 
 /**
  * TaskIteration reports progress of a running task.
@@ -1250,7 +1390,7 @@ export type TaskIteration = Message<"fanout.v1.TaskIteration"> & {
  * Use `create(TaskIterationSchema)` to create a new message.
  */
 export const TaskIterationSchema: GenMessage<TaskIteration> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 18);
+  messageDesc(file_fanout_v1_run, 19);
 
 /**
  * TaskFinished reports that a task ended.
@@ -1271,7 +1411,7 @@ export type TaskFinished = Message<"fanout.v1.TaskFinished"> & {
  * Use `create(TaskFinishedSchema)` to create a new message.
  */
 export const TaskFinishedSchema: GenMessage<TaskFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 19);
+  messageDesc(file_fanout_v1_run, 20);
 
 /**
  * BudgetUpdate reports the run's budget.
@@ -1292,7 +1432,7 @@ export type BudgetUpdate = Message<"fanout.v1.BudgetUpdate"> & {
  * Use `create(BudgetUpdateSchema)` to create a new message.
  */
 export const BudgetUpdateSchema: GenMessage<BudgetUpdate> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 20);
+  messageDesc(file_fanout_v1_run, 21);
 
 /**
  * BudgetExhausted marks the moment the run's budget ran out. It is sent
@@ -1325,7 +1465,7 @@ export type BudgetExhausted = Message<"fanout.v1.BudgetExhausted"> & {
  * Use `create(BudgetExhaustedSchema)` to create a new message.
  */
 export const BudgetExhaustedSchema: GenMessage<BudgetExhausted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 21);
+  messageDesc(file_fanout_v1_run, 22);
 
 /**
  * RunFinished reports that a run ended.
@@ -1361,7 +1501,7 @@ export type RunFinished = Message<"fanout.v1.RunFinished"> & {
  * Use `create(RunFinishedSchema)` to create a new message.
  */
 export const RunFinishedSchema: GenMessage<RunFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 22);
+  messageDesc(file_fanout_v1_run, 23);
 
 /**
  * ExhaustionPolicy says what happens to a run's in-flight work when its
