@@ -308,3 +308,68 @@ func TestHedgeValidation(t *testing.T) {
 		t.Errorf("a read-only task's hedge: %v", err)
 	}
 }
+
+// BenchmarkHedgedStraggler measures one run of 8 tasks on 4 workers, one
+// of which is slow (1s a model call, two calls a task), with and without a
+// hedge on every task (latency factor 3, 3 peers): the run's time (its
+// RunStarted to its RunFinished, database time) and its tokens, per run.
+//
+//	go test -run '^$' -bench HedgedStraggler -benchtime 3x ./orchestrator/
+func BenchmarkHedgedStraggler(b *testing.B) {
+	for _, hedged := range []bool{false, true} {
+		name := "none"
+		if hedged {
+			name = "hedge"
+		}
+		b.Run(name, func(b *testing.B) {
+			tb := setup(b)
+			var workers []string
+			for k := range 3 {
+				w, _ := tb.worker(b, "fast"+string(rune('1'+k)), llm.SimConfig{}, 8)
+				workers = append(workers, w)
+			}
+			slow, _ := tb.worker(b, "slow", llm.SimConfig{Latency: time.Second}, 8)
+			n := tb.orchestrator(b, "o1", orchestrator.Config{}, append(workers, slow)...)
+			var secs, tokens float64
+			for i := 0; b.Loop(); i++ {
+				s := spec(name+string(rune('a'+i%26))+time.Now().Format("150405.000000"), 8, 1_000_000)
+				if hedged {
+					for _, t := range s.Tasks {
+						t.Hedge = &fanoutv1.Hedge{MinPeers: 3}
+					}
+				}
+				start, err := n.client.StartRun(b.Context(), &fanoutv1.StartRunRequest{Spec: s})
+				if err != nil {
+					b.Fatal(err)
+				}
+				evs := benchWatch(b, n.client, start.GetRunId())
+				fin := evs[len(evs)-1]
+				secs += fin.GetTime().AsTime().Sub(evs[0].GetTime().AsTime()).Seconds()
+				tokens += float64(fin.GetRunFinished().GetResult().GetTotalTokens())
+			}
+			b.ReportMetric(secs/float64(b.N), "run-s/op")
+			b.ReportMetric(tokens/float64(b.N), "tokens/op")
+		})
+	}
+}
+
+// benchWatch streams a run's events until RunFinished.
+func benchWatch(b *testing.B, c fanoutv1.OrchestratorServiceClient, runID string) []*fanoutv1.RunEvent {
+	ctx, cancel := context.WithTimeout(b.Context(), 60*time.Second)
+	defer cancel()
+	stream, err := c.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var evs []*fanoutv1.RunEvent
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return evs
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs = append(evs, msg.GetEvent())
+	}
+}

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
+  HedgeAttempt,
   RunEventSchema,
   RunSchema,
   RunSpecSchema,
@@ -117,4 +118,37 @@ test("costs add exactly", () => {
   assert.equal(addDecimal("0", "0.000001"), "0.000001");
   assert.equal(addDecimal("12", "3"), "15");
   assert.equal(addDecimal("0.999", "0.001"), "1.000");
+});
+
+test("a hedged task's TaskHedged and its outcome's hedge report fold into its view", () => {
+  seq = 0n;
+  const v = newRunView("r1");
+  for (const e of [
+    started(),
+    ev(2, { case: "taskStarted", value: { taskId: "a", worker: "slow" } }),
+    ev(500, {
+      case: "taskHedged",
+      value: { taskId: "a", worker: "10.0.0.2:7001", after: { seconds: 0n, nanos: 450_000_000 }, reason: "3 × the median 150ms of 3 tasks that answered" },
+    }),
+    ev(700, {
+      case: "taskFinished",
+      value: {
+        outcome: {
+          taskId: "a",
+          status: TaskStatus.SUCCEEDED,
+          tokensSpent: 390n,
+          worker: "fast",
+          hedge: { winner: HedgeAttempt.HEDGE, firstTokens: 267n, hedgeTokens: 123n, hedgeWorker: "fast" },
+        },
+      },
+    }),
+  ]) {
+    applyEvent(v, e);
+  }
+  const a = v.tasks[0];
+  assert.equal(a?.hedgedAt?.getTime(), T0 + 500);
+  assert.equal(a?.hedged?.worker, "10.0.0.2:7001");
+  assert.equal(a?.tokens, 390n);
+  assert.equal(a?.outcome?.hedge?.winner, HedgeAttempt.HEDGE);
+  assert.equal(a?.attempts, 1, "a hedge is not a re-dispatch: TaskStarted counts the attempts");
 });
