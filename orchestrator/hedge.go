@@ -88,9 +88,11 @@ func (c Config) planHedge(v *validator, p *plan, i int) {
 		v.add(field(".min_peers"), "must be 0 (the default, %d) or 1..%d (the run's other tasks), got %d", defaultHedgeMinPeers, others, n)
 	case n > int32(others):
 		v.add(field(".min_peers"), "must be at most the run's other tasks (%d), got %d", others, n)
+	case n == 0 && h.GetAfter() == nil && others == 0:
+		v.add(field(""), "a run of one task has no peers whose durations its latency_factor needs: set after")
 	case n == 0 && h.GetAfter() == nil && others < defaultHedgeMinPeers:
 		v.add(field(""), "the run has %d other tasks, fewer than the %d (min_peers' default) whose durations its latency_factor needs: "+
-			"set min_peers (1..%d) or after", others, defaultHedgeMinPeers, max(others, 1))
+			"set min_peers (1..%d) or after", others, defaultHedgeMinPeers, others)
 	}
 	if d := h.GetAfter(); d != nil {
 		switch {

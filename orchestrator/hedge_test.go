@@ -373,3 +373,47 @@ func benchWatch(b *testing.B, c fanoutv1.OrchestratorServiceClient, runID string
 		evs = append(evs, msg.GetEvent())
 	}
 }
+
+// TestAJoinPolicyStopsBothAttemptsOfAHedge: a FIRST_SUCCESS run whose
+// other task answers while a hedged task's two attempts both run on slow
+// workers cuts both at once. The workers do not hear that cause by
+// themselves (the run's account is ended only after its tasks), so only
+// the task's context stops them: the hedge must run under it.
+func TestAJoinPolicyStopsBothAttemptsOfAHedge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	mid, _ := b.worker(t, "mid", llm.SimConfig{Latency: 800 * time.Millisecond}, 8)
+	w1, sim1 := b.worker(t, "slow1", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	w2, sim2 := b.worker(t, "slow2", llm.SimConfig{Latency: 30 * time.Second}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, mid, w1, w2)
+	s := spec("hedge-join", 2, 1_000_000) // round-robin: t00 on mid, t01 on slow1, its hedge on slow2
+	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS
+	s.Tasks[1].Hedge = &fanoutv1.Hedge{After: durationpb.New(200 * time.Millisecond)}
+	evs := runStream(t, n.client, s)
+	fin := checkEvents(t, evs)
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	hedged, finished := hedgeEvents(evs)
+	if hedged["t01"] == nil {
+		t.Fatal("t01 was not hedged")
+	}
+	if o := finished["t00"]; o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetWorker() != "mid" {
+		t.Fatalf("t00 ended %s on %s, want SUCCEEDED on mid (the test's schedule did not happen)", o.GetStatus(), o.GetWorker())
+	}
+	o := finished["t01"]
+	if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_CANCELLED || o.GetHedge().GetWinner() != fanoutv1.HedgeAttempt_HEDGE_ATTEMPT_UNSPECIFIED {
+		t.Errorf("t01 ended %s with hedge report %v: want CANCELLED, neither attempt the winner", o.GetStatus(), o.GetHedge())
+	}
+	calls := append(sim1.Calls(), sim2.Calls()...)
+	if len(calls) != 2 {
+		t.Errorf("%d model calls on the slow workers, want t01's two attempts' first calls", len(calls))
+	}
+	for _, c := range calls {
+		if !c.Cancelled {
+			t.Errorf("call %+v ran on after the run's join policy stopped it", c)
+		}
+	}
+	b.checkHedgeBilled(t, evs[0].GetRunId(), o)
+	b.checkLedger(t)
+}
