@@ -294,12 +294,17 @@ func (d *driver) runHedged(runCtx, ctx context.Context, i int, c *dispatch) *fan
 		if threshold, why, ok := hedgeThreshold(h, &d.hedges); ok {
 			ran := time.Since(since)
 			if ran >= threshold && !d.stopping(runCtx) {
-				hedge = d.startHedge(ctx, i, c, spend, ends, ran, threshold, why)
-				if hedge != nil {
+				var again bool
+				if hedge, again = d.startHedge(ctx, i, c, spend, ends, ran, threshold, why); hedge != nil {
 					break
 				}
+				if !again {
+					return (<-ends).outcome // the first runs on alone
+				}
 			}
-			wait = min(wait, max(threshold-ran, time.Millisecond))
+			if ran < threshold {
+				wait = min(wait, threshold-ran)
+			} // else: refused for now (the forecast, the ledger) or stopping: look again in hedgeRecheck
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -362,15 +367,16 @@ type hedgeAttempt struct {
 // startHedge starts the second attempt of task i, whose first is c, which
 // has run ran past threshold (why says it), if the forecast affords it and
 // the ledger opens its account; its end goes to ends. It returns nil when
-// it did not start it (it may, later).
+// it did not start it, and again whether it may later (the forecast may
+// afford it then; a ledger that refused its account will not open it).
 func (d *driver) startHedge(ctx context.Context, i int, c *dispatch, spend *attemptSpend, ends chan<- attemptEnd,
-	ran, threshold time.Duration, why string) *hedgeAttempt {
+	ran, threshold time.Duration, why string) (h *hedgeAttempt, again bool) {
 	taskID := c.req.GetTask().GetId()
 	if d.fc != nil {
 		if ok, need, room := d.fc.admitHedge(i); !ok {
 			d.e.cfg.Logger.DebugContext(ctx, "hedge not afforded by the forecast; the task runs on alone for now",
 				"run_id", d.runID, "task_id", taskID, "need", need, "room", room)
-			return nil
+			return nil, true
 		}
 	}
 	actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
@@ -378,7 +384,7 @@ func (d *driver) startHedge(ctx context.Context, i int, c *dispatch, spend *atte
 	cancel()
 	if err != nil {
 		d.e.cfg.Logger.WarnContext(ctx, "open a hedge's account; the task runs on alone", "run_id", d.runID, "task_id", taskID, "err", err)
-		return nil
+		return nil, false
 	}
 	req := proto.CloneOf(c.req)
 	req.TaskAccountId = int64(acct)
@@ -388,7 +394,7 @@ func (d *driver) startHedge(ctx context.Context, i int, c *dispatch, spend *atte
 	w := d.e.workers.After(c.sentTo())
 	hc := d.newDispatch(w, req, attemptProgress{d: d, index: i, spend: spend})
 	hctx, hcancel := context.WithCancelCause(ctx)
-	h := &hedgeAttempt{account: acct, after: ran, cancel: hcancel}
+	h = &hedgeAttempt{account: acct, after: ran, cancel: hcancel}
 	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	d.event(ectx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskHedged{TaskHedged: &fanoutv1.TaskHedged{
 		TaskId: taskID, Worker: w.Addr, After: durationpb.New(ran), Threshold: durationpb.New(threshold), Reason: why}}})
@@ -396,7 +402,7 @@ func (d *driver) startHedge(ctx context.Context, i int, c *dispatch, spend *atte
 	d.e.wake(d.runID)
 	metrics().tasksHedged.Add(context.WithoutCancel(ctx), 1)
 	go func() { ends <- attemptEnd{hedge: true, outcome: hc.run(hctx)} }()
-	return h
+	return h, false
 }
 
 // attemptSpent is what one attempt of a hedged task spent, settled in the
