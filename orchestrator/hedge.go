@@ -44,8 +44,8 @@ import (
 //     stops stops both; no hedge starts once the run was told to stop.
 //   - One winner: the driver stores the task's one outcome (FinishTask);
 //     an orchestrator that adopts the run fences a hedge begun before it
-//     (it begins a new attempt on the hedge's account) and counts its
-//     spend as the task's (fenceEarlierHedge, earlierHedgeSpent).
+//     with the task (Engine.fence begins a new attempt on the hedge's
+//     account too) and counts its spend as the task's (earlierHedgeSpent).
 
 const (
 	// defaultHedgeFactor is Hedge.latency_factor when neither it nor
@@ -414,23 +414,6 @@ func (d *driver) attemptSpent(ctx context.Context, o *fanoutv1.TaskOutcome, acct
 		return d.settledSpend(ctx, acct)
 	}
 	return o.GetTokensSpent()
-}
-
-// fenceEarlierHedge fences the hedge an earlier orchestrator began for
-// task taskID, which this one resumes, if there was one: it begins an
-// attempt on the hedge's account, so that the earlier attempt can reserve
-// no more (its worker stops at its next call). The task's one outcome is
-// this orchestrator's (FinishTask is fenced by the run's owner).
-func (d *driver) fenceEarlierHedge(ctx context.Context, taskID string) {
-	acct, ok := d.accounts.Tasks[hedgeAccountPrefix+taskID]
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-	defer cancel()
-	if _, err := d.e.ledger.BeginAttempt(ctx, acct, d.runID, d.p.tenantID); err != nil && !errors.Is(err, budget.ErrExhausted) {
-		d.e.cfg.Logger.WarnContext(ctx, "fence an earlier orchestrator's hedge", "run_id", d.runID, "task_id", taskID, "err", err)
-	}
 }
 
 // earlierHedgeSpent is what the hedge of task taskID, resumed, spent

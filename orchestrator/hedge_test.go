@@ -14,6 +14,7 @@ import (
 	"github.com/fanout/fanout/budget"
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/store"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -415,5 +416,70 @@ func TestAJoinPolicyStopsBothAttemptsOfAHedge(t *testing.T) {
 		}
 	}
 	b.checkHedgeBilled(t, evs[0].GetRunId(), o)
+	b.checkLedger(t)
+}
+
+// TestAdoptionFencesAndBillsALostHedge: the lost orchestrator had hedged
+// t01, and its hedge had spent 40 tokens on its own account. The adopter
+// fences that hedge with the task (a new attempt on the hedge's account:
+// the lost hedge's next reserve is denied), resumes t01 as one task with
+// one outcome, and bills it what both its accounts spent. (The fence is
+// read from the hedge's account after the run: a reserve made to probe it
+// while the run goes would, if it were granted, hold the adopter up.)
+func TestAdoptionFencesAndBillsALostHedge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := spec("hedge-adopt", 2, 100_000)
+	s.Tasks[1].Hedge = &fanoutv1.Hedge{After: durationpb.New(time.Minute)}
+	const runID = "hedge-adopt-run"
+	accts := ghost(t, b, runID, s)
+	ctx := t.Context()
+	if _, err := store.NewRuns(b.pool).StartTask(ctx, runID, "ghost", &fanoutv1.TaskStarted{TaskId: "t01", Worker: "old-worker"}); err != nil {
+		t.Fatal(err)
+	}
+	hedgeAcct, err := b.ledger.OpenHedge(ctx, accts.Tasks["t01"], runID, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt, err := b.ledger.BeginAttempt(ctx, hedgeAcct, runID, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserve := func() (budget.Reservation, error) {
+		return b.ledger.Reserve(ctx, budget.ReserveParams{Account: hedgeAcct, RunID: runID, TenantID: "t1",
+			Attempt: attempt.N, Secret: attempt.Secret, Want: 100, Min: 10, Holder: "old-hedge-worker", TTL: time.Hour})
+	}
+	r, err := reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.Settle(ctx, budget.SettleParams{Reservation: r.ID, Generation: r.Lease.Generation,
+		Secret: attempt.Secret, Actual: 40}); err != nil {
+		t.Fatal(err)
+	}
+	orphan(t, b, runID)
+	w, _ := b.worker(t, "w", resumeSim, 8)
+	adopter := b.orchestrator(t, "r", leaseConfig(), w)
+	checkResumed(t, b, adopter.client, s, runID, "ghost", "r")
+	if _, err := reserve(); !errors.Is(err, budget.ErrDenied) && !errors.Is(err, budget.ErrExhausted) {
+		t.Errorf("the lost hedge reserved again after the run was adopted: %v; want it refused", err)
+	}
+	var fenced int64
+	if err := b.pool.QueryRow(ctx, `SELECT attempt FROM account WHERE account_id = $1`, int64(hedgeAcct)).Scan(&fenced); err != nil {
+		t.Fatal(err)
+	}
+	if fenced <= attempt.N {
+		t.Errorf("the hedge's account is at attempt %d after the adoption, want past the lost hedge's %d (fenced)", fenced, attempt.N)
+	}
+	got, err := adopter.client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, _ := b.taskAccountSpent(t, runID, "t01")
+	for _, o := range got.GetRun().GetTasks() {
+		if o.GetTaskId() == "t01" && o.GetTokensSpent() != task+40 {
+			t.Errorf("t01 billed %d tokens, want its account's %d + the lost hedge's 40", o.GetTokensSpent(), task)
+		}
+	}
 	b.checkLedger(t)
 }

@@ -56,9 +56,6 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 	defer cancel()
 
 	resumed := d.resumed != nil && d.resumed[i]
-	if resumed {
-		d.fenceEarlierHedge(taskCtx, req.GetTask().GetId())
-	}
 	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
 		c := d.newDispatch(first, req, taskProgress{d: d, index: i, taskID: req.GetTask().GetId()})
 		if !d.stopping(runCtx) {
@@ -179,7 +176,6 @@ func (d *driver) endUndispatched(runCtx context.Context, i int, o *fanoutv1.Task
 	defer cancel()
 	o.TaskId, o.DispatchIndex = d.p.spec.GetTasks()[i].GetId(), int32(i)
 	if d.resumed != nil && d.resumed[i] { // the lost orchestrator's attempt may have spent
-		d.fenceEarlierHedge(ctx, o.GetTaskId())
 		o.TokensSpent = d.settledSpend(ctx, d.accounts.Tasks[o.GetTaskId()]) + d.earlierHedgeSpent(ctx, o.GetTaskId())
 		startedBefore(o)
 	}
