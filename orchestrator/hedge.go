@@ -23,7 +23,8 @@ import (
 // on another worker while its first runs on; the first of the two to end
 // with an answer (SUCCEEDED) is the task's outcome, the other is cancelled
 // (errHedgeLost) and what it spent, settled in the ledger, is the task's
-// too. The rules, each of which a test and a mutant hold:
+// too. The rules (tests in hedge_test.go and hedge_internal_test.go;
+// mutants 410-419):
 //
 //   - Never without the field, never before the threshold: the first
 //     attempt must have run (since its worker started it) past the earlier
@@ -70,7 +71,8 @@ const (
 // did not answer first.
 var errHedgeLost = errors.New("the task's other attempt answered first (hedge)")
 
-// planHedge checks task i's hedge (readTools: the tools that only read).
+// planHedge checks task i's hedge: its limits, and that the task allows
+// only tools that read (Config.ReadTools).
 func (c Config) planHedge(v *validator, p *plan, i int) {
 	t := p.spec.GetTasks()[i]
 	h := t.GetHedge()
