@@ -247,6 +247,17 @@ type Ledger interface {
 	// runID and tenantID.
 	BeginAttempt(ctx context.Context, account AccountID, runID, tenantID string) (Attempt, error)
 
+	// OpenHedge opens, or returns if it is open already, the account of
+	// the second attempt of the task whose account is task (a hedge:
+	// fanout.v1.TaskSpec.hedge): a task account of its own beside the
+	// task's, under the run, with the task's token budget as its limit, on
+	// which the second attempt begins its attempts while the first runs on
+	// the task's. Returns ErrNotFound for an unknown account, an
+	// *ExhaustedError when the run or the task account has ended, and
+	// ErrDenied when task is not a task account of runID and tenantID, or
+	// is a hedge's.
+	OpenHedge(ctx context.Context, task AccountID, runID, tenantID string) (AccountID, error)
+
 	// Reserve grants min(Want, available) if that is at least Min, on the
 	// account and every ancestor at once. Returns an *ExhaustedError (which
 	// is ErrExhausted) when less than Min is available or an account in the

@@ -158,6 +158,9 @@ func (o *Orchestrator) startEngine(b *Backend, cfg OrchestratorConfig) error {
 	if cfg.Engine.KnownTools == nil {
 		cfg.Engine.KnownTools = append(subagent.BuiltinToolNames(), cfg.MCPTools...)
 	}
+	if cfg.Engine.ReadTools == nil {
+		cfg.Engine.ReadTools = builtinReadTools()
+	}
 	if cfg.Engine.Logger == nil {
 		cfg.Engine.Logger = b.Logger()
 	}
@@ -421,4 +424,17 @@ func (t tenantTaskSlots) Hold(ctx context.Context, holder, key string, limit int
 	}
 	defer t.s.Release(context.WithoutCancel(ctx), lease, 0) //nolint:errcheck // logged by Release; the slot frees itself at its lease's end
 	return t.s.Hold(ctx, &lease, fn)
+}
+
+// builtinReadTools are the workers' built-in tools that only read: those a
+// hedged task may allow (orchestrator.Config.ReadTools).
+func builtinReadTools() []string {
+	tools := subagent.BuiltinTools()
+	var read []string
+	for _, name := range subagent.BuiltinToolNames() {
+		if t, ok := tools.Get(name); ok && t.Effect == subagent.EffectRead {
+			read = append(read, name)
+		}
+	}
+	return read
 }

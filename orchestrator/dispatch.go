@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -93,6 +94,18 @@ type dispatch struct {
 	log          *slog.Logger
 	retryBackoff time.Duration // Config.RetryBackoff
 	cancelGrace  time.Duration // Config.CancelGrace
+
+	// tried is the address of the worker of the latest try (sentTo).
+	tried atomic.Pointer[Worker]
+}
+
+// sentTo is the worker of the call's latest try, or the one in turn
+// before any: a hedge goes to another one (hedge.go).
+func (c *dispatch) sentTo() Worker {
+	if w := c.tried.Load(); w != nil {
+		return *w
+	}
+	return c.first
 }
 
 // newDispatch builds the dispatch of req for this run.
@@ -132,6 +145,7 @@ func (c *dispatch) run(ctx context.Context) *fanoutv1.TaskOutcome {
 			return unstarted(err) // it never ran
 		}
 		w, _ := pool.Connected(next)
+		c.tried.Store(&w)
 		r := proto.CloneOf(req)
 		a, err := c.attempt(ctx)
 		if err != nil {

@@ -56,6 +56,9 @@ type driver struct {
 	// begun are the attempts begun with the run (RunAccounts.Attempts), by
 	// task index: each task's first try takes its own, once.
 	begun map[int]budget.Attempt
+	// hedges are how long the tasks that answered ran: the hedged tasks'
+	// thresholds (hedge.go).
+	hedges peerDurations
 
 	mu         sync.Mutex
 	lastBudget time.Time     // when the last BudgetUpdate went out

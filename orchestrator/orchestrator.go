@@ -230,6 +230,12 @@ type Config struct {
 	// KnownTools are the tool names TaskSpec.allowed_tools may use (the
 	// workers' built-in tools). Any other name is INVALID_ARGUMENT.
 	KnownTools []string
+	// ReadTools are the known tools that only read: a hedged task
+	// (TaskSpec.hedge) may allow these and no other, since a hedge runs
+	// the task twice at once and writes must stay at most once. nil: none
+	// (a task with any tool cannot be hedged). node sets the workers'
+	// read-only built-ins; an MCP tool counts as a write here.
+	ReadTools []string
 	// ToolRules are the operator's policy of the tools that have one (the
 	// MCP config's tenants and approval): a tool a rule keeps from the
 	// caller's tenant is INVALID_ARGUMENT in allowed_tools, and a run

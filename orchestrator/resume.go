@@ -132,7 +132,8 @@ func (e *Engine) resume(a runs.Adoption) error {
 // fence begins a new attempt on the ledger account of every task of the
 // run that had not ended, and on the run account (its synthesis), so that
 // the lost orchestrator's dispatches can reserve no more; it returns the
-// unfinished tasks' dispatch indexes. An account the ledger no longer
+// unfinished tasks' dispatch indexes. A task's hedge's account, if it
+// had one, is fenced with it (docs/budget.md#hedged-tasks). An account the ledger no longer
 // opens (the run was exhausted or cancelled) needs no fence: it grants
 // nothing to anyone, and the driver hears why.
 func (e *Engine) fence(ctx context.Context, runID string, p *plan, accounts budget.RunAccounts,
@@ -142,6 +143,9 @@ func (e *Engine) fence(ctx context.Context, runID string, p *plan, accounts budg
 		if !hasEnded(o.GetStatus()) {
 			unfinished = append(unfinished, i)
 			ids = append(ids, accounts.Tasks[o.GetTaskId()])
+			if h, ok := accounts.Tasks[hedgeAccountPrefix+o.GetTaskId()]; ok {
+				ids = append(ids, h) // its hedge's too (hedge.go)
+			}
 		}
 	}
 	for _, id := range ids {

@@ -55,6 +55,7 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 	taskCtx, cancel := context.WithTimeoutCause(runCtx, req.GetTask().GetTimeout().AsDuration(), errTaskTimeout)
 	defer cancel()
 
+	resumed := d.resumed != nil && d.resumed[i]
 	o := d.holdTaskSlot(taskCtx, req.GetTask().GetId(), func(ctx context.Context) *fanoutv1.TaskOutcome {
 		c := d.newDispatch(first, req, taskProgress{d: d, index: i, taskID: req.GetTask().GetId()})
 		if !d.stopping(runCtx) {
@@ -62,23 +63,27 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 			// a tenant slot): its dispatch asks the ledger, which says why.
 			c.begun = begun
 		}
-		return c.run(ctx)
+		return d.runHedged(runCtx, ctx, i, c) // c.run, unless the task is hedged
 	})
 	o.TaskId, o.DispatchIndex = req.GetTask().GetId(), int32(i)
 	o.ForecastTokens = d.fc.forecastOf(i)
 
 	ctx, cancelCleanup := cleanup(runCtx)
 	defer cancelCleanup()
-	if o.GetSummary() == nil && o.GetWorker() != "" || d.resumed != nil && d.resumed[i] {
+	if o.GetHedge() == nil && (o.GetSummary() == nil && o.GetWorker() != "" || resumed) {
 		// The stream was cut, or the task had an attempt under the lost
 		// orchestrator whose spend stands: what the task spent is in the
 		// ledger, once the worker has settled what it held (briefly; a dead
 		// worker's leases are left to the sweeper and counted at the run's
-		// end).
+		// end). A hedged task's attempts were counted by runHedged.
 		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
+		if resumed {
+			o.TokensSpent += d.earlierHedgeSpent(ctx, req.GetTask().GetId())
+		}
 		startedBefore(o)
 	}
 	stored := d.finishTask(ctx, o)
+	d.hedges.record(stored)
 	d.reportBudget(ctx, runCtx)
 	return stored
 }
@@ -173,7 +178,7 @@ func (d *driver) endUndispatched(runCtx context.Context, i int, o *fanoutv1.Task
 	defer cancel()
 	o.TaskId, o.DispatchIndex = d.p.spec.GetTasks()[i].GetId(), int32(i)
 	if d.resumed != nil && d.resumed[i] { // the lost orchestrator's attempt may have spent
-		o.TokensSpent = d.settledSpend(ctx, d.accounts.Tasks[o.GetTaskId()])
+		o.TokensSpent = d.settledSpend(ctx, d.accounts.Tasks[o.GetTaskId()]) + d.earlierHedgeSpent(ctx, o.GetTaskId())
 		startedBefore(o)
 	}
 	d.outcomes[i] = d.finishTask(ctx, o)

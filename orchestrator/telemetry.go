@@ -50,6 +50,8 @@ type instruments struct {
 	runDuration     metric.Float64Histogram
 	taskDuration    metric.Float64Histogram
 	tokensDiscarded metric.Int64Counter
+	tasksHedged     metric.Int64Counter
+	hedgeTokens     metric.Int64Counter
 }
 
 // durationBuckets are the boundaries (seconds) of the run and task duration
@@ -84,6 +86,10 @@ func metrics() *instruments {
 		inst.tokensDiscarded, _ = m.Int64Counter("fanout.tokens.discarded", metric.WithUnit("{token}"),
 			metric.WithDescription("The speculation bill: tokens spent by tasks that a join policy cancelled "+
 				"(FIRST_SUCCESS after a success, FAIL_FAST after a failure), by policy."))
+		inst.tasksHedged, _ = m.Int64Counter("fanout.tasks.hedged", metric.WithUnit("{task}"),
+			metric.WithDescription("Second attempts of hedged tasks started (TaskSpec.hedge)."))
+		inst.hedgeTokens, _ = m.Int64Counter("fanout.tokens.hedge_lost", metric.WithUnit("{token}"),
+			metric.WithDescription("The hedging bill: tokens spent by the attempts of hedged tasks that did not win."))
 	})
 	return &inst
 }

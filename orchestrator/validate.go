@@ -457,6 +457,7 @@ func (c Config) planTask(v *validator, p *plan, i int, index map[string]int, kno
 		}
 	}
 	slices.Sort(p.deps[i])
+	c.planHedge(v, p, i)
 }
 
 // findCycle returns a dependency cycle as "a -> b -> a" (a depends on b,

@@ -277,6 +277,33 @@ func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, run
 	return budget.Attempt{}, fmt.Errorf("begin attempt on account %d of run %s: %w", account, runID, err)
 }
 
+// OpenHedge implements budget.Ledger: one call of ledger_open_hedge,
+// idempotent (a retry returns the account the first try opened).
+func (l *Ledger) OpenHedge(ctx context.Context, task budget.AccountID, runID, tenantID string) (budget.AccountID, error) {
+	var outcome string
+	var id int64
+	var kind, state *string
+	err := retried(ctx, l.log, "ledger.open_hedge", idempotent, func(ctx context.Context, _ try) error {
+		return l.pool.QueryRow(ctx, "SELECT outcome, account_id, info_kind, info_state FROM ledger_open_hedge($1, $2, $3)",
+			int64(task), runID, tenantID).Scan(&outcome, &id, &kind, &state)
+	})
+	if err == nil {
+		switch outcome {
+		case "ok":
+			return budget.AccountID(id), nil
+		case "not_found":
+			err = budget.ErrNotFound
+		case "denied":
+			err = &budget.DeniedError{Account: task, Reason: fmt.Sprintf("not a task account of run %s of tenant %s", runID, tenantID)}
+		case "exhausted":
+			err = &budget.ExhaustedError{Account: task, Kind: budget.AccountKind(val(kind)), State: budget.AccountState(val(state))}
+		default:
+			err = fmt.Errorf("ledger: unknown outcome %q", outcome)
+		}
+	}
+	return 0, fmt.Errorf("open the hedge of task account %d of run %s: %w", task, runID, err)
+}
+
 // Settle implements budget.Ledger.
 func (l *Ledger) Settle(ctx context.Context, p budget.SettleParams) (res budget.Reservation, err error) {
 	if err := p.Validate(); err != nil {

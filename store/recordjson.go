@@ -240,11 +240,12 @@ func (d *durationJSON) UnmarshalJSON(b []byte) error {
 // a table reads as unset, as protojson (discarding what it did not know)
 // read it.
 type (
-	runStateJSON   fanoutv1.RunState
-	taskStatusJSON fanoutv1.TaskStatus
-	exhaustionJSON fanoutv1.ExhaustionPolicy
-	admissionJSON  fanoutv1.AdmissionPolicy
-	joinPolicyJSON fanoutv1.JoinPolicy
+	runStateJSON     fanoutv1.RunState
+	taskStatusJSON   fanoutv1.TaskStatus
+	exhaustionJSON   fanoutv1.ExhaustionPolicy
+	admissionJSON    fanoutv1.AdmissionPolicy
+	joinPolicyJSON   fanoutv1.JoinPolicy
+	hedgeAttemptJSON fanoutv1.HedgeAttempt
 )
 
 var (
@@ -286,6 +287,11 @@ var (
 		fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST:     "JOIN_POLICY_FAIL_FAST",
 		fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS: "JOIN_POLICY_FIRST_SUCCESS",
 	})
+	hedgeAttemptNames = enumNamesOf(map[fanoutv1.HedgeAttempt]string{
+		fanoutv1.HedgeAttempt_HEDGE_ATTEMPT_UNSPECIFIED: "HEDGE_ATTEMPT_UNSPECIFIED",
+		fanoutv1.HedgeAttempt_HEDGE_ATTEMPT_FIRST:       "HEDGE_ATTEMPT_FIRST",
+		fanoutv1.HedgeAttempt_HEDGE_ATTEMPT_HEDGE:       "HEDGE_ATTEMPT_HEDGE",
+	})
 )
 
 func (v runStateJSON) MarshalJSON() ([]byte, error)    { return stateNames.marshal(int32(v)) }
@@ -298,8 +304,12 @@ func (v admissionJSON) MarshalJSON() ([]byte, error)   { return admissionNames.m
 func (v *admissionJSON) UnmarshalJSON(b []byte) error {
 	return admissionNames.unmarshal(b, (*int32)(v))
 }
-func (v joinPolicyJSON) MarshalJSON() ([]byte, error)  { return joinNames.marshal(int32(v)) }
-func (v *joinPolicyJSON) UnmarshalJSON(b []byte) error { return joinNames.unmarshal(b, (*int32)(v)) }
+func (v joinPolicyJSON) MarshalJSON() ([]byte, error)   { return joinNames.marshal(int32(v)) }
+func (v *joinPolicyJSON) UnmarshalJSON(b []byte) error  { return joinNames.unmarshal(b, (*int32)(v)) }
+func (v hedgeAttemptJSON) MarshalJSON() ([]byte, error) { return hedgeAttemptNames.marshal(int32(v)) }
+func (v *hedgeAttemptJSON) UnmarshalJSON(b []byte) error {
+	return hedgeAttemptNames.unmarshal(b, (*int32)(v))
+}
 
 // enumNames is one enum's table, both ways.
 type enumNames struct {

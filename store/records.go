@@ -183,6 +183,53 @@ type taskSpecRecord struct {
 	AllowedTools  []string      `json:"allowed_tools,omitempty"`
 	DependsOn     []string      `json:"depends_on,omitempty"`
 	Timeout       *durationJSON `json:"timeout,omitempty"`
+	Hedge         *hedgeRecord  `json:"hedge,omitempty"`
+}
+
+// hedgeRecord is a fanout.v1.Hedge.
+type hedgeRecord struct {
+	LatencyFactor doubleJSON    `json:"latency_factor,omitzero"`
+	MinPeers      int32         `json:"min_peers,omitempty"`
+	After         *durationJSON `json:"after,omitempty"`
+}
+
+func hedgeRecordOf(m *fanoutv1.Hedge) *hedgeRecord {
+	if m == nil {
+		return nil
+	}
+	return &hedgeRecord{LatencyFactor: doubleJSON(m.GetLatencyFactor()), MinPeers: m.GetMinPeers(), After: durationOf(m.GetAfter())}
+}
+
+func (r *hedgeRecord) proto() *fanoutv1.Hedge {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.Hedge{LatencyFactor: float64(r.LatencyFactor), MinPeers: r.MinPeers, After: r.After.proto()}
+}
+
+// hedgeReportRecord is a fanout.v1.HedgeReport.
+type hedgeReportRecord struct {
+	Winner       hedgeAttemptJSON `json:"winner,omitzero"`
+	FirstTokens  int64JSON        `json:"first_tokens,omitzero"`
+	HedgeTokens  int64JSON        `json:"hedge_tokens,omitzero"`
+	HedgeWorker  string           `json:"hedge_worker,omitempty"`
+	StartedAfter *durationJSON    `json:"started_after,omitempty"`
+}
+
+func hedgeReportRecordOf(m *fanoutv1.HedgeReport) *hedgeReportRecord {
+	if m == nil {
+		return nil
+	}
+	return &hedgeReportRecord{Winner: hedgeAttemptJSON(m.GetWinner()), FirstTokens: int64JSON(m.GetFirstTokens()),
+		HedgeTokens: int64JSON(m.GetHedgeTokens()), HedgeWorker: m.GetHedgeWorker(), StartedAfter: durationOf(m.GetStartedAfter())}
+}
+
+func (r *hedgeReportRecord) proto() *fanoutv1.HedgeReport {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.HedgeReport{Winner: fanoutv1.HedgeAttempt(r.Winner), FirstTokens: int64(r.FirstTokens),
+		HedgeTokens: int64(r.HedgeTokens), HedgeWorker: r.HedgeWorker, StartedAfter: r.StartedAfter.proto()}
 }
 
 func taskSpecRecordOf(m *fanoutv1.TaskSpec) *taskSpecRecord {
@@ -191,7 +238,7 @@ func taskSpecRecordOf(m *fanoutv1.TaskSpec) *taskSpecRecord {
 	}
 	return &taskSpecRecord{ID: m.GetId(), Instruction: m.GetInstruction(), TokenBudget: int64JSON(m.GetTokenBudget()),
 		MaxIterations: m.GetMaxIterations(), AllowedTools: m.GetAllowedTools(), DependsOn: m.GetDependsOn(),
-		Timeout: durationOf(m.GetTimeout())}
+		Timeout: durationOf(m.GetTimeout()), Hedge: hedgeRecordOf(m.GetHedge())}
 }
 
 func (r *taskSpecRecord) proto() *fanoutv1.TaskSpec {
@@ -200,7 +247,7 @@ func (r *taskSpecRecord) proto() *fanoutv1.TaskSpec {
 	}
 	return &fanoutv1.TaskSpec{Id: r.ID, Instruction: r.Instruction, TokenBudget: int64(r.TokenBudget),
 		MaxIterations: r.MaxIterations, AllowedTools: r.AllowedTools, DependsOn: r.DependsOn,
-		Timeout: r.Timeout.proto()}
+		Timeout: r.Timeout.proto(), Hedge: r.Hedge.proto()}
 }
 
 // budgetRecord is a fanout.v1.Budget.
@@ -327,15 +374,16 @@ func (r *summaryRecord) proto() *fanoutv1.FactSummary {
 // outcomeRecord is a fanout.v1.TaskOutcome: task.outcome (without its
 // times, which are columns), and a task in a result or an event.
 type outcomeRecord struct {
-	TaskID         string         `json:"task_id,omitempty"`
-	DispatchIndex  int32          `json:"dispatch_index,omitempty"`
-	Status         taskStatusJSON `json:"status,omitzero"`
-	Summary        *summaryRecord `json:"summary,omitempty"`
-	TokensSpent    int64JSON      `json:"tokens_spent,omitzero"`
-	Worker         string         `json:"worker,omitempty"`
-	StartedAt      *timestampJSON `json:"started_at,omitempty"`
-	FinishedAt     *timestampJSON `json:"finished_at,omitempty"`
-	ForecastTokens int64JSON      `json:"forecast_tokens,omitzero"`
+	TaskID         string             `json:"task_id,omitempty"`
+	DispatchIndex  int32              `json:"dispatch_index,omitempty"`
+	Status         taskStatusJSON     `json:"status,omitzero"`
+	Summary        *summaryRecord     `json:"summary,omitempty"`
+	TokensSpent    int64JSON          `json:"tokens_spent,omitzero"`
+	Worker         string             `json:"worker,omitempty"`
+	StartedAt      *timestampJSON     `json:"started_at,omitempty"`
+	FinishedAt     *timestampJSON     `json:"finished_at,omitempty"`
+	ForecastTokens int64JSON          `json:"forecast_tokens,omitzero"`
+	Hedge          *hedgeReportRecord `json:"hedge,omitempty"`
 }
 
 func outcomeRecordOf(m *fanoutv1.TaskOutcome) *outcomeRecord {
@@ -346,7 +394,7 @@ func outcomeRecordOf(m *fanoutv1.TaskOutcome) *outcomeRecord {
 		Status: taskStatusJSON(m.GetStatus()), Summary: summaryRecordOf(m.GetSummary()),
 		TokensSpent: int64JSON(m.GetTokensSpent()), Worker: m.GetWorker(),
 		StartedAt: timestampOf(m.GetStartedAt()), FinishedAt: timestampOf(m.GetFinishedAt()),
-		ForecastTokens: int64JSON(m.GetForecastTokens())}
+		ForecastTokens: int64JSON(m.GetForecastTokens()), Hedge: hedgeReportRecordOf(m.GetHedge())}
 }
 
 func (r *outcomeRecord) proto() *fanoutv1.TaskOutcome {
@@ -356,7 +404,7 @@ func (r *outcomeRecord) proto() *fanoutv1.TaskOutcome {
 	return &fanoutv1.TaskOutcome{TaskId: r.TaskID, DispatchIndex: r.DispatchIndex,
 		Status: fanoutv1.TaskStatus(r.Status), Summary: r.Summary.proto(), TokensSpent: int64(r.TokensSpent),
 		Worker: r.Worker, StartedAt: r.StartedAt.proto(), FinishedAt: r.FinishedAt.proto(),
-		ForecastTokens: int64(r.ForecastTokens)}
+		ForecastTokens: int64(r.ForecastTokens), Hedge: r.Hedge.proto()}
 }
 
 // snapshotRecord is a fanout.v1.BudgetSnapshot.
@@ -487,6 +535,7 @@ type eventRecord struct {
 	ApprovalRequested *approvalRequestedRecord `json:"approval_requested,omitempty"`
 	ApprovalDecided   *approvalDecidedRecord   `json:"approval_decided,omitempty"`
 	ConcurrencyChosen *concurrencyChosenRecord `json:"concurrency_chosen,omitempty"`
+	TaskHedged        *taskHedgedRecord        `json:"task_hedged,omitempty"`
 }
 
 // The members of an event; each is its API message of the same name, but
@@ -533,6 +582,13 @@ type (
 		Tool     string         `json:"tool,omitempty"`
 		Preview  string         `json:"preview,omitempty"`
 		Deadline *timestampJSON `json:"deadline,omitempty"`
+	}
+	taskHedgedRecord struct {
+		TaskID    string        `json:"task_id,omitempty"`
+		Worker    string        `json:"worker,omitempty"`
+		After     *durationJSON `json:"after,omitempty"`
+		Threshold *durationJSON `json:"threshold,omitempty"`
+		Reason    string        `json:"reason,omitempty"`
 	}
 	approvalDecidedRecord struct {
 		CallID    string         `json:"call_id,omitempty"`
@@ -607,6 +663,10 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 		if r.ConcurrencyChosen == nil {
 			r.ConcurrencyChosen = &concurrencyChosenRecord{}
 		}
+	case *fanoutv1.RunEvent_TaskHedged:
+		h := e.TaskHedged
+		r.TaskHedged = &taskHedgedRecord{TaskID: h.GetTaskId(), Worker: h.GetWorker(), After: durationOf(h.GetAfter()),
+			Threshold: durationOf(h.GetThreshold()), Reason: h.GetReason()}
 	}
 	return r
 }
@@ -615,7 +675,8 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 func (r *eventRecord) set() bool {
 	return r.RunStarted != nil || r.TaskQueued != nil || r.TaskStarted != nil || r.TaskIteration != nil ||
 		r.TaskFinished != nil || r.BudgetUpdate != nil || r.BudgetExhausted != nil || r.RunFinished != nil ||
-		r.RunAdopted != nil || r.ApprovalRequested != nil || r.ApprovalDecided != nil || r.ConcurrencyChosen != nil
+		r.RunAdopted != nil || r.ApprovalRequested != nil || r.ApprovalDecided != nil || r.ConcurrencyChosen != nil ||
+		r.TaskHedged != nil
 }
 
 func (r *eventRecord) proto() *fanoutv1.RunEvent {
@@ -664,6 +725,10 @@ func (r *eventRecord) proto() *fanoutv1.RunEvent {
 			DecidedAt: d.DecidedAt.proto()}}
 	case r.ConcurrencyChosen != nil:
 		m.Event = &fanoutv1.RunEvent_ConcurrencyChosen{ConcurrencyChosen: r.ConcurrencyChosen.proto()}
+	case r.TaskHedged != nil:
+		h := r.TaskHedged
+		m.Event = &fanoutv1.RunEvent_TaskHedged{TaskHedged: &fanoutv1.TaskHedged{TaskId: h.TaskID, Worker: h.Worker,
+			After: h.After.proto(), Threshold: h.Threshold.proto(), Reason: h.Reason}}
 	}
 	return m
 }

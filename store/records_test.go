@@ -130,6 +130,7 @@ func TestRecordEnumNames(t *testing.T) {
 		{statusNames, fanoutv1.TaskStatus(0).Descriptor()},
 		{exhaustNames, fanoutv1.ExhaustionPolicy(0).Descriptor()},
 		{joinNames, fanoutv1.JoinPolicy(0).Descriptor()},
+		{hedgeAttemptNames, fanoutv1.HedgeAttempt(0).Descriptor()},
 	} {
 		values := c.enum.Values()
 		if len(c.names.name) != values.Len() || len(c.names.number) != values.Len() {

@@ -593,6 +593,9 @@ func printRun(w io.Writer, r *fanoutv1.Run) {
 		if t.GetSummary().GetWoundDown() {
 			line += "  wound down: answered without tools"
 		}
+		if h := hedgeNote(t.GetHedge()); h != "" {
+			line += "  " + h
+		}
 		if e := t.GetSummary().GetError(); e != "" {
 			line += "  " + e
 		}

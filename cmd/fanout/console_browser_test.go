@@ -85,6 +85,24 @@ func screenshotDir(t *testing.T) string {
 
 // run runs actions with a deadline of its own; on failure it writes a
 // screenshot named for what and fails the test.
+// screenshotTo writes the window to path, if path is set.
+func (b *browser) screenshotTo(t *testing.T, path string) {
+	t.Helper()
+	if path == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
 func (b *browser) run(what string, timeout time.Duration, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
@@ -255,19 +273,28 @@ func TestConsoleInABrowser(t *testing.T) {
 	if f := b.axeFindings(axe); len(f) > 0 {
 		b.failed("axe on the run page", "serious or critical findings:\n%s", strings.Join(f, "\n"))
 	}
-	if path := os.Getenv("FANOUT_CONSOLE_SCREENSHOT"); path != "" {
-		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-		// The window (1280×1500): the run's state, its tasks and the timeline.
-		png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("wrote %s", path)
+	// The window (1280×1500): the run's state, its tasks and the timeline.
+	b.screenshotTo(t, os.Getenv("FANOUT_CONSOLE_SCREENSHOT"))
+
+	// A run that leaves its concurrency unset, on a model whose provider
+	// stated 600 RPM: the run page says what it chose and why
+	// (docs/operations.md#concurrency-from-the-rate-limits).
+	if _, err := c.pool.Exec(t.Context(), `INSERT INTO provider_limit (bucket, model, provider, provider_default, model_default,
+		limit_requests, limit_tokens) VALUES ('sim:console', '', 'sim', true, true, 600, 200000)`); err != nil {
+		t.Fatal(err)
 	}
+	cspec := e2eSpec("console-concurrency", 40, 10_000_000)
+	cspec.TenantId = "acme"
+	cspec.Limits.MaxConcurrency = 0
+	cstarted, err := keyClient(t, o.addr, acme).StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: cspec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.run("open the run sized from the rate limits", 30*time.Second,
+		chromedp.Navigate(o.http+"/console/#/runs/"+cstarted.GetRunId()),
+		chromedp.WaitVisible(chromedp.CSS("#run-state")))
+	b.waitFor("the concurrency chosen from 600 RPM", `(document.querySelector("#run-concurrency")?.textContent ?? "").includes("600 RPM")`, 30*time.Second)
+	b.screenshotTo(t, os.Getenv("FANOUT_CONCURRENCY_SCREENSHOT"))
 
 	// A second run, long (120 tasks one at a time: about a minute, longer
 	// than the browser takes to open its page and cancel it on a loaded

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/runs"
@@ -95,6 +96,14 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 		case o.GetSummary().GetWoundDown():
 			line += " (wound down: its last iteration answered without tools)"
 		}
+		if h := hedgeNote(o.GetHedge()); h != "" {
+			line += " (" + h + ")"
+		}
+	case *fanoutv1.RunEvent_TaskHedged:
+		h := e.TaskHedged
+		line = fmt.Sprintf("%-16s hedged: a second attempt on %s after %s (threshold %s: %s)", h.GetTaskId(), h.GetWorker(),
+			h.GetAfter().AsDuration().Round(time.Millisecond), h.GetThreshold().AsDuration().Round(time.Millisecond), h.GetReason())
+		p.task(h.GetTaskId()).status = "RUNNING, HEDGED"
 	case *fanoutv1.RunEvent_BudgetUpdate:
 		p.budget = e.BudgetUpdate.GetBudget()
 	case *fanoutv1.RunEvent_BudgetExhausted:
@@ -156,4 +165,23 @@ func budgetBar(s *fanoutv1.BudgetSnapshot, width int) string {
 		state = "  EXHAUSTED"
 	}
 	return fmt.Sprintf("  budget [%s] %d spent + %d reserved of %d%s", bar, s.GetSpentTokens(), s.GetReservedTokens(), s.GetLimitTokens(), state)
+}
+
+// hedgeNote says how a hedged task's two attempts went (TaskOutcome.hedge),
+// "" for a task that was not hedged.
+func hedgeNote(h *fanoutv1.HedgeReport) string {
+	if h == nil {
+		return ""
+	}
+	var won string
+	switch h.GetWinner() {
+	case fanoutv1.HedgeAttempt_HEDGE_ATTEMPT_HEDGE:
+		won = "the hedge won"
+	case fanoutv1.HedgeAttempt_HEDGE_ATTEMPT_FIRST:
+		won = "the first attempt won"
+	default:
+		won = "neither attempt answered"
+	}
+	return fmt.Sprintf("hedged after %s: %s; first %d + hedge %d tokens", h.GetStartedAfter().AsDuration().Round(time.Millisecond),
+		won, h.GetFirstTokens(), h.GetHedgeTokens())
 }

@@ -69,7 +69,9 @@ type traceRow struct {
 	end      time.Time
 	status   string
 	tokens   int64
-	wound    bool // wound down: its last iteration answered without tools
+	wound    bool                  // wound down: its last iteration answered without tools
+	hedgedAt time.Time             // its second attempt started (TaskHedged)
+	hedge    *fanoutv1.HedgeReport // how its two attempts went
 }
 
 // drawTimeline renders events of one run as rows on a shared time axis.
@@ -116,6 +118,9 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 			r := row(o.GetTaskId())
 			r.end, r.status, r.tokens = at, runs.Text(o.GetStatus()), o.GetTokensSpent()
 			r.wound = o.GetSummary().GetWoundDown()
+			r.hedge = o.GetHedge()
+		case *fanoutv1.RunEvent_TaskHedged:
+			row(e.TaskHedged.GetTaskId()).hedgedAt = at
 		case *fanoutv1.RunEvent_BudgetExhausted:
 			exhaustedAt = at
 		case *fanoutv1.RunEvent_ConcurrencyChosen:
@@ -181,14 +186,21 @@ func drawTimeline(w io.Writer, events []*fanoutv1.RunEvent, width int) {
 		if r.start.IsZero() && r.status == "NOT_STARTED" && !r.end.IsZero() {
 			line[col(r.end)] = 'x'
 		}
+		if !r.hedgedAt.IsZero() {
+			line[col(r.hedgedAt)] = 'h'
+		}
 		if exCol >= 0 {
 			line[exCol] = '!'
 		}
-		fmt.Fprintf(w, "%-*s |%s| %-17s %7d tokens\n", nameW, id, string(line), r.status, r.tokens)
+		note := ""
+		if h := hedgeNote(r.hedge); h != "" {
+			note = "  (" + h + ")"
+		}
+		fmt.Fprintf(w, "%-*s |%s| %-17s %7d tokens%s\n", nameW, id, string(line), r.status, r.tokens, note)
 	}
 	fmt.Fprintf(w, "%-*s  0%s%s\n", nameW, "", strings.Repeat(" ", max(width-len(span.Round(time.Millisecond).String())-1, 1)), span.Round(time.Millisecond))
 	fmt.Fprintf(w, "%-*s  digits: iteration number; +: the iteration ran tools; ~: cut short or summarising; !: budget exhausted\n", nameW, "")
-	fmt.Fprintf(w, "%-*s  w: wound down (its last iteration answered without tools); x: not started (the run could not afford it)\n", nameW, "")
+	fmt.Fprintf(w, "%-*s  w: wound down (its last iteration answered without tools); x: not started (the run could not afford it); h: hedged (a second attempt started)\n", nameW, "")
 	for _, s := range sizes {
 		fmt.Fprintln(w, s)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -65,6 +66,52 @@ func TestTraceMarksTheExhaustionEvent(t *testing.T) {
 	for _, end := range []fanoutv1.RunState{fanoutv1.RunState_RUN_STATE_CANCELLED, fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED} {
 		if got := axis(traceEvents(end, false)); strings.ContainsRune(got, 'v') {
 			t.Errorf("the axis of a run that ended %s without a BudgetExhausted: %q; want no exhaustion marked", end, got)
+		}
+	}
+}
+
+// TestTraceAndProgressSayAHedge: a hedged task's row in the trace has an h
+// where its second attempt started, and says which attempt won and what
+// each spent; the live progress prints the TaskHedged and the outcome the
+// same way (docs/budget.md#hedged-tasks).
+func TestTraceAndProgressSayAHedge(t *testing.T) {
+	evs := traceEvents(fanoutv1.RunState_RUN_STATE_SUCCEEDED, false)
+	hedged := &fanoutv1.TaskHedged{TaskId: "a", Worker: "10.0.0.2:7001", After: durationpb.New(260 * time.Millisecond),
+		Threshold: durationpb.New(250 * time.Millisecond), Reason: "3 × the median 83ms of 3 tasks that answered"}
+	evs = append(evs[:2:2], append([]*fanoutv1.RunEvent{{Time: timestamppb.New(evs[1].GetTime().AsTime().Add(250 * time.Millisecond)),
+		Event: &fanoutv1.RunEvent_TaskHedged{TaskHedged: hedged}}}, evs[2:]...)...)
+	fin := evs[3].GetTaskFinished().GetOutcome()
+	fin.TokensSpent = 390
+	fin.Hedge = &fanoutv1.HedgeReport{Winner: fanoutv1.HedgeAttempt_HEDGE_ATTEMPT_HEDGE, FirstTokens: 267, HedgeTokens: 123,
+		HedgeWorker: "fast", StartedAfter: durationpb.New(260 * time.Millisecond)}
+	for i, ev := range evs {
+		ev.Sequence = int64(i + 1)
+	}
+	var b strings.Builder
+	drawTimeline(&b, evs, 50)
+	var row string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "a ") {
+			row = l
+		}
+	}
+	bar := row[strings.IndexRune(row, '|')+1 : strings.LastIndex(row, "|")]
+	if i, want := strings.IndexRune(bar, 'h'), 49*260/1000; i != want {
+		t.Errorf("task a's row %q: the hedge marked at column %d, want %d (its TaskHedged, at 260 of 1000 ms)", row, i, want)
+	}
+	const said = "hedged after 260ms: the hedge won; first 267 + hedge 123 tokens"
+	if !strings.Contains(row, said) {
+		t.Errorf("task a's row %q does not say %q", row, said)
+	}
+	var out strings.Builder
+	p := newProgress(&out)
+	for _, ev := range evs {
+		p.apply(ev)
+	}
+	for _, want := range []string{"a                hedged: a second attempt on 10.0.0.2:7001 after 260ms (threshold 250ms: 3 × the median 83ms of 3 tasks that answered)",
+		"a                SUCCEEDED after 0 iterations, 390 tokens (" + said + ")"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("progress:\n%s\nwant a line %q", out.String(), want)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 // The run page's model: a run folded from its WatchRun events, in sequence
 // order. Pure (no DOM), so the timeline and the tables draw from one place.
 
-import type { BudgetSnapshot, ConcurrencyChosen, FactSummary, JoinedResult, Run, RunEvent, TaskOutcome } from "./gen/fanout/v1/run_pb";
+import type { BudgetSnapshot, ConcurrencyChosen, FactSummary, JoinedResult, Run, RunEvent, TaskHedged, TaskOutcome } from "./gen/fanout/v1/run_pb";
 import { RunState, TaskStatus } from "./gen/fanout/v1/run_pb";
 import { date } from "./format";
 
@@ -32,6 +32,9 @@ export interface TaskView {
   segments: Segment[];
   outcome?: TaskOutcome;
   summary?: FactSummary;
+  /** When its second attempt started (TaskHedged; docs/budget.md#hedged-tasks), and the event. */
+  hedgedAt?: Date;
+  hedged?: TaskHedged;
 }
 
 /** RunView is a run as its events tell it. */
@@ -237,6 +240,12 @@ export function applyEvent(v: RunView, ev: RunEvent): void {
       v.concurrency = e.value;
       v.concurrencyChanges += 1;
       break;
+    case "taskHedged": {
+      const t = task(v, e.value.taskId);
+      t.hedgedAt = at;
+      t.hedged = e.value;
+      break;
+    }
     case "approvalRequested":
     case "approvalDecided":
     case undefined:

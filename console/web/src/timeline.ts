@@ -45,7 +45,13 @@ export function timeline(v: RunView, now: Date): SVGSVGElement {
     `${v.tasks.length} tasks over ${duration(span)}` +
     (v.exhaustedAt ? `; the budget ran out ${duration(v.exhaustedAt.getTime() - t0)} after the start` : "") +
     ". " +
-    v.tasks.map((t) => `${t.id}: ${enumText(TaskStatusSchema, t.status)}, ${tokens(t.tokens)} tokens`).join("; ");
+    v.tasks
+      .map(
+        (t) =>
+          `${t.id}: ${enumText(TaskStatusSchema, t.status)}, ${tokens(t.tokens)} tokens` +
+          (t.hedgedAt ? `, hedged ${duration(t.hedgedAt.getTime() - t0)} after the start` : ""),
+      )
+      .join("; ");
 
   const svg = s(
     "svg",
@@ -85,6 +91,14 @@ export function timeline(v: RunView, now: Date): SVGSVGElement {
         const sx = x(seg.end);
         row.append(s("line", { class: "tick", x1: sx, x2: sx, y1: mid - BAR / 2, y2: mid + BAR / 2 }));
         if (seg.toolCalls > 0) row.append(s("circle", { class: "tool-dot", cx: sx, cy: mid - BAR / 2 - 1, r: 2.5 }));
+      }
+      if (t.hedgedAt) {
+        // Its second attempt started here (TaskHedged).
+        const hx = x(t.hedgedAt);
+        row.append(
+          s("line", { class: "hedge-mark", x1: hx, x2: hx, y1: mid - BAR / 2 - 3, y2: mid + BAR / 2 + 3 }),
+          s("text", { class: "hedge-label", x: hx, y: mid - BAR / 2 - 4, "text-anchor": "middle" }, "hedged"),
+        );
       }
     } else if (t.status === TaskStatus.NOT_STARTED || t.status === TaskStatus.SKIPPED) {
       const at = x(t.finishedAt ?? t1);

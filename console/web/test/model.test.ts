@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
+  HedgeAttempt,
   RunEventSchema,
   RunSchema,
   RunSpecSchema,
@@ -133,4 +134,37 @@ test("the concurrency chosen from the rate limits is the latest ConcurrencyChose
   const fromGet = newRunView("r1");
   seedFromRun(fromGet, create(RunSchema, { runId: "r1", concurrency: { concurrency: 3, reason: "why" } }));
   assert.equal(fromGet.concurrency?.concurrency, 3);
+});
+
+test("a hedged task's TaskHedged and its outcome's hedge report fold into its view", () => {
+  seq = 0n;
+  const v = newRunView("r1");
+  for (const e of [
+    started(),
+    ev(2, { case: "taskStarted", value: { taskId: "a", worker: "slow" } }),
+    ev(500, {
+      case: "taskHedged",
+      value: { taskId: "a", worker: "10.0.0.2:7001", after: { seconds: 0n, nanos: 450_000_000 }, reason: "3 × the median 150ms of 3 tasks that answered" },
+    }),
+    ev(700, {
+      case: "taskFinished",
+      value: {
+        outcome: {
+          taskId: "a",
+          status: TaskStatus.SUCCEEDED,
+          tokensSpent: 390n,
+          worker: "fast",
+          hedge: { winner: HedgeAttempt.HEDGE, firstTokens: 267n, hedgeTokens: 123n, hedgeWorker: "fast" },
+        },
+      },
+    }),
+  ]) {
+    applyEvent(v, e);
+  }
+  const a = v.tasks[0];
+  assert.equal(a?.hedgedAt?.getTime(), T0 + 500);
+  assert.equal(a?.hedged?.worker, "10.0.0.2:7001");
+  assert.equal(a?.tokens, 390n);
+  assert.equal(a?.outcome?.hedge?.winner, HedgeAttempt.HEDGE);
+  assert.equal(a?.attempts, 1, "a hedge is not a re-dispatch: TaskStarted counts the attempts");
 });

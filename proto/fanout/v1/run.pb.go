@@ -382,6 +382,59 @@ func (RunState) EnumDescriptor() ([]byte, []int) {
 	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
+// HedgeAttempt names one of a hedged task's two attempts.
+type HedgeAttempt int32
+
+const (
+	// No attempt answered.
+	HedgeAttempt_HEDGE_ATTEMPT_UNSPECIFIED HedgeAttempt = 0
+	// The attempt dispatched first.
+	HedgeAttempt_HEDGE_ATTEMPT_FIRST HedgeAttempt = 1
+	// The second attempt, started when the first ran past its threshold.
+	HedgeAttempt_HEDGE_ATTEMPT_HEDGE HedgeAttempt = 2
+)
+
+// Enum value maps for HedgeAttempt.
+var (
+	HedgeAttempt_name = map[int32]string{
+		0: "HEDGE_ATTEMPT_UNSPECIFIED",
+		1: "HEDGE_ATTEMPT_FIRST",
+		2: "HEDGE_ATTEMPT_HEDGE",
+	}
+	HedgeAttempt_value = map[string]int32{
+		"HEDGE_ATTEMPT_UNSPECIFIED": 0,
+		"HEDGE_ATTEMPT_FIRST":       1,
+		"HEDGE_ATTEMPT_HEDGE":       2,
+	}
+)
+
+func (x HedgeAttempt) Enum() *HedgeAttempt {
+	p := new(HedgeAttempt)
+	*p = x
+	return p
+}
+
+func (x HedgeAttempt) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HedgeAttempt) Descriptor() protoreflect.EnumDescriptor {
+	return file_fanout_v1_run_proto_enumTypes[5].Descriptor()
+}
+
+func (HedgeAttempt) Type() protoreflect.EnumType {
+	return &file_fanout_v1_run_proto_enumTypes[5]
+}
+
+func (x HedgeAttempt) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HedgeAttempt.Descriptor instead.
+func (HedgeAttempt) EnumDescriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{5}
+}
+
 // RunSpec is everything a caller submits to start a run. It is stored with
 // the run and returned unchanged in Run.spec (up to 384 KiB; see Run.spec).
 type RunSpec struct {
@@ -557,7 +610,15 @@ type TaskSpec struct {
 	// Wall-clock limit for this task once it starts; the task ends TIMED_OUT
 	// when it runs out. Unset means the server default; never later than the
 	// run's deadline.
-	Timeout       *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Set (even empty) to hedge the task: when it runs far past its peers, a
+	// second attempt of it starts on another worker while the first runs on;
+	// the first of the two to end with an answer is the task's outcome, the
+	// other is cancelled, and both attempts' spend is the task's. Unset: the
+	// task is never hedged. A task that allows a tool that may write (any
+	// tool but the workers' read-only built-ins) cannot be hedged: its
+	// writes are at most once. See docs/budget.md#hedged-tasks.
+	Hedge         *Hedge `protobuf:"bytes,8,opt,name=hedge,proto3" json:"hedge,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,6 +702,87 @@ func (x *TaskSpec) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *TaskSpec) GetHedge() *Hedge {
+	if x != nil {
+		return x.Hedge
+	}
+	return nil
+}
+
+// Hedge says when a task's second attempt starts. It starts once the
+// first attempt has run (since its worker started it) past the earlier of
+// `after` and latency_factor times the median duration of the run's tasks
+// that answered (at least min_peers of them). With neither set the factor
+// is 3. It starts only if the run's forecast affords the task's forecast
+// once more (under ADMISSION_POLICY_FORECAST), another worker is in the
+// pool, and the run is not stopping; at most one per task.
+type Hedge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How far past its peers' median duration the task must run before it
+	// is hedged: 0 means 3 (unless `after` alone is set); else 1.5 to 100.
+	LatencyFactor float64 `protobuf:"fixed64,1,opt,name=latency_factor,json=latencyFactor,proto3" json:"latency_factor,omitempty"`
+	// How many of the run's other tasks must have answered before
+	// latency_factor applies: 0 means 3; else 1 to the run's other tasks.
+	MinPeers int32 `protobuf:"varint,2,opt,name=min_peers,json=minPeers,proto3" json:"min_peers,omitempty"`
+	// Hedge once the first attempt has run this long, whatever its peers
+	// did: 100ms or more, less than the task's timeout. Unset: only
+	// latency_factor applies.
+	After         *durationpb.Duration `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hedge) Reset() {
+	*x = Hedge{}
+	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hedge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hedge) ProtoMessage() {}
+
+func (x *Hedge) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
+func (*Hedge) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Hedge) GetLatencyFactor() float64 {
+	if x != nil {
+		return x.LatencyFactor
+	}
+	return 0
+}
+
+func (x *Hedge) GetMinPeers() int32 {
+	if x != nil {
+		return x.MinPeers
+	}
+	return 0
+}
+
+func (x *Hedge) GetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
 // Budget is a run's token budget.
 type Budget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -671,7 +813,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	mi := &file_fanout_v1_run_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +825,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	mi := &file_fanout_v1_run_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +838,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{2}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Budget) GetLimitTokens() int64 {
@@ -743,7 +885,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_fanout_v1_run_proto_msgTypes[3]
+	mi := &file_fanout_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +897,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[3]
+	mi := &file_fanout_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +910,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Limits) GetMaxConcurrency() int32 {
@@ -811,7 +953,7 @@ type ModelSettings struct {
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_fanout_v1_run_proto_msgTypes[4]
+	mi := &file_fanout_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +965,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[4]
+	mi := &file_fanout_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +978,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ModelSettings) GetProvider() string {
@@ -889,7 +1031,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_fanout_v1_run_proto_msgTypes[5]
+	mi := &file_fanout_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1043,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[5]
+	mi := &file_fanout_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1056,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Fact) GetText() string {
@@ -966,7 +1108,7 @@ type FactSummary struct {
 
 func (x *FactSummary) Reset() {
 	*x = FactSummary{}
-	mi := &file_fanout_v1_run_proto_msgTypes[6]
+	mi := &file_fanout_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1120,7 @@ func (x *FactSummary) String() string {
 func (*FactSummary) ProtoMessage() {}
 
 func (x *FactSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[6]
+	mi := &file_fanout_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1133,7 @@ func (x *FactSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FactSummary.ProtoReflect.Descriptor instead.
 func (*FactSummary) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FactSummary) GetFacts() []*Fact {
@@ -1084,13 +1226,16 @@ type TaskOutcome struct {
 	// for NOT_STARTED, refused), in tokens; 0 under ADMISSION_POLICY_GREEDY
 	// and for tasks never considered.
 	ForecastTokens int64 `protobuf:"varint,7,opt,name=forecast_tokens,json=forecastTokens,proto3" json:"forecast_tokens,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How the task's hedge went, if one started (TaskSpec.hedge); unset if
+	// none did. tokens_spent includes both attempts.
+	Hedge         *HedgeReport `protobuf:"bytes,12,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskOutcome) Reset() {
 	*x = TaskOutcome{}
-	mi := &file_fanout_v1_run_proto_msgTypes[7]
+	mi := &file_fanout_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1247,7 @@ func (x *TaskOutcome) String() string {
 func (*TaskOutcome) ProtoMessage() {}
 
 func (x *TaskOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[7]
+	mi := &file_fanout_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1260,7 @@ func (x *TaskOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskOutcome.ProtoReflect.Descriptor instead.
 func (*TaskOutcome) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskOutcome) GetTaskId() string {
@@ -1181,6 +1326,98 @@ func (x *TaskOutcome) GetForecastTokens() int64 {
 	return 0
 }
 
+func (x *TaskOutcome) GetHedge() *HedgeReport {
+	if x != nil {
+		return x.Hedge
+	}
+	return nil
+}
+
+// HedgeReport is how a hedged task's two attempts went.
+type HedgeReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt whose outcome is the task's: the first to end with an
+	// answer (SUCCEEDED); UNSPECIFIED if neither did (the task's outcome is
+	// then the first attempt's).
+	Winner HedgeAttempt `protobuf:"varint,1,opt,name=winner,proto3,enum=fanout.v1.HedgeAttempt" json:"winner,omitempty"`
+	// What the first attempt spent, settled in the ledger.
+	FirstTokens int64 `protobuf:"varint,2,opt,name=first_tokens,json=firstTokens,proto3" json:"first_tokens,omitempty"`
+	// What the second attempt spent, settled in the ledger (on its own
+	// account, a sibling of the task's: see docs/budget.md#hedged-tasks).
+	HedgeTokens int64 `protobuf:"varint,3,opt,name=hedge_tokens,json=hedgeTokens,proto3" json:"hedge_tokens,omitempty"`
+	// The worker the second attempt ran on.
+	HedgeWorker string `protobuf:"bytes,4,opt,name=hedge_worker,json=hedgeWorker,proto3" json:"hedge_worker,omitempty"`
+	// How long the first attempt had run when the second started.
+	StartedAfter  *durationpb.Duration `protobuf:"bytes,5,opt,name=started_after,json=startedAfter,proto3" json:"started_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HedgeReport) Reset() {
+	*x = HedgeReport{}
+	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HedgeReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HedgeReport) ProtoMessage() {}
+
+func (x *HedgeReport) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HedgeReport.ProtoReflect.Descriptor instead.
+func (*HedgeReport) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *HedgeReport) GetWinner() HedgeAttempt {
+	if x != nil {
+		return x.Winner
+	}
+	return HedgeAttempt_HEDGE_ATTEMPT_UNSPECIFIED
+}
+
+func (x *HedgeReport) GetFirstTokens() int64 {
+	if x != nil {
+		return x.FirstTokens
+	}
+	return 0
+}
+
+func (x *HedgeReport) GetHedgeTokens() int64 {
+	if x != nil {
+		return x.HedgeTokens
+	}
+	return 0
+}
+
+func (x *HedgeReport) GetHedgeWorker() string {
+	if x != nil {
+		return x.HedgeWorker
+	}
+	return ""
+}
+
+func (x *HedgeReport) GetStartedAfter() *durationpb.Duration {
+	if x != nil {
+		return x.StartedAfter
+	}
+	return nil
+}
+
 // BudgetSnapshot is the state of a run's ledger account at one point in
 // time. limit_tokens = available_tokens + reserved_tokens + spent_tokens +
 // held_tokens.
@@ -1206,7 +1443,7 @@ type BudgetSnapshot struct {
 
 func (x *BudgetSnapshot) Reset() {
 	*x = BudgetSnapshot{}
-	mi := &file_fanout_v1_run_proto_msgTypes[8]
+	mi := &file_fanout_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1455,7 @@ func (x *BudgetSnapshot) String() string {
 func (*BudgetSnapshot) ProtoMessage() {}
 
 func (x *BudgetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[8]
+	mi := &file_fanout_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1468,7 @@ func (x *BudgetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetSnapshot.ProtoReflect.Descriptor instead.
 func (*BudgetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BudgetSnapshot) GetLimitTokens() int64 {
@@ -1316,7 +1553,7 @@ type JoinedResult struct {
 
 func (x *JoinedResult) Reset() {
 	*x = JoinedResult{}
-	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	mi := &file_fanout_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1565,7 @@ func (x *JoinedResult) String() string {
 func (*JoinedResult) ProtoMessage() {}
 
 func (x *JoinedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	mi := &file_fanout_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1578,7 @@ func (x *JoinedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinedResult.ProtoReflect.Descriptor instead.
 func (*JoinedResult) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JoinedResult) GetFacts() []*Fact {
@@ -1465,7 +1702,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1714,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1727,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Run) GetRunId() string {
@@ -1632,6 +1869,7 @@ type RunEvent struct {
 	//	*RunEvent_ApprovalRequested
 	//	*RunEvent_ApprovalDecided
 	//	*RunEvent_ConcurrencyChosen
+	//	*RunEvent_TaskHedged
 	Event         isRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1639,7 +1877,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_fanout_v1_run_proto_msgTypes[11]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1889,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[11]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1902,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunEvent) GetSequence() int64 {
@@ -1803,6 +2041,15 @@ func (x *RunEvent) GetConcurrencyChosen() *ConcurrencyChosen {
 	return nil
 }
 
+func (x *RunEvent) GetTaskHedged() *TaskHedged {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_TaskHedged); ok {
+			return x.TaskHedged
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -1875,6 +2122,13 @@ type RunEvent_ConcurrencyChosen struct {
 	ConcurrencyChosen *ConcurrencyChosen `protobuf:"bytes,21,opt,name=concurrency_chosen,json=concurrencyChosen,proto3,oneof"`
 }
 
+type RunEvent_TaskHedged struct {
+	// A task ran past its hedge threshold and a second attempt of it
+	// started on another worker (TaskSpec.hedge). Which attempt won is in
+	// its TaskFinished (TaskOutcome.hedge).
+	TaskHedged *TaskHedged `protobuf:"bytes,22,opt,name=task_hedged,json=taskHedged,proto3,oneof"`
+}
+
 func (*RunEvent_RunStarted) isRunEvent_Event() {}
 
 func (*RunEvent_TaskQueued) isRunEvent_Event() {}
@@ -1898,6 +2152,8 @@ func (*RunEvent_ApprovalRequested) isRunEvent_Event() {}
 func (*RunEvent_ApprovalDecided) isRunEvent_Event() {}
 
 func (*RunEvent_ConcurrencyChosen) isRunEvent_Event() {}
+
+func (*RunEvent_TaskHedged) isRunEvent_Event() {}
 
 // ConcurrencyChosen reports how many of a run's tasks may run at once, and
 // why, for a run that left limits.max_concurrency unset: the orchestrator
@@ -1950,7 +2206,7 @@ type ConcurrencyChosen struct {
 
 func (x *ConcurrencyChosen) Reset() {
 	*x = ConcurrencyChosen{}
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2218,7 @@ func (x *ConcurrencyChosen) String() string {
 func (*ConcurrencyChosen) ProtoMessage() {}
 
 func (x *ConcurrencyChosen) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2231,7 @@ func (x *ConcurrencyChosen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConcurrencyChosen.ProtoReflect.Descriptor instead.
 func (*ConcurrencyChosen) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConcurrencyChosen) GetConcurrency() int32 {
@@ -2069,6 +2325,91 @@ func (x *ConcurrencyChosen) GetThrottleCap() int32 {
 	return 0
 }
 
+// TaskHedged reports that a second attempt of a task started while its
+// first ran on.
+type TaskHedged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's id.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The worker the second attempt was sent to (the first that takes it
+	// from there on, as for any dispatch).
+	Worker string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	// How long the first attempt had run (since its worker started it).
+	After *durationpb.Duration `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	// The threshold it ran past, and on what it rests, e.g. "3 × the median
+	// 1.2s of 5 tasks that answered" or "after 30s".
+	Threshold *durationpb.Duration `protobuf:"bytes,4,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	// Says the threshold in words, as above.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskHedged) Reset() {
+	*x = TaskHedged{}
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskHedged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskHedged) ProtoMessage() {}
+
+func (x *TaskHedged) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskHedged.ProtoReflect.Descriptor instead.
+func (*TaskHedged) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TaskHedged) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskHedged) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *TaskHedged) GetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *TaskHedged) GetThreshold() *durationpb.Duration {
+	if x != nil {
+		return x.Threshold
+	}
+	return nil
+}
+
+func (x *TaskHedged) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // RunAdopted reports that the orchestrator driving the run was lost (its
 // lease in the database lapsed: a crash, a kill, a long pause) and another
 // one adopted the run and drives it on from what the database holds. Tasks
@@ -2096,7 +2437,7 @@ type RunAdopted struct {
 
 func (x *RunAdopted) Reset() {
 	*x = RunAdopted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2449,7 @@ func (x *RunAdopted) String() string {
 func (*RunAdopted) ProtoMessage() {}
 
 func (x *RunAdopted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2462,7 @@ func (x *RunAdopted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAdopted.ProtoReflect.Descriptor instead.
 func (*RunAdopted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunAdopted) GetPreviousOwner() string {
@@ -2176,7 +2517,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2529,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2542,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApprovalRequested) GetTaskId() string {
@@ -2263,7 +2604,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2616,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2629,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApprovalDecided) GetCallId() string {
@@ -2352,7 +2693,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2705,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2718,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -2401,7 +2742,7 @@ type TaskQueued struct {
 
 func (x *TaskQueued) Reset() {
 	*x = TaskQueued{}
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2754,7 @@ func (x *TaskQueued) String() string {
 func (*TaskQueued) ProtoMessage() {}
 
 func (x *TaskQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2767,7 @@ func (x *TaskQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskQueued.ProtoReflect.Descriptor instead.
 func (*TaskQueued) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskQueued) GetTaskId() string {
@@ -2459,7 +2800,7 @@ type TaskStarted struct {
 
 func (x *TaskStarted) Reset() {
 	*x = TaskStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2812,7 @@ func (x *TaskStarted) String() string {
 func (*TaskStarted) ProtoMessage() {}
 
 func (x *TaskStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2825,7 @@ func (x *TaskStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStarted.ProtoReflect.Descriptor instead.
 func (*TaskStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TaskStarted) GetTaskId() string {
@@ -2525,7 +2866,7 @@ type TaskIteration struct {
 
 func (x *TaskIteration) Reset() {
 	*x = TaskIteration{}
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2878,7 @@ func (x *TaskIteration) String() string {
 func (*TaskIteration) ProtoMessage() {}
 
 func (x *TaskIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2891,7 @@ func (x *TaskIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskIteration.ProtoReflect.Descriptor instead.
 func (*TaskIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TaskIteration) GetTaskId() string {
@@ -2592,7 +2933,7 @@ type TaskFinished struct {
 
 func (x *TaskFinished) Reset() {
 	*x = TaskFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2945,7 @@ func (x *TaskFinished) String() string {
 func (*TaskFinished) ProtoMessage() {}
 
 func (x *TaskFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2958,7 @@ func (x *TaskFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinished.ProtoReflect.Descriptor instead.
 func (*TaskFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TaskFinished) GetOutcome() *TaskOutcome {
@@ -2638,7 +2979,7 @@ type BudgetUpdate struct {
 
 func (x *BudgetUpdate) Reset() {
 	*x = BudgetUpdate{}
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2991,7 @@ func (x *BudgetUpdate) String() string {
 func (*BudgetUpdate) ProtoMessage() {}
 
 func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +3004,7 @@ func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetUpdate.ProtoReflect.Descriptor instead.
 func (*BudgetUpdate) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
@@ -2696,7 +3037,7 @@ type BudgetExhausted struct {
 
 func (x *BudgetExhausted) Reset() {
 	*x = BudgetExhausted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +3049,7 @@ func (x *BudgetExhausted) String() string {
 func (*BudgetExhausted) ProtoMessage() {}
 
 func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +3062,7 @@ func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExhausted.ProtoReflect.Descriptor instead.
 func (*BudgetExhausted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BudgetExhausted) GetBudget() *BudgetSnapshot {
@@ -2747,7 +3088,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[23]
+	mi := &file_fanout_v1_run_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +3100,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[23]
+	mi := &file_fanout_v1_run_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +3113,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{23}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunFinished) GetState() RunState {
@@ -2819,7 +3160,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06labels\x18\x14 \x03(\v2\x1e.fanout.v1.RunSpec.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
 	"\bTaskSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vinstruction\x18\x02 \x01(\tR\vinstruction\x12!\n" +
@@ -2828,7 +3169,12 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\rallowed_tools\x18\x05 \x03(\tR\fallowedTools\x12\x1d\n" +
 	"\n" +
 	"depends_on\x18\x06 \x03(\tR\tdependsOn\x123\n" +
-	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xc6\x01\n" +
+	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12&\n" +
+	"\x05hedge\x18\b \x01(\v2\x10.fanout.v1.HedgeR\x05hedge\"|\n" +
+	"\x05Hedge\x12%\n" +
+	"\x0elatency_factor\x18\x01 \x01(\x01R\rlatencyFactor\x12\x1b\n" +
+	"\tmin_peers\x18\x02 \x01(\x05R\bminPeers\x12/\n" +
+	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\"\xc6\x01\n" +
 	"\x06Budget\x12!\n" +
 	"\flimit_tokens\x18\x01 \x01(\x03R\vlimitTokens\x124\n" +
 	"\x16min_reservation_tokens\x18\x02 \x01(\x03R\x14minReservationTokens\x12)\n" +
@@ -2860,7 +3206,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"wound_down\x18\b \x01(\bR\twoundDown\x12\x1f\n" +
 	"\vpeak_tokens\x18\t \x01(\x03R\n" +
-	"peakTokens\"\x8a\x03\n" +
+	"peakTokens\"\xb8\x03\n" +
 	"\vTaskOutcome\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\x12-\n" +
@@ -2873,7 +3219,14 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12'\n" +
-	"\x0fforecast_tokens\x18\a \x01(\x03R\x0eforecastTokens\"\xe9\x01\n" +
+	"\x0fforecast_tokens\x18\a \x01(\x03R\x0eforecastTokens\x12,\n" +
+	"\x05hedge\x18\f \x01(\v2\x16.fanout.v1.HedgeReportR\x05hedge\"\xe7\x01\n" +
+	"\vHedgeReport\x12/\n" +
+	"\x06winner\x18\x01 \x01(\x0e2\x17.fanout.v1.HedgeAttemptR\x06winner\x12!\n" +
+	"\ffirst_tokens\x18\x02 \x01(\x03R\vfirstTokens\x12!\n" +
+	"\fhedge_tokens\x18\x03 \x01(\x03R\vhedgeTokens\x12!\n" +
+	"\fhedge_worker\x18\x04 \x01(\tR\vhedgeWorker\x12>\n" +
+	"\rstarted_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fstartedAfter\"\xe9\x01\n" +
 	"\x0eBudgetSnapshot\x12!\n" +
 	"\flimit_tokens\x18\x01 \x01(\x03R\vlimitTokens\x12)\n" +
 	"\x10available_tokens\x18\x02 \x01(\x03R\x0favailableTokens\x12'\n" +
@@ -2917,7 +3270,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06labels\x18\x1e \x03(\v2\x1a.fanout.v1.Run.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x91\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\a\n" +
 	"\bRunEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12.\n" +
@@ -2937,7 +3290,9 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"runAdopted\x12M\n" +
 	"\x12approval_requested\x18\x13 \x01(\v2\x1c.fanout.v1.ApprovalRequestedH\x00R\x11approvalRequested\x12G\n" +
 	"\x10approval_decided\x18\x14 \x01(\v2\x1a.fanout.v1.ApprovalDecidedH\x00R\x0fapprovalDecided\x12M\n" +
-	"\x12concurrency_chosen\x18\x15 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenH\x00R\x11concurrencyChosenB\a\n" +
+	"\x12concurrency_chosen\x18\x15 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenH\x00R\x11concurrencyChosen\x128\n" +
+	"\vtask_hedged\x18\x16 \x01(\v2\x15.fanout.v1.TaskHedgedH\x00R\n" +
+	"taskHedgedB\a\n" +
 	"\x05event\"\xd2\x03\n" +
 	"\x11ConcurrencyChosen\x12 \n" +
 	"\vconcurrency\x18\x01 \x01(\x05R\vconcurrency\x12\x1a\n" +
@@ -2953,7 +3308,14 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	" \x01(\x05R\robservedCalls\x12!\n" +
 	"\fruns_sharing\x18\v \x01(\x05R\vrunsSharing\x12\x1c\n" +
 	"\tthrottled\x18\f \x01(\x03R\tthrottled\x12!\n" +
-	"\fthrottle_cap\x18\r \x01(\x05R\vthrottleCap\"\x91\x01\n" +
+	"\fthrottle_cap\x18\r \x01(\x05R\vthrottleCap\"\xbf\x01\n" +
+	"\n" +
+	"TaskHedged\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12/\n" +
+	"\x05after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05after\x127\n" +
+	"\tthreshold\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\tthreshold\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x91\x01\n" +
 	"\n" +
 	"RunAdopted\x12%\n" +
 	"\x0eprevious_owner\x18\x01 \x01(\tR\rpreviousOwner\x12\x14\n" +
@@ -3037,7 +3399,11 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x10RUN_STATE_FAILED\x10\x03\x12\x17\n" +
 	"\x13RUN_STATE_CANCELLED\x10\x04\x12\x1e\n" +
 	"\x1aRUN_STATE_BUDGET_EXHAUSTED\x10\x05\x12\x17\n" +
-	"\x13RUN_STATE_TIMED_OUT\x10\x06B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
+	"\x13RUN_STATE_TIMED_OUT\x10\x06*_\n" +
+	"\fHedgeAttempt\x12\x1d\n" +
+	"\x19HEDGE_ATTEMPT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13HEDGE_ATTEMPT_FIRST\x10\x01\x12\x17\n" +
+	"\x13HEDGE_ATTEMPT_HEDGE\x10\x02B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
 var (
 	file_fanout_v1_run_proto_rawDescOnce sync.Once
@@ -3051,97 +3417,109 @@ func file_fanout_v1_run_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_run_proto_rawDescData
 }
 
-var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_fanout_v1_run_proto_goTypes = []any{
 	(ExhaustionPolicy)(0),         // 0: fanout.v1.ExhaustionPolicy
 	(JoinPolicy)(0),               // 1: fanout.v1.JoinPolicy
 	(TaskStatus)(0),               // 2: fanout.v1.TaskStatus
 	(AdmissionPolicy)(0),          // 3: fanout.v1.AdmissionPolicy
 	(RunState)(0),                 // 4: fanout.v1.RunState
-	(*RunSpec)(nil),               // 5: fanout.v1.RunSpec
-	(*TaskSpec)(nil),              // 6: fanout.v1.TaskSpec
-	(*Budget)(nil),                // 7: fanout.v1.Budget
-	(*Limits)(nil),                // 8: fanout.v1.Limits
-	(*ModelSettings)(nil),         // 9: fanout.v1.ModelSettings
-	(*Fact)(nil),                  // 10: fanout.v1.Fact
-	(*FactSummary)(nil),           // 11: fanout.v1.FactSummary
-	(*TaskOutcome)(nil),           // 12: fanout.v1.TaskOutcome
-	(*BudgetSnapshot)(nil),        // 13: fanout.v1.BudgetSnapshot
-	(*JoinedResult)(nil),          // 14: fanout.v1.JoinedResult
-	(*Run)(nil),                   // 15: fanout.v1.Run
-	(*RunEvent)(nil),              // 16: fanout.v1.RunEvent
-	(*ConcurrencyChosen)(nil),     // 17: fanout.v1.ConcurrencyChosen
-	(*RunAdopted)(nil),            // 18: fanout.v1.RunAdopted
-	(*ApprovalRequested)(nil),     // 19: fanout.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 20: fanout.v1.ApprovalDecided
-	(*RunStarted)(nil),            // 21: fanout.v1.RunStarted
-	(*TaskQueued)(nil),            // 22: fanout.v1.TaskQueued
-	(*TaskStarted)(nil),           // 23: fanout.v1.TaskStarted
-	(*TaskIteration)(nil),         // 24: fanout.v1.TaskIteration
-	(*TaskFinished)(nil),          // 25: fanout.v1.TaskFinished
-	(*BudgetUpdate)(nil),          // 26: fanout.v1.BudgetUpdate
-	(*BudgetExhausted)(nil),       // 27: fanout.v1.BudgetExhausted
-	(*RunFinished)(nil),           // 28: fanout.v1.RunFinished
-	nil,                           // 29: fanout.v1.RunSpec.LabelsEntry
-	nil,                           // 30: fanout.v1.Run.LabelsEntry
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(HedgeAttempt)(0),             // 5: fanout.v1.HedgeAttempt
+	(*RunSpec)(nil),               // 6: fanout.v1.RunSpec
+	(*TaskSpec)(nil),              // 7: fanout.v1.TaskSpec
+	(*Hedge)(nil),                 // 8: fanout.v1.Hedge
+	(*Budget)(nil),                // 9: fanout.v1.Budget
+	(*Limits)(nil),                // 10: fanout.v1.Limits
+	(*ModelSettings)(nil),         // 11: fanout.v1.ModelSettings
+	(*Fact)(nil),                  // 12: fanout.v1.Fact
+	(*FactSummary)(nil),           // 13: fanout.v1.FactSummary
+	(*TaskOutcome)(nil),           // 14: fanout.v1.TaskOutcome
+	(*HedgeReport)(nil),           // 15: fanout.v1.HedgeReport
+	(*BudgetSnapshot)(nil),        // 16: fanout.v1.BudgetSnapshot
+	(*JoinedResult)(nil),          // 17: fanout.v1.JoinedResult
+	(*Run)(nil),                   // 18: fanout.v1.Run
+	(*RunEvent)(nil),              // 19: fanout.v1.RunEvent
+	(*ConcurrencyChosen)(nil),     // 20: fanout.v1.ConcurrencyChosen
+	(*TaskHedged)(nil),            // 21: fanout.v1.TaskHedged
+	(*RunAdopted)(nil),            // 22: fanout.v1.RunAdopted
+	(*ApprovalRequested)(nil),     // 23: fanout.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 24: fanout.v1.ApprovalDecided
+	(*RunStarted)(nil),            // 25: fanout.v1.RunStarted
+	(*TaskQueued)(nil),            // 26: fanout.v1.TaskQueued
+	(*TaskStarted)(nil),           // 27: fanout.v1.TaskStarted
+	(*TaskIteration)(nil),         // 28: fanout.v1.TaskIteration
+	(*TaskFinished)(nil),          // 29: fanout.v1.TaskFinished
+	(*BudgetUpdate)(nil),          // 30: fanout.v1.BudgetUpdate
+	(*BudgetExhausted)(nil),       // 31: fanout.v1.BudgetExhausted
+	(*RunFinished)(nil),           // 32: fanout.v1.RunFinished
+	nil,                           // 33: fanout.v1.RunSpec.LabelsEntry
+	nil,                           // 34: fanout.v1.Run.LabelsEntry
+	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_fanout_v1_run_proto_depIdxs = []int32{
-	6,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
-	7,  // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
-	8,  // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
+	7,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
+	9,  // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
+	10, // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
 	0,  // 3: fanout.v1.RunSpec.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
 	1,  // 4: fanout.v1.RunSpec.join_policy:type_name -> fanout.v1.JoinPolicy
-	9,  // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
-	29, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
-	31, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
-	3,  // 8: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
-	31, // 9: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
-	10, // 10: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
-	2,  // 11: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
-	2,  // 12: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
-	11, // 13: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
-	32, // 14: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
-	32, // 15: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
-	10, // 16: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
-	12, // 17: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
-	4,  // 18: fanout.v1.Run.state:type_name -> fanout.v1.RunState
-	5,  // 19: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
-	13, // 20: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
-	12, // 21: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
-	14, // 22: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
-	17, // 23: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
-	32, // 24: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	32, // 25: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	30, // 26: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	32, // 27: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	21, // 28: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	22, // 29: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	23, // 30: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	24, // 31: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	25, // 32: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	26, // 33: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	27, // 34: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	28, // 35: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
-	18, // 36: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
-	19, // 37: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
-	20, // 38: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
-	17, // 39: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
-	32, // 40: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	32, // 41: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
-	15, // 42: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	12, // 43: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	13, // 44: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	13, // 45: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	4,  // 46: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	14, // 47: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	48, // [48:48] is the sub-list for method output_type
-	48, // [48:48] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	11, // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
+	33, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
+	35, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	8,  // 8: fanout.v1.TaskSpec.hedge:type_name -> fanout.v1.Hedge
+	35, // 9: fanout.v1.Hedge.after:type_name -> google.protobuf.Duration
+	3,  // 10: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
+	35, // 11: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
+	12, // 12: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
+	2,  // 13: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
+	2,  // 14: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
+	13, // 15: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
+	36, // 16: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
+	36, // 17: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
+	15, // 18: fanout.v1.TaskOutcome.hedge:type_name -> fanout.v1.HedgeReport
+	5,  // 19: fanout.v1.HedgeReport.winner:type_name -> fanout.v1.HedgeAttempt
+	35, // 20: fanout.v1.HedgeReport.started_after:type_name -> google.protobuf.Duration
+	12, // 21: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
+	14, // 22: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
+	4,  // 23: fanout.v1.Run.state:type_name -> fanout.v1.RunState
+	6,  // 24: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
+	16, // 25: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
+	14, // 26: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
+	17, // 27: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
+	20, // 28: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
+	36, // 29: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	36, // 30: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	34, // 31: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	36, // 32: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 33: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	26, // 34: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	27, // 35: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	28, // 36: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	29, // 37: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	30, // 38: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	31, // 39: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	32, // 40: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	22, // 41: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
+	23, // 42: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
+	24, // 43: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
+	20, // 44: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
+	21, // 45: fanout.v1.RunEvent.task_hedged:type_name -> fanout.v1.TaskHedged
+	35, // 46: fanout.v1.TaskHedged.after:type_name -> google.protobuf.Duration
+	35, // 47: fanout.v1.TaskHedged.threshold:type_name -> google.protobuf.Duration
+	36, // 48: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	36, // 49: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
+	18, // 50: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	14, // 51: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	16, // 52: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	16, // 53: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	4,  // 54: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	17, // 55: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }
@@ -3149,7 +3527,7 @@ func file_fanout_v1_run_proto_init() {
 	if File_fanout_v1_run_proto != nil {
 		return
 	}
-	file_fanout_v1_run_proto_msgTypes[11].OneofWrappers = []any{
+	file_fanout_v1_run_proto_msgTypes[13].OneofWrappers = []any{
 		(*RunEvent_RunStarted)(nil),
 		(*RunEvent_TaskQueued)(nil),
 		(*RunEvent_TaskStarted)(nil),
@@ -3162,14 +3540,15 @@ func file_fanout_v1_run_proto_init() {
 		(*RunEvent_ApprovalRequested)(nil),
 		(*RunEvent_ApprovalDecided)(nil),
 		(*RunEvent_ConcurrencyChosen)(nil),
+		(*RunEvent_TaskHedged)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_run_proto_rawDesc), len(file_fanout_v1_run_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   26,
+			NumEnums:      6,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -5,8 +5,8 @@
 
 import { enumText } from "../enums";
 import { h, replace } from "../dom";
-import { tokens } from "../format";
-import { TaskStatusSchema, type FactSummary } from "../gen/fanout/v1/run_pb";
+import { duration, tokens } from "../format";
+import { HedgeAttempt, TaskStatusSchema, type FactSummary, type TaskOutcome } from "../gen/fanout/v1/run_pb";
 import type { TaskView } from "../model";
 import type { RunStore } from "../runstore";
 import { statusClass } from "../timeline";
@@ -50,6 +50,7 @@ function summaryDetails(t: TaskView, open: Set<string>): HTMLElement {
       h("dt", null, "Iterations"),
       h("dd", null, String(sm?.iterations ?? t.iterations)),
       sm?.woundDown ? [h("dt", null, "Wound down"), h("dd", null, "yes: its last iteration answered without tools")] : null,
+      t.hedged || o?.hedge ? [h("dt", null, "Hedged"), h("dd", null, hedgeText(t, o))] : null,
     ),
     sm?.facts.length ? [h("h4", null, "Facts"), factList(sm.facts)] : null,
     sm ? textList("Tried", sm.tried) : null,
@@ -76,4 +77,17 @@ export function outcomesPanel(store: RunStore): HTMLElement {
     replace(area, v.tasks.length ? v.tasks.map((t) => summaryDetails(t, open)) : h("p", { class: "muted" }, "No tasks yet."));
   });
   return panel("h-outcomes", "Task outcomes", area);
+}
+
+/** hedgeText says how a hedged task's two attempts went (docs/budget.md#hedged-tasks). */
+export function hedgeText(t: TaskView, o: TaskOutcome | undefined): string {
+  const ev = t.hedged;
+  const started = ev
+    ? `a second attempt started on ${ev.worker} after ${duration(Number(ev.after?.seconds ?? 0n) * 1000 + (ev.after?.nanos ?? 0) / 1e6)} (${ev.reason})`
+    : "a second attempt started";
+  const r = o?.hedge;
+  if (!r) return started;
+  const won =
+    r.winner === HedgeAttempt.HEDGE ? "the hedge won" : r.winner === HedgeAttempt.FIRST ? "the first attempt won" : "neither answered";
+  return `${started}; ${won}; first ${tokens(r.firstTokens)} + hedge ${tokens(r.hedgeTokens)} tokens`;
 }

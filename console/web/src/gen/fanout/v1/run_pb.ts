@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fanout/v1/run.proto.
  */
 export const file_fanout_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEiqQMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSLgoGbGFiZWxzGBQgAygLMh4uZmFub3V0LnYxLlJ1blNwZWMuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKwAQoIVGFza1NwZWMSCgoCaWQYASABKAkSEwoLaW5zdHJ1Y3Rpb24YAiABKAkSFAoMdG9rZW5fYnVkZ2V0GAMgASgDEhYKDm1heF9pdGVyYXRpb25zGAQgASgFEhUKDWFsbG93ZWRfdG9vbHMYBSADKAkSEgoKZGVwZW5kc19vbhgGIAMoCRIqCgd0aW1lb3V0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIqYCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkizAQKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEjEKC2NvbmN1cnJlbmN5GBEgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuEi4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiyQUKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIABI6ChJjb25jdXJyZW5jeV9jaG9zZW4YFSABKAsyHC5mYW5vdXQudjEuQ29uY3VycmVuY3lDaG9zZW5IAEIHCgVldmVudCKsAgoRQ29uY3VycmVuY3lDaG9zZW4SEwoLY29uY3VycmVuY3kYASABKAUSEAoIcHJldmlvdXMYAiABKAUSDgoGcmVhc29uGAMgASgJEhYKDmxpbWl0X3JlcXVlc3RzGAQgASgDEhQKDGxpbWl0X3Rva2VucxgFIAEoAxIQCghoZWFkcm9vbRgGIAEoARIYChBzZWNvbmRzX3Blcl9jYWxsGAcgASgBEhcKD3Rva2Vuc19wZXJfY2FsbBgIIAEoARIWCg5jYWxsc19wZXJfdGFzaxgJIAEoARIWCg5vYnNlcnZlZF9jYWxscxgKIAEoBRIUCgxydW5zX3NoYXJpbmcYCyABKAUSEQoJdGhyb3R0bGVkGAwgASgDEhQKDHRocm90dGxlX2NhcBgNIAEoBSJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJdCg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBkIzWjFnaXRodWIuY29tL2Zhbm91dC9mYW5vdXQvcHJvdG8vZmFub3V0L3YxO2Zhbm91dHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEiqQMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSLgoGbGFiZWxzGBQgAygLMh4uZmFub3V0LnYxLlJ1blNwZWMuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLRAQoIVGFza1NwZWMSCgoCaWQYASABKAkSEwoLaW5zdHJ1Y3Rpb24YAiABKAkSFAoMdG9rZW5fYnVkZ2V0GAMgASgDEhYKDm1heF9pdGVyYXRpb25zGAQgASgFEhUKDWFsbG93ZWRfdG9vbHMYBSADKAkSEgoKZGVwZW5kc19vbhgGIAMoCRIqCgd0aW1lb3V0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh8KBWhlZGdlGAggASgLMhAuZmFub3V0LnYxLkhlZGdlIlwKBUhlZGdlEhYKDmxhdGVuY3lfZmFjdG9yGAEgASgBEhEKCW1pbl9wZWVycxgCIAEoBRIoCgVhZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKHAQoGQnVkZ2V0EhQKDGxpbWl0X3Rva2VucxgBIAEoAxIeChZtaW5fcmVzZXJ2YXRpb25fdG9rZW5zGAIgASgDEhgKEHN5bnRoZXNpc190b2tlbnMYAyABKAMSLQoJYWRtaXNzaW9uGAQgASgOMhouZmFub3V0LnYxLkFkbWlzc2lvblBvbGljeSJRCgZMaW1pdHMSFwoPbWF4X2NvbmN1cnJlbmN5GAEgASgFEi4KC3J1bl90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIm4KDU1vZGVsU2V0dGluZ3MSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSEwoLdGVtcGVyYXR1cmUYAyABKAESGQoRbWF4X291dHB1dF90b2tlbnMYBCABKAUSDAoEc2VlZBgFIAEoAyIlCgRGYWN0EgwKBHRleHQYASABKAkSDwoHc291cmNlcxgCIAMoCSLVAQoLRmFjdFN1bW1hcnkSHgoFZmFjdHMYASADKAsyDy5mYW5vdXQudjEuRmFjdBINCgV0cmllZBgCIAMoCRIOCgZmYWlsZWQYAyADKAkSFAoMdG9rZW5zX3NwZW50GAQgASgDEhIKCml0ZXJhdGlvbnMYBSABKAUSJQoGc3RhdHVzGAYgASgOMhUuZmFub3V0LnYxLlRhc2tTdGF0dXMSDQoFZXJyb3IYByABKAkSEgoKd291bmRfZG93bhgIIAEoCBITCgtwZWFrX3Rva2VucxgJIAEoAyLNAgoLVGFza091dGNvbWUSDwoHdGFza19pZBgBIAEoCRIWCg5kaXNwYXRjaF9pbmRleBgCIAEoBRIlCgZzdGF0dXMYAyABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxInCgdzdW1tYXJ5GAQgASgLMhYuZmFub3V0LnYxLkZhY3RTdW1tYXJ5EhQKDHRva2Vuc19zcGVudBgFIAEoAxIOCgZ3b3JrZXIYBiABKAkSLgoKc3RhcnRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2ZvcmVjYXN0X3Rva2VucxgHIAEoAxIlCgVoZWRnZRgMIAEoCzIWLmZhbm91dC52MS5IZWRnZVJlcG9ydCKqAQoLSGVkZ2VSZXBvcnQSJwoGd2lubmVyGAEgASgOMhcuZmFub3V0LnYxLkhlZGdlQXR0ZW1wdBIUCgxmaXJzdF90b2tlbnMYAiABKAMSFAoMaGVkZ2VfdG9rZW5zGAMgASgDEhQKDGhlZGdlX3dvcmtlchgEIAEoCRIwCg1zdGFydGVkX2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkizAQKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEjEKC2NvbmN1cnJlbmN5GBEgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuEi4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9wUKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIABI6ChJjb25jdXJyZW5jeV9jaG9zZW4YFSABKAsyHC5mYW5vdXQudjEuQ29uY3VycmVuY3lDaG9zZW5IABIsCgt0YXNrX2hlZGdlZBgWIAEoCzIVLmZhbm91dC52MS5UYXNrSGVkZ2VkSABCBwoFZXZlbnQirAIKEUNvbmN1cnJlbmN5Q2hvc2VuEhMKC2NvbmN1cnJlbmN5GAEgASgFEhAKCHByZXZpb3VzGAIgASgFEg4KBnJlYXNvbhgDIAEoCRIWCg5saW1pdF9yZXF1ZXN0cxgEIAEoAxIUCgxsaW1pdF90b2tlbnMYBSABKAMSEAoIaGVhZHJvb20YBiABKAESGAoQc2Vjb25kc19wZXJfY2FsbBgHIAEoARIXCg90b2tlbnNfcGVyX2NhbGwYCCABKAESFgoOY2FsbHNfcGVyX3Rhc2sYCSABKAESFgoOb2JzZXJ2ZWRfY2FsbHMYCiABKAUSFAoMcnVuc19zaGFyaW5nGAsgASgFEhEKCXRocm90dGxlZBgMIAEoAxIUCgx0aHJvdHRsZV9jYXAYDSABKAUilQEKClRhc2tIZWRnZWQSDwoHdGFza19pZBgBIAEoCRIOCgZ3b3JrZXIYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJdGhyZXNob2xkGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgFIAEoCSJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJdCg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBipfCgxIZWRnZUF0dGVtcHQSHQoZSEVER0VfQVRURU1QVF9VTlNQRUNJRklFRBAAEhcKE0hFREdFX0FUVEVNUFRfRklSU1QQARIXChNIRURHRV9BVFRFTVBUX0hFREdFEAJCM1oxZ2l0aHViLmNvbS9mYW5vdXQvZmFub3V0L3Byb3RvL2Zhbm91dC92MTtmYW5vdXR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * RunSpec is everything a caller submits to start a run. It is stored with
@@ -182,6 +182,19 @@ export type TaskSpec = Message<"fanout.v1.TaskSpec"> & {
    * @generated from field: google.protobuf.Duration timeout = 7;
    */
   timeout?: Duration | undefined;
+
+  /**
+   * Set (even empty) to hedge the task: when it runs far past its peers, a
+   * second attempt of it starts on another worker while the first runs on;
+   * the first of the two to end with an answer is the task's outcome, the
+   * other is cancelled, and both attempts' spend is the task's. Unset: the
+   * task is never hedged. A task that allows a tool that may write (any
+   * tool but the workers' read-only built-ins) cannot be hedged: its
+   * writes are at most once. See docs/budget.md#hedged-tasks.
+   *
+   * @generated from field: fanout.v1.Hedge hedge = 8;
+   */
+  hedge?: Hedge | undefined;
 };
 
 /**
@@ -190,6 +203,51 @@ export type TaskSpec = Message<"fanout.v1.TaskSpec"> & {
  */
 export const TaskSpecSchema: GenMessage<TaskSpec> = /*@__PURE__*/
   messageDesc(file_fanout_v1_run, 1);
+
+/**
+ * Hedge says when a task's second attempt starts. It starts once the
+ * first attempt has run (since its worker started it) past the earlier of
+ * `after` and latency_factor times the median duration of the run's tasks
+ * that answered (at least min_peers of them). With neither set the factor
+ * is 3. It starts only if the run's forecast affords the task's forecast
+ * once more (under ADMISSION_POLICY_FORECAST), another worker is in the
+ * pool, and the run is not stopping; at most one per task.
+ *
+ * @generated from message fanout.v1.Hedge
+ */
+export type Hedge = Message<"fanout.v1.Hedge"> & {
+  /**
+   * How far past its peers' median duration the task must run before it
+   * is hedged: 0 means 3 (unless `after` alone is set); else 1.5 to 100.
+   *
+   * @generated from field: double latency_factor = 1;
+   */
+  latencyFactor: number;
+
+  /**
+   * How many of the run's other tasks must have answered before
+   * latency_factor applies: 0 means 3; else 1 to the run's other tasks.
+   *
+   * @generated from field: int32 min_peers = 2;
+   */
+  minPeers: number;
+
+  /**
+   * Hedge once the first attempt has run this long, whatever its peers
+   * did: 100ms or more, less than the task's timeout. Unset: only
+   * latency_factor applies.
+   *
+   * @generated from field: google.protobuf.Duration after = 3;
+   */
+  after?: Duration | undefined;
+};
+
+/**
+ * Describes the message fanout.v1.Hedge.
+ * Use `create(HedgeSchema)` to create a new message.
+ */
+export const HedgeSchema: GenMessage<Hedge> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 2);
 
 /**
  * Budget is a run's token budget.
@@ -244,7 +302,7 @@ export type Budget = Message<"fanout.v1.Budget"> & {
  * Use `create(BudgetSchema)` to create a new message.
  */
 export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 2);
+  messageDesc(file_fanout_v1_run, 3);
 
 /**
  * Limits bounds a run's concurrency and duration.
@@ -275,7 +333,7 @@ export type Limits = Message<"fanout.v1.Limits"> & {
  * Use `create(LimitsSchema)` to create a new message.
  */
 export const LimitsSchema: GenMessage<Limits> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 3);
+  messageDesc(file_fanout_v1_run, 4);
 
 /**
  * ModelSettings selects and tunes the model the subagents call.
@@ -331,7 +389,7 @@ export type ModelSettings = Message<"fanout.v1.ModelSettings"> & {
  * Use `create(ModelSettingsSchema)` to create a new message.
  */
 export const ModelSettingsSchema: GenMessage<ModelSettings> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 4);
+  messageDesc(file_fanout_v1_run, 5);
 
 /**
  * Fact is one piece of information a subagent found.
@@ -361,7 +419,7 @@ export type Fact = Message<"fanout.v1.Fact"> & {
  * Use `create(FactSchema)` to create a new message.
  */
 export const FactSchema: GenMessage<Fact> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 5);
+  messageDesc(file_fanout_v1_run, 6);
 
 /**
  * FactSummary is what a subagent compresses its work into when it ends; it
@@ -446,7 +504,7 @@ export type FactSummary = Message<"fanout.v1.FactSummary"> & {
  * Use `create(FactSummarySchema)` to create a new message.
  */
 export const FactSummarySchema: GenMessage<FactSummary> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 6);
+  messageDesc(file_fanout_v1_run, 7);
 
 /**
  * TaskOutcome is how one task of a run ended (or is doing, while running).
@@ -522,6 +580,14 @@ export type TaskOutcome = Message<"fanout.v1.TaskOutcome"> & {
    * @generated from field: int64 forecast_tokens = 7;
    */
   forecastTokens: bigint;
+
+  /**
+   * How the task's hedge went, if one started (TaskSpec.hedge); unset if
+   * none did. tokens_spent includes both attempts.
+   *
+   * @generated from field: fanout.v1.HedgeReport hedge = 12;
+   */
+  hedge?: HedgeReport | undefined;
 };
 
 /**
@@ -529,7 +595,59 @@ export type TaskOutcome = Message<"fanout.v1.TaskOutcome"> & {
  * Use `create(TaskOutcomeSchema)` to create a new message.
  */
 export const TaskOutcomeSchema: GenMessage<TaskOutcome> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 7);
+  messageDesc(file_fanout_v1_run, 8);
+
+/**
+ * HedgeReport is how a hedged task's two attempts went.
+ *
+ * @generated from message fanout.v1.HedgeReport
+ */
+export type HedgeReport = Message<"fanout.v1.HedgeReport"> & {
+  /**
+   * The attempt whose outcome is the task's: the first to end with an
+   * answer (SUCCEEDED); UNSPECIFIED if neither did (the task's outcome is
+   * then the first attempt's).
+   *
+   * @generated from field: fanout.v1.HedgeAttempt winner = 1;
+   */
+  winner: HedgeAttempt;
+
+  /**
+   * What the first attempt spent, settled in the ledger.
+   *
+   * @generated from field: int64 first_tokens = 2;
+   */
+  firstTokens: bigint;
+
+  /**
+   * What the second attempt spent, settled in the ledger (on its own
+   * account, a sibling of the task's: see docs/budget.md#hedged-tasks).
+   *
+   * @generated from field: int64 hedge_tokens = 3;
+   */
+  hedgeTokens: bigint;
+
+  /**
+   * The worker the second attempt ran on.
+   *
+   * @generated from field: string hedge_worker = 4;
+   */
+  hedgeWorker: string;
+
+  /**
+   * How long the first attempt had run when the second started.
+   *
+   * @generated from field: google.protobuf.Duration started_after = 5;
+   */
+  startedAfter?: Duration | undefined;
+};
+
+/**
+ * Describes the message fanout.v1.HedgeReport.
+ * Use `create(HedgeReportSchema)` to create a new message.
+ */
+export const HedgeReportSchema: GenMessage<HedgeReport> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 9);
 
 /**
  * BudgetSnapshot is the state of a run's ledger account at one point in
@@ -589,7 +707,7 @@ export type BudgetSnapshot = Message<"fanout.v1.BudgetSnapshot"> & {
  * Use `create(BudgetSnapshotSchema)` to create a new message.
  */
 export const BudgetSnapshotSchema: GenMessage<BudgetSnapshot> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 8);
+  messageDesc(file_fanout_v1_run, 10);
 
 /**
  * JoinedResult is the outcome of a run's join.
@@ -679,7 +797,7 @@ export type JoinedResult = Message<"fanout.v1.JoinedResult"> & {
  * Use `create(JoinedResultSchema)` to create a new message.
  */
 export const JoinedResultSchema: GenMessage<JoinedResult> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 9);
+  messageDesc(file_fanout_v1_run, 11);
 
 /**
  * Run is a run's stored state.
@@ -822,7 +940,7 @@ export type Run = Message<"fanout.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 10);
+  messageDesc(file_fanout_v1_run, 12);
 
 /**
  * RunEvent is one event in a run's history. Events are stored, so they can be
@@ -962,6 +1080,16 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
      */
     value: ConcurrencyChosen;
     case: "concurrencyChosen";
+  } | {
+    /**
+     * A task ran past its hedge threshold and a second attempt of it
+     * started on another worker (TaskSpec.hedge). Which attempt won is in
+     * its TaskFinished (TaskOutcome.hedge).
+     *
+     * @generated from field: fanout.v1.TaskHedged task_hedged = 22;
+     */
+    value: TaskHedged;
+    case: "taskHedged";
   } | { case: undefined; value?: undefined };
 };
 
@@ -970,7 +1098,7 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 11);
+  messageDesc(file_fanout_v1_run, 13);
 
 /**
  * ConcurrencyChosen reports how many of a run's tasks may run at once, and
@@ -1091,7 +1219,59 @@ export type ConcurrencyChosen = Message<"fanout.v1.ConcurrencyChosen"> & {
  * Use `create(ConcurrencyChosenSchema)` to create a new message.
  */
 export const ConcurrencyChosenSchema: GenMessage<ConcurrencyChosen> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 12);
+  messageDesc(file_fanout_v1_run, 14);
+
+/**
+ * TaskHedged reports that a second attempt of a task started while its
+ * first ran on.
+ *
+ * @generated from message fanout.v1.TaskHedged
+ */
+export type TaskHedged = Message<"fanout.v1.TaskHedged"> & {
+  /**
+   * The task's id.
+   *
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * The worker the second attempt was sent to (the first that takes it
+   * from there on, as for any dispatch).
+   *
+   * @generated from field: string worker = 2;
+   */
+  worker: string;
+
+  /**
+   * How long the first attempt had run (since its worker started it).
+   *
+   * @generated from field: google.protobuf.Duration after = 3;
+   */
+  after?: Duration | undefined;
+
+  /**
+   * The threshold it ran past, and on what it rests, e.g. "3 × the median
+   * 1.2s of 5 tasks that answered" or "after 30s".
+   *
+   * @generated from field: google.protobuf.Duration threshold = 4;
+   */
+  threshold?: Duration | undefined;
+
+  /**
+   * Says the threshold in words, as above.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message fanout.v1.TaskHedged.
+ * Use `create(TaskHedgedSchema)` to create a new message.
+ */
+export const TaskHedgedSchema: GenMessage<TaskHedged> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 15);
 
 /**
  * RunAdopted reports that the orchestrator driving the run was lost (its
@@ -1143,7 +1323,7 @@ export type RunAdopted = Message<"fanout.v1.RunAdopted"> & {
  * Use `create(RunAdoptedSchema)` to create a new message.
  */
 export const RunAdoptedSchema: GenMessage<RunAdopted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 13);
+  messageDesc(file_fanout_v1_run, 16);
 
 /**
  * ApprovalRequested reports that a task's write waits for a person's
@@ -1197,7 +1377,7 @@ export type ApprovalRequested = Message<"fanout.v1.ApprovalRequested"> & {
  * Use `create(ApprovalRequestedSchema)` to create a new message.
  */
 export const ApprovalRequestedSchema: GenMessage<ApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 14);
+  messageDesc(file_fanout_v1_run, 17);
 
 /**
  * ApprovalDecided reports a decision on a write that waited for approval.
@@ -1261,7 +1441,7 @@ export type ApprovalDecided = Message<"fanout.v1.ApprovalDecided"> & {
  * Use `create(ApprovalDecidedSchema)` to create a new message.
  */
 export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 15);
+  messageDesc(file_fanout_v1_run, 18);
 
 /**
  * RunStarted reports that a run was accepted.
@@ -1283,7 +1463,7 @@ export type RunStarted = Message<"fanout.v1.RunStarted"> & {
  * Use `create(RunStartedSchema)` to create a new message.
  */
 export const RunStartedSchema: GenMessage<RunStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 16);
+  messageDesc(file_fanout_v1_run, 19);
 
 /**
  * TaskQueued reports that a task is waiting for a concurrency slot (its
@@ -1312,7 +1492,7 @@ export type TaskQueued = Message<"fanout.v1.TaskQueued"> & {
  * Use `create(TaskQueuedSchema)` to create a new message.
  */
 export const TaskQueuedSchema: GenMessage<TaskQueued> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 17);
+  messageDesc(file_fanout_v1_run, 20);
 
 /**
  * TaskStarted reports that a worker started a task.
@@ -1348,7 +1528,7 @@ export type TaskStarted = Message<"fanout.v1.TaskStarted"> & {
  * Use `create(TaskStartedSchema)` to create a new message.
  */
 export const TaskStartedSchema: GenMessage<TaskStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 18);
+  messageDesc(file_fanout_v1_run, 21);
 
 /**
  * TaskIteration reports progress of a running task.
@@ -1390,7 +1570,7 @@ export type TaskIteration = Message<"fanout.v1.TaskIteration"> & {
  * Use `create(TaskIterationSchema)` to create a new message.
  */
 export const TaskIterationSchema: GenMessage<TaskIteration> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 19);
+  messageDesc(file_fanout_v1_run, 22);
 
 /**
  * TaskFinished reports that a task ended.
@@ -1411,7 +1591,7 @@ export type TaskFinished = Message<"fanout.v1.TaskFinished"> & {
  * Use `create(TaskFinishedSchema)` to create a new message.
  */
 export const TaskFinishedSchema: GenMessage<TaskFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 20);
+  messageDesc(file_fanout_v1_run, 23);
 
 /**
  * BudgetUpdate reports the run's budget.
@@ -1432,7 +1612,7 @@ export type BudgetUpdate = Message<"fanout.v1.BudgetUpdate"> & {
  * Use `create(BudgetUpdateSchema)` to create a new message.
  */
 export const BudgetUpdateSchema: GenMessage<BudgetUpdate> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 21);
+  messageDesc(file_fanout_v1_run, 24);
 
 /**
  * BudgetExhausted marks the moment the run's budget ran out. It is sent
@@ -1465,7 +1645,7 @@ export type BudgetExhausted = Message<"fanout.v1.BudgetExhausted"> & {
  * Use `create(BudgetExhaustedSchema)` to create a new message.
  */
 export const BudgetExhaustedSchema: GenMessage<BudgetExhausted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 22);
+  messageDesc(file_fanout_v1_run, 25);
 
 /**
  * RunFinished reports that a run ended.
@@ -1501,7 +1681,7 @@ export type RunFinished = Message<"fanout.v1.RunFinished"> & {
  * Use `create(RunFinishedSchema)` to create a new message.
  */
 export const RunFinishedSchema: GenMessage<RunFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 23);
+  messageDesc(file_fanout_v1_run, 26);
 
 /**
  * ExhaustionPolicy says what happens to a run's in-flight work when its
@@ -1805,4 +1985,38 @@ export enum RunState {
  */
 export const RunStateSchema: GenEnum<RunState> = /*@__PURE__*/
   enumDesc(file_fanout_v1_run, 4);
+
+/**
+ * HedgeAttempt names one of a hedged task's two attempts.
+ *
+ * @generated from enum fanout.v1.HedgeAttempt
+ */
+export enum HedgeAttempt {
+  /**
+   * No attempt answered.
+   *
+   * @generated from enum value: HEDGE_ATTEMPT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The attempt dispatched first.
+   *
+   * @generated from enum value: HEDGE_ATTEMPT_FIRST = 1;
+   */
+  FIRST = 1,
+
+  /**
+   * The second attempt, started when the first ran past its threshold.
+   *
+   * @generated from enum value: HEDGE_ATTEMPT_HEDGE = 2;
+   */
+  HEDGE = 2,
+}
+
+/**
+ * Describes the enum fanout.v1.HedgeAttempt.
+ */
+export const HedgeAttemptSchema: GenEnum<HedgeAttempt> = /*@__PURE__*/
+  enumDesc(file_fanout_v1_run, 5);
 
