@@ -88,9 +88,9 @@ verify: generate lint ## Check that generated code is current and everything lin
 	@git diff --exit-code -- console/dist $(CONSOLE_DIR)/src/gen || { echo "the console's build is stale: run make console and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- console/dist $(CONSOLE_DIR)/src/gen)" || { git status --short -- console/dist $(CONSOLE_DIR)/src/gen; echo "the console's build is not committed: run make console and commit"; exit 1; }
 
-console-screenshot: $(CONSOLE_DIR)/node_modules/.package-lock.json ## Take docs/console.png (the README's picture) with the console's browser test
+console-screenshot: $(CONSOLE_DIR)/node_modules/.package-lock.json ## Take docs/console.png (the README's picture) and docs/console-concurrency.png with the console's browser test
 	@scripts/ensure-postgres.sh
-	FANOUT_CONSOLE_SCREENSHOT=$(CURDIR)/docs/console.png $(GO) test -count=1 -run '^TestConsoleInABrowser$$' ./cmd/fanout/
+	FANOUT_CONSOLE_SCREENSHOT=$(CURDIR)/docs/console.png FANOUT_CONCURRENCY_SCREENSHOT=$(CURDIR)/docs/console-concurrency.png $(GO) test -count=1 -run '^TestConsoleInABrowser$$' ./cmd/fanout/
 
 console: $(CONSOLE_DIR)/node_modules/.package-lock.json | .tmp/bin/buf ## Build the web console into console/dist (committed): TypeScript from the protos (protoc-gen-es), type check, unit tests, bundle (esbuild-wasm)
 	cd $(CONSOLE_DIR) && npm run --silent generate && npm run --silent typecheck && npm run --silent test && npm run --silent build
