@@ -160,8 +160,11 @@ func (d *driver) startReady(runCtx context.Context) {
 			d.skip(runCtx, d.sched.Failed(i))
 			continue
 		}
+		verdict := admit
 		if d.fc != nil {
-			verdict, forecast, why := d.fc.admit(i)
+			var forecast int64
+			var why string
+			verdict, forecast, why = d.fc.admit(i)
 			switch verdict {
 			case hold:
 				return // a task in flight ends first
@@ -179,6 +182,9 @@ func (d *driver) startReady(runCtx context.Context) {
 		}
 		d.sched.Next()
 		req := d.request(runCtx, i)
+		if verdict == short {
+			req.WindDownAfter = 1 // one useful iteration, then its answer
+		}
 		w := d.e.workers.Next() // here, so that round-robin follows dispatch order
 		begun, ok := d.begun[i]
 		delete(d.begun, i)

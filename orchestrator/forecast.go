@@ -52,18 +52,24 @@ type forecaster struct {
 	held     int64   // what the run holds for its synthesis
 	caps     []int64 // caps[i]: task i's token_budget, 0 if none
 	share    int64   // an even share of budget over the tasks
+	useful   []int64 // useful[i]: what pays for task i's first useful iteration and a final answer
 	min      int64   // the run's min_reservation: no forecast is below it
 	spent    int64   // what the tasks that ended spent
 	answered int64   // tasks that ran to an answer
 	cost     int64   // what those needed (their peaks), in all
 	maxGrant int64   // the largest grant any task reported
-	flight   map[int]*inFlight
-	wound    bool // the tasks in flight were wound down; cleared when none is left
+	// firstSpent and secondGrant: the most a task spent in its first
+	// iteration, and the largest grant of a second one: what a useful
+	// iteration and an answer cost, once seen (usefulOf).
+	firstSpent, secondGrant int64
+	flight                  map[int]*inFlight
+	wound                   bool // the tasks in flight were wound down; cleared when none is left
 }
 
 // inFlight is what the forecaster knows of a task in flight.
 type inFlight struct {
 	forecast int64 // at admission
+	short    bool  // started with less than its forecast: wound down from the start
 	spent    int64 // so far, from its iterations
 	last     int64 // its last iteration's grant
 	prev     int64 // the one before
@@ -77,7 +83,27 @@ func newForecaster(p *plan, limit, held int64) *forecaster {
 	}
 	f.budget = claimable(f.caps, limit, held, p.minReservation)
 	f.share = f.budget / int64(max(1, len(tasks)))
+	out := int64(defaultSynthesisOutput)
+	if n := p.spec.GetModel().GetMaxOutputTokens(); n > 0 {
+		out = int64(n)
+	}
+	f.useful = make([]int64, len(tasks))
+	for i, t := range tasks {
+		f.useful[i] = usefulCost(int64(len(t.GetInstruction())+len(p.spec.GetGoal())), out)
+	}
 	return f
+}
+
+// usefulCost is what pays for a task's first useful iteration and a final
+// answer, before any call of the run was granted: the first call's input
+// (its prompt of promptBytes, plus synthesisPromptBytes of framing, a
+// token per byte as the worker bounds it) and two outputs of out, the
+// first call's and the final answer's. It is a floor, not a bound: a task
+// started on it is wound down from the start, and the wind-down (and a
+// final call the ledger cannot pay for, which hands back what the task
+// found) keeps a low one from cutting a call off.
+func usefulCost(promptBytes, out int64) int64 {
+	return promptBytes + synthesisPromptBytes + 2*out
 }
 
 // claimable is what a run's tasks (of token_budgets caps, 0 for none) may
@@ -170,6 +196,7 @@ type admission int
 const (
 	admit  admission = iota // start it
 	hold                    // wait: tasks in flight may free enough
+	short                   // start it with less than its forecast, wound down from the start
 	refuse                  // never start it: nothing is in flight
 )
 
@@ -189,6 +216,13 @@ func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string
 		return admit, n, ""
 	case len(f.flight) > 0:
 		return hold, n, ""
+	case left >= f.usefulOf(i):
+		// None is in flight and what is left pays for a useful iteration
+		// and an answer, not for its forecast: it starts wound down from
+		// the start.
+		u := f.usefulOf(i)
+		f.flight[i] = &inFlight{forecast: u, short: true}
+		return short, u, ""
 	}
 	why = fmt.Sprintf("not started: forecast to cost %d tokens (%s), but the run had %d left for its tasks", n, basis, max(0, left))
 	if f.held > 0 {
@@ -207,6 +241,12 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 	if t == nil {
 		return nil
 	}
+	switch {
+	case t.last == 0:
+		f.firstSpent = max(f.firstSpent, spent)
+	case t.prev == 0:
+		f.secondGrant = max(f.secondGrant, granted)
+	}
 	t.prev, t.last = t.last, granted
 	t.spent = spent
 	f.maxGrant = max(f.maxGrant, granted)
@@ -223,7 +263,10 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 			next += max(0, t.last-t.prev) // calls grow as the conversation does
 		}
 		after := next
-		if f.answered > 0 {
+		switch {
+		case t.short && t.last > 0:
+			after = 0 // wound down from the start: its next call is its answer
+		case f.answered > 0:
 			now := f.need(j)
 			after = max(0, min(now, t.forecast)-t.spent-next)
 		}
@@ -238,6 +281,17 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 	}
 	slices.Sort(windDown)
 	return windDown
+}
+
+// usefulOf is what pays for task i's first useful iteration and a final
+// answer: usefulCost's floor, or what the run's tasks showed it costs (a
+// first iteration's spend and a second one's grant), if more.
+func (f *forecaster) usefulOf(i int) int64 {
+	u := f.useful[i]
+	if f.firstSpent > 0 && f.secondGrant > 0 {
+		u = max(u, f.firstSpent+f.secondGrant)
+	}
+	return max(u, 2*f.min)
 }
 
 // ended records how task i ended: what it spent and needed at its peak,

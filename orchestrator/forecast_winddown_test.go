@@ -63,4 +63,4 @@ func TestWindDownAloneHoldsTheNextTask(t *testing.T) {
 	}
 }
 
-var verdictName = map[admission]string{admit: "admitted", hold: "held", refuse: "refused"}
+var verdictName = map[admission]string{admit: "admitted", hold: "held", refuse: "refused", short: "started short"}

@@ -76,8 +76,12 @@ type Task struct {
 	AttemptSecret  string           // the attempt's secret (budget.Attempt.Secret): a worker's login presents it on every ledger and tool-call write; never logged
 	// FromHeld makes every reserve draw on what the run holds back for its
 	// synthesis (Account is then the run's account): the run's synthesis.
-	FromHeld     bool
-	OnExhaustion Policy
+	FromHeld bool
+	// WindDownAfter, when > 0, winds the task down from its start
+	// (Dispatch.wind_down_after): its iterations after this many are its
+	// last, made without tools, as when a grant says Reservation.WindDown.
+	WindDownAfter int
+	OnExhaustion  Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
 	// cancels it under either policy, also when it was exhausted first.
@@ -507,6 +511,12 @@ func (r *taskAttempt) iterate(ctx context.Context, it int) (llm.Response, error)
 				r.msgs = append(r.msgs, WindDownMessage)
 			}
 		}
+	}
+	if r.task.WindDownAfter > 0 && it > r.task.WindDownAfter {
+		// Wound down from its start: this call is its last, as if its
+		// grant said so.
+		c.windDown()
+		c.windDown, c.tools = nil, nil
 	}
 	resp, _, err := r.paid(ctx, c)
 	if err != nil {

@@ -568,6 +568,7 @@ func taskFromRequest(req *fanoutv1.Dispatch) *Task {
 		Attempt:        int(req.GetAttempt()),
 		AttemptSecret:  req.GetAttemptSecret(),
 		FromHeld:       req.GetDrawOnHeld(),
+		WindDownAfter:  int(req.GetWindDownAfter()),
 		OnExhaustion:   policy,
 		ModelName:      req.GetModel().GetModel(),
 		Temperature:    req.GetModel().GetTemperature(),

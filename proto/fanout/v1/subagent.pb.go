@@ -136,7 +136,12 @@ type Dispatch struct {
 	// on the tokens it holds (the ledger's held amount), also once the run's
 	// budget is exhausted for its subagents. The run being cancelled or closed
 	// still stops it.
-	DrawOnHeld    bool `protobuf:"varint,23,opt,name=draw_on_held,json=drawOnHeld,proto3" json:"draw_on_held,omitempty"`
+	DrawOnHeld bool `protobuf:"varint,23,opt,name=draw_on_held,json=drawOnHeld,proto3" json:"draw_on_held,omitempty"`
+	// The task is wound down from its start (docs/budget.md): the run could
+	// pay for less than its forecast, enough for this many useful iterations
+	// and a final answer. Its iterations after this many are its last, made
+	// without tools, as when a grant says the run winds down. 0: not so.
+	WindDownAfter uint32 `protobuf:"varint,24,opt,name=wind_down_after,json=windDownAfter,proto3" json:"wind_down_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -253,6 +258,13 @@ func (x *Dispatch) GetDrawOnHeld() bool {
 		return x.DrawOnHeld
 	}
 	return false
+}
+
+func (x *Dispatch) GetWindDownAfter() uint32 {
+	if x != nil {
+		return x.WindDownAfter
+	}
+	return 0
 }
 
 // ExecuteResponse is one message of the SubagentService.Execute stream.
@@ -591,7 +603,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xe4\x03\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x8c\x04\n" +
 	"\bDispatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -606,7 +618,8 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\aattempt\x18\x15 \x01(\x05R\aattempt\x12%\n" +
 	"\x0eattempt_secret\x18\x16 \x01(\tR\rattemptSecret\x12 \n" +
 	"\fdraw_on_held\x18\x17 \x01(\bR\n" +
-	"drawOnHeld\"\xff\x01\n" +
+	"drawOnHeld\x12&\n" +
+	"\x0fwind_down_after\x18\x18 \x01(\rR\rwindDownAfter\"\xff\x01\n" +
 	"\x0fExecuteResponse\x126\n" +
 	"\astarted\x18\x01 \x01(\v2\x1a.fanout.v1.SubagentStartedH\x00R\astarted\x12<\n" +
 	"\titeration\x18\x02 \x01(\v2\x1c.fanout.v1.SubagentIterationH\x00R\titeration\x122\n" +
