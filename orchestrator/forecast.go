@@ -35,7 +35,10 @@ import (
 // only when what is left, less what the tasks in flight are forecast to
 // still need, covers its forecast; otherwise the task waits while tasks
 // are in flight (they may need less than forecast, and their outcomes
-// sharpen the forecast), and is NOT_STARTED once none is.
+// sharpen the forecast). Once none is, it starts short if what is left
+// pays for one useful iteration and a final answer (usefulOf): forecast at
+// that and wound down from the start (Dispatch.wind_down_after = 1, so no
+// ledger mark races its second grant); else it is NOT_STARTED.
 //
 // Wind-down: when what is left no longer pays for what the tasks in flight
 // still need, they are wound down: each one's next grant says so, and that
