@@ -111,7 +111,30 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	defer d.tasks.Wait()
 
 	d.schedule(runCtx, cancelRun)
+	d.addPrior(runCtx)
 	d.end(runCtx)
+}
+
+// addPrior adds the run's whole tasks (they ran to an answer, not wound
+// down) to its tenant's prior for its model (docs/budget.md#priors).
+func (d *driver) addPrior(runCtx context.Context) {
+	if d.e.priors == nil || d.ar.isLost() {
+		return
+	}
+	var n, spent, peak int64
+	for _, o := range d.outcomes {
+		if o != nil && ranToAnswer(o) && !o.GetSummary().GetWoundDown() {
+			n, spent, peak = n+1, spent+o.GetTokensSpent(), peak+max(o.GetSummary().GetPeakTokens(), o.GetTokensSpent())
+		}
+	}
+	if n == 0 {
+		return
+	}
+	ctx, cancel := cleanup(runCtx)
+	defer cancel()
+	if err := d.e.priors.AddTaskPrior(ctx, d.p.tenantID, d.p.spec.GetModel().GetModel(), n, spent, peak); err != nil {
+		d.e.cfg.Logger.WarnContext(ctx, "add the run's tasks to its tenant's prior", "run_id", d.runID, "err", err)
+	}
 }
 
 // schedule dispatches tasks as they become ready, up to the run's

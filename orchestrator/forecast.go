@@ -24,9 +24,12 @@ import (
 // and tasks in flight together must fit, or the ledger exhausts the run
 // under them. A task's forecast is the average peak of the run's tasks that
 // ran to an answer (SUCCEEDED, ITERATION_LIMIT), capped at the task's own
-// token_budget; before any has, the task's token_budget (the caller's word
-// for what it may need), or for a task without one an even share of what
-// the tasks may claim; never more than that. A cap taken for a forecast
+// token_budget; before any has, the average peak of the whole tasks of
+// the run's tenant with its model in earlier runs (the prior, read once as
+// the run starts; docs/budget.md#priors), capped likewise; without one,
+// the task's token_budget (the caller's word for what it may need), or for
+// a task without one an even share of what the tasks may claim; never more
+// than that. A cap taken for a forecast
 // starts the first tasks fewer at a time than the budget might allow,
 // until one answers; a share that is too small would let more start than
 // the budget pays for, whose reservations (each an upper bound) then
@@ -57,6 +60,8 @@ type forecaster struct {
 	share    int64   // an even share of budget over the tasks
 	useful   []int64 // useful[i]: what pays for task i's first useful iteration and a final answer
 	min      int64   // the run's min_reservation: no forecast is below it
+	prior    int64   // the average peak of the tenant's whole tasks with the run's model in earlier runs, 0 if none
+	priorN   int64   // how many tasks that prior rests on
 	spent    int64   // what the tasks that ended spent
 	answered int64   // tasks that ran to an answer
 	cost     int64   // what those needed (their peaks), in all
@@ -85,6 +90,9 @@ func newForecaster(p *plan, limit, held int64) *forecaster {
 		f.caps[i] = t.GetTokenBudget()
 	}
 	f.budget = claimable(f.caps, limit, held, p.minReservation)
+	if p.prior.tasks > 0 {
+		f.prior, f.priorN = (max(p.prior.peak, p.prior.spent)+p.prior.tasks-1)/p.prior.tasks, p.prior.tasks
+	}
 	f.share = f.budget / int64(max(1, len(tasks)))
 	out := int64(defaultSynthesisOutput)
 	if n := p.spec.GetModel().GetMaxOutputTokens(); n > 0 {
@@ -143,6 +151,8 @@ func (f *forecaster) forecast(i int) (int64, string) {
 		return n, fmt.Sprintf("the average need of the %d tasks that ran to an answer", f.answered)
 	case f.answered > 0:
 		return n, "its token_budget"
+	case f.prior > 0 && (f.caps[i] == 0 || f.caps[i] >= f.prior):
+		return n, fmt.Sprintf("the average need of %d tasks of its tenant with its model in earlier runs (no task has answered yet)", f.priorN)
 	case f.caps[i] > 0:
 		return n, "its token_budget (no task has answered yet)"
 	}
@@ -156,6 +166,13 @@ func (f *forecaster) need(i int) int64 {
 	switch {
 	case f.answered > 0:
 		n = f.average()
+		if c := f.caps[i]; c > 0 && c < n {
+			n = c
+		}
+	case f.prior > 0:
+		// Before any task of the run answered, its tenant's earlier runs
+		// with the model say what a task needs.
+		n = f.prior
 		if c := f.caps[i]; c > 0 && c < n {
 			n = c
 		}
@@ -269,7 +286,7 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 		switch {
 		case t.short && t.last > 0:
 			after = 0 // wound down from the start: its next call is its answer
-		case f.answered > 0:
+		case f.answered > 0 || f.prior > 0:
 			now := f.need(j)
 			after = max(0, min(now, t.forecast)-t.spent-next)
 		}
