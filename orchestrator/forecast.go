@@ -319,6 +319,9 @@ func (f *forecaster) usefulOf(i int) int64 {
 func (f *forecaster) ended(i int, spent, peak int64, answered bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if t := f.flight[i]; t != nil && t.short {
+		answered = false // an answer after one iteration says nothing of what a whole task needs
+	}
 	delete(f.flight, i)
 	if len(f.flight) == 0 {
 		f.wound = false // what is left is for tasks started from now on
