@@ -8,8 +8,9 @@ import "testing"
 // iteration and a final answer (usefulOf: usefulCost's floor, or a first
 // iteration's spend plus a second grant once more), starts short instead
 // of NOT_STARTED: forecast at that, and wound down from the start (the
-// driver sends Dispatch.wind_down_after = 1). Less than that left and it
-// is refused.
+// driver sends Dispatch.wind_down_after = 1); its answer does not count in
+// the average the next forecasts rest on. Less than that left and it is
+// refused.
 func TestAShortStartIsWoundDownFromTheStart(t *testing.T) {
 	f := forecasterOf(10_000, 0, 500, 4_000, 4_000, 4_000, 4_000, 4_000) // 9,500 to claim; usefulCost 2,560
 	for i := range 2 {
@@ -37,6 +38,10 @@ func TestAShortStartIsWoundDownFromTheStart(t *testing.T) {
 		t.Fatal("task 3 is not in flight as started short")
 	}
 	f.ended(3, 1_200, 2_000, true)
+	// Its answer after one iteration is not a whole task's need.
+	if n, _ := f.forecast(4); n != 3_500 {
+		t.Errorf("task 4 forecast at %d after the short task answered; want 3,500, the average of the whole tasks", n)
+	}
 	// 2,100 left: less than a useful iteration; none in flight.
 	if v, _, _ := f.admit(4); v != refuse {
 		t.Fatalf("task 4 with 2,100 left for a 2,560 useful iteration: %s; want refused", verdictName[v])
