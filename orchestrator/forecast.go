@@ -78,6 +78,7 @@ type forecaster struct {
 type inFlight struct {
 	forecast int64 // at admission
 	short    bool  // started with less than its forecast: wound down from the start
+	done     bool  // its last call is over: it needs nothing more
 	spent    int64 // so far, from its iterations
 	last     int64 // its last iteration's grant
 	prev     int64 // the one before
@@ -203,6 +204,9 @@ func (f *forecaster) left() int64 {
 func (f *forecaster) committed() int64 {
 	var n int64
 	for i, t := range f.flight {
+		if t.done {
+			continue // it answered: it only has to end
+		}
 		now := f.need(i) // as the run's history says now
 		// At least its next call: a task past its forecast still runs.
 		n += max(t.last, min(now, t.forecast)-t.spent)
@@ -252,9 +256,11 @@ func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string
 }
 
 // progress records that task i in flight has spent spent so far, after an
-// iteration whose call was granted granted. It returns the tasks in flight
-// to wind down now, if they must be (once until they have all ended).
-func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
+// iteration whose call was granted granted; last: that call was its last
+// (SubagentIteration.last), so it needs nothing more. It returns the tasks
+// in flight to wind down now, if they must be (once until they have all
+// ended).
+func (f *forecaster) progress(i int, spent, granted int64, last bool) (windDown []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.flight[i]
@@ -268,13 +274,16 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 		f.secondGrant = max(f.secondGrant, granted)
 	}
 	t.prev, t.last = t.last, granted
-	t.spent = spent
+	t.spent, t.done = spent, last
 	f.maxGrant = max(f.maxGrant, granted)
 	if f.wound {
 		return nil
 	}
 	var need int64 // what the tasks in flight still need
 	for j, t := range f.flight {
+		if t.done {
+			continue // it answered: it only has to end
+		}
 		next := f.maxGrant
 		if t.last > 0 {
 			next = t.last

@@ -141,6 +141,9 @@ type Progress struct {
 	ToolCalls   int   // in this iteration
 	Peak        int64 // Summary.Peak so far
 	Granted     int64 // this iteration's (last) grant
+	// Last: this iteration's call was the task's last model call (it
+	// answered, and no compression call follows).
+	Last bool
 }
 
 // Loop runs subagents: reserve, call the model, settle, run tools, repeat;
@@ -464,7 +467,8 @@ func (r *taskAttempt) work(ctx context.Context) {
 				r.sum.Facts = r.found // it was cut short: what it found stands
 			}
 			r.sum.Status = StatusSucceeded
-			r.progress(it, 0)
+			_, compress := r.task.Model.(llm.StructuredModel)
+			r.sendProgress(Progress{Iteration: it, Last: !compress || r.sum.WoundDown})
 			return
 		}
 		n := r.runTools(ctx, it, resp)
@@ -474,9 +478,14 @@ func (r *taskAttempt) work(ctx context.Context) {
 }
 
 func (r *taskAttempt) progress(it, toolCalls int) {
+	r.sendProgress(Progress{Iteration: it, ToolCalls: toolCalls})
+}
+
+// sendProgress sends p, with the task's spend, peak and last grant so far.
+func (r *taskAttempt) sendProgress(p Progress) {
 	if r.task.ProgressFunc != nil {
-		r.task.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls,
-			Peak: r.sum.Peak, Granted: r.granted})
+		p.TokensSpent, p.Peak, p.Granted = r.sum.TokensSpent, r.sum.Peak, r.granted
+		r.task.ProgressFunc(p)
 	}
 }
 

@@ -526,6 +526,10 @@ type SubagentIteration struct {
 	// What this iteration's model call was granted (its last grant, if it
 	// was retried): about what the next one will need.
 	GrantedTokens int64 `protobuf:"varint,5,opt,name=granted_tokens,json=grantedTokens,proto3" json:"granted_tokens,omitempty"`
+	// This iteration's call was the task's last: it answered (or was told
+	// to) and no compression call follows, so it needs no more of the run's
+	// budget. The run's wind-down counts no next call for it.
+	Last          bool `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,6 +599,13 @@ func (x *SubagentIteration) GetGrantedTokens() int64 {
 	return 0
 }
 
+func (x *SubagentIteration) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
 var File_fanout_v1_subagent_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_subagent_proto_rawDesc = "" +
@@ -632,7 +643,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\apreview\x18\x03 \x01(\tR\apreview\x126\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\")\n" +
 	"\x0fSubagentStarted\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xbb\x01\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xcf\x01\n" +
 	"\x11SubagentIteration\x12\x1c\n" +
 	"\titeration\x18\x01 \x01(\x05R\titeration\x12!\n" +
 	"\ftokens_spent\x18\x02 \x01(\x03R\vtokensSpent\x12\x1d\n" +
@@ -640,7 +651,8 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"tool_calls\x18\x03 \x01(\x05R\ttoolCalls\x12\x1f\n" +
 	"\vpeak_tokens\x18\x04 \x01(\x03R\n" +
 	"peakTokens\x12%\n" +
-	"\x0egranted_tokens\x18\x05 \x01(\x03R\rgrantedTokens2U\n" +
+	"\x0egranted_tokens\x18\x05 \x01(\x03R\rgrantedTokens\x12\x12\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last2U\n" +
 	"\x0fSubagentService\x12B\n" +
 	"\aExecute\x12\x19.fanout.v1.ExecuteRequest\x1a\x1a.fanout.v1.ExecuteResponse0\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
