@@ -75,4 +75,3 @@ func runStreamAs(t *testing.T, ctx context.Context, c fanoutv1.OrchestratorServi
 		evs = append(evs, msg.GetEvent())
 	}
 }
-
