@@ -541,6 +541,25 @@ GRANT INSERT, SELECT, UPDATE ON TABLE fanout.task TO fanout_app;
 GRANT SELECT (run_id, task_id, tenant_id, dispatch_index, status, tokens_spent, worker, started_at, finished_at, outcome_error) ON TABLE fanout.task TO fanout_auditor;
 GRANT SELECT (run_id, task_id, tenant_id, dispatch_index, status, tokens_spent, worker, started_at, finished_at, outcome_error) ON TABLE fanout.task TO fanout_tenant_auditor;
 
+CREATE TABLE fanout.task_prior (
+    tenant_id text NOT NULL,
+    model text NOT NULL,
+    tasks bigint NOT NULL,
+    spent bigint NOT NULL,
+    peak bigint NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT task_prior_check CHECK (peak >= spent),
+    CONSTRAINT task_prior_pkey PRIMARY KEY (tenant_id, model),
+    CONSTRAINT task_prior_spent_check CHECK (spent >= 0),
+    CONSTRAINT task_prior_tasks_check CHECK (tasks > 0)
+);
+ALTER TABLE fanout.task_prior ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fanout_app_all ON fanout.task_prior FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
+CREATE POLICY fanout_auditor_read ON fanout.task_prior FOR SELECT TO fanout_auditor USING (true);
+CREATE POLICY fanout_tenant_auditor_read ON fanout.task_prior FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+COMMENT ON TABLE fanout.task_prior IS 'What whole tasks of a tenant spent with a model in its earlier runs (sums over tasks): the forecast of a run''s first tasks.';
+GRANT INSERT, SELECT, UPDATE ON TABLE fanout.task_prior TO fanout_app;
+
 CREATE TABLE fanout.tenant (
     tenant_id text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,

@@ -176,6 +176,7 @@ func (o *Orchestrator) startEngine(b *Backend, cfg OrchestratorConfig) error {
 		Config:  cfg.Engine,
 		Tenants: b.Runs(),
 		Slots:   tenantTaskSlots{b.stores.Semaphore},
+		Priors:  b.Runs(),
 		// Decisions are API writes: the API pool, never the ledger's.
 		Approvals: b.stores.Approvals,
 		Spend:     b.stores.Spending,

@@ -136,6 +136,18 @@ func TestDemoSpecSpendsItsBudgetWell(t *testing.T) {
 	if !u.synthesis {
 		t.Error("no synthesis: a run that meets its budget must still end with an answer")
 	}
+	// docs/budget.md#starting-a-task-with-less-than-its-forecast: what the
+	// three whole tasks leave pays for a fourth's useful iteration and
+	// answer, not for its forecast: it runs wound down from the start.
+	var short int
+	for _, o := range u.outcomes {
+		if s := o.GetSummary(); s.GetWoundDown() && s.GetIterations() == 2 && o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			short++
+		}
+	}
+	if short == 0 {
+		t.Error("no task ran wound down from the start (one useful iteration, then its answer)")
+	}
 }
 
 // TestBudgetUseComparison compares the two admission policies on the
@@ -159,9 +171,9 @@ func TestBudgetUseComparison(t *testing.T) {
 			if u.facts > 0 {
 				perFact = fmt.Sprint(u.spent / int64(u.facts))
 			}
-			rows = append(rows, fmt.Sprintf("| %d | %s | %d | %d | %d | %d | %d of %d (%.0f%%) | %v | %s | %s | %.1fs |",
+			rows = append(rows, fmt.Sprintf("| %d | %s | %d | %d | %d | %d | %d of %d (%.0f%%) | %d (%.1f%%) | %v | %s | %s | %.1fs |",
 				limit, strings.TrimPrefix(policy.String(), "ADMISSION_POLICY_"), u.succeeded, u.woundDown, u.notStarted,
-				u.facts, u.estimated, u.spent, 100*u.estimatedShare(), u.synthesis, perFact,
+				u.facts, u.estimated, u.spent, 100*u.estimatedShare(), u.spent, 100*float64(u.spent)/float64(limit), u.synthesis, perFact,
 				strings.TrimPrefix(u.state.String(), "RUN_STATE_"), u.took.Seconds()))
 		}
 		g, f := uses[fanoutv1.AdmissionPolicy_ADMISSION_POLICY_GREEDY], uses[fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST]
@@ -169,6 +181,6 @@ func TestBudgetUseComparison(t *testing.T) {
 			t.Errorf("budget %d: forecast cut off %d tokens in flight, greedy %d", limit, f.estimated, g.estimated)
 		}
 	}
-	t.Logf("\n| budget | admission | succeeded | wound down | not started | facts | estimated (cut off) | synthesis | tokens per fact | run | took |\n"+
-		"|---|---|---|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
+	t.Logf("\n| budget | admission | succeeded | wound down | not started | facts | estimated (cut off) | budget used | synthesis | tokens per fact | run | took |\n"+
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n%s", strings.Join(rows, "\n"))
 }

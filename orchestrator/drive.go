@@ -117,7 +117,30 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	defer d.tasks.Wait()
 
 	d.schedule(runCtx, cancelRun)
+	d.addPrior(runCtx)
 	d.end(runCtx)
+}
+
+// addPrior adds the run's whole tasks (they ran to an answer, not wound
+// down) to its tenant's prior for its model (docs/budget.md#priors).
+func (d *driver) addPrior(runCtx context.Context) {
+	if d.e.priors == nil || d.ar.isLost() {
+		return
+	}
+	var n, spent, peak int64
+	for _, o := range d.outcomes {
+		if o != nil && ranToAnswer(o) && !o.GetSummary().GetWoundDown() {
+			n, spent, peak = n+1, spent+o.GetTokensSpent(), peak+max(o.GetSummary().GetPeakTokens(), o.GetTokensSpent())
+		}
+	}
+	if n == 0 {
+		return
+	}
+	ctx, cancel := cleanup(runCtx)
+	defer cancel()
+	if err := d.e.priors.AddTaskPrior(ctx, d.p.tenantID, d.p.spec.GetModel().GetModel(), n, spent, peak); err != nil {
+		d.e.cfg.Logger.WarnContext(ctx, "add the run's tasks to its tenant's prior", "run_id", d.runID, "err", err)
+	}
 }
 
 // schedule dispatches tasks as they become ready, up to the run's
@@ -171,8 +194,11 @@ func (d *driver) startReady(runCtx context.Context) {
 			d.skip(runCtx, d.sched.Failed(i))
 			continue
 		}
+		verdict := admit
 		if d.fc != nil {
-			verdict, forecast, why := d.fc.admit(i)
+			var forecast int64
+			var why string
+			verdict, forecast, why = d.fc.admit(i)
 			switch verdict {
 			case hold:
 				return // a task in flight ends first
@@ -190,6 +216,9 @@ func (d *driver) startReady(runCtx context.Context) {
 		}
 		d.sched.Next()
 		req := d.request(runCtx, i)
+		if verdict == short {
+			req.WindDownAfter = 1 // one useful iteration, then its answer
+		}
 		w := d.e.workers.Next() // here, so that round-robin follows dispatch order
 		begun, ok := d.begun[i]
 		delete(d.begun, i)

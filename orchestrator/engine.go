@@ -37,6 +37,9 @@ type EngineParams struct {
 	Tenants TenantStore
 	// Slots bounds tenants' tasks in flight; nil: unbounded.
 	Slots TaskSlots
+	// Priors keeps what tenants' tasks cost in earlier runs (store.Runs);
+	// nil: a run's first tasks are forecast from their token_budget.
+	Priors TaskPriors
 	// Approvals lists and decides the writes that wait for approval
 	// (store.ToolCalls), and lists a run's writes; nil: the approval RPCs
 	// and ListToolCalls are UNIMPLEMENTED.
@@ -63,6 +66,7 @@ type Engine struct {
 	watcher RunWatcher
 	workers *WorkerPool
 	tenants TenantStore
+	priors  TaskPriors
 	slots   TaskSlots
 	appr    Approvals
 	spend   SpendReader
@@ -141,6 +145,7 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		workers:    p.Workers,
 		tenants:    p.Tenants,
 		slots:      p.Slots,
+		priors:     p.Priors,
 		appr:       p.Approvals,
 		spend:      p.Spend,
 		limits:     p.RateLimits,

@@ -24,9 +24,12 @@ import (
 // and tasks in flight together must fit, or the ledger exhausts the run
 // under them. A task's forecast is the average peak of the run's tasks that
 // ran to an answer (SUCCEEDED, ITERATION_LIMIT), capped at the task's own
-// token_budget; before any has, the task's token_budget (the caller's word
-// for what it may need), or for a task without one an even share of what
-// the tasks may claim; never more than that. A cap taken for a forecast
+// token_budget; before any has, the average peak of the whole tasks of
+// the run's tenant with its model in earlier runs (the prior, read once as
+// the run starts; docs/budget.md#priors), capped likewise; without one,
+// the task's token_budget (the caller's word for what it may need), or for
+// a task without one an even share of what the tasks may claim; never more
+// than that. A cap taken for a forecast
 // starts the first tasks fewer at a time than the budget might allow,
 // until one answers; a share that is too small would let more start than
 // the budget pays for, whose reservations (each an upper bound) then
@@ -35,7 +38,10 @@ import (
 // only when what is left, less what the tasks in flight are forecast to
 // still need, covers its forecast; otherwise the task waits while tasks
 // are in flight (they may need less than forecast, and their outcomes
-// sharpen the forecast), and is NOT_STARTED once none is.
+// sharpen the forecast). Once none is, it starts short if what is left
+// pays for one useful iteration and a final answer (usefulOf): forecast at
+// that and wound down from the start (Dispatch.wind_down_after = 1, so no
+// ledger mark races its second grant); else it is NOT_STARTED.
 //
 // Wind-down: when what is left no longer pays for what the tasks in flight
 // still need, they are wound down: each one's next grant says so, and that
@@ -52,18 +58,27 @@ type forecaster struct {
 	held     int64   // what the run holds for its synthesis
 	caps     []int64 // caps[i]: task i's token_budget, 0 if none
 	share    int64   // an even share of budget over the tasks
+	useful   []int64 // useful[i]: what pays for task i's first useful iteration and a final answer
 	min      int64   // the run's min_reservation: no forecast is below it
+	prior    int64   // the average peak of the tenant's whole tasks with the run's model in earlier runs, 0 if none
+	priorN   int64   // how many tasks that prior rests on
 	spent    int64   // what the tasks that ended spent
 	answered int64   // tasks that ran to an answer
 	cost     int64   // what those needed (their peaks), in all
 	maxGrant int64   // the largest grant any task reported
-	flight   map[int]*inFlight
-	wound    bool // the tasks in flight were wound down; cleared when none is left
+	// firstSpent and secondGrant: the most a task spent in its first
+	// iteration, and the largest grant of a second one: what a useful
+	// iteration and an answer cost, once seen (usefulOf).
+	firstSpent, secondGrant int64
+	flight                  map[int]*inFlight
+	wound                   bool // the tasks in flight were wound down; cleared when none is left
 }
 
 // inFlight is what the forecaster knows of a task in flight.
 type inFlight struct {
 	forecast int64 // at admission
+	short    bool  // started with less than its forecast: wound down from the start
+	done     bool  // its last call is over: it needs nothing more
 	spent    int64 // so far, from its iterations
 	last     int64 // its last iteration's grant
 	prev     int64 // the one before
@@ -76,8 +91,31 @@ func newForecaster(p *plan, limit, held int64) *forecaster {
 		f.caps[i] = t.GetTokenBudget()
 	}
 	f.budget = claimable(f.caps, limit, held, p.minReservation)
+	if p.prior.tasks > 0 {
+		f.prior, f.priorN = (max(p.prior.peak, p.prior.spent)+p.prior.tasks-1)/p.prior.tasks, p.prior.tasks
+	}
 	f.share = f.budget / int64(max(1, len(tasks)))
+	out := int64(defaultSynthesisOutput)
+	if n := p.spec.GetModel().GetMaxOutputTokens(); n > 0 {
+		out = int64(n)
+	}
+	f.useful = make([]int64, len(tasks))
+	for i, t := range tasks {
+		f.useful[i] = usefulCost(int64(len(t.GetInstruction())+len(p.spec.GetGoal())), out)
+	}
 	return f
+}
+
+// usefulCost is what pays for a task's first useful iteration and a final
+// answer, before any call of the run was granted: the first call's input
+// (its prompt of promptBytes, plus synthesisPromptBytes of framing, a
+// token per byte as the worker bounds it) and two outputs of out, the
+// first call's and the final answer's. It is a floor, not a bound: a task
+// started on it is wound down from the start, and the wind-down (and a
+// final call the ledger cannot pay for, which hands back what the task
+// found) keeps a low one from cutting a call off.
+func usefulCost(promptBytes, out int64) int64 {
+	return promptBytes + synthesisPromptBytes + 2*out
 }
 
 // claimable is what a run's tasks (of token_budgets caps, 0 for none) may
@@ -114,6 +152,8 @@ func (f *forecaster) forecast(i int) (int64, string) {
 		return n, fmt.Sprintf("the average need of the %d tasks that ran to an answer", f.answered)
 	case f.answered > 0:
 		return n, "its token_budget"
+	case f.prior > 0 && (f.caps[i] == 0 || f.caps[i] >= f.prior):
+		return n, fmt.Sprintf("the average need of %d tasks of its tenant with its model in earlier runs (no task has answered yet)", f.priorN)
 	case f.caps[i] > 0:
 		return n, "its token_budget (no task has answered yet)"
 	}
@@ -127,6 +167,13 @@ func (f *forecaster) need(i int) int64 {
 	switch {
 	case f.answered > 0:
 		n = f.average()
+		if c := f.caps[i]; c > 0 && c < n {
+			n = c
+		}
+	case f.prior > 0:
+		// Before any task of the run answered, its tenant's earlier runs
+		// with the model say what a task needs.
+		n = f.prior
 		if c := f.caps[i]; c > 0 && c < n {
 			n = c
 		}
@@ -157,6 +204,9 @@ func (f *forecaster) left() int64 {
 func (f *forecaster) committed() int64 {
 	var n int64
 	for i, t := range f.flight {
+		if t.done {
+			continue // it answered: it only has to end
+		}
 		now := f.need(i) // as the run's history says now
 		// At least its next call: a task past its forecast still runs.
 		n += max(t.last, min(now, t.forecast)-t.spent)
@@ -170,6 +220,7 @@ type admission int
 const (
 	admit  admission = iota // start it
 	hold                    // wait: tasks in flight may free enough
+	short                   // start it with less than its forecast, wound down from the start
 	refuse                  // never start it: nothing is in flight
 )
 
@@ -189,6 +240,13 @@ func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string
 		return admit, n, ""
 	case len(f.flight) > 0:
 		return hold, n, ""
+	case left >= f.usefulOf(i):
+		// None is in flight and what is left pays for a useful iteration
+		// and an answer, not for its forecast: it starts wound down from
+		// the start.
+		u := f.usefulOf(i)
+		f.flight[i] = &inFlight{forecast: u, short: true}
+		return short, u, ""
 	}
 	why = fmt.Sprintf("not started: forecast to cost %d tokens (%s), but the run had %d left for its tasks", n, basis, max(0, left))
 	if f.held > 0 {
@@ -198,23 +256,34 @@ func (f *forecaster) admit(i int) (verdict admission, forecast int64, why string
 }
 
 // progress records that task i in flight has spent spent so far, after an
-// iteration whose call was granted granted. It returns the tasks in flight
-// to wind down now, if they must be (once until they have all ended).
-func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
+// iteration whose call was granted granted; last: that call was its last
+// (SubagentIteration.last), so it needs nothing more. It returns the tasks
+// in flight to wind down now, if they must be (once until they have all
+// ended).
+func (f *forecaster) progress(i int, spent, granted int64, last bool) (windDown []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.flight[i]
 	if t == nil {
 		return nil
 	}
+	switch {
+	case t.last == 0:
+		f.firstSpent = max(f.firstSpent, spent)
+	case t.prev == 0:
+		f.secondGrant = max(f.secondGrant, granted)
+	}
 	t.prev, t.last = t.last, granted
-	t.spent = spent
+	t.spent, t.done = spent, last
 	f.maxGrant = max(f.maxGrant, granted)
 	if f.wound {
 		return nil
 	}
 	var need int64 // what the tasks in flight still need
 	for j, t := range f.flight {
+		if t.done {
+			continue // it answered: it only has to end
+		}
 		next := f.maxGrant
 		if t.last > 0 {
 			next = t.last
@@ -223,7 +292,10 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 			next += max(0, t.last-t.prev) // calls grow as the conversation does
 		}
 		after := next
-		if f.answered > 0 {
+		switch {
+		case t.short && t.last > 0:
+			after = 0 // wound down from the start: its next call is its answer
+		case f.answered > 0 || f.prior > 0:
 			now := f.need(j)
 			after = max(0, min(now, t.forecast)-t.spent-next)
 		}
@@ -240,11 +312,25 @@ func (f *forecaster) progress(i int, spent, granted int64) (windDown []int) {
 	return windDown
 }
 
+// usefulOf is what pays for task i's first useful iteration and a final
+// answer: usefulCost's floor, or what the run's tasks showed it costs (a
+// first iteration's spend and a second one's grant), if more.
+func (f *forecaster) usefulOf(i int) int64 {
+	u := f.useful[i]
+	if f.firstSpent > 0 && f.secondGrant > 0 {
+		u = max(u, f.firstSpent+f.secondGrant)
+	}
+	return max(u, 2*f.min)
+}
+
 // ended records how task i ended: what it spent and needed at its peak,
 // and whether it ran to an answer (its need then informs the forecasts).
 func (f *forecaster) ended(i int, spent, peak int64, answered bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if t := f.flight[i]; t != nil && t.short {
+		answered = false // an answer after one iteration says nothing of what a whole task needs
+	}
 	delete(f.flight, i)
 	if len(f.flight) == 0 {
 		f.wound = false // what is left is for tasks started from now on

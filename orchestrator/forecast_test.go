@@ -52,7 +52,7 @@ func TestAdmissionByForecast(t *testing.T) {
 	if v, _, _ := f.admit(2); v != hold { // 8,500 - 6,000 committed < 3,000
 		t.Fatalf("task 2: %v with two in flight; want it held", v)
 	}
-	f.progress(0, 1_000, 1_200) // task 0 spent 1,000 of its 3,000: 2,000 still committed
+	f.progress(0, 1_000, 1_200, false) // task 0 spent 1,000 of its 3,000: 2,000 still committed
 	if v, _, _ := f.admit(2); v != hold {
 		t.Fatalf("task 2: %v; want it held (7,500 left, 5,000 committed)", v)
 	}
@@ -85,18 +85,18 @@ func TestWindDownWhenWhatIsLeftPaysOnlyForFinalAnswers(t *testing.T) {
 	f.admit(1)
 	// Each spent 1,000 under a first grant of 1,500 and still needs
 	// 2 x 1,500 before any answered: 6,000 of the 8,000 left.
-	if got := f.progress(0, 1_000, 1_500); got != nil {
+	if got := f.progress(0, 1_000, 1_500, false); got != nil {
 		t.Fatalf("wound down %v with 9,000 left for 3,000 + 3,000 needed", got)
 	}
-	if got := f.progress(1, 1_000, 1_500); got != nil {
+	if got := f.progress(1, 1_000, 1_500, false); got != nil {
 		t.Fatalf("wound down %v with 8,000 left for 6,000 needed", got)
 	}
 	// Task 0's next grant grew to 2,500: it needs 2 x (2,500 + 1,000),
 	// task 1 3,000: 10,000 of the 6,000 left.
-	if got := f.progress(0, 3_000, 2_500); !slices.Equal(got, []int{0, 1}) {
+	if got := f.progress(0, 3_000, 2_500, false); !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("wound down %v with 6,000 left for 10,000 needed; want tasks 0 and 1", got)
 	}
-	if got := f.progress(1, 2_000, 1_500); got != nil {
+	if got := f.progress(1, 2_000, 1_500, false); got != nil {
 		t.Fatalf("wound down %v again", got)
 	}
 	if v, _, _ := f.admit(2); v != hold {

@@ -24,15 +24,15 @@ func TestWindDownAloneHoldsTheNextTask(t *testing.T) {
 	if v, _, _ := f.admit(2); v != hold { // 10,000 - 10,000 committed < 1,000
 		t.Fatalf("task 2: %s with tasks 0 and 1 in flight; want it held by the forecast", verdictName[v])
 	}
-	if got := f.progress(0, 1_000, 1_500); got != nil {
+	if got := f.progress(0, 1_000, 1_500, false); got != nil {
 		t.Fatalf("wound down %v with 9,000 left for 2 x 1,500 + 2 x 1,500", got)
 	}
-	if got := f.progress(1, 1_000, 1_500); got != nil {
+	if got := f.progress(1, 1_000, 1_500, false); got != nil {
 		t.Fatalf("wound down %v with 8,000 left for 6,000 needed", got)
 	}
 	// Task 0's grant grew to 3,000: it needs 2 x (3,000 + 1,500), task 1
 	// 2 x 1,500: 12,000 of the 6,500 left.
-	if got := f.progress(0, 2_500, 3_000); !slices.Equal(got, []int{0, 1}) {
+	if got := f.progress(0, 2_500, 3_000, false); !slices.Equal(got, []int{0, 1}) {
 		t.Fatalf("wound down %v with 6,500 left for 12,000 needed; want tasks 0 and 1", got)
 	}
 	// Task 1 answers with what it has: a peak of 2,000.
@@ -63,4 +63,4 @@ func TestWindDownAloneHoldsTheNextTask(t *testing.T) {
 	}
 }
 
-var verdictName = map[admission]string{admit: "admitted", hold: "held", refuse: "refused"}
+var verdictName = map[admission]string{admit: "admitted", hold: "held", refuse: "refused", short: "started short"}

@@ -239,6 +239,7 @@ func (p attemptProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIte
 		p.spend.first.Store(it.GetTokensSpent())
 		it = proto.CloneOf(it)
 		it.TokensSpent = p.spend.total()
+		it.Last = false // the other attempt may still make calls
 		p.task.iteration(ctx, it)
 		return
 	}
@@ -248,7 +249,7 @@ func (p attemptProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIte
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if tasks := p.d.fc.progress(p.index, p.spend.total(), it.GetGrantedTokens()); len(tasks) > 0 {
+	if tasks := p.d.fc.progress(p.index, p.spend.total(), it.GetGrantedTokens(), false); len(tasks) > 0 {
 		p.d.windDown(ctx, tasks)
 	}
 }

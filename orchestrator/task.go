@@ -132,7 +132,7 @@ func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIterat
 	defer cancel()
 	p.d.observeCall(p.index, it.GetTokensSpent())
 	if p.d.fc != nil { // first: the task asks for its next grant as soon as it sent this
-		if tasks := p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens()); len(tasks) > 0 {
+		if tasks := p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens(), it.GetLast()); len(tasks) > 0 {
 			p.d.windDown(ctx, tasks)
 		}
 	}

@@ -16,6 +16,36 @@ type TenantStore interface {
 	TenantQuotas(ctx context.Context, tenantID string) (tenant.Quotas, error)
 }
 
+// TaskPriors keeps, per tenant and model, what whole tasks cost in
+// earlier runs (docs/budget.md#priors). store.Runs implements it.
+type TaskPriors interface {
+	// TaskPrior returns the sums over tasks, zero if there are none.
+	TaskPrior(ctx context.Context, tenantID, model string) (tasks, spent, peak int64, err error)
+	// AddTaskPrior adds a run's whole tasks to them.
+	AddTaskPrior(ctx context.Context, tenantID, model string, tasks, spent, peak int64) error
+}
+
+// prior is what a tenant's whole tasks cost with a model in earlier runs:
+// how many, and their spend and peaks in all.
+type prior struct{ tasks, spent, peak int64 }
+
+// readPrior records on p what its tenant's tasks cost with its model in
+// earlier runs, read once as the run starts. A prior is a hint: without
+// one (none kept, or the read failed) the forecast rests on the tasks'
+// token_budgets.
+func (e *Engine) readPrior(ctx context.Context, p *plan) {
+	if e.priors == nil {
+		return
+	}
+	n, spent, peak, err := e.priors.TaskPrior(ctx, p.tenantID, p.spec.GetModel().GetModel())
+	if err != nil {
+		e.cfg.Logger.WarnContext(ctx, "read the tenant's task prior; the run's first tasks are forecast from their token_budget",
+			"tenant_id", p.tenantID, "err", err)
+		return
+	}
+	p.prior = prior{tasks: n, spent: spent, peak: peak}
+}
+
 // TaskSlots bounds a tenant's tasks in flight across the fleet: a
 // counting semaphore in the database (store.Semaphore), so replicas share
 // it and a dead holder's slot frees itself when its lease runs out.
@@ -61,6 +91,7 @@ func (e *Engine) checkTenant(ctx context.Context, p *plan, resumed bool) error {
 			return v.err()
 		}
 	}
+	e.readPrior(ctx, p)
 	// A resumed run opens its accounts again (OpenRun is idempotent, and
 	// creates them if its first owner died before it did): under its
 	// tenant's account, whatever that tenant has left.

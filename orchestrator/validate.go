@@ -142,6 +142,7 @@ type plan struct {
 	tenantAccount    budget.AccountID // its ledger account, 0 if it has no budget
 	tenantAvailable  int64            // what that account had available at admission (0: no budget)
 	maxTasksInFlight int              // its cap on tasks in flight, 0 if none
+	prior            prior            // what its tasks cost with the run's model in earlier runs
 }
 
 // Validate checks spec against the API contract and cfg's caps and returns

@@ -76,8 +76,12 @@ type Task struct {
 	AttemptSecret  string           // the attempt's secret (budget.Attempt.Secret): a worker's login presents it on every ledger and tool-call write; never logged
 	// FromHeld makes every reserve draw on what the run holds back for its
 	// synthesis (Account is then the run's account): the run's synthesis.
-	FromHeld     bool
-	OnExhaustion Policy
+	FromHeld bool
+	// WindDownAfter, when > 0, winds the task down from its start
+	// (Dispatch.wind_down_after): its iterations after this many are its
+	// last, made without tools, as when a grant says Reservation.WindDown.
+	WindDownAfter int
+	OnExhaustion  Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
 	// cancels it under either policy, also when it was exhausted first.
@@ -137,6 +141,9 @@ type Progress struct {
 	ToolCalls   int   // in this iteration
 	Peak        int64 // Summary.Peak so far
 	Granted     int64 // this iteration's (last) grant
+	// Last: this iteration's call was the task's last model call (it
+	// answered, and no compression call follows).
+	Last bool
 }
 
 // Loop runs subagents: reserve, call the model, settle, run tools, repeat;
@@ -460,7 +467,8 @@ func (r *taskAttempt) work(ctx context.Context) {
 				r.sum.Facts = r.found // it was cut short: what it found stands
 			}
 			r.sum.Status = StatusSucceeded
-			r.progress(it, 0)
+			_, compress := r.task.Model.(llm.StructuredModel)
+			r.sendProgress(Progress{Iteration: it, Last: !compress || r.sum.WoundDown})
 			return
 		}
 		n := r.runTools(ctx, it, resp)
@@ -470,9 +478,14 @@ func (r *taskAttempt) work(ctx context.Context) {
 }
 
 func (r *taskAttempt) progress(it, toolCalls int) {
+	r.sendProgress(Progress{Iteration: it, ToolCalls: toolCalls})
+}
+
+// sendProgress sends p, with the task's spend, peak and last grant so far.
+func (r *taskAttempt) sendProgress(p Progress) {
 	if r.task.ProgressFunc != nil {
-		r.task.ProgressFunc(Progress{Iteration: it, TokensSpent: r.sum.TokensSpent, ToolCalls: toolCalls,
-			Peak: r.sum.Peak, Granted: r.granted})
+		p.TokensSpent, p.Peak, p.Granted = r.sum.TokensSpent, r.sum.Peak, r.granted
+		r.task.ProgressFunc(p)
 	}
 }
 
@@ -507,6 +520,12 @@ func (r *taskAttempt) iterate(ctx context.Context, it int) (llm.Response, error)
 				r.msgs = append(r.msgs, WindDownMessage)
 			}
 		}
+	}
+	if r.task.WindDownAfter > 0 && it > r.task.WindDownAfter {
+		// Wound down from its start: this call is its last, as if its
+		// grant said so.
+		c.windDown()
+		c.windDown, c.tools = nil, nil
 	}
 	resp, _, err := r.paid(ctx, c)
 	if err != nil {

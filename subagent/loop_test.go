@@ -59,7 +59,7 @@ func TestLoopHappyPath(t *testing.T) {
 		t.Errorf("tried = %q, want search, fetch twice", sum.Tried)
 	}
 	want := []subagent.Progress{{Iteration: 1, TokensSpent: 150, ToolCalls: 2}, {Iteration: 2, TokensSpent: 300, ToolCalls: 2},
-		{Iteration: 3, TokensSpent: 450, ToolCalls: 0}}
+		{Iteration: 3, TokensSpent: 450, ToolCalls: 0, Last: true}} // its answer: no compression call follows
 	var got []subagent.Progress
 	for _, p := range progress {
 		// What each call was granted and the peak (spend before a call

@@ -331,7 +331,7 @@ func reportOn(stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse], t *Ta
 		_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
 			Iteration: &fanoutv1.SubagentIteration{
 				Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls),
-				PeakTokens: p.Peak, GrantedTokens: p.Granted}}})
+				PeakTokens: p.Peak, GrantedTokens: p.Granted, Last: p.Last}}})
 	}
 }
 
@@ -568,6 +568,7 @@ func taskFromRequest(req *fanoutv1.Dispatch) *Task {
 		Attempt:        int(req.GetAttempt()),
 		AttemptSecret:  req.GetAttemptSecret(),
 		FromHeld:       req.GetDrawOnHeld(),
+		WindDownAfter:  int(req.GetWindDownAfter()),
 		OnExhaustion:   policy,
 		ModelName:      req.GetModel().GetModel(),
 		Temperature:    req.GetModel().GetTemperature(),

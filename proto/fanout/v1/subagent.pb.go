@@ -136,7 +136,12 @@ type Dispatch struct {
 	// on the tokens it holds (the ledger's held amount), also once the run's
 	// budget is exhausted for its subagents. The run being cancelled or closed
 	// still stops it.
-	DrawOnHeld    bool `protobuf:"varint,23,opt,name=draw_on_held,json=drawOnHeld,proto3" json:"draw_on_held,omitempty"`
+	DrawOnHeld bool `protobuf:"varint,23,opt,name=draw_on_held,json=drawOnHeld,proto3" json:"draw_on_held,omitempty"`
+	// The task is wound down from its start (docs/budget.md): the run could
+	// pay for less than its forecast, enough for this many useful iterations
+	// and a final answer. Its iterations after this many are its last, made
+	// without tools, as when a grant says the run winds down. 0: not so.
+	WindDownAfter uint32 `protobuf:"varint,24,opt,name=wind_down_after,json=windDownAfter,proto3" json:"wind_down_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -253,6 +258,13 @@ func (x *Dispatch) GetDrawOnHeld() bool {
 		return x.DrawOnHeld
 	}
 	return false
+}
+
+func (x *Dispatch) GetWindDownAfter() uint32 {
+	if x != nil {
+		return x.WindDownAfter
+	}
+	return 0
 }
 
 // ExecuteResponse is one message of the SubagentService.Execute stream.
@@ -514,6 +526,10 @@ type SubagentIteration struct {
 	// What this iteration's model call was granted (its last grant, if it
 	// was retried): about what the next one will need.
 	GrantedTokens int64 `protobuf:"varint,5,opt,name=granted_tokens,json=grantedTokens,proto3" json:"granted_tokens,omitempty"`
+	// This iteration's call was the task's last: it answered (or was told
+	// to) and no compression call follows, so it needs no more of the run's
+	// budget. The run's wind-down counts no next call for it.
+	Last          bool `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,6 +599,13 @@ func (x *SubagentIteration) GetGrantedTokens() int64 {
 	return 0
 }
 
+func (x *SubagentIteration) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
 var File_fanout_v1_subagent_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_subagent_proto_rawDesc = "" +
@@ -591,7 +614,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xe4\x03\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x8c\x04\n" +
 	"\bDispatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -606,7 +629,8 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\aattempt\x18\x15 \x01(\x05R\aattempt\x12%\n" +
 	"\x0eattempt_secret\x18\x16 \x01(\tR\rattemptSecret\x12 \n" +
 	"\fdraw_on_held\x18\x17 \x01(\bR\n" +
-	"drawOnHeld\"\xff\x01\n" +
+	"drawOnHeld\x12&\n" +
+	"\x0fwind_down_after\x18\x18 \x01(\rR\rwindDownAfter\"\xff\x01\n" +
 	"\x0fExecuteResponse\x126\n" +
 	"\astarted\x18\x01 \x01(\v2\x1a.fanout.v1.SubagentStartedH\x00R\astarted\x12<\n" +
 	"\titeration\x18\x02 \x01(\v2\x1c.fanout.v1.SubagentIterationH\x00R\titeration\x122\n" +
@@ -619,7 +643,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\apreview\x18\x03 \x01(\tR\apreview\x126\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\")\n" +
 	"\x0fSubagentStarted\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xbb\x01\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xcf\x01\n" +
 	"\x11SubagentIteration\x12\x1c\n" +
 	"\titeration\x18\x01 \x01(\x05R\titeration\x12!\n" +
 	"\ftokens_spent\x18\x02 \x01(\x03R\vtokensSpent\x12\x1d\n" +
@@ -627,7 +651,8 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"tool_calls\x18\x03 \x01(\x05R\ttoolCalls\x12\x1f\n" +
 	"\vpeak_tokens\x18\x04 \x01(\x03R\n" +
 	"peakTokens\x12%\n" +
-	"\x0egranted_tokens\x18\x05 \x01(\x03R\rgrantedTokens2U\n" +
+	"\x0egranted_tokens\x18\x05 \x01(\x03R\rgrantedTokens\x12\x12\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last2U\n" +
 	"\x0fSubagentService\x12B\n" +
 	"\aExecute\x12\x19.fanout.v1.ExecuteRequest\x1a\x1a.fanout.v1.ExecuteResponse0\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 

@@ -420,6 +420,16 @@ type TaskOutcome struct {
 	FinishedAt    *time.Time
 }
 
+// What whole tasks of a tenant spent with a model in its earlier runs (sums over tasks): the forecast of a run's first tasks.
+type TaskPrior struct {
+	TenantID  string
+	Model     string
+	Tasks     int64
+	Spent     int64
+	Peak      int64
+	UpdatedAt time.Time
+}
+
 type TaskSpend struct {
 	TenantID        string
 	RunID           *string

@@ -1,0 +1,35 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fanout/fanout/store/internal/dbsqlc"
+)
+
+// TaskPrior returns what the whole tasks of tenantID spent with model in
+// its earlier runs (sums, and how many tasks), zero when none has
+// (task_prior; docs/budget.md#priors). A tenant reads its own only.
+func (s *Runs) TaskPrior(ctx context.Context, tenantID, model string) (tasks, spent, peak int64, err error) {
+	r, err := retry(ctx, s.log, "runs.task_prior", idempotent, func(ctx context.Context, _ try) (dbsqlc.TaskPriorRow, error) {
+		r, err := s.q.TaskPrior(ctx, s.pool, dbsqlc.TaskPriorParams{TenantID: tenantID, Model: model})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return dbsqlc.TaskPriorRow{}, nil
+		}
+		return r, err
+	})
+	return r.Tasks, r.Spent, r.Peak, err
+}
+
+// AddTaskPrior adds a run's tasks (how many, what they spent and needed at
+// their peak, in all) to tenantID's prior for model. Not retried once it
+// may have committed: a prior counted twice would be a worse hint.
+func (s *Runs) AddTaskPrior(ctx context.Context, tenantID, model string, tasks, spent, peak int64) error {
+	_, err := retry(ctx, s.log, "runs.add_task_prior", unsentOnly, func(ctx context.Context, _ try) (struct{}, error) {
+		return struct{}{}, s.q.AddTaskPrior(ctx, s.pool, dbsqlc.AddTaskPriorParams{
+			TenantID: tenantID, Model: model, Tasks: tasks, Spent: spent, Peak: max(peak, spent)})
+	})
+	return err
+}

@@ -1,0 +1,14 @@
+-- name: TaskPrior :one
+SELECT tasks, spent, peak FROM task_prior WHERE tenant_id = @tenant_id AND model = @model;
+
+-- name: AddTaskPrior :exec
+-- Adds a run's whole tasks to its tenant's prior for the model. Past 1,000
+-- tasks the old sums are halved first, so that recent runs weigh more.
+INSERT INTO task_prior AS p (tenant_id, model, tasks, spent, peak)
+VALUES (@tenant_id, @model, @tasks, @spent, @peak)
+ON CONFLICT (tenant_id, model) DO UPDATE SET
+    tasks = CASE WHEN p.tasks >= 1000 THEN p.tasks / 2 ELSE p.tasks END + excluded.tasks,
+    spent = CASE WHEN p.tasks >= 1000 THEN p.spent / 2 ELSE p.spent END + excluded.spent,
+    peak = greatest(CASE WHEN p.tasks >= 1000 THEN p.peak / 2 ELSE p.peak END + excluded.peak,
+                    CASE WHEN p.tasks >= 1000 THEN p.spent / 2 ELSE p.spent END + excluded.spent),
+    updated_at = now();
