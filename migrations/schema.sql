@@ -314,8 +314,8 @@ COMMENT ON COLUMN fanout.provider_limit.configured_rpm IS 'The ceiling the worke
 COMMENT ON COLUMN fanout.provider_limit.configured_tpm IS 'The ceiling the worker''s flags set on tokens per minute (0: none).';
 COMMENT ON COLUMN fanout.provider_limit.throttled IS '429 responses the workers have seen for this key and model, in all.';
 COMMENT ON COLUMN fanout.provider_limit.throttled_until IS 'The latest retry-after a 429 asked for.';
+GRANT INSERT, SELECT, UPDATE ON TABLE fanout.provider_limit TO fanout_app;
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.provider_limit TO fanout_worker;
-GRANT SELECT ON TABLE fanout.provider_limit TO fanout_app;
 
 CREATE TABLE fanout.rate_bucket (
     bucket text NOT NULL,

@@ -51,7 +51,7 @@ func processRoleProbes() []processProbe {
 		{"tool_call_writes", `SELECT fanout.tool_call_writes('', '', '') WHERE false`, []string{w, o}},
 		{"read a tool call's result", `SELECT result FROM fanout.tool_call LIMIT 0`, []string{o}},
 		{"rate bucket", `INSERT INTO fanout.rate_bucket (key) SELECT 'probe' WHERE false`, []string{w, o, a}},
-		{"learn a provider's rate limits", `INSERT INTO fanout.provider_limit (bucket) SELECT 'probe' WHERE false`, []string{w}},
+		{"learn a provider's rate limits", `INSERT INTO fanout.provider_limit (bucket) SELECT 'probe' WHERE false`, []string{w, o}},
 		{"read the providers' rate limits", `SELECT limit_requests FROM fanout.provider_limit LIMIT 0`, []string{w, o}},
 		// The orchestrator's: runs, attempts, events, key lookups.
 		{"ledger_open_run", `SELECT fanout.ledger_open_run('', '', NULL, 0, 0, '{}', '{}')`, []string{o}},
