@@ -255,8 +255,9 @@ type Ledger interface {
 	// the task's. Returns ErrNotFound for an unknown account, an
 	// *ExhaustedError when the run or the task account has ended, and
 	// ErrDenied when task is not a task account of runID and tenantID, or
-	// is a hedge's.
-	OpenHedge(ctx context.Context, task AccountID, runID, tenantID string) (AccountID, error)
+	// is a hedge's, or when epoch is not the run's adoption count (another
+	// orchestrator took the run: only its current owner opens a hedge).
+	OpenHedge(ctx context.Context, task AccountID, runID, tenantID string, epoch int64) (AccountID, error)
 
 	// Reserve grants min(Want, available) if that is at least Min, on the
 	// account and every ancestor at once. Returns an *ExhaustedError (which

@@ -1363,12 +1363,12 @@ CREATE FUNCTION fanout.ledger_mark_tasks(p_runs bigint[], p_state text) RETURNS 
     -- body: 7 lines, sha256 b9632cde354e
 REVOKE EXECUTE ON FUNCTION fanout.ledger_mark_tasks(bigint[],text) FROM PUBLIC;
 
-CREATE FUNCTION fanout.ledger_open_hedge(p_task_account bigint, p_run text, p_tenant text) RETURNS TABLE(outcome text, account_id bigint, info_kind text, info_state text)
+CREATE FUNCTION fanout.ledger_open_hedge(p_task_account bigint, p_run text, p_tenant text, p_epoch bigint) RETURNS TABLE(outcome text, account_id bigint, info_kind text, info_state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 42 lines, sha256 23dce3caf84d
-REVOKE EXECUTE ON FUNCTION fanout.ledger_open_hedge(bigint,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_open_hedge(bigint,text,text) TO fanout_app;
+    -- body: 43 lines, sha256 9596a13e42ce
+REVOKE EXECUTE ON FUNCTION fanout.ledger_open_hedge(bigint,text,text,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_open_hedge(bigint,text,text,bigint) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1541,7 +1541,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_void(bigint,bigint,text,text) TO fanout_
 CREATE FUNCTION fanout.ledger_wind_down(p_run text, p_epoch bigint, p_tasks text[]) RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 10 lines, sha256 d57d6a39d83c
+    -- body: 12 lines, sha256 91f62230d3d7
 REVOKE EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint,text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_wind_down(text,bigint,text[]) TO fanout_app;
 

@@ -122,14 +122,15 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 }
 
 // addPrior adds the run's whole tasks (they ran to an answer, not wound
-// down) to its tenant's prior for its model (docs/budget.md#priors).
+// down, not hedged: a hedged task spent two attempts) to its tenant's
+// prior for its model (docs/budget.md#priors).
 func (d *driver) addPrior(runCtx context.Context) {
 	if d.e.priors == nil || d.ar.isLost() {
 		return
 	}
 	var n, spent, peak int64
 	for _, o := range d.outcomes {
-		if o != nil && ranToAnswer(o) && !o.GetSummary().GetWoundDown() {
+		if o != nil && ranToAnswer(o) && !o.GetSummary().GetWoundDown() && o.GetHedge() == nil {
 			n, spent, peak = n+1, spent+o.GetTokensSpent(), peak+max(o.GetSummary().GetPeakTokens(), o.GetTokensSpent())
 		}
 	}
@@ -153,7 +154,7 @@ func (d *driver) schedule(runCtx context.Context, cancelRun context.CancelCauseF
 			if o == nil {
 				continue
 			}
-			d.fc.ended(i, o.GetTokensSpent(), o.GetSummary().GetPeakTokens(), ranToAnswer(o))
+			d.fc.ended(i, o.GetTokensSpent(), o.GetSummary().GetPeakTokens(), ranToAnswer(o) && o.GetHedge() == nil) // a hedged task: two attempts
 			if o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
 				d.refused++
 			}

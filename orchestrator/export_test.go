@@ -14,3 +14,13 @@ func SetStartTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
 	startTimeout = d
 	t.Cleanup(func() { startTimeout = old })
 }
+
+// SetHedgeOpened sets the hook called once a hedge's account is open,
+// before the hedge is dispatched (firstEnded: whether the first attempt
+// has ended), until the test ends. The hook is the package's: a test that
+// sets it must not run in parallel with others that hedge.
+func SetHedgeOpened(t interface{ Cleanup(func()) }, f func(firstEnded func() bool)) {
+	old := hedgeOpened
+	hedgeOpened = f
+	t.Cleanup(func() { hedgeOpened = old })
+}

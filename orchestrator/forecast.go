@@ -82,6 +82,10 @@ type inFlight struct {
 	spent    int64 // so far, from its iterations
 	last     int64 // its last iteration's grant
 	prev     int64 // the one before
+	// hedge is the task's second attempt, once admitted (admitHedge): in
+	// flight beside the first, with its own spend and grants and its own
+	// need; nil for a task not hedged.
+	hedge *inFlight
 }
 
 func newForecaster(p *plan, limit, held int64) *forecaster {
@@ -196,22 +200,35 @@ func (f *forecaster) left() int64 {
 	left := f.budget - f.spent
 	for _, t := range f.flight {
 		left -= t.spent
+		if t.hedge != nil {
+			left -= t.hedge.spent
+		}
 	}
 	return left
 }
 
-// committed is what the tasks in flight are forecast to still spend.
+// committed is what the tasks in flight are forecast to still spend: a
+// hedged task's two attempts each.
 func (f *forecaster) committed() int64 {
 	var n int64
 	for i, t := range f.flight {
-		if t.done {
-			continue // it answered: it only has to end
+		n += f.remaining(i, t)
+		if t.hedge != nil {
+			n += f.remaining(i, t.hedge)
 		}
-		now := f.need(i) // as the run's history says now
-		// At least its next call: a task past its forecast still runs.
-		n += max(t.last, min(now, t.forecast)-t.spent)
 	}
 	return n
+}
+
+// remaining is what attempt t of task i in flight is forecast to still
+// spend.
+func (f *forecaster) remaining(i int, t *inFlight) int64 {
+	if t.done {
+		return 0 // it answered: it only has to end
+	}
+	now := f.need(i) // as the run's history says now
+	// At least its next call: a task past its forecast still runs.
+	return max(t.last, min(now, t.forecast)-t.spent)
 }
 
 // admission is the forecaster's answer for the next task.
@@ -267,6 +284,23 @@ func (f *forecaster) progress(i int, spent, granted int64, last bool) (windDown 
 	if t == nil {
 		return nil
 	}
+	return f.record(t, spent, granted, last)
+}
+
+// progressHedge is progress for the second attempt of task i (its hedge),
+// whose spend and grants are its own.
+func (f *forecaster) progressHedge(i int, spent, granted int64, last bool) (windDown []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.flight[i]
+	if t == nil || t.hedge == nil {
+		return nil
+	}
+	return f.record(t.hedge, spent, granted, last)
+}
+
+// record is progress for attempt t of a task in flight.
+func (f *forecaster) record(t *inFlight, spent, granted int64, last bool) (windDown []int) {
 	switch {
 	case t.last == 0:
 		f.firstSpent = max(f.firstSpent, spent)
@@ -279,27 +313,12 @@ func (f *forecaster) progress(i int, spent, granted int64, last bool) (windDown 
 	if f.wound {
 		return nil
 	}
-	var need int64 // what the tasks in flight still need
+	var need int64 // what the tasks in flight still need: a hedged task's two attempts each
 	for j, t := range f.flight {
-		if t.done {
-			continue // it answered: it only has to end
+		need += f.stillNeeds(j, t)
+		if t.hedge != nil {
+			need += f.stillNeeds(j, t.hedge)
 		}
-		next := f.maxGrant
-		if t.last > 0 {
-			next = t.last
-		}
-		if t.prev > 0 {
-			next += max(0, t.last-t.prev) // calls grow as the conversation does
-		}
-		after := next
-		switch {
-		case t.short && t.last > 0:
-			after = 0 // wound down from the start: its next call is its answer
-		case f.answered > 0 || f.prior > 0:
-			now := f.need(j)
-			after = max(0, min(now, t.forecast)-t.spent-next)
-		}
-		need += next + after
 	}
 	if f.left() >= need {
 		return nil
@@ -310,6 +329,30 @@ func (f *forecaster) progress(i int, spent, granted int64, last bool) (windDown 
 	}
 	slices.Sort(windDown)
 	return windDown
+}
+
+// stillNeeds is what attempt t of task j in flight still needs, for the
+// wind-down: its next call and what its forecast says is left after it.
+func (f *forecaster) stillNeeds(j int, t *inFlight) int64 {
+	if t.done {
+		return 0 // it answered: it only has to end
+	}
+	next := f.maxGrant
+	if t.last > 0 {
+		next = t.last
+	}
+	if t.prev > 0 {
+		next += max(0, t.last-t.prev) // calls grow as the conversation does
+	}
+	after := next
+	switch {
+	case t.short && t.last > 0:
+		after = 0 // wound down from the start: its next call is its answer
+	case f.answered > 0 || f.prior > 0:
+		now := f.need(j)
+		after = max(0, min(now, t.forecast)-t.spent-next)
+	}
+	return next + after
 }
 
 // usefulOf is what pays for task i's first useful iteration and a final
@@ -330,6 +373,9 @@ func (f *forecaster) ended(i int, spent, peak int64, answered bool) {
 	defer f.mu.Unlock()
 	if t := f.flight[i]; t != nil && t.short {
 		answered = false // an answer after one iteration says nothing of what a whole task needs
+	}
+	if t := f.flight[i]; t != nil && t.hedge != nil {
+		answered = false // its spend is two attempts': neither is what one task needs
 	}
 	delete(f.flight, i)
 	if len(f.flight) == 0 {

@@ -196,27 +196,49 @@ func hedgeThreshold(h *fanoutv1.Hedge, peers *peerDurations) (threshold time.Dur
 // admitHedge reports whether the forecast affords a second attempt of task
 // i, in flight: what is left, less what the tasks in flight are forecast
 // to still need, covers the task's forecast once more. Never while the
-// tasks in flight are wound down (the budget is short already).
+// tasks in flight are wound down (the budget is short already). On ok the
+// hedge is in flight beside the first attempt (inFlight.hedge) until the
+// task ends, or dropHedge if it does not start after all.
 func (f *forecaster) admitHedge(i int) (ok bool, need, room int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	need = f.need(i)
 	room = f.left() - f.committed()
-	return !f.wound && f.flight[i] != nil && room >= need, need, room
+	t := f.flight[i]
+	ok = !f.wound && t != nil && t.hedge == nil && room >= need
+	if ok {
+		t.hedge = &inFlight{forecast: need, short: t.short}
+	}
+	return ok, need, room
+}
+
+// dropHedge forgets the hedge of task i that admitHedge admitted but that
+// did not start.
+func (f *forecaster) dropHedge(i int) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.flight[i]; t != nil {
+		t.hedge = nil
+	}
 }
 
 // attemptSpend is what a hedged task's attempts have spent so far, from
-// their iterations: the forecast counts both as the task's.
+// their iterations: the task's TaskIteration events say both.
 type attemptSpend struct{ first, hedge atomic.Int64 }
 
 func (s *attemptSpend) total() int64 { return s.first.Load() + s.hedge.Load() }
 
 // attemptProgress is the progress of one attempt of a hedged task. The
 // first attempt's is the task's (its start and its iterations are
-// recorded), with the spend of both; the hedge's tells the forecast what
-// it spends, and records nothing else (its TaskHedged said it started).
+// recorded, the events with the spend of both); the hedge's tells the
+// forecast what it spends, and records nothing else (its TaskHedged said
+// it started). The forecast and the call statistics see each attempt's
+// own spend and grants.
 type attemptProgress struct {
-	task      progress // the first attempt's; nil for the hedge
+	task      progress // the first attempt's (taskProgress, with spend); nil for the hedge
 	d         *driver
 	index     int
 	spend     *attemptSpend
@@ -237,9 +259,6 @@ func (p attemptProgress) started(ctx context.Context, worker string) {
 func (p attemptProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
 	if p.task != nil {
 		p.spend.first.Store(it.GetTokensSpent())
-		it = proto.CloneOf(it)
-		it.TokensSpent = p.spend.total()
-		it.Last = false // the other attempt may still make calls
 		p.task.iteration(ctx, it)
 		return
 	}
@@ -249,7 +268,7 @@ func (p attemptProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIte
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if tasks := p.d.fc.progress(p.index, p.spend.total(), it.GetGrantedTokens(), false); len(tasks) > 0 {
+	if tasks := p.d.fc.progressHedge(p.index, it.GetTokensSpent(), it.GetGrantedTokens(), it.GetLast()); len(tasks) > 0 {
 		p.d.windDown(ctx, tasks)
 	}
 }
@@ -275,9 +294,14 @@ func (d *driver) runHedged(runCtx, ctx context.Context, i int, c *dispatch) *fan
 	if h == nil || d.e.workers.Len() < 2 {
 		return c.run(ctx)
 	}
+	tp, ok := c.progress.(taskProgress)
+	if !ok {
+		return c.run(ctx)
+	}
 	spend := &attemptSpend{}
+	tp.attempts = spend // its TaskIteration events say both attempts' spend
 	startedAt := make(chan time.Time, 1)
-	c.progress = attemptProgress{task: c.progress, d: d, index: i, spend: spend, startedAt: startedAt}
+	c.progress = attemptProgress{task: tp, d: d, index: i, spend: spend, startedAt: startedAt}
 	firstCtx, cancelFirst := context.WithCancelCause(ctx)
 	defer cancelFirst(nil)
 	ends := make(chan attemptEnd, 2)
@@ -371,10 +395,15 @@ type hedgeAttempt struct {
 // has run ran past threshold (why says it), if the forecast affords it and
 // the ledger opens its account; its end goes to ends. It returns nil when
 // it did not start it, and again whether it may later (the forecast may
-// afford it then; a ledger that refused its account will not open it).
+// afford it then; a ledger that refused its account will not open it), or
+// whether the first attempt has ended meanwhile (again false: its end is
+// in ends, to be received).
 func (d *driver) startHedge(ctx context.Context, i int, c *dispatch, spend *attemptSpend, ends chan<- attemptEnd,
 	ran, threshold time.Duration, why string) (h *hedgeAttempt, again bool) {
 	taskID := c.req.GetTask().GetId()
+	if len(ends) > 0 { // the first attempt has ended: nothing to hedge
+		return nil, false
+	}
 	if d.fc != nil {
 		if ok, need, room := d.fc.admitHedge(i); !ok {
 			d.e.cfg.Logger.DebugContext(ctx, "hedge not afforded by the forecast; the task runs on alone for now",
@@ -383,10 +412,21 @@ func (d *driver) startHedge(ctx context.Context, i int, c *dispatch, spend *atte
 		}
 	}
 	actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
-	acct, err := d.e.ledger.OpenHedge(actx, budget.AccountID(c.req.GetTaskAccountId()), d.runID, d.p.tenantID)
+	acct, err := d.e.ledger.OpenHedge(actx, budget.AccountID(c.req.GetTaskAccountId()), d.runID, d.p.tenantID, d.epoch)
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, budget.ErrDenied): // another orchestrator took the run
+		d.fc.dropHedge(i)
+		d.lose(ctx, err)
+		return nil, false
+	case err != nil:
+		d.fc.dropHedge(i)
 		d.e.cfg.Logger.WarnContext(ctx, "open a hedge's account; the task runs on alone", "run_id", d.runID, "task_id", taskID, "err", err)
+		return nil, false
+	}
+	hedgeOpened(func() bool { return len(ends) > 0 })
+	if len(ends) > 0 { // the first attempt ended while the account opened: its account stays empty
+		d.fc.dropHedge(i)
 		return nil, false
 	}
 	req := proto.CloneOf(c.req)
@@ -407,6 +447,11 @@ func (d *driver) startHedge(ctx context.Context, i int, c *dispatch, spend *atte
 	go func() { ends <- attemptEnd{hedge: true, outcome: hc.run(hctx)} }()
 	return h, false
 }
+
+// hedgeOpened is called once a hedge's account is open, before the
+// hedge is dispatched, with whether the first attempt has ended: a hook
+// for the test of a first attempt that ends then.
+var hedgeOpened = func(firstEnded func() bool) {}
 
 // attemptSpent is what one attempt of a hedged task spent, settled in the
 // ledger: its summary's figure, or, for an attempt cut off (no summary)

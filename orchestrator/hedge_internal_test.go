@@ -75,3 +75,60 @@ func TestHedgeThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestAHedgeIsInFlightToo: a hedge admitted is a second attempt in flight,
+// with its own remaining need: the next admissions count it (both
+// attempts of the task may still spend their forecast), and what it
+// spends is its own, not taken off what the first still needs
+// (docs/budget.md#hedged-tasks).
+func TestAHedgeIsInFlightToo(t *testing.T) {
+	f := forecasterOf(8_000, 0, 100, 2_000, 2_000, 2_000, 2_000) // the caps fit: 8,000 to claim
+	for i := range 2 {
+		if v, _, _ := f.admit(i); v != admit {
+			t.Fatalf("task %d: %v, want admitted", i, v)
+		}
+	}
+	if ok, need, room := f.admitHedge(1); !ok || need != 2_000 || room != 4_000 {
+		t.Fatalf("hedge of task 1 with 4,000 of 8,000 committed: %v (need %d, room %d); want admitted", ok, need, room)
+	}
+	if v, _, _ := f.admit(2); v != admit {
+		t.Fatalf("task 2 with 6,000 of 8,000 committed (task 1's two attempts): %v, want admitted", v)
+	}
+	if v, _, _ := f.admit(3); v != hold {
+		t.Errorf("task 3 with all 8,000 committed (task 1's hedge is 2,000 of it): %v, want held", v)
+	}
+	// Each attempt's spend is its own: the first of task 1 spent 1,000
+	// (a grant of 400), its hedge 300 (a grant of 300); the first still
+	// needs 1,000 of its 2,000, the hedge 1,700.
+	f.progress(1, 1_000, 400, false)
+	f.progressHedge(1, 300, 300, false)
+	if got, want := f.committed(), int64(2_000+1_000+1_700+2_000); got != want {
+		t.Errorf("committed %d after task 1's attempts spent 1,000 and 300, want %d", got, want)
+	}
+	if got, want := f.left(), int64(8_000-1_300); got != want {
+		t.Errorf("left %d, want %d (both attempts' spend taken off)", got, want)
+	}
+}
+
+// TestAHedgedTaskIsNotAWholeTask: a hedged task's spend is two attempts',
+// so it says nothing of what one task needs: it leaves the average, as a
+// short start does (docs/budget.md#hedged-tasks).
+func TestAHedgedTaskIsNotAWholeTask(t *testing.T) {
+	f := forecasterOf(100_000, 0, 100, 0, 0, 0, 0)
+	for i := range 2 {
+		if v, _, _ := f.admit(i); v != admit {
+			t.Fatalf("task %d: %v, want admitted", i, v)
+		}
+	}
+	if ok, _, _ := f.admitHedge(0); !ok {
+		t.Fatal("hedge of task 0: refused")
+	}
+	f.ended(0, 9_000, 5_000, true) // both attempts' 9,000
+	if f.answered != 0 {
+		t.Errorf("after a hedged task answered: %d tasks in the average (cost %d), want none", f.answered, f.cost)
+	}
+	f.ended(1, 1_000, 1_200, true)
+	if n, _ := f.forecast(2); n != 1_200 {
+		t.Errorf("task 2's forecast %d, want the one whole task's 1,200", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +131,22 @@ func TestAStragglerIsHedgedAndTheHedgeWins(t *testing.T) {
 		if id != "t03" && o.GetHedge() != nil {
 			t.Errorf("task %s, without a hedge, reports one: %v", id, o.GetHedge())
 		}
+	}
+	// A hedged task's spend is its two attempts': it is not a whole task
+	// of the tenant's prior (docs/budget.md#priors), which has the other
+	// three alone.
+	tasks, spent, _, err := store.NewRuns(b.pool).TaskPrior(t.Context(), "t1", s.GetModel().GetModel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others int64
+	for id, o := range finished {
+		if id != "t03" {
+			others += o.GetTokensSpent()
+		}
+	}
+	if tasks != 3 || spent != others {
+		t.Errorf("the tenant's prior has %d tasks that spent %d, want t03's three peers' %d", tasks, spent, others)
 	}
 	b.checkLedger(t)
 	b.checkRunJournal(t, evs[0].GetRunId())
@@ -437,7 +454,7 @@ func TestAdoptionFencesAndBillsALostHedge(t *testing.T) {
 	if _, err := store.NewRuns(b.pool).StartTask(ctx, runID, "ghost", &fanoutv1.TaskStarted{TaskId: "t01", Worker: "old-worker"}); err != nil {
 		t.Fatal(err)
 	}
-	hedgeAcct, err := b.ledger.OpenHedge(ctx, accts.Tasks["t01"], runID, "t1")
+	hedgeAcct, err := b.ledger.OpenHedge(ctx, accts.Tasks["t01"], runID, "t1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,6 +497,72 @@ func TestAdoptionFencesAndBillsALostHedge(t *testing.T) {
 		if o.GetTaskId() == "t01" && o.GetTokensSpent() != task+40 {
 			t.Errorf("t01 billed %d tokens, want its account's %d + the lost hedge's 40", o.GetTokensSpent(), task)
 		}
+	}
+	b.checkLedger(t)
+}
+
+// TestOnlyTheRunsOwnerOpensAHedge: an orchestrator that lost its run (the
+// run changed hands since it took it: its epoch is stale) cannot open a
+// hedge: the adopter read the run's accounts after the adoption, and a
+// hedge opened after it would be neither fenced nor billed by it
+// (docs/budget.md#hedged-tasks). The current owner opens it.
+func TestOnlyTheRunsOwnerOpensAHedge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := spec("hedge-epoch", 2, 100_000)
+	const runID = "hedge-epoch-run"
+	accts := ghost(t, b, runID, s)
+	ctx := t.Context()
+	if _, err := b.pool.Exec(ctx, `UPDATE run SET adoptions = 1 WHERE run_id = $1`, runID); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := b.ledger.OpenHedge(ctx, accts.Tasks["t01"], runID, "t1", 0); !errors.Is(err, budget.ErrDenied) {
+		t.Errorf("a hedge opened by the run's owner before its adoption (epoch 0 of 1): account %d, %v; want denied", h, err)
+	}
+	if _, ok := b.taskAccountSpent(t, runID, "_hedge:t01"); ok {
+		t.Error("the refused hedge's account exists")
+	}
+	if _, err := b.ledger.OpenHedge(ctx, accts.Tasks["t01"], runID, "t1", 1); err != nil {
+		t.Errorf("a hedge opened by the run's owner (epoch 1): %v", err)
+	}
+}
+
+// TestNoHedgeOnceTheFirstAttemptEnded: a first attempt that ends while its
+// hedge's account opens is the task's outcome; the hedge is not dispatched
+// (no TaskHedged, no call on the second worker, no hedge report). Not
+// parallel: the hook (SetHedgeOpened) is the package's.
+func TestNoHedgeOnceTheFirstAttemptEnded(t *testing.T) {
+	b := setup(t)
+	first, _ := b.worker(t, "first", llm.SimConfig{Latency: 300 * time.Millisecond}, 8)
+	second, secondSim := b.worker(t, "second", llm.SimConfig{}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, first, second)
+	var opened atomic.Bool
+	orchestrator.SetHedgeOpened(t, func(firstEnded func() bool) {
+		opened.Store(true)
+		deadline := time.Now().Add(10 * time.Second)
+		for !firstEnded() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // polling the first attempt's end, bounded by deadline
+		}
+	})
+	s := spec("hedge-ended", 1, 1_000_000) // t00 on the first worker
+	s.Tasks[0].Hedge = &fanoutv1.Hedge{After: durationpb.New(100 * time.Millisecond)}
+	evs := runStream(t, n.client, s)
+	fin := checkEvents(t, evs)
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	if !opened.Load() {
+		t.Fatal("no hedge's account was opened: this test cannot tell whether a hedge starts after the first attempt ended")
+	}
+	hedged, finished := hedgeEvents(evs)
+	if len(hedged) != 0 {
+		t.Errorf("TaskHedged %v after the first attempt ended", hedged)
+	}
+	if o := finished["t00"]; o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || o.GetHedge() != nil || o.GetWorker() != "first" {
+		t.Errorf("t00 ended %s on %s, hedge %v: want SUCCEEDED on first, the first attempt's worker, without a hedge", o.GetStatus(), o.GetWorker(), o.GetHedge())
+	}
+	if calls := secondSim.Calls(); len(calls) != 0 {
+		t.Errorf("the hedge's worker got %d calls, want none", len(calls))
 	}
 	b.checkLedger(t)
 }

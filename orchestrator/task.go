@@ -94,6 +94,11 @@ type taskProgress struct {
 	d      *driver
 	index  int
 	taskID string
+	// attempts, for a hedged task, is what both its attempts spent: its
+	// TaskIteration events say that; the forecast and the call statistics
+	// see the first attempt's own spend (the hedge's is its own,
+	// attemptProgress).
+	attempts *attemptSpend
 }
 
 func (p taskProgress) started(ctx context.Context, worker string) {
@@ -136,8 +141,12 @@ func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIterat
 			p.d.windDown(ctx, tasks)
 		}
 	}
+	spent := it.GetTokensSpent()
+	if p.attempts != nil {
+		spent = p.attempts.total()
+	}
 	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
-		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: it.GetTokensSpent(), ToolCalls: it.GetToolCalls()}}})
+		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: spent, ToolCalls: it.GetToolCalls()}}})
 }
 
 // approval records that the task's write waits for a person's approval.

@@ -278,15 +278,19 @@ func (l *Ledger) BeginAttempt(ctx context.Context, account budget.AccountID, run
 }
 
 // OpenHedge implements budget.Ledger: one call of ledger_open_hedge,
-// idempotent (a retry returns the account the first try opened).
-func (l *Ledger) OpenHedge(ctx context.Context, task budget.AccountID, runID, tenantID string) (budget.AccountID, error) {
+// idempotent (a retry returns the account the first try opened), which
+// raises FA001 when epoch is not the run's adoption count.
+func (l *Ledger) OpenHedge(ctx context.Context, task budget.AccountID, runID, tenantID string, epoch int64) (budget.AccountID, error) {
 	var outcome string
 	var id int64
 	var kind, state *string
 	err := retried(ctx, l.log, "ledger.open_hedge", idempotent, func(ctx context.Context, _ try) error {
-		return l.pool.QueryRow(ctx, "SELECT outcome, account_id, info_kind, info_state FROM ledger_open_hedge($1, $2, $3)",
-			int64(task), runID, tenantID).Scan(&outcome, &id, &kind, &state)
+		return l.pool.QueryRow(ctx, "SELECT outcome, account_id, info_kind, info_state FROM ledger_open_hedge($1, $2, $3, $4)",
+			int64(task), runID, tenantID, epoch).Scan(&outcome, &id, &kind, &state)
 	})
+	if isCode(err, "FA001") {
+		err = &budget.DeniedError{Account: task, Reason: pgMessage(err)}
+	}
 	if err == nil {
 		switch outcome {
 		case "ok":

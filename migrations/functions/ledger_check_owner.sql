@@ -1,6 +1,6 @@
 -- ledger_check_owner raises FA001 unless p_epoch is the number of times run
 -- p_run has changed hands (run.adoptions): the fence of every ledger write
--- only the run's current owner may make (ledger_end_run_fenced,
+-- only the run's current owner may make (ledger_end_run_fenced, ledger_open_hedge,
 -- ledger_wind_down). It holds the run's row FOR SHARE until the caller's
 -- transaction ends, so an adoption cannot slip in between. A run with no
 -- row (the ledger's own tests open runs without one) passes.

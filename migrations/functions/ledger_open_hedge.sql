@@ -4,11 +4,17 @@
 -- the task's token budget (its cap, if sliced) as its limit. The two
 -- attempts run at once, each fenced on its own account; what the second
 -- spends is on its account, and the task's spend is both. Only an open
--- run's open, unhedged task account of p_run and p_tenant opens one.
+-- run's open, unhedged task account of p_run and p_tenant opens one, and
+-- only for the run's current owner (p_epoch, ledger_check_owner): an
+-- orchestrator that lost the run cannot open a hedge the adopter's
+-- snapshot of the run's accounts (read after the adoption) lacks. A hedge
+-- of a task that is wound down opens wound down (ledger_wind_down marks
+-- both attempts).
 -- Returns ok (with the account), not_found, denied (not a task account of
 -- p_run and p_tenant, or a hedge's own) or exhausted (the run or the task
 -- account has ended; info_kind and info_state say which).
-CREATE OR REPLACE FUNCTION ledger_open_hedge(p_task_account bigint, p_run text, p_tenant text)
+DROP FUNCTION IF EXISTS ledger_open_hedge(bigint,text,text);
+CREATE OR REPLACE FUNCTION ledger_open_hedge(p_task_account bigint, p_run text, p_tenant text, p_epoch bigint)
 RETURNS TABLE (outcome text, account_id bigint, info_kind text, info_state text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 #variable_conflict use_column
@@ -18,6 +24,7 @@ DECLARE
     h   account;
     v_id bigint;
 BEGIN
+    PERFORM ledger_check_owner(p_run, p_epoch, 'ledger_open_hedge');
     SELECT * INTO t FROM account WHERE account.account_id = p_task_account;
     IF NOT FOUND THEN
         RETURN QUERY SELECT 'not_found', 0::bigint, NULL::text, NULL::text;
@@ -43,9 +50,9 @@ BEGIN
                             CASE WHEN run.state <> 'open' THEN run.state ELSE t.state END;
         RETURN;
     END IF;
-    INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens, min_reservation)
+    INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, task_id, limit_tokens, min_reservation, wind_down)
     VALUES (t.tenant_id, run.account_id, '{}', 'task', p_run, '_hedge:' || t.task_id,
-            coalesce(t.cap_tokens, t.limit_tokens), t.min_reservation)
+            coalesce(t.cap_tokens, t.limit_tokens), t.min_reservation, t.wind_down)
     RETURNING account.account_id INTO v_id;
     UPDATE account SET chain = run.chain || v_id WHERE account.account_id = v_id;
     INSERT INTO ledger_entry (tenant_id, run_id, task_id, account_id, chain, kind, delta_limit, note)
@@ -53,5 +60,5 @@ BEGIN
             coalesce(t.cap_tokens, t.limit_tokens), 'a hedged task''s second attempt');
     RETURN QUERY SELECT 'ok', v_id, 'task'::text, 'open'::text;
 END $$;
-REVOKE ALL ON FUNCTION ledger_open_hedge(bigint,text,text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_open_hedge(bigint,text,text) TO fanout_app;
+REVOKE ALL ON FUNCTION ledger_open_hedge(bigint,text,text,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_open_hedge(bigint,text,text,bigint) TO fanout_app;

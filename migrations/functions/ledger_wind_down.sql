@@ -3,7 +3,9 @@
 -- only for their final answers (docs/budget.md#wind-down-instead-of-cut-off). Every grant on a marked
 -- account carries the mark (ledger_result.wind_down), and the subagent
 -- that asked makes that iteration its last, without tools; a task started
--- later is not marked. Only the run's current owner marks (p_epoch,
+-- later is not marked. A hedged task's second attempt (its account's task
+-- id is '_hedge:' || the task's, ledger_open_hedge) is marked with it:
+-- both attempts are the task (docs/budget.md#hedged-tasks). Only the run's current owner marks (p_epoch,
 -- ledger_check_owner); marking a marked or ended task changes nothing.
 -- Returns how many accounts it marked.
 DROP FUNCTION IF EXISTS ledger_wind_down(text,bigint);
@@ -15,7 +17,9 @@ DECLARE
 BEGIN
     PERFORM ledger_check_owner(p_run, p_epoch, 'ledger_wind_down');
     UPDATE account a SET wind_down = true, updated_at = now()
-     WHERE a.kind = 'task' AND a.run_id = p_run AND a.task_id = ANY (p_tasks)
+     WHERE a.kind = 'task' AND a.run_id = p_run
+       AND (a.task_id = ANY (p_tasks)
+            OR a.task_id LIKE '\_hedge:%' AND substr(a.task_id, length('_hedge:') + 1) = ANY (p_tasks))
        AND a.state IN ('open', 'exhausted') AND NOT a.wind_down;
     GET DIAGNOSTICS marked = ROW_COUNT;
     RETURN marked;
