@@ -9,3 +9,6 @@ func NewMemoryLimiterAt(now func() time.Time) *MemoryLimiter {
 	m.now = now
 	return m
 }
+
+// MaxModels is maxModels, for tests that fill a caller's model table.
+const MaxModels = maxModels
