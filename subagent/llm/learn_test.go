@@ -397,3 +397,42 @@ func TestProviderOtherModelsTakeTheSmallestStatedLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestProviderIdleModelsGiveTheirPlace: a full model table of models
+// that state limits but were not called for 10 minutes makes room for the
+// next model called, which gets its own bucket under its own limit.
+func TestProviderIdleModelsGiveTheirPlace(t *testing.T) {
+	t.Parallel()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			lim := grantAll{&defineLog{MemoryLimiter: llm.NewMemoryLimiter()}}
+			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
+				if r.Model == "late" {
+					return llmtest.Reply{Text: "ok", Header: statingRPM("300")}
+				}
+				return llmtest.Reply{Text: "ok", Header: statingRPM("6000")}
+			}, func(pc *llm.ProviderConfig) { pc.Limiter = lim })
+			for i := range llm.MaxModels {
+				req := providerRequest()
+				req.Model = fmt.Sprintf("m-%d", i)
+				if _, err := f.call(t.Context(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			llm.IdleModels(f.model, 11*time.Minute)
+			late := providerRequest()
+			late.Model = "late"
+			for range 2 {
+				if _, err := f.call(t.Context(), late); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := defined{llm.ModelBucket(k.provider, canary, "late"), 210, 210}
+			got := lim.all()
+			if len(got) == 0 || got[len(got)-1] != want {
+				t.Errorf("Defines = %+v, want the last %+v: its own bucket at 300 x 0.7", got, want)
+			}
+		})
+	}
+}
