@@ -53,6 +53,12 @@ func ceiling(stated, configured int64) int64 {
 	return min(stated, configured)
 }
 
+// ProviderLimitsFresh is how long a row of provider_limit counts after it
+// was last learned: a worker calling a key and model writes its row at
+// least once a second, so an older row is a key rotated out, a model no
+// longer called or a worker gone. Limits reads only fresher rows.
+const ProviderLimitsFresh = 15 * time.Minute
+
 // ProviderLimits keeps the fleet's view of the providers' stated rate
 // limits: workers Learn from every response, orchestrators read Limits to
 // size the concurrency of runs that leave it unset
@@ -69,8 +75,23 @@ func NewProviderLimits(pool *Pool, config ...RateLimiterConfig) *ProviderLimits 
 
 // learnSQL records one reading: a stated figure replaces the one before,
 // an unstated one (NULL) keeps it; throttled adds up; throttled_until only
-// moves forward.
+// moves forward. A reading of the default model takes model_default from
+// the provider's other models, one of the default provider takes
+// provider_default from the other providers: after a worker's
+// --openai-model or --provider changed, a run naming neither is sized by
+// the new default only. When workers disagree (a rolling change of the
+// flag), the last to write is the default until the next write: a run
+// naming neither is served by either. The rows a reading clears are only
+// those still flagged, so a fleet that agrees writes one row a reading.
 const learnSQL = `
+WITH cleared AS (
+	UPDATE provider_limit SET
+		model_default = model_default AND NOT ($5 AND provider = $3),
+		provider_default = provider_default AND NOT ($4 AND provider <> $3)
+	WHERE NOT (bucket = $1 AND model = $2)
+	  AND (($5 AND model_default AND provider = $3 AND model <> $2)
+	    OR ($4 AND provider_default AND provider <> $3))
+)
 INSERT INTO provider_limit AS p (bucket, model, provider, provider_default, model_default,
 	limit_requests, limit_tokens, remaining_requests, remaining_tokens, requests_reset_at, tokens_reset_at,
 	configured_rpm, configured_tpm, throttled, throttled_until)
@@ -114,8 +135,9 @@ func (p *ProviderLimits) Learn(ctx context.Context, l ProviderLimit) error {
 }
 
 // Limits returns what is known of the limits a run naming provider and
-// model calls under, one row per provider key: "" for either means the
-// workers' default, as the run would be served. None is known: no rows.
+// model calls under, one row per provider key learned within
+// ProviderLimitsFresh: "" for either means the workers' default, as the
+// run would be served. None is known: no rows.
 func (p *ProviderLimits) Limits(ctx context.Context, provider, model string) ([]ProviderLimit, error) {
 	var out []ProviderLimit
 	err := retried(ctx, p.log, "providerlimits.limits", idempotent, func(ctx context.Context, _ try) error {
@@ -128,7 +150,8 @@ func (p *ProviderLimits) Limits(ctx context.Context, provider, model string) ([]
 			FROM provider_limit
 			WHERE (provider = $1 OR ($1 = '' AND provider_default))
 			  AND (model = $2 OR ($2 = '' AND model_default))
-			ORDER BY bucket, model`, provider, model)
+			  AND learned_at > now() - make_interval(secs => $3)
+			ORDER BY bucket, model`, provider, model, ProviderLimitsFresh.Seconds())
 		if err != nil {
 			return err
 		}

@@ -83,3 +83,70 @@ func TestProviderLimitsAreLearnedByWorkersAndReadByOrchestrators(t *testing.T) {
 		t.Error("a worker recorded limits under an API key's bucket")
 	}
 }
+
+// TestProviderLimitsForgetStaleRowsAndDefaults: Limits reads only rows
+// learned within the last ProviderLimitsFresh (a rotated key's old row is
+// not summed with the new one's), and a row written as a default takes
+// the flag from the rows it replaces: model_default from the provider's
+// other models, provider_default from the other providers' rows
+// (docs/operations.md#rate-limits-and-headroom).
+func TestProviderLimitsForgetStaleRowsAndDefaults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	worker, err := store.OpenPool(b.ctx, storetest.WorkerURL(t, b.url), store.PoolConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(worker.Close)
+	p := store.NewProviderLimits(worker)
+	learn := func(l store.ProviderLimit) {
+		t.Helper()
+		l.RemainingRequests, l.RemainingTokens, l.LimitRequests = -1, -1, 600
+		if err := p.Learn(b.ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(provider, model string) []string {
+		t.Helper()
+		ls, err := p.Limits(b.ctx, provider, model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range ls {
+			out = append(out, l.Bucket+" "+l.Model)
+		}
+		return out
+	}
+
+	// A key rotated: the old key's row was last learned before the window.
+	learn(store.ProviderLimit{Bucket: "openai:old", Provider: "openai", Model: "gpt-a", ProviderDefault: true, ModelDefault: true})
+	if _, err := b.pool.Exec(b.ctx, `UPDATE fanout.provider_limit SET learned_at = now() - make_interval(secs => $1) WHERE bucket = 'openai:old'`,
+		(store.ProviderLimitsFresh + time.Second).Seconds()); err != nil {
+		t.Fatal(err)
+	}
+	learn(store.ProviderLimit{Bucket: "openai:new", Provider: "openai", Model: "gpt-a", ProviderDefault: true, ModelDefault: true})
+	if got := read("openai", "gpt-a"); len(got) != 1 || got[0] != "openai:new gpt-a" {
+		t.Errorf("Limits(openai, gpt-a) = %v, want the new key's row alone", got)
+	}
+
+	// --openai-model changed from gpt-a to gpt-b; a second key still
+	// serves gpt-a, called by name.
+	learn(store.ProviderLimit{Bucket: "openai:two", Provider: "openai", Model: "gpt-a", ProviderDefault: true, ModelDefault: true})
+	learn(store.ProviderLimit{Bucket: "openai:new", Provider: "openai", Model: "gpt-b", ProviderDefault: true, ModelDefault: true})
+	if got := read("openai", ""); len(got) != 1 || got[0] != "openai:new gpt-b" {
+		t.Errorf("Limits(openai, \"\") = %v, want gpt-b's row alone (the default now)", got)
+	}
+	if got := read("openai", "gpt-a"); len(got) != 2 || got[0] != "openai:new gpt-a" || got[1] != "openai:two gpt-a" {
+		t.Errorf("Limits(openai, gpt-a) = %v, want both fresh keys' rows of gpt-a, named", got)
+	}
+
+	// --provider changed to anthropic.
+	learn(store.ProviderLimit{Bucket: "anthropic:k", Provider: "anthropic", Model: "claude-x", ProviderDefault: true, ModelDefault: true})
+	if got := read("", ""); len(got) != 1 || got[0] != "anthropic:k claude-x" {
+		t.Errorf("Limits(\"\", \"\") = %v, want anthropic's default row alone", got)
+	}
+	if got := read("openai", ""); len(got) != 1 || got[0] != "openai:new gpt-b" {
+		t.Errorf("Limits(openai, \"\") = %v, want openai's default model still: only the provider's flag moved", got)
+	}
+}

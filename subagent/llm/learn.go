@@ -37,9 +37,18 @@ type LimitBook interface {
 const DefaultLearnEvery = time.Second
 
 // maxModels bounds the models a caller keeps limits for: runs name their
-// model, and each would be a bucket and a metric series. The others share
-// one bucket, under the configured ceilings only, and learn nothing.
+// model, free-form (a tenant can name any), and each kept model is a
+// bucket and a metric series. A further model takes the place of a kept
+// one that never stated a limit (a name the provider does not serve
+// states none) or was not called for modelIdle, the least recently used
+// of them; when every kept model states limits and is in use, its calls
+// share one bucket (otherModels) under the smallest limit stated for any
+// kept model and the configured ceilings, and learn nothing.
 const maxModels = 64
+
+// modelIdle is how long a kept model that states limits holds its place
+// without a call.
+const modelIdle = 10 * time.Minute
 
 // otherModels is the model of the calls past maxModels.
 const otherModels = "*"
@@ -55,7 +64,11 @@ type modelLimits struct {
 	throttled   int64     // 429s not written yet
 	until       time.Time // the latest retry-after asked for
 	written     time.Time // the last write to the book
+	used        time.Time // the last take or reply
 }
+
+// stated reports whether a reply stated a limit of the model.
+func (m *modelLimits) stated() bool { return m.rpm > 0 || m.tpm > 0 }
 
 // ModelBucket returns the rate-limit bucket of a provider key and model:
 // every worker calling model with the key shares it (providers state their
@@ -70,20 +83,61 @@ func ModelBucket(provider, key, model string) string {
 	return BucketName(provider, key) + "/sha256:" + hex.EncodeToString(sum[:12])
 }
 
-// limitsOf returns the limits of model, made on first use. Hold c.mu.
-func (c *caller) limitsOf(model string) *modelLimits {
-	if m := c.models[model]; m != nil {
-		return m
+// limitsOf returns the limits of model, kept from its first use while
+// there is room (see maxModels), else the other models' (c.others), and
+// marks them used at now. Hold c.mu.
+func (c *caller) limitsOf(model string, now time.Time) *modelLimits {
+	m := c.models[model]
+	switch {
+	case m != nil:
+	case len(c.models) < maxModels || c.evict(now):
+		m = &modelLimits{bucket: ModelBucket(c.provider, c.cfg.APIKey, model), metricModel: model}
+		c.models[model] = m
+	default:
+		if c.others == nil {
+			c.others = &modelLimits{bucket: ModelBucket(c.provider, c.cfg.APIKey, otherModels), metricModel: otherModels}
+		}
+		m = c.others
 	}
-	if len(c.models) >= maxModels {
-		model = otherModels
-		if m := c.models[model]; m != nil {
-			return m
+	m.used = now
+	return m
+}
+
+// evict drops the kept model that gives its place first: one that never
+// stated a limit, else one not used for modelIdle, the least recently
+// used of them. It reports whether it dropped one. The model's bucket
+// stays in the Limiter; called again, the model is defined again. Hold
+// c.mu.
+func (c *caller) evict(now time.Time) bool {
+	victim := ""
+	var v *modelLimits
+	for name, m := range c.models {
+		if m.stated() && now.Sub(m.used) < modelIdle {
+			continue
+		}
+		if v == nil || (v.stated() && !m.stated()) || (v.stated() == m.stated() && m.used.Before(v.used)) {
+			victim, v = name, m
 		}
 	}
-	m := &modelLimits{bucket: ModelBucket(c.provider, c.cfg.APIKey, model), metricModel: model}
-	c.models[model] = m
-	return m
+	if v == nil {
+		return false
+	}
+	delete(c.models, victim)
+	return true
+}
+
+// smallestStated is the smallest limit stated for any kept model, per
+// dimension (0: none stated). Hold c.mu.
+func (c *caller) smallestStated() (rpm, tpm int64) {
+	for _, m := range c.models {
+		if m.rpm > 0 && (rpm == 0 || m.rpm < rpm) {
+			rpm = m.rpm
+		}
+		if m.tpm > 0 && (tpm == 0 || m.tpm < tpm) {
+			tpm = m.tpm
+		}
+	}
+	return rpm, tpm
 }
 
 // learn takes in what an attempt's reply stated of model's limits. A
@@ -100,8 +154,8 @@ func (c *caller) learn(ctx context.Context, model string, status int, h http.Hea
 		return
 	}
 	c.mu.Lock()
-	m := c.limitsOf(model)
-	if m.metricModel == otherModels {
+	m := c.limitsOf(model, now)
+	if m == c.others {
 		c.mu.Unlock()
 		return
 	}

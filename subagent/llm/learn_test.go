@@ -2,6 +2,7 @@ package llm_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -274,6 +275,163 @@ func TestProviderIgnoresHostileLimits(t *testing.T) {
 			}
 			if w := b.all(); len(w) != 0 {
 				t.Errorf("book writes = %+v, want none", w)
+			}
+		})
+	}
+}
+
+// grantAll is a defineLog whose every Take is granted at once: a test of
+// what is defined needs no wait for a bucket of 1 a minute.
+type grantAll struct{ *defineLog }
+
+func (grantAll) Take(context.Context, string, int64, int64) (time.Duration, error) { return 0, nil }
+
+// statingRPM is a reply header stating rpm requests a minute in both
+// providers' shapes.
+func statingRPM(rpm string) http.Header {
+	return http.Header{"X-Ratelimit-Limit-Requests": {rpm}, "Anthropic-Ratelimit-Requests-Limit": {rpm},
+		"X-Ratelimit-Limit-Tokens": {rpm}, "Anthropic-Ratelimit-Tokens-Limit": {rpm}}
+}
+
+// TestProviderTinyStatedLimitStillCalls: a reply stating 1 RPM and 1 TPM,
+// which the headroom (0.7) rounds down to 0, is enforced at 1 a minute:
+// the next calls are sent (and their replies can correct it), never
+// refused before they are sent.
+func TestProviderTinyStatedLimitStillCalls(t *testing.T) {
+	t.Parallel()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			lim := grantAll{&defineLog{MemoryLimiter: llm.NewMemoryLimiter()}}
+			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
+				if r.N == 1 {
+					return llmtest.Reply{Text: "ok", Header: statingRPM("1")}
+				}
+				return llmtest.Reply{Text: "ok", Header: statingRPM("6000")}
+			}, func(pc *llm.ProviderConfig) { pc.Limiter = lim })
+			for i := range 3 {
+				if _, err := f.call(t.Context(), providerRequest()); err != nil {
+					t.Fatalf("call %d: %v", i+1, err)
+				}
+			}
+			if n := len(f.srv.Requests()); n != 3 {
+				t.Errorf("server saw %d requests, want 3", n)
+			}
+			bucket := llm.ModelBucket(k.provider, canary, "test-model")
+			want := []defined{{bucket, 1, 1}, {bucket, 4200, 4200}}
+			if got := lim.all(); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+				t.Errorf("Defines = %+v, want %+v: 1 a minute for the stated 1, then 6000 x 0.7", got, want)
+			}
+		})
+	}
+}
+
+// TestProviderModelTableSurvivesTenantModels: calls naming models the
+// provider does not serve (a tenant's free-form spec, replies stating
+// nothing) do not keep a worker from learning the models it does serve.
+func TestProviderModelTableSurvivesTenantModels(t *testing.T) {
+	t.Parallel()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			lim := grantAll{&defineLog{MemoryLimiter: llm.NewMemoryLimiter()}}
+			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
+				if r.Model != "test-model" {
+					return llmtest.Reply{Status: http.StatusNotFound, Message: "no such model"}
+				}
+				return llmtest.Reply{Text: "ok", Header: statingRPM("600")}
+			}, func(pc *llm.ProviderConfig) { pc.Limiter = lim })
+			for i := range 100 {
+				req := providerRequest()
+				req.Model = fmt.Sprintf("bogus-%d", i)
+				if _, err := f.call(t.Context(), req); err == nil {
+					t.Fatalf("a call of %s succeeded", req.Model)
+				}
+			}
+			for range 3 {
+				if _, err := f.call(t.Context(), providerRequest()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := defined{llm.ModelBucket(k.provider, canary, "test-model"), 420, 420}
+			if got := lim.all(); len(got) != 1 || got[0] != want {
+				t.Errorf("Defines = %+v, want only %+v: the served model's own bucket at 600 x 0.7", got, want)
+			}
+		})
+	}
+}
+
+// TestProviderOtherModelsTakeTheSmallestStatedLimit: past the models a
+// worker keeps limits for (all stating limits, all in use), a further
+// model's calls share one bucket under the smallest limit stated for any
+// of them: never unlimited.
+func TestProviderOtherModelsTakeTheSmallestStatedLimit(t *testing.T) {
+	t.Parallel()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			lim := grantAll{&defineLog{MemoryLimiter: llm.NewMemoryLimiter()}}
+			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
+				if r.Model == "m-7" {
+					return llmtest.Reply{Text: "ok", Header: statingRPM("600")}
+				}
+				return llmtest.Reply{Text: "ok", Header: statingRPM("6000")}
+			}, func(pc *llm.ProviderConfig) { pc.Limiter = lim })
+			for i := range llm.MaxModels + 1 {
+				req := providerRequest()
+				req.Model = fmt.Sprintf("m-%d", i)
+				if _, err := f.call(t.Context(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			last := providerRequest()
+			last.Model = fmt.Sprintf("m-%d", llm.MaxModels)
+			if _, err := f.call(t.Context(), last); err != nil {
+				t.Fatal(err)
+			}
+			want := defined{llm.ModelBucket(k.provider, canary, "*"), 420, 420}
+			got := lim.all()
+			if len(got) == 0 || got[len(got)-1] != want {
+				t.Errorf("Defines = %+v, want the last %+v: the smallest stated limit (600) x 0.7", got, want)
+			}
+		})
+	}
+}
+
+// TestProviderIdleModelsGiveTheirPlace: a full model table of models
+// that state limits but were not called for 10 minutes makes room for the
+// next model called, which gets its own bucket under its own limit.
+func TestProviderIdleModelsGiveTheirPlace(t *testing.T) {
+	t.Parallel()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			lim := grantAll{&defineLog{MemoryLimiter: llm.NewMemoryLimiter()}}
+			f := newFixture(t, k, func(r llmtest.Request) llmtest.Reply {
+				if r.Model == "late" {
+					return llmtest.Reply{Text: "ok", Header: statingRPM("300")}
+				}
+				return llmtest.Reply{Text: "ok", Header: statingRPM("6000")}
+			}, func(pc *llm.ProviderConfig) { pc.Limiter = lim })
+			for i := range llm.MaxModels {
+				req := providerRequest()
+				req.Model = fmt.Sprintf("m-%d", i)
+				if _, err := f.call(t.Context(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			llm.IdleModels(f.model, 11*time.Minute)
+			late := providerRequest()
+			late.Model = "late"
+			for range 2 {
+				if _, err := f.call(t.Context(), late); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := defined{llm.ModelBucket(k.provider, canary, "late"), 210, 210}
+			got := lim.all()
+			if len(got) == 0 || got[len(got)-1] != want {
+				t.Errorf("Defines = %+v, want the last %+v: its own bucket at 300 x 0.7", got, want)
 			}
 		})
 	}

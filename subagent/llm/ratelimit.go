@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -74,7 +75,7 @@ func (c *caller) take(ctx context.Context, runID, model string, tokens int64) (s
 // returns it; "" when no limit is known.
 func (c *caller) define(ctx context.Context, model string) (string, error) {
 	c.mu.Lock()
-	m := c.limitsOf(model)
+	m := c.limitsOf(model, time.Now())
 	want := c.ceilings(m)
 	bucket, done := m.bucket, m.defined && m.definedAs == want
 	c.mu.Unlock()
@@ -86,7 +87,7 @@ func (c *caller) define(ctx context.Context, model string) (string, error) {
 	}
 	// The headroom is applied here and only here: the Limiter enforces
 	// what it is given.
-	lim, err := want.Effective()
+	lim, err := atLeastOne(want).Effective()
 	if err != nil {
 		return "", err
 	}
@@ -105,12 +106,41 @@ func (c *caller) define(ctx context.Context, model string) (string, error) {
 	return bucket, nil
 }
 
+// atLeastOne raises each limit of want that its headroom would round
+// down to 0 a minute (a stated 1 RPM at 0.7) to the least that it keeps
+// at 1: a provider stating a tiny limit slows the calls to 1 a minute,
+// never refuses them all (the next reply could correct it) nor makes the
+// bucket unlimited. The configured ceilings are checked when the provider
+// is made; only a stated limit can be that low.
+func atLeastOne(want RateLimit) RateLimit {
+	h := want.Headroom
+	if h == 0 {
+		h = DefaultHeadroom
+	}
+	if !(h > 0 && h <= 1) {
+		return want // Effective says why
+	}
+	least := int64(math.Ceil(1 / h))
+	for _, v := range []*int64{&want.RPM, &want.TPM} {
+		if *v > 0 && *v < least {
+			*v = least
+		}
+	}
+	return want
+}
+
 // ceilings are the limits of m before the headroom: each stated limit
 // under its configured ceiling, whichever is known (0: neither).
+// The other models' (c.others) state nothing of their own: theirs is the
+// smallest limit stated for any kept model, never none. Hold c.mu.
 func (c *caller) ceilings(m *modelLimits) RateLimit {
+	rpm, tpm := m.rpm, m.tpm
+	if m == c.others {
+		rpm, tpm = c.smallestStated()
+	}
 	out := c.cfg.Limits
-	out.RPM = ceiling(m.rpm, c.cfg.Limits.RPM)
-	out.TPM = ceiling(m.tpm, c.cfg.Limits.TPM)
+	out.RPM = ceiling(rpm, c.cfg.Limits.RPM)
+	out.TPM = ceiling(tpm, c.cfg.Limits.TPM)
 	return out
 }
 

@@ -131,7 +131,8 @@ type caller struct {
 	parse     func(http.Header, time.Time) Stated
 
 	mu     sync.Mutex
-	models map[string]*modelLimits // by model called
+	models map[string]*modelLimits // by model called, at most maxModels
+	others *modelLimits            // the calls of models past them; nil until one
 }
 
 func newCaller(provider string, cfg ProviderConfig, parse func(http.Header, time.Time) Stated) *caller {

@@ -132,7 +132,7 @@ func (c *caller) recordCeilings(ctx context.Context, model, ceiling string, l Ra
 func (c *caller) recordUse(ctx context.Context, model string, tokens int64) {
 	ctx = context.WithoutCancel(ctx)
 	c.mu.Lock()
-	model = c.limitsOf(model).metricModel
+	model = c.limitsOf(model, time.Now()).metricModel
 	c.mu.Unlock()
 	attrs := metric.WithAttributes(attrProvider.String(c.provider), attrModel.String(model))
 	metrics().requests.Add(ctx, 1, attrs)
