@@ -208,8 +208,10 @@ func (s *callStats) started(i int, now time.Time) {
 }
 
 // iteration records task i's call that ended at now with its spend at
-// tokensSpent.
-func (s *callStats) iteration(i int, now time.Time, tokensSpent int64) {
+// tokensSpent, after it waited queued (SubagentIteration.waited): the time
+// the call held its task is the time since the task's last mark less
+// that.
+func (s *callStats) iteration(i int, now time.Time, tokensSpent int64, waited time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, ok := s.mark[i]
@@ -218,7 +220,7 @@ func (s *callStats) iteration(i int, now time.Time, tokensSpent int64) {
 		return // no start seen, or a new attempt's spend
 	}
 	k := s.calls % callWindow
-	s.secs[k], s.toks[k] = now.Sub(m.at).Seconds(), float64(tokensSpent-m.tokens)
+	s.secs[k], s.toks[k] = max(0, now.Sub(m.at)-waited).Seconds(), float64(tokensSpent-m.tokens)
 	s.calls++
 }
 
@@ -400,9 +402,9 @@ func (d *driver) observeStart(i int) {
 	}
 }
 
-func (d *driver) observeCall(i int, tokensSpent int64) {
+func (d *driver) observeCall(i int, tokensSpent int64, waited time.Duration) {
 	if d.sizing != nil {
-		d.sizing.stats.iteration(i, time.Now(), tokensSpent)
+		d.sizing.stats.iteration(i, time.Now(), tokensSpent, waited)
 	}
 }
 

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConcurrencyArithmetic: the rules of docs/operations.md, "Concurrency
@@ -71,5 +72,22 @@ func TestThrottleHalvesAndCreepsBack(t *testing.T) {
 		if want := max(1, current/2); th.cap != want {
 			t.Errorf("429s grew at %d: cap %d, want %d (never below 1)", current, th.cap, want)
 		}
+	}
+}
+
+// TestCallTimeLessItsQueue: the seconds per call that size a run are the
+// time a call held its task less the time it waited queued (the fleet's
+// limiter, a slot, a 429's backoff: SubagentIteration.waited), so a full
+// limiter does not make calls look slower and grow the concurrency to meet
+// it (docs/operations.md#concurrency-from-the-rate-limits).
+func TestCallTimeLessItsQueue(t *testing.T) {
+	s := newCallStats()
+	t0 := time.Unix(1000, 0)
+	s.started(0, t0)
+	s.iteration(0, t0.Add(10*time.Second), 500, 9500*time.Millisecond) // 9.5 s of it in the limiter
+	s.iteration(0, t0.Add(10500*time.Millisecond), 1000, 0)
+	secs, toks, _, observed := s.averages()
+	if observed != 2 || secs < 0.499 || secs > 0.501 || toks != 500 {
+		t.Errorf("averages %.3f s and %.0f tokens per call over %d calls; want 0.5 s (10 s less 9.5 s queued, then 0.5 s) and 500", secs, toks, observed)
 	}
 }

@@ -135,7 +135,7 @@ var startTimeout = cleanupTimeout
 func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIteration) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	p.d.observeCall(p.index, it.GetTokensSpent())
+	p.d.observeCall(p.index, it.GetTokensSpent(), it.GetWaited().AsDuration())
 	if p.d.fc != nil { // first: the task asks for its next grant as soon as it sent this
 		if tasks := p.d.fc.progress(p.index, it.GetTokensSpent(), it.GetGrantedTokens(), it.GetLast()); len(tasks) > 0 {
 			p.d.windDown(ctx, tasks)

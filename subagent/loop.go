@@ -144,6 +144,10 @@ type Progress struct {
 	// Last: this iteration's call was the task's last model call (it
 	// answered, and no compression call follows).
 	Last bool
+	// Waited is the time this iteration's calls spent queued (a model-call
+	// slot, the fleet's rate limiter, a 429's backoff) rather than served:
+	// llm.WaitMeter.
+	Waited time.Duration
 }
 
 // Loop runs subagents: reserve, call the model, settle, run tools, repeat;
@@ -401,9 +405,14 @@ type taskAttempt struct {
 	prior      map[string]runs.Write
 	priorOrder []runs.Write
 	granted    int64 // the last grant (Progress.Granted)
+	// waits meters the time the task's calls queued; reported is what
+	// Progress has said of it so far.
+	waits    llm.WaitMeter
+	reported time.Duration
 }
 
 func (r *taskAttempt) loop(ctx context.Context) Summary {
+	ctx = llm.WithWaitMeter(ctx, &r.waits)
 	r.work(ctx)
 	if sm, ok := r.task.Model.(llm.StructuredModel); ok && r.sum.Iterations > 0 && !r.sum.WoundDown {
 		if err := r.compress(ctx, sm); err != nil {
@@ -485,6 +494,8 @@ func (r *taskAttempt) progress(it, toolCalls int) {
 func (r *taskAttempt) sendProgress(p Progress) {
 	if r.task.ProgressFunc != nil {
 		p.TokensSpent, p.Peak, p.Granted = r.sum.TokensSpent, r.sum.Peak, r.granted
+		waited := r.waits.Waited()
+		p.Waited, r.reported = waited-r.reported, waited
 		r.task.ProgressFunc(p)
 	}
 }

@@ -419,3 +419,31 @@ func TestLoopRefusedCallIsSettledAtZero(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressSaysWhatTheIterationWaited: an iteration whose call waited
+// out a 429's retry-after reports that wait (Progress.Waited, sent as
+// SubagentIteration.waited), and one served at once reports none: the
+// orchestrator sizes concurrency from call time less it
+// (docs/operations.md#concurrency-from-the-rate-limits).
+func TestProgressSaysWhatTheIterationWaited(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
+	_, model := newProviderModel(t, llmtest.OpenAI, false, firstThen(llmtest.Reply{Status: http.StatusTooManyRequests, RetryAfter: "0.3"}))
+	loop := newLoop(b, model)
+	var progress []subagent.Progress
+	loop.ProgressFunc = func(p subagent.Progress) { progress = append(progress, p) }
+
+	sum := loop.Run(t.Context(), newTask(b, "a"))
+
+	if sum.Status != subagent.StatusSucceeded || len(progress) == 0 {
+		t.Fatalf("status %s, %d progress reports (err %v)", sum.Status, len(progress), sum.Err)
+	}
+	if w := progress[0].Waited; w < 300*time.Millisecond {
+		t.Errorf("iteration 1 waited out a retry-after of 0.3s but reported %s", w)
+	}
+	for _, p := range progress[1:] {
+		if p.Waited != 0 {
+			t.Errorf("iteration %d was served at once but reported %s waited", p.Iteration, p.Waited)
+		}
+	}
+}

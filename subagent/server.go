@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fanout/fanout/budget"
@@ -331,7 +332,7 @@ func reportOn(stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse], t *Ta
 		_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
 			Iteration: &fanoutv1.SubagentIteration{
 				Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls),
-				PeakTokens: p.Peak, GrantedTokens: p.Granted, Last: p.Last}}})
+				PeakTokens: p.Peak, GrantedTokens: p.Granted, Last: p.Last, Waited: durationpb.New(p.Waited)}}})
 	}
 }
 

@@ -156,9 +156,11 @@ func (c *caller) do(ctx context.Context, req Request, extraInput int64, attempt 
 		return Response{}, fmt.Errorf("%s: run %s: max tokens %d: must be >= 1", c.provider, req.Meta.RunID, req.MaxTokens)
 	}
 	if c.cfg.Slots != nil {
+		queued := time.Now()
 		if err := c.cfg.Slots.Acquire(ctx, 1); err != nil {
 			return Response{}, context.Cause(ctx)
 		}
+		addWait(ctx, time.Since(queued))
 		defer c.cfg.Slots.Release(1)
 	}
 	// What a call may cost at most: the input bound the caller reserved (or,

@@ -76,6 +76,7 @@ func metrics() *instruments {
 }
 
 func (c *caller) recordWait(ctx context.Context, source string, d time.Duration) {
+	addWait(ctx, d)
 	metrics().wait.Record(context.WithoutCancel(ctx), d.Seconds(),
 		metric.WithAttributes(attrProvider.String(c.provider), attrWaitSource.String(source)))
 }

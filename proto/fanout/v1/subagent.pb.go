@@ -9,6 +9,7 @@ package fanoutv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -529,7 +530,14 @@ type SubagentIteration struct {
 	// This iteration's call was the task's last: it answered (or was told
 	// to) and no compression call follows, so it needs no more of the run's
 	// budget. The run's wind-down counts no next call for it.
-	Last          bool `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
+	Last bool `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
+	// Time this iteration's model calls spent queued rather than served: for
+	// a model-call slot of the worker, in the fleet's rate limiter, in the
+	// backoff after a provider's 429. A run's concurrency is sized from the
+	// time a call holds its task less this (docs/operations.md, "Concurrency
+	// from the rate limits"): counted, a full limiter would make every call
+	// look slower and the concurrency grow to meet it.
+	Waited        *durationpb.Duration `protobuf:"bytes,7,opt,name=waited,proto3" json:"waited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -606,11 +614,18 @@ func (x *SubagentIteration) GetLast() bool {
 	return false
 }
 
+func (x *SubagentIteration) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
 var File_fanout_v1_subagent_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\n" +
-	"\x18fanout/v1/subagent.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n" +
+	"\x18fanout/v1/subagent.proto\x12\tfanout.v1\x1a\x13fanout/v1/run.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
@@ -643,7 +658,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\apreview\x18\x03 \x01(\tR\apreview\x126\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\")\n" +
 	"\x0fSubagentStarted\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xcf\x01\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"\x82\x02\n" +
 	"\x11SubagentIteration\x12\x1c\n" +
 	"\titeration\x18\x01 \x01(\x05R\titeration\x12!\n" +
 	"\ftokens_spent\x18\x02 \x01(\x03R\vtokensSpent\x12\x1d\n" +
@@ -652,7 +667,8 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\vpeak_tokens\x18\x04 \x01(\x03R\n" +
 	"peakTokens\x12%\n" +
 	"\x0egranted_tokens\x18\x05 \x01(\x03R\rgrantedTokens\x12\x12\n" +
-	"\x04last\x18\x06 \x01(\bR\x04last2U\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last\x121\n" +
+	"\x06waited\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06waited2U\n" +
 	"\x0fSubagentService\x12B\n" +
 	"\aExecute\x12\x19.fanout.v1.ExecuteRequest\x1a\x1a.fanout.v1.ExecuteResponse0\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
@@ -682,6 +698,7 @@ var file_fanout_v1_subagent_proto_goTypes = []any{
 	(*Fact)(nil),                  // 9: fanout.v1.Fact
 	(*FactSummary)(nil),           // 10: fanout.v1.FactSummary
 	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
 }
 var file_fanout_v1_subagent_proto_depIdxs = []int32{
 	6,  // 0: fanout.v1.Dispatch.task:type_name -> fanout.v1.TaskSpec
@@ -693,13 +710,14 @@ var file_fanout_v1_subagent_proto_depIdxs = []int32{
 	10, // 6: fanout.v1.ExecuteResponse.summary:type_name -> fanout.v1.FactSummary
 	3,  // 7: fanout.v1.ExecuteResponse.approval:type_name -> fanout.v1.SubagentApproval
 	11, // 8: fanout.v1.SubagentApproval.deadline:type_name -> google.protobuf.Timestamp
-	0,  // 9: fanout.v1.SubagentService.Execute:input_type -> fanout.v1.ExecuteRequest
-	2,  // 10: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	12, // 9: fanout.v1.SubagentIteration.waited:type_name -> google.protobuf.Duration
+	0,  // 10: fanout.v1.SubagentService.Execute:input_type -> fanout.v1.ExecuteRequest
+	2,  // 11: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_subagent_proto_init() }
