@@ -262,6 +262,7 @@ type sizing struct {
 	provider, model string
 	headroom        float64
 	limit           RateLimit // as last read
+	gen             uint64    // limit's generation (rateReads): 0 before a read
 	throttle        throttle
 	stats           *callStats
 	chosen          int // in effect; 0 before the first choice
@@ -296,27 +297,16 @@ func (e *Engine) lastConcurrency(ctx context.Context, run *fanoutv1.Run) error {
 // it left limits.max_concurrency unset and the engine reads them.
 func (e *Engine) sizes(p *plan) bool { return p.autoConcurrency && e.limits != nil }
 
-// readLimits reads the run's limits; on an error it logs and keeps what it
-// had (ok false).
-func (e *Engine) readLimits(ctx context.Context, runID, provider, model string) (RateLimit, bool) {
-	l, err := e.limits.RateLimits(ctx, provider, model)
-	if err != nil {
-		e.cfg.Logger.WarnContext(ctx, "read the rate limits to size a run's concurrency; keeping it",
-			"run_id", runID, "provider", provider, "model", model, "err", err)
-		return RateLimit{}, false
-	}
-	return l, true
-}
-
-// sizeFirst chooses a new run's concurrency before it is created (one read
-// of the limits): its first wave. The run is not RUNNING yet, so it counts
-// itself among the runs sharing the limit.
+// sizeFirst chooses a new run's concurrency before it is created (the
+// engine's read of the limits, if one is no older than an interval, else a
+// new one): its first wave. The run is not RUNNING yet, so it counts itself
+// among the runs sharing the limit.
 func (e *Engine) sizeFirst(ctx context.Context, p *plan) {
 	if !e.sizes(p) {
 		return
 	}
 	m := p.spec.GetModel()
-	l, ok := e.readLimits(ctx, "", m.GetProvider(), m.GetModel())
+	l, _, ok := e.rates.read(ctx, m.GetProvider(), m.GetModel())
 	if !ok {
 		return // the driver reads them again
 	}
@@ -337,8 +327,9 @@ func (e *Engine) concurrencyInputs(p *plan, l RateLimit, stats *callStats, throt
 }
 
 // startSizing sets up the run's sizing and announces its first choice
-// (Submit's, or one made now for an adopted run). It returns the ticks of
-// its recomputes, nil when the run's concurrency is fixed, and their stop.
+// (Submit's, or one made now for an adopted run, from the engine's read of
+// its limits). It returns the ticks of its recomputes, nil when the run's
+// concurrency is fixed, and their stop.
 func (d *driver) startSizing(runCtx context.Context) (<-chan time.Time, func()) {
 	if !d.e.sizes(d.p) {
 		return nil, func() {}
@@ -346,37 +337,53 @@ func (d *driver) startSizing(runCtx context.Context) (<-chan time.Time, func()) 
 	m := d.p.spec.GetModel()
 	d.sizing = &sizing{provider: m.GetProvider(), model: m.GetModel(), headroom: d.p.headroom,
 		stats: newCallStats(), first: d.p.firstSizing}
+	release := d.e.rates.use(m.GetProvider(), m.GetModel())
 	if in := d.sizing.first; in != nil {
 		d.sizing.limit = in.limit // Runs counts the run, as the next read will
 		d.sizing.throttle.step(in.limit.Throttled, 0, 0)
 		n, why := in.choose()
 		d.applyConcurrency(runCtx, n, why, *in)
 	} else {
-		d.resize(runCtx, true)
+		// Before the drive loop: nothing is dispatched yet.
+		ctx, cancel := cleanup(runCtx)
+		l, gen, ok := d.e.rates.read(ctx, m.GetProvider(), m.GetModel())
+		cancel()
+		if ok {
+			d.sizing.take(d.e, d.p, l, gen)
+		}
+		d.resize(runCtx, false)
 	}
 	t := time.NewTicker(d.e.cfg.ConcurrencyInterval)
-	return t.C, t.Stop
+	return t.C, func() {
+		t.Stop()
+		release()
+	}
 }
 
-// resize recomputes the run's concurrency: with read, from a new read of
-// the limits (the timer), else from what the run observed since (a task
-// ended). A change is announced.
+// take puts a new read of the limits (generation gen) in effect: a new
+// count of 429s moves the throttle.
+func (s *sizing) take(e *Engine, p *plan, l RateLimit, gen uint64) {
+	s.limit, s.gen = l, gen
+	arith, _, _ := e.concurrencyInputs(p, l, s.stats, 0).arithmetic()
+	s.throttle.step(l.Throttled, s.chosen, arith)
+}
+
+// resize recomputes the run's concurrency: with read (the timer), from the
+// engine's last read of the limits, if it is newer than the run's (never
+// waiting for one: the engine reads them in the background, rateReads),
+// else from what the run observed since (a task ended). A change is
+// announced.
 func (d *driver) resize(runCtx context.Context, read bool) {
 	s := d.sizing
 	if s == nil {
 		return
 	}
 	if read {
-		ctx, cancel := cleanup(runCtx)
-		l, ok := d.e.readLimits(ctx, d.runID, s.provider, s.model)
-		cancel()
-		if ok {
-			s.limit = l
-			arith, _, _ := d.e.concurrencyInputs(d.p, l, s.stats, 0).arithmetic()
-			s.throttle.step(l.Throttled, s.chosen, arith)
-		} else if s.chosen > 0 {
-			return
+		l, gen := d.e.rates.last(s.provider, s.model)
+		if gen == s.gen {
+			return // nothing new read: the tasks' ends recompute the rest
 		}
+		s.take(d.e, d.p, l, gen)
 	}
 	in := d.e.concurrencyInputs(d.p, s.limit, s.stats, s.throttle.cap)
 	n, why := in.choose()
