@@ -79,34 +79,51 @@ type concurrencyInputs struct {
 // (each task holds one call at a time, so calls per task cancel out:
 // tasks/s = calls/s ÷ calls per task, each task lasting calls per task × s
 // per call), and by tokens the same with tokens/s allowed ÷ tokens per call,
-// the smaller, shared evenly by the runs on the limit. known: some limit is.
+// the smaller, each limit the run's even share of it (share). known: some
+// limit is.
 func (in concurrencyInputs) arithmetic() (n int, why string, known bool) {
 	byRPM, byTPM := math.Inf(1), math.Inf(1)
+	rpm, tpm := in.share()
 	if in.limit.RPM > 0 {
-		byRPM = float64(in.limit.RPM) * in.headroom / 60 * in.secondsPerCall
+		byRPM = float64(rpm) * in.headroom / 60 * in.secondsPerCall
 	}
 	if in.limit.TPM > 0 {
-		byTPM = float64(in.limit.TPM) * in.headroom / 60 * in.secondsPerCall / in.tokensPerCall
+		byTPM = float64(tpm) * in.headroom / 60 * in.secondsPerCall / in.tokensPerCall
 	}
 	if math.IsInf(byRPM, 1) && math.IsInf(byTPM, 1) {
 		return in.fallback, fmt.Sprintf("%d: no rate limit is known for provider %q model %q: the server's default",
 			in.fallback, in.provider, in.model), false
 	}
-	sharing := max(1, in.sharing)
 	start := ""
 	if in.observed == 0 {
 		start = " (starting point)"
 	}
 	if byRPM <= byTPM {
-		n = floor(byRPM / float64(sharing))
-		why = fmt.Sprintf("%d = %d RPM × %s ÷ 60 s × %.2f s per call%s ÷ %d %s sharing the limit",
-			n, in.limit.RPM, decimal(in.headroom), in.secondsPerCall, start, sharing, plural(sharing, "run", "runs"))
+		n = floor(byRPM)
+		why = fmt.Sprintf("%d = %d RPM × %s ÷ 60 s × %.2f s per call%s, the run's share of the limit",
+			n, rpm, decimal(in.headroom), in.secondsPerCall, start)
 	} else {
-		n = floor(byTPM / float64(sharing))
-		why = fmt.Sprintf("%d = %d TPM × %s ÷ 60 s × %.2f s per call ÷ %.0f tokens per call%s ÷ %d %s sharing the limit",
-			n, in.limit.TPM, decimal(in.headroom), in.secondsPerCall, in.tokensPerCall, start, sharing, plural(sharing, "run", "runs"))
+		n = floor(byTPM)
+		why = fmt.Sprintf("%d = %d TPM × %s ÷ 60 s × %.2f s per call ÷ %.0f tokens per call%s, the run's share of the limit",
+			n, tpm, decimal(in.headroom), in.secondsPerCall, in.tokensPerCall, start)
 	}
 	return n, why, true
+}
+
+// share is the run's even share of the fleet's limits: each divided by the
+// runs sharing it, rounded down, at least 1 of a limit that is known. A
+// run's event shows its share and never the fleet's figures, which tell of
+// other tenants' runs.
+func (in concurrencyInputs) share() (rpm, tpm int64) {
+	sharing := int64(max(1, in.sharing))
+	rpm, tpm = in.limit.RPM/sharing, in.limit.TPM/sharing
+	if in.limit.RPM > 0 {
+		rpm = max(1, rpm)
+	}
+	if in.limit.TPM > 0 {
+		tpm = max(1, tpm)
+	}
+	return rpm, tpm
 }
 
 // choose is the run's concurrency and why: the arithmetic (or the server's
@@ -117,8 +134,7 @@ func (in concurrencyInputs) choose() (int, string) {
 	var notes []string
 	if in.throttleCap > 0 && in.throttleCap < n {
 		n = in.throttleCap
-		notes = append(notes, fmt.Sprintf("held to %d after %d 429s (additive increase, multiplicative decrease)",
-			n, in.limit.Throttled))
+		notes = append(notes, fmt.Sprintf("held to %d after new 429s on the limit (additive increase, multiplicative decrease)", n))
 	}
 	if in.most > 0 && n > in.most {
 		n = in.most
@@ -427,12 +443,19 @@ func (d *driver) applyConcurrency(runCtx context.Context, n int, why string, in 
 		attribute.String("provider", in.provider), attribute.String("model", in.model)))
 	ctx, cancel := cleanup(runCtx)
 	defer cancel()
+	// The fleet's figures (the summed limits, the runs sharing them, their
+	// 429s) tell of other tenants' runs: the event, which the run's tenant
+	// reads, has the run's share and its own figures; the operator's log
+	// has the rest.
+	d.e.cfg.Logger.InfoContext(ctx, "run concurrency chosen from the rate limits", "run_id", d.runID,
+		"concurrency", n, "previous", previous, "provider", in.provider, "model", in.model,
+		"limit_rpm", in.limit.RPM, "limit_tpm", in.limit.TPM, "runs_sharing", in.sharing, "throttled", in.limit.Throttled)
+	rpm, tpm := in.share()
 	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ConcurrencyChosen{ConcurrencyChosen: &fanoutv1.ConcurrencyChosen{
 		Concurrency: int32(n), Previous: int32(previous), Reason: why,
-		LimitRequests: in.limit.RPM, LimitTokens: in.limit.TPM, Headroom: in.headroom,
+		LimitRequests: rpm, LimitTokens: tpm, Headroom: in.headroom,
 		SecondsPerCall: in.secondsPerCall, TokensPerCall: in.tokensPerCall, CallsPerTask: in.callsPerTask,
-		ObservedCalls: int32(min(in.observed, math.MaxInt32)), RunsSharing: int32(in.sharing),
-		Throttled: in.limit.Throttled, ThrottleCap: int32(in.throttleCap)}}})
+		ObservedCalls: int32(min(in.observed, math.MaxInt32)), ThrottleCap: int32(in.throttleCap)}}})
 }
 
 var (
