@@ -420,6 +420,7 @@ CREATE TABLE fanout.run (
     spec jsonb NOT NULL,
     result jsonb,
     adoptions integer DEFAULT 0 NOT NULL,
+    prior_added boolean DEFAULT false NOT NULL,
     CONSTRAINT run_adoptions_check CHECK (adoptions >= 0),
     CONSTRAINT run_finished CHECK ((state = 'RUNNING'::text) = (finished_at IS NULL)),
     CONSTRAINT run_idempotency_key UNIQUE (tenant_id, idempotency_key),
@@ -434,12 +435,14 @@ CREATE TABLE fanout.run (
 );
 ALTER TABLE fanout.run ENABLE ROW LEVEL SECURITY;
 CREATE INDEX run_running_heartbeat ON fanout.run USING btree (owner_heartbeat) WHERE state = 'RUNNING'::text;
+CREATE INDEX run_running_model ON fanout.run USING btree (COALESCE((spec -> 'model'::text) ->> 'provider'::text, ''::text), COALESCE((spec -> 'model'::text) ->> 'model'::text, ''::text)) WHERE state = 'RUNNING'::text;
 CREATE INDEX run_tenant_newest ON fanout.run USING btree (tenant_id, created_at DESC, run_id DESC);
 CREATE POLICY fanout_app_all ON fanout.run FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.run FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.run FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.run.spec IS 'The RunSpec as submitted, as protojson with the proto field names: spec->>''goal''.';
 COMMENT ON COLUMN fanout.run.result IS 'The JoinedResult as protojson; NULL while the run is RUNNING, or if it ended without one.';
+COMMENT ON COLUMN fanout.run.prior_added IS 'The run''s whole tasks were added to its tenant''s prior (task_prior): never twice (docs/budget.md#priors).';
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.run TO fanout_app;
 GRANT SELECT (state, owner_heartbeat) ON TABLE fanout.run TO fanout_worker;
 

@@ -79,34 +79,51 @@ type concurrencyInputs struct {
 // (each task holds one call at a time, so calls per task cancel out:
 // tasks/s = calls/s ÷ calls per task, each task lasting calls per task × s
 // per call), and by tokens the same with tokens/s allowed ÷ tokens per call,
-// the smaller, shared evenly by the runs on the limit. known: some limit is.
+// the smaller, each limit the run's even share of it (share). known: some
+// limit is.
 func (in concurrencyInputs) arithmetic() (n int, why string, known bool) {
 	byRPM, byTPM := math.Inf(1), math.Inf(1)
+	rpm, tpm := in.share()
 	if in.limit.RPM > 0 {
-		byRPM = float64(in.limit.RPM) * in.headroom / 60 * in.secondsPerCall
+		byRPM = float64(rpm) * in.headroom / 60 * in.secondsPerCall
 	}
 	if in.limit.TPM > 0 {
-		byTPM = float64(in.limit.TPM) * in.headroom / 60 * in.secondsPerCall / in.tokensPerCall
+		byTPM = float64(tpm) * in.headroom / 60 * in.secondsPerCall / in.tokensPerCall
 	}
 	if math.IsInf(byRPM, 1) && math.IsInf(byTPM, 1) {
 		return in.fallback, fmt.Sprintf("%d: no rate limit is known for provider %q model %q: the server's default",
 			in.fallback, in.provider, in.model), false
 	}
-	sharing := max(1, in.sharing)
 	start := ""
 	if in.observed == 0 {
 		start = " (starting point)"
 	}
 	if byRPM <= byTPM {
-		n = floor(byRPM / float64(sharing))
-		why = fmt.Sprintf("%d = %d RPM × %s ÷ 60 s × %.2f s per call%s ÷ %d %s sharing the limit",
-			n, in.limit.RPM, decimal(in.headroom), in.secondsPerCall, start, sharing, plural(sharing, "run", "runs"))
+		n = floor(byRPM)
+		why = fmt.Sprintf("%d = %d RPM × %s ÷ 60 s × %.2f s per call%s, the run's share of the limit",
+			n, rpm, decimal(in.headroom), in.secondsPerCall, start)
 	} else {
-		n = floor(byTPM / float64(sharing))
-		why = fmt.Sprintf("%d = %d TPM × %s ÷ 60 s × %.2f s per call ÷ %.0f tokens per call%s ÷ %d %s sharing the limit",
-			n, in.limit.TPM, decimal(in.headroom), in.secondsPerCall, in.tokensPerCall, start, sharing, plural(sharing, "run", "runs"))
+		n = floor(byTPM)
+		why = fmt.Sprintf("%d = %d TPM × %s ÷ 60 s × %.2f s per call ÷ %.0f tokens per call%s, the run's share of the limit",
+			n, tpm, decimal(in.headroom), in.secondsPerCall, in.tokensPerCall, start)
 	}
 	return n, why, true
+}
+
+// share is the run's even share of the fleet's limits: each divided by the
+// runs sharing it, rounded down, at least 1 of a limit that is known. A
+// run's event shows its share and never the fleet's figures, which tell of
+// other tenants' runs.
+func (in concurrencyInputs) share() (rpm, tpm int64) {
+	sharing := int64(max(1, in.sharing))
+	rpm, tpm = in.limit.RPM/sharing, in.limit.TPM/sharing
+	if in.limit.RPM > 0 {
+		rpm = max(1, rpm)
+	}
+	if in.limit.TPM > 0 {
+		tpm = max(1, tpm)
+	}
+	return rpm, tpm
 }
 
 // choose is the run's concurrency and why: the arithmetic (or the server's
@@ -117,8 +134,7 @@ func (in concurrencyInputs) choose() (int, string) {
 	var notes []string
 	if in.throttleCap > 0 && in.throttleCap < n {
 		n = in.throttleCap
-		notes = append(notes, fmt.Sprintf("held to %d after %d 429s (additive increase, multiplicative decrease)",
-			n, in.limit.Throttled))
+		notes = append(notes, fmt.Sprintf("held to %d after new 429s on the limit (additive increase, multiplicative decrease)", n))
 	}
 	if in.most > 0 && n > in.most {
 		n = in.most
@@ -264,6 +280,7 @@ type sizing struct {
 	provider, model string
 	headroom        float64
 	limit           RateLimit // as last read
+	gen             uint64    // limit's generation (rateReads): 0 before a read
 	throttle        throttle
 	stats           *callStats
 	chosen          int // in effect; 0 before the first choice
@@ -298,27 +315,16 @@ func (e *Engine) lastConcurrency(ctx context.Context, run *fanoutv1.Run) error {
 // it left limits.max_concurrency unset and the engine reads them.
 func (e *Engine) sizes(p *plan) bool { return p.autoConcurrency && e.limits != nil }
 
-// readLimits reads the run's limits; on an error it logs and keeps what it
-// had (ok false).
-func (e *Engine) readLimits(ctx context.Context, runID, provider, model string) (RateLimit, bool) {
-	l, err := e.limits.RateLimits(ctx, provider, model)
-	if err != nil {
-		e.cfg.Logger.WarnContext(ctx, "read the rate limits to size a run's concurrency; keeping it",
-			"run_id", runID, "provider", provider, "model", model, "err", err)
-		return RateLimit{}, false
-	}
-	return l, true
-}
-
-// sizeFirst chooses a new run's concurrency before it is created (one read
-// of the limits): its first wave. The run is not RUNNING yet, so it counts
-// itself among the runs sharing the limit.
+// sizeFirst chooses a new run's concurrency before it is created (the
+// engine's read of the limits, if one is no older than an interval, else a
+// new one): its first wave. The run is not RUNNING yet, so it counts itself
+// among the runs sharing the limit.
 func (e *Engine) sizeFirst(ctx context.Context, p *plan) {
 	if !e.sizes(p) {
 		return
 	}
 	m := p.spec.GetModel()
-	l, ok := e.readLimits(ctx, "", m.GetProvider(), m.GetModel())
+	l, _, ok := e.rates.read(ctx, m.GetProvider(), m.GetModel())
 	if !ok {
 		return // the driver reads them again
 	}
@@ -339,8 +345,9 @@ func (e *Engine) concurrencyInputs(p *plan, l RateLimit, stats *callStats, throt
 }
 
 // startSizing sets up the run's sizing and announces its first choice
-// (Submit's, or one made now for an adopted run). It returns the ticks of
-// its recomputes, nil when the run's concurrency is fixed, and their stop.
+// (Submit's, or one made now for an adopted run, from the engine's read of
+// its limits). It returns the ticks of its recomputes, nil when the run's
+// concurrency is fixed, and their stop.
 func (d *driver) startSizing(runCtx context.Context) (<-chan time.Time, func()) {
 	if !d.e.sizes(d.p) {
 		return nil, func() {}
@@ -348,37 +355,53 @@ func (d *driver) startSizing(runCtx context.Context) (<-chan time.Time, func()) 
 	m := d.p.spec.GetModel()
 	d.sizing = &sizing{provider: m.GetProvider(), model: m.GetModel(), headroom: d.p.headroom,
 		stats: newCallStats(), first: d.p.firstSizing}
+	release := d.e.rates.use(m.GetProvider(), m.GetModel())
 	if in := d.sizing.first; in != nil {
 		d.sizing.limit = in.limit // Runs counts the run, as the next read will
 		d.sizing.throttle.step(in.limit.Throttled, 0, 0)
 		n, why := in.choose()
 		d.applyConcurrency(runCtx, n, why, *in)
 	} else {
-		d.resize(runCtx, true)
+		// Before the drive loop: nothing is dispatched yet.
+		ctx, cancel := cleanup(runCtx)
+		l, gen, ok := d.e.rates.read(ctx, m.GetProvider(), m.GetModel())
+		cancel()
+		if ok {
+			d.sizing.take(d.e, d.p, l, gen)
+		}
+		d.resize(runCtx, false)
 	}
 	t := time.NewTicker(d.e.cfg.ConcurrencyInterval)
-	return t.C, t.Stop
+	return t.C, func() {
+		t.Stop()
+		release()
+	}
 }
 
-// resize recomputes the run's concurrency: with read, from a new read of
-// the limits (the timer), else from what the run observed since (a task
-// ended). A change is announced.
+// take puts a new read of the limits (generation gen) in effect: a new
+// count of 429s moves the throttle.
+func (s *sizing) take(e *Engine, p *plan, l RateLimit, gen uint64) {
+	s.limit, s.gen = l, gen
+	arith, _, _ := e.concurrencyInputs(p, l, s.stats, 0).arithmetic()
+	s.throttle.step(l.Throttled, s.chosen, arith)
+}
+
+// resize recomputes the run's concurrency: with read (the timer), from the
+// engine's last read of the limits, if it is newer than the run's (never
+// waiting for one: the engine reads them in the background, rateReads),
+// else from what the run observed since (a task ended). A change is
+// announced.
 func (d *driver) resize(runCtx context.Context, read bool) {
 	s := d.sizing
 	if s == nil {
 		return
 	}
 	if read {
-		ctx, cancel := cleanup(runCtx)
-		l, ok := d.e.readLimits(ctx, d.runID, s.provider, s.model)
-		cancel()
-		if ok {
-			s.limit = l
-			arith, _, _ := d.e.concurrencyInputs(d.p, l, s.stats, 0).arithmetic()
-			s.throttle.step(l.Throttled, s.chosen, arith)
-		} else if s.chosen > 0 {
-			return
+		l, gen := d.e.rates.last(s.provider, s.model)
+		if gen == s.gen {
+			return // nothing new read: the tasks' ends recompute the rest
 		}
+		s.take(d.e, d.p, l, gen)
 	}
 	in := d.e.concurrencyInputs(d.p, s.limit, s.stats, s.throttle.cap)
 	n, why := in.choose()
@@ -422,12 +445,19 @@ func (d *driver) applyConcurrency(runCtx context.Context, n int, why string, in 
 		attribute.String("provider", in.provider), attribute.String("model", in.model)))
 	ctx, cancel := cleanup(runCtx)
 	defer cancel()
+	// The fleet's figures (the summed limits, the runs sharing them, their
+	// 429s) tell of other tenants' runs: the event, which the run's tenant
+	// reads, has the run's share and its own figures; the operator's log
+	// has the rest.
+	d.e.cfg.Logger.InfoContext(ctx, "run concurrency chosen from the rate limits", "run_id", d.runID,
+		"concurrency", n, "previous", previous, "provider", in.provider, "model", in.model,
+		"limit_rpm", in.limit.RPM, "limit_tpm", in.limit.TPM, "runs_sharing", in.sharing, "throttled", in.limit.Throttled)
+	rpm, tpm := in.share()
 	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ConcurrencyChosen{ConcurrencyChosen: &fanoutv1.ConcurrencyChosen{
 		Concurrency: int32(n), Previous: int32(previous), Reason: why,
-		LimitRequests: in.limit.RPM, LimitTokens: in.limit.TPM, Headroom: in.headroom,
+		LimitRequests: rpm, LimitTokens: tpm, Headroom: in.headroom,
 		SecondsPerCall: in.secondsPerCall, TokensPerCall: in.tokensPerCall, CallsPerTask: in.callsPerTask,
-		ObservedCalls: int32(min(in.observed, math.MaxInt32)), RunsSharing: int32(in.sharing),
-		Throttled: in.limit.Throttled, ThrottleCap: int32(in.throttleCap)}}})
+		ObservedCalls: int32(min(in.observed, math.MaxInt32)), ThrottleCap: int32(in.throttleCap)}}})
 }
 
 var (

@@ -19,26 +19,33 @@ func TestConcurrencyArithmetic(t *testing.T) {
 		reason string
 	}{
 		// 600 RPM × 0.7 ÷ 60 = 7 calls/s; × 2 s per call = 14 in flight.
-		{"requests", func(*concurrencyInputs) {}, 14, "14 = 600 RPM × 0.7 ÷ 60 s × 2.00 s per call ÷ 1 run sharing the limit"},
-		{"two runs share it", func(in *concurrencyInputs) { in.sharing = 2 }, 7, "÷ 2 runs sharing"},
-		{"three runs, rounded down", func(in *concurrencyInputs) { in.sharing = 3 }, 4, "÷ 3 runs"},
+		{"requests", func(*concurrencyInputs) {}, 14, "14 = 600 RPM × 0.7 ÷ 60 s × 2.00 s per call, the run's share of the limit"},
+		// The reason shows the run's share, not how many runs share it.
+		{"two runs share it", func(in *concurrencyInputs) { in.sharing = 2 }, 7, "7 = 300 RPM × 0.7"},
+		{"three runs, rounded down", func(in *concurrencyInputs) { in.sharing = 3 }, 4, "4 = 200 RPM × 0.7"},
+		{"more runs than requests: a share of 1", func(in *concurrencyInputs) { in.limit.RPM, in.sharing = 5, 9 }, 1, "0 = 1 RPM"},
 		{"slower calls, more in flight", func(in *concurrencyInputs) { in.secondsPerCall = 4 }, 28, "4.00 s per call"},
 		{"the tenant's headroom", func(in *concurrencyInputs) { in.headroom = 0.5 }, 10, "× 0.5 ÷"},
 		// 200,000 TPM × 0.7 ÷ 60 = 2,333 tokens/s; × 2 s ÷ 1,000 tokens = 4.67.
-		{"tokens bind first", func(in *concurrencyInputs) { in.limit.TPM = 200_000 }, 4, "4 = 200000 TPM × 0.7 ÷ 60 s × 2.00 s per call ÷ 1000 tokens per call"},
+		{"tokens bind first", func(in *concurrencyInputs) { in.limit.TPM = 200_000 }, 4, "4 = 200000 TPM × 0.7 ÷ 60 s × 2.00 s per call ÷ 1000 tokens per call, the run's share"},
 		{"tokens alone", func(in *concurrencyInputs) { in.limit = RateLimit{TPM: 600_000} }, 14, "TPM"},
 		{"no limit known: the server's default", func(in *concurrencyInputs) { in.limit = RateLimit{} }, 16, "no rate limit is known"},
 		{"never above the task count", func(in *concurrencyInputs) { in.tasks = 5 }, 5, "capped at the run's 5 tasks"},
 		{"never above the server's cap", func(in *concurrencyInputs) { in.most = 8 }, 8, "capped at the server's max_concurrency 8"},
 		{"never below 1", func(in *concurrencyInputs) { in.secondsPerCall = 0.05 }, 1, "raised to 1"},
-		{"429s hold it", func(in *concurrencyInputs) { in.throttleCap = 3; in.limit.Throttled = 9 }, 3, "held to 3 after 9 429s"},
-		{"a cap that does not bind", func(in *concurrencyInputs) { in.throttleCap = 20 }, 14, "sharing the limit"},
+		{"429s hold it", func(in *concurrencyInputs) { in.throttleCap = 3; in.limit.Throttled = 9 }, 3, "held to 3 after new 429s on the limit"},
+		{"a cap that does not bind", func(in *concurrencyInputs) { in.throttleCap = 20 }, 14, "share of the limit"},
 	} {
 		in := base
 		c.change(&in)
 		got, why := in.choose()
 		if got != c.want || !strings.Contains(why, c.reason) {
 			t.Errorf("%s: chose %d (%q); want %d, the reason saying %q", c.name, got, why, c.want, c.reason)
+		}
+		// Never the fleet's figures: how many runs share the limit, and
+		// the fleet's 429s, tell of other tenants' runs.
+		if strings.Contains(why, "runs") || strings.Contains(why, "9 429s") {
+			t.Errorf("%s: the reason %q tells of the fleet's runs or 429s", c.name, why)
 		}
 	}
 }

@@ -31,6 +31,11 @@ type driver struct {
 	// resumed[i]: task i had not ended when this driver took the run over
 	// from a lost orchestrator (nil for a run driven from its start).
 	resumed []bool
+	// whole[i]: this driver dispatched task i with its whole forecast, not
+	// short-started (wound down from its start): the tasks whose spend the
+	// tenant's prior may learn from (addPrior). A task that ended before an
+	// adoption is not known so, and is left out.
+	whole []bool
 	// pendingSkips: tasks a resumed run must end SKIPPED first (restore).
 	pendingSkips []int
 	// timeLeft, if set, is a resumed run's time left (resume.go).
@@ -76,7 +81,7 @@ type driver struct {
 func newDriver(e *Engine, p *plan, runID string, accounts budget.RunAccounts, ar *activeRun, span trace.Span) *driver {
 	n := len(p.spec.GetTasks())
 	d := &driver{e: e, p: p, runID: runID, accounts: accounts, ar: ar, span: span,
-		sched: newScheduler(p.deps), outcomes: make([]*fanoutv1.TaskOutcome, n),
+		sched: newScheduler(p.deps), outcomes: make([]*fanoutv1.TaskOutcome, n), whole: make([]bool, n),
 		results: make(chan taskResult, n), drain: make(chan struct{})}
 	for i, t := range p.spec.GetTasks() {
 		if a, ok := accounts.Attempts[t.GetId()]; ok {
@@ -121,15 +126,20 @@ func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc
 	d.end(runCtx)
 }
 
-// addPrior adds the run's whole tasks (they ran to an answer, not wound
-// down, not hedged: a hedged task spent two attempts) to its tenant's
-// prior for its model (docs/budget.md#priors).
+// addPrior adds the run's whole tasks (dispatched by this driver with their
+// whole forecast, they ran to an answer, not wound down, not hedged: a
+// hedged task spent two attempts) to its tenant's prior for its model, once
+// per run: an adopter that ends the run again adds nothing
+// (docs/budget.md#priors).
 func (d *driver) addPrior(runCtx context.Context) {
 	if d.e.priors == nil || d.ar.isLost() {
 		return
 	}
 	var n, spent, peak int64
-	for _, o := range d.outcomes {
+	for i, o := range d.outcomes {
+		if !d.whole[i] {
+			continue // short-started, or ended before an adoption
+		}
 		if o != nil && ranToAnswer(o) && !o.GetSummary().GetWoundDown() && o.GetHedge() == nil {
 			n, spent, peak = n+1, spent+o.GetTokensSpent(), peak+max(o.GetSummary().GetPeakTokens(), o.GetTokensSpent())
 		}
@@ -139,7 +149,7 @@ func (d *driver) addPrior(runCtx context.Context) {
 	}
 	ctx, cancel := cleanup(runCtx)
 	defer cancel()
-	if err := d.e.priors.AddTaskPrior(ctx, d.p.tenantID, d.p.spec.GetModel().GetModel(), n, spent, peak); err != nil {
+	if _, err := d.e.priors.AddTaskPrior(ctx, d.runID, d.p.tenantID, d.p.spec.GetModel().GetModel(), n, spent, peak); err != nil {
 		d.e.cfg.Logger.WarnContext(ctx, "add the run's tasks to its tenant's prior", "run_id", d.runID, "err", err)
 	}
 }
@@ -219,6 +229,8 @@ func (d *driver) startReady(runCtx context.Context) {
 		req := d.request(runCtx, i)
 		if verdict == short {
 			req.WindDownAfter = 1 // one useful iteration, then its answer
+		} else {
+			d.whole[i] = true
 		}
 		w := d.e.workers.Next() // here, so that round-robin follows dispatch order
 		begun, ok := d.begun[i]

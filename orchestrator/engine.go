@@ -71,7 +71,10 @@ type Engine struct {
 	appr    Approvals
 	spend   SpendReader
 	limits  RateLimits
-	cfg     Config
+	// rates is the one view of limits shared by the runs sized from them
+	// (nil when limits is).
+	rates *rateReads
+	cfg   Config
 
 	// base is the context of every run this engine drives: the engine's
 	// lifetime, not any RPC's. Shutdown cancels it with errShutdown.
@@ -156,6 +159,9 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		beatDone:   make(chan struct{}),
 		active:     map[string]*activeRun{},
 		born:       time.Now(),
+	}
+	if e.limits != nil {
+		e.rates = newRateReads(base, e.limits, e.cfg.ConcurrencyInterval, e.cfg.Logger)
 	}
 	go e.heartbeat(beatCtx)
 	e.startFollowers(p.Events)
@@ -511,6 +517,9 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		e.wg.Wait()
+		if e.rates != nil {
+			e.rates.wait() // the runs released their limits: their reading loops end
+		}
 		close(done)
 	}()
 	// The heartbeat keeps the runs' leases until they have ended.

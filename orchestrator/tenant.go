@@ -21,8 +21,9 @@ type TenantStore interface {
 type TaskPriors interface {
 	// TaskPrior returns the sums over tasks, zero if there are none.
 	TaskPrior(ctx context.Context, tenantID, model string) (tasks, spent, peak int64, err error)
-	// AddTaskPrior adds a run's whole tasks to them.
-	AddTaskPrior(ctx context.Context, tenantID, model string, tasks, spent, peak int64) error
+	// AddTaskPrior adds run runID's whole tasks to them, once per run
+	// (added false: they were added before).
+	AddTaskPrior(ctx context.Context, runID, tenantID, model string, tasks, spent, peak int64) (added bool, err error)
 }
 
 // prior is what a tenant's whole tasks cost with a model in earlier runs:

@@ -23,13 +23,15 @@ func (s *Runs) TaskPrior(ctx context.Context, tenantID, model string) (tasks, sp
 	return r.Tasks, r.Spent, r.Peak, err
 }
 
-// AddTaskPrior adds a run's tasks (how many, what they spent and needed at
-// their peak, in all) to tenantID's prior for model. Not retried once it
-// may have committed: a prior counted twice would be a worse hint.
-func (s *Runs) AddTaskPrior(ctx context.Context, tenantID, model string, tasks, spent, peak int64) error {
-	_, err := retry(ctx, s.log, "runs.add_task_prior", unsentOnly, func(ctx context.Context, _ try) (struct{}, error) {
-		return struct{}{}, s.q.AddTaskPrior(ctx, s.pool, dbsqlc.AddTaskPriorParams{
+// AddTaskPrior adds run runID's tasks (how many, what they spent and
+// needed at their peak, in all) to tenantID's prior for model, once per
+// run: it marks the run in the same statement, and returns added false when
+// the run was marked already (an adopter ending the run again) or is gone.
+// The mark makes a retry after an ambiguous commit safe.
+func (s *Runs) AddTaskPrior(ctx context.Context, runID, tenantID, model string, tasks, spent, peak int64) (added bool, err error) {
+	n, err := retry(ctx, s.log, "runs.add_task_prior", idempotent, func(ctx context.Context, _ try) (int64, error) {
+		return s.q.AddTaskPrior(ctx, s.pool, dbsqlc.AddTaskPriorParams{RunID: runID,
 			TenantID: tenantID, Model: model, Tasks: tasks, Spent: spent, Peak: max(peak, spent)})
 	})
-	return err
+	return n > 0, err
 }

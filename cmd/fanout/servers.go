@@ -139,13 +139,18 @@ func (p *process) stop() {
 	p.tel.shutdown(tctx)
 }
 
-// registerEngineFlags registers the orchestrator's limits; call the
-// returned func after parsing to copy them into c.
 // defaultMaxRunTokens caps a run's budget when the operator names no cap:
 // a run of 256 tasks at 390k tokens each. A budget of 2^63-1 is a mistake.
 const defaultMaxRunTokens = 100_000_000
 
-func registerEngineFlags(f *flags, c *orchestrator.Config) func() {
+// minConcurrencyInterval is the shortest --concurrency-interval: each
+// interval an orchestrator reads the rate limits and counts the running
+// runs once per provider and model its runs call.
+const minConcurrencyInterval = time.Second
+
+// registerEngineFlags registers the orchestrator's limits; call the
+// returned func after parsing to check them and copy them into c.
+func registerEngineFlags(f *flags, c *orchestrator.Config) func() error {
 	def := orchestrator.DefaultConfig()
 	f.IntVar(&c.MaxTasks, "max-tasks", def.MaxTasks, "most tasks in one run (more is RESOURCE_EXHAUSTED)")
 	f.Int64Var(&c.MaxRunTokens, "max-run-tokens", defaultMaxRunTokens, "the largest budget.limit_tokens of any run (more is RESOURCE_EXHAUSTED; a tenant's max_run_tokens may lower it; 0: no cap)")
@@ -158,8 +163,16 @@ func registerEngineFlags(f *flags, c *orchestrator.Config) func() {
 	f.DurationVar(&c.DefaultRunTimeout, "run-timeout", def.DefaultRunTimeout, "a run's timeout when it sets none")
 	f.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", def.HeartbeatInterval, "how often this replica renews the lease of the runs it drives")
 	f.DurationVar(&c.OrphanAfter, "orphan-after", def.OrphanAfter, "a run whose lease is this stale (database time) is adopted and resumed by a live replica; same on every replica")
-	return func() {
+	return func() error {
 		c.DefaultConcurrency, c.MaxConcurrency = int32(*concurrency), int32(*maxConcurrency)
+		// !(h > 0) refuses NaN too, which every comparison is false for.
+		if !(c.DefaultHeadroom > 0) || c.DefaultHeadroom > 1 {
+			return fmt.Errorf("--headroom %v: must be in (0, 1], the share of a provider's stated rate limit runs use", c.DefaultHeadroom)
+		}
+		if c.ConcurrencyInterval < minConcurrencyInterval {
+			return fmt.Errorf("--concurrency-interval %v: must be at least %v", c.ConcurrencyInterval, minConcurrencyInterval)
+		}
+		return nil
 	}
 }
 
@@ -225,7 +238,9 @@ func parseOrchestrator(env *Env, args []string) (*orchestratorCommand, error) {
 	if err := parseFlags(f, args, env); err != nil {
 		return nil, err
 	}
-	applyEngine()
+	if err := applyEngine(); err != nil {
+		return nil, err
+	}
 	c.oc.Listen, c.oc.ProbeListen = c.sf.listen, c.sf.probeListen
 	return c, nil
 }

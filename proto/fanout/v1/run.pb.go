@@ -2169,14 +2169,15 @@ type ConcurrencyChosen struct {
 	Concurrency int32 `protobuf:"varint,1,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
 	// What it was before; 0 for the first choice.
 	Previous int32 `protobuf:"varint,2,opt,name=previous,proto3" json:"previous,omitempty"`
-	// Why, in one sentence: "7 = 600 RPM × 0.7 ÷ 60 s × 2.0 s per call ÷ 2
-	// runs sharing the limit".
+	// Why, in one sentence: "7 = 300 RPM × 0.7 ÷ 60 s × 2.00 s per call, the
+	// run's share of the limit".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Requests per minute the providers state for the run's provider and
-	// model, summed over the fleet's keys, under the configured ceilings; 0:
-	// none known.
+	// The run's share of the requests per minute the providers state for
+	// its provider and model (summed over the fleet's keys, under the
+	// configured ceilings, divided evenly among the fleet's running runs on
+	// them); 0: none known.
 	LimitRequests int64 `protobuf:"varint,4,opt,name=limit_requests,json=limitRequests,proto3" json:"limit_requests,omitempty"`
-	// Tokens per minute, likewise; 0: none known.
+	// The run's share of the tokens per minute, likewise; 0: none known.
 	LimitTokens int64 `protobuf:"varint,5,opt,name=limit_tokens,json=limitTokens,proto3" json:"limit_tokens,omitempty"`
 	// The share of each limit the fleet may use (the tenant's headroom).
 	Headroom float64 `protobuf:"fixed64,6,opt,name=headroom,proto3" json:"headroom,omitempty"`
@@ -2192,10 +2193,11 @@ type ConcurrencyChosen struct {
 	// Calls observed in this run: 0 means seconds_per_call and
 	// tokens_per_call are the starting point.
 	ObservedCalls int32 `protobuf:"varint,10,opt,name=observed_calls,json=observedCalls,proto3" json:"observed_calls,omitempty"`
-	// Running runs of the fleet naming the same provider and model, this one
-	// included: each takes an equal share of the limit.
+	// Not set: how many runs of the fleet share the limit tells of other
+	// tenants' runs (the orchestrator's log has it).
 	RunsSharing int32 `protobuf:"varint,11,opt,name=runs_sharing,json=runsSharing,proto3" json:"runs_sharing,omitempty"`
-	// 429s the providers returned for the limit, fleet-wide, in all.
+	// Not set: the fleet's 429s on the limit tell of other tenants' calls
+	// (the orchestrator's log has them; throttle_cap says one held the run).
 	Throttled int64 `protobuf:"varint,12,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	// The additive-increase, multiplicative-decrease cap that 429s set (0:
 	// none applies).

@@ -321,6 +321,8 @@ type Run struct {
 	// The JoinedResult as protojson; NULL while the run is RUNNING, or if it ended without one.
 	Result    []byte
 	Adoptions int32
+	// The run's whole tasks were added to its tenant's prior (task_prior): never twice (docs/budget.md#priors).
+	PriorAdded bool
 }
 
 type RunEvent struct {

@@ -9,9 +9,14 @@ import (
 	"context"
 )
 
-const addTaskPrior = `-- name: AddTaskPrior :exec
+const addTaskPrior = `-- name: AddTaskPrior :execrows
+WITH mark AS (
+    UPDATE run SET prior_added = true
+    WHERE run_id = $6 AND NOT prior_added
+    RETURNING run_id
+)
 INSERT INTO task_prior AS p (tenant_id, model, tasks, spent, peak)
-VALUES ($1, $2, $3, $4, $5)
+SELECT $1, $2, $3, $4, $5 FROM mark
 ON CONFLICT (tenant_id, model) DO UPDATE SET
     tasks = CASE WHEN p.tasks >= 1000 THEN p.tasks / 2 ELSE p.tasks END + excluded.tasks,
     spent = CASE WHEN p.tasks >= 1000 THEN p.spent / 2 ELSE p.spent END + excluded.spent,
@@ -26,19 +31,26 @@ type AddTaskPriorParams struct {
 	Tasks    int64
 	Spent    int64
 	Peak     int64
+	RunID    string
 }
 
-// Adds a run's whole tasks to its tenant's prior for the model. Past 1,000
-// tasks the old sums are halved first, so that recent runs weigh more.
-func (q *Queries) AddTaskPrior(ctx context.Context, db DBTX, arg AddTaskPriorParams) error {
-	_, err := db.Exec(ctx, addTaskPrior,
+// Adds run @run_id's whole tasks to its tenant's prior for the model, once:
+// the run's prior_added is set in the same statement, and a run that has it
+// set adds nothing (0 rows). Past 1,000 tasks the old sums are halved
+// first, so that recent runs weigh more.
+func (q *Queries) AddTaskPrior(ctx context.Context, db DBTX, arg AddTaskPriorParams) (int64, error) {
+	result, err := db.Exec(ctx, addTaskPrior,
 		arg.TenantID,
 		arg.Model,
 		arg.Tasks,
 		arg.Spent,
 		arg.Peak,
+		arg.RunID,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const taskPrior = `-- name: TaskPrior :one

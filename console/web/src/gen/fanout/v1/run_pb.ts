@@ -1128,24 +1128,25 @@ export type ConcurrencyChosen = Message<"fanout.v1.ConcurrencyChosen"> & {
   previous: number;
 
   /**
-   * Why, in one sentence: "7 = 600 RPM × 0.7 ÷ 60 s × 2.0 s per call ÷ 2
-   * runs sharing the limit".
+   * Why, in one sentence: "7 = 300 RPM × 0.7 ÷ 60 s × 2.00 s per call, the
+   * run's share of the limit".
    *
    * @generated from field: string reason = 3;
    */
   reason: string;
 
   /**
-   * Requests per minute the providers state for the run's provider and
-   * model, summed over the fleet's keys, under the configured ceilings; 0:
-   * none known.
+   * The run's share of the requests per minute the providers state for
+   * its provider and model (summed over the fleet's keys, under the
+   * configured ceilings, divided evenly among the fleet's running runs on
+   * them); 0: none known.
    *
    * @generated from field: int64 limit_requests = 4;
    */
   limitRequests: bigint;
 
   /**
-   * Tokens per minute, likewise; 0: none known.
+   * The run's share of the tokens per minute, likewise; 0: none known.
    *
    * @generated from field: int64 limit_tokens = 5;
    */
@@ -1191,15 +1192,16 @@ export type ConcurrencyChosen = Message<"fanout.v1.ConcurrencyChosen"> & {
   observedCalls: number;
 
   /**
-   * Running runs of the fleet naming the same provider and model, this one
-   * included: each takes an equal share of the limit.
+   * Not set: how many runs of the fleet share the limit tells of other
+   * tenants' runs (the orchestrator's log has it).
    *
    * @generated from field: int32 runs_sharing = 11;
    */
   runsSharing: number;
 
   /**
-   * 429s the providers returned for the limit, fleet-wide, in all.
+   * Not set: the fleet's 429s on the limit tell of other tenants' calls
+   * (the orchestrator's log has them; throttle_cap says one held the run).
    *
    * @generated from field: int64 throttled = 12;
    */
