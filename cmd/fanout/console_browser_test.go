@@ -277,7 +277,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.screenshotTo(t, os.Getenv("FANOUT_CONSOLE_SCREENSHOT"))
 
 	// A run that leaves its concurrency unset, on a model whose provider
-	// stated 600 RPM: the run page says what it chose and why
+	// stated 600 RPM and 200,000 TPM: the run page says what it chose and why
 	// (docs/operations.md#concurrency-from-the-rate-limits).
 	if _, err := c.pool.Exec(t.Context(), `INSERT INTO provider_limit (bucket, model, provider, provider_default, model_default,
 		limit_requests, limit_tokens) VALUES ('sim:console', '', 'sim', true, true, 600, 200000)`); err != nil {
@@ -293,7 +293,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.run("open the run sized from the rate limits", 30*time.Second,
 		chromedp.Navigate(o.http+"/console/#/runs/"+cstarted.GetRunId()),
 		chromedp.WaitVisible(chromedp.CSS("#run-state")))
-	b.waitFor("the concurrency chosen from 600 RPM", `(document.querySelector("#run-concurrency")?.textContent ?? "").includes("600 RPM")`, 30*time.Second)
+	b.waitFor("the concurrency chosen from the stated limits", `/\d+ = (600 RPM|200000 TPM) × 0\.7/.test(document.querySelector("#run-concurrency")?.textContent ?? "")`, 30*time.Second)
 	b.screenshotTo(t, os.Getenv("FANOUT_CONCURRENCY_SCREENSHOT"))
 
 	// A second run, long (120 tasks one at a time: about a minute, longer
