@@ -360,7 +360,7 @@ func BenchmarkHedgedStraggler(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				evs := benchWatch(b, n.client, start.GetRunId())
+				evs := watchAll(b, n.client, start.GetRunId())
 				fin := evs[len(evs)-1]
 				secs += fin.GetTime().AsTime().Sub(evs[0].GetTime().AsTime()).Seconds()
 				tokens += float64(fin.GetRunFinished().GetResult().GetTotalTokens())
@@ -371,26 +371,6 @@ func BenchmarkHedgedStraggler(b *testing.B) {
 	}
 }
 
-// benchWatch streams a run's events until RunFinished.
-func benchWatch(b *testing.B, c fanoutv1.OrchestratorServiceClient, runID string) []*fanoutv1.RunEvent {
-	ctx, cancel := context.WithTimeout(b.Context(), 60*time.Second)
-	defer cancel()
-	stream, err := c.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var evs []*fanoutv1.RunEvent
-	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return evs
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		evs = append(evs, msg.GetEvent())
-	}
-}
 
 // TestAJoinPolicyStopsBothAttemptsOfAHedge: a FIRST_SUCCESS run whose
 // other task answers while a hedged task's two attempts both run on slow

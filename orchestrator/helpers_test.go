@@ -216,7 +216,7 @@ func spec(key string, n int, budgetTokens int64) *fanoutv1.RunSpec {
 }
 
 // watchAll streams a run's events until RunFinished.
-func watchAll(t *testing.T, c fanoutv1.OrchestratorServiceClient, runID string) []*fanoutv1.RunEvent {
+func watchAll(t testing.TB, c fanoutv1.OrchestratorServiceClient, runID string) []*fanoutv1.RunEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()

@@ -113,16 +113,10 @@ func parseConfig(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for n := range strings.SplitSeq(names, ",") {
-		n = strings.TrimSpace(n)
-		if !slices.Contains(scenarios, n) {
-			return c, fmt.Errorf("-scenario: no scenario %q (there are: %s)", n, strings.Join(scenarios, ", "))
-		}
-		if !slices.Contains(c.scenarios, n) {
-			c.scenarios = append(c.scenarios, n)
-		}
-	}
 	var err error
+	if c.scenarios, err = fleet.Names(names, "scenario", scenarios); err != nil {
+		return c, fmt.Errorf("-scenario: %w", err)
+	}
 	if c.memoryTasks, err = fleet.Ints(memoryTasks); err != nil {
 		return c, fmt.Errorf("-memory-tasks: %w", err)
 	}

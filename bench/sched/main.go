@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -92,14 +91,9 @@ func parseConfig(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for n := range strings.SplitSeq(names, ",") {
-		n = strings.TrimSpace(n)
-		if !slices.Contains(modes, n) {
-			return c, fmt.Errorf("-mode: no mode %q (there are: %s)", n, strings.Join(modes, ", "))
-		}
-		if !slices.Contains(c.modes, n) {
-			c.modes = append(c.modes, n)
-		}
+	var err error
+	if c.modes, err = fleet.Names(names, "mode", modes); err != nil {
+		return c, fmt.Errorf("-mode: %w", err)
 	}
 	if c.smoke {
 		c.runs, c.tasks = 2, 5

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,6 +183,22 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// Names parses a flag's comma-separated names, each one of known, in the
+// order given and without repeats; kind names them in the error.
+func Names(s, kind string, known []string) ([]string, error) {
+	var out []string
+	for n := range strings.SplitSeq(s, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("no %s %q (there are: %s)", kind, n, strings.Join(known, ", "))
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // Ints parses a flag's comma-separated positive integers.
