@@ -371,7 +371,6 @@ func BenchmarkHedgedStraggler(b *testing.B) {
 	}
 }
 
-
 // TestAJoinPolicyStopsBothAttemptsOfAHedge: a FIRST_SUCCESS run whose
 // other task answers while a hedged task's two attempts both run on slow
 // workers cuts both at once. The workers do not hear that cause by

@@ -20,23 +20,7 @@ import (
 // runStream calls Run and collects every event.
 func runStream(t *testing.T, c fanoutv1.OrchestratorServiceClient, s *fanoutv1.RunSpec) []*fanoutv1.RunEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	stream, err := c.Run(ctx, &fanoutv1.RunRequest{Spec: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var evs []*fanoutv1.RunEvent
-	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return evs
-		}
-		if err != nil {
-			t.Fatalf("Run: %v (after %d events)", err, len(evs))
-		}
-		evs = append(evs, msg.GetEvent())
-	}
+	return runStreamAs(t, t.Context(), c, s)
 }
 
 func checkDispatchOrder(t *testing.T, s *fanoutv1.RunSpec, tasks []*fanoutv1.TaskOutcome) {
