@@ -177,9 +177,10 @@ func TestLoopCompressionDegrades(t *testing.T) {
 	}
 }
 
-// TestLoopCompressionFailureKeepsLocalSummary fails the compression call:
-// it is settled at its whole reservation, flagged estimated, and the final
-// answer's facts are kept.
+// TestLoopCompressionFailureKeepsLocalSummary fails the compression call
+// with a refusal in the provider's own error shape: it ran nothing, so it is
+// settled at 0, not estimated (docs/ledger.md#reservation-states), and the
+// final answer's facts are kept.
 func TestLoopCompressionFailureKeepsLocalSummary(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 100_000, 50, map[string]int64{"a": 50_000})
@@ -194,11 +195,11 @@ func TestLoopCompressionFailureKeepsLocalSummary(t *testing.T) {
 		t.Errorf("failed %q, want a note on the compression call", sum.Failed)
 	}
 	res := b.reservations(t)
-	if len(res) != 3 || res[2].State != "settled" || !res[2].Estimated || res[2].Spent != res[2].Amount {
-		t.Fatalf("reservations %+v: the failed compression call must be settled estimated at its whole amount", res)
+	if len(res) != 3 || res[2].State != "settled" || res[2].Estimated || res[2].Spent != 0 {
+		t.Fatalf("reservations %+v: the refused compression call must be settled at 0, not estimated", res)
 	}
-	if got := b.account(t, "a").Spent; got != sum.TokensSpent || got != srv.Stats().Tokens+res[2].Amount {
-		t.Errorf("ledger spent %d, summary %d, provider reported %d + estimate %d", got, sum.TokensSpent, srv.Stats().Tokens, res[2].Amount)
+	if got := b.account(t, "a").Spent; got != sum.TokensSpent || got != srv.Stats().Tokens {
+		t.Errorf("ledger spent %d, summary %d; want what the provider reported, %d", got, sum.TokensSpent, srv.Stats().Tokens)
 	}
 	b.checkLedger(t)
 }
