@@ -498,6 +498,8 @@ var openPrefixes = []string{
 var methodScopes = map[string]tenant.Scope{
 	fanoutv1.OrchestratorService_StartRun_FullMethodName:        tenant.ScopeRun,
 	fanoutv1.OrchestratorService_Run_FullMethodName:             tenant.ScopeRun,
+	fanoutv1.OrchestratorService_ContinueRun_FullMethodName:     tenant.ScopeRun,
+	fanoutv1.OrchestratorService_ForkRun_FullMethodName:         tenant.ScopeRun,
 	fanoutv1.OrchestratorService_GetRun_FullMethodName:          tenant.ScopeRead,
 	fanoutv1.OrchestratorService_WatchRun_FullMethodName:        tenant.ScopeRead,
 	fanoutv1.OrchestratorService_ListRuns_FullMethodName:        tenant.ScopeRead,

@@ -119,7 +119,15 @@ func (x *RunResponse) GetEvent() *RunEvent {
 type StartRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The run to create (or return, by idempotency key).
-	Spec          *RunSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Spec *RunSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Validate the spec and quote it: nothing is written, no run starts, and
+	// the response holds the quote alone (docs/budget.md#quotes).
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Start the run only if its tenant's budget can hold the quote's
+	// forecast, and hold it for the run (docs/budget.md#quotes): other runs
+	// of the tenant cannot take it. RESOURCE_EXHAUSTED, with the quote in a
+	// QuotaFailure, when the tenant cannot.
+	ReserveQuote  bool `protobuf:"varint,3,opt,name=reserve_quote,json=reserveQuote,proto3" json:"reserve_quote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -161,12 +169,28 @@ func (x *StartRunRequest) GetSpec() *RunSpec {
 	return nil
 }
 
+func (x *StartRunRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *StartRunRequest) GetReserveQuote() bool {
+	if x != nil {
+		return x.ReserveQuote
+	}
+	return false
+}
+
 // StartRunResponse is the response of OrchestratorService.StartRun.
 type StartRunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Id of the created or existing run; pass it to WatchRun, GetRun or
-	// CancelRun.
-	RunId         string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// CancelRun. Empty for a dry run.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The quote: set for a dry run and when reserve_quote was asked.
+	Quote         *Quote `protobuf:"bytes,2,opt,name=quote,proto3" json:"quote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -208,6 +232,608 @@ func (x *StartRunResponse) GetRunId() string {
 	return ""
 }
 
+func (x *StartRunResponse) GetQuote() *Quote {
+	if x != nil {
+		return x.Quote
+	}
+	return nil
+}
+
+// Quote is what a run (or a continuation, or a fork) will cost before it
+// runs, from the same forecast admission uses (docs/budget.md#quotes).
+type Quote struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every task, in dispatch order: whether it will run or is reused (or,
+	// for a continuation, has ended), and its forecast.
+	Tasks []*TaskQuote `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The sum of the forecasts of the tasks that will run.
+	TasksTokens int64 `protobuf:"varint,2,opt,name=tasks_tokens,json=tasksTokens,proto3" json:"tasks_tokens,omitempty"`
+	// The synthesis allowance held for the run (0 without synthesis).
+	SynthesisTokens int64 `protobuf:"varint,3,opt,name=synthesis_tokens,json=synthesisTokens,proto3" json:"synthesis_tokens,omitempty"`
+	// tasks_tokens + synthesis_tokens: what the run is forecast to spend at
+	// most, when every task runs to its forecast.
+	ForecastTokens int64 `protobuf:"varint,4,opt,name=forecast_tokens,json=forecastTokens,proto3" json:"forecast_tokens,omitempty"`
+	// The run's budget (a continuation's: after the addition). A forecast
+	// above it means admission will leave tasks NOT_STARTED.
+	LimitTokens int64 `protobuf:"varint,5,opt,name=limit_tokens,json=limitTokens,proto3" json:"limit_tokens,omitempty"`
+	// The tasks the budget is forecast to admit, of those that will run.
+	AdmittedTasks int32 `protobuf:"varint,6,opt,name=admitted_tasks,json=admittedTasks,proto3" json:"admitted_tasks,omitempty"`
+	// forecast_tokens in money at the prices the operator set (fanout
+	// price), one line per currency; empty when the model has no price.
+	Cost []*Spend `protobuf:"bytes,7,rep,name=cost,proto3" json:"cost,omitempty"`
+	// Where the forecast comes from: "prior" (what the tenant's earlier
+	// tasks of this model spent), "token_budget" (no prior yet: each task's
+	// cap), or "run" (a continuation: what the run's own tasks spent).
+	Basis string `protobuf:"bytes,8,opt,name=basis,proto3" json:"basis,omitempty"`
+	// The tenant's budget, if it has one: what it has available now, and
+	// whether that covers forecast_tokens (and min(forecast, limit) for
+	// the run to run as forecast).
+	TenantBudget          bool  `protobuf:"varint,9,opt,name=tenant_budget,json=tenantBudget,proto3" json:"tenant_budget,omitempty"`
+	TenantAvailableTokens int64 `protobuf:"varint,10,opt,name=tenant_available_tokens,json=tenantAvailableTokens,proto3" json:"tenant_available_tokens,omitempty"`
+	TenantCovers          bool  `protobuf:"varint,11,opt,name=tenant_covers,json=tenantCovers,proto3" json:"tenant_covers,omitempty"`
+	// Set when the forecast is held for the run (reserve_quote).
+	Held          bool `protobuf:"varint,12,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Quote) Reset() {
+	*x = Quote{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Quote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Quote) ProtoMessage() {}
+
+func (x *Quote) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Quote.ProtoReflect.Descriptor instead.
+func (*Quote) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Quote) GetTasks() []*TaskQuote {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *Quote) GetTasksTokens() int64 {
+	if x != nil {
+		return x.TasksTokens
+	}
+	return 0
+}
+
+func (x *Quote) GetSynthesisTokens() int64 {
+	if x != nil {
+		return x.SynthesisTokens
+	}
+	return 0
+}
+
+func (x *Quote) GetForecastTokens() int64 {
+	if x != nil {
+		return x.ForecastTokens
+	}
+	return 0
+}
+
+func (x *Quote) GetLimitTokens() int64 {
+	if x != nil {
+		return x.LimitTokens
+	}
+	return 0
+}
+
+func (x *Quote) GetAdmittedTasks() int32 {
+	if x != nil {
+		return x.AdmittedTasks
+	}
+	return 0
+}
+
+func (x *Quote) GetCost() []*Spend {
+	if x != nil {
+		return x.Cost
+	}
+	return nil
+}
+
+func (x *Quote) GetBasis() string {
+	if x != nil {
+		return x.Basis
+	}
+	return ""
+}
+
+func (x *Quote) GetTenantBudget() bool {
+	if x != nil {
+		return x.TenantBudget
+	}
+	return false
+}
+
+func (x *Quote) GetTenantAvailableTokens() int64 {
+	if x != nil {
+		return x.TenantAvailableTokens
+	}
+	return 0
+}
+
+func (x *Quote) GetTenantCovers() bool {
+	if x != nil {
+		return x.TenantCovers
+	}
+	return false
+}
+
+func (x *Quote) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+// TaskQuote is one task's line of a Quote.
+type TaskQuote struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's id and dispatch index.
+	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	DispatchIndex int32  `protobuf:"varint,2,opt,name=dispatch_index,json=dispatchIndex,proto3" json:"dispatch_index,omitempty"`
+	// Whether the task will run. False for a reused task and, in a
+	// continuation, for a task that has ended.
+	Runs bool `protobuf:"varint,3,opt,name=runs,proto3" json:"runs,omitempty"`
+	// What the task is forecast to cost, in tokens (0 when it does not run).
+	ForecastTokens int64 `protobuf:"varint,4,opt,name=forecast_tokens,json=forecastTokens,proto3" json:"forecast_tokens,omitempty"`
+	// The recorded task it reuses, when it does not run because its content
+	// is unchanged (fork) or cached.
+	Reused *ReusedFrom `protobuf:"bytes,5,opt,name=reused,proto3" json:"reused,omitempty"`
+	// Why it runs or not, in words ("changed instruction", "new task",
+	// "depends on a task that runs", "NOT_STARTED", "SUCCEEDED").
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskQuote) Reset() {
+	*x = TaskQuote{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskQuote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskQuote) ProtoMessage() {}
+
+func (x *TaskQuote) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskQuote.ProtoReflect.Descriptor instead.
+func (*TaskQuote) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TaskQuote) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskQuote) GetDispatchIndex() int32 {
+	if x != nil {
+		return x.DispatchIndex
+	}
+	return 0
+}
+
+func (x *TaskQuote) GetRuns() bool {
+	if x != nil {
+		return x.Runs
+	}
+	return false
+}
+
+func (x *TaskQuote) GetForecastTokens() int64 {
+	if x != nil {
+		return x.ForecastTokens
+	}
+	return 0
+}
+
+func (x *TaskQuote) GetReused() *ReusedFrom {
+	if x != nil {
+		return x.Reused
+	}
+	return nil
+}
+
+func (x *TaskQuote) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ContinueRunRequest is the request of OrchestratorService.ContinueRun.
+type ContinueRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The run to continue.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Required, > 0. The tokens to add to the run's budget; at most the
+	// server's run budget cap less the run's budget.
+	AddTokens int64 `protobuf:"varint,2,opt,name=add_tokens,json=addTokens,proto3" json:"add_tokens,omitempty"`
+	// Required. Makes the call idempotent: a retry with the same key returns
+	// the first call's continuation and adds nothing. At most 128 bytes.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// Why, in words; logged with the continuation. At most 1,024 bytes.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// As StartRunRequest.dry_run: quote the continuation, write nothing.
+	DryRun bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// As StartRunRequest.reserve_quote, for the tasks the continuation
+	// admits again.
+	ReserveQuote  bool `protobuf:"varint,6,opt,name=reserve_quote,json=reserveQuote,proto3" json:"reserve_quote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContinueRunRequest) Reset() {
+	*x = ContinueRunRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContinueRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContinueRunRequest) ProtoMessage() {}
+
+func (x *ContinueRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContinueRunRequest.ProtoReflect.Descriptor instead.
+func (*ContinueRunRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ContinueRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ContinueRunRequest) GetAddTokens() int64 {
+	if x != nil {
+		return x.AddTokens
+	}
+	return 0
+}
+
+func (x *ContinueRunRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *ContinueRunRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ContinueRunRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ContinueRunRequest) GetReserveQuote() bool {
+	if x != nil {
+		return x.ReserveQuote
+	}
+	return false
+}
+
+// ContinueRunResponse is the response of OrchestratorService.ContinueRun.
+type ContinueRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run after the continuation (as it is, for a dry run).
+	Run *Run `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// What was recorded (the first call's, for a retry). Unset for a dry run.
+	Continuation *RunContinued `protobuf:"bytes,2,opt,name=continuation,proto3" json:"continuation,omitempty"`
+	// The quote: set for a dry run and when reserve_quote was asked.
+	Quote         *Quote `protobuf:"bytes,3,opt,name=quote,proto3" json:"quote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContinueRunResponse) Reset() {
+	*x = ContinueRunResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContinueRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContinueRunResponse) ProtoMessage() {}
+
+func (x *ContinueRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContinueRunResponse.ProtoReflect.Descriptor instead.
+func (*ContinueRunResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ContinueRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
+func (x *ContinueRunResponse) GetContinuation() *RunContinued {
+	if x != nil {
+		return x.Continuation
+	}
+	return nil
+}
+
+func (x *ContinueRunResponse) GetQuote() *Quote {
+	if x != nil {
+		return x.Quote
+	}
+	return nil
+}
+
+// ForkRunRequest is the request of OrchestratorService.ForkRun.
+type ForkRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The recorded run to fork (the source), of the caller's
+	// tenant. It may still be running: its tasks that SUCCEEDED so far are
+	// reused.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Required. The new run's idempotency key (RunSpec.idempotency_key).
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// Tasks to change (the id of a source task) or add (a new id), each a
+	// whole TaskSpec.
+	Tasks []*TaskSpec `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Ids of source tasks to leave out. A task that depends on one must be
+	// changed too (INVALID_ARGUMENT otherwise).
+	RemoveTaskIds []string `protobuf:"bytes,4,rep,name=remove_task_ids,json=removeTaskIds,proto3" json:"remove_task_ids,omitempty"`
+	// Replace the source's goal, budget, model or labels when set. Changing
+	// the goal or the model changes every task's content: none is reused.
+	Goal   string            `protobuf:"bytes,5,opt,name=goal,proto3" json:"goal,omitempty"`
+	Budget *Budget           `protobuf:"bytes,6,opt,name=budget,proto3" json:"budget,omitempty"`
+	Model  *ModelSettings    `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// As StartRunRequest.
+	DryRun        bool `protobuf:"varint,9,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	ReserveQuote  bool `protobuf:"varint,10,opt,name=reserve_quote,json=reserveQuote,proto3" json:"reserve_quote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkRunRequest) Reset() {
+	*x = ForkRunRequest{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRunRequest) ProtoMessage() {}
+
+func (x *ForkRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRunRequest.ProtoReflect.Descriptor instead.
+func (*ForkRunRequest) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ForkRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ForkRunRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *ForkRunRequest) GetTasks() []*TaskSpec {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *ForkRunRequest) GetRemoveTaskIds() []string {
+	if x != nil {
+		return x.RemoveTaskIds
+	}
+	return nil
+}
+
+func (x *ForkRunRequest) GetGoal() string {
+	if x != nil {
+		return x.Goal
+	}
+	return ""
+}
+
+func (x *ForkRunRequest) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *ForkRunRequest) GetModel() *ModelSettings {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+func (x *ForkRunRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ForkRunRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ForkRunRequest) GetReserveQuote() bool {
+	if x != nil {
+		return x.ReserveQuote
+	}
+	return false
+}
+
+// ForkRunResponse is the response of OrchestratorService.ForkRun.
+type ForkRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new run's id (empty for a dry run).
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The source tasks the new run reuses, in dispatch order.
+	ReusedTaskIds []string `protobuf:"bytes,2,rep,name=reused_task_ids,json=reusedTaskIds,proto3" json:"reused_task_ids,omitempty"`
+	// The quote: set for a dry run and when reserve_quote was asked.
+	Quote         *Quote `protobuf:"bytes,3,opt,name=quote,proto3" json:"quote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkRunResponse) Reset() {
+	*x = ForkRunResponse{}
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkRunResponse) ProtoMessage() {}
+
+func (x *ForkRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkRunResponse.ProtoReflect.Descriptor instead.
+func (*ForkRunResponse) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ForkRunResponse) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ForkRunResponse) GetReusedTaskIds() []string {
+	if x != nil {
+		return x.ReusedTaskIds
+	}
+	return nil
+}
+
+func (x *ForkRunResponse) GetQuote() *Quote {
+	if x != nil {
+		return x.Quote
+	}
+	return nil
+}
+
 // WatchRunRequest is the request of OrchestratorService.WatchRun.
 type WatchRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -223,7 +849,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +861,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +874,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -276,7 +902,7 @@ type WatchRunResponse struct {
 
 func (x *WatchRunResponse) Reset() {
 	*x = WatchRunResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +914,7 @@ func (x *WatchRunResponse) String() string {
 func (*WatchRunResponse) ProtoMessage() {}
 
 func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +927,7 @@ func (x *WatchRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchRunResponse) GetEvent() *RunEvent {
@@ -322,7 +948,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +960,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +973,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -368,7 +994,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +1006,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +1019,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -417,7 +1043,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +1055,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +1068,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -472,7 +1098,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +1110,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +1123,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -530,7 +1156,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +1168,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +1181,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListRunsRequest) GetTenantId() string {
@@ -603,7 +1229,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +1241,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +1254,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -666,7 +1292,7 @@ type ListRunTasksRequest struct {
 
 func (x *ListRunTasksRequest) Reset() {
 	*x = ListRunTasksRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +1304,7 @@ func (x *ListRunTasksRequest) String() string {
 func (*ListRunTasksRequest) ProtoMessage() {}
 
 func (x *ListRunTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +1317,7 @@ func (x *ListRunTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListRunTasksRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRunTasksRequest) GetRunId() string {
@@ -730,7 +1356,7 @@ type ListRunTasksResponse struct {
 
 func (x *ListRunTasksResponse) Reset() {
 	*x = ListRunTasksResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +1368,7 @@ func (x *ListRunTasksResponse) String() string {
 func (*ListRunTasksResponse) ProtoMessage() {}
 
 func (x *ListRunTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +1381,7 @@ func (x *ListRunTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListRunTasksResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRunTasksResponse) GetTasks() []*TaskOutcome {
@@ -799,7 +1425,7 @@ type ListRunFactsRequest struct {
 
 func (x *ListRunFactsRequest) Reset() {
 	*x = ListRunFactsRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +1437,7 @@ func (x *ListRunFactsRequest) String() string {
 func (*ListRunFactsRequest) ProtoMessage() {}
 
 func (x *ListRunFactsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +1450,7 @@ func (x *ListRunFactsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunFactsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunFactsRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRunFactsRequest) GetRunId() string {
@@ -863,7 +1489,7 @@ type ListRunFactsResponse struct {
 
 func (x *ListRunFactsResponse) Reset() {
 	*x = ListRunFactsResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1501,7 @@ func (x *ListRunFactsResponse) String() string {
 func (*ListRunFactsResponse) ProtoMessage() {}
 
 func (x *ListRunFactsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1514,7 @@ func (x *ListRunFactsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunFactsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunFactsResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRunFactsResponse) GetFacts() []*Fact {
@@ -936,7 +1562,7 @@ type PendingToolCall struct {
 
 func (x *PendingToolCall) Reset() {
 	*x = PendingToolCall{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1574,7 @@ func (x *PendingToolCall) String() string {
 func (*PendingToolCall) ProtoMessage() {}
 
 func (x *PendingToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1587,7 @@ func (x *PendingToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingToolCall.ProtoReflect.Descriptor instead.
 func (*PendingToolCall) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PendingToolCall) GetCallId() string {
@@ -1038,7 +1664,7 @@ type ToolCallDecision struct {
 
 func (x *ToolCallDecision) Reset() {
 	*x = ToolCallDecision{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1676,7 @@ func (x *ToolCallDecision) String() string {
 func (*ToolCallDecision) ProtoMessage() {}
 
 func (x *ToolCallDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1689,7 @@ func (x *ToolCallDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDecision.ProtoReflect.Descriptor instead.
 func (*ToolCallDecision) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolCallDecision) GetCallId() string {
@@ -1139,7 +1765,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1777,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1790,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListApprovalsRequest) GetRunId() string {
@@ -1201,7 +1827,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1839,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1852,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListApprovalsResponse) GetCalls() []*PendingToolCall {
@@ -1256,7 +1882,7 @@ type ApproveToolCallRequest struct {
 
 func (x *ApproveToolCallRequest) Reset() {
 	*x = ApproveToolCallRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1894,7 @@ func (x *ApproveToolCallRequest) String() string {
 func (*ApproveToolCallRequest) ProtoMessage() {}
 
 func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1907,7 @@ func (x *ApproveToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallRequest.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ApproveToolCallRequest) GetCallId() string {
@@ -1309,7 +1935,7 @@ type ApproveToolCallResponse struct {
 
 func (x *ApproveToolCallResponse) Reset() {
 	*x = ApproveToolCallResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1947,7 @@ func (x *ApproveToolCallResponse) String() string {
 func (*ApproveToolCallResponse) ProtoMessage() {}
 
 func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1960,7 @@ func (x *ApproveToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveToolCallResponse.ProtoReflect.Descriptor instead.
 func (*ApproveToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ApproveToolCallResponse) GetDecision() *ToolCallDecision {
@@ -1357,7 +1983,7 @@ type DenyToolCallRequest struct {
 
 func (x *DenyToolCallRequest) Reset() {
 	*x = DenyToolCallRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1995,7 @@ func (x *DenyToolCallRequest) String() string {
 func (*DenyToolCallRequest) ProtoMessage() {}
 
 func (x *DenyToolCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +2008,7 @@ func (x *DenyToolCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyToolCallRequest.ProtoReflect.Descriptor instead.
 func (*DenyToolCallRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DenyToolCallRequest) GetCallId() string {
@@ -1410,7 +2036,7 @@ type DenyToolCallResponse struct {
 
 func (x *DenyToolCallResponse) Reset() {
 	*x = DenyToolCallResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +2048,7 @@ func (x *DenyToolCallResponse) String() string {
 func (*DenyToolCallResponse) ProtoMessage() {}
 
 func (x *DenyToolCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +2061,7 @@ func (x *DenyToolCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyToolCallResponse.ProtoReflect.Descriptor instead.
 func (*DenyToolCallResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DenyToolCallResponse) GetDecision() *ToolCallDecision {
@@ -1463,7 +2089,7 @@ type ListToolCallsRequest struct {
 
 func (x *ListToolCallsRequest) Reset() {
 	*x = ListToolCallsRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +2101,7 @@ func (x *ListToolCallsRequest) String() string {
 func (*ListToolCallsRequest) ProtoMessage() {}
 
 func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +2114,7 @@ func (x *ListToolCallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolCallsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolCallsRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListToolCallsRequest) GetRunId() string {
@@ -1555,7 +2181,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +2193,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +2206,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ToolCall) GetCallId() string {
@@ -1701,7 +2327,7 @@ type ListToolCallsResponse struct {
 
 func (x *ListToolCallsResponse) Reset() {
 	*x = ListToolCallsResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +2339,7 @@ func (x *ListToolCallsResponse) String() string {
 func (*ListToolCallsResponse) ProtoMessage() {}
 
 func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +2352,7 @@ func (x *ListToolCallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolCallsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolCallsResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListToolCallsResponse) GetCalls() []*ToolCall {
@@ -1763,7 +2389,7 @@ type GetSpendRequest struct {
 
 func (x *GetSpendRequest) Reset() {
 	*x = GetSpendRequest{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +2401,7 @@ func (x *GetSpendRequest) String() string {
 func (*GetSpendRequest) ProtoMessage() {}
 
 func (x *GetSpendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +2414,7 @@ func (x *GetSpendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSpendRequest.ProtoReflect.Descriptor instead.
 func (*GetSpendRequest) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetSpendRequest) GetTenantId() string {
@@ -1845,7 +2471,7 @@ type Spend struct {
 
 func (x *Spend) Reset() {
 	*x = Spend{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2483,7 @@ func (x *Spend) String() string {
 func (*Spend) ProtoMessage() {}
 
 func (x *Spend) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2496,7 @@ func (x *Spend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Spend.ProtoReflect.Descriptor instead.
 func (*Spend) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Spend) GetCurrency() string {
@@ -1937,7 +2563,7 @@ type DaySpend struct {
 
 func (x *DaySpend) Reset() {
 	*x = DaySpend{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2575,7 @@ func (x *DaySpend) String() string {
 func (*DaySpend) ProtoMessage() {}
 
 func (x *DaySpend) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2588,7 @@ func (x *DaySpend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaySpend.ProtoReflect.Descriptor instead.
 func (*DaySpend) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DaySpend) GetDay() string {
@@ -1999,7 +2625,7 @@ type RunSpend struct {
 
 func (x *RunSpend) Reset() {
 	*x = RunSpend{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2637,7 @@ func (x *RunSpend) String() string {
 func (*RunSpend) ProtoMessage() {}
 
 func (x *RunSpend) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2650,7 @@ func (x *RunSpend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunSpend.ProtoReflect.Descriptor instead.
 func (*RunSpend) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunSpend) GetRunId() string {
@@ -2059,7 +2685,7 @@ type GetSpendResponse struct {
 
 func (x *GetSpendResponse) Reset() {
 	*x = GetSpendResponse{}
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2697,7 @@ func (x *GetSpendResponse) String() string {
 func (*GetSpendResponse) ProtoMessage() {}
 
 func (x *GetSpendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_fanout_v1_orchestrator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2710,7 @@ func (x *GetSpendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSpendResponse.ProtoReflect.Descriptor instead.
 func (*GetSpendResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+	return file_fanout_v1_orchestrator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetSpendResponse) GetDays() []*DaySpend {
@@ -2124,11 +2750,66 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"RunRequest\x12&\n" +
 	"\x04spec\x18\x01 \x01(\v2\x12.fanout.v1.RunSpecR\x04spec\"8\n" +
 	"\vRunResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.fanout.v1.RunEventR\x05event\"9\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.fanout.v1.RunEventR\x05event\"w\n" +
 	"\x0fStartRunRequest\x12&\n" +
-	"\x04spec\x18\x01 \x01(\v2\x12.fanout.v1.RunSpecR\x04spec\")\n" +
+	"\x04spec\x18\x01 \x01(\v2\x12.fanout.v1.RunSpecR\x04spec\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12#\n" +
+	"\rreserve_quote\x18\x03 \x01(\bR\freserveQuote\"Q\n" +
 	"\x10StartRunResponse\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"O\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12&\n" +
+	"\x05quote\x18\x02 \x01(\v2\x10.fanout.v1.QuoteR\x05quote\"\xc6\x03\n" +
+	"\x05Quote\x12*\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x14.fanout.v1.TaskQuoteR\x05tasks\x12!\n" +
+	"\ftasks_tokens\x18\x02 \x01(\x03R\vtasksTokens\x12)\n" +
+	"\x10synthesis_tokens\x18\x03 \x01(\x03R\x0fsynthesisTokens\x12'\n" +
+	"\x0fforecast_tokens\x18\x04 \x01(\x03R\x0eforecastTokens\x12!\n" +
+	"\flimit_tokens\x18\x05 \x01(\x03R\vlimitTokens\x12%\n" +
+	"\x0eadmitted_tasks\x18\x06 \x01(\x05R\radmittedTasks\x12$\n" +
+	"\x04cost\x18\a \x03(\v2\x10.fanout.v1.SpendR\x04cost\x12\x14\n" +
+	"\x05basis\x18\b \x01(\tR\x05basis\x12#\n" +
+	"\rtenant_budget\x18\t \x01(\bR\ftenantBudget\x126\n" +
+	"\x17tenant_available_tokens\x18\n" +
+	" \x01(\x03R\x15tenantAvailableTokens\x12#\n" +
+	"\rtenant_covers\x18\v \x01(\bR\ftenantCovers\x12\x12\n" +
+	"\x04held\x18\f \x01(\bR\x04held\"\xcf\x01\n" +
+	"\tTaskQuote\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
+	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\x12\x12\n" +
+	"\x04runs\x18\x03 \x01(\bR\x04runs\x12'\n" +
+	"\x0fforecast_tokens\x18\x04 \x01(\x03R\x0eforecastTokens\x12-\n" +
+	"\x06reused\x18\x05 \x01(\v2\x15.fanout.v1.ReusedFromR\x06reused\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xc9\x01\n" +
+	"\x12ContinueRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
+	"\n" +
+	"add_tokens\x18\x02 \x01(\x03R\taddTokens\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12#\n" +
+	"\rreserve_quote\x18\x06 \x01(\bR\freserveQuote\"\x9c\x01\n" +
+	"\x13ContinueRunResponse\x12 \n" +
+	"\x03run\x18\x01 \x01(\v2\x0e.fanout.v1.RunR\x03run\x12;\n" +
+	"\fcontinuation\x18\x02 \x01(\v2\x17.fanout.v1.RunContinuedR\fcontinuation\x12&\n" +
+	"\x05quote\x18\x03 \x01(\v2\x10.fanout.v1.QuoteR\x05quote\"\xca\x03\n" +
+	"\x0eForkRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12)\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x13.fanout.v1.TaskSpecR\x05tasks\x12&\n" +
+	"\x0fremove_task_ids\x18\x04 \x03(\tR\rremoveTaskIds\x12\x12\n" +
+	"\x04goal\x18\x05 \x01(\tR\x04goal\x12)\n" +
+	"\x06budget\x18\x06 \x01(\v2\x11.fanout.v1.BudgetR\x06budget\x12.\n" +
+	"\x05model\x18\a \x01(\v2\x18.fanout.v1.ModelSettingsR\x05model\x12=\n" +
+	"\x06labels\x18\b \x03(\v2%.fanout.v1.ForkRunRequest.LabelsEntryR\x06labels\x12\x17\n" +
+	"\adry_run\x18\t \x01(\bR\x06dryRun\x12#\n" +
+	"\rreserve_quote\x18\n" +
+	" \x01(\bR\freserveQuote\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"x\n" +
+	"\x0fForkRunResponse\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12&\n" +
+	"\x0freused_task_ids\x18\x02 \x03(\tR\rreusedTaskIds\x12&\n" +
+	"\x05quote\x18\x03 \x01(\v2\x10.fanout.v1.QuoteR\x05quote\"O\n" +
 	"\x0fWatchRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x03R\rafterSequence\"=\n" +
@@ -2260,8 +2941,7 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\x04days\x18\x01 \x03(\v2\x13.fanout.v1.DaySpendR\x04days\x12'\n" +
 	"\x04runs\x18\x02 \x03(\v2\x13.fanout.v1.RunSpendR\x04runs\x12\x19\n" +
 	"\bfrom_day\x18\x03 \x01(\tR\afromDay\x12\x15\n" +
-	"\x06to_day\x18\x04 \x01(\tR\x05toDay2\xd4\n" +
-	"\n" +
+	"\x06to_day\x18\x04 \x01(\tR\x05toDay2\xb1\f\n" +
 	"\x13OrchestratorService\x126\n" +
 	"\x03Run\x12\x15.fanout.v1.RunRequest\x1a\x16.fanout.v1.RunResponse0\x01\x12[\n" +
 	"\bStartRun\x12\x1a.fanout.v1.StartRunRequest\x1a\x1b.fanout.v1.StartRunResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x04spec\"\b/v1/runs\x12J\n" +
@@ -2275,7 +2955,9 @@ const file_fanout_v1_orchestrator_proto_rawDesc = "" +
 	"\rListApprovals\x12\x1f.fanout.v1.ListApprovalsRequest\x1a .fanout.v1.ListApprovalsResponse\"\x18\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/approvals\x90\x02\x01\x12\x87\x01\n" +
 	"\x0fApproveToolCall\x12!.fanout.v1.ApproveToolCallRequest\x1a\".fanout.v1.ApproveToolCallResponse\"-\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/approvals/{call_id}:approve\x90\x02\x02\x12{\n" +
 	"\fDenyToolCall\x12\x1e.fanout.v1.DenyToolCallRequest\x1a\x1f.fanout.v1.DenyToolCallResponse\"*\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/approvals/{call_id}:deny\x90\x02\x02\x12{\n" +
-	"\rListToolCalls\x12\x1f.fanout.v1.ListToolCallsRequest\x1a .fanout.v1.ListToolCallsResponse\"'\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/runs/{run_id}/tool-calls\x90\x02\x01\x12Y\n" +
+	"\rListToolCalls\x12\x1f.fanout.v1.ListToolCallsRequest\x1a .fanout.v1.ListToolCallsResponse\"'\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/runs/{run_id}/tool-calls\x90\x02\x01\x12v\n" +
+	"\vContinueRun\x12\x1d.fanout.v1.ContinueRunRequest\x1a\x1e.fanout.v1.ContinueRunResponse\"(\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/runs/{run_id}:continue\x90\x02\x02\x12c\n" +
+	"\aForkRun\x12\x19.fanout.v1.ForkRunRequest\x1a\x1a.fanout.v1.ForkRunResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/v1/runs/{run_id}:fork\x12Y\n" +
 	"\bGetSpend\x12\x1a.fanout.v1.GetSpendRequest\x1a\x1b.fanout.v1.GetSpendResponse\"\x14\x82\xd3\xe4\x93\x02\v\x12\t/v1/spend\x90\x02\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 
 var (
@@ -2290,105 +2972,133 @@ func file_fanout_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_orchestrator_proto_rawDescData
 }
 
-var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_fanout_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_fanout_v1_orchestrator_proto_goTypes = []any{
 	(*RunRequest)(nil),              // 0: fanout.v1.RunRequest
 	(*RunResponse)(nil),             // 1: fanout.v1.RunResponse
 	(*StartRunRequest)(nil),         // 2: fanout.v1.StartRunRequest
 	(*StartRunResponse)(nil),        // 3: fanout.v1.StartRunResponse
-	(*WatchRunRequest)(nil),         // 4: fanout.v1.WatchRunRequest
-	(*WatchRunResponse)(nil),        // 5: fanout.v1.WatchRunResponse
-	(*GetRunRequest)(nil),           // 6: fanout.v1.GetRunRequest
-	(*GetRunResponse)(nil),          // 7: fanout.v1.GetRunResponse
-	(*CancelRunRequest)(nil),        // 8: fanout.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),       // 9: fanout.v1.CancelRunResponse
-	(*ListRunsRequest)(nil),         // 10: fanout.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),        // 11: fanout.v1.ListRunsResponse
-	(*ListRunTasksRequest)(nil),     // 12: fanout.v1.ListRunTasksRequest
-	(*ListRunTasksResponse)(nil),    // 13: fanout.v1.ListRunTasksResponse
-	(*ListRunFactsRequest)(nil),     // 14: fanout.v1.ListRunFactsRequest
-	(*ListRunFactsResponse)(nil),    // 15: fanout.v1.ListRunFactsResponse
-	(*PendingToolCall)(nil),         // 16: fanout.v1.PendingToolCall
-	(*ToolCallDecision)(nil),        // 17: fanout.v1.ToolCallDecision
-	(*ListApprovalsRequest)(nil),    // 18: fanout.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),   // 19: fanout.v1.ListApprovalsResponse
-	(*ApproveToolCallRequest)(nil),  // 20: fanout.v1.ApproveToolCallRequest
-	(*ApproveToolCallResponse)(nil), // 21: fanout.v1.ApproveToolCallResponse
-	(*DenyToolCallRequest)(nil),     // 22: fanout.v1.DenyToolCallRequest
-	(*DenyToolCallResponse)(nil),    // 23: fanout.v1.DenyToolCallResponse
-	(*ListToolCallsRequest)(nil),    // 24: fanout.v1.ListToolCallsRequest
-	(*ToolCall)(nil),                // 25: fanout.v1.ToolCall
-	(*ListToolCallsResponse)(nil),   // 26: fanout.v1.ListToolCallsResponse
-	(*GetSpendRequest)(nil),         // 27: fanout.v1.GetSpendRequest
-	(*Spend)(nil),                   // 28: fanout.v1.Spend
-	(*DaySpend)(nil),                // 29: fanout.v1.DaySpend
-	(*RunSpend)(nil),                // 30: fanout.v1.RunSpend
-	(*GetSpendResponse)(nil),        // 31: fanout.v1.GetSpendResponse
-	(*RunSpec)(nil),                 // 32: fanout.v1.RunSpec
-	(*RunEvent)(nil),                // 33: fanout.v1.RunEvent
-	(*Run)(nil),                     // 34: fanout.v1.Run
-	(RunState)(0),                   // 35: fanout.v1.RunState
-	(*TaskOutcome)(nil),             // 36: fanout.v1.TaskOutcome
-	(*Fact)(nil),                    // 37: fanout.v1.Fact
-	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
+	(*Quote)(nil),                   // 4: fanout.v1.Quote
+	(*TaskQuote)(nil),               // 5: fanout.v1.TaskQuote
+	(*ContinueRunRequest)(nil),      // 6: fanout.v1.ContinueRunRequest
+	(*ContinueRunResponse)(nil),     // 7: fanout.v1.ContinueRunResponse
+	(*ForkRunRequest)(nil),          // 8: fanout.v1.ForkRunRequest
+	(*ForkRunResponse)(nil),         // 9: fanout.v1.ForkRunResponse
+	(*WatchRunRequest)(nil),         // 10: fanout.v1.WatchRunRequest
+	(*WatchRunResponse)(nil),        // 11: fanout.v1.WatchRunResponse
+	(*GetRunRequest)(nil),           // 12: fanout.v1.GetRunRequest
+	(*GetRunResponse)(nil),          // 13: fanout.v1.GetRunResponse
+	(*CancelRunRequest)(nil),        // 14: fanout.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),       // 15: fanout.v1.CancelRunResponse
+	(*ListRunsRequest)(nil),         // 16: fanout.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),        // 17: fanout.v1.ListRunsResponse
+	(*ListRunTasksRequest)(nil),     // 18: fanout.v1.ListRunTasksRequest
+	(*ListRunTasksResponse)(nil),    // 19: fanout.v1.ListRunTasksResponse
+	(*ListRunFactsRequest)(nil),     // 20: fanout.v1.ListRunFactsRequest
+	(*ListRunFactsResponse)(nil),    // 21: fanout.v1.ListRunFactsResponse
+	(*PendingToolCall)(nil),         // 22: fanout.v1.PendingToolCall
+	(*ToolCallDecision)(nil),        // 23: fanout.v1.ToolCallDecision
+	(*ListApprovalsRequest)(nil),    // 24: fanout.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),   // 25: fanout.v1.ListApprovalsResponse
+	(*ApproveToolCallRequest)(nil),  // 26: fanout.v1.ApproveToolCallRequest
+	(*ApproveToolCallResponse)(nil), // 27: fanout.v1.ApproveToolCallResponse
+	(*DenyToolCallRequest)(nil),     // 28: fanout.v1.DenyToolCallRequest
+	(*DenyToolCallResponse)(nil),    // 29: fanout.v1.DenyToolCallResponse
+	(*ListToolCallsRequest)(nil),    // 30: fanout.v1.ListToolCallsRequest
+	(*ToolCall)(nil),                // 31: fanout.v1.ToolCall
+	(*ListToolCallsResponse)(nil),   // 32: fanout.v1.ListToolCallsResponse
+	(*GetSpendRequest)(nil),         // 33: fanout.v1.GetSpendRequest
+	(*Spend)(nil),                   // 34: fanout.v1.Spend
+	(*DaySpend)(nil),                // 35: fanout.v1.DaySpend
+	(*RunSpend)(nil),                // 36: fanout.v1.RunSpend
+	(*GetSpendResponse)(nil),        // 37: fanout.v1.GetSpendResponse
+	nil,                             // 38: fanout.v1.ForkRunRequest.LabelsEntry
+	(*RunSpec)(nil),                 // 39: fanout.v1.RunSpec
+	(*RunEvent)(nil),                // 40: fanout.v1.RunEvent
+	(*ReusedFrom)(nil),              // 41: fanout.v1.ReusedFrom
+	(*Run)(nil),                     // 42: fanout.v1.Run
+	(*RunContinued)(nil),            // 43: fanout.v1.RunContinued
+	(*TaskSpec)(nil),                // 44: fanout.v1.TaskSpec
+	(*Budget)(nil),                  // 45: fanout.v1.Budget
+	(*ModelSettings)(nil),           // 46: fanout.v1.ModelSettings
+	(RunState)(0),                   // 47: fanout.v1.RunState
+	(*TaskOutcome)(nil),             // 48: fanout.v1.TaskOutcome
+	(*Fact)(nil),                    // 49: fanout.v1.Fact
+	(*timestamppb.Timestamp)(nil),   // 50: google.protobuf.Timestamp
 }
 var file_fanout_v1_orchestrator_proto_depIdxs = []int32{
-	32, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
-	33, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
-	32, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
-	33, // 3: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
-	34, // 4: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
-	34, // 5: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
-	35, // 6: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
-	34, // 7: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
-	36, // 8: fanout.v1.ListRunTasksResponse.tasks:type_name -> fanout.v1.TaskOutcome
-	37, // 9: fanout.v1.ListRunFactsResponse.facts:type_name -> fanout.v1.Fact
-	38, // 10: fanout.v1.PendingToolCall.requested_at:type_name -> google.protobuf.Timestamp
-	38, // 11: fanout.v1.PendingToolCall.deadline:type_name -> google.protobuf.Timestamp
-	38, // 12: fanout.v1.ToolCallDecision.decided_at:type_name -> google.protobuf.Timestamp
-	16, // 13: fanout.v1.ListApprovalsResponse.calls:type_name -> fanout.v1.PendingToolCall
-	17, // 14: fanout.v1.ApproveToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
-	17, // 15: fanout.v1.DenyToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
-	38, // 16: fanout.v1.ToolCall.created_at:type_name -> google.protobuf.Timestamp
-	38, // 17: fanout.v1.ToolCall.resolved_at:type_name -> google.protobuf.Timestamp
-	38, // 18: fanout.v1.ToolCall.approval_deadline:type_name -> google.protobuf.Timestamp
-	17, // 19: fanout.v1.ToolCall.decision:type_name -> fanout.v1.ToolCallDecision
-	25, // 20: fanout.v1.ListToolCallsResponse.calls:type_name -> fanout.v1.ToolCall
-	28, // 21: fanout.v1.DaySpend.spend:type_name -> fanout.v1.Spend
-	28, // 22: fanout.v1.RunSpend.spend:type_name -> fanout.v1.Spend
-	29, // 23: fanout.v1.GetSpendResponse.days:type_name -> fanout.v1.DaySpend
-	30, // 24: fanout.v1.GetSpendResponse.runs:type_name -> fanout.v1.RunSpend
-	0,  // 25: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
-	2,  // 26: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
-	4,  // 27: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
-	6,  // 28: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
-	8,  // 29: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
-	10, // 30: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
-	12, // 31: fanout.v1.OrchestratorService.ListRunTasks:input_type -> fanout.v1.ListRunTasksRequest
-	14, // 32: fanout.v1.OrchestratorService.ListRunFacts:input_type -> fanout.v1.ListRunFactsRequest
-	18, // 33: fanout.v1.OrchestratorService.ListApprovals:input_type -> fanout.v1.ListApprovalsRequest
-	20, // 34: fanout.v1.OrchestratorService.ApproveToolCall:input_type -> fanout.v1.ApproveToolCallRequest
-	22, // 35: fanout.v1.OrchestratorService.DenyToolCall:input_type -> fanout.v1.DenyToolCallRequest
-	24, // 36: fanout.v1.OrchestratorService.ListToolCalls:input_type -> fanout.v1.ListToolCallsRequest
-	27, // 37: fanout.v1.OrchestratorService.GetSpend:input_type -> fanout.v1.GetSpendRequest
-	1,  // 38: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
-	3,  // 39: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
-	5,  // 40: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
-	7,  // 41: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
-	9,  // 42: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
-	11, // 43: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
-	13, // 44: fanout.v1.OrchestratorService.ListRunTasks:output_type -> fanout.v1.ListRunTasksResponse
-	15, // 45: fanout.v1.OrchestratorService.ListRunFacts:output_type -> fanout.v1.ListRunFactsResponse
-	19, // 46: fanout.v1.OrchestratorService.ListApprovals:output_type -> fanout.v1.ListApprovalsResponse
-	21, // 47: fanout.v1.OrchestratorService.ApproveToolCall:output_type -> fanout.v1.ApproveToolCallResponse
-	23, // 48: fanout.v1.OrchestratorService.DenyToolCall:output_type -> fanout.v1.DenyToolCallResponse
-	26, // 49: fanout.v1.OrchestratorService.ListToolCalls:output_type -> fanout.v1.ListToolCallsResponse
-	31, // 50: fanout.v1.OrchestratorService.GetSpend:output_type -> fanout.v1.GetSpendResponse
-	38, // [38:51] is the sub-list for method output_type
-	25, // [25:38] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	39, // 0: fanout.v1.RunRequest.spec:type_name -> fanout.v1.RunSpec
+	40, // 1: fanout.v1.RunResponse.event:type_name -> fanout.v1.RunEvent
+	39, // 2: fanout.v1.StartRunRequest.spec:type_name -> fanout.v1.RunSpec
+	4,  // 3: fanout.v1.StartRunResponse.quote:type_name -> fanout.v1.Quote
+	5,  // 4: fanout.v1.Quote.tasks:type_name -> fanout.v1.TaskQuote
+	34, // 5: fanout.v1.Quote.cost:type_name -> fanout.v1.Spend
+	41, // 6: fanout.v1.TaskQuote.reused:type_name -> fanout.v1.ReusedFrom
+	42, // 7: fanout.v1.ContinueRunResponse.run:type_name -> fanout.v1.Run
+	43, // 8: fanout.v1.ContinueRunResponse.continuation:type_name -> fanout.v1.RunContinued
+	4,  // 9: fanout.v1.ContinueRunResponse.quote:type_name -> fanout.v1.Quote
+	44, // 10: fanout.v1.ForkRunRequest.tasks:type_name -> fanout.v1.TaskSpec
+	45, // 11: fanout.v1.ForkRunRequest.budget:type_name -> fanout.v1.Budget
+	46, // 12: fanout.v1.ForkRunRequest.model:type_name -> fanout.v1.ModelSettings
+	38, // 13: fanout.v1.ForkRunRequest.labels:type_name -> fanout.v1.ForkRunRequest.LabelsEntry
+	4,  // 14: fanout.v1.ForkRunResponse.quote:type_name -> fanout.v1.Quote
+	40, // 15: fanout.v1.WatchRunResponse.event:type_name -> fanout.v1.RunEvent
+	42, // 16: fanout.v1.GetRunResponse.run:type_name -> fanout.v1.Run
+	42, // 17: fanout.v1.CancelRunResponse.run:type_name -> fanout.v1.Run
+	47, // 18: fanout.v1.ListRunsRequest.state:type_name -> fanout.v1.RunState
+	42, // 19: fanout.v1.ListRunsResponse.runs:type_name -> fanout.v1.Run
+	48, // 20: fanout.v1.ListRunTasksResponse.tasks:type_name -> fanout.v1.TaskOutcome
+	49, // 21: fanout.v1.ListRunFactsResponse.facts:type_name -> fanout.v1.Fact
+	50, // 22: fanout.v1.PendingToolCall.requested_at:type_name -> google.protobuf.Timestamp
+	50, // 23: fanout.v1.PendingToolCall.deadline:type_name -> google.protobuf.Timestamp
+	50, // 24: fanout.v1.ToolCallDecision.decided_at:type_name -> google.protobuf.Timestamp
+	22, // 25: fanout.v1.ListApprovalsResponse.calls:type_name -> fanout.v1.PendingToolCall
+	23, // 26: fanout.v1.ApproveToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
+	23, // 27: fanout.v1.DenyToolCallResponse.decision:type_name -> fanout.v1.ToolCallDecision
+	50, // 28: fanout.v1.ToolCall.created_at:type_name -> google.protobuf.Timestamp
+	50, // 29: fanout.v1.ToolCall.resolved_at:type_name -> google.protobuf.Timestamp
+	50, // 30: fanout.v1.ToolCall.approval_deadline:type_name -> google.protobuf.Timestamp
+	23, // 31: fanout.v1.ToolCall.decision:type_name -> fanout.v1.ToolCallDecision
+	31, // 32: fanout.v1.ListToolCallsResponse.calls:type_name -> fanout.v1.ToolCall
+	34, // 33: fanout.v1.DaySpend.spend:type_name -> fanout.v1.Spend
+	34, // 34: fanout.v1.RunSpend.spend:type_name -> fanout.v1.Spend
+	35, // 35: fanout.v1.GetSpendResponse.days:type_name -> fanout.v1.DaySpend
+	36, // 36: fanout.v1.GetSpendResponse.runs:type_name -> fanout.v1.RunSpend
+	0,  // 37: fanout.v1.OrchestratorService.Run:input_type -> fanout.v1.RunRequest
+	2,  // 38: fanout.v1.OrchestratorService.StartRun:input_type -> fanout.v1.StartRunRequest
+	10, // 39: fanout.v1.OrchestratorService.WatchRun:input_type -> fanout.v1.WatchRunRequest
+	12, // 40: fanout.v1.OrchestratorService.GetRun:input_type -> fanout.v1.GetRunRequest
+	14, // 41: fanout.v1.OrchestratorService.CancelRun:input_type -> fanout.v1.CancelRunRequest
+	16, // 42: fanout.v1.OrchestratorService.ListRuns:input_type -> fanout.v1.ListRunsRequest
+	18, // 43: fanout.v1.OrchestratorService.ListRunTasks:input_type -> fanout.v1.ListRunTasksRequest
+	20, // 44: fanout.v1.OrchestratorService.ListRunFacts:input_type -> fanout.v1.ListRunFactsRequest
+	24, // 45: fanout.v1.OrchestratorService.ListApprovals:input_type -> fanout.v1.ListApprovalsRequest
+	26, // 46: fanout.v1.OrchestratorService.ApproveToolCall:input_type -> fanout.v1.ApproveToolCallRequest
+	28, // 47: fanout.v1.OrchestratorService.DenyToolCall:input_type -> fanout.v1.DenyToolCallRequest
+	30, // 48: fanout.v1.OrchestratorService.ListToolCalls:input_type -> fanout.v1.ListToolCallsRequest
+	6,  // 49: fanout.v1.OrchestratorService.ContinueRun:input_type -> fanout.v1.ContinueRunRequest
+	8,  // 50: fanout.v1.OrchestratorService.ForkRun:input_type -> fanout.v1.ForkRunRequest
+	33, // 51: fanout.v1.OrchestratorService.GetSpend:input_type -> fanout.v1.GetSpendRequest
+	1,  // 52: fanout.v1.OrchestratorService.Run:output_type -> fanout.v1.RunResponse
+	3,  // 53: fanout.v1.OrchestratorService.StartRun:output_type -> fanout.v1.StartRunResponse
+	11, // 54: fanout.v1.OrchestratorService.WatchRun:output_type -> fanout.v1.WatchRunResponse
+	13, // 55: fanout.v1.OrchestratorService.GetRun:output_type -> fanout.v1.GetRunResponse
+	15, // 56: fanout.v1.OrchestratorService.CancelRun:output_type -> fanout.v1.CancelRunResponse
+	17, // 57: fanout.v1.OrchestratorService.ListRuns:output_type -> fanout.v1.ListRunsResponse
+	19, // 58: fanout.v1.OrchestratorService.ListRunTasks:output_type -> fanout.v1.ListRunTasksResponse
+	21, // 59: fanout.v1.OrchestratorService.ListRunFacts:output_type -> fanout.v1.ListRunFactsResponse
+	25, // 60: fanout.v1.OrchestratorService.ListApprovals:output_type -> fanout.v1.ListApprovalsResponse
+	27, // 61: fanout.v1.OrchestratorService.ApproveToolCall:output_type -> fanout.v1.ApproveToolCallResponse
+	29, // 62: fanout.v1.OrchestratorService.DenyToolCall:output_type -> fanout.v1.DenyToolCallResponse
+	32, // 63: fanout.v1.OrchestratorService.ListToolCalls:output_type -> fanout.v1.ListToolCallsResponse
+	7,  // 64: fanout.v1.OrchestratorService.ContinueRun:output_type -> fanout.v1.ContinueRunResponse
+	9,  // 65: fanout.v1.OrchestratorService.ForkRun:output_type -> fanout.v1.ForkRunResponse
+	37, // 66: fanout.v1.OrchestratorService.GetSpend:output_type -> fanout.v1.GetSpendResponse
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_orchestrator_proto_init() }
@@ -2403,7 +3113,7 @@ func file_fanout_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_orchestrator_proto_rawDesc), len(file_fanout_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

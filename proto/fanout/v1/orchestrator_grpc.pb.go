@@ -31,6 +31,8 @@ const (
 	OrchestratorService_ApproveToolCall_FullMethodName = "/fanout.v1.OrchestratorService/ApproveToolCall"
 	OrchestratorService_DenyToolCall_FullMethodName    = "/fanout.v1.OrchestratorService/DenyToolCall"
 	OrchestratorService_ListToolCalls_FullMethodName   = "/fanout.v1.OrchestratorService/ListToolCalls"
+	OrchestratorService_ContinueRun_FullMethodName     = "/fanout.v1.OrchestratorService/ContinueRun"
+	OrchestratorService_ForkRun_FullMethodName         = "/fanout.v1.OrchestratorService/ForkRun"
 	OrchestratorService_GetSpend_FullMethodName        = "/fanout.v1.OrchestratorService/GetSpend"
 )
 
@@ -121,6 +123,29 @@ type OrchestratorServiceClient interface {
 	// approval, approved, denied, sent, done, failed, unknown, not sent), the
 	// decisions on them and their previews. Needs scope read, as WatchRun.
 	ListToolCalls(ctx context.Context, in *ListToolCallsRequest, opts ...grpc.CallOption) (*ListToolCallsResponse, error)
+	// ContinueRun adds tokens to a run's budget, through the ledger, under
+	// the tenant's budget, logged and idempotent by key. A run still running
+	// goes on with the larger budget (a top-up); a run that ended
+	// BUDGET_EXHAUSTED runs again: its NOT_STARTED tasks are admitted again
+	// by forecast, the tasks that ended keep their outcomes and are never
+	// run again, and the synthesis is made again over all facts (its
+	// allowance held again). Its events go on after its RunFinished with a
+	// RunContinued, and a second RunFinished ends it (docs/budget.md#continue).
+	// A run that was cancelled, failed, timed out or succeeded is
+	// FAILED_PRECONDITION (fork it instead). With dry_run nothing is written:
+	// the response's quote says what the continuation would admit and cost.
+	// Needs scope run.
+	ContinueRun(ctx context.Context, in *ContinueRunRequest, opts ...grpc.CallOption) (*ContinueRunResponse, error)
+	// ForkRun starts a new run (its own id, budget and ledger accounts,
+	// Run.forked_from) from a recorded run with tasks changed, added or
+	// removed. A task whose content (instruction, model, tools, and the
+	// facts of its dependencies) is unchanged and that SUCCEEDED in the
+	// source reuses its recorded facts without a model call
+	// (TaskOutcome.reused, spend 0); the others run. A reused task's writes
+	// are never sent again. With dry_run nothing is written: the quote says
+	// which tasks would run and what they would cost. Idempotent by
+	// idempotency_key, as StartRun. Needs scope run.
+	ForkRun(ctx context.Context, in *ForkRunRequest, opts ...grpc.CallOption) (*ForkRunResponse, error)
 	// GetSpend returns the caller's tenant's spend in tokens and in money, at
 	// the prices the operator set (fanout price), per UTC day and, for the
 	// runs named, per run: what the tenant_spend_money_daily and
@@ -274,6 +299,26 @@ func (c *orchestratorServiceClient) ListToolCalls(ctx context.Context, in *ListT
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) ContinueRun(ctx context.Context, in *ContinueRunRequest, opts ...grpc.CallOption) (*ContinueRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ContinueRunResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ContinueRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) ForkRun(ctx context.Context, in *ForkRunRequest, opts ...grpc.CallOption) (*ForkRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkRunResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ForkRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *orchestratorServiceClient) GetSpend(ctx context.Context, in *GetSpendRequest, opts ...grpc.CallOption) (*GetSpendResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetSpendResponse)
@@ -371,6 +416,29 @@ type OrchestratorServiceServer interface {
 	// approval, approved, denied, sent, done, failed, unknown, not sent), the
 	// decisions on them and their previews. Needs scope read, as WatchRun.
 	ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error)
+	// ContinueRun adds tokens to a run's budget, through the ledger, under
+	// the tenant's budget, logged and idempotent by key. A run still running
+	// goes on with the larger budget (a top-up); a run that ended
+	// BUDGET_EXHAUSTED runs again: its NOT_STARTED tasks are admitted again
+	// by forecast, the tasks that ended keep their outcomes and are never
+	// run again, and the synthesis is made again over all facts (its
+	// allowance held again). Its events go on after its RunFinished with a
+	// RunContinued, and a second RunFinished ends it (docs/budget.md#continue).
+	// A run that was cancelled, failed, timed out or succeeded is
+	// FAILED_PRECONDITION (fork it instead). With dry_run nothing is written:
+	// the response's quote says what the continuation would admit and cost.
+	// Needs scope run.
+	ContinueRun(context.Context, *ContinueRunRequest) (*ContinueRunResponse, error)
+	// ForkRun starts a new run (its own id, budget and ledger accounts,
+	// Run.forked_from) from a recorded run with tasks changed, added or
+	// removed. A task whose content (instruction, model, tools, and the
+	// facts of its dependencies) is unchanged and that SUCCEEDED in the
+	// source reuses its recorded facts without a model call
+	// (TaskOutcome.reused, spend 0); the others run. A reused task's writes
+	// are never sent again. With dry_run nothing is written: the quote says
+	// which tasks would run and what they would cost. Idempotent by
+	// idempotency_key, as StartRun. Needs scope run.
+	ForkRun(context.Context, *ForkRunRequest) (*ForkRunResponse, error)
 	// GetSpend returns the caller's tenant's spend in tokens and in money, at
 	// the prices the operator set (fanout price), per UTC day and, for the
 	// runs named, per run: what the tenant_spend_money_daily and
@@ -421,6 +489,12 @@ func (UnimplementedOrchestratorServiceServer) DenyToolCall(context.Context, *Den
 }
 func (UnimplementedOrchestratorServiceServer) ListToolCalls(context.Context, *ListToolCallsRequest) (*ListToolCallsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListToolCalls not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ContinueRun(context.Context, *ContinueRunRequest) (*ContinueRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ContinueRun not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ForkRun(context.Context, *ForkRunRequest) (*ForkRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkRun not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) GetSpend(context.Context, *GetSpendRequest) (*GetSpendResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSpend not implemented")
@@ -648,6 +722,42 @@ func _OrchestratorService_ListToolCalls_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_ContinueRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ContinueRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ContinueRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ContinueRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ContinueRun(ctx, req.(*ContinueRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_ForkRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ForkRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ForkRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ForkRun(ctx, req.(*ForkRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OrchestratorService_GetSpend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetSpendRequest)
 	if err := dec(in); err != nil {
@@ -712,6 +822,14 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListToolCalls",
 			Handler:    _OrchestratorService_ListToolCalls_Handler,
+		},
+		{
+			MethodName: "ContinueRun",
+			Handler:    _OrchestratorService_ContinueRun_Handler,
+		},
+		{
+			MethodName: "ForkRun",
+			Handler:    _OrchestratorService_ForkRun_Handler,
 		},
 		{
 			MethodName: "GetSpend",

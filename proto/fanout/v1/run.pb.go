@@ -468,6 +468,9 @@ type RunSpec struct {
 	Synthesize bool `protobuf:"varint,14,opt,name=synthesize,proto3" json:"synthesize,omitempty"`
 	// Model used by every subagent of the run and by the synthesis call.
 	Model *ModelSettings `protobuf:"bytes,15,opt,name=model,proto3" json:"model,omitempty"`
+	// What the run may take from the tenant's result cache instead of
+	// running it again (docs/budget.md#the-result-cache). Unset: nothing.
+	Cache *CacheSettings `protobuf:"bytes,16,opt,name=cache,proto3" json:"cache,omitempty"`
 	// Free-form caller labels, stored with the run and copied to Run.labels.
 	// Not interpreted by the server. Keys at most 63 bytes, values at most 255
 	// bytes.
@@ -576,11 +579,81 @@ func (x *RunSpec) GetModel() *ModelSettings {
 	return nil
 }
 
+func (x *RunSpec) GetCache() *CacheSettings {
+	if x != nil {
+		return x.Cache
+	}
+	return nil
+}
+
 func (x *RunSpec) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
 	}
 	return nil
+}
+
+// CacheSettings opts a run into the tenant's result cache
+// (docs/budget.md#the-result-cache). Entries are never shared between
+// tenants, and a cached result is never used for a write.
+type CacheSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reuse a task's facts from an earlier run of the same tenant whose task
+	// had the same content (instruction, model, tools, context facts of its
+	// dependencies) and SUCCEEDED no longer ago than this: the task is not
+	// run (TaskOutcome.reused names the source; it spends 0). Unset or 0:
+	// every task runs. At most 30 days.
+	TaskMaxAge *durationpb.Duration `protobuf:"bytes,1,opt,name=task_max_age,json=taskMaxAge,proto3" json:"task_max_age,omitempty"`
+	// Let subagents use the cached results of read tools whose policy gives
+	// them a TTL (cache_ttl in the MCP configuration, docs/mcp.md), keyed by
+	// (tenant, server, tool, canonical arguments). Writes are never cached.
+	Tools         bool `protobuf:"varint,2,opt,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheSettings) Reset() {
+	*x = CacheSettings{}
+	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheSettings) ProtoMessage() {}
+
+func (x *CacheSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheSettings.ProtoReflect.Descriptor instead.
+func (*CacheSettings) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CacheSettings) GetTaskMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.TaskMaxAge
+	}
+	return nil
+}
+
+func (x *CacheSettings) GetTools() bool {
+	if x != nil {
+		return x.Tools
+	}
+	return false
 }
 
 // TaskSpec describes one subagent's task.
@@ -625,7 +698,7 @@ type TaskSpec struct {
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	mi := &file_fanout_v1_run_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +710,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	mi := &file_fanout_v1_run_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +723,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{1}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TaskSpec) GetId() string {
@@ -734,7 +807,7 @@ type Hedge struct {
 
 func (x *Hedge) Reset() {
 	*x = Hedge{}
-	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	mi := &file_fanout_v1_run_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +819,7 @@ func (x *Hedge) String() string {
 func (*Hedge) ProtoMessage() {}
 
 func (x *Hedge) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	mi := &file_fanout_v1_run_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +832,7 @@ func (x *Hedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
 func (*Hedge) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{2}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hedge) GetLatencyFactor() float64 {
@@ -813,7 +886,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_fanout_v1_run_proto_msgTypes[3]
+	mi := &file_fanout_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +898,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[3]
+	mi := &file_fanout_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +911,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Budget) GetLimitTokens() int64 {
@@ -885,7 +958,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_fanout_v1_run_proto_msgTypes[4]
+	mi := &file_fanout_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +970,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[4]
+	mi := &file_fanout_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +983,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Limits) GetMaxConcurrency() int32 {
@@ -953,7 +1026,7 @@ type ModelSettings struct {
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_fanout_v1_run_proto_msgTypes[5]
+	mi := &file_fanout_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1038,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[5]
+	mi := &file_fanout_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1051,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelSettings) GetProvider() string {
@@ -1031,7 +1104,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_fanout_v1_run_proto_msgTypes[6]
+	mi := &file_fanout_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1116,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[6]
+	mi := &file_fanout_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1129,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Fact) GetText() string {
@@ -1108,7 +1181,7 @@ type FactSummary struct {
 
 func (x *FactSummary) Reset() {
 	*x = FactSummary{}
-	mi := &file_fanout_v1_run_proto_msgTypes[7]
+	mi := &file_fanout_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1193,7 @@ func (x *FactSummary) String() string {
 func (*FactSummary) ProtoMessage() {}
 
 func (x *FactSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[7]
+	mi := &file_fanout_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1206,7 @@ func (x *FactSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FactSummary.ProtoReflect.Descriptor instead.
 func (*FactSummary) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FactSummary) GetFacts() []*Fact {
@@ -1228,14 +1301,19 @@ type TaskOutcome struct {
 	ForecastTokens int64 `protobuf:"varint,7,opt,name=forecast_tokens,json=forecastTokens,proto3" json:"forecast_tokens,omitempty"`
 	// How the task's hedge went, if one started (TaskSpec.hedge); unset if
 	// none did. tokens_spent includes both attempts.
-	Hedge         *HedgeReport `protobuf:"bytes,12,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	Hedge *HedgeReport `protobuf:"bytes,12,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	// Set when the task was not run but its facts were taken from a task of
+	// an earlier run with the same content (a fork, or the result cache):
+	// the task made no model call, spent 0 and re-sent no write; the
+	// source's writes are listed by ListToolCalls of the source run.
+	Reused        *ReusedFrom `protobuf:"bytes,13,opt,name=reused,proto3" json:"reused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskOutcome) Reset() {
 	*x = TaskOutcome{}
-	mi := &file_fanout_v1_run_proto_msgTypes[8]
+	mi := &file_fanout_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1325,7 @@ func (x *TaskOutcome) String() string {
 func (*TaskOutcome) ProtoMessage() {}
 
 func (x *TaskOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[8]
+	mi := &file_fanout_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1338,7 @@ func (x *TaskOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskOutcome.ProtoReflect.Descriptor instead.
 func (*TaskOutcome) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskOutcome) GetTaskId() string {
@@ -1333,6 +1411,104 @@ func (x *TaskOutcome) GetHedge() *HedgeReport {
 	return nil
 }
 
+func (x *TaskOutcome) GetReused() *ReusedFrom {
+	if x != nil {
+		return x.Reused
+	}
+	return nil
+}
+
+// ReusedFrom names the recorded task whose facts a task reused.
+type ReusedFrom struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run the facts were recorded in.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The task of that run.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Why: "fork" (ForkRun of run_id) or "cache" (RunSpec.cache.task_max_age).
+	Via string `protobuf:"bytes,3,opt,name=via,proto3" json:"via,omitempty"`
+	// When the source task ended.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// What the source task spent, which this run did not.
+	TokensSaved int64 `protobuf:"varint,5,opt,name=tokens_saved,json=tokensSaved,proto3" json:"tokens_saved,omitempty"`
+	// The source task's writes that were sent (they are not sent again).
+	Writes        int32 `protobuf:"varint,6,opt,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReusedFrom) Reset() {
+	*x = ReusedFrom{}
+	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReusedFrom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReusedFrom) ProtoMessage() {}
+
+func (x *ReusedFrom) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReusedFrom.ProtoReflect.Descriptor instead.
+func (*ReusedFrom) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReusedFrom) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ReusedFrom) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ReusedFrom) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+func (x *ReusedFrom) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *ReusedFrom) GetTokensSaved() int64 {
+	if x != nil {
+		return x.TokensSaved
+	}
+	return 0
+}
+
+func (x *ReusedFrom) GetWrites() int32 {
+	if x != nil {
+		return x.Writes
+	}
+	return 0
+}
+
 // HedgeReport is how a hedged task's two attempts went.
 type HedgeReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1355,7 +1531,7 @@ type HedgeReport struct {
 
 func (x *HedgeReport) Reset() {
 	*x = HedgeReport{}
-	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	mi := &file_fanout_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1543,7 @@ func (x *HedgeReport) String() string {
 func (*HedgeReport) ProtoMessage() {}
 
 func (x *HedgeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	mi := &file_fanout_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1556,7 @@ func (x *HedgeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeReport.ProtoReflect.Descriptor instead.
 func (*HedgeReport) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HedgeReport) GetWinner() HedgeAttempt {
@@ -1443,7 +1619,7 @@ type BudgetSnapshot struct {
 
 func (x *BudgetSnapshot) Reset() {
 	*x = BudgetSnapshot{}
-	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1631,7 @@ func (x *BudgetSnapshot) String() string {
 func (*BudgetSnapshot) ProtoMessage() {}
 
 func (x *BudgetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1644,7 @@ func (x *BudgetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetSnapshot.ProtoReflect.Descriptor instead.
 func (*BudgetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BudgetSnapshot) GetLimitTokens() int64 {
@@ -1553,7 +1729,7 @@ type JoinedResult struct {
 
 func (x *JoinedResult) Reset() {
 	*x = JoinedResult{}
-	mi := &file_fanout_v1_run_proto_msgTypes[11]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1741,7 @@ func (x *JoinedResult) String() string {
 func (*JoinedResult) ProtoMessage() {}
 
 func (x *JoinedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[11]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1754,7 @@ func (x *JoinedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinedResult.ProtoReflect.Descriptor instead.
 func (*JoinedResult) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JoinedResult) GetFacts() []*Fact {
@@ -1690,9 +1866,17 @@ type Run struct {
 	// comes from the rate limits (limits.max_concurrency unset): how many of
 	// its tasks may run at once, and why. Set by GetRun only.
 	Concurrency *ConcurrencyChosen `protobuf:"bytes,17,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// The run this one was forked from (ForkRun); empty otherwise.
+	ForkedFrom string `protobuf:"bytes,18,opt,name=forked_from,json=forkedFrom,proto3" json:"forked_from,omitempty"`
+	// How many times the run was continued (ContinueRun), and the tokens
+	// those continuations added to spec.budget.limit_tokens: the run's
+	// budget is their sum (budget.limit_tokens).
+	Continuations int32 `protobuf:"varint,19,opt,name=continuations,proto3" json:"continuations,omitempty"`
+	AddedTokens   int64 `protobuf:"varint,22,opt,name=added_tokens,json=addedTokens,proto3" json:"added_tokens,omitempty"`
 	// When the run was accepted (Postgres time).
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	// When the run ended (Postgres time). Unset while RUNNING.
+	// When the run ended (Postgres time). Unset while RUNNING, also while a
+	// continued run runs again; a continued run's last end.
 	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	// The spec's labels.
 	Labels        map[string]string `protobuf:"bytes,30,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -1702,7 +1886,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1898,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1911,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Run) GetRunId() string {
@@ -1821,6 +2005,27 @@ func (x *Run) GetConcurrency() *ConcurrencyChosen {
 	return nil
 }
 
+func (x *Run) GetForkedFrom() string {
+	if x != nil {
+		return x.ForkedFrom
+	}
+	return ""
+}
+
+func (x *Run) GetContinuations() int32 {
+	if x != nil {
+		return x.Continuations
+	}
+	return 0
+}
+
+func (x *Run) GetAddedTokens() int64 {
+	if x != nil {
+		return x.AddedTokens
+	}
+	return 0
+}
+
 func (x *Run) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
@@ -1870,6 +2075,7 @@ type RunEvent struct {
 	//	*RunEvent_ApprovalDecided
 	//	*RunEvent_ConcurrencyChosen
 	//	*RunEvent_TaskHedged
+	//	*RunEvent_RunContinued
 	Event         isRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1877,7 +2083,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2095,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2108,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunEvent) GetSequence() int64 {
@@ -2050,6 +2256,15 @@ func (x *RunEvent) GetTaskHedged() *TaskHedged {
 	return nil
 }
 
+func (x *RunEvent) GetRunContinued() *RunContinued {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_RunContinued); ok {
+			return x.RunContinued
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -2129,6 +2344,13 @@ type RunEvent_TaskHedged struct {
 	TaskHedged *TaskHedged `protobuf:"bytes,22,opt,name=task_hedged,json=taskHedged,proto3,oneof"`
 }
 
+type RunEvent_RunContinued struct {
+	// The run was continued with more budget (ContinueRun). A run that
+	// had ended runs again: this event follows its RunFinished, and a
+	// second RunFinished ends the continuation (docs/budget.md#continue).
+	RunContinued *RunContinued `protobuf:"bytes,23,opt,name=run_continued,json=runContinued,proto3,oneof"`
+}
+
 func (*RunEvent_RunStarted) isRunEvent_Event() {}
 
 func (*RunEvent_TaskQueued) isRunEvent_Event() {}
@@ -2154,6 +2376,119 @@ func (*RunEvent_ApprovalDecided) isRunEvent_Event() {}
 func (*RunEvent_ConcurrencyChosen) isRunEvent_Event() {}
 
 func (*RunEvent_TaskHedged) isRunEvent_Event() {}
+
+func (*RunEvent_RunContinued) isRunEvent_Event() {}
+
+// RunContinued reports a ContinueRun: tokens added to the run's budget
+// and, for a run that had ended, the tasks admitted again.
+type RunContinued struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 for the run's first continuation.
+	Continuation int32 `protobuf:"varint,1,opt,name=continuation,proto3" json:"continuation,omitempty"`
+	// The tokens added.
+	AddedTokens int64 `protobuf:"varint,2,opt,name=added_tokens,json=addedTokens,proto3" json:"added_tokens,omitempty"`
+	// The run's budget after the addition.
+	LimitTokens int64 `protobuf:"varint,3,opt,name=limit_tokens,json=limitTokens,proto3" json:"limit_tokens,omitempty"`
+	// What the run had spent when it was continued.
+	SpentBefore int64 `protobuf:"varint,4,opt,name=spent_before,json=spentBefore,proto3" json:"spent_before,omitempty"`
+	// Whether the run had ended and runs again (false: a top-up of a run
+	// still running).
+	Reopened bool `protobuf:"varint,5,opt,name=reopened,proto3" json:"reopened,omitempty"`
+	// The tasks admitted again (NOT_STARTED, and the tasks SKIPPED for
+	// them), in dispatch order.
+	TaskIds []string `protobuf:"bytes,6,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// Who continued it (key:ID) and why.
+	Actor         string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunContinued) Reset() {
+	*x = RunContinued{}
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunContinued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunContinued) ProtoMessage() {}
+
+func (x *RunContinued) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunContinued.ProtoReflect.Descriptor instead.
+func (*RunContinued) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RunContinued) GetContinuation() int32 {
+	if x != nil {
+		return x.Continuation
+	}
+	return 0
+}
+
+func (x *RunContinued) GetAddedTokens() int64 {
+	if x != nil {
+		return x.AddedTokens
+	}
+	return 0
+}
+
+func (x *RunContinued) GetLimitTokens() int64 {
+	if x != nil {
+		return x.LimitTokens
+	}
+	return 0
+}
+
+func (x *RunContinued) GetSpentBefore() int64 {
+	if x != nil {
+		return x.SpentBefore
+	}
+	return 0
+}
+
+func (x *RunContinued) GetReopened() bool {
+	if x != nil {
+		return x.Reopened
+	}
+	return false
+}
+
+func (x *RunContinued) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RunContinued) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *RunContinued) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
 
 // ConcurrencyChosen reports how many of a run's tasks may run at once, and
 // why, for a run that left limits.max_concurrency unset: the orchestrator
@@ -2208,7 +2543,7 @@ type ConcurrencyChosen struct {
 
 func (x *ConcurrencyChosen) Reset() {
 	*x = ConcurrencyChosen{}
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2555,7 @@ func (x *ConcurrencyChosen) String() string {
 func (*ConcurrencyChosen) ProtoMessage() {}
 
 func (x *ConcurrencyChosen) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2568,7 @@ func (x *ConcurrencyChosen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConcurrencyChosen.ProtoReflect.Descriptor instead.
 func (*ConcurrencyChosen) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ConcurrencyChosen) GetConcurrency() int32 {
@@ -2349,7 +2684,7 @@ type TaskHedged struct {
 
 func (x *TaskHedged) Reset() {
 	*x = TaskHedged{}
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2696,7 @@ func (x *TaskHedged) String() string {
 func (*TaskHedged) ProtoMessage() {}
 
 func (x *TaskHedged) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2709,7 @@ func (x *TaskHedged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskHedged.ProtoReflect.Descriptor instead.
 func (*TaskHedged) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskHedged) GetTaskId() string {
@@ -2439,7 +2774,7 @@ type RunAdopted struct {
 
 func (x *RunAdopted) Reset() {
 	*x = RunAdopted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2786,7 @@ func (x *RunAdopted) String() string {
 func (*RunAdopted) ProtoMessage() {}
 
 func (x *RunAdopted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2799,7 @@ func (x *RunAdopted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAdopted.ProtoReflect.Descriptor instead.
 func (*RunAdopted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunAdopted) GetPreviousOwner() string {
@@ -2519,7 +2854,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2866,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2879,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApprovalRequested) GetTaskId() string {
@@ -2606,7 +2941,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2953,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2966,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApprovalDecided) GetCallId() string {
@@ -2695,7 +3030,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +3042,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +3055,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -2744,7 +3079,7 @@ type TaskQueued struct {
 
 func (x *TaskQueued) Reset() {
 	*x = TaskQueued{}
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +3091,7 @@ func (x *TaskQueued) String() string {
 func (*TaskQueued) ProtoMessage() {}
 
 func (x *TaskQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +3104,7 @@ func (x *TaskQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskQueued.ProtoReflect.Descriptor instead.
 func (*TaskQueued) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TaskQueued) GetTaskId() string {
@@ -2802,7 +3137,7 @@ type TaskStarted struct {
 
 func (x *TaskStarted) Reset() {
 	*x = TaskStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +3149,7 @@ func (x *TaskStarted) String() string {
 func (*TaskStarted) ProtoMessage() {}
 
 func (x *TaskStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +3162,7 @@ func (x *TaskStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStarted.ProtoReflect.Descriptor instead.
 func (*TaskStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TaskStarted) GetTaskId() string {
@@ -2861,14 +3196,17 @@ type TaskIteration struct {
 	// Tokens the task has spent so far (cumulative).
 	TokensSpent int64 `protobuf:"varint,3,opt,name=tokens_spent,json=tokensSpent,proto3" json:"tokens_spent,omitempty"`
 	// Tool calls the iteration made.
-	ToolCalls     int32 `protobuf:"varint,4,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolCalls int32 `protobuf:"varint,4,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// Of those, read calls answered from the tenant's result cache
+	// (RunSpec.cache.tools).
+	CachedToolCalls int32 `protobuf:"varint,5,opt,name=cached_tool_calls,json=cachedToolCalls,proto3" json:"cached_tool_calls,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskIteration) Reset() {
 	*x = TaskIteration{}
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3218,7 @@ func (x *TaskIteration) String() string {
 func (*TaskIteration) ProtoMessage() {}
 
 func (x *TaskIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3231,7 @@ func (x *TaskIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskIteration.ProtoReflect.Descriptor instead.
 func (*TaskIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TaskIteration) GetTaskId() string {
@@ -2924,6 +3262,13 @@ func (x *TaskIteration) GetToolCalls() int32 {
 	return 0
 }
 
+func (x *TaskIteration) GetCachedToolCalls() int32 {
+	if x != nil {
+		return x.CachedToolCalls
+	}
+	return 0
+}
+
 // TaskFinished reports that a task ended.
 type TaskFinished struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2935,7 +3280,7 @@ type TaskFinished struct {
 
 func (x *TaskFinished) Reset() {
 	*x = TaskFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[23]
+	mi := &file_fanout_v1_run_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3292,7 @@ func (x *TaskFinished) String() string {
 func (*TaskFinished) ProtoMessage() {}
 
 func (x *TaskFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[23]
+	mi := &file_fanout_v1_run_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3305,7 @@ func (x *TaskFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinished.ProtoReflect.Descriptor instead.
 func (*TaskFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{23}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskFinished) GetOutcome() *TaskOutcome {
@@ -2981,7 +3326,7 @@ type BudgetUpdate struct {
 
 func (x *BudgetUpdate) Reset() {
 	*x = BudgetUpdate{}
-	mi := &file_fanout_v1_run_proto_msgTypes[24]
+	mi := &file_fanout_v1_run_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3338,7 @@ func (x *BudgetUpdate) String() string {
 func (*BudgetUpdate) ProtoMessage() {}
 
 func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[24]
+	mi := &file_fanout_v1_run_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3351,7 @@ func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetUpdate.ProtoReflect.Descriptor instead.
 func (*BudgetUpdate) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{24}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
@@ -3039,7 +3384,7 @@ type BudgetExhausted struct {
 
 func (x *BudgetExhausted) Reset() {
 	*x = BudgetExhausted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[25]
+	mi := &file_fanout_v1_run_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3396,7 @@ func (x *BudgetExhausted) String() string {
 func (*BudgetExhausted) ProtoMessage() {}
 
 func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[25]
+	mi := &file_fanout_v1_run_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3409,7 @@ func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExhausted.ProtoReflect.Descriptor instead.
 func (*BudgetExhausted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{25}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BudgetExhausted) GetBudget() *BudgetSnapshot {
@@ -3090,7 +3435,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[26]
+	mi := &file_fanout_v1_run_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3447,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[26]
+	mi := &file_fanout_v1_run_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3460,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{26}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RunFinished) GetState() RunState {
@@ -3143,7 +3488,7 @@ var File_fanout_v1_run_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13fanout/v1/run.proto\x12\tfanout.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x04\n" +
+	"\x13fanout/v1/run.proto\x12\tfanout.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x04\n" +
 	"\aRunSpec\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3158,11 +3503,16 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"synthesize\x18\x0e \x01(\bR\n" +
 	"synthesize\x12.\n" +
-	"\x05model\x18\x0f \x01(\v2\x18.fanout.v1.ModelSettingsR\x05model\x126\n" +
+	"\x05model\x18\x0f \x01(\v2\x18.fanout.v1.ModelSettingsR\x05model\x12.\n" +
+	"\x05cache\x18\x10 \x01(\v2\x18.fanout.v1.CacheSettingsR\x05cache\x126\n" +
 	"\x06labels\x18\x14 \x03(\v2\x1e.fanout.v1.RunSpec.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +
+	"\rCacheSettings\x12;\n" +
+	"\ftask_max_age\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"taskMaxAge\x12\x14\n" +
+	"\x05tools\x18\x02 \x01(\bR\x05tools\"\xa7\x02\n" +
 	"\bTaskSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
 	"\vinstruction\x18\x02 \x01(\tR\vinstruction\x12!\n" +
@@ -3208,7 +3558,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"wound_down\x18\b \x01(\bR\twoundDown\x12\x1f\n" +
 	"\vpeak_tokens\x18\t \x01(\x03R\n" +
-	"peakTokens\"\xb8\x03\n" +
+	"peakTokens\"\xe7\x03\n" +
 	"\vTaskOutcome\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12%\n" +
 	"\x0edispatch_index\x18\x02 \x01(\x05R\rdispatchIndex\x12-\n" +
@@ -3222,7 +3572,17 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x12'\n" +
 	"\x0fforecast_tokens\x18\a \x01(\x03R\x0eforecastTokens\x12,\n" +
-	"\x05hedge\x18\f \x01(\v2\x16.fanout.v1.HedgeReportR\x05hedge\"\xe7\x01\n" +
+	"\x05hedge\x18\f \x01(\v2\x16.fanout.v1.HedgeReportR\x05hedge\x12-\n" +
+	"\x06reused\x18\r \x01(\v2\x15.fanout.v1.ReusedFromR\x06reused\"\xc6\x01\n" +
+	"\n" +
+	"ReusedFrom\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x10\n" +
+	"\x03via\x18\x03 \x01(\tR\x03via\x12;\n" +
+	"\vfinished_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12!\n" +
+	"\ftokens_saved\x18\x05 \x01(\x03R\vtokensSaved\x12\x16\n" +
+	"\x06writes\x18\x06 \x01(\x05R\x06writes\"\xe7\x01\n" +
 	"\vHedgeReport\x12/\n" +
 	"\x06winner\x18\x01 \x01(\x0e2\x17.fanout.v1.HedgeAttemptR\x06winner\x12!\n" +
 	"\ffirst_tokens\x18\x02 \x01(\x03R\vfirstTokens\x12!\n" +
@@ -3248,7 +3608,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x15facts_next_page_token\x18\a \x01(\tR\x12factsNextPageToken\x12\x1d\n" +
 	"\n" +
 	"task_count\x18\b \x01(\x05R\ttaskCount\x121\n" +
-	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xfe\x05\n" +
+	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xe8\x06\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -3264,7 +3624,11 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"task_count\x18\x0e \x01(\x05R\ttaskCount\x121\n" +
 	"\x15tasks_next_page_token\x18\x0f \x01(\tR\x12tasksNextPageToken\x12\x19\n" +
 	"\bspec_cut\x18\x10 \x01(\bR\aspecCut\x12>\n" +
-	"\vconcurrency\x18\x11 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenR\vconcurrency\x129\n" +
+	"\vconcurrency\x18\x11 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenR\vconcurrency\x12\x1f\n" +
+	"\vforked_from\x18\x12 \x01(\tR\n" +
+	"forkedFrom\x12$\n" +
+	"\rcontinuations\x18\x13 \x01(\x05R\rcontinuations\x12!\n" +
+	"\fadded_tokens\x18\x16 \x01(\x03R\vaddedTokens\x129\n" +
 	"\n" +
 	"created_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vfinished_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -3272,7 +3636,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06labels\x18\x1e \x03(\v2\x1a.fanout.v1.Run.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\b\n" +
 	"\bRunEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12.\n" +
@@ -3294,8 +3658,18 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x10approval_decided\x18\x14 \x01(\v2\x1a.fanout.v1.ApprovalDecidedH\x00R\x0fapprovalDecided\x12M\n" +
 	"\x12concurrency_chosen\x18\x15 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenH\x00R\x11concurrencyChosen\x128\n" +
 	"\vtask_hedged\x18\x16 \x01(\v2\x15.fanout.v1.TaskHedgedH\x00R\n" +
-	"taskHedgedB\a\n" +
-	"\x05event\"\xd2\x03\n" +
+	"taskHedged\x12>\n" +
+	"\rrun_continued\x18\x17 \x01(\v2\x17.fanout.v1.RunContinuedH\x00R\frunContinuedB\a\n" +
+	"\x05event\"\x80\x02\n" +
+	"\fRunContinued\x12\"\n" +
+	"\fcontinuation\x18\x01 \x01(\x05R\fcontinuation\x12!\n" +
+	"\fadded_tokens\x18\x02 \x01(\x03R\vaddedTokens\x12!\n" +
+	"\flimit_tokens\x18\x03 \x01(\x03R\vlimitTokens\x12!\n" +
+	"\fspent_before\x18\x04 \x01(\x03R\vspentBefore\x12\x1a\n" +
+	"\breopened\x18\x05 \x01(\bR\breopened\x12\x19\n" +
+	"\btask_ids\x18\x06 \x03(\tR\ataskIds\x12\x14\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xd2\x03\n" +
 	"\x11ConcurrencyChosen\x12 \n" +
 	"\vconcurrency\x18\x01 \x01(\x05R\vconcurrency\x12\x1a\n" +
 	"\bprevious\x18\x02 \x01(\x05R\bprevious\x12\x16\n" +
@@ -3349,13 +3723,14 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\vTaskStarted\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12'\n" +
-	"\x0fforecast_tokens\x18\x03 \x01(\x03R\x0eforecastTokens\"\x88\x01\n" +
+	"\x0fforecast_tokens\x18\x03 \x01(\x03R\x0eforecastTokens\"\xb4\x01\n" +
 	"\rTaskIteration\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1c\n" +
 	"\titeration\x18\x02 \x01(\x05R\titeration\x12!\n" +
 	"\ftokens_spent\x18\x03 \x01(\x03R\vtokensSpent\x12\x1d\n" +
 	"\n" +
-	"tool_calls\x18\x04 \x01(\x05R\ttoolCalls\"@\n" +
+	"tool_calls\x18\x04 \x01(\x05R\ttoolCalls\x12*\n" +
+	"\x11cached_tool_calls\x18\x05 \x01(\x05R\x0fcachedToolCalls\"@\n" +
 	"\fTaskFinished\x120\n" +
 	"\aoutcome\x18\x01 \x01(\v2\x16.fanout.v1.TaskOutcomeR\aoutcome\"A\n" +
 	"\fBudgetUpdate\x121\n" +
@@ -3420,7 +3795,7 @@ func file_fanout_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_fanout_v1_run_proto_goTypes = []any{
 	(ExhaustionPolicy)(0),         // 0: fanout.v1.ExhaustionPolicy
 	(JoinPolicy)(0),               // 1: fanout.v1.JoinPolicy
@@ -3429,99 +3804,107 @@ var file_fanout_v1_run_proto_goTypes = []any{
 	(RunState)(0),                 // 4: fanout.v1.RunState
 	(HedgeAttempt)(0),             // 5: fanout.v1.HedgeAttempt
 	(*RunSpec)(nil),               // 6: fanout.v1.RunSpec
-	(*TaskSpec)(nil),              // 7: fanout.v1.TaskSpec
-	(*Hedge)(nil),                 // 8: fanout.v1.Hedge
-	(*Budget)(nil),                // 9: fanout.v1.Budget
-	(*Limits)(nil),                // 10: fanout.v1.Limits
-	(*ModelSettings)(nil),         // 11: fanout.v1.ModelSettings
-	(*Fact)(nil),                  // 12: fanout.v1.Fact
-	(*FactSummary)(nil),           // 13: fanout.v1.FactSummary
-	(*TaskOutcome)(nil),           // 14: fanout.v1.TaskOutcome
-	(*HedgeReport)(nil),           // 15: fanout.v1.HedgeReport
-	(*BudgetSnapshot)(nil),        // 16: fanout.v1.BudgetSnapshot
-	(*JoinedResult)(nil),          // 17: fanout.v1.JoinedResult
-	(*Run)(nil),                   // 18: fanout.v1.Run
-	(*RunEvent)(nil),              // 19: fanout.v1.RunEvent
-	(*ConcurrencyChosen)(nil),     // 20: fanout.v1.ConcurrencyChosen
-	(*TaskHedged)(nil),            // 21: fanout.v1.TaskHedged
-	(*RunAdopted)(nil),            // 22: fanout.v1.RunAdopted
-	(*ApprovalRequested)(nil),     // 23: fanout.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 24: fanout.v1.ApprovalDecided
-	(*RunStarted)(nil),            // 25: fanout.v1.RunStarted
-	(*TaskQueued)(nil),            // 26: fanout.v1.TaskQueued
-	(*TaskStarted)(nil),           // 27: fanout.v1.TaskStarted
-	(*TaskIteration)(nil),         // 28: fanout.v1.TaskIteration
-	(*TaskFinished)(nil),          // 29: fanout.v1.TaskFinished
-	(*BudgetUpdate)(nil),          // 30: fanout.v1.BudgetUpdate
-	(*BudgetExhausted)(nil),       // 31: fanout.v1.BudgetExhausted
-	(*RunFinished)(nil),           // 32: fanout.v1.RunFinished
-	nil,                           // 33: fanout.v1.RunSpec.LabelsEntry
-	nil,                           // 34: fanout.v1.Run.LabelsEntry
-	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*CacheSettings)(nil),         // 7: fanout.v1.CacheSettings
+	(*TaskSpec)(nil),              // 8: fanout.v1.TaskSpec
+	(*Hedge)(nil),                 // 9: fanout.v1.Hedge
+	(*Budget)(nil),                // 10: fanout.v1.Budget
+	(*Limits)(nil),                // 11: fanout.v1.Limits
+	(*ModelSettings)(nil),         // 12: fanout.v1.ModelSettings
+	(*Fact)(nil),                  // 13: fanout.v1.Fact
+	(*FactSummary)(nil),           // 14: fanout.v1.FactSummary
+	(*TaskOutcome)(nil),           // 15: fanout.v1.TaskOutcome
+	(*ReusedFrom)(nil),            // 16: fanout.v1.ReusedFrom
+	(*HedgeReport)(nil),           // 17: fanout.v1.HedgeReport
+	(*BudgetSnapshot)(nil),        // 18: fanout.v1.BudgetSnapshot
+	(*JoinedResult)(nil),          // 19: fanout.v1.JoinedResult
+	(*Run)(nil),                   // 20: fanout.v1.Run
+	(*RunEvent)(nil),              // 21: fanout.v1.RunEvent
+	(*RunContinued)(nil),          // 22: fanout.v1.RunContinued
+	(*ConcurrencyChosen)(nil),     // 23: fanout.v1.ConcurrencyChosen
+	(*TaskHedged)(nil),            // 24: fanout.v1.TaskHedged
+	(*RunAdopted)(nil),            // 25: fanout.v1.RunAdopted
+	(*ApprovalRequested)(nil),     // 26: fanout.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 27: fanout.v1.ApprovalDecided
+	(*RunStarted)(nil),            // 28: fanout.v1.RunStarted
+	(*TaskQueued)(nil),            // 29: fanout.v1.TaskQueued
+	(*TaskStarted)(nil),           // 30: fanout.v1.TaskStarted
+	(*TaskIteration)(nil),         // 31: fanout.v1.TaskIteration
+	(*TaskFinished)(nil),          // 32: fanout.v1.TaskFinished
+	(*BudgetUpdate)(nil),          // 33: fanout.v1.BudgetUpdate
+	(*BudgetExhausted)(nil),       // 34: fanout.v1.BudgetExhausted
+	(*RunFinished)(nil),           // 35: fanout.v1.RunFinished
+	nil,                           // 36: fanout.v1.RunSpec.LabelsEntry
+	nil,                           // 37: fanout.v1.Run.LabelsEntry
+	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
 }
 var file_fanout_v1_run_proto_depIdxs = []int32{
-	7,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
-	9,  // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
-	10, // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
+	8,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
+	10, // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
+	11, // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
 	0,  // 3: fanout.v1.RunSpec.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
 	1,  // 4: fanout.v1.RunSpec.join_policy:type_name -> fanout.v1.JoinPolicy
-	11, // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
-	33, // 6: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
-	35, // 7: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
-	8,  // 8: fanout.v1.TaskSpec.hedge:type_name -> fanout.v1.Hedge
-	35, // 9: fanout.v1.Hedge.after:type_name -> google.protobuf.Duration
-	3,  // 10: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
-	35, // 11: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
-	12, // 12: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
-	2,  // 13: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
-	2,  // 14: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
-	13, // 15: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
-	36, // 16: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
-	36, // 17: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
-	15, // 18: fanout.v1.TaskOutcome.hedge:type_name -> fanout.v1.HedgeReport
-	5,  // 19: fanout.v1.HedgeReport.winner:type_name -> fanout.v1.HedgeAttempt
-	35, // 20: fanout.v1.HedgeReport.started_after:type_name -> google.protobuf.Duration
-	12, // 21: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
-	14, // 22: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
-	4,  // 23: fanout.v1.Run.state:type_name -> fanout.v1.RunState
-	6,  // 24: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
-	16, // 25: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
-	14, // 26: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
-	17, // 27: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
-	20, // 28: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
-	36, // 29: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	36, // 30: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	34, // 31: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	36, // 32: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	25, // 33: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	26, // 34: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	27, // 35: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	28, // 36: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	29, // 37: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	30, // 38: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	31, // 39: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	32, // 40: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
-	22, // 41: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
-	23, // 42: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
-	24, // 43: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
-	20, // 44: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
-	21, // 45: fanout.v1.RunEvent.task_hedged:type_name -> fanout.v1.TaskHedged
-	35, // 46: fanout.v1.TaskHedged.after:type_name -> google.protobuf.Duration
-	35, // 47: fanout.v1.TaskHedged.threshold:type_name -> google.protobuf.Duration
-	36, // 48: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	36, // 49: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
-	18, // 50: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	14, // 51: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	16, // 52: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	16, // 53: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	4,  // 54: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	17, // 55: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	12, // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
+	7,  // 6: fanout.v1.RunSpec.cache:type_name -> fanout.v1.CacheSettings
+	36, // 7: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
+	38, // 8: fanout.v1.CacheSettings.task_max_age:type_name -> google.protobuf.Duration
+	38, // 9: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	9,  // 10: fanout.v1.TaskSpec.hedge:type_name -> fanout.v1.Hedge
+	38, // 11: fanout.v1.Hedge.after:type_name -> google.protobuf.Duration
+	3,  // 12: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
+	38, // 13: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
+	13, // 14: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
+	2,  // 15: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
+	2,  // 16: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
+	14, // 17: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
+	39, // 18: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
+	39, // 19: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
+	17, // 20: fanout.v1.TaskOutcome.hedge:type_name -> fanout.v1.HedgeReport
+	16, // 21: fanout.v1.TaskOutcome.reused:type_name -> fanout.v1.ReusedFrom
+	39, // 22: fanout.v1.ReusedFrom.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 23: fanout.v1.HedgeReport.winner:type_name -> fanout.v1.HedgeAttempt
+	38, // 24: fanout.v1.HedgeReport.started_after:type_name -> google.protobuf.Duration
+	13, // 25: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
+	15, // 26: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
+	4,  // 27: fanout.v1.Run.state:type_name -> fanout.v1.RunState
+	6,  // 28: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
+	18, // 29: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
+	15, // 30: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
+	19, // 31: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
+	23, // 32: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
+	39, // 33: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	39, // 34: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 35: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	39, // 36: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	28, // 37: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	29, // 38: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	30, // 39: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	31, // 40: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	32, // 41: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	33, // 42: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	34, // 43: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	35, // 44: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	25, // 45: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
+	26, // 46: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
+	27, // 47: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
+	23, // 48: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
+	24, // 49: fanout.v1.RunEvent.task_hedged:type_name -> fanout.v1.TaskHedged
+	22, // 50: fanout.v1.RunEvent.run_continued:type_name -> fanout.v1.RunContinued
+	38, // 51: fanout.v1.TaskHedged.after:type_name -> google.protobuf.Duration
+	38, // 52: fanout.v1.TaskHedged.threshold:type_name -> google.protobuf.Duration
+	39, // 53: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	39, // 54: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
+	20, // 55: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	15, // 56: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	18, // 57: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	18, // 58: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	4,  // 59: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	19, // 60: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }
@@ -3529,7 +3912,7 @@ func file_fanout_v1_run_proto_init() {
 	if File_fanout_v1_run_proto != nil {
 		return
 	}
-	file_fanout_v1_run_proto_msgTypes[13].OneofWrappers = []any{
+	file_fanout_v1_run_proto_msgTypes[15].OneofWrappers = []any{
 		(*RunEvent_RunStarted)(nil),
 		(*RunEvent_TaskQueued)(nil),
 		(*RunEvent_TaskStarted)(nil),
@@ -3543,6 +3926,7 @@ func file_fanout_v1_run_proto_init() {
 		(*RunEvent_ApprovalDecided)(nil),
 		(*RunEvent_ConcurrencyChosen)(nil),
 		(*RunEvent_TaskHedged)(nil),
+		(*RunEvent_RunContinued)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3550,7 +3934,7 @@ func file_fanout_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_run_proto_rawDesc), len(file_fanout_v1_run_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -143,6 +143,10 @@ type Dispatch struct {
 	// and a final answer. Its iterations after this many are its last, made
 	// without tools, as when a grant says the run winds down. 0: not so.
 	WindDownAfter uint32 `protobuf:"varint,24,opt,name=wind_down_after,json=windDownAfter,proto3" json:"wind_down_after,omitempty"`
+	// The run lets its subagents answer read tool calls from the tenant's
+	// result cache (RunSpec.cache.tools), for the tools whose policy gives
+	// a TTL.
+	CacheTools    bool `protobuf:"varint,25,opt,name=cache_tools,json=cacheTools,proto3" json:"cache_tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -266,6 +270,13 @@ func (x *Dispatch) GetWindDownAfter() uint32 {
 		return x.WindDownAfter
 	}
 	return 0
+}
+
+func (x *Dispatch) GetCacheTools() bool {
+	if x != nil {
+		return x.CacheTools
+	}
+	return false
 }
 
 // ExecuteResponse is one message of the SubagentService.Execute stream.
@@ -537,9 +548,11 @@ type SubagentIteration struct {
 	// time a call holds its task less this (docs/operations.md, "Concurrency
 	// from the rate limits"): counted, a full limiter would make every call
 	// look slower and the concurrency grow to meet it.
-	Waited        *durationpb.Duration `protobuf:"bytes,7,opt,name=waited,proto3" json:"waited,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Waited *durationpb.Duration `protobuf:"bytes,7,opt,name=waited,proto3" json:"waited,omitempty"`
+	// Of tool_calls, read calls answered from the tenant's result cache.
+	CachedToolCalls int32 `protobuf:"varint,8,opt,name=cached_tool_calls,json=cachedToolCalls,proto3" json:"cached_tool_calls,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SubagentIteration) Reset() {
@@ -621,6 +634,13 @@ func (x *SubagentIteration) GetWaited() *durationpb.Duration {
 	return nil
 }
 
+func (x *SubagentIteration) GetCachedToolCalls() int32 {
+	if x != nil {
+		return x.CachedToolCalls
+	}
+	return 0
+}
+
 var File_fanout_v1_subagent_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_subagent_proto_rawDesc = "" +
@@ -629,7 +649,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\x8c\x04\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xad\x04\n" +
 	"\bDispatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -645,7 +665,9 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x0eattempt_secret\x18\x16 \x01(\tR\rattemptSecret\x12 \n" +
 	"\fdraw_on_held\x18\x17 \x01(\bR\n" +
 	"drawOnHeld\x12&\n" +
-	"\x0fwind_down_after\x18\x18 \x01(\rR\rwindDownAfter\"\xff\x01\n" +
+	"\x0fwind_down_after\x18\x18 \x01(\rR\rwindDownAfter\x12\x1f\n" +
+	"\vcache_tools\x18\x19 \x01(\bR\n" +
+	"cacheTools\"\xff\x01\n" +
 	"\x0fExecuteResponse\x126\n" +
 	"\astarted\x18\x01 \x01(\v2\x1a.fanout.v1.SubagentStartedH\x00R\astarted\x12<\n" +
 	"\titeration\x18\x02 \x01(\v2\x1c.fanout.v1.SubagentIterationH\x00R\titeration\x122\n" +
@@ -658,7 +680,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\apreview\x18\x03 \x01(\tR\apreview\x126\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\")\n" +
 	"\x0fSubagentStarted\x12\x16\n" +
-	"\x06worker\x18\x01 \x01(\tR\x06worker\"\x82\x02\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\"\xae\x02\n" +
 	"\x11SubagentIteration\x12\x1c\n" +
 	"\titeration\x18\x01 \x01(\x05R\titeration\x12!\n" +
 	"\ftokens_spent\x18\x02 \x01(\x03R\vtokensSpent\x12\x1d\n" +
@@ -668,7 +690,8 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"peakTokens\x12%\n" +
 	"\x0egranted_tokens\x18\x05 \x01(\x03R\rgrantedTokens\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\x121\n" +
-	"\x06waited\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06waited2U\n" +
+	"\x06waited\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12*\n" +
+	"\x11cached_tool_calls\x18\b \x01(\x05R\x0fcachedToolCalls2U\n" +
 	"\x0fSubagentService\x12B\n" +
 	"\aExecute\x12\x19.fanout.v1.ExecuteRequest\x1a\x1a.fanout.v1.ExecuteResponse0\x01B3Z1github.com/fanout/fanout/proto/fanout/v1;fanoutv1b\x06proto3"
 

@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Fact, Run, RunEvent, RunSpec, RunState, TaskOutcome } from "./run_pb";
+import type { Budget, Fact, ModelSettings, ReusedFrom, Run, RunContinued, RunEvent, RunSpec, RunState, TaskOutcome, TaskSpec } from "./run_pb";
 import { file_fanout_v1_run } from "./run_pb";
 import { file_google_api_annotations } from "../../google/api/annotations_pb";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fanout/v1/orchestrator.proto.
  */
 export const file_fanout_v1_orchestrator: GenFile = /*@__PURE__*/
-  fileDesc("ChxmYW5vdXQvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglmYW5vdXQudjEiLgoKUnVuUmVxdWVzdBIgCgRzcGVjGAEgASgLMhIuZmFub3V0LnYxLlJ1blNwZWMiMQoLUnVuUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5mYW5vdXQudjEuUnVuRXZlbnQiMwoPU3RhcnRSdW5SZXF1ZXN0EiAKBHNwZWMYASABKAsyEi5mYW5vdXQudjEuUnVuU3BlYyIiChBTdGFydFJ1blJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCSI5Cg9XYXRjaFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgDIjYKEFdhdGNoUnVuUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5mYW5vdXQudjEuUnVuRXZlbnQiHwoNR2V0UnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkiLQoOR2V0UnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4uZmFub3V0LnYxLlJ1biIyChBDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiMAoRQ2FuY2VsUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4uZmFub3V0LnYxLlJ1biJvCg9MaXN0UnVuc1JlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEiIKBXN0YXRlGAQgASgOMhMuZmFub3V0LnYxLlJ1blN0YXRlIkkKEExpc3RSdW5zUmVzcG9uc2USHAoEcnVucxgBIAMoCzIOLmZhbm91dC52MS5SdW4SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkwKE0xpc3RSdW5UYXNrc1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImoKFExpc3RSdW5UYXNrc1Jlc3BvbnNlEiUKBXRhc2tzGAEgAygLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRISCgp0YXNrX2NvdW50GAMgASgFIkwKE0xpc3RSdW5GYWN0c1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJImMKFExpc3RSdW5GYWN0c1Jlc3BvbnNlEh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhIKCmZhY3RfY291bnQYAyABKAUiwgEKD1BlbmRpbmdUb29sQ2FsbBIPCgdjYWxsX2lkGAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEgwKBHRvb2wYBCABKAkSDwoHcHJldmlldxgFIAEoCRIwCgxyZXF1ZXN0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGRlYWRsaW5lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKzAQoQVG9vbENhbGxEZWNpc2lvbhIPCgdjYWxsX2lkGAEgASgJEg4KBnJ1bl9pZBgCIAEoCRIPCgd0YXNrX2lkGAMgASgJEgwKBHRvb2wYBCABKAkSEAoIYXBwcm92ZWQYBSABKAgSDgoGcmVhc29uGAYgASgJEg0KBWFjdG9yGAcgASgJEi4KCmRlY2lkZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIk0KFExpc3RBcHByb3ZhbHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJbChVMaXN0QXBwcm92YWxzUmVzcG9uc2USKQoFY2FsbHMYASADKAsyGi5mYW5vdXQudjEuUGVuZGluZ1Rvb2xDYWxsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI5ChZBcHByb3ZlVG9vbENhbGxSZXF1ZXN0Eg8KB2NhbGxfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIkgKF0FwcHJvdmVUb29sQ2FsbFJlc3BvbnNlEi0KCGRlY2lzaW9uGAEgASgLMhsuZmFub3V0LnYxLlRvb2xDYWxsRGVjaXNpb24iNgoTRGVueVRvb2xDYWxsUmVxdWVzdBIPCgdjYWxsX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJFChREZW55VG9vbENhbGxSZXNwb25zZRItCghkZWNpc2lvbhgBIAEoCzIbLmZhbm91dC52MS5Ub29sQ2FsbERlY2lzaW9uIk0KFExpc3RUb29sQ2FsbHNSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSKOAwoIVG9vbENhbGwSDwoHY2FsbF9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEg8KB2F0dGVtcHQYAyABKAUSEQoJaXRlcmF0aW9uGAQgASgFEhIKCmNhbGxfaW5kZXgYBSABKAUSDgoGc2VydmVyGAYgASgJEgwKBHRvb2wYByABKAkSDQoFc3RhdGUYCCABKAkSDQoFZXJyb3IYCSABKAkSDwoHcHJldmlldxgKIAEoCRIUCgxyZXN1bHRfYnl0ZXMYCyABKAMSLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLcmVzb2x2ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWFwcHJvdmFsX2RlYWRsaW5lGA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBItCghkZWNpc2lvbhgPIAEoCzIbLmZhbm91dC52MS5Ub29sQ2FsbERlY2lzaW9uIlQKFUxpc3RUb29sQ2FsbHNSZXNwb25zZRIiCgVjYWxscxgBIAMoCzITLmZhbm91dC52MS5Ub29sQ2FsbBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiVwoPR2V0U3BlbmRSZXF1ZXN0EhEKCXRlbmFudF9pZBgBIAEoCRIQCghmcm9tX2RheRgCIAEoCRIOCgZ0b19kYXkYAyABKAkSDwoHcnVuX2lkcxgEIAMoCSKiAQoFU3BlbmQSEAoIY3VycmVuY3kYASABKAkSDAoEY29zdBgCIAEoCRIVCg1yZXBvcnRlZF9jb3N0GAMgASgJEhcKD3dvcnN0X2Nhc2VfY29zdBgEIAEoCRIVCg1wcmljZWRfdG9rZW5zGAUgASgDEhkKEXdvcnN0X2Nhc2VfdG9rZW5zGAYgASgDEhcKD3VucHJpY2VkX3Rva2VucxgHIAEoAyJGCghEYXlTcGVuZBILCgNkYXkYASABKAkSHwoFc3BlbmQYAiABKAsyEC5mYW5vdXQudjEuU3BlbmQSDAoEcnVucxgDIAEoAyI7CghSdW5TcGVuZBIOCgZydW5faWQYASABKAkSHwoFc3BlbmQYAiABKAsyEC5mYW5vdXQudjEuU3BlbmQiegoQR2V0U3BlbmRSZXNwb25zZRIhCgRkYXlzGAEgAygLMhMuZmFub3V0LnYxLkRheVNwZW5kEiEKBHJ1bnMYAiADKAsyEy5mYW5vdXQudjEuUnVuU3BlbmQSEAoIZnJvbV9kYXkYAyABKAkSDgoGdG9fZGF5GAQgASgJMtQKChNPcmNoZXN0cmF0b3JTZXJ2aWNlEjYKA1J1bhIVLmZhbm91dC52MS5SdW5SZXF1ZXN0GhYuZmFub3V0LnYxLlJ1blJlc3BvbnNlMAESWwoIU3RhcnRSdW4SGi5mYW5vdXQudjEuU3RhcnRSdW5SZXF1ZXN0GhsuZmFub3V0LnYxLlN0YXJ0UnVuUmVzcG9uc2UiFoLT5JMCEDoEc3BlYyIIL3YxL3J1bnMSSgoIV2F0Y2hSdW4SGi5mYW5vdXQudjEuV2F0Y2hSdW5SZXF1ZXN0GhsuZmFub3V0LnYxLldhdGNoUnVuUmVzcG9uc2UiA5ACATABElsKBkdldFJ1bhIYLmZhbm91dC52MS5HZXRSdW5SZXF1ZXN0GhkuZmFub3V0LnYxLkdldFJ1blJlc3BvbnNlIhyQAgGC0+STAhMSES92MS9ydW5zL3tydW5faWR9Em4KCUNhbmNlbFJ1bhIbLmZhbm91dC52MS5DYW5jZWxSdW5SZXF1ZXN0GhwuZmFub3V0LnYxLkNhbmNlbFJ1blJlc3BvbnNlIiaQAgKC0+STAh06ASoiGC92MS9ydW5zL3tydW5faWR9OmNhbmNlbBJYCghMaXN0UnVucxIaLmZhbm91dC52MS5MaXN0UnVuc1JlcXVlc3QaGy5mYW5vdXQudjEuTGlzdFJ1bnNSZXNwb25zZSITkAIBgtPkkwIKEggvdjEvcnVucxJzCgxMaXN0UnVuVGFza3MSHi5mYW5vdXQudjEuTGlzdFJ1blRhc2tzUmVxdWVzdBofLmZhbm91dC52MS5MaXN0UnVuVGFza3NSZXNwb25zZSIikAIBgtPkkwIZEhcvdjEvcnVucy97cnVuX2lkfS90YXNrcxJzCgxMaXN0UnVuRmFjdHMSHi5mYW5vdXQudjEuTGlzdFJ1bkZhY3RzUmVxdWVzdBofLmZhbm91dC52MS5MaXN0UnVuRmFjdHNSZXNwb25zZSIikAIBgtPkkwIZEhcvdjEvcnVucy97cnVuX2lkfS9mYWN0cxJsCg1MaXN0QXBwcm92YWxzEh8uZmFub3V0LnYxLkxpc3RBcHByb3ZhbHNSZXF1ZXN0GiAuZmFub3V0LnYxLkxpc3RBcHByb3ZhbHNSZXNwb25zZSIYkAIBgtPkkwIPEg0vdjEvYXBwcm92YWxzEocBCg9BcHByb3ZlVG9vbENhbGwSIS5mYW5vdXQudjEuQXBwcm92ZVRvb2xDYWxsUmVxdWVzdBoiLmZhbm91dC52MS5BcHByb3ZlVG9vbENhbGxSZXNwb25zZSItkAICgtPkkwIkOgEqIh8vdjEvYXBwcm92YWxzL3tjYWxsX2lkfTphcHByb3ZlEnsKDERlbnlUb29sQ2FsbBIeLmZhbm91dC52MS5EZW55VG9vbENhbGxSZXF1ZXN0Gh8uZmFub3V0LnYxLkRlbnlUb29sQ2FsbFJlc3BvbnNlIiqQAgKC0+STAiE6ASoiHC92MS9hcHByb3ZhbHMve2NhbGxfaWR9OmRlbnkSewoNTGlzdFRvb2xDYWxscxIfLmZhbm91dC52MS5MaXN0VG9vbENhbGxzUmVxdWVzdBogLmZhbm91dC52MS5MaXN0VG9vbENhbGxzUmVzcG9uc2UiJ5ACAYLT5JMCHhIcL3YxL3J1bnMve3J1bl9pZH0vdG9vbC1jYWxscxJZCghHZXRTcGVuZBIaLmZhbm91dC52MS5HZXRTcGVuZFJlcXVlc3QaGy5mYW5vdXQudjEuR2V0U3BlbmRSZXNwb25zZSIUkAIBgtPkkwILEgkvdjEvc3BlbmRCM1oxZ2l0aHViLmNvbS9mYW5vdXQvZmFub3V0L3Byb3RvL2Zhbm91dC92MTtmYW5vdXR2MWIGcHJvdG8z", [file_fanout_v1_run, file_google_api_annotations, file_google_protobuf_timestamp]);
+  fileDesc("ChxmYW5vdXQvdjEvb3JjaGVzdHJhdG9yLnByb3RvEglmYW5vdXQudjEiLgoKUnVuUmVxdWVzdBIgCgRzcGVjGAEgASgLMhIuZmFub3V0LnYxLlJ1blNwZWMiMQoLUnVuUmVzcG9uc2USIgoFZXZlbnQYASABKAsyEy5mYW5vdXQudjEuUnVuRXZlbnQiWwoPU3RhcnRSdW5SZXF1ZXN0EiAKBHNwZWMYASABKAsyEi5mYW5vdXQudjEuUnVuU3BlYxIPCgdkcnlfcnVuGAIgASgIEhUKDXJlc2VydmVfcXVvdGUYAyABKAgiQwoQU3RhcnRSdW5SZXNwb25zZRIOCgZydW5faWQYASABKAkSHwoFcXVvdGUYAiABKAsyEC5mYW5vdXQudjEuUXVvdGUirwIKBVF1b3RlEiMKBXRhc2tzGAEgAygLMhQuZmFub3V0LnYxLlRhc2tRdW90ZRIUCgx0YXNrc190b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxIXCg9mb3JlY2FzdF90b2tlbnMYBCABKAMSFAoMbGltaXRfdG9rZW5zGAUgASgDEhYKDmFkbWl0dGVkX3Rhc2tzGAYgASgFEh4KBGNvc3QYByADKAsyEC5mYW5vdXQudjEuU3BlbmQSDQoFYmFzaXMYCCABKAkSFQoNdGVuYW50X2J1ZGdldBgJIAEoCBIfChd0ZW5hbnRfYXZhaWxhYmxlX3Rva2VucxgKIAEoAxIVCg10ZW5hbnRfY292ZXJzGAsgASgIEgwKBGhlbGQYDCABKAgikgEKCVRhc2tRdW90ZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEgwKBHJ1bnMYAyABKAgSFwoPZm9yZWNhc3RfdG9rZW5zGAQgASgDEiUKBnJldXNlZBgFIAEoCzIVLmZhbm91dC52MS5SZXVzZWRGcm9tEg4KBnJlYXNvbhgGIAEoCSKJAQoSQ29udGludWVSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRISCgphZGRfdG9rZW5zGAIgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIOCgZyZWFzb24YBCABKAkSDwoHZHJ5X3J1bhgFIAEoCBIVCg1yZXNlcnZlX3F1b3RlGAYgASgIIoIBChNDb250aW51ZVJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4SLQoMY29udGludWF0aW9uGAIgASgLMhcuZmFub3V0LnYxLlJ1bkNvbnRpbnVlZBIfCgVxdW90ZRgDIAEoCzIQLmZhbm91dC52MS5RdW90ZSLeAgoORm9ya1J1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgCIAEoCRIiCgV0YXNrcxgDIAMoCzITLmZhbm91dC52MS5UYXNrU3BlYxIXCg9yZW1vdmVfdGFza19pZHMYBCADKAkSDAoEZ29hbBgFIAEoCRIhCgZidWRnZXQYBiABKAsyES5mYW5vdXQudjEuQnVkZ2V0EicKBW1vZGVsGAcgASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSNQoGbGFiZWxzGAggAygLMiUuZmFub3V0LnYxLkZvcmtSdW5SZXF1ZXN0LkxhYmVsc0VudHJ5Eg8KB2RyeV9ydW4YCSABKAgSFQoNcmVzZXJ2ZV9xdW90ZRgKIAEoCBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlsKD0ZvcmtSdW5SZXNwb25zZRIOCgZydW5faWQYASABKAkSFwoPcmV1c2VkX3Rhc2tfaWRzGAIgAygJEh8KBXF1b3RlGAMgASgLMhAuZmFub3V0LnYxLlF1b3RlIjkKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSFgoOYWZ0ZXJfc2VxdWVuY2UYAiABKAMiNgoQV2F0Y2hSdW5SZXNwb25zZRIiCgVldmVudBgBIAEoCzITLmZhbm91dC52MS5SdW5FdmVudCIfCg1HZXRSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCSItCg5HZXRSdW5SZXNwb25zZRIbCgNydW4YASABKAsyDi5mYW5vdXQudjEuUnVuIjIKEENhbmNlbFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSIwChFDYW5jZWxSdW5SZXNwb25zZRIbCgNydW4YASABKAsyDi5mYW5vdXQudjEuUnVuIm8KD0xpc3RSdW5zUmVxdWVzdBIRCgl0ZW5hbnRfaWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSIgoFc3RhdGUYBCABKA4yEy5mYW5vdXQudjEuUnVuU3RhdGUiSQoQTGlzdFJ1bnNSZXNwb25zZRIcCgRydW5zGAEgAygLMg4uZmFub3V0LnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiTAoTTGlzdFJ1blRhc2tzUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiagoUTGlzdFJ1blRhc2tzUmVzcG9uc2USJQoFdGFza3MYASADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhIKCnRhc2tfY291bnQYAyABKAUiTAoTTGlzdFJ1bkZhY3RzUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiYwoUTGlzdFJ1bkZhY3RzUmVzcG9uc2USHgoFZmFjdHMYASADKAsyDy5mYW5vdXQudjEuRmFjdBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkSEgoKZmFjdF9jb3VudBgDIAEoBSLCAQoPUGVuZGluZ1Rvb2xDYWxsEg8KB2NhbGxfaWQYASABKAkSDgoGcnVuX2lkGAIgASgJEg8KB3Rhc2tfaWQYAyABKAkSDAoEdG9vbBgEIAEoCRIPCgdwcmV2aWV3GAUgASgJEjAKDHJlcXVlc3RlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIZGVhZGxpbmUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIrMBChBUb29sQ2FsbERlY2lzaW9uEg8KB2NhbGxfaWQYASABKAkSDgoGcnVuX2lkGAIgASgJEg8KB3Rhc2tfaWQYAyABKAkSDAoEdG9vbBgEIAEoCRIQCghhcHByb3ZlZBgFIAEoCBIOCgZyZWFzb24YBiABKAkSDQoFYWN0b3IYByABKAkSLgoKZGVjaWRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiTQoUTGlzdEFwcHJvdmFsc1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIlsKFUxpc3RBcHByb3ZhbHNSZXNwb25zZRIpCgVjYWxscxgBIAMoCzIaLmZhbm91dC52MS5QZW5kaW5nVG9vbENhbGwSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjkKFkFwcHJvdmVUb29sQ2FsbFJlcXVlc3QSDwoHY2FsbF9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiSAoXQXBwcm92ZVRvb2xDYWxsUmVzcG9uc2USLQoIZGVjaXNpb24YASABKAsyGy5mYW5vdXQudjEuVG9vbENhbGxEZWNpc2lvbiI2ChNEZW55VG9vbENhbGxSZXF1ZXN0Eg8KB2NhbGxfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIkUKFERlbnlUb29sQ2FsbFJlc3BvbnNlEi0KCGRlY2lzaW9uGAEgASgLMhsuZmFub3V0LnYxLlRvb2xDYWxsRGVjaXNpb24iTQoUTGlzdFRvb2xDYWxsc1JlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIo4DCghUb29sQ2FsbBIPCgdjYWxsX2lkGAEgASgJEg8KB3Rhc2tfaWQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoBRIRCglpdGVyYXRpb24YBCABKAUSEgoKY2FsbF9pbmRleBgFIAEoBRIOCgZzZXJ2ZXIYBiABKAkSDAoEdG9vbBgHIAEoCRINCgVzdGF0ZRgIIAEoCRINCgVlcnJvchgJIAEoCRIPCgdwcmV2aWV3GAogASgJEhQKDHJlc3VsdF9ieXRlcxgLIAEoAxIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtyZXNvbHZlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRYXBwcm92YWxfZGVhZGxpbmUYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi0KCGRlY2lzaW9uGA8gASgLMhsuZmFub3V0LnYxLlRvb2xDYWxsRGVjaXNpb24iVAoVTGlzdFRvb2xDYWxsc1Jlc3BvbnNlEiIKBWNhbGxzGAEgAygLMhMuZmFub3V0LnYxLlRvb2xDYWxsEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJXCg9HZXRTcGVuZFJlcXVlc3QSEQoJdGVuYW50X2lkGAEgASgJEhAKCGZyb21fZGF5GAIgASgJEg4KBnRvX2RheRgDIAEoCRIPCgdydW5faWRzGAQgAygJIqIBCgVTcGVuZBIQCghjdXJyZW5jeRgBIAEoCRIMCgRjb3N0GAIgASgJEhUKDXJlcG9ydGVkX2Nvc3QYAyABKAkSFwoPd29yc3RfY2FzZV9jb3N0GAQgASgJEhUKDXByaWNlZF90b2tlbnMYBSABKAMSGQoRd29yc3RfY2FzZV90b2tlbnMYBiABKAMSFwoPdW5wcmljZWRfdG9rZW5zGAcgASgDIkYKCERheVNwZW5kEgsKA2RheRgBIAEoCRIfCgVzcGVuZBgCIAEoCzIQLmZhbm91dC52MS5TcGVuZBIMCgRydW5zGAMgASgDIjsKCFJ1blNwZW5kEg4KBnJ1bl9pZBgBIAEoCRIfCgVzcGVuZBgCIAEoCzIQLmZhbm91dC52MS5TcGVuZCJ6ChBHZXRTcGVuZFJlc3BvbnNlEiEKBGRheXMYASADKAsyEy5mYW5vdXQudjEuRGF5U3BlbmQSIQoEcnVucxgCIAMoCzITLmZhbm91dC52MS5SdW5TcGVuZBIQCghmcm9tX2RheRgDIAEoCRIOCgZ0b19kYXkYBCABKAkysQwKE09yY2hlc3RyYXRvclNlcnZpY2USNgoDUnVuEhUuZmFub3V0LnYxLlJ1blJlcXVlc3QaFi5mYW5vdXQudjEuUnVuUmVzcG9uc2UwARJbCghTdGFydFJ1bhIaLmZhbm91dC52MS5TdGFydFJ1blJlcXVlc3QaGy5mYW5vdXQudjEuU3RhcnRSdW5SZXNwb25zZSIWgtPkkwIQOgRzcGVjIggvdjEvcnVucxJKCghXYXRjaFJ1bhIaLmZhbm91dC52MS5XYXRjaFJ1blJlcXVlc3QaGy5mYW5vdXQudjEuV2F0Y2hSdW5SZXNwb25zZSIDkAIBMAESWwoGR2V0UnVuEhguZmFub3V0LnYxLkdldFJ1blJlcXVlc3QaGS5mYW5vdXQudjEuR2V0UnVuUmVzcG9uc2UiHJACAYLT5JMCExIRL3YxL3J1bnMve3J1bl9pZH0SbgoJQ2FuY2VsUnVuEhsuZmFub3V0LnYxLkNhbmNlbFJ1blJlcXVlc3QaHC5mYW5vdXQudjEuQ2FuY2VsUnVuUmVzcG9uc2UiJpACAoLT5JMCHToBKiIYL3YxL3J1bnMve3J1bl9pZH06Y2FuY2VsElgKCExpc3RSdW5zEhouZmFub3V0LnYxLkxpc3RSdW5zUmVxdWVzdBobLmZhbm91dC52MS5MaXN0UnVuc1Jlc3BvbnNlIhOQAgGC0+STAgoSCC92MS9ydW5zEnMKDExpc3RSdW5UYXNrcxIeLmZhbm91dC52MS5MaXN0UnVuVGFza3NSZXF1ZXN0Gh8uZmFub3V0LnYxLkxpc3RSdW5UYXNrc1Jlc3BvbnNlIiKQAgGC0+STAhkSFy92MS9ydW5zL3tydW5faWR9L3Rhc2tzEnMKDExpc3RSdW5GYWN0cxIeLmZhbm91dC52MS5MaXN0UnVuRmFjdHNSZXF1ZXN0Gh8uZmFub3V0LnYxLkxpc3RSdW5GYWN0c1Jlc3BvbnNlIiKQAgGC0+STAhkSFy92MS9ydW5zL3tydW5faWR9L2ZhY3RzEmwKDUxpc3RBcHByb3ZhbHMSHy5mYW5vdXQudjEuTGlzdEFwcHJvdmFsc1JlcXVlc3QaIC5mYW5vdXQudjEuTGlzdEFwcHJvdmFsc1Jlc3BvbnNlIhiQAgGC0+STAg8SDS92MS9hcHByb3ZhbHMShwEKD0FwcHJvdmVUb29sQ2FsbBIhLmZhbm91dC52MS5BcHByb3ZlVG9vbENhbGxSZXF1ZXN0GiIuZmFub3V0LnYxLkFwcHJvdmVUb29sQ2FsbFJlc3BvbnNlIi2QAgKC0+STAiQ6ASoiHy92MS9hcHByb3ZhbHMve2NhbGxfaWR9OmFwcHJvdmUSewoMRGVueVRvb2xDYWxsEh4uZmFub3V0LnYxLkRlbnlUb29sQ2FsbFJlcXVlc3QaHy5mYW5vdXQudjEuRGVueVRvb2xDYWxsUmVzcG9uc2UiKpACAoLT5JMCIToBKiIcL3YxL2FwcHJvdmFscy97Y2FsbF9pZH06ZGVueRJ7Cg1MaXN0VG9vbENhbGxzEh8uZmFub3V0LnYxLkxpc3RUb29sQ2FsbHNSZXF1ZXN0GiAuZmFub3V0LnYxLkxpc3RUb29sQ2FsbHNSZXNwb25zZSInkAIBgtPkkwIeEhwvdjEvcnVucy97cnVuX2lkfS90b29sLWNhbGxzEnYKC0NvbnRpbnVlUnVuEh0uZmFub3V0LnYxLkNvbnRpbnVlUnVuUmVxdWVzdBoeLmZhbm91dC52MS5Db250aW51ZVJ1blJlc3BvbnNlIiiQAgKC0+STAh86ASoiGi92MS9ydW5zL3tydW5faWR9OmNvbnRpbnVlEmMKB0ZvcmtSdW4SGS5mYW5vdXQudjEuRm9ya1J1blJlcXVlc3QaGi5mYW5vdXQudjEuRm9ya1J1blJlc3BvbnNlIiGC0+STAhs6ASoiFi92MS9ydW5zL3tydW5faWR9OmZvcmsSWQoIR2V0U3BlbmQSGi5mYW5vdXQudjEuR2V0U3BlbmRSZXF1ZXN0GhsuZmFub3V0LnYxLkdldFNwZW5kUmVzcG9uc2UiFJACAYLT5JMCCxIJL3YxL3NwZW5kQjNaMWdpdGh1Yi5jb20vZmFub3V0L2Zhbm91dC9wcm90by9mYW5vdXQvdjE7ZmFub3V0djFiBnByb3RvMw", [file_fanout_v1_run, file_google_api_annotations, file_google_protobuf_timestamp]);
 
 /**
  * RunRequest is the request of OrchestratorService.Run.
@@ -71,6 +71,24 @@ export type StartRunRequest = Message<"fanout.v1.StartRunRequest"> & {
    * @generated from field: fanout.v1.RunSpec spec = 1;
    */
   spec?: RunSpec | undefined;
+
+  /**
+   * Validate the spec and quote it: nothing is written, no run starts, and
+   * the response holds the quote alone (docs/budget.md#quotes).
+   *
+   * @generated from field: bool dry_run = 2;
+   */
+  dryRun: boolean;
+
+  /**
+   * Start the run only if its tenant's budget can hold the quote's
+   * forecast, and hold it for the run (docs/budget.md#quotes): other runs
+   * of the tenant cannot take it. RESOURCE_EXHAUSTED, with the quote in a
+   * QuotaFailure, when the tenant cannot.
+   *
+   * @generated from field: bool reserve_quote = 3;
+   */
+  reserveQuote: boolean;
 };
 
 /**
@@ -88,11 +106,18 @@ export const StartRunRequestSchema: GenMessage<StartRunRequest> = /*@__PURE__*/
 export type StartRunResponse = Message<"fanout.v1.StartRunResponse"> & {
   /**
    * Id of the created or existing run; pass it to WatchRun, GetRun or
-   * CancelRun.
+   * CancelRun. Empty for a dry run.
    *
    * @generated from field: string run_id = 1;
    */
   runId: string;
+
+  /**
+   * The quote: set for a dry run and when reserve_quote was asked.
+   *
+   * @generated from field: fanout.v1.Quote quote = 2;
+   */
+  quote?: Quote | undefined;
 };
 
 /**
@@ -101,6 +126,376 @@ export type StartRunResponse = Message<"fanout.v1.StartRunResponse"> & {
  */
 export const StartRunResponseSchema: GenMessage<StartRunResponse> = /*@__PURE__*/
   messageDesc(file_fanout_v1_orchestrator, 3);
+
+/**
+ * Quote is what a run (or a continuation, or a fork) will cost before it
+ * runs, from the same forecast admission uses (docs/budget.md#quotes).
+ *
+ * @generated from message fanout.v1.Quote
+ */
+export type Quote = Message<"fanout.v1.Quote"> & {
+  /**
+   * Every task, in dispatch order: whether it will run or is reused (or,
+   * for a continuation, has ended), and its forecast.
+   *
+   * @generated from field: repeated fanout.v1.TaskQuote tasks = 1;
+   */
+  tasks: TaskQuote[];
+
+  /**
+   * The sum of the forecasts of the tasks that will run.
+   *
+   * @generated from field: int64 tasks_tokens = 2;
+   */
+  tasksTokens: bigint;
+
+  /**
+   * The synthesis allowance held for the run (0 without synthesis).
+   *
+   * @generated from field: int64 synthesis_tokens = 3;
+   */
+  synthesisTokens: bigint;
+
+  /**
+   * tasks_tokens + synthesis_tokens: what the run is forecast to spend at
+   * most, when every task runs to its forecast.
+   *
+   * @generated from field: int64 forecast_tokens = 4;
+   */
+  forecastTokens: bigint;
+
+  /**
+   * The run's budget (a continuation's: after the addition). A forecast
+   * above it means admission will leave tasks NOT_STARTED.
+   *
+   * @generated from field: int64 limit_tokens = 5;
+   */
+  limitTokens: bigint;
+
+  /**
+   * The tasks the budget is forecast to admit, of those that will run.
+   *
+   * @generated from field: int32 admitted_tasks = 6;
+   */
+  admittedTasks: number;
+
+  /**
+   * forecast_tokens in money at the prices the operator set (fanout
+   * price), one line per currency; empty when the model has no price.
+   *
+   * @generated from field: repeated fanout.v1.Spend cost = 7;
+   */
+  cost: Spend[];
+
+  /**
+   * Where the forecast comes from: "prior" (what the tenant's earlier
+   * tasks of this model spent), "token_budget" (no prior yet: each task's
+   * cap), or "run" (a continuation: what the run's own tasks spent).
+   *
+   * @generated from field: string basis = 8;
+   */
+  basis: string;
+
+  /**
+   * The tenant's budget, if it has one: what it has available now, and
+   * whether that covers forecast_tokens (and min(forecast, limit) for
+   * the run to run as forecast).
+   *
+   * @generated from field: bool tenant_budget = 9;
+   */
+  tenantBudget: boolean;
+
+  /**
+   * @generated from field: int64 tenant_available_tokens = 10;
+   */
+  tenantAvailableTokens: bigint;
+
+  /**
+   * @generated from field: bool tenant_covers = 11;
+   */
+  tenantCovers: boolean;
+
+  /**
+   * Set when the forecast is held for the run (reserve_quote).
+   *
+   * @generated from field: bool held = 12;
+   */
+  held: boolean;
+};
+
+/**
+ * Describes the message fanout.v1.Quote.
+ * Use `create(QuoteSchema)` to create a new message.
+ */
+export const QuoteSchema: GenMessage<Quote> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 4);
+
+/**
+ * TaskQuote is one task's line of a Quote.
+ *
+ * @generated from message fanout.v1.TaskQuote
+ */
+export type TaskQuote = Message<"fanout.v1.TaskQuote"> & {
+  /**
+   * The task's id and dispatch index.
+   *
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * @generated from field: int32 dispatch_index = 2;
+   */
+  dispatchIndex: number;
+
+  /**
+   * Whether the task will run. False for a reused task and, in a
+   * continuation, for a task that has ended.
+   *
+   * @generated from field: bool runs = 3;
+   */
+  runs: boolean;
+
+  /**
+   * What the task is forecast to cost, in tokens (0 when it does not run).
+   *
+   * @generated from field: int64 forecast_tokens = 4;
+   */
+  forecastTokens: bigint;
+
+  /**
+   * The recorded task it reuses, when it does not run because its content
+   * is unchanged (fork) or cached.
+   *
+   * @generated from field: fanout.v1.ReusedFrom reused = 5;
+   */
+  reused?: ReusedFrom | undefined;
+
+  /**
+   * Why it runs or not, in words ("changed instruction", "new task",
+   * "depends on a task that runs", "NOT_STARTED", "SUCCEEDED").
+   *
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message fanout.v1.TaskQuote.
+ * Use `create(TaskQuoteSchema)` to create a new message.
+ */
+export const TaskQuoteSchema: GenMessage<TaskQuote> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 5);
+
+/**
+ * ContinueRunRequest is the request of OrchestratorService.ContinueRun.
+ *
+ * @generated from message fanout.v1.ContinueRunRequest
+ */
+export type ContinueRunRequest = Message<"fanout.v1.ContinueRunRequest"> & {
+  /**
+   * Required. The run to continue.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * Required, > 0. The tokens to add to the run's budget; at most the
+   * server's run budget cap less the run's budget.
+   *
+   * @generated from field: int64 add_tokens = 2;
+   */
+  addTokens: bigint;
+
+  /**
+   * Required. Makes the call idempotent: a retry with the same key returns
+   * the first call's continuation and adds nothing. At most 128 bytes.
+   *
+   * @generated from field: string idempotency_key = 3;
+   */
+  idempotencyKey: string;
+
+  /**
+   * Why, in words; logged with the continuation. At most 1,024 bytes.
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+
+  /**
+   * As StartRunRequest.dry_run: quote the continuation, write nothing.
+   *
+   * @generated from field: bool dry_run = 5;
+   */
+  dryRun: boolean;
+
+  /**
+   * As StartRunRequest.reserve_quote, for the tasks the continuation
+   * admits again.
+   *
+   * @generated from field: bool reserve_quote = 6;
+   */
+  reserveQuote: boolean;
+};
+
+/**
+ * Describes the message fanout.v1.ContinueRunRequest.
+ * Use `create(ContinueRunRequestSchema)` to create a new message.
+ */
+export const ContinueRunRequestSchema: GenMessage<ContinueRunRequest> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 6);
+
+/**
+ * ContinueRunResponse is the response of OrchestratorService.ContinueRun.
+ *
+ * @generated from message fanout.v1.ContinueRunResponse
+ */
+export type ContinueRunResponse = Message<"fanout.v1.ContinueRunResponse"> & {
+  /**
+   * The run after the continuation (as it is, for a dry run).
+   *
+   * @generated from field: fanout.v1.Run run = 1;
+   */
+  run?: Run | undefined;
+
+  /**
+   * What was recorded (the first call's, for a retry). Unset for a dry run.
+   *
+   * @generated from field: fanout.v1.RunContinued continuation = 2;
+   */
+  continuation?: RunContinued | undefined;
+
+  /**
+   * The quote: set for a dry run and when reserve_quote was asked.
+   *
+   * @generated from field: fanout.v1.Quote quote = 3;
+   */
+  quote?: Quote | undefined;
+};
+
+/**
+ * Describes the message fanout.v1.ContinueRunResponse.
+ * Use `create(ContinueRunResponseSchema)` to create a new message.
+ */
+export const ContinueRunResponseSchema: GenMessage<ContinueRunResponse> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 7);
+
+/**
+ * ForkRunRequest is the request of OrchestratorService.ForkRun.
+ *
+ * @generated from message fanout.v1.ForkRunRequest
+ */
+export type ForkRunRequest = Message<"fanout.v1.ForkRunRequest"> & {
+  /**
+   * Required. The recorded run to fork (the source), of the caller's
+   * tenant. It may still be running: its tasks that SUCCEEDED so far are
+   * reused.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * Required. The new run's idempotency key (RunSpec.idempotency_key).
+   *
+   * @generated from field: string idempotency_key = 2;
+   */
+  idempotencyKey: string;
+
+  /**
+   * Tasks to change (the id of a source task) or add (a new id), each a
+   * whole TaskSpec.
+   *
+   * @generated from field: repeated fanout.v1.TaskSpec tasks = 3;
+   */
+  tasks: TaskSpec[];
+
+  /**
+   * Ids of source tasks to leave out. A task that depends on one must be
+   * changed too (INVALID_ARGUMENT otherwise).
+   *
+   * @generated from field: repeated string remove_task_ids = 4;
+   */
+  removeTaskIds: string[];
+
+  /**
+   * Replace the source's goal, budget, model or labels when set. Changing
+   * the goal or the model changes every task's content: none is reused.
+   *
+   * @generated from field: string goal = 5;
+   */
+  goal: string;
+
+  /**
+   * @generated from field: fanout.v1.Budget budget = 6;
+   */
+  budget?: Budget | undefined;
+
+  /**
+   * @generated from field: fanout.v1.ModelSettings model = 7;
+   */
+  model?: ModelSettings | undefined;
+
+  /**
+   * @generated from field: map<string, string> labels = 8;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * As StartRunRequest.
+   *
+   * @generated from field: bool dry_run = 9;
+   */
+  dryRun: boolean;
+
+  /**
+   * @generated from field: bool reserve_quote = 10;
+   */
+  reserveQuote: boolean;
+};
+
+/**
+ * Describes the message fanout.v1.ForkRunRequest.
+ * Use `create(ForkRunRequestSchema)` to create a new message.
+ */
+export const ForkRunRequestSchema: GenMessage<ForkRunRequest> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 8);
+
+/**
+ * ForkRunResponse is the response of OrchestratorService.ForkRun.
+ *
+ * @generated from message fanout.v1.ForkRunResponse
+ */
+export type ForkRunResponse = Message<"fanout.v1.ForkRunResponse"> & {
+  /**
+   * The new run's id (empty for a dry run).
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The source tasks the new run reuses, in dispatch order.
+   *
+   * @generated from field: repeated string reused_task_ids = 2;
+   */
+  reusedTaskIds: string[];
+
+  /**
+   * The quote: set for a dry run and when reserve_quote was asked.
+   *
+   * @generated from field: fanout.v1.Quote quote = 3;
+   */
+  quote?: Quote | undefined;
+};
+
+/**
+ * Describes the message fanout.v1.ForkRunResponse.
+ * Use `create(ForkRunResponseSchema)` to create a new message.
+ */
+export const ForkRunResponseSchema: GenMessage<ForkRunResponse> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_orchestrator, 9);
 
 /**
  * WatchRunRequest is the request of OrchestratorService.WatchRun.
@@ -130,7 +525,7 @@ export type WatchRunRequest = Message<"fanout.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 4);
+  messageDesc(file_fanout_v1_orchestrator, 10);
 
 /**
  * WatchRunResponse is one message of the OrchestratorService.WatchRun stream.
@@ -151,7 +546,7 @@ export type WatchRunResponse = Message<"fanout.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 5);
+  messageDesc(file_fanout_v1_orchestrator, 11);
 
 /**
  * GetRunRequest is the request of OrchestratorService.GetRun.
@@ -172,7 +567,7 @@ export type GetRunRequest = Message<"fanout.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 6);
+  messageDesc(file_fanout_v1_orchestrator, 12);
 
 /**
  * GetRunResponse is the response of OrchestratorService.GetRun.
@@ -193,7 +588,7 @@ export type GetRunResponse = Message<"fanout.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 7);
+  messageDesc(file_fanout_v1_orchestrator, 13);
 
 /**
  * CancelRunRequest is the request of OrchestratorService.CancelRun.
@@ -222,7 +617,7 @@ export type CancelRunRequest = Message<"fanout.v1.CancelRunRequest"> & {
  * Use `create(CancelRunRequestSchema)` to create a new message.
  */
 export const CancelRunRequestSchema: GenMessage<CancelRunRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 8);
+  messageDesc(file_fanout_v1_orchestrator, 14);
 
 /**
  * CancelRunResponse is the response of OrchestratorService.CancelRun.
@@ -245,7 +640,7 @@ export type CancelRunResponse = Message<"fanout.v1.CancelRunResponse"> & {
  * Use `create(CancelRunResponseSchema)` to create a new message.
  */
 export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 9);
+  messageDesc(file_fanout_v1_orchestrator, 15);
 
 /**
  * ListRunsRequest is the request of OrchestratorService.ListRuns.
@@ -293,7 +688,7 @@ export type ListRunsRequest = Message<"fanout.v1.ListRunsRequest"> & {
  * Use `create(ListRunsRequestSchema)` to create a new message.
  */
 export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 10);
+  messageDesc(file_fanout_v1_orchestrator, 16);
 
 /**
  * ListRunsResponse is the response of OrchestratorService.ListRuns.
@@ -325,7 +720,7 @@ export type ListRunsResponse = Message<"fanout.v1.ListRunsResponse"> & {
  * Use `create(ListRunsResponseSchema)` to create a new message.
  */
 export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 11);
+  messageDesc(file_fanout_v1_orchestrator, 17);
 
 /**
  * ListRunTasksRequest is the request of OrchestratorService.ListRunTasks.
@@ -366,7 +761,7 @@ export type ListRunTasksRequest = Message<"fanout.v1.ListRunTasksRequest"> & {
  * Use `create(ListRunTasksRequestSchema)` to create a new message.
  */
 export const ListRunTasksRequestSchema: GenMessage<ListRunTasksRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 12);
+  messageDesc(file_fanout_v1_orchestrator, 18);
 
 /**
  * ListRunTasksResponse is the response of OrchestratorService.ListRunTasks.
@@ -401,7 +796,7 @@ export type ListRunTasksResponse = Message<"fanout.v1.ListRunTasksResponse"> & {
  * Use `create(ListRunTasksResponseSchema)` to create a new message.
  */
 export const ListRunTasksResponseSchema: GenMessage<ListRunTasksResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 13);
+  messageDesc(file_fanout_v1_orchestrator, 19);
 
 /**
  * ListRunFactsRequest is the request of OrchestratorService.ListRunFacts.
@@ -441,7 +836,7 @@ export type ListRunFactsRequest = Message<"fanout.v1.ListRunFactsRequest"> & {
  * Use `create(ListRunFactsRequestSchema)` to create a new message.
  */
 export const ListRunFactsRequestSchema: GenMessage<ListRunFactsRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 14);
+  messageDesc(file_fanout_v1_orchestrator, 20);
 
 /**
  * ListRunFactsResponse is the response of OrchestratorService.ListRunFacts.
@@ -476,7 +871,7 @@ export type ListRunFactsResponse = Message<"fanout.v1.ListRunFactsResponse"> & {
  * Use `create(ListRunFactsResponseSchema)` to create a new message.
  */
 export const ListRunFactsResponseSchema: GenMessage<ListRunFactsResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 15);
+  messageDesc(file_fanout_v1_orchestrator, 21);
 
 /**
  * PendingToolCall is a write that waits for approval.
@@ -540,7 +935,7 @@ export type PendingToolCall = Message<"fanout.v1.PendingToolCall"> & {
  * Use `create(PendingToolCallSchema)` to create a new message.
  */
 export const PendingToolCallSchema: GenMessage<PendingToolCall> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 16);
+  messageDesc(file_fanout_v1_orchestrator, 22);
 
 /**
  * ToolCallDecision is a recorded decision on a write.
@@ -610,7 +1005,7 @@ export type ToolCallDecision = Message<"fanout.v1.ToolCallDecision"> & {
  * Use `create(ToolCallDecisionSchema)` to create a new message.
  */
 export const ToolCallDecisionSchema: GenMessage<ToolCallDecision> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 17);
+  messageDesc(file_fanout_v1_orchestrator, 23);
 
 /**
  * ListApprovalsRequest is the request of OrchestratorService.ListApprovals.
@@ -647,7 +1042,7 @@ export type ListApprovalsRequest = Message<"fanout.v1.ListApprovalsRequest"> & {
  * Use `create(ListApprovalsRequestSchema)` to create a new message.
  */
 export const ListApprovalsRequestSchema: GenMessage<ListApprovalsRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 18);
+  messageDesc(file_fanout_v1_orchestrator, 24);
 
 /**
  * ListApprovalsResponse is the response of OrchestratorService.ListApprovals.
@@ -675,7 +1070,7 @@ export type ListApprovalsResponse = Message<"fanout.v1.ListApprovalsResponse"> &
  * Use `create(ListApprovalsResponseSchema)` to create a new message.
  */
 export const ListApprovalsResponseSchema: GenMessage<ListApprovalsResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 19);
+  messageDesc(file_fanout_v1_orchestrator, 25);
 
 /**
  * ApproveToolCallRequest is the request of OrchestratorService.ApproveToolCall.
@@ -703,7 +1098,7 @@ export type ApproveToolCallRequest = Message<"fanout.v1.ApproveToolCallRequest">
  * Use `create(ApproveToolCallRequestSchema)` to create a new message.
  */
 export const ApproveToolCallRequestSchema: GenMessage<ApproveToolCallRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 20);
+  messageDesc(file_fanout_v1_orchestrator, 26);
 
 /**
  * ApproveToolCallResponse is the response of OrchestratorService.ApproveToolCall.
@@ -724,7 +1119,7 @@ export type ApproveToolCallResponse = Message<"fanout.v1.ApproveToolCallResponse
  * Use `create(ApproveToolCallResponseSchema)` to create a new message.
  */
 export const ApproveToolCallResponseSchema: GenMessage<ApproveToolCallResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 21);
+  messageDesc(file_fanout_v1_orchestrator, 27);
 
 /**
  * DenyToolCallRequest is the request of OrchestratorService.DenyToolCall.
@@ -752,7 +1147,7 @@ export type DenyToolCallRequest = Message<"fanout.v1.DenyToolCallRequest"> & {
  * Use `create(DenyToolCallRequestSchema)` to create a new message.
  */
 export const DenyToolCallRequestSchema: GenMessage<DenyToolCallRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 22);
+  messageDesc(file_fanout_v1_orchestrator, 28);
 
 /**
  * DenyToolCallResponse is the response of OrchestratorService.DenyToolCall.
@@ -773,7 +1168,7 @@ export type DenyToolCallResponse = Message<"fanout.v1.DenyToolCallResponse"> & {
  * Use `create(DenyToolCallResponseSchema)` to create a new message.
  */
 export const DenyToolCallResponseSchema: GenMessage<DenyToolCallResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 23);
+  messageDesc(file_fanout_v1_orchestrator, 29);
 
 /**
  * ListToolCallsRequest is the request of OrchestratorService.ListToolCalls.
@@ -811,7 +1206,7 @@ export type ListToolCallsRequest = Message<"fanout.v1.ListToolCallsRequest"> & {
  * Use `create(ListToolCallsRequestSchema)` to create a new message.
  */
 export const ListToolCallsRequestSchema: GenMessage<ListToolCallsRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 24);
+  messageDesc(file_fanout_v1_orchestrator, 30);
 
 /**
  * ToolCall is one write a subagent asked for, as the write log holds it.
@@ -934,7 +1329,7 @@ export type ToolCall = Message<"fanout.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 25);
+  messageDesc(file_fanout_v1_orchestrator, 31);
 
 /**
  * ListToolCallsResponse is the response of OrchestratorService.ListToolCalls.
@@ -962,7 +1357,7 @@ export type ListToolCallsResponse = Message<"fanout.v1.ListToolCallsResponse"> &
  * Use `create(ListToolCallsResponseSchema)` to create a new message.
  */
 export const ListToolCallsResponseSchema: GenMessage<ListToolCallsResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 26);
+  messageDesc(file_fanout_v1_orchestrator, 32);
 
 /**
  * GetSpendRequest is the request of OrchestratorService.GetSpend.
@@ -1007,7 +1402,7 @@ export type GetSpendRequest = Message<"fanout.v1.GetSpendRequest"> & {
  * Use `create(GetSpendRequestSchema)` to create a new message.
  */
 export const GetSpendRequestSchema: GenMessage<GetSpendRequest> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 27);
+  messageDesc(file_fanout_v1_orchestrator, 33);
 
 /**
  * Spend is tokens spent and what they cost in one currency. A cost is a
@@ -1073,7 +1468,7 @@ export type Spend = Message<"fanout.v1.Spend"> & {
  * Use `create(SpendSchema)` to create a new message.
  */
 export const SpendSchema: GenMessage<Spend> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 28);
+  messageDesc(file_fanout_v1_orchestrator, 34);
 
 /**
  * DaySpend is a tenant's spend on one UTC day in one currency.
@@ -1108,7 +1503,7 @@ export type DaySpend = Message<"fanout.v1.DaySpend"> & {
  * Use `create(DaySpendSchema)` to create a new message.
  */
 export const DaySpendSchema: GenMessage<DaySpend> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 29);
+  messageDesc(file_fanout_v1_orchestrator, 35);
 
 /**
  * RunSpend is one run's spend in one currency.
@@ -1136,7 +1531,7 @@ export type RunSpend = Message<"fanout.v1.RunSpend"> & {
  * Use `create(RunSpendSchema)` to create a new message.
  */
 export const RunSpendSchema: GenMessage<RunSpend> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 30);
+  messageDesc(file_fanout_v1_orchestrator, 36);
 
 /**
  * GetSpendResponse is the response of OrchestratorService.GetSpend.
@@ -1179,7 +1574,7 @@ export type GetSpendResponse = Message<"fanout.v1.GetSpendResponse"> & {
  * Use `create(GetSpendResponseSchema)` to create a new message.
  */
 export const GetSpendResponseSchema: GenMessage<GetSpendResponse> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_orchestrator, 31);
+  messageDesc(file_fanout_v1_orchestrator, 37);
 
 /**
  * OrchestratorService accepts runs, fans their tasks out to workers under one
@@ -1363,6 +1758,45 @@ export const OrchestratorService: GenService<{
     methodKind: "unary";
     input: typeof ListToolCallsRequestSchema;
     output: typeof ListToolCallsResponseSchema;
+  },
+  /**
+   * ContinueRun adds tokens to a run's budget, through the ledger, under
+   * the tenant's budget, logged and idempotent by key. A run still running
+   * goes on with the larger budget (a top-up); a run that ended
+   * BUDGET_EXHAUSTED runs again: its NOT_STARTED tasks are admitted again
+   * by forecast, the tasks that ended keep their outcomes and are never
+   * run again, and the synthesis is made again over all facts (its
+   * allowance held again). Its events go on after its RunFinished with a
+   * RunContinued, and a second RunFinished ends it (docs/budget.md#continue).
+   * A run that was cancelled, failed, timed out or succeeded is
+   * FAILED_PRECONDITION (fork it instead). With dry_run nothing is written:
+   * the response's quote says what the continuation would admit and cost.
+   * Needs scope run.
+   *
+   * @generated from rpc fanout.v1.OrchestratorService.ContinueRun
+   */
+  continueRun: {
+    methodKind: "unary";
+    input: typeof ContinueRunRequestSchema;
+    output: typeof ContinueRunResponseSchema;
+  },
+  /**
+   * ForkRun starts a new run (its own id, budget and ledger accounts,
+   * Run.forked_from) from a recorded run with tasks changed, added or
+   * removed. A task whose content (instruction, model, tools, and the
+   * facts of its dependencies) is unchanged and that SUCCEEDED in the
+   * source reuses its recorded facts without a model call
+   * (TaskOutcome.reused, spend 0); the others run. A reused task's writes
+   * are never sent again. With dry_run nothing is written: the quote says
+   * which tasks would run and what they would cost. Idempotent by
+   * idempotency_key, as StartRun. Needs scope run.
+   *
+   * @generated from rpc fanout.v1.OrchestratorService.ForkRun
+   */
+  forkRun: {
+    methodKind: "unary";
+    input: typeof ForkRunRequestSchema;
+    output: typeof ForkRunResponseSchema;
   },
   /**
    * GetSpend returns the caller's tenant's spend in tokens and in money, at

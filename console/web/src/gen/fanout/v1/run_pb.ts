@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fanout/v1/run.proto.
  */
 export const file_fanout_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEiqQMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSLgoGbGFiZWxzGBQgAygLMh4uZmFub3V0LnYxLlJ1blNwZWMuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLRAQoIVGFza1NwZWMSCgoCaWQYASABKAkSEwoLaW5zdHJ1Y3Rpb24YAiABKAkSFAoMdG9rZW5fYnVkZ2V0GAMgASgDEhYKDm1heF9pdGVyYXRpb25zGAQgASgFEhUKDWFsbG93ZWRfdG9vbHMYBSADKAkSEgoKZGVwZW5kc19vbhgGIAMoCRIqCgd0aW1lb3V0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh8KBWhlZGdlGAggASgLMhAuZmFub3V0LnYxLkhlZGdlIlwKBUhlZGdlEhYKDmxhdGVuY3lfZmFjdG9yGAEgASgBEhEKCW1pbl9wZWVycxgCIAEoBRIoCgVhZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKHAQoGQnVkZ2V0EhQKDGxpbWl0X3Rva2VucxgBIAEoAxIeChZtaW5fcmVzZXJ2YXRpb25fdG9rZW5zGAIgASgDEhgKEHN5bnRoZXNpc190b2tlbnMYAyABKAMSLQoJYWRtaXNzaW9uGAQgASgOMhouZmFub3V0LnYxLkFkbWlzc2lvblBvbGljeSJRCgZMaW1pdHMSFwoPbWF4X2NvbmN1cnJlbmN5GAEgASgFEi4KC3J1bl90aW1lb3V0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIm4KDU1vZGVsU2V0dGluZ3MSEAoIcHJvdmlkZXIYASABKAkSDQoFbW9kZWwYAiABKAkSEwoLdGVtcGVyYXR1cmUYAyABKAESGQoRbWF4X291dHB1dF90b2tlbnMYBCABKAUSDAoEc2VlZBgFIAEoAyIlCgRGYWN0EgwKBHRleHQYASABKAkSDwoHc291cmNlcxgCIAMoCSLVAQoLRmFjdFN1bW1hcnkSHgoFZmFjdHMYASADKAsyDy5mYW5vdXQudjEuRmFjdBINCgV0cmllZBgCIAMoCRIOCgZmYWlsZWQYAyADKAkSFAoMdG9rZW5zX3NwZW50GAQgASgDEhIKCml0ZXJhdGlvbnMYBSABKAUSJQoGc3RhdHVzGAYgASgOMhUuZmFub3V0LnYxLlRhc2tTdGF0dXMSDQoFZXJyb3IYByABKAkSEgoKd291bmRfZG93bhgIIAEoCBITCgtwZWFrX3Rva2VucxgJIAEoAyLNAgoLVGFza091dGNvbWUSDwoHdGFza19pZBgBIAEoCRIWCg5kaXNwYXRjaF9pbmRleBgCIAEoBRIlCgZzdGF0dXMYAyABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxInCgdzdW1tYXJ5GAQgASgLMhYuZmFub3V0LnYxLkZhY3RTdW1tYXJ5EhQKDHRva2Vuc19zcGVudBgFIAEoAxIOCgZ3b3JrZXIYBiABKAkSLgoKc3RhcnRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD2ZvcmVjYXN0X3Rva2VucxgHIAEoAxIlCgVoZWRnZRgMIAEoCzIWLmZhbm91dC52MS5IZWRnZVJlcG9ydCKqAQoLSGVkZ2VSZXBvcnQSJwoGd2lubmVyGAEgASgOMhcuZmFub3V0LnYxLkhlZGdlQXR0ZW1wdBIUCgxmaXJzdF90b2tlbnMYAiABKAMSFAoMaGVkZ2VfdG9rZW5zGAMgASgDEhQKDGhlZGdlX3dvcmtlchgEIAEoCRIwCg1zdGFydGVkX2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkizAQKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEjEKC2NvbmN1cnJlbmN5GBEgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuEi4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi9wUKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIABI6ChJjb25jdXJyZW5jeV9jaG9zZW4YFSABKAsyHC5mYW5vdXQudjEuQ29uY3VycmVuY3lDaG9zZW5IABIsCgt0YXNrX2hlZGdlZBgWIAEoCzIVLmZhbm91dC52MS5UYXNrSGVkZ2VkSABCBwoFZXZlbnQirAIKEUNvbmN1cnJlbmN5Q2hvc2VuEhMKC2NvbmN1cnJlbmN5GAEgASgFEhAKCHByZXZpb3VzGAIgASgFEg4KBnJlYXNvbhgDIAEoCRIWCg5saW1pdF9yZXF1ZXN0cxgEIAEoAxIUCgxsaW1pdF90b2tlbnMYBSABKAMSEAoIaGVhZHJvb20YBiABKAESGAoQc2Vjb25kc19wZXJfY2FsbBgHIAEoARIXCg90b2tlbnNfcGVyX2NhbGwYCCABKAESFgoOY2FsbHNfcGVyX3Rhc2sYCSABKAESFgoOb2JzZXJ2ZWRfY2FsbHMYCiABKAUSFAoMcnVuc19zaGFyaW5nGAsgASgFEhEKCXRocm90dGxlZBgMIAEoAxIUCgx0aHJvdHRsZV9jYXAYDSABKAUilQEKClRhc2tIZWRnZWQSDwoHdGFza19pZBgBIAEoCRIOCgZ3b3JrZXIYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJdGhyZXNob2xkGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgFIAEoCSJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJdCg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBipfCgxIZWRnZUF0dGVtcHQSHQoZSEVER0VfQVRURU1QVF9VTlNQRUNJRklFRBAAEhcKE0hFREdFX0FUVEVNUFRfRklSU1QQARIXChNIRURHRV9BVFRFTVBUX0hFREdFEAJCM1oxZ2l0aHViLmNvbS9mYW5vdXQvZmFub3V0L3Byb3RvL2Zhbm91dC92MTtmYW5vdXR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEi0gMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSJwoFY2FjaGUYECABKAsyGC5mYW5vdXQudjEuQ2FjaGVTZXR0aW5ncxIuCgZsYWJlbHMYFCADKAsyHi5mYW5vdXQudjEuUnVuU3BlYy5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIk8KDUNhY2hlU2V0dGluZ3MSLwoMdGFza19tYXhfYWdlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBXRvb2xzGAIgASgIItEBCghUYXNrU3BlYxIKCgJpZBgBIAEoCRITCgtpbnN0cnVjdGlvbhgCIAEoCRIUCgx0b2tlbl9idWRnZXQYAyABKAMSFgoObWF4X2l0ZXJhdGlvbnMYBCABKAUSFQoNYWxsb3dlZF90b29scxgFIAMoCRISCgpkZXBlbmRzX29uGAYgAygJEioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHwoFaGVkZ2UYCCABKAsyEC5mYW5vdXQudjEuSGVkZ2UiXAoFSGVkZ2USFgoObGF0ZW5jeV9mYWN0b3IYASABKAESEQoJbWluX3BlZXJzGAIgASgFEigKBWFmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIvQCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDEiUKBWhlZGdlGAwgASgLMhYuZmFub3V0LnYxLkhlZGdlUmVwb3J0EiUKBnJldXNlZBgNIAEoCzIVLmZhbm91dC52MS5SZXVzZWRGcm9tIpEBCgpSZXVzZWRGcm9tEg4KBnJ1bl9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEgsKA3ZpYRgDIAEoCRIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdG9rZW5zX3NhdmVkGAUgASgDEg4KBndyaXRlcxgGIAEoBSKqAQoLSGVkZ2VSZXBvcnQSJwoGd2lubmVyGAEgASgOMhcuZmFub3V0LnYxLkhlZGdlQXR0ZW1wdBIUCgxmaXJzdF90b2tlbnMYAiABKAMSFAoMaGVkZ2VfdG9rZW5zGAMgASgDEhQKDGhlZGdlX3dvcmtlchgEIAEoCRIwCg1zdGFydGVkX2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkijgUKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEjEKC2NvbmN1cnJlbmN5GBEgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuEhMKC2ZvcmtlZF9mcm9tGBIgASgJEhUKDWNvbnRpbnVhdGlvbnMYEyABKAUSFAoMYWRkZWRfdG9rZW5zGBYgASgDEi4KCmNyZWF0ZWRfYXQYFCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2ZpbmlzaGVkX2F0GBUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZsYWJlbHMYHiADKAsyGi5mYW5vdXQudjEuUnVuLkxhYmVsc0VudHJ5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiqQYKCFJ1bkV2ZW50EhAKCHNlcXVlbmNlGAEgASgDEg4KBnJ1bl9pZBgCIAEoCRIoCgR0aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtydW5fc3RhcnRlZBgKIAEoCzIVLmZhbm91dC52MS5SdW5TdGFydGVkSAASLAoLdGFza19xdWV1ZWQYCyABKAsyFS5mYW5vdXQudjEuVGFza1F1ZXVlZEgAEi4KDHRhc2tfc3RhcnRlZBgMIAEoCzIWLmZhbm91dC52MS5UYXNrU3RhcnRlZEgAEjIKDnRhc2tfaXRlcmF0aW9uGA0gASgLMhguZmFub3V0LnYxLlRhc2tJdGVyYXRpb25IABIwCg10YXNrX2ZpbmlzaGVkGA4gASgLMhcuZmFub3V0LnYxLlRhc2tGaW5pc2hlZEgAEjAKDWJ1ZGdldF91cGRhdGUYDyABKAsyFy5mYW5vdXQudjEuQnVkZ2V0VXBkYXRlSAASNgoQYnVkZ2V0X2V4aGF1c3RlZBgQIAEoCzIaLmZhbm91dC52MS5CdWRnZXRFeGhhdXN0ZWRIABIuCgxydW5fZmluaXNoZWQYESABKAsyFi5mYW5vdXQudjEuUnVuRmluaXNoZWRIABIsCgtydW5fYWRvcHRlZBgSIAEoCzIVLmZhbm91dC52MS5SdW5BZG9wdGVkSAASOgoSYXBwcm92YWxfcmVxdWVzdGVkGBMgASgLMhwuZmFub3V0LnYxLkFwcHJvdmFsUmVxdWVzdGVkSAASNgoQYXBwcm92YWxfZGVjaWRlZBgUIAEoCzIaLmZhbm91dC52MS5BcHByb3ZhbERlY2lkZWRIABI6ChJjb25jdXJyZW5jeV9jaG9zZW4YFSABKAsyHC5mYW5vdXQudjEuQ29uY3VycmVuY3lDaG9zZW5IABIsCgt0YXNrX2hlZGdlZBgWIAEoCzIVLmZhbm91dC52MS5UYXNrSGVkZ2VkSAASMAoNcnVuX2NvbnRpbnVlZBgXIAEoCzIXLmZhbm91dC52MS5SdW5Db250aW51ZWRIAEIHCgVldmVudCKpAQoMUnVuQ29udGludWVkEhQKDGNvbnRpbnVhdGlvbhgBIAEoBRIUCgxhZGRlZF90b2tlbnMYAiABKAMSFAoMbGltaXRfdG9rZW5zGAMgASgDEhQKDHNwZW50X2JlZm9yZRgEIAEoAxIQCghyZW9wZW5lZBgFIAEoCBIQCgh0YXNrX2lkcxgGIAMoCRINCgVhY3RvchgHIAEoCRIOCgZyZWFzb24YCCABKAkirAIKEUNvbmN1cnJlbmN5Q2hvc2VuEhMKC2NvbmN1cnJlbmN5GAEgASgFEhAKCHByZXZpb3VzGAIgASgFEg4KBnJlYXNvbhgDIAEoCRIWCg5saW1pdF9yZXF1ZXN0cxgEIAEoAxIUCgxsaW1pdF90b2tlbnMYBSABKAMSEAoIaGVhZHJvb20YBiABKAESGAoQc2Vjb25kc19wZXJfY2FsbBgHIAEoARIXCg90b2tlbnNfcGVyX2NhbGwYCCABKAESFgoOY2FsbHNfcGVyX3Rhc2sYCSABKAESFgoOb2JzZXJ2ZWRfY2FsbHMYCiABKAUSFAoMcnVuc19zaGFyaW5nGAsgASgFEhEKCXRocm90dGxlZBgMIAEoAxIUCgx0aHJvdHRsZV9jYXAYDSABKAUilQEKClRhc2tIZWRnZWQSDwoHdGFza19pZBgBIAEoCRIOCgZ3b3JrZXIYAiABKAkSKAoFYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJdGhyZXNob2xkGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgFIAEoCSJgCgpSdW5BZG9wdGVkEhYKDnByZXZpb3VzX293bmVyGAEgASgJEg0KBW93bmVyGAIgASgJEhEKCWFkb3B0aW9ucxgDIAEoBRIYChByZXN1bWVkX3Rhc2tfaWRzGAQgAygJIoIBChFBcHByb3ZhbFJlcXVlc3RlZBIPCgd0YXNrX2lkGAEgASgJEg8KB2NhbGxfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIPCgdwcmV2aWV3GAQgASgJEiwKCGRlYWRsaW5lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKiAQoPQXBwcm92YWxEZWNpZGVkEg8KB2NhbGxfaWQYASABKAkSDwoHdGFza19pZBgCIAEoCRIMCgR0b29sGAMgASgJEhAKCGFwcHJvdmVkGAQgASgIEg4KBnJlYXNvbhgFIAEoCRINCgVhY3RvchgGIAEoCRIuCgpkZWNpZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIpCgpSdW5TdGFydGVkEhsKA3J1bhgBIAEoCzIOLmZhbm91dC52MS5SdW4iNQoKVGFza1F1ZXVlZBIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFIkcKC1Rhc2tTdGFydGVkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEhcKD2ZvcmVjYXN0X3Rva2VucxgDIAEoAyJ4Cg1UYXNrSXRlcmF0aW9uEg8KB3Rhc2tfaWQYASABKAkSEQoJaXRlcmF0aW9uGAIgASgFEhQKDHRva2Vuc19zcGVudBgDIAEoAxISCgp0b29sX2NhbGxzGAQgASgFEhkKEWNhY2hlZF90b29sX2NhbGxzGAUgASgFIjcKDFRhc2tGaW5pc2hlZBInCgdvdXRjb21lGAEgASgLMhYuZmFub3V0LnYxLlRhc2tPdXRjb21lIjkKDEJ1ZGdldFVwZGF0ZRIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QiPAoPQnVkZ2V0RXhoYXVzdGVkEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCJwCgtSdW5GaW5pc2hlZBIiCgVzdGF0ZRgBIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYAiABKAkSJwoGcmVzdWx0GAMgASgLMhcuZmFub3V0LnYxLkpvaW5lZFJlc3VsdCpwChBFeGhhdXN0aW9uUG9saWN5EiEKHUVYSEFVU1RJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHAoYRVhIQVVTVElPTl9QT0xJQ1lfQ0FOQ0VMEAESGwoXRVhIQVVTVElPTl9QT0xJQ1lfRFJBSU4QAiqAAQoKSm9pblBvbGljeRIbChdKT0lOX1BPTElDWV9VTlNQRUNJRklFRBAAEhsKF0pPSU5fUE9MSUNZX0FMTF9TRVRUTEVEEAESGQoVSk9JTl9QT0xJQ1lfRkFJTF9GQVNUEAISHQoZSk9JTl9QT0xJQ1lfRklSU1RfU1VDQ0VTUxADKr0CCgpUYXNrU3RhdHVzEhsKF1RBU0tfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFwoTVEFTS19TVEFUVVNfUEVORElORxABEhcKE1RBU0tfU1RBVFVTX1JVTk5JTkcQAhIZChVUQVNLX1NUQVRVU19TVUNDRUVERUQQAxIWChJUQVNLX1NUQVRVU19GQUlMRUQQBBIZChVUQVNLX1NUQVRVU19USU1FRF9PVVQQBRIZChVUQVNLX1NUQVRVU19DQU5DRUxMRUQQBhIgChxUQVNLX1NUQVRVU19CVURHRVRfRVhIQVVTVEVEEAcSHwobVEFTS19TVEFUVVNfSVRFUkFUSU9OX0xJTUlUEAgSFwoTVEFTS19TVEFUVVNfU0tJUFBFRBAJEhsKF1RBU0tfU1RBVFVTX05PVF9TVEFSVEVEEAoqbwoPQWRtaXNzaW9uUG9saWN5EiAKHEFETUlTU0lPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIdChlBRE1JU1NJT05fUE9MSUNZX0ZPUkVDQVNUEAESGwoXQURNSVNTSU9OX1BPTElDWV9HUkVFRFkQAiq9AQoIUnVuU3RhdGUSGQoVUlVOX1NUQVRFX1VOU1BFQ0lGSUVEEAASFQoRUlVOX1NUQVRFX1JVTk5JTkcQARIXChNSVU5fU1RBVEVfU1VDQ0VFREVEEAISFAoQUlVOX1NUQVRFX0ZBSUxFRBADEhcKE1JVTl9TVEFURV9DQU5DRUxMRUQQBBIeChpSVU5fU1RBVEVfQlVER0VUX0VYSEFVU1RFRBAFEhcKE1JVTl9TVEFURV9USU1FRF9PVVQQBipfCgxIZWRnZUF0dGVtcHQSHQoZSEVER0VfQVRURU1QVF9VTlNQRUNJRklFRBAAEhcKE0hFREdFX0FUVEVNUFRfRklSU1QQARIXChNIRURHRV9BVFRFTVBUX0hFREdFEAJCM1oxZ2l0aHViLmNvbS9mYW5vdXQvZmFub3V0L3Byb3RvL2Zhbm91dC92MTtmYW5vdXR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * RunSpec is everything a caller submits to start a run. It is stored with
@@ -101,6 +101,14 @@ export type RunSpec = Message<"fanout.v1.RunSpec"> & {
   model?: ModelSettings | undefined;
 
   /**
+   * What the run may take from the tenant's result cache instead of
+   * running it again (docs/budget.md#the-result-cache). Unset: nothing.
+   *
+   * @generated from field: fanout.v1.CacheSettings cache = 16;
+   */
+  cache?: CacheSettings | undefined;
+
+  /**
    * Free-form caller labels, stored with the run and copied to Run.labels.
    * Not interpreted by the server. Keys at most 63 bytes, values at most 255
    * bytes.
@@ -116,6 +124,42 @@ export type RunSpec = Message<"fanout.v1.RunSpec"> & {
  */
 export const RunSpecSchema: GenMessage<RunSpec> = /*@__PURE__*/
   messageDesc(file_fanout_v1_run, 0);
+
+/**
+ * CacheSettings opts a run into the tenant's result cache
+ * (docs/budget.md#the-result-cache). Entries are never shared between
+ * tenants, and a cached result is never used for a write.
+ *
+ * @generated from message fanout.v1.CacheSettings
+ */
+export type CacheSettings = Message<"fanout.v1.CacheSettings"> & {
+  /**
+   * Reuse a task's facts from an earlier run of the same tenant whose task
+   * had the same content (instruction, model, tools, context facts of its
+   * dependencies) and SUCCEEDED no longer ago than this: the task is not
+   * run (TaskOutcome.reused names the source; it spends 0). Unset or 0:
+   * every task runs. At most 30 days.
+   *
+   * @generated from field: google.protobuf.Duration task_max_age = 1;
+   */
+  taskMaxAge?: Duration | undefined;
+
+  /**
+   * Let subagents use the cached results of read tools whose policy gives
+   * them a TTL (cache_ttl in the MCP configuration, docs/mcp.md), keyed by
+   * (tenant, server, tool, canonical arguments). Writes are never cached.
+   *
+   * @generated from field: bool tools = 2;
+   */
+  tools: boolean;
+};
+
+/**
+ * Describes the message fanout.v1.CacheSettings.
+ * Use `create(CacheSettingsSchema)` to create a new message.
+ */
+export const CacheSettingsSchema: GenMessage<CacheSettings> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 1);
 
 /**
  * TaskSpec describes one subagent's task.
@@ -202,7 +246,7 @@ export type TaskSpec = Message<"fanout.v1.TaskSpec"> & {
  * Use `create(TaskSpecSchema)` to create a new message.
  */
 export const TaskSpecSchema: GenMessage<TaskSpec> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 1);
+  messageDesc(file_fanout_v1_run, 2);
 
 /**
  * Hedge says when a task's second attempt starts. It starts once the
@@ -247,7 +291,7 @@ export type Hedge = Message<"fanout.v1.Hedge"> & {
  * Use `create(HedgeSchema)` to create a new message.
  */
 export const HedgeSchema: GenMessage<Hedge> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 2);
+  messageDesc(file_fanout_v1_run, 3);
 
 /**
  * Budget is a run's token budget.
@@ -302,7 +346,7 @@ export type Budget = Message<"fanout.v1.Budget"> & {
  * Use `create(BudgetSchema)` to create a new message.
  */
 export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 3);
+  messageDesc(file_fanout_v1_run, 4);
 
 /**
  * Limits bounds a run's concurrency and duration.
@@ -333,7 +377,7 @@ export type Limits = Message<"fanout.v1.Limits"> & {
  * Use `create(LimitsSchema)` to create a new message.
  */
 export const LimitsSchema: GenMessage<Limits> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 4);
+  messageDesc(file_fanout_v1_run, 5);
 
 /**
  * ModelSettings selects and tunes the model the subagents call.
@@ -389,7 +433,7 @@ export type ModelSettings = Message<"fanout.v1.ModelSettings"> & {
  * Use `create(ModelSettingsSchema)` to create a new message.
  */
 export const ModelSettingsSchema: GenMessage<ModelSettings> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 5);
+  messageDesc(file_fanout_v1_run, 6);
 
 /**
  * Fact is one piece of information a subagent found.
@@ -419,7 +463,7 @@ export type Fact = Message<"fanout.v1.Fact"> & {
  * Use `create(FactSchema)` to create a new message.
  */
 export const FactSchema: GenMessage<Fact> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 6);
+  messageDesc(file_fanout_v1_run, 7);
 
 /**
  * FactSummary is what a subagent compresses its work into when it ends; it
@@ -504,7 +548,7 @@ export type FactSummary = Message<"fanout.v1.FactSummary"> & {
  * Use `create(FactSummarySchema)` to create a new message.
  */
 export const FactSummarySchema: GenMessage<FactSummary> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 7);
+  messageDesc(file_fanout_v1_run, 8);
 
 /**
  * TaskOutcome is how one task of a run ended (or is doing, while running).
@@ -588,6 +632,16 @@ export type TaskOutcome = Message<"fanout.v1.TaskOutcome"> & {
    * @generated from field: fanout.v1.HedgeReport hedge = 12;
    */
   hedge?: HedgeReport | undefined;
+
+  /**
+   * Set when the task was not run but its facts were taken from a task of
+   * an earlier run with the same content (a fork, or the result cache):
+   * the task made no model call, spent 0 and re-sent no write; the
+   * source's writes are listed by ListToolCalls of the source run.
+   *
+   * @generated from field: fanout.v1.ReusedFrom reused = 13;
+   */
+  reused?: ReusedFrom | undefined;
 };
 
 /**
@@ -595,7 +649,63 @@ export type TaskOutcome = Message<"fanout.v1.TaskOutcome"> & {
  * Use `create(TaskOutcomeSchema)` to create a new message.
  */
 export const TaskOutcomeSchema: GenMessage<TaskOutcome> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 8);
+  messageDesc(file_fanout_v1_run, 9);
+
+/**
+ * ReusedFrom names the recorded task whose facts a task reused.
+ *
+ * @generated from message fanout.v1.ReusedFrom
+ */
+export type ReusedFrom = Message<"fanout.v1.ReusedFrom"> & {
+  /**
+   * The run the facts were recorded in.
+   *
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The task of that run.
+   *
+   * @generated from field: string task_id = 2;
+   */
+  taskId: string;
+
+  /**
+   * Why: "fork" (ForkRun of run_id) or "cache" (RunSpec.cache.task_max_age).
+   *
+   * @generated from field: string via = 3;
+   */
+  via: string;
+
+  /**
+   * When the source task ended.
+   *
+   * @generated from field: google.protobuf.Timestamp finished_at = 4;
+   */
+  finishedAt?: Timestamp | undefined;
+
+  /**
+   * What the source task spent, which this run did not.
+   *
+   * @generated from field: int64 tokens_saved = 5;
+   */
+  tokensSaved: bigint;
+
+  /**
+   * The source task's writes that were sent (they are not sent again).
+   *
+   * @generated from field: int32 writes = 6;
+   */
+  writes: number;
+};
+
+/**
+ * Describes the message fanout.v1.ReusedFrom.
+ * Use `create(ReusedFromSchema)` to create a new message.
+ */
+export const ReusedFromSchema: GenMessage<ReusedFrom> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 10);
 
 /**
  * HedgeReport is how a hedged task's two attempts went.
@@ -647,7 +757,7 @@ export type HedgeReport = Message<"fanout.v1.HedgeReport"> & {
  * Use `create(HedgeReportSchema)` to create a new message.
  */
 export const HedgeReportSchema: GenMessage<HedgeReport> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 9);
+  messageDesc(file_fanout_v1_run, 11);
 
 /**
  * BudgetSnapshot is the state of a run's ledger account at one point in
@@ -707,7 +817,7 @@ export type BudgetSnapshot = Message<"fanout.v1.BudgetSnapshot"> & {
  * Use `create(BudgetSnapshotSchema)` to create a new message.
  */
 export const BudgetSnapshotSchema: GenMessage<BudgetSnapshot> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 10);
+  messageDesc(file_fanout_v1_run, 12);
 
 /**
  * JoinedResult is the outcome of a run's join.
@@ -797,7 +907,7 @@ export type JoinedResult = Message<"fanout.v1.JoinedResult"> & {
  * Use `create(JoinedResultSchema)` to create a new message.
  */
 export const JoinedResultSchema: GenMessage<JoinedResult> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 11);
+  messageDesc(file_fanout_v1_run, 13);
 
 /**
  * Run is a run's stored state.
@@ -914,6 +1024,27 @@ export type Run = Message<"fanout.v1.Run"> & {
   concurrency?: ConcurrencyChosen | undefined;
 
   /**
+   * The run this one was forked from (ForkRun); empty otherwise.
+   *
+   * @generated from field: string forked_from = 18;
+   */
+  forkedFrom: string;
+
+  /**
+   * How many times the run was continued (ContinueRun), and the tokens
+   * those continuations added to spec.budget.limit_tokens: the run's
+   * budget is their sum (budget.limit_tokens).
+   *
+   * @generated from field: int32 continuations = 19;
+   */
+  continuations: number;
+
+  /**
+   * @generated from field: int64 added_tokens = 22;
+   */
+  addedTokens: bigint;
+
+  /**
    * When the run was accepted (Postgres time).
    *
    * @generated from field: google.protobuf.Timestamp created_at = 20;
@@ -921,7 +1052,8 @@ export type Run = Message<"fanout.v1.Run"> & {
   createdAt?: Timestamp | undefined;
 
   /**
-   * When the run ended (Postgres time). Unset while RUNNING.
+   * When the run ended (Postgres time). Unset while RUNNING, also while a
+   * continued run runs again; a continued run's last end.
    *
    * @generated from field: google.protobuf.Timestamp finished_at = 21;
    */
@@ -940,7 +1072,7 @@ export type Run = Message<"fanout.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 12);
+  messageDesc(file_fanout_v1_run, 14);
 
 /**
  * RunEvent is one event in a run's history. Events are stored, so they can be
@@ -1090,6 +1222,16 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
      */
     value: TaskHedged;
     case: "taskHedged";
+  } | {
+    /**
+     * The run was continued with more budget (ContinueRun). A run that
+     * had ended runs again: this event follows its RunFinished, and a
+     * second RunFinished ends the continuation (docs/budget.md#continue).
+     *
+     * @generated from field: fanout.v1.RunContinued run_continued = 23;
+     */
+    value: RunContinued;
+    case: "runContinued";
   } | { case: undefined; value?: undefined };
 };
 
@@ -1098,7 +1240,78 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 13);
+  messageDesc(file_fanout_v1_run, 15);
+
+/**
+ * RunContinued reports a ContinueRun: tokens added to the run's budget
+ * and, for a run that had ended, the tasks admitted again.
+ *
+ * @generated from message fanout.v1.RunContinued
+ */
+export type RunContinued = Message<"fanout.v1.RunContinued"> & {
+  /**
+   * 1 for the run's first continuation.
+   *
+   * @generated from field: int32 continuation = 1;
+   */
+  continuation: number;
+
+  /**
+   * The tokens added.
+   *
+   * @generated from field: int64 added_tokens = 2;
+   */
+  addedTokens: bigint;
+
+  /**
+   * The run's budget after the addition.
+   *
+   * @generated from field: int64 limit_tokens = 3;
+   */
+  limitTokens: bigint;
+
+  /**
+   * What the run had spent when it was continued.
+   *
+   * @generated from field: int64 spent_before = 4;
+   */
+  spentBefore: bigint;
+
+  /**
+   * Whether the run had ended and runs again (false: a top-up of a run
+   * still running).
+   *
+   * @generated from field: bool reopened = 5;
+   */
+  reopened: boolean;
+
+  /**
+   * The tasks admitted again (NOT_STARTED, and the tasks SKIPPED for
+   * them), in dispatch order.
+   *
+   * @generated from field: repeated string task_ids = 6;
+   */
+  taskIds: string[];
+
+  /**
+   * Who continued it (key:ID) and why.
+   *
+   * @generated from field: string actor = 7;
+   */
+  actor: string;
+
+  /**
+   * @generated from field: string reason = 8;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message fanout.v1.RunContinued.
+ * Use `create(RunContinuedSchema)` to create a new message.
+ */
+export const RunContinuedSchema: GenMessage<RunContinued> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 16);
 
 /**
  * ConcurrencyChosen reports how many of a run's tasks may run at once, and
@@ -1221,7 +1434,7 @@ export type ConcurrencyChosen = Message<"fanout.v1.ConcurrencyChosen"> & {
  * Use `create(ConcurrencyChosenSchema)` to create a new message.
  */
 export const ConcurrencyChosenSchema: GenMessage<ConcurrencyChosen> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 14);
+  messageDesc(file_fanout_v1_run, 17);
 
 /**
  * TaskHedged reports that a second attempt of a task started while its
@@ -1273,7 +1486,7 @@ export type TaskHedged = Message<"fanout.v1.TaskHedged"> & {
  * Use `create(TaskHedgedSchema)` to create a new message.
  */
 export const TaskHedgedSchema: GenMessage<TaskHedged> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 15);
+  messageDesc(file_fanout_v1_run, 18);
 
 /**
  * RunAdopted reports that the orchestrator driving the run was lost (its
@@ -1325,7 +1538,7 @@ export type RunAdopted = Message<"fanout.v1.RunAdopted"> & {
  * Use `create(RunAdoptedSchema)` to create a new message.
  */
 export const RunAdoptedSchema: GenMessage<RunAdopted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 16);
+  messageDesc(file_fanout_v1_run, 19);
 
 /**
  * ApprovalRequested reports that a task's write waits for a person's
@@ -1379,7 +1592,7 @@ export type ApprovalRequested = Message<"fanout.v1.ApprovalRequested"> & {
  * Use `create(ApprovalRequestedSchema)` to create a new message.
  */
 export const ApprovalRequestedSchema: GenMessage<ApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 17);
+  messageDesc(file_fanout_v1_run, 20);
 
 /**
  * ApprovalDecided reports a decision on a write that waited for approval.
@@ -1443,7 +1656,7 @@ export type ApprovalDecided = Message<"fanout.v1.ApprovalDecided"> & {
  * Use `create(ApprovalDecidedSchema)` to create a new message.
  */
 export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 18);
+  messageDesc(file_fanout_v1_run, 21);
 
 /**
  * RunStarted reports that a run was accepted.
@@ -1465,7 +1678,7 @@ export type RunStarted = Message<"fanout.v1.RunStarted"> & {
  * Use `create(RunStartedSchema)` to create a new message.
  */
 export const RunStartedSchema: GenMessage<RunStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 19);
+  messageDesc(file_fanout_v1_run, 22);
 
 /**
  * TaskQueued reports that a task is waiting for a concurrency slot (its
@@ -1494,7 +1707,7 @@ export type TaskQueued = Message<"fanout.v1.TaskQueued"> & {
  * Use `create(TaskQueuedSchema)` to create a new message.
  */
 export const TaskQueuedSchema: GenMessage<TaskQueued> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 20);
+  messageDesc(file_fanout_v1_run, 23);
 
 /**
  * TaskStarted reports that a worker started a task.
@@ -1530,7 +1743,7 @@ export type TaskStarted = Message<"fanout.v1.TaskStarted"> & {
  * Use `create(TaskStartedSchema)` to create a new message.
  */
 export const TaskStartedSchema: GenMessage<TaskStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 21);
+  messageDesc(file_fanout_v1_run, 24);
 
 /**
  * TaskIteration reports progress of a running task.
@@ -1565,6 +1778,14 @@ export type TaskIteration = Message<"fanout.v1.TaskIteration"> & {
    * @generated from field: int32 tool_calls = 4;
    */
   toolCalls: number;
+
+  /**
+   * Of those, read calls answered from the tenant's result cache
+   * (RunSpec.cache.tools).
+   *
+   * @generated from field: int32 cached_tool_calls = 5;
+   */
+  cachedToolCalls: number;
 };
 
 /**
@@ -1572,7 +1793,7 @@ export type TaskIteration = Message<"fanout.v1.TaskIteration"> & {
  * Use `create(TaskIterationSchema)` to create a new message.
  */
 export const TaskIterationSchema: GenMessage<TaskIteration> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 22);
+  messageDesc(file_fanout_v1_run, 25);
 
 /**
  * TaskFinished reports that a task ended.
@@ -1593,7 +1814,7 @@ export type TaskFinished = Message<"fanout.v1.TaskFinished"> & {
  * Use `create(TaskFinishedSchema)` to create a new message.
  */
 export const TaskFinishedSchema: GenMessage<TaskFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 23);
+  messageDesc(file_fanout_v1_run, 26);
 
 /**
  * BudgetUpdate reports the run's budget.
@@ -1614,7 +1835,7 @@ export type BudgetUpdate = Message<"fanout.v1.BudgetUpdate"> & {
  * Use `create(BudgetUpdateSchema)` to create a new message.
  */
 export const BudgetUpdateSchema: GenMessage<BudgetUpdate> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 24);
+  messageDesc(file_fanout_v1_run, 27);
 
 /**
  * BudgetExhausted marks the moment the run's budget ran out. It is sent
@@ -1647,7 +1868,7 @@ export type BudgetExhausted = Message<"fanout.v1.BudgetExhausted"> & {
  * Use `create(BudgetExhaustedSchema)` to create a new message.
  */
 export const BudgetExhaustedSchema: GenMessage<BudgetExhausted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 25);
+  messageDesc(file_fanout_v1_run, 28);
 
 /**
  * RunFinished reports that a run ended.
@@ -1683,7 +1904,7 @@ export type RunFinished = Message<"fanout.v1.RunFinished"> & {
  * Use `create(RunFinishedSchema)` to create a new message.
  */
 export const RunFinishedSchema: GenMessage<RunFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 26);
+  messageDesc(file_fanout_v1_run, 29);
 
 /**
  * ExhaustionPolicy says what happens to a run's in-flight work when its
