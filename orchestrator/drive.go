@@ -214,6 +214,9 @@ func (d *driver) startReady(runCtx context.Context) {
 			case hold:
 				return // a task in flight ends first
 			case refuse:
+				if d.fc.setLimit(d.p, d.ledgerLimit()) {
+					continue // a continuation raised the run's limit: admit it again
+				}
 				d.sched.Next()
 				d.refused++
 				d.announceExhaustion(runCtx, nil) // the budget cannot pay for every task

@@ -167,6 +167,7 @@ const exhaustionPage = 500
 // reads the log once, when an adopted run runs out; if the log cannot be
 // read it reports false (a second mark rather than none).
 func (d *driver) exhaustionLogged(ctx context.Context) bool {
+	logged := false
 	for after := int64(0); ; {
 		evs, err := d.e.store.Events(ctx, d.p.tenantID, d.runID, after, exhaustionPage)
 		if err != nil {
@@ -174,12 +175,15 @@ func (d *driver) exhaustionLogged(ctx context.Context) bool {
 			return false
 		}
 		for _, ev := range evs {
-			if ev.GetBudgetExhausted() != nil {
-				return true
+			switch {
+			case ev.GetBudgetExhausted() != nil:
+				logged = true
+			case ev.GetRunContinued().GetReopened():
+				logged = false // that one marked an earlier end (docs/budget.md#continue)
 			}
 		}
 		if len(evs) < exhaustionPage {
-			return false
+			return logged
 		}
 		after = evs[len(evs)-1].GetSequence()
 	}

@@ -54,6 +54,7 @@ import (
 // has answered (when a forecast is only a cap), one more call.
 type forecaster struct {
 	mu       sync.Mutex
+	limit    int64   // the run's budget
 	budget   int64   // what the tasks may claim (claimable)
 	held     int64   // what the run holds for its synthesis
 	caps     []int64 // caps[i]: task i's token_budget, 0 if none
@@ -90,7 +91,7 @@ type inFlight struct {
 
 func newForecaster(p *plan, limit, held int64) *forecaster {
 	tasks := p.spec.GetTasks()
-	f := &forecaster{held: held, caps: make([]int64, len(tasks)), min: p.minReservation, flight: map[int]*inFlight{}}
+	f := &forecaster{limit: limit, held: held, caps: make([]int64, len(tasks)), min: p.minReservation, flight: map[int]*inFlight{}}
 	for i, t := range tasks {
 		f.caps[i] = t.GetTokenBudget()
 	}
@@ -108,6 +109,21 @@ func newForecaster(p *plan, limit, held int64) *forecaster {
 		f.useful[i] = usefulCost(int64(len(t.GetInstruction())+len(p.spec.GetGoal())), out)
 	}
 	return f
+}
+
+// setLimit makes limit the run's budget when it is more than the one the
+// forecaster plans with (a continuation raised it; docs/budget.md#continue),
+// and reports whether it was.
+func (f *forecaster) setLimit(p *plan, limit int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if limit <= f.limit {
+		return false
+	}
+	f.limit = limit
+	f.budget = claimable(f.caps, limit, f.held, p.minReservation)
+	f.share = f.budget / int64(max(1, len(f.caps)))
+	return true
 }
 
 // usefulCost is what pays for a task's first useful iteration and a final

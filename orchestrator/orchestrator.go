@@ -24,6 +24,7 @@ import (
 // Unknown runs and tasks are reported as runs.ErrNotFound.
 type RunStore interface {
 	RunOpener
+	RunContinuer
 	RunReader
 	TaskWriter
 	RunEnder
@@ -49,6 +50,16 @@ type RunOpener interface {
 	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, tools []runs.ToolPolicy,
 		begin []string, queued []*fanoutv1.RunEvent) (
 		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
+}
+
+// RunContinuer continues runs (docs/budget.md#continue).
+type RunContinuer interface {
+	// ContinueRun records a continuation: the ledger's entries, the
+	// continuation's row, a reopened run's rows (RUNNING, owned by c.Owner,
+	// its tasks c.Tasks PENDING) and its RunContinued event, in one write;
+	// a retry with its key returns the first one's record (Replay). A
+	// refusal writes nothing and is a *runs.ContinueError.
+	ContinueRun(ctx context.Context, c runs.Continue) (runs.Continued, error)
 }
 
 // RunReader reads runs and their tasks.

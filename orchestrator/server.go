@@ -378,7 +378,10 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var ve budget.ValidationErrors // the request's; a ledger's own *budget.ValidationError is a bug (Internal)
 	var slow *SlowReaderError
 	var quota *tenant.QuotaError
+	var refused *runs.ContinueError
 	switch {
+	case errors.As(err, &refused):
+		return continueStatus(refused)
 	case errors.Is(err, errNoToolCallStore), errors.Is(err, errNoSpendReader):
 		return status.Error(codes.Unimplemented, err.Error())
 	case errors.As(err, &quota):

@@ -494,7 +494,9 @@ func (s *watchSender) close() { close(s.pages) }
 
 // Watch sends the run's events with sequence > after in order — stored
 // history, then new events as they are stored, by this node or any other —
-// until it has sent RunFinished (then it returns nil), send fails, or ctx
+// until it has sent a RunFinished that is the last event it knows of (then
+// it returns nil; a continued run has one RunFinished per end), send
+// fails, or ctx
 // ends. A run whose state is final but whose RunFinished is missing from
 // the log (ended by an older version, or by hand) ends the stream with a
 // RunFinished rebuilt from the run (sequence 0). Returns runs.ErrNotFound
@@ -534,7 +536,10 @@ func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 				return err
 			}
 			after = evs[len(evs)-1].GetSequence()
-			if evs[len(evs)-1].GetRunFinished() != nil {
+			if evs[len(evs)-1].GetRunFinished() != nil && head.Sequence <= after {
+				// The run's end, with nothing after it: a continuation
+				// that reopens the run later is seen by a new watch
+				// (docs/budget.md#continue).
 				return nil
 			}
 		}
@@ -584,9 +589,10 @@ func (e *Engine) awaitPage(ctx context.Context, runID string, sender *watchSende
 }
 
 // newer returns the later of two reads of a run's head: a run's log only
-// grows and its state only moves from RUNNING to final.
+// grows, and its state changes only with an event (a run's end appends its
+// RunFinished, its continuation its RunContinued, in the same write).
 func newer(a, b runs.Head) runs.Head {
-	if b.Sequence > a.Sequence || (b.Final() && !a.Final()) {
+	if b.Sequence > a.Sequence || (b.Sequence == a.Sequence && b.Final() && !a.Final()) {
 		return b
 	}
 	return a

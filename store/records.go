@@ -491,6 +491,11 @@ type runRecord struct {
 
 	// Set by GetRun only (Run.concurrency), never stored with a run.
 	Concurrency *concurrencyChosenRecord `json:"concurrency,omitempty"`
+
+	// A continued run's (docs/budget.md#continue).
+	Continuations int32          `json:"continuations,omitempty"`
+	AddedTokens   int64JSON      `json:"added_tokens,omitzero"`
+	ContinuedAt   *timestampJSON `json:"continued_at,omitempty"`
 }
 
 func runRecordOf(m *fanoutv1.Run) *runRecord {
@@ -502,7 +507,9 @@ func runRecordOf(m *fanoutv1.Run) *runRecord {
 		Budget: snapshotRecordOf(m.GetBudget()), Tasks: each(m.GetTasks(), outcomeRecordOf),
 		Result: resultRecordOf(m.GetResult()), TaskCount: m.GetTaskCount(), TasksNextPageToken: m.GetTasksNextPageToken(),
 		SpecCut: m.GetSpecCut(), CreatedAt: timestampOf(m.GetCreatedAt()),
-		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels(), Concurrency: concurrencyRecordOf(m.GetConcurrency())}
+		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels(), Concurrency: concurrencyRecordOf(m.GetConcurrency()),
+		Continuations: m.GetContinuations(), AddedTokens: int64JSON(m.GetAddedTokens()),
+		ContinuedAt: timestampOf(m.GetContinuedAt())}
 }
 
 func (r *runRecord) proto() *fanoutv1.Run {
@@ -513,7 +520,8 @@ func (r *runRecord) proto() *fanoutv1.Run {
 		State: fanoutv1.RunState(r.State), CancelCause: r.CancelCause, Spec: r.Spec.proto(), Budget: r.Budget.proto(),
 		Tasks: each(r.Tasks, (*outcomeRecord).proto), Result: r.Result.proto(), TaskCount: r.TaskCount,
 		TasksNextPageToken: r.TasksNextPageToken, SpecCut: r.SpecCut, CreatedAt: r.CreatedAt.proto(),
-		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels, Concurrency: r.Concurrency.proto()}
+		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels, Concurrency: r.Concurrency.proto(),
+		Continuations: r.Continuations, AddedTokens: int64(r.AddedTokens), ContinuedAt: r.ContinuedAt.proto()}
 }
 
 // eventRecord is a fanout.v1.RunEvent: run_event.event (stored without its
@@ -536,6 +544,7 @@ type eventRecord struct {
 	ApprovalDecided   *approvalDecidedRecord   `json:"approval_decided,omitempty"`
 	ConcurrencyChosen *concurrencyChosenRecord `json:"concurrency_chosen,omitempty"`
 	TaskHedged        *taskHedgedRecord        `json:"task_hedged,omitempty"`
+	RunContinued      *runContinuedRecord      `json:"run_continued,omitempty"`
 }
 
 // The members of an event; each is its API message of the same name, but
@@ -589,6 +598,16 @@ type (
 		After     *durationJSON `json:"after,omitempty"`
 		Threshold *durationJSON `json:"threshold,omitempty"`
 		Reason    string        `json:"reason,omitempty"`
+	}
+	runContinuedRecord struct {
+		Continuation int32     `json:"continuation,omitempty"`
+		AddedTokens  int64JSON `json:"added_tokens,omitzero"`
+		LimitTokens  int64JSON `json:"limit_tokens,omitzero"`
+		SpentBefore  int64JSON `json:"spent_before,omitzero"`
+		Reopened     bool      `json:"reopened,omitempty"`
+		TaskIDs      []string  `json:"task_ids,omitempty"`
+		Actor        string    `json:"actor,omitempty"`
+		Reason       string    `json:"reason,omitempty"`
 	}
 	approvalDecidedRecord struct {
 		CallID    string         `json:"call_id,omitempty"`
@@ -667,6 +686,11 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 		h := e.TaskHedged
 		r.TaskHedged = &taskHedgedRecord{TaskID: h.GetTaskId(), Worker: h.GetWorker(), After: durationOf(h.GetAfter()),
 			Threshold: durationOf(h.GetThreshold()), Reason: h.GetReason()}
+	case *fanoutv1.RunEvent_RunContinued:
+		c := e.RunContinued
+		r.RunContinued = &runContinuedRecord{Continuation: c.GetContinuation(), AddedTokens: int64JSON(c.GetAddedTokens()),
+			LimitTokens: int64JSON(c.GetLimitTokens()), SpentBefore: int64JSON(c.GetSpentBefore()),
+			Reopened: c.GetReopened(), TaskIDs: c.GetTaskIds(), Actor: c.GetActor(), Reason: c.GetReason()}
 	}
 	return r
 }
@@ -676,7 +700,7 @@ func (r *eventRecord) set() bool {
 	return r.RunStarted != nil || r.TaskQueued != nil || r.TaskStarted != nil || r.TaskIteration != nil ||
 		r.TaskFinished != nil || r.BudgetUpdate != nil || r.BudgetExhausted != nil || r.RunFinished != nil ||
 		r.RunAdopted != nil || r.ApprovalRequested != nil || r.ApprovalDecided != nil || r.ConcurrencyChosen != nil ||
-		r.TaskHedged != nil
+		r.TaskHedged != nil || r.RunContinued != nil
 }
 
 func (r *eventRecord) proto() *fanoutv1.RunEvent {
@@ -729,6 +753,11 @@ func (r *eventRecord) proto() *fanoutv1.RunEvent {
 		h := r.TaskHedged
 		m.Event = &fanoutv1.RunEvent_TaskHedged{TaskHedged: &fanoutv1.TaskHedged{TaskId: h.TaskID, Worker: h.Worker,
 			After: h.After.proto(), Threshold: h.Threshold.proto(), Reason: h.Reason}}
+	case r.RunContinued != nil:
+		c := r.RunContinued
+		m.Event = &fanoutv1.RunEvent_RunContinued{RunContinued: &fanoutv1.RunContinued{Continuation: c.Continuation,
+			AddedTokens: int64(c.AddedTokens), LimitTokens: int64(c.LimitTokens), SpentBefore: int64(c.SpentBefore),
+			Reopened: c.Reopened, TaskIds: c.TaskIDs, Actor: c.Actor, Reason: c.Reason}}
 	}
 	return m
 }

@@ -245,7 +245,21 @@ func (s *Runs) readRun(ctx context.Context, read func(context.Context) (runRow, 
 		if err != nil {
 			return nil, err
 		}
-		return r.run(tasks[r.RunID])
+		run, err := r.run(tasks[r.RunID])
+		if err != nil {
+			return nil, err
+		}
+		// Its continuations (docs/budget.md#continue), counted apart: the
+		// run's row does not change when one only tops it up.
+		var at *time.Time
+		err = s.pool.QueryRow(ctx, `SELECT count(*)::int, coalesce(sum(added_tokens), 0)::bigint,
+			       (SELECT continued_at FROM run WHERE run_id = $1)
+			  FROM run_continuation WHERE run_id = $1`, r.RunID).Scan(&run.Continuations, &run.AddedTokens, &at)
+		if err != nil {
+			return nil, fmt.Errorf("read the continuations of run %s: %w", r.RunID, err)
+		}
+		run.ContinuedAt = timestamp(at)
+		return run, nil
 	})
 }
 

@@ -1873,6 +1873,9 @@ type Run struct {
 	// budget is their sum (budget.limit_tokens).
 	Continuations int32 `protobuf:"varint,19,opt,name=continuations,proto3" json:"continuations,omitempty"`
 	AddedTokens   int64 `protobuf:"varint,22,opt,name=added_tokens,json=addedTokens,proto3" json:"added_tokens,omitempty"`
+	// When the run last reopened (a ContinueRun of a run that had ended);
+	// unset if it never did. Its run timeout counts from then.
+	ContinuedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=continued_at,json=continuedAt,proto3" json:"continued_at,omitempty"`
 	// When the run was accepted (Postgres time).
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the run ended (Postgres time). Unset while RUNNING, also while a
@@ -2024,6 +2027,13 @@ func (x *Run) GetAddedTokens() int64 {
 		return x.AddedTokens
 	}
 	return 0
+}
+
+func (x *Run) GetContinuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ContinuedAt
+	}
+	return nil
 }
 
 func (x *Run) GetCreatedAt() *timestamppb.Timestamp {
@@ -3608,7 +3618,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x15facts_next_page_token\x18\a \x01(\tR\x12factsNextPageToken\x12\x1d\n" +
 	"\n" +
 	"task_count\x18\b \x01(\x05R\ttaskCount\x121\n" +
-	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xe8\x06\n" +
+	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xa7\a\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -3628,7 +3638,8 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\vforked_from\x18\x12 \x01(\tR\n" +
 	"forkedFrom\x12$\n" +
 	"\rcontinuations\x18\x13 \x01(\x05R\rcontinuations\x12!\n" +
-	"\fadded_tokens\x18\x16 \x01(\x03R\vaddedTokens\x129\n" +
+	"\fadded_tokens\x18\x16 \x01(\x03R\vaddedTokens\x12=\n" +
+	"\fcontinued_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\vcontinuedAt\x129\n" +
 	"\n" +
 	"created_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vfinished_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -3872,39 +3883,40 @@ var file_fanout_v1_run_proto_depIdxs = []int32{
 	15, // 30: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
 	19, // 31: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
 	23, // 32: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
-	39, // 33: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	39, // 34: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 35: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	39, // 36: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	28, // 37: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	29, // 38: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	30, // 39: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	31, // 40: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	32, // 41: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	33, // 42: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	34, // 43: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	35, // 44: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
-	25, // 45: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
-	26, // 46: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
-	27, // 47: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
-	23, // 48: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
-	24, // 49: fanout.v1.RunEvent.task_hedged:type_name -> fanout.v1.TaskHedged
-	22, // 50: fanout.v1.RunEvent.run_continued:type_name -> fanout.v1.RunContinued
-	38, // 51: fanout.v1.TaskHedged.after:type_name -> google.protobuf.Duration
-	38, // 52: fanout.v1.TaskHedged.threshold:type_name -> google.protobuf.Duration
-	39, // 53: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	39, // 54: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
-	20, // 55: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	15, // 56: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	18, // 57: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	18, // 58: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	4,  // 59: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	19, // 60: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	61, // [61:61] is the sub-list for method output_type
-	61, // [61:61] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	39, // 33: fanout.v1.Run.continued_at:type_name -> google.protobuf.Timestamp
+	39, // 34: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	39, // 35: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	37, // 36: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	39, // 37: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	28, // 38: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	29, // 39: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	30, // 40: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	31, // 41: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	32, // 42: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	33, // 43: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	34, // 44: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	35, // 45: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	25, // 46: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
+	26, // 47: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
+	27, // 48: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
+	23, // 49: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
+	24, // 50: fanout.v1.RunEvent.task_hedged:type_name -> fanout.v1.TaskHedged
+	22, // 51: fanout.v1.RunEvent.run_continued:type_name -> fanout.v1.RunContinued
+	38, // 52: fanout.v1.TaskHedged.after:type_name -> google.protobuf.Duration
+	38, // 53: fanout.v1.TaskHedged.threshold:type_name -> google.protobuf.Duration
+	39, // 54: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	39, // 55: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
+	20, // 56: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	15, // 57: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	18, // 58: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	18, // 59: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	4,  // 60: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	19, // 61: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }

@@ -30,7 +30,7 @@ type Account struct {
 	Spent int64
 	// Run and tenant accounts: exhausted once available is below it (a tenant below it grants nothing to any of its runs); a task account's is not used.
 	MinReservation int64
-	// open, exhausted, cancelled or closed (docs/ledger.md#account-states); closed is terminal and nothing returns to open.
+	// open, exhausted, cancelled or closed (docs/ledger.md#account-states); closed is terminal but for a continuation (ledger_continue_run), which reopens a run that ended BUDGET_EXHAUSTED.
 	State string
 	// Why the account left open, in words (for example "tenant budget exhausted").
 	Cause     string
@@ -155,7 +155,7 @@ type LedgerEntry struct {
 	AccountID     int64
 	Chain         []int64
 	ReservationID *int64
-	// open, hold, reserve, settle, void, expire, release, period, adjust, exhaust, cancel or close.
+	// open, hold, reserve, settle, void, expire, release, period, adjust, exhaust, cancel, close, carve, return, continue or reopen.
 	Kind string
 	// Change of limit_tokens on every account of chain.
 	DeltaLimit int64
@@ -323,6 +323,39 @@ type Run struct {
 	Adoptions int32
 	// The run's whole tasks were added to its tenant's prior (task_prior): never twice (docs/budget.md#priors).
 	PriorAdded bool
+}
+
+// One row per ContinueRun of a run, written by ledger_continue_run with its ledger entries, never updated (docs/budget.md#continue).
+type RunContinuation struct {
+	RunID          string
+	Seq            int32
+	TenantID       string
+	IdempotencyKey string
+	AddedTokens    int64
+	LimitAfter     int64
+	// What the run had spent (its slices' unposted spend included) when it was continued.
+	SpentBefore int64
+	Reopened    bool
+	// The tasks admitted again (NOT_STARTED, and SKIPPED for them) when the run reopened.
+	TaskIds   []string
+	Actor     string
+	Reason    string
+	CreatedAt time.Time
+}
+
+type RunContinuations struct {
+	TenantID          string
+	RunID             string
+	Continuation      int32
+	AddedTokens       int64
+	LimitTokens       int64
+	SpentBeforeTokens int64
+	SpentTokens       int32
+	Reopened          bool
+	TaskIds           []string
+	Actor             string
+	Reason            string
+	CreatedAt         time.Time
 }
 
 type RunEvent struct {

@@ -1,0 +1,210 @@
+package orchestrator_test
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fanout/fanout/orchestrator"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+)
+
+// checkEnds checks the invariants of a continued run's history, one end at
+// a time (docs/budget.md#continue): each end is a RunFinished, the first
+// after RunStarted, each later one after a RunContinued that reopened the
+// run; each end that was BUDGET_EXHAUSTED has one BudgetExhausted of its
+// own before it. It returns the RunFinished events in order.
+func checkEnds(t *testing.T, evs []*fanoutv1.RunEvent) []*fanoutv1.RunFinished {
+	t.Helper()
+	for i, ev := range evs {
+		if ev.GetSequence() != int64(i+1) {
+			t.Fatalf("event %d has sequence %d", i, ev.GetSequence())
+		}
+	}
+	if len(evs) == 0 || evs[0].GetRunStarted() == nil {
+		t.Fatal("the first event is not RunStarted")
+	}
+	var ends []*fanoutv1.RunFinished
+	marks, open := 0, true
+	for _, ev := range evs {
+		switch {
+		case ev.GetBudgetExhausted() != nil:
+			if !open {
+				t.Errorf("event %d: BudgetExhausted after the run ended", ev.GetSequence())
+			}
+			marks++
+		case ev.GetRunContinued().GetReopened():
+			if open {
+				t.Errorf("event %d: a RunContinued reopens a run that had not ended", ev.GetSequence())
+			}
+			open, marks = true, 0
+		case ev.GetRunFinished() != nil:
+			fin := ev.GetRunFinished()
+			if !open {
+				t.Errorf("event %d: a second RunFinished without a RunContinued between", ev.GetSequence())
+			}
+			if want := 0; fin.GetState() == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+				want = 1
+				if marks != want {
+					t.Errorf("end %d (event %d) is BUDGET_EXHAUSTED with %d BudgetExhausted events; want one per end",
+						len(ends)+1, ev.GetSequence(), marks)
+				}
+			} else if marks > 1 {
+				t.Errorf("end %d has %d BudgetExhausted events", len(ends)+1, marks)
+			}
+			ends = append(ends, fin)
+			open = false
+		case open:
+		default:
+			t.Errorf("event %d (%T) after the run ended, before a RunContinued", ev.GetSequence(), ev.GetEvent())
+		}
+	}
+	if open {
+		t.Fatalf("the run's history does not end with a RunFinished (%d ends)", len(ends))
+	}
+	return ends
+}
+
+// TestContinueExhaustedRunTwice (docs/budget.md#continue): a demo-sized
+// run under admission by forecast ends BUDGET_EXHAUSTED with tasks
+// NOT_STARTED; continued once it runs some and exhausts again; continued a
+// second time it ends with every task SUCCEEDED. No task succeeds twice
+// or is dispatched after it ended, the ledger is conserved and never
+// overspent, and the run_continuations view itemises each
+// continuation's spend.
+func TestContinueExhaustedRunTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var workers []string
+	for i := range 3 {
+		w, _ := b.worker(t, fmt.Sprintf("worker-%d", i+1), demoSim, 64)
+		workers = append(workers, w)
+	}
+	n := b.orchestrator(t, "o", orchestrator.Config{}, workers...)
+	s := demoSpec(t, "continued", 6_000, fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST)
+	evs := runStream(t, n.client, s)
+	runID := evs[0].GetRunId()
+	if fin := checkEvents(t, evs); fin.GetState() != fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+		t.Fatalf("run ended %s, want BUDGET_EXHAUSTED", fin.GetState())
+	}
+	first := tally(evs)
+	if first[fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED] == 0 {
+		t.Fatal("no task NOT_STARTED: nothing to continue")
+	}
+	t.Logf("first end: %v", first)
+
+	cont := func(key string, add int64) *fanoutv1.ContinueRunResponse {
+		t.Helper()
+		res, err := n.client.ContinueRun(t.Context(), &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: add,
+			IdempotencyKey: key, Reason: "more"})
+		if err != nil {
+			t.Fatalf("ContinueRun %s: %v", key, err)
+		}
+		if !res.GetContinuation().GetReopened() {
+			t.Fatalf("ContinueRun %s did not reopen the ended run: %v", key, res.GetContinuation())
+		}
+		return res
+	}
+	c1 := cont("c1", 3_000)
+	evs = watchAll(t, n.client, runID)
+	ends := checkEnds(t, evs)
+	t.Logf("after c1 (%v): ends %d, tasks %v", c1.GetContinuation(), len(ends), tally(evs))
+	c2 := cont("c2", 20_000)
+	if replay, err := n.client.ContinueRun(t.Context(), &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 20_000,
+		IdempotencyKey: "c2"}); err != nil || replay.GetContinuation().GetContinuation() != c2.GetContinuation().GetContinuation() {
+		t.Errorf("a retry of c2: %v, %v; want c2's continuation again", replay.GetContinuation(), err)
+	}
+	evs = watchAll(t, n.client, runID)
+	ends = checkEnds(t, evs)
+	last := ends[len(ends)-1]
+	if last.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("after two continuations the run ended %s (%q), want SUCCEEDED", last.GetState(), last.GetCancelCause())
+	}
+	run, err := n.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range run.GetRun().GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			t.Errorf("task %s ended %s, want SUCCEEDED", o.GetTaskId(), o.GetStatus())
+		}
+	}
+	if got, want := run.GetRun().GetBudget().GetLimitTokens(), int64(6_000+3_000+20_000); got != want {
+		t.Errorf("run limit %d, want %d", got, want)
+	}
+	// No task ran after it succeeded: one SUCCEEDED TaskFinished each.
+	succeeded := map[string]int{}
+	for _, ev := range evs {
+		if o := ev.GetTaskFinished().GetOutcome(); o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			succeeded[o.GetTaskId()]++
+		}
+	}
+	for id, k := range succeeded {
+		if k != 1 {
+			t.Errorf("task %s SUCCEEDED %d times", id, k)
+		}
+	}
+	b.checkLedger(t)
+	b.checkRunJournal(t, runID)
+	// The audit view: one row per continuation, whose spends and the
+	// first end's add up to the run's.
+	var rows int
+	var spent, total int64
+	if err := b.pool.QueryRow(t.Context(), `SELECT count(*), coalesce(sum(spent_tokens), 0)::bigint,
+		       (SELECT spent FROM account WHERE run_id = $1 AND kind = 'run')
+		  FROM run_continuations WHERE run_id = $1`, runID).Scan(&rows, &spent, &total); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 || spent+c1.GetContinuation().GetSpentBefore() != total {
+		t.Errorf("run_continuations: %d rows spending %d after %d before the first; the run spent %d: want 2 rows adding up",
+			rows, spent, c1.GetContinuation().GetSpentBefore(), total)
+	}
+	t.Logf("spent %d before, %d in 2 continuations, %d in all", c1.GetContinuation().GetSpentBefore(), spent, total)
+}
+
+// tally counts the tasks' last outcomes in a history.
+func tally(evs []*fanoutv1.RunEvent) map[fanoutv1.TaskStatus]int {
+	last := map[string]fanoutv1.TaskStatus{}
+	for _, ev := range evs {
+		if o := ev.GetTaskFinished().GetOutcome(); o != nil {
+			last[o.GetTaskId()] = o.GetStatus()
+		}
+	}
+	out := map[fanoutv1.TaskStatus]int{}
+	for _, s := range last {
+		out[s]++
+	}
+	return out
+}
+
+// TestContinueRefusals: a continuation the ledger cannot make writes
+// nothing and says why, naming the field.
+func TestContinueRefusals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w", demoSim, 16)
+	n := b.orchestrator(t, "o", orchestrator.Config{}, w)
+	evs := runStream(t, n.client, spec("refusals", 2, 200_000))
+	runID := evs[0].GetRunId()
+	for _, c := range []struct {
+		name string
+		req  *fanoutv1.ContinueRunRequest
+		code codes.Code
+	}{
+		{"no key", &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 10}, codes.InvalidArgument},
+		{"zero", &fanoutv1.ContinueRunRequest{RunId: runID, IdempotencyKey: "k"}, codes.InvalidArgument},
+		{"unknown", &fanoutv1.ContinueRunRequest{RunId: "nope", AddTokens: 10, IdempotencyKey: "k"}, codes.NotFound},
+		{"succeeded", &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 10, IdempotencyKey: "k"}, codes.FailedPrecondition},
+	} {
+		_, err := n.client.ContinueRun(t.Context(), c.req)
+		if status.Code(err) != c.code {
+			t.Errorf("%s: %v, want %s", c.name, err, c.code)
+		}
+	}
+	var k int
+	if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM run_continuation`).Scan(&k); err != nil || k != 0 {
+		t.Errorf("%d continuations recorded (%v), want none", k, err)
+	}
+}
