@@ -78,4 +78,3 @@ func continueStatus(refused *runs.ContinueError) error {
 	return withDetails(code, refused.Error(), &errdetails.PreconditionFailure{
 		Violations: []*errdetails.PreconditionFailure_Violation{{Type: kind, Subject: "run", Description: refused.Error()}}})
 }
-
