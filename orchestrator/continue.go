@@ -24,7 +24,7 @@ import (
 // plan, the ended tasks replayed through the scheduler, the others
 // dispatched as new attempts. A run still running is topped up: its owner
 // reads the larger limit when its forecast would otherwise leave a task
-// NOT_STARTED (driver.raiseLimit).
+// NOT_STARTED (driver.ledgerLimit).
 
 // maxContinueWait bounds how long a ContinueRun of a run that is ending
 // (its budget exhausted, its tasks draining) waits for its end before it
@@ -84,12 +84,6 @@ func (e *Engine) Continue(ctx context.Context, c ContinueParams) (*fanoutv1.Run,
 		}
 	} else if !done.Replay {
 		e.wake(c.RunID)
-		e.mu.Lock()
-		ar := e.active[c.RunID]
-		e.mu.Unlock()
-		if ar != nil && ar.raise != nil {
-			ar.raise() // the driver here reads its new limit at once
-		}
 	}
 	out, err := e.Get(wctx, c.TenantID, c.RunID)
 	return out, done.Continuation, nil, err
@@ -255,7 +249,6 @@ func (e *Engine) driveContinued(ctx context.Context, runID string, p *plan, done
 		"tasks", len(p.spec.GetTasks()), "admitted_again", len(unfinished))
 	d := newDriver(e, p, runID, accounts, ar, span)
 	d.epoch = done.Epoch
-	ar.raise = d.raiseLimit
 	d.restore(run.GetTasks(), unfinished)
 	d.resumed = nil // its ended tasks are its own: this is no adoption
 	go func() {
@@ -263,14 +256,6 @@ func (e *Engine) driveContinued(ctx context.Context, runID string, p *plan, done
 		d.drive(runCtx, cancelRun)
 	}()
 	return nil
-}
-
-// raiseLimit lets the forecast admit against the run's limit as the ledger
-// has it now: a continuation topped the run up on this node.
-func (d *driver) raiseLimit() {
-	if d.fc != nil {
-		d.fc.setLimit(d.p, d.ledgerLimit())
-	}
 }
 
 // ledgerLimit is the run's limit as the ledger has it, 0 when it cannot be

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -207,4 +208,43 @@ func TestContinueRefusals(t *testing.T) {
 	if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM run_continuation`).Scan(&k); err != nil || k != 0 {
 		t.Errorf("%d continuations recorded (%v), want none", k, err)
 	}
+}
+
+// TestTopUpOfARunningRun (docs/budget.md#continue): a run continued while
+// it runs is topped up: its forecast admits against the larger limit when
+// it would have declined a task, so it ends once, SUCCEEDED, with no
+// BudgetExhausted and one RunContinued that did not reopen it.
+func TestTopUpOfARunningRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	slow := demoSim
+	slow.Latency = 500 * time.Millisecond // a task takes 1.5 s: the top-up lands before the first decline
+	w, _ := b.worker(t, "w", slow, 64)
+	n := b.orchestrator(t, "o", orchestrator.Config{}, w)
+	started, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{
+		Spec: demoSpec(t, "topped-up", 6_000, fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.client.ContinueRun(t.Context(), &fanoutv1.ContinueRunRequest{RunId: started.GetRunId(),
+		AddTokens: 40_000, IdempotencyKey: "top-up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GetContinuation().GetReopened() || res.GetContinuation().GetLimitTokens() != 46_000 {
+		t.Errorf("top-up %v: want limit 46000, not reopened", res.GetContinuation())
+	}
+	evs := watchAll(t, n.client, started.GetRunId())
+	fin := checkEvents(t, evs)
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("the topped-up run ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	if got := tally(evs); got[fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED] != len(fin.GetResult().GetTasks()) {
+		t.Errorf("tasks ended %v, want all SUCCEEDED", got)
+	}
+	if marks := exhaustionMarks(evs); len(marks) != 0 {
+		t.Errorf("BudgetExhausted at %v in a run topped up in time", marks)
+	}
+	b.checkLedger(t)
+	b.checkRunJournal(t, started.GetRunId())
 }

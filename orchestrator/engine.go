@@ -111,11 +111,6 @@ type activeRun struct {
 	// abandons it and writes nothing more for it.
 	lostOnce sync.Once
 	lostCh   chan struct{}
-	// raise, when set, makes the driver read the run's limit again (a
-	// continuation topped the run up; continue.go). Set before the run is
-	// shared; nil for runs driven from their start, which read it when
-	// their forecast would leave a task NOT_STARTED.
-	raise func()
 }
 
 func newActiveRun(cancel context.CancelCauseFunc) *activeRun {

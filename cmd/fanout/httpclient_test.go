@@ -126,6 +126,14 @@ func (c *connectClient) CancelRun(ctx context.Context, in *fanoutv1.CancelRunReq
 	return unary[fanoutv1.CancelRunRequest, fanoutv1.CancelRunResponse](ctx, c, fanoutv1.OrchestratorService_CancelRun_FullMethodName, in)
 }
 
+func (c *connectClient) ContinueRun(ctx context.Context, in *fanoutv1.ContinueRunRequest, _ ...grpc.CallOption) (*fanoutv1.ContinueRunResponse, error) {
+	return unary[fanoutv1.ContinueRunRequest, fanoutv1.ContinueRunResponse](ctx, c, fanoutv1.OrchestratorService_ContinueRun_FullMethodName, in)
+}
+
+func (c *connectClient) ForkRun(ctx context.Context, in *fanoutv1.ForkRunRequest, _ ...grpc.CallOption) (*fanoutv1.ForkRunResponse, error) {
+	return unary[fanoutv1.ForkRunRequest, fanoutv1.ForkRunResponse](ctx, c, fanoutv1.OrchestratorService_ForkRun_FullMethodName, in)
+}
+
 func (c *connectClient) ListRuns(ctx context.Context, in *fanoutv1.ListRunsRequest, _ ...grpc.CallOption) (*fanoutv1.ListRunsResponse, error) {
 	return unary[fanoutv1.ListRunsRequest, fanoutv1.ListRunsResponse](ctx, c, fanoutv1.OrchestratorService_ListRuns_FullMethodName, in)
 }
