@@ -910,14 +910,14 @@ CREATE VIEW fanout.run_continuations WITH (security_invoker=true) AS
     c.added_tokens,
     c.limit_after AS limit_tokens,
     c.spent_before AS spent_before_tokens,
-    COALESCE(lead(c.spent_before) OVER w, s.spent_tokens) - c.spent_before AS spent_tokens,
+    COALESCE(lead(c.spent_before) OVER w, s.spent_tokens, c.spent_before) - c.spent_before AS spent_tokens,
     c.reopened,
     c.task_ids,
     c.actor,
     c.reason,
     c.created_at
    FROM fanout.run_continuation c
-     JOIN fanout.run_spend s USING (run_id)
+     LEFT JOIN fanout.run_spend s USING (run_id)
   WINDOW w AS (PARTITION BY c.run_id ORDER BY c.seq);
 GRANT SELECT ON TABLE fanout.run_continuations TO fanout_app;
 GRANT SELECT ON TABLE fanout.run_continuations TO fanout_auditor;

@@ -57,6 +57,8 @@ func processRoleProbes() []processProbe {
 		{"ledger_open_run", `SELECT fanout.ledger_open_run('', '', NULL, 0, 0, '{}', '{}')`, []string{o}},
 		{"ledger_begin_attempt", `SELECT fanout.ledger_begin_attempt(0, '', '')`, []string{o}},
 		{"ledger_begin_attempts", `SELECT fanout.ledger_begin_attempts('{}', '', '')`, []string{o}},
+		{"ledger_continue_run", `SELECT fanout.ledger_continue_run('', '', '', 0, 0, '{}', '', '', '', 0)`, []string{o}},
+		{"read a run's continuations", `SELECT added_tokens FROM fanout.run_continuation LIMIT 0`, []string{o}},
 		{"ledger_end_run", `SELECT fanout.ledger_end_run('', '', '')`, []string{o}},
 		{"ledger_end_run_fenced", `SELECT fanout.ledger_end_run_fenced('', '', '', 0)`, []string{o}},
 		{"insert a run", `INSERT INTO fanout.run (run_id) SELECT 'probe' WHERE false`, []string{o}},

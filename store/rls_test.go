@@ -122,6 +122,13 @@ func seedTenant(t *testing.T, b *testBundle, tenant string) {
 		Summary: &fanoutv1.FactSummary{Status: fanoutv1.TaskStatus_TASK_STATUS_FAILED, Error: "no"}}); err != nil {
 		t.Fatal(err)
 	}
+	// A continuation (run_continuation, run_continuations), as
+	// ledger_continue_run records one.
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO run_continuation (run_id, seq, tenant_id, idempotency_key, added_tokens,
+		limit_after, spent_before, reopened, actor) VALUES ($1, 1, $2, 'more', 100, 1100, 60, false, 'key:fk_0000000000000000')`,
+		"R-"+tenant, tenant); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // auditViews lists the views of schema fanout that role may read.

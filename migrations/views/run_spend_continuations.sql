@@ -5,9 +5,9 @@
 CREATE VIEW run_continuations AS
 SELECT c.tenant_id, c.run_id, c.seq AS continuation, c.added_tokens, c.limit_after AS limit_tokens,
        c.spent_before AS spent_before_tokens,
-       coalesce(lead(c.spent_before) OVER w, s.spent_tokens) - c.spent_before AS spent_tokens,
+       coalesce(lead(c.spent_before) OVER w, s.spent_tokens, c.spent_before) - c.spent_before AS spent_tokens,
        c.reopened, c.task_ids, c.actor, c.reason, c.created_at
   FROM run_continuation c
-  JOIN run_spend s USING (run_id)
+  LEFT JOIN run_spend s USING (run_id)
 WINDOW w AS (PARTITION BY c.run_id ORDER BY c.seq);
 GRANT SELECT ON run_continuations TO fanout_app, fanout_auditor;
