@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/store/storetest"
@@ -40,12 +43,30 @@ func TestKilledOrchestratorDuringContinuation(t *testing.T) {
 	if n := tasksIn(t, pool, runID, "NOT_STARTED"); n < 6 {
 		t.Fatalf("%d tasks NOT_STARTED at the first end, want at least 6 to continue", n)
 	}
-	res, err := dial(t, doomed.addr).ContinueRun(context.Background(), &fanoutv1.ContinueRunRequest{RunId: runID,
-		AddTokens: 1_000_000, IdempotencyKey: "more"})
-	if err != nil {
+	// Through the CLI: first its quote (nothing written), then the
+	// continuation.
+	cli := func(args ...string) []byte {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := Main(context.Background(), append(args, "--addr", doomed.addr, "--tenant", "e2e", "--json"), &out, &errOut,
+			func(string) string { return "" }); code != 0 {
+			t.Fatalf("fanout %v exited %d: %s", args, code, errOut.String())
+		}
+		return out.Bytes()
+	}
+	var quoted, res fanoutv1.ContinueRunResponse
+	if err := protojson.Unmarshal(cli("continue", runID, "--add", "1000000", "--quote"), &quoted); err != nil {
 		t.Fatal(err)
 	}
-	if !res.GetContinuation().GetReopened() {
+	if n := len(quoted.GetQuote().GetTasks()); n != len(s.GetTasks()) || quoted.GetContinuation() != nil ||
+		quoted.GetQuote().GetLimitTokens() != 1_004_000 {
+		t.Errorf("fanout continue --quote: %d task lines, continuation %v, limit %d; want %d lines, no continuation, limit 1004000",
+			n, quoted.GetContinuation(), quoted.GetQuote().GetLimitTokens(), len(s.GetTasks()))
+	}
+	if err := protojson.Unmarshal(cli("continue", runID, "--add", "1000000", "--key", "more", "--reason", "finish it"), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.GetContinuation().GetReopened() || res.GetContinuation().GetReason() != "finish it" {
 		t.Fatalf("continuation %v did not reopen the run", res.GetContinuation())
 	}
 	waitFor(t, 30*time.Second, "two tasks of the continuation done", func() (bool, string) {
