@@ -59,6 +59,8 @@ export interface RunView {
   result?: JoinedResult;
   lastSequence: bigint;
   adoptions: number;
+  /** How many times the run was continued with more budget (RunContinued). */
+  continuations: number;
   /**
    * How many tasks may run at once and why, for a run whose concurrency
    * comes from the rate limits: its latest ConcurrencyChosen (or GetRun's
@@ -77,6 +79,7 @@ export function newRunView(runId: string): RunView {
     finished: false,
     lastSequence: 0n,
     adoptions: 0,
+    continuations: 0,
     concurrencyChanges: 0,
   };
 }
@@ -227,6 +230,23 @@ export function applyEvent(v: RunView, ev: RunEvent): void {
       if (e.value.result) {
         v.result = e.value.result;
         for (const o of e.value.result.tasks) applyOutcome(task(v, o.taskId, o.dispatchIndex), o, undefined);
+      }
+      break;
+    case "runContinued":
+      // A run that ended BUDGET_EXHAUSTED reopens for the tasks it admits
+      // again; a top-up of a running run changes only its budget
+      // (docs/budget.md#continue). The first exhaustion keeps its marker.
+      v.continuations += 1;
+      if (e.value.reopened) {
+        v.state = RunState.RUNNING;
+        v.cause = "";
+        v.finished = false;
+        v.result = undefined;
+        for (const id of e.value.taskIds) {
+          const t = task(v, id);
+          t.status = TaskStatus.PENDING;
+          t.outcome = undefined;
+        }
       }
       break;
     case "runAdopted":

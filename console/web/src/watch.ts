@@ -72,8 +72,9 @@ export async function watch(p: WatchParams): Promise<WatchEnd> {
         if (!res.event) continue;
         p.event(res.event);
         backoff = BACKOFF_MIN_MS;
-        if (p.finished()) break;
       }
+      // The server ends the stream at a RunFinished with nothing after it
+      // (a continued run's earlier ends are followed by a RunContinued).
       if (p.finished()) return { kind: "finished" };
     } catch (err) {
       const e = ConnectError.from(err);

@@ -168,3 +168,34 @@ test("a hedged task's TaskHedged and its outcome's hedge report fold into its vi
   assert.equal(a?.outcome?.hedge?.winner, HedgeAttempt.HEDGE);
   assert.equal(a?.attempts, 1, "a hedge is not a re-dispatch: TaskStarted counts the attempts");
 });
+
+test("a RunContinued that reopens the run makes it run again for the tasks it names; the first exhaustion keeps its marker", () => {
+  seq = 0n;
+  const v = newRunView("r1");
+  const events = [
+    started(),
+    ev(2, { case: "taskFinished", value: { outcome: { taskId: "a", status: TaskStatus.SUCCEEDED, tokensSpent: 500n } } }),
+    ev(3, { case: "budgetExhausted", value: { budget: { limitTokens: 1000n, spentTokens: 500n } } }),
+    ev(4, { case: "taskFinished", value: { outcome: { taskId: "b", status: TaskStatus.NOT_STARTED } } }),
+    ev(5, { case: "runFinished", value: { state: RunState.BUDGET_EXHAUSTED, cancelCause: "by forecast" } }),
+    ev(6, { case: "runContinued", value: { continuation: 1, addedTokens: 2000n, reopened: true, taskIds: ["b"] } }),
+  ];
+  for (const e of events) applyEvent(v, e);
+  assert.equal(v.state, RunState.RUNNING);
+  assert.ok(!v.finished);
+  assert.equal(v.cause, "");
+  assert.equal(v.continuations, 1);
+  assert.equal(v.tasks.find((t) => t.id === "a")?.status, TaskStatus.SUCCEEDED);
+  assert.equal(v.tasks.find((t) => t.id === "b")?.status, TaskStatus.PENDING);
+  assert.equal(v.exhaustedAt?.getTime(), T0 + 3);
+  applyEvent(v, ev(7, { case: "runFinished", value: { state: RunState.SUCCEEDED } }));
+  assert.ok(v.finished);
+  assert.equal(v.state, RunState.SUCCEEDED);
+  // A top-up changes no state.
+  const w = newRunView("r1");
+  seq = 0n;
+  applyEvent(w, started());
+  applyEvent(w, ev(1, { case: "runContinued", value: { continuation: 1, addedTokens: 10n } }));
+  assert.ok(!w.finished);
+  assert.equal(w.state, RunState.RUNNING);
+});

@@ -14,6 +14,15 @@ import { createRunStore } from "../src/runstore";
 import { statusText, watch, type WatchEnd, type WatchStatus } from "../src/watch";
 import { iteration } from "./events";
 
+function continued(sequence: bigint): RunEvent {
+  return create(RunEventSchema, {
+    sequence,
+    runId: "r1",
+    time: timestampFromMs(Number(sequence)),
+    event: { case: "runContinued", value: { continuation: 1, addedTokens: 100n, reopened: true, taskIds: ["t1"] } },
+  });
+}
+
 function finished(sequence: bigint): RunEvent {
   return create(RunEventSchema, {
     sequence,
@@ -78,13 +87,15 @@ test("a dropped or closed stream resumes after the last event folded; an event r
     { events: [], fails: Code.ResourceExhausted }, // a reader left behind
     { events: [] }, // closed before the run ended
     { events: [iteration(3n)], fails: Code.Internal },
-    { events: [iteration(4n), finished(5n), iteration(6n)] },
+    // A continued run: its first end, the continuation that reopened it,
+    // its second end; the server ends the stream after the last.
+    { events: [iteration(4n), finished(5n), continued(6n), iteration(7n), finished(8n)] },
   ]);
   assert.deepEqual(f.end, { kind: "finished" });
   assert.deepEqual(f.opened, [0n, 2n, 2n, 2n, 3n]);
   assert.deepEqual(f.slept, [500, 1000, 2000, 500]);
-  assert.equal(f.lastSequence, 5n, "nothing folded after RunFinished");
-  assert.equal(f.iterations, 4);
+  assert.equal(f.lastSequence, 8n, "the stream is read to its end: a RunFinished followed by a RunContinued is not the last end");
+  assert.equal(f.iterations, 7);
   assert.deepEqual(f.statuses.map(statusText), [
     "Watching…",
     "Stream dropped; resuming after event 2 in 500 ms.",

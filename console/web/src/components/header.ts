@@ -1,6 +1,8 @@
 // The run page's header: the run's state and cause, its budget bar, what
 // the run is (tenant, idempotency key, goal, times, labels, adoptions),
-// the cancel form (CancelRun) while it runs, and the stream's status line.
+// the cancel form (CancelRun) while it runs, the continue form
+// (ContinueRun) while it runs or once its budget ran out, and the stream's
+// status line.
 
 import { api } from "../api";
 import { enumName, enumText } from "../enums";
@@ -28,6 +30,7 @@ function meta(v: RunView): Child[] {
     run?.finishedAt ? [h("dt", null, "Finished"), h("dd", null, timeElement(run.finishedAt))] : null,
     labels.length ? [h("dt", null, "Labels"), h("dd", null, labels.map(([k, val]) => `${k}=${val}`).join(", "))] : null,
     v.adoptions ? [h("dt", null, "Adopted"), h("dd", null, `${v.adoptions} times`)] : null,
+    v.continuations ? [h("dt", null, "Continued"), h("dd", { id: "run-continued" }, `${v.continuations} times`)] : null,
     v.concurrency
       ? [
           h("dt", null, "Concurrency"),
@@ -75,8 +78,60 @@ function cancelForm(store: RunStore, signal: AbortSignal, status: (text: string)
   return form;
 }
 
+// continueForm adds tokens to the run's budget (docs/budget.md#continue):
+// a top-up while it runs, a reopening once its budget ran out. A reopened
+// run is followed again (onReopened).
+function continueForm(
+  store: RunStore,
+  signal: AbortSignal,
+  status: (text: string) => void,
+  onReopened: () => void,
+): HTMLFormElement {
+  const tokens = h("input", { id: "continue-tokens", name: "tokens", type: "number", min: 1, step: 1, required: true });
+  const reason = h("input", { id: "continue-reason", name: "reason", type: "text", maxlength: 1024, autocomplete: "off" });
+  const btn = h("button", { id: "continue-run", type: "submit" }, "Continue with more budget");
+  const form = h(
+    "form",
+    { class: "inline-form", id: "continue-form", "aria-label": "Continue this run with more budget" },
+    h("label", { for: "continue-tokens" }, "Tokens to add"),
+    tokens,
+    h("label", { for: "continue-reason" }, "Reason (optional)"),
+    reason,
+    btn,
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    btn.disabled = true;
+    try {
+      const resp = await api.continueRun(
+        {
+          runId: store.view.runId,
+          addTokens: BigInt(tokens.value),
+          idempotencyKey: `console-${crypto.randomUUID()}`,
+          reason: reason.value.trim(),
+        },
+        { signal },
+      );
+      const c = resp.continuation;
+      if (c) {
+        status(
+          c.reopened
+            ? `Continued with ${c.addedTokens} tokens: ${c.taskIds.length} tasks run again.`
+            : `Topped up with ${c.addedTokens} tokens: the budget is now ${c.limitTokens}.`,
+        );
+        if (c.reopened) onReopened();
+      }
+      clearError();
+    } catch (err) {
+      showError(err, "ContinueRun");
+    }
+    btn.disabled = false;
+  });
+  return form;
+}
+
 /** runHeader is the run page's header, drawn from store. */
-export function runHeader(store: RunStore, signal: AbortSignal): RunHeader {
+export function runHeader(store: RunStore, signal: AbortSignal, onReopened: () => void = () => {}): RunHeader {
   const stateEl = h("span", { id: "run-state", class: "badge" });
   const causeEl = h("span", { id: "run-cause" });
   const budgetEl = h("div", { id: "run-budget" });
@@ -86,6 +141,7 @@ export function runHeader(store: RunStore, signal: AbortSignal): RunHeader {
     watchStatus.textContent = text;
   };
   const cancel = cancelForm(store, signal, status);
+  const more = continueForm(store, signal, status, onReopened);
   store.subscribe((v) => {
     stateEl.textContent = enumText(RunStateSchema, v.state);
     stateEl.dataset.state = enumName(RunStateSchema, v.state);
@@ -94,6 +150,7 @@ export function runHeader(store: RunStore, signal: AbortSignal): RunHeader {
     replace(budgetEl, budgetBar(v.budget, "run-budget-bar", v.state === RunState.BUDGET_EXHAUSTED));
     replace(metaEl, meta(v));
     cancel.hidden = v.finished;
+    more.hidden = v.finished && v.state !== RunState.BUDGET_EXHAUSTED;
   });
   const el = h(
     "div",
@@ -102,6 +159,7 @@ export function runHeader(store: RunStore, signal: AbortSignal): RunHeader {
     budgetEl,
     metaEl,
     cancel,
+    more,
     watchStatus,
   );
   return { el, status };

@@ -89,7 +89,10 @@ export function runPage(runId: string): Page {
     render(main, signal) {
       setTitle(`Run ${runId}`);
       const store = createRunStore(runId, signal);
-      const header = runHeader(store, signal);
+      // A continuation that reopens the run: follow it again from the
+      // last event seen (docs/budget.md#continue).
+      const refollow = () => void follow(runId, store, { header, tasks, approvals, toolCalls }, signal);
+      const header = runHeader(store, signal, refollow);
       const tasks = tasksPanel(store);
       const toolCalls = toolCallsPanel(runId, signal);
       const approvals = approvalsPanel(runId, signal, toolCalls.load);
