@@ -237,6 +237,7 @@ func TestEveryMethodHasAScope(t *testing.T) {
 		"ListApprovals": tenant.ScopeApprove, "ApproveToolCall": tenant.ScopeApprove, "DenyToolCall": tenant.ScopeApprove,
 		"ListToolCalls": tenant.ScopeRead, "GetSpend": tenant.ScopeAudit,
 		"ListRunTasks": tenant.ScopeRead, "ListRunFacts": tenant.ScopeRead,
+		"ContinueRun": tenant.ScopeRun, "ForkRun": tenant.ScopeRun,
 	}
 	sd := fanoutv1.OrchestratorService_ServiceDesc
 	var names []string

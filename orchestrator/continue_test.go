@@ -10,6 +10,8 @@ import (
 
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store"
 )
 
 // checkEnds checks the invariants of a continued run's history, one end at
@@ -247,4 +249,45 @@ func TestTopUpOfARunningRun(t *testing.T) {
 	}
 	b.checkLedger(t)
 	b.checkRunJournal(t, started.GetRunId())
+}
+
+// TestAdoptedContinuationIsMarkedAgain (docs/budget.md#continue): a run
+// reopened by a node that died before it drove it is adopted; when its
+// budget runs out again, that end gets its own BudgetExhausted although
+// the log already has the first end's.
+func TestAdoptedContinuationIsMarkedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w", demoSim, 64)
+	n := b.orchestrator(t, "o", orchestrator.Config{}, w)
+	evs := runStream(t, n.client, demoSpec(t, "adopted-continuation", 6_000, fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST))
+	runID := evs[0].GetRunId()
+	if fin := checkEvents(t, evs); fin.GetState() != fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+		t.Fatalf("run ended %s, want BUDGET_EXHAUSTED", fin.GetState())
+	}
+	var notStarted []string
+	for _, ev := range evs {
+		if o := ev.GetTaskFinished().GetOutcome(); o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED {
+			notStarted = append(notStarted, o.GetTaskId())
+		}
+	}
+	var held int64
+	if err := b.pool.QueryRow(t.Context(), `SELECT delta_held FROM ledger_entry WHERE run_id = $1 AND kind = 'hold'
+		ORDER BY entry_id LIMIT 1`, runID).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	// The continuation as a node that then died wrote it: the run reopened,
+	// owned by "ghost", driven by nobody.
+	if _, err := store.NewRuns(b.pool).ContinueRun(t.Context(), runs.Continue{RunID: runID, TenantID: "t1", Key: "k",
+		Owner: "ghost", Actor: "key:x", Add: 2_000, Held: held, MaxLimit: 1 << 40, Tasks: notStarted}); err != nil {
+		t.Fatal(err)
+	}
+	orphan(t, b, runID)
+	r := b.orchestrator(t, "r", leaseConfig(), w)
+	evs = watchAll(t, r.client, runID)
+	ends := checkEnds(t, evs)
+	if len(ends) != 2 || ends[1].GetState() != fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED {
+		t.Fatalf("ends %v, want two, the second BUDGET_EXHAUSTED (2,000 more tokens do not pay for every task)", ends)
+	}
+	b.checkLedger(t)
 }
