@@ -2311,14 +2311,18 @@ type RunEvent_BudgetUpdate struct {
 }
 
 type RunEvent_BudgetExhausted struct {
-	// The run's budget ran out. Sent exactly once for every run whose
-	// budget ran out, whatever the path, before the RunFinished: the one
-	// event that marks when it did (see BudgetExhausted).
+	// The run's budget ran out. Sent exactly once for every end of a run
+	// whose budget ran out, whatever the path, before that end's
+	// RunFinished: the one event that marks when it did (see
+	// BudgetExhausted).
 	BudgetExhausted *BudgetExhausted `protobuf:"bytes,16,opt,name=budget_exhausted,json=budgetExhausted,proto3,oneof"`
 }
 
 type RunEvent_RunFinished struct {
-	// The run ended. Always the last event; the stream ends after it.
+	// The run ended. The last event, unless a ContinueRun reopened the run
+	// (a RunContinued follows, then the run's events up to its next
+	// RunFinished: one per end); a watch ends after a RunFinished with
+	// nothing after it.
 	RunFinished *RunFinished `protobuf:"bytes,17,opt,name=run_finished,json=runFinished,proto3,oneof"`
 }
 
@@ -3372,8 +3376,9 @@ func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
 }
 
 // BudgetExhausted marks the moment the run's budget ran out. It is sent
-// exactly once for every run whose budget ran out, at that moment and
-// before the RunFinished, and is the mark readers take (fanout trace and
+// exactly once for every end of a run whose budget ran out (a run
+// continued with more budget may end again), at that moment and before
+// that end's RunFinished, and is the mark readers take (fanout trace and
 // the console draw their exhaustion line at it; nothing else is): when
 // the run's available tokens, or its tenant's, fell below its minimum
 // reservation (the exhaustion policy is applied from then on), or, under

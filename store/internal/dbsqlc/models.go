@@ -323,6 +323,8 @@ type Run struct {
 	Adoptions int32
 	// The run's whole tasks were added to its tenant's prior (task_prior): never twice (docs/budget.md#priors).
 	PriorAdded bool
+	// When a ContinueRun last reopened the run (NULL: never); its run timeout counts from then (docs/budget.md#continue).
+	ContinuedAt *time.Time
 }
 
 // One row per ContinueRun of a run, written by ledger_continue_run with its ledger entries, never updated (docs/budget.md#continue).

@@ -1633,8 +1633,10 @@ export const OrchestratorService: GenService<{
   /**
    * WatchRun streams a run's events with sequence greater than
    * after_sequence (stored history first, then live events, with no gap and
-   * no duplicate) and closes with OK after RunFinished. Watching an ended
-   * run replays its remaining history and closes. Cancelling this call does
+   * no duplicate) and closes with OK after a RunFinished that is the last
+   * event (a run reopened by ContinueRun has a RunContinued after its
+   * earlier RunFinished). Watching an ended run replays its remaining
+   * history and closes. Cancelling this call does
    * not affect the run. A reader that stays more than 1,000 events behind
    * the run for 10 s is ended RESOURCE_EXHAUSTED, with an ErrorInfo (reason
    * WATCH_READER_BEHIND) whose metadata after_sequence is the last event
