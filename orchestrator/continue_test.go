@@ -291,3 +291,33 @@ func TestAdoptedContinuationIsMarkedAgain(t *testing.T) {
 	}
 	b.checkLedger(t)
 }
+
+// TestWatchGoesOnPastAnEndAtAPageBoundary (docs/budget.md#continue): a
+// watch from the start of a continued run gets every event, also when its
+// first RunFinished is the last event of a page (the watch reads 256 at a
+// time): it ends only at a RunFinished with nothing after it.
+func TestWatchGoesOnPastAnEndAtAPageBoundary(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	n := b.orchestrator(t, "o1", orchestrator.Config{OrphanAfter: time.Hour})
+	runID := b.storedRun(t, "page-boundary")
+	b.queueTasks(t, runID, 254, 10)
+	if first := b.finishStored(t, runID); first != 256 {
+		t.Fatalf("the first RunFinished is event %d, want 256 (a page's last)", first)
+	}
+	// The run reopened, as ledger_continue_run and its RunContinued do it
+	// in one write, then ended again.
+	if _, err := b.pool.Exec(t.Context(), `UPDATE fanout.run SET state = 'RUNNING', finished_at = NULL WHERE run_id = $1`, runID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.backend.Runs().AppendEvent(t.Context(), runID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_RunContinued{
+		RunContinued: &fanoutv1.RunContinued{Continuation: 1, AddedTokens: 10, Reopened: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	last := b.finishStored(t, runID)
+	evs := watchAll(t, n.client, runID)
+	if len(evs) == 0 || evs[len(evs)-1].GetSequence() != last {
+		t.Fatalf("the watch got %d events, want every one through the second RunFinished (%d)", len(evs), last)
+	}
+	checkSequences(t, "watch", evs, 1)
+}
