@@ -98,6 +98,9 @@ func (e *Engine) continueWhenEnded(ctx, caller context.Context, req runs.Continu
 	tick := time.NewTicker(e.cfg.WatchPollInterval)
 	defer tick.Stop()
 	for {
+		if run.GetState() == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED && len(req.Tasks) == 0 {
+			return runs.Continued{}, &runs.ContinueError{Outcome: "nothing"}
+		}
 		done, err := e.store.ContinueRun(ctx, req)
 		var refused *runs.ContinueError
 		if !errors.As(err, &refused) || refused.Outcome != "busy" || time.Now().After(deadline) {

@@ -271,6 +271,20 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 		t.Errorf("GET the cancelled run: %d %.300s; want its cause", code, out)
 	}
 
+	// Continue (REST): a key is required; a cancelled run is not
+	// continued; the run that met its budget greedily has no task left
+	// NOT_STARTED, so a continuation would run nothing (docs/budget.md#continue).
+	for _, c := range []struct{ run, body, want string }{
+		{runID, `{"addTokens":"1000"}`, "idempotency_key"},
+		{s2.GetRunId(), `{"addTokens":"1000","idempotencyKey":"k"}`, "fork it instead"},
+		{runID, `{"addTokens":"1000","idempotencyKey":"k"}`, "would run nothing again"},
+	} {
+		if code, out = curl(t, "POST", base+"/v1/runs/"+c.run+":continue", key, c.body); code != http.StatusBadRequest ||
+			!strings.Contains(out, c.want) {
+			t.Errorf("POST /v1/runs/%s:continue %s: %d %.300s; want 400 naming %q", c.run, c.body, code, out, c.want)
+		}
+	}
+
 	// Run, streamed (Connect): RunStarted first, RunFinished last.
 	spec3 := e2eSpec("curl-3", 2, 1_000_000)
 	spec3.TenantId = "acme"
