@@ -123,10 +123,11 @@ type StartRunRequest struct {
 	// Validate the spec and quote it: nothing is written, no run starts, and
 	// the response holds the quote alone (docs/budget.md#quotes).
 	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	// Start the run only if its tenant's budget can hold the quote's
-	// forecast, and hold it for the run (docs/budget.md#quotes): other runs
-	// of the tenant cannot take it. RESOURCE_EXHAUSTED, with the quote in a
-	// QuotaFailure, when the tenant cannot.
+	// Start the run only if its tenant's budget has available at least
+	// min(forecast, limit) of the quote (docs/budget.md#quotes), checked when
+	// the run is admitted (the forecast is not held apart from the run:
+	// Quote.held is false). RESOURCE_EXHAUSTED, with the quote in the
+	// details, when the tenant does not.
 	ReserveQuote  bool `protobuf:"varint,3,opt,name=reserve_quote,json=reserveQuote,proto3" json:"reserve_quote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -268,9 +269,12 @@ type Quote struct {
 	// The tenant's budget, if it has one: what it has available now, and
 	// whether that covers forecast_tokens (and min(forecast, limit) for
 	// the run to run as forecast).
-	TenantBudget          bool  `protobuf:"varint,9,opt,name=tenant_budget,json=tenantBudget,proto3" json:"tenant_budget,omitempty"`
+	TenantBudget bool `protobuf:"varint,9,opt,name=tenant_budget,json=tenantBudget,proto3" json:"tenant_budget,omitempty"`
+	// The tokens the tenant's budget has available now (0 without a budget).
 	TenantAvailableTokens int64 `protobuf:"varint,10,opt,name=tenant_available_tokens,json=tenantAvailableTokens,proto3" json:"tenant_available_tokens,omitempty"`
-	TenantCovers          bool  `protobuf:"varint,11,opt,name=tenant_covers,json=tenantCovers,proto3" json:"tenant_covers,omitempty"`
+	// Whether the tenant covers the run: no tenant budget, or one whose
+	// available tokens are at least min(forecast_tokens, limit_tokens).
+	TenantCovers bool `protobuf:"varint,11,opt,name=tenant_covers,json=tenantCovers,proto3" json:"tenant_covers,omitempty"`
 	// Set when the forecast is held for the run (reserve_quote).
 	Held          bool `protobuf:"varint,12,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -394,9 +398,10 @@ func (x *Quote) GetHeld() bool {
 // TaskQuote is one task's line of a Quote.
 type TaskQuote struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The task's id and dispatch index.
-	TaskId        string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	DispatchIndex int32  `protobuf:"varint,2,opt,name=dispatch_index,json=dispatchIndex,proto3" json:"dispatch_index,omitempty"`
+	// The task's id.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The task's index in dispatch order.
+	DispatchIndex int32 `protobuf:"varint,2,opt,name=dispatch_index,json=dispatchIndex,proto3" json:"dispatch_index,omitempty"`
 	// Whether the task will run. False for a reused task and, in a
 	// continuation, for a task that has ended.
 	Runs bool `protobuf:"varint,3,opt,name=runs,proto3" json:"runs,omitempty"`
@@ -659,12 +664,16 @@ type ForkRunRequest struct {
 	RemoveTaskIds []string `protobuf:"bytes,4,rep,name=remove_task_ids,json=removeTaskIds,proto3" json:"remove_task_ids,omitempty"`
 	// Replace the source's goal, budget, model or labels when set. Changing
 	// the goal or the model changes every task's content: none is reused.
-	Goal   string            `protobuf:"bytes,5,opt,name=goal,proto3" json:"goal,omitempty"`
-	Budget *Budget           `protobuf:"bytes,6,opt,name=budget,proto3" json:"budget,omitempty"`
-	Model  *ModelSettings    `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	Goal string `protobuf:"bytes,5,opt,name=goal,proto3" json:"goal,omitempty"`
+	// The new run's budget (default: the source's).
+	Budget *Budget `protobuf:"bytes,6,opt,name=budget,proto3" json:"budget,omitempty"`
+	// The new run's model (default: the source's); a change runs every task.
+	Model *ModelSettings `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	// The new run's labels (default: the source's).
 	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// As StartRunRequest.
-	DryRun        bool `protobuf:"varint,9,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// As StartRunRequest.dry_run: the fork's quote, nothing written.
+	DryRun bool `protobuf:"varint,9,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// As StartRunRequest.reserve_quote.
 	ReserveQuote  bool `protobuf:"varint,10,opt,name=reserve_quote,json=reserveQuote,proto3" json:"reserve_quote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1872,7 +1872,8 @@ type Run struct {
 	// those continuations added to spec.budget.limit_tokens: the run's
 	// budget is their sum (budget.limit_tokens).
 	Continuations int32 `protobuf:"varint,19,opt,name=continuations,proto3" json:"continuations,omitempty"`
-	AddedTokens   int64 `protobuf:"varint,22,opt,name=added_tokens,json=addedTokens,proto3" json:"added_tokens,omitempty"`
+	// The tokens the continuations added.
+	AddedTokens int64 `protobuf:"varint,22,opt,name=added_tokens,json=addedTokens,proto3" json:"added_tokens,omitempty"`
 	// When the run last reopened (a ContinueRun of a run that had ended);
 	// unset if it never did. Its run timeout counts from then.
 	ContinuedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=continued_at,json=continuedAt,proto3" json:"continued_at,omitempty"`
@@ -2411,8 +2412,9 @@ type RunContinued struct {
 	// The tasks admitted again (NOT_STARTED, and the tasks SKIPPED for
 	// them), in dispatch order.
 	TaskIds []string `protobuf:"bytes,6,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
-	// Who continued it (key:ID) and why.
-	Actor         string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Who continued it (key:ID).
+	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Why, as the caller said (ContinueRunRequest.reason).
 	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

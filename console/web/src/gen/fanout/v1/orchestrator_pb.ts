@@ -81,10 +81,11 @@ export type StartRunRequest = Message<"fanout.v1.StartRunRequest"> & {
   dryRun: boolean;
 
   /**
-   * Start the run only if its tenant's budget can hold the quote's
-   * forecast, and hold it for the run (docs/budget.md#quotes): other runs
-   * of the tenant cannot take it. RESOURCE_EXHAUSTED, with the quote in a
-   * QuotaFailure, when the tenant cannot.
+   * Start the run only if its tenant's budget has available at least
+   * min(forecast, limit) of the quote (docs/budget.md#quotes), checked when
+   * the run is admitted (the forecast is not held apart from the run:
+   * Quote.held is false). RESOURCE_EXHAUSTED, with the quote in the
+   * details, when the tenant does not.
    *
    * @generated from field: bool reserve_quote = 3;
    */
@@ -206,11 +207,16 @@ export type Quote = Message<"fanout.v1.Quote"> & {
   tenantBudget: boolean;
 
   /**
+   * The tokens the tenant's budget has available now (0 without a budget).
+   *
    * @generated from field: int64 tenant_available_tokens = 10;
    */
   tenantAvailableTokens: bigint;
 
   /**
+   * Whether the tenant covers the run: no tenant budget, or one whose
+   * available tokens are at least min(forecast_tokens, limit_tokens).
+   *
    * @generated from field: bool tenant_covers = 11;
    */
   tenantCovers: boolean;
@@ -237,13 +243,15 @@ export const QuoteSchema: GenMessage<Quote> = /*@__PURE__*/
  */
 export type TaskQuote = Message<"fanout.v1.TaskQuote"> & {
   /**
-   * The task's id and dispatch index.
+   * The task's id.
    *
    * @generated from field: string task_id = 1;
    */
   taskId: string;
 
   /**
+   * The task's index in dispatch order.
+   *
    * @generated from field: int32 dispatch_index = 2;
    */
   dispatchIndex: number;
@@ -428,28 +436,36 @@ export type ForkRunRequest = Message<"fanout.v1.ForkRunRequest"> & {
   goal: string;
 
   /**
+   * The new run's budget (default: the source's).
+   *
    * @generated from field: fanout.v1.Budget budget = 6;
    */
   budget?: Budget | undefined;
 
   /**
+   * The new run's model (default: the source's); a change runs every task.
+   *
    * @generated from field: fanout.v1.ModelSettings model = 7;
    */
   model?: ModelSettings | undefined;
 
   /**
+   * The new run's labels (default: the source's).
+   *
    * @generated from field: map<string, string> labels = 8;
    */
   labels: { [key: string]: string };
 
   /**
-   * As StartRunRequest.
+   * As StartRunRequest.dry_run: the fork's quote, nothing written.
    *
    * @generated from field: bool dry_run = 9;
    */
   dryRun: boolean;
 
   /**
+   * As StartRunRequest.reserve_quote.
+   *
    * @generated from field: bool reserve_quote = 10;
    */
   reserveQuote: boolean;

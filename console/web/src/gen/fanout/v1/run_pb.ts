@@ -1040,6 +1040,8 @@ export type Run = Message<"fanout.v1.Run"> & {
   continuations: number;
 
   /**
+   * The tokens the continuations added.
+   *
    * @generated from field: int64 added_tokens = 22;
    */
   addedTokens: bigint;
@@ -1306,13 +1308,15 @@ export type RunContinued = Message<"fanout.v1.RunContinued"> & {
   taskIds: string[];
 
   /**
-   * Who continued it (key:ID) and why.
+   * Who continued it (key:ID).
    *
    * @generated from field: string actor = 7;
    */
   actor: string;
 
   /**
+   * Why, as the caller said (ContinueRunRequest.reason).
+   *
    * @generated from field: string reason = 8;
    */
   reason: string;
