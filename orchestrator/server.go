@@ -107,6 +107,13 @@ func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	if req.GetDryRun() {
+		q, err := s.e.quote(ctx, spec)
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		return &fanoutv1.StartRunResponse{Quote: q}, nil
+	}
 	run, _, err := s.e.Submit(ctx, spec)
 	if err != nil {
 		return nil, s.toStatus(ctx, err)
