@@ -109,3 +109,36 @@ func (e *Engine) quote(ctx context.Context, spec *fanoutv1.RunSpec) (*fanoutv1.Q
 	}
 	return q, nil
 }
+
+// QuoteNotCoveredError is a run started with reserve_quote refused because
+// its tenant's available tokens do not cover what its quote may take of
+// them, min(forecast, limit) (docs/budget.md#quotes). It is
+// ErrTenantExhausted.
+type QuoteNotCoveredError struct {
+	Tenant string
+	Quote  *fanoutv1.Quote
+}
+
+func (e *QuoteNotCoveredError) Error() string {
+	q := e.Quote
+	return fmt.Sprintf("tenant %s's budget: %d tokens available do not cover the quote's %d (min of forecast %d and run limit %d)",
+		e.Tenant, q.GetTenantAvailableTokens(), quoteHold(q), q.GetForecastTokens(), q.GetLimitTokens())
+}
+
+func (e *QuoteNotCoveredError) Unwrap() error { return ErrTenantExhausted }
+
+// reserveQuote quotes the run of plan p that reserve_quote asked for, and
+// refuses it (*QuoteNotCoveredError) when its tenant's budget does not
+// cover the quote. The check is at admission, against what the tenant had
+// available when p was planned: the forecast is not held for the run, and
+// the quote says so (held is false).
+func (e *Engine) reserveQuote(ctx context.Context, p *plan) (*fanoutv1.Quote, error) {
+	q, err := e.quoteRun(ctx, p, p.spec.GetBudget().GetLimitTokens(), nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("quote a run of tenant %s: %w", p.tenantID, err)
+	}
+	if !q.GetTenantCovers() {
+		return q, &QuoteNotCoveredError{Tenant: p.tenantID, Quote: q}
+	}
+	return q, nil
+}

@@ -1,11 +1,15 @@
 package orchestrator_test
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -163,9 +167,102 @@ func TestDryRunOfAnExhaustedTenant(t *testing.T) {
 	if q := resp.GetQuote(); !q.GetTenantBudget() || q.GetTenantCovers() || q.GetTenantAvailableTokens() != 1_000 {
 		t.Errorf("quote %v; want a tenant budget of 1,000 available that does not cover it", q)
 	}
-	_, err = n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("dry-x", 3, 20_000), DryRun: true,
+	// reserve_quote on a dry run quotes only (TestReserveQuoteAtTheEdges).
+	resp, err = n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("dry-x", 3, 20_000), DryRun: true,
 		ReserveQuote: true})
-	_ = err // reserve_quote on a dry run quotes only; see TestReserveQuote*
+	if err != nil || resp.GetQuote() == nil || resp.GetRunId() != "" {
+		t.Errorf("dry run with reserve_quote: %v, %v; want a quote and no run", resp, err)
+	}
+}
+
+// TestReserveQuoteAtTheEdges: docs/budget.md#quotes. With reserve_quote a
+// run starts only if its tenant's available tokens cover min(forecast,
+// limit): a budget of exactly that starts it, one token less refuses it
+// (RESOURCE_EXHAUSTED naming the tenant's budget and the figures, the
+// quote in the details) and writes nothing; a run whose limit is below its
+// forecast needs only its limit. A retry of the call that started a run is
+// answered with that run though the tenant no longer covers the quote.
+func TestReserveQuoteAtTheEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w", llm.SimConfig{}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+	quoted := func(tenant, key string, limit int64) *fanoutv1.RunSpec {
+		s := spec(key, 3, limit)
+		s.TenantId = tenant
+		for _, task := range s.GetTasks() {
+			task.TokenBudget = 2_000
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		limit  int64
+		short  int64 // how far the tenant's budget is below min(forecast, limit)
+		starts bool
+	}{
+		{"exactly covered", 20_000, 0, true},
+		{"one token short", 20_000, 1, false},
+		{"limit below forecast, covered", 5_000, 0, true},
+		{"limit below forecast, one short", 5_000, 1, false},
+	} {
+		tenant := fmt.Sprintf("rq-%d-%d", tc.limit, tc.short)
+		ctx := tenantCtx(t, tenant)
+		dry, err := n.client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: quoted(tenant, "probe", tc.limit), DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No prior, no synthesis: three tasks at their 2,000 token_budget.
+		if f := dry.GetQuote().GetForecastTokens(); f != 6_000 {
+			t.Fatalf("%s: forecast %d; want 6000", tc.name, f)
+		}
+		need := min(6_000, tc.limit)
+		if _, err := b.ledger.SetTenantBudget(t.Context(), budget.TenantBudget{TenantID: tenant, Limit: need - tc.short,
+			MinReservation: 100, Actor: storetest.Actor(t, b.pool)}); err != nil {
+			t.Fatal(err)
+		}
+		s := quoted(tenant, "rq", tc.limit)
+		resp, err := n.client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: s, ReserveQuote: true})
+		if !tc.starts {
+			st := status.Convert(err)
+			var subject string
+			var q *fanoutv1.Quote
+			for _, d := range st.Details() {
+				switch d := d.(type) {
+				case *errdetails.QuotaFailure:
+					subject = d.GetViolations()[0].GetSubject()
+				case *fanoutv1.Quote:
+					q = d
+				}
+			}
+			want := fmt.Sprintf("%d tokens available do not cover the quote's %d", need-1, need)
+			if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), want) ||
+				subject != "tenant:"+tenant+"/budget" || q.GetTenantCovers() || q.GetTenantAvailableTokens() != need-1 {
+				t.Errorf("%s: %s %q (quota subject %q, quote %v); want RESOURCE_EXHAUSTED with %q, the tenant's budget "+
+					"and the quote", tc.name, st.Code(), st.Message(), subject, q, want)
+			}
+			var runs int
+			if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM run WHERE tenant_id = $1`, tenant).Scan(&runs); err != nil {
+				t.Fatal(err)
+			}
+			if runs != 0 {
+				t.Errorf("%s: %d runs after the refusal; want none", tc.name, runs)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v; want the run started", tc.name, err)
+		}
+		if q := resp.GetQuote(); resp.GetRunId() == "" || !q.GetTenantCovers() || q.GetTenantAvailableTokens() != need || q.GetHeld() {
+			t.Errorf("%s: run %q, quote %v; want a run and a quote covered by %d tokens, not held", tc.name,
+				resp.GetRunId(), q, need)
+		}
+		watchAll(t, tenantClient{n.client, tenant}, resp.GetRunId())
+		again, err := n.client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: s, ReserveQuote: true})
+		if err != nil || again.GetRunId() != resp.GetRunId() {
+			t.Errorf("%s: retry answered %v, %v; want run %s", tc.name, again, err, resp.GetRunId())
+		}
+	}
 }
 
 // TestQuoteAgainstSpend: docs/budget.md#quotes. The demo's spec, quoted and
@@ -237,4 +334,15 @@ func TestQuoteAgainstSpend(t *testing.T) {
 			t.Error("no task started before the first ended")
 		}
 	}
+}
+
+// tenantClient calls as tenant.
+type tenantClient struct {
+	fanoutv1.OrchestratorServiceClient
+	tenant string
+}
+
+func (c tenantClient) WatchRun(ctx context.Context, req *fanoutv1.WatchRunRequest,
+	opts ...grpc.CallOption) (grpc.ServerStreamingClient[fanoutv1.WatchRunResponse], error) {
+	return c.OrchestratorServiceClient.WatchRun(withTenant(ctx, c.tenant), req, opts...)
 }
