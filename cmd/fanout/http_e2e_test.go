@@ -157,8 +157,10 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out := curl(t, "POST", base+"/v1/runs?dryRun=true", key, string(namedJSON))
-	if code != http.StatusOK || !strings.Contains(out, `"quote"`) || strings.Contains(out, `"runId"`) ||
-		!strings.Contains(out, `"currency":"USD"`) {
+	var dry fanoutv1.StartRunResponse
+	if code != http.StatusOK || protojson.Unmarshal([]byte(out), &dry) != nil || dry.GetRunId() != "" ||
+		dry.GetQuote().GetForecastTokens() <= 0 || len(dry.GetQuote().GetCost()) != 1 ||
+		dry.GetQuote().GetCost()[0].GetCurrency() != "USD" {
 		t.Fatalf("POST /v1/runs?dryRun=true: %d %s; want a quote priced in USD and no run", code, out)
 	}
 
