@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
@@ -21,16 +20,21 @@ func printQuote(w io.Writer, q *fanoutv1.Quote) {
 	}
 	fmt.Fprintf(w, "quote (forecast from %s): %d of %d tasks run, %d admitted by the run's budget\n",
 		q.GetBasis(), runs, len(q.GetTasks()), q.GetAdmittedTasks())
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TASK\tRUNS\tFORECAST\t")
+	width := len("synthesis")
 	for _, t := range q.GetTasks() {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t\n", t.GetTaskId(), yesNo(t.GetRuns()), t.GetForecastTokens())
+		width = max(width, len(t.GetTaskId()))
 	}
-	fmt.Fprintf(tw, "tasks\t\t%d\t\n", q.GetTasksTokens())
-	fmt.Fprintf(tw, "synthesis\t\t%d\t\n", q.GetSynthesisTokens())
-	fmt.Fprintf(tw, "forecast\t\t%d\t\n", q.GetForecastTokens())
-	fmt.Fprintf(tw, "run limit\t\t%d\t\n", q.GetLimitTokens())
-	_ = tw.Flush()
+	fmt.Fprintf(w, "  %-*s  %4s  %9s\n", width, "TASK", "RUNS", "FORECAST")
+	for _, t := range q.GetTasks() {
+		fmt.Fprintf(w, "  %-*s  %4s  %9d\n", width, t.GetTaskId(), yesNo(t.GetRuns()), t.GetForecastTokens())
+	}
+	for _, l := range []struct {
+		name string
+		n    int64
+	}{{"tasks", q.GetTasksTokens()}, {"synthesis", q.GetSynthesisTokens()}, {"forecast", q.GetForecastTokens()},
+		{"run limit", q.GetLimitTokens()}} {
+		fmt.Fprintf(w, "  %-*s  %4s  %9d\n", width, l.name, "", l.n)
+	}
 	var money []string
 	for _, c := range q.GetCost() {
 		money = append(money, c.GetCurrency()+" "+c.GetCost())

@@ -62,6 +62,7 @@ func TestQuoteThenRunTheDemo(t *testing.T) {
 			!strings.Contains(table, "tenant budget: none") {
 			t.Errorf("run %d: `fanout run --quote` printed\n%s\nwant a %s quote with a line per task", i, table, basis)
 		}
+		t.Logf("fanout run --quote:\n%s", table)
 		var q fanoutv1.Quote
 		if err := protojson.Unmarshal([]byte(cli("run", "-f", file, "--quote", "--json")), &q); err != nil {
 			t.Fatalf("`fanout run --quote --json`: %v", err)
