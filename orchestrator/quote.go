@@ -67,11 +67,11 @@ func (e *Engine) quoteRun(ctx context.Context, p *plan, limit int64, ended []*fa
 		}
 	}
 	q.ForecastTokens = q.TasksTokens + q.SynthesisTokens
-	// A tenant without a budget covers any run.
+	// A tenant without a budget covers any run; an exhausted one, none.
 	q.TenantCovers = true
 	if p.tenantAccount != 0 {
 		q.TenantBudget, q.TenantAvailableTokens = true, p.tenantAvailable
-		q.TenantCovers = p.tenantAvailable >= quoteHold(q)
+		q.TenantCovers = !p.tenantExhausted && p.tenantAvailable >= quoteHold(q)
 	}
 	if pr, ok := e.spend.(QuotePricer); ok && p.spec.GetModel().GetModel() != "" {
 		lines, err := pr.PriceTokens(ctx, p.spec.GetModel().GetModel(), q.ForecastTokens)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -150,28 +151,62 @@ func TestDryRunValidatesAsStartRun(t *testing.T) {
 	b.checkNothingWritten(t, n)
 }
 
-// TestDryRunOfAnExhaustedTenant: a tenant whose budget is spent is not a
-// refusal of a dry run: the quote says it does not cover the run.
+// TestDryRunOfAnExhaustedTenant: a tenant whose budget is spent (below its
+// min_reservation: StartRun refuses its runs) is not a refusal of a dry
+// run: the quote says it does not cover the run.
 func TestDryRunOfAnExhaustedTenant(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	n := b.orchestrator(t, "o1", orchestrator.Config{})
+	w, _ := b.worker(t, "w", llm.SimConfig{}, 8)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
 	if _, err := b.ledger.SetTenantBudget(t.Context(), budget.TenantBudget{TenantID: "t1", Limit: 1_000,
-		MinReservation: 100, Actor: storetest.Actor(t, b.pool)}); err != nil {
+		MinReservation: 1_000, Actor: storetest.Actor(t, b.pool)}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("dry-x", 3, 20_000), DryRun: true})
+	first, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("dry-spend", 1, 1_000)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := resp.GetQuote(); !q.GetTenantBudget() || q.GetTenantCovers() || q.GetTenantAvailableTokens() != 1_000 {
-		t.Errorf("quote %v; want a tenant budget of 1,000 available that does not cover it", q)
+	watchAll(t, n.client, first.GetRunId())
+	available := b.tenantSettled(t, "t1")
+	if available <= 0 || available >= 1_000 {
+		t.Fatalf("the tenant has %d of 1,000 tokens available after a run; want some spent, some left", available)
+	}
+	if _, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("dry-x", 3, 20_000)}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("StartRun for the exhausted tenant: %v; want RESOURCE_EXHAUSTED", err)
+	}
+	resp, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("dry-x", 3, 20_000), DryRun: true})
+	if err != nil {
+		t.Fatalf("dry run for the exhausted tenant: %v; want a quote", err)
+	}
+	if q := resp.GetQuote(); !q.GetTenantBudget() || q.GetTenantCovers() || q.GetTenantAvailableTokens() != available {
+		t.Errorf("quote %v; want a tenant budget of %d available that does not cover it", q, available)
 	}
 	// reserve_quote on a dry run quotes only (TestReserveQuoteAtTheEdges).
 	resp, err = n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: spec("dry-x", 3, 20_000), DryRun: true,
 		ReserveQuote: true})
 	if err != nil || resp.GetQuote() == nil || resp.GetRunId() != "" {
 		t.Errorf("dry run with reserve_quote: %v, %v; want a quote and no run", resp, err)
+	}
+}
+
+// tenantSettled waits until nothing is reserved or held on tenant's account
+// (its runs' accounts closed) and returns what it has available.
+func (b *testBundle) tenantSettled(t *testing.T, tenant string) int64 {
+	t.Helper()
+	for deadline := time.Now().Add(patience); ; {
+		var available, pending int64
+		if err := b.pool.QueryRow(t.Context(), `SELECT limit_tokens - reserved - spent - held, reserved + held
+			FROM account WHERE tenant_id = $1 AND kind = 'tenant'`, tenant).Scan(&available, &pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			return available
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tenant %s still has %d tokens reserved or held after %v", tenant, pending, patience)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the ledger
 	}
 }
 
@@ -258,6 +293,19 @@ func TestReserveQuoteAtTheEdges(t *testing.T) {
 				resp.GetRunId(), q, need)
 		}
 		watchAll(t, tenantClient{n.client, tenant}, resp.GetRunId())
+		// The tenant has one token less than a quote now needs (the run
+		// left a prior), above its min_reservation: admission would start
+		// a new run, the quote refuse it, and the retry is answered with
+		// the run.
+		spent := need - b.tenantSettled(t, tenant)
+		requote, err := n.client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: quoted(tenant, "probe", tc.limit), DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.ledger.SetTenantBudget(t.Context(), budget.TenantBudget{TenantID: tenant,
+			Limit: spent + min(requote.GetQuote().GetForecastTokens(), tc.limit) - 1, Actor: storetest.Actor(t, b.pool)}); err != nil {
+			t.Fatal(err)
+		}
 		again, err := n.client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: s, ReserveQuote: true})
 		if err != nil || again.GetRunId() != resp.GetRunId() {
 			t.Errorf("%s: retry answered %v, %v; want run %s", tc.name, again, err, resp.GetRunId())
@@ -345,4 +393,25 @@ type tenantClient struct {
 func (c tenantClient) WatchRun(ctx context.Context, req *fanoutv1.WatchRunRequest,
 	opts ...grpc.CallOption) (grpc.ServerStreamingClient[fanoutv1.WatchRunResponse], error) {
 	return c.OrchestratorServiceClient.WatchRun(withTenant(ctx, c.tenant), req, opts...)
+}
+
+// TestQuoteAdmitsInDispatchOrder: docs/budget.md#quotes. The admitted tasks
+// are those, in dispatch order, whose forecasts fit together in what the
+// tasks may claim, up to the first that does not: a small task after it
+// waits for it, as the driver's do, though it would fit alone.
+func TestQuoteAdmitsInDispatchOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	n := b.orchestrator(t, "o1", orchestrator.Config{})
+	s := spec("order", 4, 12_000)
+	for i, tb := range []int64{5_000, 5_000, 5_000, 1_000} {
+		s.Tasks[i].TokenBudget = tb
+	}
+	resp, err := n.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: s, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := resp.GetQuote(); q.GetAdmittedTasks() != 2 || q.GetForecastTokens() != 16_000 {
+		t.Errorf("quote %v; want 2 tasks admitted of a 16,000 forecast: the third does not fit and the fourth waits for it", q)
+	}
 }
