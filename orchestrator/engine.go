@@ -208,23 +208,43 @@ func (e *Engine) Config() Config { return e.cfg }
 // when the key was used with a different spec, ErrShuttingDown after
 // Shutdown began.
 func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanoutv1.Run, created bool, err error) {
+	run, created, _, err = e.submit(ctx, spec, false)
+	return run, created, err
+}
+
+// submit is Submit; with reserveQuote (StartRunRequest.reserve_quote) the
+// run is quoted first and starts only if its tenant's available tokens
+// cover min(forecast, limit) (docs/budget.md#quotes), else it is a
+// *QuoteNotCoveredError; the quote is returned either way.
+func (e *Engine) submit(ctx context.Context, spec *fanoutv1.RunSpec,
+	reserveQuote bool) (run *fanoutv1.Run, created bool, q *fanoutv1.Quote, err error) {
 	spec = known(spec)
 	p, err := e.cfg.plan(spec)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	if e.isClosing() {
-		return nil, false, ErrShuttingDown
+		return nil, false, nil, ErrShuttingDown
 	}
 	if err := e.checkTenant(ctx, p, false); err != nil {
 		// A retry of the call that created a run is answered with that run
 		// whatever admission would say of a new one now.
 		if run, ferr := e.store.RunByKey(ctx, p.tenantID, spec.GetIdempotencyKey()); ferr == nil {
-			return e.existing(run, spec)
+			run, created, err := e.existing(run, spec)
+			return run, created, nil, err
 		}
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	e.sizeFirst(ctx, p)
+	if reserveQuote {
+		if q, err = e.reserveQuote(ctx, p); err != nil {
+			if run, ferr := e.store.RunByKey(ctx, p.tenantID, spec.GetIdempotencyKey()); ferr == nil {
+				run, created, err := e.existing(run, spec)
+				return run, created, q, err
+			}
+			return nil, false, q, err
+		}
+	}
 	start := time.Now()
 	// Once the run row exists, finish creating it even if the caller leaves.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -241,19 +261,20 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p),
 		e.cfg.toolPolicy(p.spec), begin, queuedEvents(p, ready))
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	if !created {
-		return e.existing(run, spec)
+		run, created, err := e.existing(run, spec)
+		return run, created, q, err
 	}
 	e.wake(runID)
 	span := e.startRunSpan(ctx, start, runID, p)
 	ctx = trace.ContextWithSpan(ctx, span) // the ledger and store calls below are the run's
 	run.Budget = runs.Snapshot(accounts.Run)
 	if err := e.start(ctx, run, p, accounts, span); err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
-	return run, true, nil
+	return run, true, q, nil
 }
 
 // existing answers a StartRun whose idempotency key names run: run itself

@@ -107,11 +107,30 @@ func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	run, _, err := s.e.Submit(ctx, spec)
-	if err != nil {
+	if req.GetDryRun() {
+		q, err := s.e.quote(ctx, spec)
+		if err != nil {
+			return nil, s.toStatus(ctx, err)
+		}
+		return &fanoutv1.StartRunResponse{Quote: q}, nil
+	}
+	run, _, q, err := s.e.submit(ctx, spec, req.GetReserveQuote())
+	var short *QuoteNotCoveredError
+	switch {
+	case errors.As(err, &short):
+		// The quote rides along, for the caller to print.
+		return nil, withDetails(codes.ResourceExhausted, short.Error(),
+			&errdetails.ErrorInfo{Reason: "BUDGET_EXHAUSTED", Domain: errorDomain},
+			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+				Subject: "tenant:" + short.Tenant + "/budget",
+				Description: fmt.Sprintf("%d tokens available; the quote needs %d (min of forecast %d and limit %d)",
+					short.Quote.GetTenantAvailableTokens(), quoteHold(short.Quote), short.Quote.GetForecastTokens(),
+					short.Quote.GetLimitTokens())}}},
+			protoadapt.MessageV1Of(short.Quote))
+	case err != nil:
 		return nil, s.toStatus(ctx, err)
 	}
-	return &fanoutv1.StartRunResponse{RunId: run.GetRunId()}, nil
+	return &fanoutv1.StartRunResponse{RunId: run.GetRunId(), Quote: q}, nil
 }
 
 // WatchRun implements fanoutv1.OrchestratorServiceServer.

@@ -114,7 +114,7 @@ func (e *Engine) tenantAccount(ctx context.Context, p *plan, check bool) error {
 	case err != nil:
 		return fmt.Errorf("read the budget of tenant %s: %w", p.tenantID, err)
 	}
-	p.tenantAccount, p.tenantAvailable = ta.ID, max(ta.Available(), 0)
+	p.tenantAccount, p.tenantAvailable, p.tenantExhausted = ta.ID, max(ta.Available(), 0), ta.Exhausted()
 	if check && ta.Available() < ta.MinReservation {
 		if !ta.PeriodEnd.IsZero() {
 			return fmt.Errorf("%w: %d of %d tokens left in the period that ends %s", ErrTenantExhausted,

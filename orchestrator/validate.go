@@ -141,6 +141,7 @@ type plan struct {
 	// Of the tenant (Engine.checkTenant), not of the spec:
 	tenantAccount    budget.AccountID // its ledger account, 0 if it has no budget
 	tenantAvailable  int64            // what that account had available at admission (0: no budget)
+	tenantExhausted  bool             // that was below its min_reservation (a quote covers nothing)
 	maxTasksInFlight int              // its cap on tasks in flight, 0 if none
 	prior            prior            // what its tasks cost with the run's model in earlier runs
 }

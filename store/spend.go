@@ -128,3 +128,35 @@ func (s *Spending) Report(ctx context.Context, tenantID, fromDay, toDay string, 
 	}
 	return rep, nil
 }
+
+// PriceTokens prices tokens of model at its price in effect now (of rows
+// from one instant, the latest set, as money_line picks), each token at the
+// higher of its input and output price: the worst case the spend views
+// price a spend at when its split is not known. A quote is such a spend
+// (docs/budget.md#quotes). One line per currency; none when the model has
+// no price.
+func (s *Spending) PriceTokens(ctx context.Context, model string, tokens int64) ([]runs.Spend, error) {
+	var out []runs.Spend
+	err := retried(ctx, s.log, "spend.price_tokens", idempotent, func(ctx context.Context, _ try) error {
+		rows, err := s.pool.Query(ctx, `
+			SELECT currency, trim_scale($2::numeric * greatest(input_per_million, output_per_million) / 1000000)::text
+			  FROM price
+			 WHERE model = $1 AND effective_from <= now()
+			 ORDER BY effective_from DESC, set_at DESC
+			 LIMIT 1`, model, tokens)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (runs.Spend, error) {
+			l := runs.Spend{PricedTokens: tokens, WorstCaseTokens: tokens}
+			err := r.Scan(&l.Currency, &l.Cost)
+			l.WorstCaseCost = l.Cost
+			return l, err
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("price %d tokens of model %s: %w", tokens, model, err)
+	}
+	return out, nil
+}

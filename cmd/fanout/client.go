@@ -151,6 +151,9 @@ func describe(err error) string {
 			for _, v := range d.GetViolations() {
 				fmt.Fprintf(&b, "\n  quota %s: %s", v.GetSubject(), v.GetDescription())
 			}
+		case *fanoutv1.Quote: // a reserve_quote refused
+			b.WriteString("\n")
+			printQuote(&b, d)
 		}
 	}
 	return b.String()
@@ -189,11 +192,16 @@ JSON form of fanout.v1.RunRequest ({"spec": {...}}), the same file grpcurl takes
 same document in YAML (a .yaml or .yml file).
 Ctrl-C cancels the run (the stream's cancellation cancels it on every node);
 --detach starts it and prints the run id instead.
+--quote prints what the run would cost (each task's forecast, the synthesis allowance,
+the money, whether the tenant's budget covers it) and starts nothing; --reserve-quote
+starts it only if the tenant's budget covers its quote (docs/budget.md#quotes), then
+follows it as fanout watch does (Ctrl-C stops following; fanout cancel cancels it).
 
 Usage:
-  fanout run -f SPEC.(json|yaml) [--detach] [--addr HOST:PORT] [--json]
+  fanout run -f SPEC.(json|yaml) [--detach] [--quote | --reserve-quote] [--addr HOST:PORT] [--json]
 
 Example:
+  fanout run -f examples/research.json --quote
   fanout run -f examples/research.json
 `
 
@@ -202,13 +210,18 @@ func cmdRun(ctx context.Context, env *Env, args []string) error {
 	var cf clientFlags
 	cf.register(f)
 	var file string
-	var detach bool
+	var detach, quote, reserve bool
 	var key string
 	f.StringVar(&file, "f", "", "spec file (RunRequest as JSON, or YAML if it ends in .yaml/.yml), or - for stdin (JSON)")
 	f.BoolVar(&detach, "detach", false, "start the run and print its id (StartRun) instead of streaming it")
 	f.StringVar(&key, "idempotency-key", "", "override the spec's idempotency key (same key, same run)")
+	f.BoolVar(&quote, "quote", false, "print the run's quote and start nothing (StartRun dry_run)")
+	f.BoolVar(&reserve, "reserve-quote", false, "start the run only if the tenant's budget covers its quote (StartRun reserve_quote)")
 	if err := parseFlags(f, args, env); err != nil {
 		return err
+	}
+	if quote && reserve {
+		return fmt.Errorf("--quote and --reserve-quote: give one (--quote starts nothing)")
 	}
 	if file == "" {
 		return fmt.Errorf("-f SPEC is required (see examples/research.json)")
@@ -233,26 +246,49 @@ func cmdRun(ctx context.Context, env *Env, args []string) error {
 		return err
 	}
 	defer closeConn()
-	if detach {
-		resp, err := client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: req.GetSpec()})
+	var next func() (*fanoutv1.RunEvent, error)
+	if detach || quote || reserve {
+		resp, err := client.StartRun(ctx, &fanoutv1.StartRunRequest{Spec: req.GetSpec(), DryRun: quote,
+			ReserveQuote: reserve})
+		switch {
+		case err != nil:
+			return err
+		case quote && cf.json:
+			printJSON(env.Stdout, resp.GetQuote())
+			return nil
+		case quote:
+			printQuote(env.Stdout, resp.GetQuote())
+			return nil
+		case detach && cf.json:
+			printJSON(env.Stdout, resp)
+			return nil
+		case detach:
+			fmt.Fprintln(env.Stdout, resp.GetRunId())
+			return nil
+		}
+		// --reserve-quote: started; followed as fanout watch follows it.
+		if !cf.json {
+			printQuote(env.Stdout, resp.GetQuote())
+		}
+		ws, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: resp.GetRunId()})
 		if err != nil {
 			return err
 		}
-		if cf.json {
-			printJSON(env.Stdout, resp)
-		} else {
-			fmt.Fprintln(env.Stdout, resp.GetRunId())
+		next = func() (*fanoutv1.RunEvent, error) {
+			m, err := ws.Recv()
+			return m.GetEvent(), err
 		}
-		return nil
+	} else {
+		stream, err := client.Run(ctx, req)
+		if err != nil {
+			return err
+		}
+		next = func() (*fanoutv1.RunEvent, error) {
+			m, err := stream.Recv()
+			return m.GetEvent(), err
+		}
 	}
-	stream, err := client.Run(ctx, req)
-	if err != nil {
-		return err
-	}
-	final, err := follow(ctx, env, client, cf.json, func() (*fanoutv1.RunEvent, error) {
-		m, err := stream.Recv()
-		return m.GetEvent(), err
-	})
+	final, err := follow(ctx, env, client, cf.json, next)
 	if err != nil {
 		return err
 	}

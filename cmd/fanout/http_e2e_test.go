@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 )
@@ -146,8 +147,25 @@ func TestHTTPForACallerWithOnlyCurl(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Quote it first (REST: dry_run is a query parameter): a quote, no run,
+	// money at the sim's price (docs/budget.md#quotes; a spec that names
+	// its model is priced).
+	named := proto.CloneOf(spec)
+	named.Model.Model = "sim"
+	namedJSON, err := protojson.Marshal(named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := curl(t, "POST", base+"/v1/runs?dryRun=true", key, string(namedJSON))
+	var dry fanoutv1.StartRunResponse
+	if code != http.StatusOK || protojson.Unmarshal([]byte(out), &dry) != nil || dry.GetRunId() != "" ||
+		dry.GetQuote().GetForecastTokens() <= 0 || len(dry.GetQuote().GetCost()) != 1 ||
+		dry.GetQuote().GetCost()[0].GetCurrency() != "USD" {
+		t.Fatalf("POST /v1/runs?dryRun=true: %d %s; want a quote priced in USD and no run", code, out)
+	}
+
 	// Start (REST: the body is the RunSpec).
-	code, out := curl(t, "POST", base+"/v1/runs", key, string(specJSON))
+	code, out = curl(t, "POST", base+"/v1/runs", key, string(specJSON))
 	var started struct{ RunID string }
 	if code != http.StatusOK || json.Unmarshal([]byte(strings.Replace(out, "runId", "RunID", 1)), &started) != nil || started.RunID == "" {
 		t.Fatalf("POST /v1/runs: %d %s", code, out)
