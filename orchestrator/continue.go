@@ -60,6 +60,12 @@ func (e *Engine) Continue(ctx context.Context, c ContinueParams) (*fanoutv1.Run,
 	}
 	readmit := readmitted(p, run.GetTasks())
 	if c.DryRun {
+		// The prior and the tenant's budget, as quoteRun reads them (a
+		// spent tenant budget is what the quote says, not an error).
+		if err := e.checkTenant(ctx, p, true); err != nil && !errors.Is(err, ErrTenantExhausted) {
+			return nil, nil, nil, err
+		}
+		e.sizeFirst(ctx, p)
 		q, err := e.quoteContinuation(ctx, p, limit+c.Add, run.GetTasks(), readmit)
 		return run, nil, q, err
 	}

@@ -114,6 +114,25 @@ func TestContinueExhaustedRunTwice(t *testing.T) {
 	evs = watchAll(t, n.client, runID)
 	ends := checkEnds(t, evs)
 	t.Logf("after c1 (%v): ends %d, tasks %v", c1.GetContinuation(), len(ends), tally(evs))
+	// The second continuation's quote first: the tasks it runs are those
+	// still NOT_STARTED, and nothing is written.
+	dry, err := n.client.ContinueRun(t.Context(), &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 20_000,
+		IdempotencyKey: "c2", DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := tally(evs)[fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED]
+	running := 0
+	for _, l := range dry.GetQuote().GetTasks() {
+		if l.GetRuns() {
+			running++
+		}
+	}
+	if dry.GetContinuation() != nil || running != left || dry.GetQuote().GetBasis() != "run" ||
+		dry.GetQuote().GetLimitTokens() != 6_000+3_000+20_000 {
+		t.Errorf("the quote of c2: continuation %v, %d tasks run (want the %d NOT_STARTED), basis %q (want run), limit %d",
+			dry.GetContinuation(), running, left, dry.GetQuote().GetBasis(), dry.GetQuote().GetLimitTokens())
+	}
 	c2 := cont("c2", 20_000)
 	if replay, err := n.client.ContinueRun(t.Context(), &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 20_000,
 		IdempotencyKey: "c2"}); err != nil || replay.GetContinuation().GetContinuation() != c2.GetContinuation().GetContinuation() {
@@ -165,6 +184,15 @@ func TestContinueExhaustedRunTwice(t *testing.T) {
 			rows, spent, c1.GetContinuation().GetSpentBefore(), total)
 	}
 	t.Logf("spent %d before, %d in 2 continuations, %d in all", c1.GetContinuation().GetSpentBefore(), spent, total)
+	// The quote against what the continuation then spent (its tasks and
+	// its synthesis), reported, not asserted: a forecast is not a bound.
+	var second int64
+	if err := b.pool.QueryRow(t.Context(), `SELECT spent_tokens FROM run_continuations WHERE run_id = $1 AND continuation = 2`,
+		runID).Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	q := dry.GetQuote().GetForecastTokens()
+	t.Logf("c2's quote: %d tokens forecast, %d spent: error %+.1f%%", q, second, 100*float64(q-second)/float64(second))
 }
 
 // tally counts the tasks' last outcomes in a history.

@@ -43,10 +43,24 @@ type TaskSpend struct {
 	Reservations int64  `json:"reservations"`
 }
 
+// ContinuationSpend is one row of the run_continuations view: a
+// continuation of the run (docs/budget.md#continue) and what was spent from
+// it until the next.
+type ContinuationSpend struct {
+	Continuation int32  `json:"continuation"`
+	Added        int64  `json:"added_tokens"`
+	Limit        int64  `json:"limit_tokens"`
+	SpentBefore  int64  `json:"spent_before_tokens"`
+	Spent        int64  `json:"spent_tokens"`
+	Reopened     bool   `json:"reopened"`
+	Actor        string `json:"actor"`
+}
+
 // RunAudit is what an auditor sees of one run.
 type RunAudit struct {
-	Run      RunSpend    `json:"run"`
-	Tasks    []TaskSpend `json:"tasks"`
+	Run           RunSpend            `json:"run"`
+	Tasks         []TaskSpend         `json:"tasks"`
+	Continuations []ContinuationSpend `json:"continuations,omitempty"`
 	Accounts int         `json:"accounts_checked"`       // accounts of the run checked by conservation_check
 	Broken   int         `json:"accounts_not_conserved"` // of which not conserved (0 on a healthy ledger)
 }
@@ -102,6 +116,20 @@ func (s *Audit) readRun(ctx context.Context, tenantID, runID string) (RunAudit, 
 			var t TaskSpend
 			err := row.Scan(&t.TaskID, &t.Limit, &t.Spent, &t.Reported, &t.Estimated, &t.Overrun, &t.Reserved, &t.Reservations)
 			return t, err
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT continuation, added_tokens, limit_tokens, spent_before_tokens, spent_tokens,
+			reopened, actor
+			FROM run_continuations WHERE tenant_id = $1 AND run_id = $2 ORDER BY continuation`, tenantID, runID)
+		if err != nil {
+			return err
+		}
+		a.Continuations, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ContinuationSpend, error) {
+			var c ContinuationSpend
+			err := row.Scan(&c.Continuation, &c.Added, &c.Limit, &c.SpentBefore, &c.Spent, &c.Reopened, &c.Actor)
+			return c, err
 		})
 		if err != nil {
 			return err

@@ -58,7 +58,7 @@ func cmdContinue(ctx context.Context, env *Env, args []string) error {
 		return nil
 	}
 	if quote {
-		printJSON(env.Stdout, resp.GetQuote()) // TODO(merge quote): printQuote
+		printQuote(env.Stdout, resp.GetQuote())
 		return nil
 	}
 	c := resp.GetContinuation()

@@ -284,6 +284,18 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 	if last == nil {
 		return errors.New("demo: the run sent no events")
 	}
+	// A run whose budget ran out is continued, not started again: its
+	// quote first, then the continuation, up to three times.
+	for k := 1; k <= 3 && last.GetRunFinished().GetState() == fanoutv1.RunState_RUN_STATE_BUDGET_EXHAUSTED; k++ {
+		next, err := continueDemo(ctx, env, client, last, k)
+		if err != nil || next == nil {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		last = next
+	}
 	got, err := client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: last.GetRunId()})
 	if err != nil {
 		return err
@@ -316,6 +328,47 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 	return nil
 }
 
+// continueDemo continues the demo's run, which ended at last with its
+// budget spent (docs/budget.md#continue): it quotes what is left, adds the
+// quote's forecast and follows the run to its next end, which it returns;
+// nil when no task is left to run.
+func continueDemo(ctx context.Context, env *Env, client fanoutv1.OrchestratorServiceClient, last *fanoutv1.RunEvent,
+	k int) (*fanoutv1.RunEvent, error) {
+	runID := last.GetRunId()
+	probe, err := client.ContinueRun(ctx, &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 1, DryRun: true})
+	if err != nil {
+		return nil, err
+	}
+	add := probe.GetQuote().GetForecastTokens()
+	if probe.GetQuote().GetTasksTokens() == 0 || add <= 0 {
+		return nil, nil
+	}
+	fmt.Fprintf(env.Stdout, "\n== continue: the budget ran out; add the forecast of what is left (fanout continue %s --add %d --quote)\n\n",
+		runID, add)
+	quoted, err := client.ContinueRun(ctx, &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: add, DryRun: true})
+	if err != nil {
+		return nil, err
+	}
+	printQuote(env.Stdout, quoted.GetQuote())
+	if _, err := client.ContinueRun(ctx, &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: add,
+		IdempotencyKey: fmt.Sprintf("demo-continue-%d", k), Reason: "the demo: the tasks not started"}); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(env.Stdout, "\n")
+	stream, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID, AfterSequence: last.GetSequence()})
+	if err != nil {
+		return nil, err
+	}
+	next, err := follow(ctx, env, client, false, func() (*fanoutv1.RunEvent, error) {
+		m, err := stream.Recv()
+		return m.GetEvent(), err
+	})
+	if err == nil && next.GetRunFinished() == nil {
+		err = fmt.Errorf("demo: the continued run %s sent no end", runID)
+	}
+	return next, err
+}
+
 func printAudit(w io.Writer, a store.RunAudit) {
 	r := a.Run
 	fmt.Fprintf(w, "run_spend   %s (tenant %s): %s\n", r.RunID, r.TenantID, r.State)
@@ -332,6 +385,16 @@ func printAudit(w io.Writer, a store.RunAudit) {
 	verdict := "conserved"
 	if a.Broken > 0 {
 		verdict = fmt.Sprintf("NOT CONSERVED on %d", a.Broken)
+	}
+	if len(a.Continuations) > 0 {
+		fmt.Fprintf(w, "run_continuations\n  %3s %8s %8s %12s %8s  %s\n", "#", "added", "limit", "spent before", "spent", "")
+		for _, c := range a.Continuations {
+			how := "topped up"
+			if c.Reopened {
+				how = "reopened"
+			}
+			fmt.Fprintf(w, "  %3d %8d %8d %12d %8d  %s by %s\n", c.Continuation, c.Added, c.Limit, c.SpentBefore, c.Spent, how, c.Actor)
+		}
 	}
 	fmt.Fprintf(w, "conservation_check: %d accounts, %s (limit = available + reserved + spent + held; entries sum to rows)\n", a.Accounts, verdict)
 }

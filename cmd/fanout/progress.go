@@ -113,6 +113,17 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 	case *fanoutv1.RunEvent_RunFinished:
 		line = fmt.Sprintf("run finished: %s %s", runs.Text(e.RunFinished.GetState()), e.RunFinished.GetCancelCause())
 		p.notes = append(p.notes, line)
+	case *fanoutv1.RunEvent_RunContinued:
+		c := e.RunContinued
+		line = fmt.Sprintf("run continued (#%d by %s): +%d tokens, budget now %d", c.GetContinuation(), c.GetActor(),
+			c.GetAddedTokens(), c.GetLimitTokens())
+		if c.GetReopened() {
+			line += fmt.Sprintf("; reopened for %d tasks", len(c.GetTaskIds()))
+			for _, id := range c.GetTaskIds() {
+				p.task(id).status = "PENDING"
+			}
+		}
+		p.notes = append(p.notes, line)
 	}
 	if p.tty {
 		p.redraw()

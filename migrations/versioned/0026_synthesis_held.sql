@@ -1,5 +1,5 @@
 -- 0026: a run that asks for synthesis holds its allowance back in the
--- ledger (issue 25; docs/budget.md#the-synthesis-is-always-paid, docs/ledger.md I19). account.held is what a run keeps for
+-- ledger (issue 25; DESIGN §9, I19). account.held is what a run keeps for
 -- its synthesis, and a tenant account holds the sum of its runs': held
 -- counts against the limit like reserved (the CHECK), is not available to
 -- any subagent (a run is exhausted at limit - reserved - spent - held <

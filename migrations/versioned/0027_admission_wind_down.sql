@@ -1,4 +1,4 @@
--- 0027: admission by forecast and wind-down (issue 25; docs/budget.md#admission-by-forecast).
+-- 0027: admission by forecast and wind-down (issue 25; DESIGN §9).
 -- A task the run could not afford to its end is never started and says so
 -- (NOT_STARTED, distinct from a task the budget cut off). When what a run
 -- has left can pay only for final answers, its orchestrator sets

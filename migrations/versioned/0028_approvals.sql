@@ -1,4 +1,4 @@
--- 0028: a tool policy the database holds (issue 28; docs/mcp.md#policy-and-approvals).
+-- 0028: a tool policy the database holds (issue 28; DESIGN §8, §10).
 --
 -- run_tool_policy is each run's effective tool policy, written by its
 -- orchestrator in the transaction that opens the run: which tools the run's
