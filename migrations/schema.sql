@@ -421,8 +421,10 @@ CREATE TABLE fanout.run (
     result jsonb,
     adoptions integer DEFAULT 0 NOT NULL,
     prior_added boolean DEFAULT false NOT NULL,
+    forked_from text,
     CONSTRAINT run_adoptions_check CHECK (adoptions >= 0),
     CONSTRAINT run_finished CHECK ((state = 'RUNNING'::text) = (finished_at IS NULL)),
+    CONSTRAINT run_forked_from_check CHECK (forked_from <> ''::text),
     CONSTRAINT run_idempotency_key UNIQUE (tenant_id, idempotency_key),
     CONSTRAINT run_idempotency_key_check CHECK (idempotency_key <> ''::text AND octet_length(idempotency_key) <= 128),
     CONSTRAINT run_last_sequence_check CHECK (last_sequence >= 0),
@@ -443,6 +445,7 @@ CREATE POLICY fanout_tenant_auditor_read ON fanout.run FOR SELECT TO fanout_tena
 COMMENT ON COLUMN fanout.run.spec IS 'The RunSpec as submitted, as protojson with the proto field names: spec->>''goal''.';
 COMMENT ON COLUMN fanout.run.result IS 'The JoinedResult as protojson; NULL while the run is RUNNING, or if it ended without one.';
 COMMENT ON COLUMN fanout.run.prior_added IS 'The run''s whole tasks were added to its tenant''s prior (task_prior): never twice (docs/budget.md#priors).';
+COMMENT ON COLUMN fanout.run.forked_from IS 'The run this run was forked from (ForkRun, docs/budget.md#fork); NULL for a run that was not.';
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.run TO fanout_app;
 GRANT SELECT (state, owner_heartbeat) ON TABLE fanout.run TO fanout_worker;
 
@@ -525,6 +528,8 @@ CREATE TABLE fanout.task (
     finished_at timestamp with time zone,
     outcome jsonb,
     outcome_error text GENERATED ALWAYS AS ((outcome -> 'summary'::text) ->> 'error'::text) STORED,
+    content_key text,
+    CONSTRAINT task_content_key_check CHECK (content_key ~ '^[0-9a-f]{64}$'::text),
     CONSTRAINT task_dispatch_index UNIQUE (run_id, dispatch_index),
     CONSTRAINT task_dispatch_index_check CHECK (dispatch_index >= 0),
     CONSTRAINT task_outcome_object CHECK (jsonb_typeof(outcome) = 'object'::text),
@@ -535,11 +540,13 @@ CREATE TABLE fanout.task (
     CONSTRAINT task_tokens_spent_check CHECK (tokens_spent >= 0)
 );
 ALTER TABLE fanout.task ENABLE ROW LEVEL SECURITY;
+CREATE INDEX task_cache ON fanout.task USING btree (tenant_id, content_key, finished_at DESC) WHERE status = 'SUCCEEDED'::text AND content_key IS NOT NULL;
 CREATE POLICY fanout_app_all ON fanout.task FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.task FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.task FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON COLUMN fanout.task.outcome IS 'The TaskOutcome as protojson once the task has ended; started_at and finished_at are columns only.';
 COMMENT ON COLUMN fanout.task.outcome_error IS 'outcome->''summary''->>''error'', kept so that task_outcome need not read outcome.';
+COMMENT ON COLUMN fanout.task.content_key IS 'SHA-256 (hex) of the task''s content (docs/budget.md#the-result-cache); NULL for a task that reused another''s facts, and for tasks of runs opened before 0039.';
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.task TO fanout_app;
 GRANT SELECT (run_id, task_id, tenant_id, dispatch_index, status, tokens_spent, worker, started_at, finished_at, outcome_error) ON TABLE fanout.task TO fanout_auditor;
 GRANT SELECT (run_id, task_id, tenant_id, dispatch_index, status, tokens_spent, worker, started_at, finished_at, outcome_error) ON TABLE fanout.task TO fanout_tenant_auditor;

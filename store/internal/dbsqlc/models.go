@@ -323,6 +323,8 @@ type Run struct {
 	Adoptions int32
 	// The run's whole tasks were added to its tenant's prior (task_prior): never twice (docs/budget.md#priors).
 	PriorAdded bool
+	// The run this run was forked from (ForkRun, docs/budget.md#fork); NULL for a run that was not.
+	ForkedFrom *string
 }
 
 type RunEvent struct {
@@ -407,6 +409,8 @@ type Task struct {
 	Outcome []byte
 	// outcome->'summary'->>'error', kept so that task_outcome need not read outcome.
 	OutcomeError *string
+	// SHA-256 (hex) of the task's content (docs/budget.md#the-result-cache); NULL for a task that reused another's facts, and for tasks of runs opened before 0039.
+	ContentKey *string
 }
 
 type TaskOutcome struct {
