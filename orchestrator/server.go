@@ -114,6 +114,23 @@ func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*
 	return &fanoutv1.StartRunResponse{RunId: run.GetRunId()}, nil
 }
 
+// ForkRun implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) ForkRun(ctx context.Context, req *fanoutv1.ForkRunRequest) (*fanoutv1.ForkRunResponse, error) {
+	tenantID, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
+	if req.GetReserveQuote() {
+		// StartRun's reserve_quote is not served yet; a fork's waits for it.
+		return nil, status.Error(codes.Unimplemented, "reserve_quote: not implemented for ForkRun yet; ask a quote with dry_run")
+	}
+	f, err := s.e.Fork(ctx, tenantID, req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &fanoutv1.ForkRunResponse{RunId: f.Run.GetRunId(), ReusedTaskIds: f.Reused, Quote: f.Quote}, nil
+}
+
 // WatchRun implements fanoutv1.OrchestratorServiceServer.
 func (s *Server) WatchRun(req *fanoutv1.WatchRunRequest, stream grpc.ServerStreamingServer[fanoutv1.WatchRunResponse]) error {
 	ctx := stream.Context()
@@ -379,7 +396,7 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var slow *SlowReaderError
 	var quota *tenant.QuotaError
 	switch {
-	case errors.Is(err, errNoToolCallStore), errors.Is(err, errNoSpendReader):
+	case errors.Is(err, errNoToolCallStore), errors.Is(err, errNoSpendReader), errors.Is(err, errNoRecordedTasks):
 		return status.Error(codes.Unimplemented, err.Error())
 	case errors.As(err, &quota):
 		return withDetails(codes.ResourceExhausted, quota.Error(), &errdetails.QuotaFailure{

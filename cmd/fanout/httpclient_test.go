@@ -157,3 +157,11 @@ func (c *connectClient) ListRunTasks(ctx context.Context, in *fanoutv1.ListRunTa
 func (c *connectClient) ListRunFacts(ctx context.Context, in *fanoutv1.ListRunFactsRequest, _ ...grpc.CallOption) (*fanoutv1.ListRunFactsResponse, error) {
 	return unary[fanoutv1.ListRunFactsRequest, fanoutv1.ListRunFactsResponse](ctx, c, fanoutv1.OrchestratorService_ListRunFacts_FullMethodName, in)
 }
+
+func (c *connectClient) ContinueRun(ctx context.Context, in *fanoutv1.ContinueRunRequest, _ ...grpc.CallOption) (*fanoutv1.ContinueRunResponse, error) {
+	return unary[fanoutv1.ContinueRunRequest, fanoutv1.ContinueRunResponse](ctx, c, fanoutv1.OrchestratorService_ContinueRun_FullMethodName, in)
+}
+
+func (c *connectClient) ForkRun(ctx context.Context, in *fanoutv1.ForkRunRequest, _ ...grpc.CallOption) (*fanoutv1.ForkRunResponse, error) {
+	return unary[fanoutv1.ForkRunRequest, fanoutv1.ForkRunResponse](ctx, c, fanoutv1.OrchestratorService_ForkRun_FullMethodName, in)
+}
