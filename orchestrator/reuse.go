@@ -196,17 +196,18 @@ func (e *Engine) reuse(ctx context.Context, p *plan, src *forkSource) (reused ma
 		if ok[i] != 0 {
 			return ok[i] > 0
 		}
-		r := candidates[i] != nil
+		r, depRuns := candidates[i] != nil, false
+		for _, d := range p.deps[i] {
+			depRuns = !decide(d) || depRuns
+		}
 		switch {
-		case !r && src != nil && len(src.byKey) > 0:
+		case depRuns:
+			// Its key changed with its dependency's, if it did not change.
+			r, why[i] = false, "depends on a task that runs"
+		case !r && src != nil:
 			why[i] = "changed or new task"
 		case !r:
 			why[i] = "no recorded task with its content"
-		}
-		for _, d := range p.deps[i] {
-			if !decide(d) && r {
-				r, why[i] = false, "depends on a task that runs"
-			}
 		}
 		ok[i] = -1
 		if r {
