@@ -29,9 +29,10 @@ import (
 // task changed makes model calls for that task and the one that depends on
 // it only, and sends none of the reused task's writes again; its quote
 // (REST, and the CLI) says so before anything is written; a retry with its
-// key returns the same run. Then the result cache: a run of the same
-// tenant with the source's spec reuses every task (no model call, no
-// write), and the same run of another tenant reuses none.
+// key returns the same run; another tenant cannot fork it. Then the result
+// cache: a run of the same tenant with the source's spec reuses every task
+// (no model call, no write), one whose max age is shorter than the
+// entries' age none, and the same run of another tenant none.
 func TestForkEndToEnd(t *testing.T) {
 	t.Parallel()
 	script := serverMemory(t)
@@ -184,6 +185,9 @@ func TestForkEndToEnd(t *testing.T) {
 	if _, err := o.client.ForkRun(t.Context(), other); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("the key with another fork: %v, want FAILED_PRECONDITION", err)
 	}
+	if _, err := tenantClient(t, o.addr, "other").ForkRun(t.Context(), fork); status.Code(err) != codes.NotFound {
+		t.Errorf("another tenant forks the run: %v, want NOT_FOUND", err)
+	}
 	if n := countRuns(t, o.client) - before; n != 2 {
 		t.Errorf("%d runs, want the source and one fork", n)
 	}
@@ -209,6 +213,16 @@ func TestForkEndToEnd(t *testing.T) {
 	}
 	if n := runWrites(t, shimDir, cachedID); n != 0 {
 		t.Errorf("the cached run sent %d writes, want 0", n)
+	}
+	// An entry older than the max age is not taken.
+	stale := proto.CloneOf(cached)
+	stale.IdempotencyKey = "stale"
+	stale.Cache.TaskMaxAge = durationpb.New(time.Millisecond)
+	sevs := runAll(t, o.client, stale)
+	for _, o := range sevs[len(sevs)-1].GetRunFinished().GetResult().GetTasks() {
+		if o.GetReused() != nil {
+			t.Errorf("with a 1 ms max age %s reused %v, recorded longer ago", o.GetTaskId(), o.GetReused())
+		}
 	}
 	tenant2 := proto.CloneOf(cached)
 	tenant2.TenantId = "other"
