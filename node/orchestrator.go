@@ -177,6 +177,8 @@ func (o *Orchestrator) startEngine(b *Backend, cfg OrchestratorConfig) error {
 		Tenants: b.Runs(),
 		Slots:   tenantTaskSlots{b.stores.Semaphore},
 		Priors:  b.Runs(),
+		// ForkRun's sources and the result cache: the run store's reads.
+		Recorded: b.Runs(),
 		// Decisions are API writes: the API pool, never the ledger's.
 		Approvals: b.stores.Approvals,
 		Spend:     b.stores.Spending,

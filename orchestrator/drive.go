@@ -284,10 +284,11 @@ func (d *driver) joinPolicy(o *fanoutv1.TaskOutcome, cancelRun context.CancelCau
 }
 
 // ranToAnswer reports whether a task's spend is what a task costs to its
-// end: it answered, or ran all its iterations.
+// end: it answered, or ran all its iterations (here: a task that reused
+// recorded facts spent nothing).
 func ranToAnswer(o *fanoutv1.TaskOutcome) bool {
 	st := o.GetStatus()
-	return o.GetSummary().GetIterations() > 0 &&
+	return o.GetSummary().GetIterations() > 0 && o.GetReused() == nil &&
 		(st == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED || st == fanoutv1.TaskStatus_TASK_STATUS_ITERATION_LIMIT)
 }
 

@@ -54,6 +54,10 @@ type EngineParams struct {
 	// Events tells WatchRun's followers of the events other nodes write
 	// (store.Notifier); nil: they poll every Config.WatchPollInterval.
 	Events EventNotices
+	// Recorded reads tenants' recorded tasks for ForkRun and the result
+	// cache (store.Runs); nil: ForkRun and RunSpec.cache.task_max_age are
+	// UNIMPLEMENTED.
+	Recorded RecordedTasks
 }
 
 // Engine creates runs, drives them on this node (dispatching their tasks to
@@ -70,6 +74,7 @@ type Engine struct {
 	slots   TaskSlots
 	appr    Approvals
 	spend   SpendReader
+	records RecordedTasks
 	limits  RateLimits
 	// rates is the one view of limits shared by the runs sized from them
 	// (nil when limits is).
@@ -151,6 +156,7 @@ func NewEngine(p EngineParams) (*Engine, error) {
 		priors:     p.Priors,
 		appr:       p.Approvals,
 		spend:      p.Spend,
+		records:    p.Recorded,
 		limits:     p.RateLimits,
 		cfg:        p.Config.withDefaults(),
 		base:       base,
@@ -208,15 +214,17 @@ func (e *Engine) Config() Config { return e.cfg }
 // when the key was used with a different spec, ErrShuttingDown after
 // Shutdown began.
 func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanoutv1.Run, created bool, err error) {
-	run, created, _, err = e.submit(ctx, spec, false)
+	run, created, _, err = e.submit(ctx, spec, nil, false)
 	return run, created, err
 }
 
-// submit is Submit; with reserveQuote (StartRunRequest.reserve_quote) the
-// run is quoted first and starts only if its tenant's available tokens
-// cover min(forecast, limit) (docs/budget.md#quotes), else it is a
-// *QuoteNotCoveredError; the quote is returned either way.
-func (e *Engine) submit(ctx context.Context, spec *fanoutv1.RunSpec,
+// submit is Submit, and a fork's start when src is set: the tasks that
+// reuse recorded facts (reuse.go) are stored ended with the run. With
+// reserveQuote (StartRunRequest.reserve_quote) the run is quoted first and
+// starts only if its tenant's available tokens cover min(forecast, limit)
+// (docs/budget.md#quotes), else it is a *QuoteNotCoveredError; the quote
+// is returned either way.
+func (e *Engine) submit(ctx context.Context, spec *fanoutv1.RunSpec, src *forkSource,
 	reserveQuote bool) (run *fanoutv1.Run, created bool, q *fanoutv1.Quote, err error) {
 	spec = known(spec)
 	p, err := e.cfg.plan(spec)
@@ -253,13 +261,19 @@ func (e *Engine) submit(ctx context.Context, spec *fanoutv1.RunSpec,
 	// TaskQueued and the attempts of the tasks that can start at once: one
 	// write.
 	runID := newRunID()
-	ready := newScheduler(p.deps).Ready()
+	draft, keys, err := e.draftReusing(ctx, runID, p, src)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	sched := newScheduler(p.deps)
+	replayReused(sched, draft.GetTasks())
+	ready := sched.Ready()
 	var begin []string
 	for _, i := range ready[:min(len(ready), p.concurrency)] {
 		begin = append(begin, p.spec.GetTasks()[i].GetId())
 	}
-	run, accounts, created, err := e.store.OpenRun(ctx, draftRun(runID, p), e.cfg.Node, openRunParams(runID, p),
-		e.cfg.toolPolicy(p.spec), begin, queuedEvents(p, ready))
+	run, accounts, created, err := e.store.OpenRun(ctx, draft, e.cfg.Node, openRunParams(runID, p),
+		e.cfg.toolPolicy(p.spec), keys, begin, queuedEvents(p, ready))
 	if err != nil {
 		return nil, false, nil, err
 	}
@@ -417,6 +431,7 @@ func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts
 		"tasks", len(p.spec.GetTasks()), "limit_tokens", p.spec.GetBudget().GetLimitTokens())
 	d := newDriver(e, p, runID, accounts, ar, span)
 	d.queued = true // OpenRun wrote the first wave's TaskQueued
+	d.restoreReused(ctx, run.GetTasks())
 	go func() {
 		defer e.wg.Done()
 		d.drive(runCtx, cancelRun)

@@ -34,11 +34,11 @@ func (s cutStore) check() error {
 }
 
 func (s cutStore) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
-	tools []runs.ToolPolicy, begin []string, queued []*fanoutv1.RunEvent) (*fanoutv1.Run, budget.RunAccounts, bool, error) {
+	tools []runs.ToolPolicy, keys, begin []string, queued []*fanoutv1.RunEvent) (*fanoutv1.Run, budget.RunAccounts, bool, error) {
 	if err := s.check(); err != nil {
 		return nil, budget.RunAccounts{}, false, err
 	}
-	return s.RunStore.OpenRun(ctx, run, owner, open, tools, begin, queued)
+	return s.RunStore.OpenRun(ctx, run, owner, open, tools, keys, begin, queued)
 }
 
 func (s cutStore) GetRun(ctx context.Context, tenantID, runID string) (*fanoutv1.Run, error) {

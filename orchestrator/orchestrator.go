@@ -46,9 +46,13 @@ type RunOpener interface {
 	// nothing. It also begins (budget.Ledger.BeginAttempt) the first attempt
 	// of each task named in begin, returned in accounts.Attempts (which
 	// may lack some: their dispatch begins its own), and records tools,
-	// the run's tool policy, where no worker can change it.
+	// the run's tool policy, where no worker can change it, and keys, its
+	// tasks' content keys by dispatch index (reuse.go). A task of run
+	// that has ended already (one that reuses recorded facts) is stored
+	// ended, its TaskFinished after the RunStarted; run.forked_from is
+	// stored with the run.
 	OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams, tools []runs.ToolPolicy,
-		begin []string, queued []*fanoutv1.RunEvent) (
+		keys, begin []string, queued []*fanoutv1.RunEvent) (
 		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
 }
 

@@ -114,23 +114,38 @@ func (s *Server) StartRun(ctx context.Context, req *fanoutv1.StartRunRequest) (*
 		}
 		return &fanoutv1.StartRunResponse{Quote: q}, nil
 	}
-	run, _, q, err := s.e.submit(ctx, spec, req.GetReserveQuote())
-	var short *QuoteNotCoveredError
-	switch {
-	case errors.As(err, &short):
-		// The quote rides along, for the caller to print.
-		return nil, withDetails(codes.ResourceExhausted, short.Error(),
-			&errdetails.ErrorInfo{Reason: "BUDGET_EXHAUSTED", Domain: errorDomain},
-			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-				Subject: "tenant:" + short.Tenant + "/budget",
-				Description: fmt.Sprintf("%d tokens available; the quote needs %d (min of forecast %d and limit %d)",
-					short.Quote.GetTenantAvailableTokens(), quoteHold(short.Quote), short.Quote.GetForecastTokens(),
-					short.Quote.GetLimitTokens())}}},
-			protoadapt.MessageV1Of(short.Quote))
-	case err != nil:
+	run, _, q, err := s.e.submit(ctx, spec, nil, req.GetReserveQuote())
+	if err != nil {
 		return nil, s.toStatus(ctx, err)
 	}
 	return &fanoutv1.StartRunResponse{RunId: run.GetRunId(), Quote: q}, nil
+}
+
+// quoteShortStatus is a reserve_quote the tenant's budget does not cover:
+// RESOURCE_EXHAUSTED with the figures, and the quote riding along for the
+// caller to print.
+func quoteShortStatus(short *QuoteNotCoveredError) error {
+	return withDetails(codes.ResourceExhausted, short.Error(),
+		&errdetails.ErrorInfo{Reason: "BUDGET_EXHAUSTED", Domain: errorDomain},
+		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+			Subject: "tenant:" + short.Tenant + "/budget",
+			Description: fmt.Sprintf("%d tokens available; the quote needs %d (min of forecast %d and limit %d)",
+				short.Quote.GetTenantAvailableTokens(), quoteHold(short.Quote), short.Quote.GetForecastTokens(),
+				short.Quote.GetLimitTokens())}}},
+		protoadapt.MessageV1Of(short.Quote))
+}
+
+// ForkRun implements fanoutv1.OrchestratorServiceServer.
+func (s *Server) ForkRun(ctx context.Context, req *fanoutv1.ForkRunRequest) (*fanoutv1.ForkRunResponse, error) {
+	tenantID, err := callerTenant(ctx, "", "")
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.e.Fork(ctx, tenantID, req)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return &fanoutv1.ForkRunResponse{RunId: f.Run.GetRunId(), ReusedTaskIds: f.Reused, Quote: f.Quote}, nil
 }
 
 // WatchRun implements fanoutv1.OrchestratorServiceServer.
@@ -398,10 +413,13 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 	var slow *SlowReaderError
 	var quota *tenant.QuotaError
 	var refused *runs.ContinueError
+	var short *QuoteNotCoveredError
 	switch {
+	case errors.As(err, &short):
+		return quoteShortStatus(short)
 	case errors.As(err, &refused):
 		return continueStatus(refused)
-	case errors.Is(err, errNoToolCallStore), errors.Is(err, errNoSpendReader):
+	case errors.Is(err, errNoToolCallStore), errors.Is(err, errNoSpendReader), errors.Is(err, errNoRecordedTasks):
 		return status.Error(codes.Unimplemented, err.Error())
 	case errors.As(err, &quota):
 		return withDetails(codes.ResourceExhausted, quota.Error(), &errdetails.QuotaFailure{

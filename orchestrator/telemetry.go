@@ -38,6 +38,7 @@ const (
 	attrCancelScope  = attribute.Key("fanout.cancel.scope")
 	attrBudgetSpent  = attribute.Key("fanout.budget.spent")
 	attrBudgetAvail  = attribute.Key("fanout.budget.available")
+	attrReusedVia    = attribute.Key("fanout.reused.via")
 )
 
 func tracer() trace.Tracer { return otel.Tracer(scope) }
@@ -52,6 +53,7 @@ type instruments struct {
 	tokensDiscarded metric.Int64Counter
 	tasksHedged     metric.Int64Counter
 	hedgeTokens     metric.Int64Counter
+	tasksReused     metric.Int64Counter
 }
 
 // durationBuckets are the boundaries (seconds) of the run and task duration
@@ -90,6 +92,9 @@ func metrics() *instruments {
 			metric.WithDescription("Second attempts of hedged tasks started (TaskSpec.hedge)."))
 		inst.hedgeTokens, _ = m.Int64Counter("fanout.tokens.hedge_lost", metric.WithUnit("{token}"),
 			metric.WithDescription("The hedging bill: tokens spent by the attempts of hedged tasks that did not win."))
+		inst.tasksReused, _ = m.Int64Counter("fanout.tasks.reused", metric.WithUnit("{task}"),
+			metric.WithDescription("Tasks that took an earlier run's recorded facts instead of running, by fanout.reused.via: "+
+				"fork (ForkRun) or cache (the result cache's hits)."))
 	})
 	return &inst
 }

@@ -187,6 +187,7 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 	c.planLimits(&v, p)
 	c.checkModel(&v, spec.GetModel())
 	checkLabels(&v, spec.GetLabels())
+	checkCache(&v, spec.GetCache())
 	if !c.planTasks(&v, p) {
 		return nil, v.err() // do not walk an oversized plan
 	}

@@ -326,7 +326,7 @@ func TestTheRunRecordsItsPolicyAndItsEndDeniesWhatWaits(t *testing.T) {
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
 	policy := []runs.ToolPolicy{{Tool: "charge", Approval: true, ApprovalTimeout: time.Hour}, {Tool: "note"}}
-	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a"), "node1", open, policy, []string{"a"}, nil)
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a"), "node1", open, policy, nil, []string{"a"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

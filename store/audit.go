@@ -61,8 +61,8 @@ type RunAudit struct {
 	Run           RunSpend            `json:"run"`
 	Tasks         []TaskSpend         `json:"tasks"`
 	Continuations []ContinuationSpend `json:"continuations,omitempty"`
-	Accounts int         `json:"accounts_checked"`       // accounts of the run checked by conservation_check
-	Broken   int         `json:"accounts_not_conserved"` // of which not conserved (0 on a healthy ledger)
+	Accounts      int                 `json:"accounts_checked"`       // accounts of the run checked by conservation_check
+	Broken        int                 `json:"accounts_not_conserved"` // of which not conserved (0 on a healthy ledger)
 }
 
 // Audit is the store of what auditors and operators do: read a run's spend

@@ -17,7 +17,7 @@ func endedExhausted(t *testing.T, b *testBundle, rs *store.Runs, id string) {
 	t.Helper()
 	open := budget.OpenRunParams{RunID: id, TenantID: "ten", Limit: 1000, MinReservation: 10, Held: 100,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}
-	if _, _, _, err := rs.OpenRun(b.ctx, draftRun(id, "ten", "k-"+id, "a", "b"), "node1", open, nil, nil, nil); err != nil {
+	if _, _, _, err := rs.OpenRun(b.ctx, draftRun(id, "ten", "k-"+id, "a", "b"), "node1", open, nil, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rs.FinishTask(b.ctx, id, "node1", &fanoutv1.TaskOutcome{TaskId: "a",

@@ -28,7 +28,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10, Held: 100,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}
 	queued := []*fanoutv1.RunEvent{{Event: &fanoutv1.RunEvent_TaskQueued{TaskQueued: &fanoutv1.TaskQueued{TaskId: "a"}}}}
-	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, nil, []string{"b"}, queued)
+	run, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k", "a", "b"), "node1", open, nil, nil, []string{"b"}, queued)
 	if err != nil || !created {
 		t.Fatalf("open: %v, created %v", err, created)
 	}
@@ -72,7 +72,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 
 	again, accounts, created, err := rs.OpenRun(b.ctx, draftRun("r2", "ten", "k", "a", "b"), "node2",
 		budget.OpenRunParams{RunID: "r2", TenantID: "ten", Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, nil, []string{"a"}, queued)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}, {TaskID: "b", Limit: 400}}}, nil, nil, []string{"a"}, queued)
 	if err != nil || created || again.GetRunId() != "r1" || accounts.Run.ID != 0 {
 		t.Errorf("same key: run %s, created %v, accounts %+v, err %v; want r1, false, none",
 			again.GetRunId(), created, accounts, err)
@@ -83,7 +83,7 @@ func TestOpenRunIsOneWrite(t *testing.T) {
 
 	_, _, _, err = rs.OpenRun(b.ctx, draftRun("r3", "ten", "k3", "a"), "node1",
 		budget.OpenRunParams{RunID: "r3", TenantID: "ten", TenantAccount: 1 << 40, Limit: 1000, MinReservation: 10,
-			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, nil, nil, queued)
+			Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}, nil, nil, nil, queued)
 	if !errors.Is(err, budget.ErrNotFound) {
 		t.Errorf("unknown tenant account: %v, want budget.ErrNotFound", err)
 	}
@@ -104,7 +104,7 @@ func TestCloseRunIsOneWrite(t *testing.T) {
 	rs := store.NewRuns(b.pool)
 	open := budget.OpenRunParams{RunID: "r1", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 400}}}
-	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open, nil, []string{"a"}, nil)
+	_, accounts, _, err := rs.OpenRun(b.ctx, draftRun("r1", "ten", "k1", "a"), "node1", open, nil, nil, []string{"a"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

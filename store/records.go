@@ -150,6 +150,7 @@ type specRecord struct {
 	JoinPolicy     joinPolicyJSON    `json:"join_policy,omitzero"`
 	Synthesize     bool              `json:"synthesize,omitempty"`
 	Model          *modelRecord      `json:"model,omitempty"`
+	Cache          *cacheRecord      `json:"cache,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 }
 
@@ -161,7 +162,7 @@ func specRecordOf(m *fanoutv1.RunSpec) *specRecord {
 		Tasks: each(m.GetTasks(), taskSpecRecordOf), Budget: budgetRecordOf(m.GetBudget()),
 		Limits: limitsRecordOf(m.GetLimits()), OnExhaustion: exhaustionJSON(m.GetOnExhaustion()),
 		JoinPolicy: joinPolicyJSON(m.GetJoinPolicy()), Synthesize: m.GetSynthesize(),
-		Model: modelRecordOf(m.GetModel()), Labels: m.GetLabels()}
+		Model: modelRecordOf(m.GetModel()), Cache: cacheRecordOf(m.GetCache()), Labels: m.GetLabels()}
 }
 
 func (r *specRecord) proto() *fanoutv1.RunSpec {
@@ -171,7 +172,27 @@ func (r *specRecord) proto() *fanoutv1.RunSpec {
 	return &fanoutv1.RunSpec{IdempotencyKey: r.IdempotencyKey, TenantId: r.TenantID, Goal: r.Goal,
 		Tasks: each(r.Tasks, (*taskSpecRecord).proto), Budget: r.Budget.proto(), Limits: r.Limits.proto(),
 		OnExhaustion: fanoutv1.ExhaustionPolicy(r.OnExhaustion), JoinPolicy: fanoutv1.JoinPolicy(r.JoinPolicy),
-		Synthesize: r.Synthesize, Model: r.Model.proto(), Labels: r.Labels}
+		Synthesize: r.Synthesize, Model: r.Model.proto(), Cache: r.Cache.proto(), Labels: r.Labels}
+}
+
+// cacheRecord is a fanout.v1.CacheSettings.
+type cacheRecord struct {
+	TaskMaxAge *durationJSON `json:"task_max_age,omitempty"`
+	Tools      bool          `json:"tools,omitempty"`
+}
+
+func cacheRecordOf(m *fanoutv1.CacheSettings) *cacheRecord {
+	if m == nil {
+		return nil
+	}
+	return &cacheRecord{TaskMaxAge: durationOf(m.GetTaskMaxAge()), Tools: m.GetTools()}
+}
+
+func (r *cacheRecord) proto() *fanoutv1.CacheSettings {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.CacheSettings{TaskMaxAge: r.TaskMaxAge.proto(), Tools: r.Tools}
 }
 
 // taskSpecRecord is a fanout.v1.TaskSpec.
@@ -384,6 +405,7 @@ type outcomeRecord struct {
 	FinishedAt     *timestampJSON     `json:"finished_at,omitempty"`
 	ForecastTokens int64JSON          `json:"forecast_tokens,omitzero"`
 	Hedge          *hedgeReportRecord `json:"hedge,omitempty"`
+	Reused         *reusedRecord      `json:"reused,omitempty"`
 }
 
 func outcomeRecordOf(m *fanoutv1.TaskOutcome) *outcomeRecord {
@@ -394,7 +416,8 @@ func outcomeRecordOf(m *fanoutv1.TaskOutcome) *outcomeRecord {
 		Status: taskStatusJSON(m.GetStatus()), Summary: summaryRecordOf(m.GetSummary()),
 		TokensSpent: int64JSON(m.GetTokensSpent()), Worker: m.GetWorker(),
 		StartedAt: timestampOf(m.GetStartedAt()), FinishedAt: timestampOf(m.GetFinishedAt()),
-		ForecastTokens: int64JSON(m.GetForecastTokens()), Hedge: hedgeReportRecordOf(m.GetHedge())}
+		ForecastTokens: int64JSON(m.GetForecastTokens()), Hedge: hedgeReportRecordOf(m.GetHedge()),
+		Reused: reusedRecordOf(m.GetReused())}
 }
 
 func (r *outcomeRecord) proto() *fanoutv1.TaskOutcome {
@@ -404,7 +427,33 @@ func (r *outcomeRecord) proto() *fanoutv1.TaskOutcome {
 	return &fanoutv1.TaskOutcome{TaskId: r.TaskID, DispatchIndex: r.DispatchIndex,
 		Status: fanoutv1.TaskStatus(r.Status), Summary: r.Summary.proto(), TokensSpent: int64(r.TokensSpent),
 		Worker: r.Worker, StartedAt: r.StartedAt.proto(), FinishedAt: r.FinishedAt.proto(),
-		ForecastTokens: int64(r.ForecastTokens), Hedge: r.Hedge.proto()}
+		ForecastTokens: int64(r.ForecastTokens), Hedge: r.Hedge.proto(), Reused: r.Reused.proto()}
+}
+
+// reusedRecord is a fanout.v1.ReusedFrom.
+type reusedRecord struct {
+	RunID       string         `json:"run_id,omitempty"`
+	TaskID      string         `json:"task_id,omitempty"`
+	Via         string         `json:"via,omitempty"`
+	FinishedAt  *timestampJSON `json:"finished_at,omitempty"`
+	TokensSaved int64JSON      `json:"tokens_saved,omitzero"`
+	Writes      int32          `json:"writes,omitempty"`
+}
+
+func reusedRecordOf(m *fanoutv1.ReusedFrom) *reusedRecord {
+	if m == nil {
+		return nil
+	}
+	return &reusedRecord{RunID: m.GetRunId(), TaskID: m.GetTaskId(), Via: m.GetVia(),
+		FinishedAt: timestampOf(m.GetFinishedAt()), TokensSaved: int64JSON(m.GetTokensSaved()), Writes: m.GetWrites()}
+}
+
+func (r *reusedRecord) proto() *fanoutv1.ReusedFrom {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.ReusedFrom{RunId: r.RunID, TaskId: r.TaskID, Via: r.Via, FinishedAt: r.FinishedAt.proto(),
+		TokensSaved: int64(r.TokensSaved), Writes: r.Writes}
 }
 
 // snapshotRecord is a fanout.v1.BudgetSnapshot.
@@ -488,6 +537,7 @@ type runRecord struct {
 	CreatedAt          *timestampJSON    `json:"created_at,omitempty"`
 	FinishedAt         *timestampJSON    `json:"finished_at,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
+	ForkedFrom         string            `json:"forked_from,omitempty"`
 
 	// Set by GetRun only (Run.concurrency), never stored with a run.
 	Concurrency *concurrencyChosenRecord `json:"concurrency,omitempty"`
@@ -507,7 +557,8 @@ func runRecordOf(m *fanoutv1.Run) *runRecord {
 		Budget: snapshotRecordOf(m.GetBudget()), Tasks: each(m.GetTasks(), outcomeRecordOf),
 		Result: resultRecordOf(m.GetResult()), TaskCount: m.GetTaskCount(), TasksNextPageToken: m.GetTasksNextPageToken(),
 		SpecCut: m.GetSpecCut(), CreatedAt: timestampOf(m.GetCreatedAt()),
-		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels(), Concurrency: concurrencyRecordOf(m.GetConcurrency()),
+		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels(), ForkedFrom: m.GetForkedFrom(),
+		Concurrency:   concurrencyRecordOf(m.GetConcurrency()),
 		Continuations: m.GetContinuations(), AddedTokens: int64JSON(m.GetAddedTokens()),
 		ContinuedAt: timestampOf(m.GetContinuedAt())}
 }
@@ -520,7 +571,7 @@ func (r *runRecord) proto() *fanoutv1.Run {
 		State: fanoutv1.RunState(r.State), CancelCause: r.CancelCause, Spec: r.Spec.proto(), Budget: r.Budget.proto(),
 		Tasks: each(r.Tasks, (*outcomeRecord).proto), Result: r.Result.proto(), TaskCount: r.TaskCount,
 		TasksNextPageToken: r.TasksNextPageToken, SpecCut: r.SpecCut, CreatedAt: r.CreatedAt.proto(),
-		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels, Concurrency: r.Concurrency.proto(),
+		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels, ForkedFrom: r.ForkedFrom, Concurrency: r.Concurrency.proto(),
 		Continuations: r.Continuations, AddedTokens: int64(r.AddedTokens), ContinuedAt: r.ContinuedAt.proto()}
 }
 

@@ -309,7 +309,7 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 	open := budget.OpenRunParams{RunID: "r2", TenantID: "ten", Limit: 1000, MinReservation: 10,
 		Tasks: []budget.TaskBudget{{TaskID: "a", Limit: 100}}}
 	step("open run", commit, func() error {
-		_, accounts, created, err := rs.OpenRun(ctx, draftRun("r2", "ten", "k2", "a"), "n", open, nil, []string{"a"}, nil)
+		_, accounts, created, err := rs.OpenRun(ctx, draftRun("r2", "ten", "k2", "a"), "n", open, nil, nil, []string{"a"}, nil)
 		switch {
 		case err == nil && !created:
 			err = errors.New("created false: it reports its own run as another's")

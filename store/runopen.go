@@ -68,8 +68,14 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 // account, a budget.ValidationError for one that cannot hold the run).
 // tools is the run's tool policy, recorded in the same transaction
 // (run_tool_policy), where no worker's login can change it.
+//
+// keys are the tasks' content keys by dispatch index ("" or none: no
+// key), stored for the result cache (docs/budget.md#the-result-cache). A
+// task of run that has ended already (a task that reuses another's facts,
+// TaskOutcome.reused) is stored ended, with its TaskFinished after the
+// RunStarted, in the same write; run.forked_from is stored with the run.
 func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, open budget.OpenRunParams,
-	tools []runs.ToolPolicy, begin []string, queued []*fanoutv1.RunEvent) (
+	tools []runs.ToolPolicy, keys []string, begin []string, queued []*fanoutv1.RunEvent) (
 	stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error) {
 	if open.RunID != run.GetRunId() || open.TenantID != run.GetTenantId() {
 		return nil, accounts, false, fmt.Errorf("open run %s of tenant %s: its accounts are of run %s of tenant %s",
@@ -103,9 +109,18 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 			if err := s.recordToolPolicy(ctx, tx, open, tools); err != nil {
 				return err
 			}
+			if len(keys) > 0 {
+				if err := s.q.SetContentKeys(ctx, tx, dbsqlc.SetContentKeysParams{RunID: run.GetRunId(), ContentKeys: keys}); err != nil {
+					return fmt.Errorf("store the content keys of run %s: %w", run.GetRunId(), err)
+				}
+			}
 			stored = proto.CloneOf(run)
 			stored.CreatedAt = timestamppb.New(createdAt)
-			return appendInTx(ctx, tx, run.GetRunId(), "first events", firstEvents(stored, accounts, queued))
+			ended, err := endReused(ctx, tx, stored, owner)
+			if err != nil {
+				return err
+			}
+			return appendInTx(ctx, tx, run.GetRunId(), "first events", firstEvents(stored, accounts, append(ended, queued...)))
 		})
 		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
 			created = true
@@ -125,6 +140,39 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 		return stored, accounts, err == nil, err
 	}
 	return stored, accounts, true, nil
+}
+
+// endReused stores, in tx, the tasks of the run just created (stored) that
+// have ended already, as they are in stored.Tasks (a task that reuses
+// another's facts: docs/budget.md#fork), replaces them in stored.Tasks by
+// their rows, finished_at stamped, and returns their TaskFinished events.
+// They began no attempt and hold no slice: nothing goes back to the run.
+func endReused(ctx context.Context, tx pgx.Tx, stored *fanoutv1.Run, owner string) ([]*fanoutv1.RunEvent, error) {
+	var ended []*fanoutv1.TaskOutcome
+	for i, o := range stored.GetTasks() {
+		st := o.GetStatus()
+		if st == fanoutv1.TaskStatus_TASK_STATUS_PENDING || st == fanoutv1.TaskStatus_TASK_STATUS_UNSPECIFIED {
+			continue
+		}
+		args, err := finishArgs(stored.GetRunId(), owner, o)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := tx.Query(ctx, finishSQL, args...)
+		if err != nil {
+			return nil, fmt.Errorf("end reused task %s of run %s: %w", o.GetTaskId(), stored.GetRunId(), err)
+		}
+		row, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[taskRow])
+		if err != nil {
+			return nil, fmt.Errorf("end reused task %s of run %s: %w", o.GetTaskId(), stored.GetRunId(), err)
+		}
+		if stored.Tasks[i], err = row.outcome(); err != nil {
+			return nil, err
+		}
+		ended = append(ended, stored.Tasks[i])
+	}
+	evs, _ := finishedEvents(ended)
+	return evs, nil
 }
 
 // firstEvents are a new run's first events: RunStarted, with the run as
@@ -277,7 +325,7 @@ func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, a ru
 		return false, "", createdAt, err
 	}
 	createdAt, err = s.q.InsertRun(ctx, tx, dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),
-		IdempotencyKey: run.GetIdempotencyKey(), Spec: a.spec, Labels: a.labels, Owner: owner})
+		IdempotencyKey: run.GetIdempotencyKey(), Spec: a.spec, Labels: a.labels, Owner: owner, ForkedFrom: run.GetForkedFrom()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key is taken (perhaps by a transaction that just committed).
 		existingID, err = s.q.RunIDByKey(ctx, tx, dbsqlc.RunIDByKeyParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()})

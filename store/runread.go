@@ -27,6 +27,7 @@ type runRow struct {
 	Labels         []byte     `db:"labels"`
 	CreatedAt      time.Time  `db:"created_at"`
 	FinishedAt     *time.Time `db:"finished_at"`
+	ForkedFrom     string     `db:"forked_from"`
 }
 
 // taskRow is a task as the store reads it: from the named queries Tasks and
@@ -86,6 +87,7 @@ func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
 		CancelCause:    r.CancelCause,
 		CreatedAt:      timestamppb.New(r.CreatedAt),
 		FinishedAt:     timestamp(r.FinishedAt),
+		ForkedFrom:     r.ForkedFrom,
 	}
 	if out.Spec, err = decodeSpec(r.Spec); err != nil {
 		return nil, fmt.Errorf("decode spec of run %s: %w", r.RunID, err)

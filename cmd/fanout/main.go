@@ -50,6 +50,7 @@ var commands = map[string]command{
 	"watch":        {"stream a run's events (from any replica, resumable)", cmdWatch},
 	"cancel":       {"cancel a run on every node", cmdCancel},
 	"continue":     {"continue a run with more budget: top it up, or reopen one whose budget ran out", cmdContinue},
+	"fork":         {"fork a recorded run with tasks changed, added or removed; unchanged tasks reuse their facts", cmdFork},
 	"approvals":    {"list, approve or deny the writes that wait for approval (approvals list|approve|deny)", cmdApprovals},
 	"writes":       {"list a run's tool writes: states, decisions, previews", cmdWrites},
 	"spend":        {"the tenant's spend per day in tokens and money, at the operator's prices (audit scope)", cmdSpend},

@@ -1,5 +1,6 @@
 -- name: RunByID :one
-SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at
+SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
+    coalesce(forked_from, '')::text AS forked_from
 FROM run
 WHERE run_id = @run_id AND (@tenant_id::text = '' OR tenant_id = @tenant_id);
 
@@ -9,7 +10,8 @@ FROM run
 WHERE run_id = @run_id;
 
 -- name: RunByKey :one
-SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at
+SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
+    coalesce(forked_from, '')::text AS forked_from
 FROM run
 WHERE tenant_id = @tenant_id AND idempotency_key = @idempotency_key;
 
@@ -54,8 +56,8 @@ SELECT EXISTS (SELECT FROM run k WHERE k.tenant_id = @tenant_id::text AND k.idem
     (SELECT count(*) FROM run r WHERE r.tenant_id = @tenant_id::text AND r.state = 'RUNNING')::bigint AS running;
 
 -- name: InsertRun :one
-INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)
-VALUES (@run_id, @tenant_id, @idempotency_key, @spec, @labels, @owner)
+INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner, forked_from)
+VALUES (@run_id, @tenant_id, @idempotency_key, @spec, @labels, @owner, nullif(@forked_from::text, ''))
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING created_at;
 
@@ -121,3 +123,32 @@ FROM task
 WHERE run_id = @run_id AND dispatch_index >= @from_index::int
 ORDER BY dispatch_index
 LIMIT @max_tasks;
+
+-- name: SetContentKeys :exec
+-- A new run's tasks' content keys, by dispatch index ('' for none:
+-- a task that reused another's facts).
+UPDATE task t SET content_key = nullif(k.key, '')
+FROM unnest(@content_keys::text[]) WITH ORDINALITY AS k(key, n)
+WHERE t.run_id = @run_id AND t.dispatch_index = k.n - 1 AND k.key <> '';
+
+-- name: CachedTasks :many
+-- The result cache (docs/budget.md#the-result-cache): of each of the
+-- content keys, the tenant's newest SUCCEEDED task that has it and ended
+-- no longer than max_age ago (database time), with its writes that were
+-- sent (or may have been: unknown).
+SELECT DISTINCT ON (t.content_key) t.content_key::text AS content_key, t.run_id, t.task_id, t.outcome,
+    t.tokens_spent, t.finished_at::timestamptz AS finished_at,
+    (SELECT count(*) FROM tool_call c
+      WHERE c.tenant_id = t.tenant_id AND c.run_id = t.run_id AND c.task_id = t.task_id
+        AND c.state IN ('done', 'failed', 'unknown'))::int AS writes
+FROM task t
+WHERE t.tenant_id = @tenant_id AND t.content_key = ANY(@content_keys::text[]) AND t.status = 'SUCCEEDED'
+  AND t.content_key IS NOT NULL AND t.finished_at >= now() - @max_age::interval
+ORDER BY t.content_key, t.finished_at DESC, t.run_id;
+
+-- name: SentWrites :many
+-- How many writes each task of a tenant's run sent (or may have: unknown).
+SELECT task_id, count(*)::int AS writes
+FROM tool_call
+WHERE tenant_id = @tenant_id AND run_id = @run_id AND state IN ('done', 'failed', 'unknown')
+GROUP BY task_id;

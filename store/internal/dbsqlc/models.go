@@ -325,6 +325,8 @@ type Run struct {
 	PriorAdded bool
 	// When a ContinueRun last reopened the run (NULL: never); its run timeout counts from then (docs/budget.md#continue).
 	ContinuedAt *time.Time
+	// The run this run was forked from (ForkRun, docs/budget.md#fork); NULL for a run that was not.
+	ForkedFrom *string
 }
 
 // One row per ContinueRun of a run, written by ledger_continue_run with its ledger entries, never updated (docs/budget.md#continue).
@@ -442,6 +444,8 @@ type Task struct {
 	Outcome []byte
 	// outcome->'summary'->>'error', kept so that task_outcome need not read outcome.
 	OutcomeError *string
+	// SHA-256 (hex) of the task's content (docs/budget.md#the-result-cache); NULL for a task that reused another's facts, and for tasks of runs opened before 0039.
+	ContentKey *string
 }
 
 type TaskOutcome struct {

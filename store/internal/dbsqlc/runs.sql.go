@@ -47,6 +47,66 @@ func (q *Queries) AdoptOrphan(ctx context.Context, db DBTX, arg AdoptOrphanParam
 	return i, err
 }
 
+const cachedTasks = `-- name: CachedTasks :many
+SELECT DISTINCT ON (t.content_key) t.content_key::text AS content_key, t.run_id, t.task_id, t.outcome,
+    t.tokens_spent, t.finished_at::timestamptz AS finished_at,
+    (SELECT count(*) FROM tool_call c
+      WHERE c.tenant_id = t.tenant_id AND c.run_id = t.run_id AND c.task_id = t.task_id
+        AND c.state IN ('done', 'failed', 'unknown'))::int AS writes
+FROM task t
+WHERE t.tenant_id = $1 AND t.content_key = ANY($2::text[]) AND t.status = 'SUCCEEDED'
+  AND t.content_key IS NOT NULL AND t.finished_at >= now() - $3::interval
+ORDER BY t.content_key, t.finished_at DESC, t.run_id
+`
+
+type CachedTasksParams struct {
+	TenantID    string
+	ContentKeys []string
+	MaxAge      time.Duration
+}
+
+type CachedTasksRow struct {
+	ContentKey  string
+	RunID       string
+	TaskID      string
+	Outcome     []byte
+	TokensSpent int64
+	FinishedAt  time.Time
+	Writes      int32
+}
+
+// The result cache (docs/budget.md#the-result-cache): of each of the
+// content keys, the tenant's newest SUCCEEDED task that has it and ended
+// no longer than max_age ago (database time), with its writes that were
+// sent (or may have been: unknown).
+func (q *Queries) CachedTasks(ctx context.Context, db DBTX, arg CachedTasksParams) ([]CachedTasksRow, error) {
+	rows, err := db.Query(ctx, cachedTasks, arg.TenantID, arg.ContentKeys, arg.MaxAge)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CachedTasksRow
+	for rows.Next() {
+		var i CachedTasksRow
+		if err := rows.Scan(
+			&i.ContentKey,
+			&i.RunID,
+			&i.TaskID,
+			&i.Outcome,
+			&i.TokensSpent,
+			&i.FinishedAt,
+			&i.Writes,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const eventByKey = `-- name: EventByKey :one
 SELECT sequence, created_at FROM run_event WHERE run_id = $1 AND event_key = CAST($2::text AS uuid)
 `
@@ -187,8 +247,8 @@ func (q *Queries) Heartbeat(ctx context.Context, db DBTX, arg HeartbeatParams) (
 }
 
 const insertRun = `-- name: InsertRun :one
-INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner, forked_from)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7::text, ''))
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING created_at
 `
@@ -200,6 +260,7 @@ type InsertRunParams struct {
 	Spec           []byte
 	Labels         []byte
 	Owner          string
+	ForkedFrom     string
 }
 
 func (q *Queries) InsertRun(ctx context.Context, db DBTX, arg InsertRunParams) (time.Time, error) {
@@ -210,6 +271,7 @@ func (q *Queries) InsertRun(ctx context.Context, db DBTX, arg InsertRunParams) (
 		arg.Spec,
 		arg.Labels,
 		arg.Owner,
+		arg.ForkedFrom,
 	)
 	var created_at time.Time
 	err := row.Scan(&created_at)
@@ -266,7 +328,8 @@ func (q *Queries) RunAdmission(ctx context.Context, db DBTX, arg RunAdmissionPar
 }
 
 const runByID = `-- name: RunByID :one
-SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at
+SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
+    coalesce(forked_from, '')::text AS forked_from
 FROM run
 WHERE run_id = $1 AND ($2::text = '' OR tenant_id = $2)
 `
@@ -287,6 +350,7 @@ type RunByIDRow struct {
 	Labels         []byte
 	CreatedAt      time.Time
 	FinishedAt     *time.Time
+	ForkedFrom     string
 }
 
 func (q *Queries) RunByID(ctx context.Context, db DBTX, arg RunByIDParams) (RunByIDRow, error) {
@@ -303,12 +367,14 @@ func (q *Queries) RunByID(ctx context.Context, db DBTX, arg RunByIDParams) (RunB
 		&i.Labels,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.ForkedFrom,
 	)
 	return i, err
 }
 
 const runByKey = `-- name: RunByKey :one
-SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at
+SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
+    coalesce(forked_from, '')::text AS forked_from
 FROM run
 WHERE tenant_id = $1 AND idempotency_key = $2
 `
@@ -329,6 +395,7 @@ type RunByKeyRow struct {
 	Labels         []byte
 	CreatedAt      time.Time
 	FinishedAt     *time.Time
+	ForkedFrom     string
 }
 
 func (q *Queries) RunByKey(ctx context.Context, db DBTX, arg RunByKeyParams) (RunByKeyRow, error) {
@@ -345,6 +412,7 @@ func (q *Queries) RunByKey(ctx context.Context, db DBTX, arg RunByKeyParams) (Ru
 		&i.Labels,
 		&i.CreatedAt,
 		&i.FinishedAt,
+		&i.ForkedFrom,
 	)
 	return i, err
 }
@@ -541,6 +609,62 @@ func (q *Queries) RunTaskPage(ctx context.Context, db DBTX, arg RunTaskPageParam
 		return nil, err
 	}
 	return items, nil
+}
+
+const sentWrites = `-- name: SentWrites :many
+SELECT task_id, count(*)::int AS writes
+FROM tool_call
+WHERE tenant_id = $1 AND run_id = $2 AND state IN ('done', 'failed', 'unknown')
+GROUP BY task_id
+`
+
+type SentWritesParams struct {
+	TenantID string
+	RunID    string
+}
+
+type SentWritesRow struct {
+	TaskID string
+	Writes int32
+}
+
+// How many writes each task of a tenant's run sent (or may have: unknown).
+func (q *Queries) SentWrites(ctx context.Context, db DBTX, arg SentWritesParams) ([]SentWritesRow, error) {
+	rows, err := db.Query(ctx, sentWrites, arg.TenantID, arg.RunID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SentWritesRow
+	for rows.Next() {
+		var i SentWritesRow
+		if err := rows.Scan(&i.TaskID, &i.Writes); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const setContentKeys = `-- name: SetContentKeys :exec
+UPDATE task t SET content_key = nullif(k.key, '')
+FROM unnest($2::text[]) WITH ORDINALITY AS k(key, n)
+WHERE t.run_id = $1 AND t.dispatch_index = k.n - 1 AND k.key <> ''
+`
+
+type SetContentKeysParams struct {
+	RunID       string
+	ContentKeys []string
+}
+
+// A new run's tasks' content keys, by dispatch index (” for none:
+// a task that reused another's facts).
+func (q *Queries) SetContentKeys(ctx context.Context, db DBTX, arg SetContentKeysParams) error {
+	_, err := db.Exec(ctx, setContentKeys, arg.RunID, arg.ContentKeys)
+	return err
 }
 
 const taskStatusAndOwner = `-- name: TaskStatusAndOwner :one
