@@ -698,6 +698,35 @@ GRANT SELECT (call_id, tenant_id, run_id, decision, reason, actor, decided_at) O
 GRANT SELECT (call_id, tenant_id, run_id, decision, reason, actor, decided_at) ON TABLE fanout.tool_call_decision TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.tool_call_decision TO fanout_app;
 
+CREATE TABLE fanout.tool_result_cache (
+    tenant_id text NOT NULL,
+    server text NOT NULL,
+    tool text NOT NULL,
+    args_hash text NOT NULL,
+    result jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT tool_result_cache_args_hash_check CHECK (args_hash ~ '^[0-9a-f]{64}$'::text),
+    CONSTRAINT tool_result_cache_check CHECK (expires_at > created_at AND expires_at <= (created_at + '24:00:00'::interval)),
+    CONSTRAINT tool_result_cache_pkey PRIMARY KEY (tenant_id, server, tool, args_hash),
+    CONSTRAINT tool_result_cache_result_check CHECK (octet_length(result::text) <= 17825792),
+    CONSTRAINT tool_result_cache_server_check CHECK (octet_length(server) <= 256),
+    CONSTRAINT tool_result_cache_tenant_id_check CHECK (tenant_id <> ''::text AND octet_length(tenant_id) <= 128),
+    CONSTRAINT tool_result_cache_tool_check CHECK (tool <> ''::text AND octet_length(tool) <= 256)
+);
+ALTER TABLE fanout.tool_result_cache ENABLE ROW LEVEL SECURITY;
+CREATE INDEX tool_result_cache_age ON fanout.tool_result_cache USING btree (tenant_id, created_at);
+CREATE INDEX tool_result_cache_expiry ON fanout.tool_result_cache USING btree (tenant_id, expires_at);
+CREATE POLICY fanout_app_all ON fanout.tool_result_cache FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
+CREATE POLICY fanout_auditor_read ON fanout.tool_result_cache FOR SELECT TO fanout_auditor USING (true);
+CREATE POLICY fanout_tenant_auditor_read ON fanout.tool_result_cache FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+COMMENT ON TABLE fanout.tool_result_cache IS 'Results of read tool calls a tenant''s runs may reuse until expires_at (database time): never another tenant''s, never a write''s (docs/budget.md#the-result-cache).';
+COMMENT ON COLUMN fanout.tool_result_cache.server IS 'The MCP server the tool is on ('''' for a built-in tool).';
+COMMENT ON COLUMN fanout.tool_result_cache.tool IS 'The tool''s model-facing name (server__tool), as tool_call.tool.';
+COMMENT ON COLUMN fanout.tool_result_cache.args_hash IS 'Hex SHA-256 of the call''s arguments in canonical JSON (keys sorted, no insignificant whitespace, numbers as written).';
+COMMENT ON COLUMN fanout.tool_result_cache.result IS 'What the call returned to the model: {"text": ..., "sources": [...]}.';
+COMMENT ON COLUMN fanout.tool_result_cache.expires_at IS 'created_at plus the tool''s cache_ttl (at most 24 hours); a get at or past it is a miss.';
+
 CREATE TABLE public.schema_migration (
     version integer NOT NULL,
     name text NOT NULL,
@@ -1604,6 +1633,28 @@ CREATE FUNCTION fanout.session_is_orchestrator() RETURNS boolean
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 2 lines, sha256 2569d319cd1a
 REVOKE EXECUTE ON FUNCTION fanout.session_is_orchestrator() FROM PUBLIC;
+
+CREATE FUNCTION fanout.tool_cache_check(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 8 lines, sha256 d02495e9efc4
+REVOKE EXECUTE ON FUNCTION fanout.tool_cache_check(bigint,text,text,text,text) FROM PUBLIC;
+
+CREATE FUNCTION fanout.tool_cache_get(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text, p_server text, p_tool text, p_args_hash text) RETURNS jsonb
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 19 lines, sha256 e00fcc4df6d2
+REVOKE EXECUTE ON FUNCTION fanout.tool_cache_get(bigint,text,text,text,text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_get(bigint,text,text,text,text,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_get(bigint,text,text,text,text,text,text,text) TO fanout_worker;
+
+CREATE FUNCTION fanout.tool_cache_put(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text, p_server text, p_tool text, p_args_hash text, p_result jsonb, p_ttl_ms bigint) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 25 lines, sha256 d79e95ca54c8
+REVOKE EXECUTE ON FUNCTION fanout.tool_cache_put(bigint,text,text,text,text,text,text,text,jsonb,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_put(bigint,text,text,text,text,text,text,text,jsonb,bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_put(bigint,text,text,text,text,text,text,text,jsonb,bigint) TO fanout_worker;
 
 CREATE FUNCTION fanout.tool_call_decide(p_tenant text, p_call_id text, p_decision text, p_actor text, p_reason text) RETURNS TABLE(outcome text, decision text, actor text, reason text, decided_at timestamp with time zone, run_id text, task_id text, tool text, state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER

@@ -66,9 +66,10 @@ func (t *ToolCache) PutToolResult(ctx context.Context, c runs.CachedCall, secret
 	return stored, nil
 }
 
-// cacheErr makes the functions' refusal ErrToolCacheDenied.
+// cacheErr makes the functions' refusal (invalid_authorization_specification)
+// ErrToolCacheDenied.
 func cacheErr(err error) error {
-	if isCode(err, "42501") {
+	if isCode(err, "28000") {
 		return fmt.Errorf("%w (%w)", ErrToolCacheDenied, err)
 	}
 	return err

@@ -3,7 +3,7 @@
 -- p_args_hash, or NULL (a miss). An entry at or past its expires_at
 -- (database time, docs/ledger.md#i8-one-clock) is a miss, and is deleted
 -- here. The caller proves the tenant with its task's attempt
--- (tool_cache_check); else insufficient_privilege.
+-- (tool_cache_check); else invalid_authorization_specification (28000).
 CREATE OR REPLACE FUNCTION tool_cache_get(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text,
                                           p_server text, p_tool text, p_args_hash text)
 RETURNS jsonb
@@ -13,7 +13,7 @@ DECLARE
 BEGIN
     IF NOT tool_cache_check(p_account, p_tenant, p_run, p_task, p_secret) THEN
         RAISE EXCEPTION 'tool_cache_get: account % is not of task % of run % of tenant %, or not with this secret',
-            p_account, p_task, p_run, p_tenant USING ERRCODE = 'insufficient_privilege';
+            p_account, p_task, p_run, p_tenant USING ERRCODE = 'invalid_authorization_specification';
     END IF;
     SELECT * INTO c FROM tool_result_cache
      WHERE tenant_id = p_tenant AND server = p_server AND tool = p_tool AND args_hash = p_args_hash;

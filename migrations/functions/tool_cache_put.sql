@@ -7,8 +7,9 @@
 -- tenant's expired entries, and after the insert the tenant's oldest
 -- entries past 10,000, so the table stays bounded. The caller proves the
 -- tenant with its task's attempt (tool_cache_check); else
--- insufficient_privilege. Whether the tool is a read is the worker's to
--- know (its policy): it never calls this for a write.
+-- invalid_authorization_specification (28000: not 42501, which is the
+-- role's privilege). Whether the tool is a read is the worker's to know
+-- (its policy): it never calls this for a write.
 CREATE OR REPLACE FUNCTION tool_cache_put(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text,
                                           p_server text, p_tool text, p_args_hash text, p_result jsonb, p_ttl_ms bigint)
 RETURNS boolean
@@ -16,7 +17,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp 
 BEGIN
     IF NOT tool_cache_check(p_account, p_tenant, p_run, p_task, p_secret) THEN
         RAISE EXCEPTION 'tool_cache_put: account % is not of task % of run % of tenant %, or not with this secret',
-            p_account, p_task, p_run, p_tenant USING ERRCODE = 'insufficient_privilege';
+            p_account, p_task, p_run, p_tenant USING ERRCODE = 'invalid_authorization_specification';
     END IF;
     IF p_ttl_ms IS NULL OR p_ttl_ms <= 0 OR p_ttl_ms > 86400000 THEN
         RAISE EXCEPTION 'tool_cache_put: a TTL is 1 ms to 24 hours, got % ms', p_ttl_ms
