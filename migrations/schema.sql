@@ -720,7 +720,7 @@ CREATE INDEX tool_result_cache_expiry ON fanout.tool_result_cache USING btree (t
 CREATE POLICY fanout_app_all ON fanout.tool_result_cache FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
 CREATE POLICY fanout_auditor_read ON fanout.tool_result_cache FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.tool_result_cache FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
-COMMENT ON TABLE fanout.tool_result_cache IS 'Results of read tool calls a tenant''s runs may reuse until expires_at (database time): never another tenant''s, never a write''s (docs/budget.md#the-result-cache).';
+COMMENT ON TABLE fanout.tool_result_cache IS 'Results of read tool calls a tenant''s runs may reuse until expires_at (database time): never another tenant''s, never a write''s (docs/mcp.md#the-result-cache-for-read-tools).';
 COMMENT ON COLUMN fanout.tool_result_cache.server IS 'The MCP server the tool is on ('''' for a built-in tool).';
 COMMENT ON COLUMN fanout.tool_result_cache.tool IS 'The tool''s model-facing name (server__tool), as tool_call.tool.';
 COMMENT ON COLUMN fanout.tool_result_cache.args_hash IS 'Hex SHA-256 of the call''s arguments in canonical JSON (keys sorted, no insignificant whitespace, numbers as written).';

@@ -3,11 +3,11 @@ package runs
 import "time"
 
 // MaxCacheTTL is the longest a read tool's result may be cached
-// (docs/budget.md#the-result-cache); the database holds it too.
+// (docs/mcp.md#the-result-cache-for-read-tools); the database holds it too.
 const MaxCacheTTL = 24 * time.Hour
 
 // CachedCall names one read tool call in its tenant's result cache
-// (docs/budget.md#the-result-cache) and the task that asks: the tenant is
+// (docs/mcp.md#the-result-cache-for-read-tools) and the task that asks: the tenant is
 // the dispatch's, proved by the task's account and its attempt's secret,
 // never what a model sent.
 type CachedCall struct {

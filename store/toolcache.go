@@ -19,7 +19,7 @@ import (
 var ErrToolCacheDenied = errors.New("tool result cache: not this task's tenant or attempt")
 
 // ToolCache is the tenants' result cache of read tool calls
-// (docs/budget.md#the-result-cache), in the tool_result_cache table behind
+// (docs/mcp.md#the-result-cache-for-read-tools), in the tool_result_cache table behind
 // migrations/functions/tool_cache_get.sql and tool_cache_put.sql. It
 // implements subagent.ToolCache. Its calls are not retried: a worker that
 // cannot reach the cache calls the tool.

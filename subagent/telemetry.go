@@ -129,7 +129,7 @@ func metrics() *instruments {
 				"not_run: over the per-turn cap, after a failed write or refused; replayed: an earlier attempt's write, not sent again; "+
 				"cached: a read answered from the tenant's result cache, not called)."))
 		inst.toolCacheLookups, _ = m.Int64Counter("fanout.tool_cache.lookups", metric.WithUnit("{lookup}"),
-			metric.WithDescription("Lookups of read tool calls in the tenants' result cache (docs/budget.md#the-result-cache), "+
+			metric.WithDescription("Lookups of read tool calls in the tenants' result cache (docs/mcp.md#the-result-cache-for-read-tools), "+
 				"by result: hit (the call was answered from it), miss, error (the cache could not be read: the tool was called)."))
 		inst.toolDuration, _ = m.Float64Histogram("fanout.tool.duration", metric.WithUnit("s"),
 			metric.WithDescription("Duration of a tool call that ran, slot and rate waits included."),

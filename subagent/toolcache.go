@@ -12,7 +12,7 @@ import (
 )
 
 // ToolCache is the tenants' result cache of read tools
-// (docs/budget.md#the-result-cache); store.ToolCache implements it. secret
+// (docs/mcp.md#the-result-cache-for-read-tools); store.ToolCache implements it. secret
 // is the task's attempt's (Task.AttemptSecret): the database answers only
 // for the tenant of a task dispatched with it.
 type ToolCache interface {

@@ -78,7 +78,7 @@ type Tool struct {
 	Timeout time.Duration
 	// CacheTTL, for a read, is how long its results may answer the same
 	// call of the same tenant's runs that opted in (Task.CacheTools;
-	// docs/budget.md#the-result-cache): at most runs.MaxCacheTTL; 0 never.
+	// docs/mcp.md#the-result-cache-for-read-tools): at most runs.MaxCacheTTL; 0 never.
 	// A write is never answered from the cache, whatever this says.
 	CacheTTL time.Duration
 	Func     ToolFunc

@@ -1,4 +1,4 @@
--- 0040: the result cache of read tools (issue 46; docs/budget.md#the-result-cache).
+-- 0040: the result cache of read tools (issue 46; docs/mcp.md#the-result-cache-for-read-tools).
 -- A read tool whose policy gives it a cache_ttl (docs/mcp.md) may be
 -- answered, in a run that opted in (RunSpec.cache.tools), from an earlier
 -- call of the same tool with the same arguments by the same tenant, for as
@@ -25,7 +25,7 @@ CREATE TABLE fanout.tool_result_cache (
 CREATE INDEX tool_result_cache_age ON fanout.tool_result_cache (tenant_id, created_at);
 CREATE INDEX tool_result_cache_expiry ON fanout.tool_result_cache (tenant_id, expires_at);
 COMMENT ON TABLE fanout.tool_result_cache IS
-    'Results of read tool calls a tenant''s runs may reuse until expires_at (database time): never another tenant''s, never a write''s (docs/budget.md#the-result-cache).';
+    'Results of read tool calls a tenant''s runs may reuse until expires_at (database time): never another tenant''s, never a write''s (docs/mcp.md#the-result-cache-for-read-tools).';
 COMMENT ON COLUMN fanout.tool_result_cache.server IS 'The MCP server the tool is on ('''' for a built-in tool).';
 COMMENT ON COLUMN fanout.tool_result_cache.tool IS 'The tool''s model-facing name (server__tool), as tool_call.tool.';
 COMMENT ON COLUMN fanout.tool_result_cache.args_hash IS

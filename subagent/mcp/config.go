@@ -154,7 +154,7 @@ type ToolConfig struct {
 	MaxInFlight int
 	// CacheTTL is how long a result of the tool may answer the same call
 	// (same arguments, same tenant) in runs that opt in (RunSpec.cache.tools;
-	// docs/budget.md#the-result-cache): more than 0, at most
+	// docs/mcp.md#the-result-cache-for-read-tools): more than 0, at most
 	// runs.MaxCacheTTL, on a tool declared effect read only. 0: never cached.
 	CacheTTL time.Duration
 	// Policy is the tool's own; ToolPolicy merges it with its server's.

@@ -622,7 +622,7 @@ type ToolCalls struct {
 	ResolvedAt       *time.Time
 }
 
-// Results of read tool calls a tenant's runs may reuse until expires_at (database time): never another tenant's, never a write's (docs/budget.md#the-result-cache).
+// Results of read tool calls a tenant's runs may reuse until expires_at (database time): never another tenant's, never a write's (docs/mcp.md#the-result-cache-for-read-tools).
 type ToolResultCache struct {
 	TenantID string
 	// The MCP server the tool is on ('' for a built-in tool).
