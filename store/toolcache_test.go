@@ -100,6 +100,9 @@ func TestToolCacheIsTheTenants(t *testing.T) {
 		}
 	}
 	got, _, err = tc.GetToolResult(b.ctx, cachedCall(ts, "acme/r1/t1", args), secret["acme/r1/t1"])
+	if err != nil {
+		t.Fatalf("acme reads its entry after the refused puts: %v", err)
+	}
 	if err := json.Unmarshal(got, &have); err != nil || !jsonEqual(want, have) {
 		t.Errorf("after the refused puts acme reads %s, %v; want its own result %s", got, err, result)
 	}
