@@ -112,7 +112,7 @@ COMMENT ON COLUMN fanout.account.limit_tokens IS 'What the account may spend. av
 COMMENT ON COLUMN fanout.account.reserved IS 'Tokens held reservations on this account or below it hold (granted, not yet settled, voided or expired).';
 COMMENT ON COLUMN fanout.account.spent IS 'Tokens resolved reservations on this account or below it posted: settled (the provider''s count, or the whole grant when unknown) or expired (the whole grant, estimated).';
 COMMENT ON COLUMN fanout.account.min_reservation IS 'Run and tenant accounts: exhausted once available is below it (a tenant below it grants nothing to any of its runs); a task account''s is not used.';
-COMMENT ON COLUMN fanout.account.state IS 'open, exhausted, cancelled or closed (docs/ledger.md#account-states); closed is terminal and nothing returns to open.';
+COMMENT ON COLUMN fanout.account.state IS 'open, exhausted, cancelled or closed (docs/ledger.md#account-states); closed is terminal but for a continuation (ledger_continue_run), which reopens a run that ended BUDGET_EXHAUSTED.';
 COMMENT ON COLUMN fanout.account.cause IS 'Why the account left open, in words (for example "tenant budget exhausted").';
 COMMENT ON COLUMN fanout.account.attempt IS 'Task accounts: the current dispatch of the task (ledger_begin_attempt); a grant to an older attempt is denied (fencing, docs/ledger.md#i9-fencing).';
 COMMENT ON COLUMN fanout.account.closing IS 'Run accounts: the run has ended and closes when its last held reservation resolves.';
@@ -224,7 +224,7 @@ CREATE TABLE fanout.ledger_entry (
     output_tokens bigint,
     delta_held bigint DEFAULT 0 NOT NULL,
     CONSTRAINT ledger_entry_input_tokens_check CHECK (input_tokens >= 0),
-    CONSTRAINT ledger_entry_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'reserve'::text, 'settle'::text, 'void'::text, 'expire'::text, 'exhaust'::text, 'cancel'::text, 'close'::text, 'period'::text, 'adjust'::text, 'hold'::text, 'release'::text, 'carve'::text, 'return'::text])),
+    CONSTRAINT ledger_entry_kind_check CHECK (kind = ANY (ARRAY['open'::text, 'reserve'::text, 'settle'::text, 'void'::text, 'expire'::text, 'exhaust'::text, 'cancel'::text, 'close'::text, 'period'::text, 'adjust'::text, 'hold'::text, 'release'::text, 'carve'::text, 'return'::text, 'continue'::text, 'reopen'::text])),
     CONSTRAINT ledger_entry_output_tokens_check CHECK (output_tokens >= 0),
     CONSTRAINT ledger_entry_pkey PRIMARY KEY (entry_id)
 );
@@ -237,7 +237,7 @@ CREATE POLICY fanout_app_all ON fanout.ledger_entry FOR ALL TO fanout_admin, fan
 CREATE POLICY fanout_auditor_read ON fanout.ledger_entry FOR SELECT TO fanout_auditor USING (true);
 CREATE POLICY fanout_tenant_auditor_read ON fanout.ledger_entry FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
 COMMENT ON TABLE fanout.ledger_entry IS 'The journal: every change of an account, appended in the transaction that makes it, never updated or deleted (docs/ledger.md#the-journal). An entry''s deltas count on every account of its chain.';
-COMMENT ON COLUMN fanout.ledger_entry.kind IS 'open, hold, reserve, settle, void, expire, release, period, adjust, exhaust, cancel or close.';
+COMMENT ON COLUMN fanout.ledger_entry.kind IS 'open, hold, reserve, settle, void, expire, release, period, adjust, exhaust, cancel, close, carve, return, continue or reopen.';
 COMMENT ON COLUMN fanout.ledger_entry.delta_limit IS 'Change of limit_tokens on every account of chain.';
 COMMENT ON COLUMN fanout.ledger_entry.delta_reserved IS 'Change of reserved on every account of chain.';
 COMMENT ON COLUMN fanout.ledger_entry.delta_spent IS 'Change of spent on every account of chain.';
@@ -421,6 +421,7 @@ CREATE TABLE fanout.run (
     result jsonb,
     adoptions integer DEFAULT 0 NOT NULL,
     prior_added boolean DEFAULT false NOT NULL,
+    continued_at timestamp with time zone,
     forked_from text,
     CONSTRAINT run_adoptions_check CHECK (adoptions >= 0),
     CONSTRAINT run_finished CHECK ((state = 'RUNNING'::text) = (finished_at IS NULL)),
@@ -445,9 +446,45 @@ CREATE POLICY fanout_tenant_auditor_read ON fanout.run FOR SELECT TO fanout_tena
 COMMENT ON COLUMN fanout.run.spec IS 'The RunSpec as submitted, as protojson with the proto field names: spec->>''goal''.';
 COMMENT ON COLUMN fanout.run.result IS 'The JoinedResult as protojson; NULL while the run is RUNNING, or if it ended without one.';
 COMMENT ON COLUMN fanout.run.prior_added IS 'The run''s whole tasks were added to its tenant''s prior (task_prior): never twice (docs/budget.md#priors).';
+COMMENT ON COLUMN fanout.run.continued_at IS 'When a ContinueRun last reopened the run (NULL: never); its run timeout counts from then (docs/budget.md#continue).';
 COMMENT ON COLUMN fanout.run.forked_from IS 'The run this run was forked from (ForkRun, docs/budget.md#fork); NULL for a run that was not.';
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.run TO fanout_app;
 GRANT SELECT (state, owner_heartbeat) ON TABLE fanout.run TO fanout_worker;
+
+CREATE TABLE fanout.run_continuation (
+    run_id text NOT NULL,
+    seq integer NOT NULL,
+    tenant_id text NOT NULL,
+    idempotency_key text NOT NULL,
+    added_tokens bigint NOT NULL,
+    limit_after bigint NOT NULL,
+    spent_before bigint NOT NULL,
+    reopened boolean NOT NULL,
+    task_ids text[] DEFAULT '{}'::text[] NOT NULL,
+    actor text NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT run_continuation_actor_check CHECK (actor <> ''::text),
+    CONSTRAINT run_continuation_added_tokens_check CHECK (added_tokens > 0),
+    CONSTRAINT run_continuation_check CHECK (limit_after > added_tokens),
+    CONSTRAINT run_continuation_idempotency_key_check CHECK (idempotency_key <> ''::text AND octet_length(idempotency_key) <= 128),
+    CONSTRAINT run_continuation_key UNIQUE (run_id, idempotency_key),
+    CONSTRAINT run_continuation_pkey PRIMARY KEY (run_id, seq),
+    CONSTRAINT run_continuation_reason_check CHECK (octet_length(reason) <= 1024),
+    CONSTRAINT run_continuation_run_id_fkey FOREIGN KEY (run_id) REFERENCES fanout.run(run_id) ON DELETE CASCADE,
+    CONSTRAINT run_continuation_seq_check CHECK (seq >= 1),
+    CONSTRAINT run_continuation_spent_before_check CHECK (spent_before >= 0)
+);
+ALTER TABLE fanout.run_continuation ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fanout_app_all ON fanout.run_continuation FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
+CREATE POLICY fanout_auditor_read ON fanout.run_continuation FOR SELECT TO fanout_auditor USING (true);
+CREATE POLICY fanout_tenant_auditor_read ON fanout.run_continuation FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+COMMENT ON TABLE fanout.run_continuation IS 'One row per ContinueRun of a run, written by ledger_continue_run with its ledger entries, never updated (docs/budget.md#continue).';
+COMMENT ON COLUMN fanout.run_continuation.spent_before IS 'What the run had spent (its slices'' unposted spend included) when it was continued.';
+COMMENT ON COLUMN fanout.run_continuation.task_ids IS 'The tasks admitted again (NOT_STARTED, and SKIPPED for them) when the run reopened.';
+GRANT SELECT (run_id, seq, tenant_id, added_tokens, limit_after, spent_before, reopened, task_ids, actor, reason, created_at) ON TABLE fanout.run_continuation TO fanout_auditor;
+GRANT SELECT (run_id, seq, tenant_id, added_tokens, limit_after, spent_before, reopened, task_ids, actor, reason, created_at) ON TABLE fanout.run_continuation TO fanout_tenant_auditor;
+GRANT SELECT ON TABLE fanout.run_continuation TO fanout_app;
 
 CREATE TABLE fanout.run_event (
     run_id text NOT NULL,
@@ -705,6 +742,35 @@ GRANT SELECT (call_id, tenant_id, run_id, decision, reason, actor, decided_at) O
 GRANT SELECT (call_id, tenant_id, run_id, decision, reason, actor, decided_at) ON TABLE fanout.tool_call_decision TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.tool_call_decision TO fanout_app;
 
+CREATE TABLE fanout.tool_result_cache (
+    tenant_id text NOT NULL,
+    server text NOT NULL,
+    tool text NOT NULL,
+    args_hash text NOT NULL,
+    result jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT tool_result_cache_args_hash_check CHECK (args_hash ~ '^[0-9a-f]{64}$'::text),
+    CONSTRAINT tool_result_cache_check CHECK (expires_at > created_at AND expires_at <= (created_at + '24:00:00'::interval)),
+    CONSTRAINT tool_result_cache_pkey PRIMARY KEY (tenant_id, server, tool, args_hash),
+    CONSTRAINT tool_result_cache_result_check CHECK (octet_length(result::text) <= 17825792),
+    CONSTRAINT tool_result_cache_server_check CHECK (octet_length(server) <= 256),
+    CONSTRAINT tool_result_cache_tenant_id_check CHECK (tenant_id <> ''::text AND octet_length(tenant_id) <= 128),
+    CONSTRAINT tool_result_cache_tool_check CHECK (tool <> ''::text AND octet_length(tool) <= 256)
+);
+ALTER TABLE fanout.tool_result_cache ENABLE ROW LEVEL SECURITY;
+CREATE INDEX tool_result_cache_age ON fanout.tool_result_cache USING btree (tenant_id, created_at);
+CREATE INDEX tool_result_cache_expiry ON fanout.tool_result_cache USING btree (tenant_id, expires_at);
+CREATE POLICY fanout_app_all ON fanout.tool_result_cache FOR ALL TO fanout_admin, fanout_app, fanout_worker USING (true) WITH CHECK (true);
+CREATE POLICY fanout_auditor_read ON fanout.tool_result_cache FOR SELECT TO fanout_auditor USING (true);
+CREATE POLICY fanout_tenant_auditor_read ON fanout.tool_result_cache FOR SELECT TO fanout_tenant_auditor USING (tenant_id = ANY ((( SELECT fanout.audit_tenants() AS audit_tenants))::text[]));
+COMMENT ON TABLE fanout.tool_result_cache IS 'Results of read tool calls a tenant''s runs may reuse until expires_at (database time): never another tenant''s, never a write''s (docs/mcp.md#the-result-cache-for-read-tools).';
+COMMENT ON COLUMN fanout.tool_result_cache.server IS 'The MCP server the tool is on ('''' for a built-in tool).';
+COMMENT ON COLUMN fanout.tool_result_cache.tool IS 'The tool''s model-facing name (server__tool), as tool_call.tool.';
+COMMENT ON COLUMN fanout.tool_result_cache.args_hash IS 'Hex SHA-256 of the call''s arguments in canonical JSON (keys sorted, no insignificant whitespace, numbers as written).';
+COMMENT ON COLUMN fanout.tool_result_cache.result IS 'What the call returned to the model: {"text": ..., "sources": [...]}.';
+COMMENT ON COLUMN fanout.tool_result_cache.expires_at IS 'created_at plus the tool''s cache_ttl (at most 24 hours); a get at or past it is a miss.';
+
 CREATE TABLE public.schema_migration (
     version integer NOT NULL,
     name text NOT NULL,
@@ -873,6 +939,26 @@ GRANT SELECT ON TABLE fanout.open_reservations TO fanout_app;
 GRANT SELECT ON TABLE fanout.open_reservations TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.open_reservations TO fanout_tenant_auditor;
 
+CREATE VIEW fanout.run_continuations WITH (security_invoker=true) AS
+ SELECT c.tenant_id,
+    c.run_id,
+    c.seq AS continuation,
+    c.added_tokens,
+    c.limit_after AS limit_tokens,
+    c.spent_before AS spent_before_tokens,
+    COALESCE(lead(c.spent_before) OVER w, s.spent_tokens, c.spent_before) - c.spent_before AS spent_tokens,
+    c.reopened,
+    c.task_ids,
+    c.actor,
+    c.reason,
+    c.created_at
+   FROM fanout.run_continuation c
+     LEFT JOIN fanout.run_spend s USING (run_id)
+  WINDOW w AS (PARTITION BY c.run_id ORDER BY c.seq);
+GRANT SELECT ON TABLE fanout.run_continuations TO fanout_app;
+GRANT SELECT ON TABLE fanout.run_continuations TO fanout_auditor;
+GRANT SELECT ON TABLE fanout.run_continuations TO fanout_tenant_auditor;
+
 CREATE VIEW fanout.run_spend WITH (security_invoker=true) AS
  SELECT a.tenant_id,
     a.run_id,
@@ -905,6 +991,8 @@ CREATE VIEW fanout.run_spend WITH (security_invoker=true) AS
           WHERE account.kind = 'task'::text AND account.cap_tokens IS NOT NULL
           GROUP BY account.parent_id) u USING (account_id)
   WHERE a.kind = 'run'::text;
+GRANT SELECT (run_id, spent_tokens) ON TABLE fanout.run_spend TO fanout_auditor;
+GRANT SELECT (run_id, spent_tokens) ON TABLE fanout.run_spend TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.run_spend TO fanout_app;
 GRANT SELECT ON TABLE fanout.run_spend TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.run_spend TO fanout_tenant_auditor;
@@ -1299,6 +1387,13 @@ CREATE FUNCTION fanout.ledger_close_run(p_run_account bigint, p_note text) RETUR
     -- body: 15 lines, sha256 4d999dbc88ab
 REVOKE EXECUTE ON FUNCTION fanout.ledger_close_run(bigint,text) FROM PUBLIC;
 
+CREATE FUNCTION fanout.ledger_continue_run(p_run text, p_tenant text, p_key text, p_add bigint, p_held bigint, p_tasks text[], p_owner text, p_actor text, p_reason text, p_max_limit bigint) RETURNS TABLE(outcome text, seq integer, added_tokens bigint, limit_after bigint, spent_before bigint, reopened boolean, task_ids text[], epoch bigint, info text, info_tokens bigint)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 123 lines, sha256 2571eccde7f7
+REVOKE EXECUTE ON FUNCTION fanout.ledger_continue_run(text,text,text,bigint,bigint,text[],text,text,text,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_continue_run(text,text,text,bigint,bigint,text[],text,text,text,bigint) TO fanout_app;
+
 CREATE FUNCTION fanout.ledger_end_run(p_run text, p_state text, p_cause text) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
@@ -1611,6 +1706,28 @@ CREATE FUNCTION fanout.session_is_orchestrator() RETURNS boolean
     SET search_path = pg_catalog, fanout, pg_temp;
     -- body: 2 lines, sha256 2569d319cd1a
 REVOKE EXECUTE ON FUNCTION fanout.session_is_orchestrator() FROM PUBLIC;
+
+CREATE FUNCTION fanout.tool_cache_check(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 8 lines, sha256 d02495e9efc4
+REVOKE EXECUTE ON FUNCTION fanout.tool_cache_check(bigint,text,text,text,text) FROM PUBLIC;
+
+CREATE FUNCTION fanout.tool_cache_get(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text, p_server text, p_tool text, p_args_hash text) RETURNS jsonb
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 19 lines, sha256 e00fcc4df6d2
+REVOKE EXECUTE ON FUNCTION fanout.tool_cache_get(bigint,text,text,text,text,text,text,text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_get(bigint,text,text,text,text,text,text,text) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_get(bigint,text,text,text,text,text,text,text) TO fanout_worker;
+
+CREATE FUNCTION fanout.tool_cache_put(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text, p_server text, p_tool text, p_args_hash text, p_result jsonb, p_ttl_ms bigint) RETURNS boolean
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 25 lines, sha256 d79e95ca54c8
+REVOKE EXECUTE ON FUNCTION fanout.tool_cache_put(bigint,text,text,text,text,text,text,text,jsonb,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_put(bigint,text,text,text,text,text,text,text,jsonb,bigint) TO fanout_app;
+GRANT EXECUTE ON FUNCTION fanout.tool_cache_put(bigint,text,text,text,text,text,text,text,jsonb,bigint) TO fanout_worker;
 
 CREATE FUNCTION fanout.tool_call_decide(p_tenant text, p_call_id text, p_decision text, p_actor text, p_reason text) RETURNS TABLE(outcome text, decision text, actor text, reason text, decided_at timestamp with time zone, run_id text, task_id text, tool text, state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER

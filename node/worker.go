@@ -138,6 +138,9 @@ func newWorker(ctx context.Context, b *Backend, cfg WorkerConfig, addr string) (
 	if sc.Writes == nil {
 		sc.Writes = b.stores.Writes
 	}
+	if sc.ToolCache == nil {
+		sc.ToolCache = b.stores.ToolCache
+	}
 	if sc.Models == nil {
 		sc.Models = subagent.SimModels(sim)
 		if cfg.ModelsFunc != nil {

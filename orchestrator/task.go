@@ -45,6 +45,7 @@ func (d *driver) request(runCtx context.Context, i int) *fanoutv1.Dispatch {
 		Model:                spec.GetModel(),
 		OnExhaustion:         spec.GetOnExhaustion(),
 		ContextFacts:         facts,
+		CacheTools:           spec.GetCache().GetTools(),
 	}
 }
 
@@ -146,7 +147,8 @@ func (p taskProgress) iteration(ctx context.Context, it *fanoutv1.SubagentIterat
 		spent = p.attempts.total()
 	}
 	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{
-		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: spent, ToolCalls: it.GetToolCalls()}}})
+		TaskId: p.taskID, Iteration: it.GetIteration(), TokensSpent: spent, ToolCalls: it.GetToolCalls(),
+		CachedToolCalls: it.GetCachedToolCalls()}}})
 }
 
 // approval records that the task's write waits for a person's approval.

@@ -49,6 +49,9 @@ func processRoleProbes() []processProbe {
 		{"tool_call_status", `SELECT fanout.tool_call_status('')`, []string{w, o}},
 		{"tool_call_resolve", `SELECT fanout.tool_call_resolve('', 'done', '', '')`, []string{w, o}},
 		{"tool_call_writes", `SELECT fanout.tool_call_writes('', '', '') WHERE false`, []string{w, o}},
+		{"tool_cache_get", `SELECT fanout.tool_cache_get(0, 'probe', '', '', '', '', 'probe', '')`, []string{w, o}},
+		{"tool_cache_put", `SELECT fanout.tool_cache_put(0, 'probe', '', '', '', '', 'probe', '', '{}', 1)`, []string{w, o}},
+		{"read the result cache", `SELECT result FROM fanout.tool_result_cache LIMIT 0`, nil},
 		{"read a tool call's result", `SELECT result FROM fanout.tool_call LIMIT 0`, []string{o}},
 		{"rate bucket", `INSERT INTO fanout.rate_bucket (key) SELECT 'probe' WHERE false`, []string{w, o, a}},
 		{"learn a provider's rate limits", `INSERT INTO fanout.provider_limit (bucket) SELECT 'probe' WHERE false`, []string{w, o}},
@@ -84,6 +87,7 @@ func processRoleProbes() []processProbe {
 		{"write a reservation", `UPDATE fanout.reservation SET amount = amount WHERE false`, nil},
 		{"write a key", `UPDATE fanout.api_key SET name = name WHERE false`, nil},
 		{"write a tool call's outcome", `UPDATE fanout.tool_call SET state = state WHERE false`, nil},
+		{"write the result cache directly", `INSERT INTO fanout.tool_result_cache (tenant_id) SELECT 'probe' WHERE false`, nil},
 		{"record a decision directly", `INSERT INTO fanout.tool_call_decision (call_id) SELECT 'probe' WHERE false`, nil},
 	}
 }

@@ -618,6 +618,8 @@ type (
 		Iteration   int32     `json:"iteration,omitempty"`
 		TokensSpent int64JSON `json:"tokens_spent,omitzero"`
 		ToolCalls   int32     `json:"tool_calls,omitempty"`
+		// CachedToolCalls: of ToolCalls, reads answered from the result cache.
+		CachedToolCalls int32 `json:"cached_tool_calls,omitempty"`
 	}
 	taskFinishedRecord struct {
 		Outcome *outcomeRecord `json:"outcome,omitempty"`
@@ -705,7 +707,7 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 	case *fanoutv1.RunEvent_TaskIteration:
 		it := e.TaskIteration
 		r.TaskIteration = &taskIterationRecord{TaskID: it.GetTaskId(), Iteration: it.GetIteration(),
-			TokensSpent: int64JSON(it.GetTokensSpent()), ToolCalls: it.GetToolCalls()}
+			TokensSpent: int64JSON(it.GetTokensSpent()), ToolCalls: it.GetToolCalls(), CachedToolCalls: it.GetCachedToolCalls()}
 	case *fanoutv1.RunEvent_TaskFinished:
 		r.TaskFinished = &taskFinishedRecord{Outcome: outcomeRecordOf(e.TaskFinished.GetOutcome())}
 	case *fanoutv1.RunEvent_BudgetUpdate:
@@ -771,7 +773,8 @@ func (r *eventRecord) proto() *fanoutv1.RunEvent {
 	case r.TaskIteration != nil:
 		it := r.TaskIteration
 		m.Event = &fanoutv1.RunEvent_TaskIteration{TaskIteration: &fanoutv1.TaskIteration{TaskId: it.TaskID,
-			Iteration: it.Iteration, TokensSpent: int64(it.TokensSpent), ToolCalls: it.ToolCalls}}
+			Iteration: it.Iteration, TokensSpent: int64(it.TokensSpent), ToolCalls: it.ToolCalls,
+			CachedToolCalls: it.CachedToolCalls}}
 	case r.TaskFinished != nil:
 		m.Event = &fanoutv1.RunEvent_TaskFinished{TaskFinished: &fanoutv1.TaskFinished{
 			Outcome: r.TaskFinished.Outcome.proto()}}

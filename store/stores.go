@@ -64,6 +64,9 @@ type Stores struct {
 	Ledger *Ledger
 	// Writes is the log of a worker's tool writes (subagent.WriteLog).
 	Writes *ToolCalls
+	// ToolCache is the tenants' result cache of read tools
+	// (subagent.ToolCache), which a worker asks before such a call.
+	ToolCache *ToolCache
 	// Semaphore holds the fleet's slots: a tenant's task slots on an
 	// orchestrator, MCP servers' max_in_flight on a worker.
 	Semaphore *Semaphore
@@ -120,6 +123,7 @@ func OpenStores(ctx context.Context, cfg StoresConfig) (*Stores, error) {
 	return &Stores{
 		Ledger:         NewLedger(ledgerPool, LedgerConfig{Coalesce: cfg.GroupCommit, Logger: log}),
 		Writes:         NewToolCalls(ledgerPool, ToolCallsConfig{Logger: log}),
+		ToolCache:      NewToolCache(ledgerPool, log),
 		Semaphore:      NewSemaphore(ledgerPool, SemaphoreConfig{Logger: log}),
 		RateLimiter:    NewRateLimiter(ledgerPool, RateLimiterConfig{Logger: log}),
 		ProviderLimits: NewProviderLimits(ledgerPool, RateLimiterConfig{Logger: log}),

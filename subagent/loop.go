@@ -81,7 +81,11 @@ type Task struct {
 	// (Dispatch.wind_down_after): its iterations after this many are its
 	// last, made without tools, as when a grant says Reservation.WindDown.
 	WindDownAfter int
-	OnExhaustion  Policy
+	// CacheTools lets the task's read calls be answered from its tenant's
+	// result cache, for the tools with a Tool.CacheTTL
+	// (Dispatch.cache_tools, from RunSpec.cache.tools).
+	CacheTools   bool
+	OnExhaustion Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
 	// cancels it under either policy, also when it was exhausted first.
@@ -139,8 +143,11 @@ type Progress struct {
 	Iteration   int
 	TokensSpent int64 // cumulative
 	ToolCalls   int   // in this iteration
-	Peak        int64 // Summary.Peak so far
-	Granted     int64 // this iteration's (last) grant
+	// CachedToolCalls of ToolCalls were read calls answered from the
+	// tenant's result cache (Task.CacheTools).
+	CachedToolCalls int
+	Peak            int64 // Summary.Peak so far
+	Granted         int64 // this iteration's (last) grant
 	// Last: this iteration's call was the task's last model call (it
 	// answered, and no compression call follows).
 	Last bool
@@ -196,6 +203,12 @@ type Loop struct {
 	// offered to the model and a call of it is not run, whatever the
 	// task's AllowedTools say. The orchestrator refuses such a spec first.
 	ToolAllowed func(tool, tenant string) bool
+	// ToolCache is the tenants' result cache of read tools: a task with
+	// CacheTools asks it before calling a read tool with a CacheTTL, and
+	// stores what such a call returned. nil: nothing is cached. Its errors
+	// are logged (at most once a minute) and the tool is called.
+	ToolCache ToolCache
+	cacheWarn *every // limits the logs of ToolCache's errors
 	// ApprovalPoll is how often a write waiting for approval reads its
 	// state; default DefaultApprovalPoll.
 	ApprovalPoll time.Duration
@@ -272,6 +285,9 @@ func (l *Loop) defaults() Loop {
 		c.Logger = slog.Default()
 	}
 	c.Logger = redact.Logger(c.Logger)
+	if c.cacheWarn == nil {
+		c.cacheWarn = &every{interval: cacheWarnEvery}
+	}
 	return c
 }
 
@@ -480,14 +496,10 @@ func (r *taskAttempt) work(ctx context.Context) {
 			r.sendProgress(Progress{Iteration: it, Last: !compress || r.sum.WoundDown})
 			return
 		}
-		n := r.runTools(ctx, it, resp)
-		r.progress(it, n)
+		n, cached := r.runTools(ctx, it, resp)
+		r.sendProgress(Progress{Iteration: it, ToolCalls: n, CachedToolCalls: cached})
 	}
 	r.finish(ctx, fmt.Errorf("run %d iterations: %w", r.task.MaxIterations, ErrIterationLimit))
-}
-
-func (r *taskAttempt) progress(it, toolCalls int) {
-	r.sendProgress(Progress{Iteration: it, ToolCalls: toolCalls})
 }
 
 // sendProgress sends p, with the task's spend, peak and last grant so far.

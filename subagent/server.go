@@ -115,6 +115,10 @@ type ServerConfig struct {
 	ToolAllowed func(tool, tenant string) bool
 	// ApprovalPoll is Loop.ApprovalPoll.
 	ApprovalPoll time.Duration
+	// ToolCache is the tenants' result cache of read tools (store.ToolCache;
+	// Loop.ToolCache), used by the dispatches with cache_tools. nil:
+	// nothing is cached.
+	ToolCache ToolCache
 }
 
 // Server is the worker's SubagentService: it runs one agent Loop per
@@ -314,6 +318,7 @@ func (s *Server) newLoop() Loop {
 		MaxToolCallsPerTurn: s.cfg.MaxToolCallsPerTurn,
 		ToolAllowed:         s.cfg.ToolAllowed,
 		ApprovalPoll:        s.cfg.ApprovalPoll,
+		ToolCache:           s.cfg.ToolCache,
 	}
 	return loop.defaults()
 }
@@ -332,7 +337,8 @@ func reportOn(stream grpc.ServerStreamingServer[fanoutv1.ExecuteResponse], t *Ta
 		_ = stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_Iteration{
 			Iteration: &fanoutv1.SubagentIteration{
 				Iteration: int32(p.Iteration), TokensSpent: p.TokensSpent, ToolCalls: int32(p.ToolCalls),
-				PeakTokens: p.Peak, GrantedTokens: p.Granted, Last: p.Last, Waited: durationpb.New(p.Waited)}}})
+				CachedToolCalls: int32(p.CachedToolCalls), PeakTokens: p.Peak, GrantedTokens: p.Granted, Last: p.Last,
+				Waited: durationpb.New(p.Waited)}}})
 	}
 }
 
@@ -570,6 +576,7 @@ func taskFromRequest(req *fanoutv1.Dispatch) *Task {
 		AttemptSecret:  req.GetAttemptSecret(),
 		FromHeld:       req.GetDrawOnHeld(),
 		WindDownAfter:  int(req.GetWindDownAfter()),
+		CacheTools:     req.GetCacheTools(),
 		OnExhaustion:   policy,
 		ModelName:      req.GetModel().GetModel(),
 		Temperature:    req.GetModel().GetTemperature(),

@@ -60,6 +60,7 @@ const (
 	attrToolEffect  = attribute.Key("fanout.tool.effect")
 	attrToolServer  = attribute.Key("fanout.tool.server")
 	attrToolOutcome = attribute.Key("fanout.tool.outcome")
+	attrCacheResult = attribute.Key("result")
 	attrToolNotRun  = attribute.Key("fanout.tool.not_run")
 	// attrToolMayHaveHappened marks a write cut off in flight.
 	attrToolMayHaveHappened = attribute.Key("fanout.tool.may_have_happened")
@@ -94,6 +95,7 @@ type instruments struct {
 	toolCalls        metric.Int64Counter
 	toolDuration     metric.Float64Histogram
 	toolInFlight     metric.Int64UpDownCounter
+	toolCacheLookups metric.Int64Counter
 	approvalsPending metric.Int64UpDownCounter
 	approvalWait     metric.Float64Histogram
 }
@@ -124,7 +126,11 @@ func metrics() *instruments {
 			metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 		inst.toolCalls, _ = m.Int64Counter("fanout.tool.calls", metric.WithUnit("{call}"),
 			metric.WithDescription("Tool calls by server, tool, effect and outcome (ok, error, timeout, cancelled, "+
-				"not_run: over the per-turn cap, after a failed write or refused; replayed: an earlier attempt's write, not sent again)."))
+				"not_run: over the per-turn cap, after a failed write or refused; replayed: an earlier attempt's write, not sent again; "+
+				"cached: a read answered from the tenant's result cache, not called)."))
+		inst.toolCacheLookups, _ = m.Int64Counter("fanout.tool_cache.lookups", metric.WithUnit("{lookup}"),
+			metric.WithDescription("Lookups of read tool calls in the tenants' result cache (docs/mcp.md#the-result-cache-for-read-tools), "+
+				"by result: hit (the call was answered from it), miss, error (the cache could not be read: the tool was called)."))
 		inst.toolDuration, _ = m.Float64Histogram("fanout.tool.duration", metric.WithUnit("s"),
 			metric.WithDescription("Duration of a tool call that ran, slot and rate waits included."),
 			metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
@@ -369,6 +375,8 @@ func (r *taskAttempt) endToolSpan(ctx context.Context, span trace.Span, tool Too
 	case o.notRun != "":
 		outcome = outcomeNotRun
 		span.SetAttributes(attrToolNotRun.String(o.notRun))
+	case o.cached:
+		outcome = outcomeCached
 	case !o.ran:
 		outcome = outcomeReplayed
 	case o.timedOut:

@@ -62,6 +62,7 @@ type toolOutcome struct {
 	timedOut bool   // its own timeout ended it
 	notSent  bool   // the tool said it never sent the call (ErrNotSent)
 	ran      bool   // the tool's Func was called
+	cached   bool   // answered from the tenant's result cache: not called
 }
 
 func (o toolOutcome) failed() bool { return o.notRun != "" || o.err != nil || o.res.IsError }
@@ -74,6 +75,7 @@ const (
 	outcomeCutOff   = "cancelled"
 	outcomeNotRun   = "not_run" // over the cap, after a failed write, refused, an earlier attempt's write
 	outcomeReplayed = "replayed"
+	outcomeCached   = "cached" // a read answered from the result cache
 )
 
 // runTools runs the model's tool calls of iteration it and appends their
@@ -81,8 +83,9 @@ const (
 // run; the rest are answered "not run". Consecutive reads run in parallel
 // (ReadParallelism of this task, and the worker's ToolSlots); a write waits
 // for everything before it and runs alone, and after a write fails no
-// later write of the turn runs. It returns how many calls ran.
-func (r *taskAttempt) runTools(ctx context.Context, it int, resp llm.Response) int {
+// later write of the turn runs. It returns how many calls ran or were
+// answered from the result cache, and how many of them were.
+func (r *taskAttempt) runTools(ctx context.Context, it int, resp llm.Response) (ran, cached int) {
 	calls := resp.ToolCalls
 	outs := make([]toolOutcome, len(calls))
 	limit := min(len(calls), r.MaxToolCallsPerTurn)
@@ -117,14 +120,16 @@ func (r *taskAttempt) runTools(ctx context.Context, it int, resp llm.Response) i
 		_ = g.Wait()
 		start = end
 	}
-	ran := 0
 	for i, c := range calls {
-		if outs[i].ran {
+		if outs[i].ran || outs[i].cached {
 			ran++
+		}
+		if outs[i].cached {
+			cached++
 		}
 		r.report(c, outs[i])
 	}
-	return ran
+	return ran, cached
 }
 
 // report appends call c's outcome to the conversation and the summary.
@@ -185,6 +190,13 @@ func (r *taskAttempt) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o
 		return o
 	}
 	call := ToolCall{Name: c.Name, Args: c.Args}
+	if r.cacheable(tool) {
+		key := r.cachedCall(tool, c.Args)
+		if o.res, o.cached = r.fromCache(spanCtx, tool, key); o.cached {
+			return o
+		}
+		defer func() { r.toCache(ctx, tool, key, o) }()
+	}
 	var w runs.Write
 	if tool.Effect == EffectWrite {
 		// Recorded before anything else, and approved first if the run's
@@ -379,19 +391,25 @@ func (r *taskAttempt) loadPrior(ctx context.Context) error {
 func priorKey(tool, digest string) string { return tool + "\x00" + digest }
 
 // argsDigest is the hex SHA-256 of a call's arguments in canonical form
-// (keys sorted, no spaces; numbers kept as written, so ids past 2^53 stay
-// apart), so the same arguments written differently match; arguments that
-// are not JSON are hashed as sent.
+// (canonicalArgs), so the same arguments written differently match; it
+// keys a write's tool_call row and a read's result cache entry.
 func argsDigest(args json.RawMessage) string {
-	b := []byte(args)
+	sum := sha256.Sum256(canonicalArgs(args))
+	return hex.EncodeToString(sum[:])
+}
+
+// canonicalArgs returns a call's arguments as canonical JSON: object keys
+// sorted, no insignificant whitespace, numbers kept as written (so ids past
+// 2^53 stay apart; 1 and 1.0 differ), strings as encoding/json escapes
+// them. Arguments that are not one JSON value are returned as sent.
+func canonicalArgs(args json.RawMessage) []byte {
 	d := json.NewDecoder(bytes.NewReader(args))
 	d.UseNumber()
 	var v any
 	if d.Decode(&v) == nil && d.Decode(new(any)) == io.EOF {
 		if c, err := json.Marshal(v); err == nil {
-			b = c
+			return c
 		}
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return args
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/subagent/llm"
 )
 
@@ -75,7 +76,12 @@ type Tool struct {
 	// Timeout bounds one call (capped by the task's deadline); its expiry
 	// is the call's result. 0 takes the loop's default.
 	Timeout time.Duration
-	Func    ToolFunc
+	// CacheTTL, for a read, is how long its results may answer the same
+	// call of the same tenant's runs that opted in (Task.CacheTools;
+	// docs/mcp.md#the-result-cache-for-read-tools): at most runs.MaxCacheTTL; 0 never.
+	// A write is never answered from the cache, whatever this says.
+	CacheTTL time.Duration
+	Func     ToolFunc
 }
 
 // Tools is a registry of tools by name. It is immutable once built and safe
@@ -98,6 +104,8 @@ func NewTools(tools ...Tool) (*Tools, error) {
 			return nil, fmt.Errorf("register tool %s: the schema is not a JSON object", tool.Name)
 		case tool.Func == nil:
 			return nil, fmt.Errorf("register tool %s: no Func", tool.Name)
+		case tool.CacheTTL < 0 || tool.CacheTTL > runs.MaxCacheTTL:
+			return nil, fmt.Errorf("register tool %s: cache TTL %s is not 0 to %s", tool.Name, tool.CacheTTL, runs.MaxCacheTTL)
 		case t.byName[tool.Name].Name != "":
 			return nil, fmt.Errorf("register tool %s: duplicate name", tool.Name)
 		}

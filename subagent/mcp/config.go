@@ -15,6 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/fanout/fanout/runs"
 	"github.com/fanout/fanout/subagent"
 )
 
@@ -24,7 +25,7 @@ const (
 	DefaultMaxResultBytes = 64 << 10
 	// MaxMaxResultBytes caps max_result_bytes: a result is text the model
 	// reads, and a bigger one only costs tokens.
-	MaxMaxResultBytes = 16 << 20
+	MaxMaxResultBytes = subagent.MaxToolResultBytes
 )
 
 // The transports a server may use.
@@ -151,6 +152,11 @@ type ToolConfig struct {
 	// MaxInFlight bounds the calls of this tool in flight across the fleet;
 	// 0 is unbounded (the server's bound still applies).
 	MaxInFlight int
+	// CacheTTL is how long a result of the tool may answer the same call
+	// (same arguments, same tenant) in runs that opt in (RunSpec.cache.tools;
+	// docs/mcp.md#the-result-cache-for-read-tools): more than 0, at most
+	// runs.MaxCacheTTL, on a tool declared effect read only. 0: never cached.
+	CacheTTL time.Duration
 	// Policy is the tool's own; ToolPolicy merges it with its server's.
 	Policy Policy
 	// approvalSet: the tool says approval itself (required or none).
@@ -404,7 +410,7 @@ var (
 	serverFields = []string{"name", "transport", "command", "args", "env", "url", "token_file",
 		"connect_timeout", "call_timeout", "max_in_flight", "rpm", "trust_annotations", "max_result_bytes", "tools",
 		"tenants", "approval", "approval_timeout"}
-	toolFields    = []string{"name", "effect", "call_timeout", "max_in_flight", "tenants", "approval", "approval_timeout"}
+	toolFields    = []string{"name", "effect", "call_timeout", "max_in_flight", "cache_ttl", "tenants", "approval", "approval_timeout"}
 	builtinFields = []string{"name", "tenants", "approval", "approval_timeout"}
 	envFields     = []string{"name", "value", "from_env", "from_file"}
 )
@@ -648,10 +654,24 @@ func (p *parser) tool(path string, raw json.RawMessage) ToolConfig {
 		Effect:      o.str("effect"),
 		CallTimeout: o.duration("call_timeout"),
 		MaxInFlight: o.count("max_in_flight"),
+		CacheTTL:    o.duration("cache_ttl"),
 	}
 	t.Policy, t.approvalSet = o.policy()
 	if t.Name == "" {
 		p.errorf(o.field("name"), "required")
+	}
+	switch {
+	case !o.has("cache_ttl"):
+	case t.CacheTTL == 0:
+		p.errorf(o.field("cache_ttl"), "is 0: leave cache_ttl out for a tool whose results are never cached")
+	case t.CacheTTL > runs.MaxCacheTTL:
+		p.errorf(o.field("cache_ttl"), "%s is over the limit of %s", t.CacheTTL, runs.MaxCacheTTL)
+		t.CacheTTL = 0
+	case t.Effect != EffectRead:
+		// Not even a tool the server's annotations make a read: only an
+		// operator's declaration lets a result stand in for a call.
+		p.errorf(o.field("cache_ttl"), "the tool is not declared effect: read: only a read's results are cached, never a write's")
+		t.CacheTTL = 0
 	}
 	switch t.Effect {
 	case "", EffectWrite:

@@ -26,7 +26,7 @@ servers:
     max_in_flight: 4
     rpm: 120
     tools:
-      - {name: search_nodes, effect: read}
+      - {name: search_nodes, effect: read, cache_ttl: 90s}
       - {name: create_entities, effect: write, max_in_flight: 1, call_timeout: 1m}
       - {name: read_graph}
   - name: github
@@ -52,7 +52,10 @@ servers:
 	if e := mem.Env[1]; e.Name != "API_KEY" || e.FromEnv != "MEMORY_API_KEY" {
 		t.Errorf("memory env[1] = %+v", e)
 	}
-	if tl := mem.Tools[1]; tl.Effect != EffectWrite || tl.MaxInFlight != 1 || tl.CallTimeout != time.Minute {
+	if tl := mem.Tools[0]; tl.Effect != EffectRead || tl.CacheTTL != 90*time.Second {
+		t.Errorf("memory tools[0] = %+v; want a read with cache_ttl 90s", tl)
+	}
+	if tl := mem.Tools[1]; tl.Effect != EffectWrite || tl.MaxInFlight != 1 || tl.CallTimeout != time.Minute || tl.CacheTTL != 0 {
 		t.Errorf("memory tools[1] = %+v", tl)
 	}
 	if gh.ConnectTimeout != 5*time.Second || gh.MaxResultBytes != 1000 || !gh.TrustAnnotations || gh.Tools[0].Effect != "" {
@@ -169,6 +172,22 @@ servers:
 		{"result cap over the limit", `
 servers:
   - {name: fs, transport: stdio, command: x, max_result_bytes: 999999999}`, []string{`servers[0] (fs).max_result_bytes: 999999999 is over the limit of 16777216`}},
+		{"cache_ttl on a write", `
+servers:
+  - {name: crm, transport: stdio, command: x, tools: [{name: a, effect: read}, {name: save, effect: write, cache_ttl: 1m}]}`,
+			[]string{`servers[0] (crm).tools[1] (save).cache_ttl: the tool is not declared effect: read: only a read's results are cached, never a write's`}},
+		{"cache_ttl on a tool of no declared effect", `
+servers:
+  - {name: crm, transport: stdio, command: x, trust_annotations: true, tools: [{name: get, cache_ttl: 1m}]}`,
+			[]string{`servers[0] (crm).tools[0] (get).cache_ttl: the tool is not declared effect: read`}},
+		{"cache_ttl of 0", `
+servers:
+  - {name: crm, transport: stdio, command: x, tools: [{name: get, effect: read, cache_ttl: 0s}]}`,
+			[]string{`servers[0] (crm).tools[0] (get).cache_ttl: is 0: leave cache_ttl out`}},
+		{"cache_ttl over the limit", `
+servers:
+  - {name: crm, transport: stdio, command: x, tools: [{name: get, effect: read, cache_ttl: 25h}]}`,
+			[]string{`servers[0] (crm).tools[0] (get).cache_ttl: 25h0m0s is over the limit of 24h0m0s`}},
 		{"bad server name", `
 servers:
   - {name: "git hub", transport: stdio, command: x}`, []string{`servers[0] (git hub).name: "git hub" must be letters, digits, _ or - only`}},

@@ -648,10 +648,21 @@ func (s *server) tools() []subagent.Tool {
 			Schema:      schema(def),
 			Server:      s.cfg.Name,
 			Timeout:     timeout,
+			CacheTTL:    cacheTTL(t, effect),
 			Func:        s.toolFunc(t),
 		})
 	}
 	return tools
+}
+
+// cacheTTL is the Tool.CacheTTL of configured tool t whose effect is
+// effect now: none for a write (a server that marks a tool destructive
+// after start makes it one), whatever the config says.
+func cacheTTL(t ToolConfig, effect subagent.Effect) time.Duration {
+	if effect != subagent.EffectRead {
+		return 0
+	}
+	return t.CacheTTL
 }
 
 func description(server string, def *sdk.Tool) string {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -273,4 +274,26 @@ func TestCloseCutsOffCallsInFlight(t *testing.T) {
 		t.Error("the server's handler ended without a cause")
 	}
 	await(t, closed, "Close returned")
+}
+
+// TestToolMarkedDestructiveLosesItsCacheTTL
+// (docs/mcp.md#the-result-cache-for-read-tools): a tool declared read with
+// a cache_ttl is offered with it; once its server marks it destructive
+// (tools/list_changed after start) it is a write, offered with no
+// CacheTTL: a write is never answered from the result cache.
+func TestToolMarkedDestructiveLosesItsCacheTTL(t *testing.T) {
+	t.Parallel()
+	ts := newTestServer(0)
+	m := openInMemory(t, ts, mustParse(t, serverYAML("", "{name: fail, effect: read, cache_ttl: 1m}")), nil)
+	if tl := tool(t, m, "t__fail"); tl.Effect != subagent.EffectRead || tl.CacheTTL != time.Minute {
+		t.Fatalf("fail before the change: effect %v, cache TTL %s; want a read cached for 1m", tl.Effect, tl.CacheTTL)
+	}
+	yes := true
+	ts.srv.AddTool(&sdk.Tool{Name: "fail", Description: "Fails, destructive now.", Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes},
+		InputSchema: objectSchema},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return textResult("ok"), nil })
+	eventually(t, "fail offered as a write", func() bool { return tool(t, m, "t__fail").Effect == subagent.EffectWrite })
+	if tl := tool(t, m, "t__fail"); tl.CacheTTL != 0 {
+		t.Errorf("fail, now a write, is offered with cache TTL %s; want none", tl.CacheTTL)
+	}
 }

@@ -660,3 +660,19 @@ type ToolCalls struct {
 	CreatedAt        time.Time
 	ResolvedAt       *time.Time
 }
+
+// Results of read tool calls a tenant's runs may reuse until expires_at (database time): never another tenant's, never a write's (docs/mcp.md#the-result-cache-for-read-tools).
+type ToolResultCache struct {
+	TenantID string
+	// The MCP server the tool is on ('' for a built-in tool).
+	Server string
+	// The tool's model-facing name (server__tool), as tool_call.tool.
+	Tool string
+	// Hex SHA-256 of the call's arguments in canonical JSON (keys sorted, no insignificant whitespace, numbers as written).
+	ArgsHash string
+	// What the call returned to the model: {"text": ..., "sources": [...]}.
+	Result    []byte
+	CreatedAt time.Time
+	// created_at plus the tool's cache_ttl (at most 24 hours); a get at or past it is a miss.
+	ExpiresAt time.Time
+}
