@@ -189,14 +189,15 @@ func TestForkEndToEnd(t *testing.T) {
 		t.Errorf("another tenant forks the run: %v, want NOT_FOUND", err)
 	}
 	// What a fork cannot be: a removed task that another still needs, a
-	// reserved quote (not served yet), a max age over 30 days.
+	// max age over 30 days. (A reserved quote starts it: the tenant has no
+	// budget, so it covers any run, docs/budget.md#quotes.)
 	orphan := &fanoutv1.ForkRunRequest{RunId: srcID, IdempotencyKey: "fork-orphan", RemoveTaskIds: []string{"t00"}}
 	if _, err := o.client.ForkRun(t.Context(), orphan); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("removing t00, which t02 depends on: %v, want INVALID_ARGUMENT", err)
 	}
 	reserve := &fanoutv1.ForkRunRequest{RunId: srcID, IdempotencyKey: "fork-reserve", ReserveQuote: true}
-	if _, err := o.client.ForkRun(t.Context(), reserve); status.Code(err) != codes.Unimplemented {
-		t.Errorf("reserve_quote: %v, want UNIMPLEMENTED", err)
+	if res, err := o.client.ForkRun(t.Context(), reserve); err != nil || res.GetRunId() == "" || res.GetQuote() == nil {
+		t.Errorf("reserve_quote: %v, %v; want a fork started with its quote", res, err)
 	}
 	tooOld := proto.CloneOf(s)
 	tooOld.IdempotencyKey = "too-old"
@@ -204,8 +205,8 @@ func TestForkEndToEnd(t *testing.T) {
 	if _, err := o.client.StartRun(t.Context(), &fanoutv1.StartRunRequest{Spec: tooOld}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("task_max_age of 31 days: %v, want INVALID_ARGUMENT", err)
 	}
-	if n := countRuns(t, o.client) - before; n != 2 {
-		t.Errorf("%d runs, want the source and one fork", n)
+	if n := countRuns(t, o.client) - before; n != 3 {
+		t.Errorf("%d runs, want the source and two forks", n)
 	}
 
 	// The result cache: the source's spec again, in its tenant, takes every
