@@ -241,9 +241,26 @@ func (w *Watcher) isNews(sig RunSignal) bool {
 // listener's goroutine, which every node's other notifications (key
 // revocations) share, never waits on the database.
 func (w *Watcher) notice(sig RunSignal) {
+	if sig.State == StateOpen {
+		w.Reopened(sig.RunID)
+		return
+	}
 	if w.isNews(sig) {
 		w.loop.Wake()
 	}
+}
+
+// Reopened forgets what was heard of runID's end: a continuation reopened
+// the run (ledger_continue_run's 'open RUN' notice, or the node that
+// continued it), and a new subscription must not be told of the end
+// before. Subscriptions already told keep what they were told (they were
+// of that end). A forged notice costs a poll: the poll reads the run's
+// account again and tells new subscribers what it says.
+func (w *Watcher) Reopened(runID string) {
+	w.mu.Lock()
+	delete(w.news, runID)
+	w.mu.Unlock()
+	w.loop.Wake()
 }
 
 // watched returns the runs to poll: every watched run not yet heard

@@ -362,3 +362,43 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestReopenedRunIsNewsAgain (docs/budget.md#continue): a run that ended
+// (exhausted, then closed) and that a continuation reopened is not ended
+// for a subscriber that comes after the reopening, while a subscriber of
+// the first end still open keeps what it was told; the ledger's 'open'
+// notice does it on every node. The reopened run's next end is news again.
+func TestReopenedRunIsNewsAgain(t *testing.T) {
+	src := newSource()
+	w := start(t, src, budget.WatcherConfig{PollInterval: time.Hour})
+	old := w.Subscribe("r1")
+	defer old.Close()
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted})
+	waitDone(t, old)
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateClosed})
+	waitCancelled(t, old)
+	// Reopened: the account is open again, and its notice says so.
+	src.mu.Lock()
+	delete(src.ended, "r1")
+	src.mu.Unlock()
+	src.notices <- budget.RunSignal{RunID: "r1", State: budget.StateOpen}
+	select {
+	case <-src.delivered:
+	case <-time.After(patience):
+		t.Fatal("the watcher did not handle the reopen notice")
+	}
+	fresh := w.Subscribe("r1")
+	defer fresh.Close()
+	select {
+	case <-fresh.Done():
+		t.Fatalf("a subscription after the reopening was told %+v of the end before it", fresh.Signal())
+	default:
+	}
+	if sig := old.CancelSignal(); sig.State != budget.StateClosed {
+		t.Errorf("the first end's subscriber now says %+v; want it keep the close it was told", sig)
+	}
+	src.notify(t, budget.RunSignal{RunID: "r1", State: budget.StateExhausted})
+	if sig := waitDone(t, fresh); sig.State != budget.StateExhausted {
+		t.Errorf("the reopened run's exhaustion reached the new subscriber as %+v", sig)
+	}
+}

@@ -1390,7 +1390,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_close_run(bigint,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_continue_run(p_run text, p_tenant text, p_key text, p_add bigint, p_held bigint, p_tasks text[], p_owner text, p_actor text, p_reason text, p_max_limit bigint) RETURNS TABLE(outcome text, seq integer, added_tokens bigint, limit_after bigint, spent_before bigint, reopened boolean, task_ids text[], epoch bigint, info text, info_tokens bigint)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 123 lines, sha256 2571eccde7f7
+    -- body: 130 lines, sha256 59108739b709
 REVOKE EXECUTE ON FUNCTION fanout.ledger_continue_run(text,text,text,bigint,bigint,text[],text,text,text,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_continue_run(text,text,text,bigint,bigint,text[],text,text,text,bigint) TO fanout_app;
 

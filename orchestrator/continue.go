@@ -48,6 +48,18 @@ func (e *Engine) Continue(ctx context.Context, c ContinueParams) (*fanoutv1.Run,
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if !c.DryRun {
+		// A retry is answered first, whatever the checks below would say
+		// of a new continuation now (the run has the retried one's tokens).
+		if done, err := e.store.Continuation(ctx, c.RunID, c.Key); err == nil {
+			if done.GetAddedTokens() != c.Add {
+				return nil, nil, nil, &runs.ContinueError{Outcome: "conflict", Added: done.GetAddedTokens()}
+			}
+			return run, done, nil, nil
+		} else if !errors.Is(err, runs.ErrNotFound) {
+			return nil, nil, nil, err
+		}
+	}
 	p, err := e.cfg.plan(run.GetSpec())
 	if err != nil {
 		return nil, nil, nil, &runs.ContinueError{Outcome: "ended",
@@ -59,6 +71,9 @@ func (e *Engine) Continue(ctx context.Context, c ContinueParams) (*fanoutv1.Run,
 		return nil, nil, nil, err
 	}
 	readmit := readmitted(p, run.GetTasks())
+	if err := joinAllows(p, run.GetTasks(), readmit); err != nil {
+		return nil, nil, nil, err
+	}
 	if c.DryRun {
 		// The prior and the tenant's budget, as quoteRun reads them (a
 		// spent tenant budget is what the quote says, not an error).
@@ -66,7 +81,7 @@ func (e *Engine) Continue(ctx context.Context, c ContinueParams) (*fanoutv1.Run,
 			return nil, nil, nil, err
 		}
 		e.sizeFirst(ctx, p)
-		q, err := e.quoteContinuation(ctx, p, limit+c.Add, run.GetTasks(), readmit)
+		q, err := e.quoteContinuation(ctx, p, c.RunID, limit+c.Add, run.GetTasks(), readmit)
 		return run, nil, q, err
 	}
 	if e.isClosing() {
@@ -77,12 +92,24 @@ func (e *Engine) Continue(ctx context.Context, c ContinueParams) (*fanoutv1.Run,
 	// Once the continuation is written, drive it even if the caller leaves.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout+maxContinueWait)
 	defer cancel()
+	// Registered before the ledger may reopen the run under this node:
+	// heartbeats keep its lease until driveContinued drives it.
+	placeholder := newActiveRun(func(error) {})
+	e.mu.Lock()
+	if e.active[c.RunID] == nil {
+		e.active[c.RunID] = placeholder
+	}
+	e.mu.Unlock()
+	defer e.forgetOwn(c.RunID, placeholder) // a top-up, a replay, a refusal, or a drive that failed
 	done, err := e.continueWhenEnded(wctx, ctx, req, p, run)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if !done.Replay && done.Continuation.GetReopened() {
 		e.wake(c.RunID)
+		// What this node's watcher heard of the run's end is of that end
+		// (the ledger's reopen notice tells the other nodes).
+		e.watcher.Reopened(c.RunID)
 		if err := e.driveContinued(wctx, c.RunID, p, done); err != nil {
 			// The run is RUNNING and owned here; undriven, its lease lapses
 			// and a replica adopts it (resume.go).
@@ -200,8 +227,13 @@ func taskIDs(p *plan, indexes []int) []string {
 // quoteContinuation quotes a continuation of a run whose tasks are as
 // stored: the tasks admitted again run; the others do not (those that
 // ended keep their outcomes, those still running are the run's already).
-func (e *Engine) quoteContinuation(ctx context.Context, p *plan, limit int64, stored []*fanoutv1.TaskOutcome,
+func (e *Engine) quoteContinuation(ctx context.Context, p *plan, runID string, limit int64, stored []*fanoutv1.TaskOutcome,
 	readmit []int) (*fanoutv1.Quote, error) {
+	acct, err := e.ledger.RunAccount(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("read the run's ledger account: %w", err)
+	}
+	p.spentBeside = acct.Spent - tasksSpent(stored) // its earlier syntheses
 	again := map[int]bool{}
 	for _, i := range readmit {
 		again[i] = true
@@ -235,6 +267,9 @@ func (e *Engine) driveContinued(ctx context.Context, runID string, p *plan, done
 	if err != nil {
 		return fmt.Errorf("read the run's ledger accounts: %w", err)
 	}
+	// What the run spent beside its tasks (its earlier syntheses) is spent
+	// too: the forecast admits against what is left of it.
+	p.spentBeside = accounts.Run.Spent - tasksSpent(run.GetTasks())
 	var unfinished []int
 	for i, o := range run.GetTasks() {
 		if !hasEnded(o.GetStatus()) {
@@ -250,7 +285,7 @@ func (e *Engine) driveContinued(ctx context.Context, runID string, p *plan, done
 	span.AddEvent("continued", trace.WithAttributes(attrNode.String(e.cfg.Node)))
 	runCtx, cancelRun := context.WithCancelCause(trace.ContextWithSpan(e.base, span))
 	ar := newActiveRun(cancelRun)
-	e.active[runID] = ar
+	e.active[runID] = ar // replaces the placeholder, or an ending driver's entry (it forgets only its own)
 	e.wg.Add(1)
 	e.mu.Unlock()
 
@@ -260,6 +295,7 @@ func (e *Engine) driveContinued(ctx context.Context, runID string, p *plan, done
 	d.epoch = done.Epoch
 	d.restore(run.GetTasks(), unfinished)
 	d.resumed = nil // its ended tasks are its own: this is no adoption
+
 	go func() {
 		defer e.wg.Done()
 		d.drive(runCtx, cancelRun)
@@ -279,4 +315,38 @@ func (d *driver) ledgerLimit() int64 {
 		return 0
 	}
 	return acct.Limit
+}
+
+// tasksSpent is what a run's tasks spent, as their outcomes say.
+func tasksSpent(tasks []*fanoutv1.TaskOutcome) int64 {
+	var n int64
+	for _, o := range tasks {
+		n += o.GetTokensSpent()
+	}
+	return n
+}
+
+// joinAllows refuses a continuation its run's join policy would stop at
+// once: a FAIL_FAST run one of whose kept tasks did not succeed, or a
+// FIRST_SUCCESS run one of whose did (the tasks admitted again do not
+// count: they run again). The added tokens and the synthesis held again
+// would pay for nothing but an end; a fork runs the tasks again.
+func joinAllows(p *plan, tasks []*fanoutv1.TaskOutcome, readmit []int) error {
+	again := map[int]bool{}
+	for _, i := range readmit {
+		again[i] = true
+	}
+	policy := p.spec.GetJoinPolicy()
+	for i, o := range tasks {
+		if again[i] || !hasEnded(o.GetStatus()) || o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SKIPPED {
+			continue
+		}
+		ok := o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED
+		if policy == fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST && !ok ||
+			policy == fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS && ok {
+			return &runs.ContinueError{Outcome: "join", State: fmt.Sprintf("%s: task %s ended %s",
+				runs.Text(policy), o.GetTaskId(), runs.Text(o.GetStatus()))}
+		}
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
@@ -282,7 +283,9 @@ func TestTopUpOfARunningRun(t *testing.T) {
 // TestAdoptedContinuationIsMarkedAgain (docs/budget.md#continue): a run
 // reopened by a node that died before it drove it is adopted; when its
 // budget runs out again, that end gets its own BudgetExhausted although
-// the log already has the first end's.
+// the log already has the first end's. The run was created a day before:
+// its timeout counts from the continuation, so the adopter does not time
+// it out.
 func TestAdoptedContinuationIsMarkedAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -308,6 +311,11 @@ func TestAdoptedContinuationIsMarkedAgain(t *testing.T) {
 	// owned by "ghost", driven by nobody.
 	if _, err := store.NewRuns(b.pool).ContinueRun(t.Context(), runs.Continue{RunID: runID, TenantID: "t1", Key: "k",
 		Owner: "ghost", Actor: "key:x", Add: 2_000, Held: held, MaxLimit: 1 << 40, Tasks: notStarted}); err != nil {
+		t.Fatal(err)
+	}
+	// Created a day ago: the reopened run's timeout counts from its
+	// continuation, also for the node that adopts it.
+	if _, err := b.pool.Exec(t.Context(), `UPDATE run SET created_at = now() - interval '1 day' WHERE run_id = $1`, runID); err != nil {
 		t.Fatal(err)
 	}
 	orphan(t, b, runID)
@@ -348,4 +356,36 @@ func TestWatchGoesOnPastAnEndAtAPageBoundary(t *testing.T) {
 		t.Fatalf("the watch got %d events, want every one through the second RunFinished (%d)", len(evs), last)
 	}
 	checkSequences(t, "watch", evs, 1)
+}
+
+// TestContinueRetryAtTheCap (docs/budget.md#continue): a retry of a
+// continuation that brought the run's budget to the server's cap is
+// answered with that continuation, not refused for the cap it reached;
+// the same key with another amount is a conflict.
+func TestContinueRetryAtTheCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w", demoSim, 64)
+	n := b.orchestrator(t, "o", orchestrator.Config{MaxRunTokens: 9_000}, w)
+	evs := runStream(t, n.client, demoSpec(t, "at-the-cap", 6_000, fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST))
+	runID := evs[0].GetRunId()
+	req := &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 3_000, IdempotencyKey: "to-the-cap"}
+	first, err := n.client.ContinueRun(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.client.ContinueRun(t.Context(), req)
+	if err != nil || again.GetContinuation().GetContinuation() != first.GetContinuation().GetContinuation() {
+		t.Errorf("the retry: %v, %v; want continuation %d again", again.GetContinuation(), err, first.GetContinuation().GetContinuation())
+	}
+	other := proto.CloneOf(req)
+	other.AddTokens = 1
+	if _, err := n.client.ContinueRun(t.Context(), other); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("the key with another amount: %v, want FAILED_PRECONDITION", err)
+	}
+	if _, err := n.client.ContinueRun(t.Context(), &fanoutv1.ContinueRunRequest{RunId: runID, AddTokens: 1,
+		IdempotencyKey: "past-the-cap"}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a new continuation past the cap: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	watchAll(t, n.client, runID)
 }

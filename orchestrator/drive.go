@@ -106,7 +106,7 @@ type taskResult struct {
 // drive runs the run to its end. parent is the run's context, cancelRun
 // its cancel (with the cause that stopped it).
 func (d *driver) drive(parent context.Context, cancelRun context.CancelCauseFunc) {
-	defer d.e.forget(d.runID)
+	defer d.e.forgetOwn(d.runID, d.ar)
 	timeout := d.p.runTimeout
 	if d.timeLeft > 0 {
 		timeout = d.timeLeft

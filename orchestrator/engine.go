@@ -452,6 +452,17 @@ func (e *Engine) forget(runID string) {
 	e.mu.Unlock()
 }
 
+// forgetOwn is forget for the driver of ar: it leaves alone a later
+// driver of the same run (a continuation that reopened it here while
+// this one was ending).
+func (e *Engine) forgetOwn(runID string, ar *activeRun) {
+	e.mu.Lock()
+	if e.active[runID] == ar {
+		delete(e.active, runID)
+	}
+	e.mu.Unlock()
+}
+
 // newRunID returns a random (version 4) UUID.
 func newRunID() string {
 	var b [16]byte

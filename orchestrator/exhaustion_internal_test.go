@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -97,5 +98,51 @@ func TestAFailedMarkIsAppendedAtTheEnd(t *testing.T) {
 	d.announceExhaustion(t.Context(), nil)
 	if got := log.count(); got != 1 {
 		t.Errorf("the end after a failed mark: %d BudgetExhausted, want 1", got)
+	}
+}
+
+// TestJoinAllows (docs/budget.md#continue): a continuation is refused
+// when the run's join policy would stop the reopened run at once.
+func TestJoinAllows(t *testing.T) {
+	const (
+		ok   = fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED
+		cut  = fanoutv1.TaskStatus_TASK_STATUS_BUDGET_EXHAUSTED
+		none = fanoutv1.TaskStatus_TASK_STATUS_NOT_STARTED
+	)
+	tasks := func(s ...fanoutv1.TaskStatus) []*fanoutv1.TaskOutcome {
+		var out []*fanoutv1.TaskOutcome
+		for i, st := range s {
+			out = append(out, &fanoutv1.TaskOutcome{TaskId: fmt.Sprintf("t%d", i), Status: st})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		policy  fanoutv1.JoinPolicy
+		tasks   []*fanoutv1.TaskOutcome
+		refused bool
+	}{
+		{fanoutv1.JoinPolicy_JOIN_POLICY_ALL_SETTLED, tasks(ok, cut, none), false},
+		{fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST, tasks(ok, ok, none), false},
+		{fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST, tasks(ok, cut, none), true},
+		{fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS, tasks(cut, none), false},
+		{fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS, tasks(ok, none), true},
+	} {
+		p := &plan{spec: &fanoutv1.RunSpec{JoinPolicy: c.policy}}
+		err := joinAllows(p, c.tasks, []int{len(c.tasks) - 1})
+		if (err != nil) != c.refused {
+			t.Errorf("%s over %v: %v, refused want %v", c.policy, c.tasks, err, c.refused)
+		}
+	}
+}
+
+// TestForecastCountsSpendBesideTheTasks (docs/budget.md#continue): a
+// reopened run's forecast admits against what its earlier syntheses left
+// of the limit, not against the limit less its tasks' spend alone.
+func TestForecastCountsSpendBesideTheTasks(t *testing.T) {
+	p := &plan{spec: &fanoutv1.RunSpec{Tasks: []*fanoutv1.TaskSpec{{Id: "a", TokenBudget: 9_000}}}, minReservation: 1}
+	before := newForecaster(p, 10_000, 0).left()
+	p.spentBeside = 700
+	if got := newForecaster(p, 10_000, 0).left(); got != before-700 {
+		t.Errorf("left %d after 700 spent beside the tasks, want %d", got, before-700)
 	}
 }

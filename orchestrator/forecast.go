@@ -91,7 +91,10 @@ type inFlight struct {
 
 func newForecaster(p *plan, limit, held int64) *forecaster {
 	tasks := p.spec.GetTasks()
-	f := &forecaster{limit: limit, held: held, caps: make([]int64, len(tasks)), min: p.minReservation, flight: map[int]*inFlight{}}
+	// A continued run's earlier syntheses spent of the limit too
+	// (docs/budget.md#continue).
+	f := &forecaster{limit: limit, held: held, caps: make([]int64, len(tasks)), min: p.minReservation, flight: map[int]*inFlight{},
+		spent: max(p.spentBeside, 0)}
 	for i, t := range tasks {
 		f.caps[i] = t.GetTokenBudget()
 	}

@@ -64,6 +64,9 @@ type RunContinuer interface {
 	// a retry with its key returns the first one's record (Replay). A
 	// refusal writes nothing and is a *runs.ContinueError.
 	ContinueRun(ctx context.Context, c runs.Continue) (runs.Continued, error)
+	// Continuation returns the continuation of runID made with key, as its
+	// RunContinued said it; runs.ErrNotFound if there is none.
+	Continuation(ctx context.Context, runID, key string) (*fanoutv1.RunContinued, error)
 }
 
 // RunReader reads runs and their tasks.
@@ -190,6 +193,9 @@ type EventNotices interface {
 // closed) on any node. *budget.Watcher implements it.
 type RunWatcher interface {
 	Subscribe(runID string) *budget.Subscription
+	// Reopened forgets what was heard of the run's end: a continuation
+	// reopened it (docs/budget.md#continue).
+	Reopened(runID string)
 }
 
 var _ RunWatcher = (*budget.Watcher)(nil)

@@ -91,6 +91,9 @@ func (e *Engine) resume(a runs.Adoption) error {
 	if err != nil {
 		return fmt.Errorf("read the run's ledger accounts: %w", err)
 	}
+	// A reopened run's earlier syntheses spent of its limit too
+	// (docs/budget.md#continue); 0 for a run never continued.
+	p.spentBeside = accounts.Run.Spent - tasksSpent(run.GetTasks())
 	unfinished := e.fence(ctx, a.RunID, p, accounts, run.GetTasks())
 	e.awaitHeld(e.base, a.RunID) // the fenced attempts' reservations end
 
@@ -161,12 +164,17 @@ func (e *Engine) fence(ctx context.Context, runID string, p *plan, accounts budg
 
 // deadlinesLeft shortens p's task timeouts by the time already spent,
 // counted in database time from each started task's first start to now,
-// and returns the run's time left, counted from its creation. (The run's
-// timeout itself stays as planned: it is what a timed-out run's cause
-// names.)
+// and returns the run's time left, counted from its creation, or from its
+// last reopening when a continuation reopened it (docs/budget.md#continue:
+// each end has the run's timeout). (The run's timeout itself stays as
+// planned: it is what a timed-out run's cause names.)
 func deadlinesLeft(p *plan, run *fanoutv1.Run, now time.Time) time.Duration {
 	left := p.runTimeout
-	if c := run.GetCreatedAt(); c != nil {
+	c := run.GetCreatedAt()
+	if run.GetContinuedAt() != nil {
+		c = run.GetContinuedAt()
+	}
+	if c != nil {
 		left = max(time.Nanosecond, left-now.Sub(c.AsTime()))
 	}
 	for i, o := range run.GetTasks() {

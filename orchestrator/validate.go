@@ -125,6 +125,9 @@ type plan struct {
 	tenantID       string
 	minReservation int64
 	synthesisHeld  int64 // tokens held back for the synthesis from the start (0 without synthesize)
+	// spentBeside: what a continued run spent beside its tasks before it
+	// reopened (its earlier syntheses): the forecast counts it spent.
+	spentBeside int64
 	concurrency    int
 	runTimeout     time.Duration
 	taskTimeouts   []time.Duration

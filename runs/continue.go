@@ -34,8 +34,9 @@ type Continued struct {
 
 // ContinueError is a continuation the ledger refused, with nothing
 // written. Outcome is one of ledger_continue_run's: conflict, busy,
-// ended, over_cap, too_small, exhausted; or nothing (the engine's: a run
-// that ended with no task to run again).
+// ended, over_cap, too_small, exhausted; or the engine's own: nothing (a
+// run that ended with no task to run again), join (its join policy would
+// stop it at once).
 type ContinueError struct {
 	Outcome string
 	// State is the run's state (ended) or its account's (busy).
@@ -59,6 +60,8 @@ func (e *ContinueError) Error() string {
 		return fmt.Sprintf("the run's budget would pass the server's cap: at most %d tokens may be added", e.Tokens)
 	case "too_small":
 		return fmt.Sprintf("the run could grant nothing with that: add at least %d tokens", e.Tokens)
+	case "join":
+		return fmt.Sprintf("the run's join policy would stop it at once (%s): fork it to run its tasks again", e.State)
 	case "nothing":
 		return "every task of the run ended (none is NOT_STARTED): a continuation would run nothing again; fork it to run tasks again"
 	case "exhausted":

@@ -28,6 +28,17 @@ func (s *Runs) ContinueRun(ctx context.Context, c runs.Continue) (runs.Continued
 			var info *string
 			var tokens *int64
 			k := &fanoutv1.RunContinued{Actor: c.Actor, Reason: c.Reason}
+			// A run that ended runs again if the ledger reopens it: its
+			// tenant's max_concurrent_runs counts it as a new run (under
+			// the tenant's lock, as CreateRun counts; no key: none is
+			// taken).
+			var state string
+			if err := tx.QueryRow(ctx, `SELECT state FROM run WHERE run_id = $1 AND tenant_id = $2`, c.RunID, c.TenantID).
+				Scan(&state); err == nil && state == "BUDGET_EXHAUSTED" {
+				if err := s.checkConcurrentRuns(ctx, tx, &fanoutv1.Run{TenantId: c.TenantID}); err != nil {
+					return err
+				}
+			}
 			err := tx.QueryRow(ctx, `SELECT outcome, seq, added_tokens, limit_after, spent_before, reopened, task_ids,
 				       epoch, info, info_tokens
 				  FROM ledger_continue_run($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
@@ -73,4 +84,23 @@ func (s *Runs) ContinueRun(ctx context.Context, c runs.Continue) (runs.Continued
 		return runs.Continued{}, err
 	}
 	return out, err
+}
+
+// Continuation returns the continuation of runID made with key, as its
+// RunContinued event said it; runs.ErrNotFound when the key was not used
+// on the run. The caller has checked the run's tenant.
+func (s *Runs) Continuation(ctx context.Context, runID, key string) (*fanoutv1.RunContinued, error) {
+	k := &fanoutv1.RunContinued{}
+	err := retried(ctx, s.log, "runs.continuation", idempotent, func(ctx context.Context, _ try) error {
+		return s.pool.QueryRow(ctx, `SELECT seq, added_tokens, limit_after, spent_before, reopened, task_ids, actor, reason
+			  FROM run_continuation WHERE run_id = $1 AND idempotency_key = $2`, runID, key).
+			Scan(&k.Continuation, &k.AddedTokens, &k.LimitTokens, &k.SpentBefore, &k.Reopened, &k.TaskIds, &k.Actor, &k.Reason)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, runs.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read continuation %q of run %s: %w", key, runID, err)
+	}
+	return k, nil
 }

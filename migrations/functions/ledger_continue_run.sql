@@ -60,10 +60,11 @@ BEGIN
                             NULL::text, NULL::bigint;
         RETURN;
     END IF;
-    -- The chain first, root first, then the run's row: the order in which
-    -- a run's end (store CloseRun) takes them.
-    SELECT * INTO a FROM ledger_lock_chain(a.chain) l WHERE l.account_id = a.account_id;
+    -- The run's row first, then the chain, root first: the order in which
+    -- a run's end takes them (ledger_check_owner locks the row, then the
+    -- ledger function the chain).
     SELECT * INTO r FROM run WHERE run.run_id = p_run FOR UPDATE;
+    SELECT * INTO a FROM ledger_lock_chain(a.chain) l WHERE l.account_id = a.account_id;
     SELECT * INTO c FROM run_continuation WHERE run_continuation.run_id = p_run
                                             AND run_continuation.idempotency_key = p_key;
     IF FOUND THEN
@@ -96,10 +97,14 @@ BEGIN
         RETURN;
     END IF;
     IF v_reopen THEN
+        -- A task that ran is never granted again: its row says it never
+        -- started and its account never reserved nor spent.
         IF coalesce(cardinality(p_tasks), 0) = 0
            OR EXISTS (SELECT FROM unnest(p_tasks) x
                        WHERE NOT EXISTS (SELECT FROM task WHERE task.run_id = p_run AND task.task_id = x
-                                                           AND task.status IN ('NOT_STARTED', 'SKIPPED'))) THEN
+                                                           AND task.status IN ('NOT_STARTED', 'SKIPPED'))
+                          OR EXISTS (SELECT FROM account t WHERE t.run_id = p_run AND t.kind = 'task' AND t.task_id = x
+                                                            AND (t.spent <> 0 OR t.reserved <> 0))) THEN
             RAISE EXCEPTION 'ledger_continue_run: run % reopens only for tasks that are NOT_STARTED or SKIPPED (got %)',
                 p_run, p_tasks USING ERRCODE = 'invalid_parameter_value';
         END IF;
@@ -148,6 +153,8 @@ BEGIN
         UPDATE task SET status = 'PENDING', outcome = NULL, started_at = NULL, finished_at = NULL, worker = '',
                         tokens_spent = 0
          WHERE task.run_id = p_run AND task.task_id = ANY (p_tasks);
+        -- Every node forgets what it heard of the run's end (budget.Watcher.Reopened).
+        PERFORM pg_notify('fanout_run_state', 'open ' || p_run);
     END IF;
     v_seq := coalesce((SELECT max(x.seq) FROM run_continuation x WHERE x.run_id = p_run), 0) + 1;
     INSERT INTO run_continuation (run_id, seq, tenant_id, idempotency_key, added_tokens, limit_after, spent_before,
