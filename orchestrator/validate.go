@@ -125,9 +125,6 @@ type plan struct {
 	tenantID       string
 	minReservation int64
 	synthesisHeld  int64 // tokens held back for the synthesis from the start (0 without synthesize)
-	// spentBeside: what a continued run spent beside its tasks before it
-	// reopened (its earlier syntheses): the forecast counts it spent.
-	spentBeside int64
 	concurrency    int
 	runTimeout     time.Duration
 	taskTimeouts   []time.Duration
@@ -147,6 +144,10 @@ type plan struct {
 	tenantExhausted  bool             // that was below its min_reservation (a quote covers nothing)
 	maxTasksInFlight int              // its cap on tasks in flight, 0 if none
 	prior            prior            // what its tasks cost with the run's model in earlier runs
+
+	// spentBeside: what a continued run spent beside its tasks before it
+	// reopened (its earlier syntheses): the forecast counts it spent.
+	spentBeside int64
 }
 
 // Validate checks spec against the API contract and cfg's caps and returns
