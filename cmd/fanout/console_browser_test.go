@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -311,7 +312,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Navigate(o.http+"/console/#/runs/"+second),
 		chromedp.WaitVisible(chromedp.CSS("#cancel-run")),
 		chromedp.SendKeys(chromedp.CSS("#cancel-reason"), "from the browser"),
-		chromedp.Click(chromedp.CSS("#cancel-run")))
+		press("#cancel-run"))
 	b.waitFor("the second run CANCELLED", `document.querySelector("#run-state").dataset.state === "RUN_STATE_CANCELLED"`, 60*time.Second)
 	got, err := keyClient(t, o.addr, acme).GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: second})
 	if err != nil {
@@ -333,13 +334,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.run("open the run with writes", 30*time.Second, chromedp.Navigate(o.http+"/console/#/runs/"+wrun.GetRunId()))
 	b.waitFor("a write waiting for approval", `!!document.querySelector("#approvals-list li[data-call-id]")`, 60*time.Second)
 	approved := b.text(`document.querySelector("#approvals-list li[data-call-id]").dataset.callId`)
-	b.run("approve it", 20*time.Second, chromedp.Click(chromedp.CSS(`[data-testid=approve][data-call-id="`+approved+`"]`)))
+	b.run("approve it", 20*time.Second, press(`[data-testid=approve][data-call-id="`+approved+`"]`))
 	b.waitFor("the approved write sent", `document.querySelector('#tool-calls-table tr[data-call-id="`+approved+`"]')?.dataset.state === "done"`, 60*time.Second)
 	b.waitFor("a second write waiting", `[...document.querySelectorAll("#approvals-list li[data-call-id]")].some(li => li.dataset.callId !== "`+approved+`")`, 60*time.Second)
 	denied := b.text(`[...document.querySelectorAll("#approvals-list li[data-call-id]")].find(li => li.dataset.callId !== "` + approved + `").dataset.callId`)
 	b.run("deny it", 20*time.Second,
 		chromedp.SendKeys(chromedp.CSS("#deny-reason-"+denied), "not in the browser test"),
-		chromedp.Click(chromedp.CSS(`[data-testid=deny][data-call-id="`+denied+`"]`)))
+		press(`[data-testid=deny][data-call-id="`+denied+`"]`))
 	b.waitFor("the denied write", `document.querySelector('#tool-calls-table tr[data-call-id="`+denied+`"]')?.dataset.state === "denied"`, 60*time.Second)
 	if f := b.axeFindings(axe); len(f) > 0 {
 		b.failed("axe on a run page with approvals", "serious or critical findings:\n%s", strings.Join(f, "\n"))
@@ -411,5 +412,21 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if written := o.logs.all(); strings.Contains(written, strings.SplitN(acme, "_", 4)[3]) {
 		t.Error("acme's key is in the orchestrator's log")
+	}
+}
+
+// press clicks the element sel selects on a page that changes as a run
+// runs: the click is dispatched to the element itself once it is visible.
+// (chromedp.Click clicks at the element's coordinates, read a moment
+// before: a live page whose tables grow meanwhile moves the element, and
+// the click lands beside it; make test lost an approval so on a loaded
+// machine.)
+func press(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		if _, err := chromedp.WaitVisible(chromedp.CSS(sel))(ctx, t); err != nil {
+			return chromedp.Void{}, err
+		}
+		_, err := chromedp.Evaluate[any](fmt.Sprintf(`document.querySelector(%s).click()`, strconv.Quote(sel)))(ctx, t)
+		return chromedp.Void{}, err
 	}
 }
