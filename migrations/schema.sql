@@ -1710,7 +1710,7 @@ REVOKE EXECUTE ON FUNCTION fanout.session_is_orchestrator() FROM PUBLIC;
 CREATE FUNCTION fanout.tool_cache_check(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text) RETURNS boolean
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 8 lines, sha256 d02495e9efc4
+    -- body: 8 lines, sha256 76a8c6ab0c59
 REVOKE EXECUTE ON FUNCTION fanout.tool_cache_check(bigint,text,text,text,text) FROM PUBLIC;
 
 CREATE FUNCTION fanout.tool_cache_get(p_account bigint, p_tenant text, p_run text, p_task text, p_secret text, p_server text, p_tool text, p_args_hash text) RETURNS jsonb

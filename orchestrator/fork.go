@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,6 +31,13 @@ type Forked struct {
 func (e *Engine) Fork(ctx context.Context, tenantID string, req *fanoutv1.ForkRunRequest) (*Forked, error) {
 	if e.records == nil {
 		return nil, errNoRecordedTasks
+	}
+	// The request's own fields first: nothing unchecked reaches the store.
+	var v validator
+	v.text("", req.ProtoReflect())
+	requireRunID(&v, req.GetRunId())
+	if err := v.err(); err != nil {
+		return nil, err
 	}
 	src, err := e.store.GetRun(ctx, tenantID, req.GetRunId())
 	if err != nil {
@@ -81,9 +89,12 @@ func (e *Engine) quoteFork(ctx context.Context, spec *fanoutv1.RunSpec, src *for
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkTenant(ctx, p, false); err != nil {
+	// A spent tenant budget is what the quote says, not an error (as
+	// StartRun's dry run).
+	if err := e.checkTenant(ctx, p, false); err != nil && !errors.Is(err, ErrTenantExhausted) {
 		return nil, err
 	}
+	e.sizeFirst(ctx, p)
 	reused, _, why, err := e.reuse(ctx, p, src)
 	if err != nil {
 		return nil, err

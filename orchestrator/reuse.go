@@ -88,7 +88,7 @@ func contentKeys(spec *fanoutv1.RunSpec) []string {
 		for _, d := range t.GetDependsOn() {
 			deps = append(deps, key(index[d]))
 		}
-		deps = slices.Compact(slices.Sorted(slices.Values(deps)))
+		deps = slices.Sorted(slices.Values(deps)) // a multiset: two inputs of the same content are two
 		_ = binary.Write(h, binary.BigEndian, uint64(len(deps)))
 		for _, d := range deps {
 			field(d)
@@ -109,14 +109,22 @@ type forkSource struct {
 	runID  string
 	byKey  map[string]*fanoutv1.TaskOutcome
 	writes map[string]int32
+	// wrote: the source's tasks that sent writes and did not succeed, by
+	// content key: a fork that ran such a task unchanged would send them
+	// again.
+	wrote map[string]*fanoutv1.TaskOutcome
 }
 
 // newForkSource indexes run's tasks that SUCCEEDED by content key.
 func newForkSource(run *fanoutv1.Run, writes map[string]int32) *forkSource {
-	src := &forkSource{runID: run.GetRunId(), byKey: map[string]*fanoutv1.TaskOutcome{}, writes: writes}
+	src := &forkSource{runID: run.GetRunId(), byKey: map[string]*fanoutv1.TaskOutcome{}, writes: writes,
+		wrote: map[string]*fanoutv1.TaskOutcome{}}
 	keys := contentKeys(run.GetSpec())
 	for _, o := range run.GetTasks() {
 		i := int(o.GetDispatchIndex())
+		if i < len(keys) && o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED && writes[o.GetTaskId()] > 0 {
+			src.wrote[keys[i]] = o
+		}
 		if i < len(keys) && o.GetStatus() == fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
 			if _, dup := src.byKey[keys[i]]; !dup {
 				src.byKey[keys[i]] = o
@@ -182,7 +190,9 @@ func (e *Engine) reuse(ctx context.Context, p *plan, src *forkSource) (reused ma
 				byKey[h.ContentKey] = h
 			}
 			for i, k := range keys {
-				if h, ok := byKey[k]; ok && candidates[i] == nil {
+				// A task that wrote is never taken from the cache: a run of
+				// its own makes its writes (a fork shows them instead).
+				if h, ok := byKey[k]; ok && candidates[i] == nil && h.Writes == 0 {
 					candidates[i] = reusedFrom(h.RunID, h.Outcome, h.Writes, viaCache)
 					summaries[i] = h.Outcome.GetSummary()
 				}
@@ -196,14 +206,19 @@ func (e *Engine) reuse(ctx context.Context, p *plan, src *forkSource) (reused ma
 		if ok[i] != 0 {
 			return ok[i] > 0
 		}
-		r, depRuns := candidates[i] != nil, false
+		r, depRuns, apart := candidates[i] != nil, false, false
 		for _, d := range p.deps[i] {
 			depRuns = !decide(d) || depRuns
+			// Its facts were drawn from its dependency's in its source run:
+			// a dependency reused from another run gave other facts.
+			apart = apart || r && candidates[d] != nil && candidates[d].GetRunId() != candidates[i].GetRunId()
 		}
 		switch {
 		case depRuns:
 			// Its key changed with its dependency's, if it did not change.
 			r, why[i] = false, "depends on a task that runs"
+		case apart:
+			r, why[i] = false, "a task it depends on is reused from another run"
 		case !r && src != nil:
 			why[i] = "changed or new task"
 		case !r:
@@ -216,15 +231,33 @@ func (e *Engine) reuse(ctx context.Context, p *plan, src *forkSource) (reused ma
 		return r
 	}
 	reused = map[int]*fanoutv1.TaskOutcome{}
+	var v validator
 	for i, t := range spec.GetTasks() {
 		if !decide(i) {
+			if o := src.sentAndFailed(keys[i]); o != nil {
+				v.add(fmt.Sprintf("tasks[%s]", t.GetId()),
+					"the source's task %s sent %d writes and ended %s: run again unchanged it would send them again; change it or remove it (remove_task_ids)",
+					o.GetTaskId(), src.writes[o.GetTaskId()], runs.Text(o.GetStatus()))
+			}
 			continue
 		}
 		reused[i] = &fanoutv1.TaskOutcome{TaskId: t.GetId(), DispatchIndex: int32(i),
 			Status: fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED, Summary: summaries[i], Reused: candidates[i]}
 		keys[i] = ""
 	}
+	if err := v.err(); err != nil {
+		return nil, nil, nil, err // nothing is written: a fork never re-sends a write
+	}
 	return reused, keys, why, nil
+}
+
+// sentAndFailed is the source's task of content key that sent writes and
+// did not succeed, nil if none (or no source).
+func (src *forkSource) sentAndFailed(key string) *fanoutv1.TaskOutcome {
+	if src == nil {
+		return nil
+	}
+	return src.wrote[key]
 }
 
 // withReused is draft (a new run, every task PENDING) with the reused

@@ -6,6 +6,9 @@ import "time"
 // (docs/mcp.md#the-result-cache-for-read-tools); the database holds it too.
 const MaxCacheTTL = 24 * time.Hour
 
+// MinCacheTTL is the shortest: the cache keeps milliseconds.
+const MinCacheTTL = time.Millisecond
+
 // CachedCall names one read tool call in its tenant's result cache
 // (docs/mcp.md#the-result-cache-for-read-tools) and the task that asks: the tenant is
 // the dispatch's, proved by the task's account and its attempt's secret,

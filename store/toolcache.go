@@ -54,8 +54,8 @@ func (t *ToolCache) GetToolResult(ctx context.Context, c runs.CachedCall, secret
 // false). secret is the task's attempt's; another is ErrToolCacheDenied.
 func (t *ToolCache) PutToolResult(ctx context.Context, c runs.CachedCall, secret string, result json.RawMessage,
 	ttl time.Duration) (stored bool, err error) {
-	if ttl < time.Millisecond || ttl > runs.MaxCacheTTL {
-		return false, fmt.Errorf("cache result of %s: TTL %s is not 1ms to %s", c.Tool, ttl, runs.MaxCacheTTL)
+	if ttl < runs.MinCacheTTL || ttl > runs.MaxCacheTTL {
+		return false, fmt.Errorf("cache result of %s: TTL %s is not %s to %s", c.Tool, ttl, runs.MinCacheTTL, runs.MaxCacheTTL)
 	}
 	stored, err = t.q.PutCachedToolResult(ctx, t.pool, dbsqlc.PutCachedToolResultParams{AccountID: c.Account,
 		TenantID: c.TenantID, RunID: c.RunID, TaskID: c.TaskID, Secret: nullable(secret), Server: c.Server,

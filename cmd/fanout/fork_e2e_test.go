@@ -210,7 +210,8 @@ func TestForkEndToEnd(t *testing.T) {
 	}
 
 	// The result cache: the source's spec again, in its tenant, takes every
-	// task from it; in another tenant, none.
+	// task from it but t01, which wrote: a run of its own makes its writes
+	// (docs/budget.md#the-result-cache); in another tenant, none.
 	cached := proto.CloneOf(s)
 	cached.IdempotencyKey = "cached"
 	cached.Cache = &fanoutv1.CacheSettings{TaskMaxAge: durationpb.New(time.Hour)}
@@ -221,15 +222,19 @@ func TestForkEndToEnd(t *testing.T) {
 		t.Fatalf("cached run ended %s (%s)", cfin.GetState(), cfin.GetCancelCause())
 	}
 	for _, o := range cfin.GetResult().GetTasks() {
-		if r := o.GetReused(); r.GetVia() != "cache" || r.GetRunId() != srcID || r.GetTaskId() != o.GetTaskId() || o.GetTokensSpent() != 0 {
+		r := o.GetReused()
+		switch {
+		case o.GetTaskId() == "t01" && r != nil:
+			t.Errorf("cached run's t01, which wrote, reused %v; want it run", r)
+		case o.GetTaskId() != "t01" && (r.GetVia() != "cache" || r.GetRunId() != srcID || r.GetTaskId() != o.GetTaskId() || o.GetTokensSpent() != 0):
 			t.Errorf("cached run's %s: reused %v, spent %d; want the source's task via cache, 0", o.GetTaskId(), r, o.GetTokensSpent())
 		}
 	}
-	if called := calledTasks(t, w, cachedID); len(called) != 0 {
-		t.Errorf("the cached run called the model for %q, want none", called)
+	if called := calledTasks(t, w, cachedID); !slices.Equal(called, []string{"t01"}) {
+		t.Errorf("the cached run called the model for %q, want t01 only", called)
 	}
-	if n := runWrites(t, shimDir, cachedID); n != 0 {
-		t.Errorf("the cached run sent %d writes, want 0", n)
+	if n := runWrites(t, shimDir, cachedID); n == 0 {
+		t.Errorf("the cached run sent no write: t01 ran and writes")
 	}
 	// An entry older than the max age is not taken.
 	stale := proto.CloneOf(cached)

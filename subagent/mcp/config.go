@@ -664,6 +664,9 @@ func (p *parser) tool(path string, raw json.RawMessage) ToolConfig {
 	case !o.has("cache_ttl"):
 	case t.CacheTTL == 0:
 		p.errorf(o.field("cache_ttl"), "is 0: leave cache_ttl out for a tool whose results are never cached")
+	case t.CacheTTL < runs.MinCacheTTL:
+		p.errorf(o.field("cache_ttl"), "%s is under the least of %s", t.CacheTTL, runs.MinCacheTTL)
+		t.CacheTTL = 0
 	case t.CacheTTL > runs.MaxCacheTTL:
 		p.errorf(o.field("cache_ttl"), "%s is over the limit of %s", t.CacheTTL, runs.MaxCacheTTL)
 		t.CacheTTL = 0

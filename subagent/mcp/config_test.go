@@ -184,6 +184,10 @@ servers:
 servers:
   - {name: crm, transport: stdio, command: x, tools: [{name: get, effect: read, cache_ttl: 0s}]}`,
 			[]string{`servers[0] (crm).tools[0] (get).cache_ttl: is 0: leave cache_ttl out`}},
+		{"cache_ttl under the least", `
+servers:
+  - {name: crm, transport: stdio, command: x, tools: [{name: get, effect: read, cache_ttl: 999us}]}`,
+			[]string{`servers[0] (crm).tools[0] (get).cache_ttl: 999µs is under the least of 1ms`}},
 		{"cache_ttl over the limit", `
 servers:
   - {name: crm, transport: stdio, command: x, tools: [{name: get, effect: read, cache_ttl: 25h}]}`,
