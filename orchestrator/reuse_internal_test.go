@@ -66,7 +66,9 @@ func (f recordedFake) CachedTasks(_ context.Context, _ string, keys []string, _ 
 	return out, nil
 }
 
-func (recordedFake) SentWrites(context.Context, string, string) (map[string]int32, error) { return nil, nil }
+func (recordedFake) SentWrites(context.Context, string, string) (map[string]int32, error) {
+	return nil, nil
+}
 
 // TestReuseRules (docs/budget.md#fork, docs/budget.md#the-result-cache):
 // a dependent is reused only from the run its dependency is reused from
