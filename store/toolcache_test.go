@@ -109,6 +109,16 @@ func TestToolCacheIsTheTenants(t *testing.T) {
 	if n := b.count(t, "tool_result_cache"); n != 1 {
 		t.Errorf("%d cache entries, want 1", n)
 	}
+	// Once the run has ended, its tasks' secrets read and write nothing.
+	if _, err := b.ledger.CloseRun(b.ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tc.GetToolResult(b.ctx, cachedCall(ts, "acme/r1/t1", args), secret["acme/r1/t1"]); !errors.Is(err, store.ErrToolCacheDenied) {
+		t.Errorf("get with the secret of a task whose run ended: %v; want ErrToolCacheDenied", err)
+	}
+	if _, err := tc.PutToolResult(b.ctx, cachedCall(ts, "acme/r1/t1", `{"id":9}`), secret["acme/r1/t1"], result, time.Hour); !errors.Is(err, store.ErrToolCacheDenied) {
+		t.Errorf("put with the secret of a task whose run ended: %v; want ErrToolCacheDenied", err)
+	}
 }
 
 // TestToolCacheExpiry (docs/mcp.md#the-result-cache-for-read-tools): an
