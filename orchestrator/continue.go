@@ -92,11 +92,13 @@ func (e *Engine) Continue(ctx context.Context, c ContinueParams) (*fanoutv1.Run,
 	// Once the continuation is written, drive it even if the caller leaves.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout+maxContinueWait)
 	defer cancel()
-	// Registered before the ledger may reopen the run under this node:
-	// heartbeats keep its lease until driveContinued drives it.
+	// Registered before the ledger may reopen an ended run under this
+	// node: heartbeats keep its lease until driveContinued drives it. (A
+	// run still running is its owner's: a placeholder here would be told
+	// by the heartbeat that another node drives it.)
 	placeholder := newActiveRun(func(error) {})
 	e.mu.Lock()
-	if e.active[c.RunID] == nil {
+	if e.active[c.RunID] == nil && run.GetState() != fanoutv1.RunState_RUN_STATE_RUNNING {
 		e.active[c.RunID] = placeholder
 	}
 	e.mu.Unlock()
