@@ -18,6 +18,18 @@ import (
 // faster: the forecast rests on tokens, not on time.
 var demoSim = llm.SimConfig{Latency: 150 * time.Millisecond, ToolCallsPerIteration: 2, FinishAfter: 3, OutputTokens: 300, Seed: 1}
 
+// demoWorkers starts the demo's three workers (its sim model, 64 slots
+// each) and returns their addresses.
+func (b *testBundle) demoWorkers(t testing.TB) []string {
+	t.Helper()
+	var workers []string
+	for i := range 3 {
+		w, _ := b.worker(t, fmt.Sprintf("worker-%d", i+1), demoSim, 64)
+		workers = append(workers, w)
+	}
+	return workers
+}
+
 // demoSpec is the spec `make demo` runs (examples/research.json), with
 // budget limit and admission policy.
 func demoSpec(t *testing.T, key string, limit int64, admission fanoutv1.AdmissionPolicy) *fanoutv1.RunSpec {
@@ -62,11 +74,7 @@ func (u budgetUse) estimatedShare() float64 {
 func runDemoSpec(t *testing.T, limit int64, admission fanoutv1.AdmissionPolicy) budgetUse {
 	t.Helper()
 	b := setup(t)
-	var workers []string
-	for i := range 3 {
-		w, _ := b.worker(t, fmt.Sprintf("worker-%d", i+1), demoSim, 64)
-		workers = append(workers, w)
-	}
+	workers := b.demoWorkers(t)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, workers...)
 	s := demoSpec(t, fmt.Sprintf("demo-%d-%s", limit, admission), limit, admission)
 	start := time.Now()

@@ -1,7 +1,6 @@
 package orchestrator_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -81,11 +80,7 @@ func checkEnds(t *testing.T, evs []*fanoutv1.RunEvent) []*fanoutv1.RunFinished {
 func TestContinueExhaustedRunTwice(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var workers []string
-	for i := range 3 {
-		w, _ := b.worker(t, fmt.Sprintf("worker-%d", i+1), demoSim, 64)
-		workers = append(workers, w)
-	}
+	workers := b.demoWorkers(t)
 	n := b.orchestrator(t, "o", orchestrator.Config{}, workers...)
 	s := demoSpec(t, "continued", 6_000, fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST)
 	evs := runStream(t, n.client, s)

@@ -79,11 +79,7 @@ func TestLedgerExhaustionIsMarkedOnce(t *testing.T) {
 func TestForecastDeclineIsMarkedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var workers []string
-	for i := range 3 {
-		w, _ := b.worker(t, fmt.Sprintf("worker-%d", i+1), demoSim, 64)
-		workers = append(workers, w)
-	}
+	workers := b.demoWorkers(t)
 	n := b.orchestrator(t, "o", orchestrator.Config{}, workers...)
 	evs := runStream(t, n.client, demoSpec(t, "declined", 6_000, fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST))
 	fin := checkEvents(t, evs)

@@ -23,11 +23,7 @@ import (
 func TestPriorsStartTheFirstWaveTogether(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var workers []string
-	for i := range 3 {
-		w, _ := b.worker(t, fmt.Sprintf("worker-%d", i+1), demoSim, 64)
-		workers = append(workers, w)
-	}
+	workers := b.demoWorkers(t)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, workers...)
 	run := func(tenant, key string) (started int, basis string) {
 		t.Helper()

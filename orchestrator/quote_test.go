@@ -323,11 +323,7 @@ func TestReserveQuoteAtTheEdges(t *testing.T) {
 func TestQuoteAgainstSpend(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var workers []string
-	for i := range 3 {
-		w, _ := b.worker(t, fmt.Sprintf("worker-%d", i+1), demoSim, 64)
-		workers = append(workers, w)
-	}
+	workers := b.demoWorkers(t)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, workers...)
 	for i, basis := range []string{"token_budget", "prior"} {
 		s := demoSpec(t, fmt.Sprintf("quote-%d", i), 80_000, fanoutv1.AdmissionPolicy_ADMISSION_POLICY_FORECAST)

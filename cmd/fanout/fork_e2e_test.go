@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,26 +33,7 @@ import (
 // entries' age none, and the same run of another tenant none.
 func TestForkEndToEnd(t *testing.T) {
 	t.Parallel()
-	script := serverMemory(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	shimDir := filepath.Join(dir, "calls")
-	if err := os.Mkdir(shimDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cfg := writeYAML(t, dir, "mcp.yaml", map[string]any{"servers": []any{map[string]any{
-		"name": "memory", "transport": "stdio", "command": exe, "args": []string{"-test.run=^$"},
-		"env": []any{
-			map[string]string{"name": envMCPShim, "value": script},
-			map[string]string{"name": envMCPShimDir, "value": shimDir},
-			map[string]string{"name": "MEMORY_FILE_PATH", "value": filepath.Join(dir, "memory.jsonl")},
-		},
-		"connect_timeout": "30s",
-		"tools":           []any{map[string]any{"name": "create_entities", "effect": "write"}},
-	}}})
+	cfg, shimDir, _ := memoryServerConfig(t, []any{map[string]any{"name": "create_entities", "effect": "write"}})
 	url := storetest.NewDB(t)
 	pool := openPool(t, url)
 	w := startWorkerProc(t, url, "w1", "--mcp-config", cfg, "--sim-tool-calls", "1", "--sim-finish-after", "2",

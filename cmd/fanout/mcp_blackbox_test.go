@@ -338,6 +338,38 @@ func repoRoot(t *testing.T) string {
 
 // serverMemory returns the path of server-memory's script, failing (never
 // skipping) with what to run if it is not installed, or if Node.js is not.
+// memoryServerConfig writes an MCP configuration of one server, "memory":
+// server-memory over stdio behind the recording shim (this test binary),
+// with tools and extra environment entries, and returns its path, the
+// directory the shim records each tools/call in, and server-memory's file.
+func memoryServerConfig(t *testing.T, tools []any, env ...map[string]string) (cfg, shimDir, memoryFile string) {
+	t.Helper()
+	script := serverMemory(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	shimDir = filepath.Join(dir, "calls")
+	if err := os.Mkdir(shimDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	memoryFile = filepath.Join(dir, "memory.jsonl")
+	entries := []any{
+		map[string]string{"name": envMCPShim, "value": script},
+		map[string]string{"name": envMCPShimDir, "value": shimDir},
+		map[string]string{"name": "MEMORY_FILE_PATH", "value": memoryFile},
+	}
+	for _, e := range env {
+		entries = append(entries, e)
+	}
+	cfg = writeYAML(t, dir, "mcp.yaml", map[string]any{"servers": []any{map[string]any{
+		"name": "memory", "transport": "stdio", "command": exe, "args": []string{"-test.run=^$"},
+		"env": entries, "connect_timeout": "30s", "tools": tools,
+	}}})
+	return cfg, shimDir, memoryFile
+}
+
 func serverMemory(t *testing.T) string {
 	t.Helper()
 	script := filepath.Join(repoRoot(t), serverMemoryScript)
@@ -394,34 +426,13 @@ const (
 // entities are in the server's memory file; the ledger is conserved.
 func TestMCPBlackBoxServerMemory(t *testing.T) {
 	t.Parallel()
-	script := serverMemory(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	shimDir := filepath.Join(dir, "calls")
-	if err := os.Mkdir(shimDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	memoryFile := filepath.Join(dir, "memory.jsonl")
 	// One memory file for both workers' server processes: the fleet-wide
 	// bound on writes is what keeps server-memory's read-modify-write of
 	// it from losing an entity.
-	cfg := writeYAML(t, dir, "mcp.yaml", map[string]any{"servers": []any{map[string]any{
-		"name": "memory", "transport": "stdio", "command": exe, "args": []string{"-test.run=^$"},
-		"env": []any{
-			map[string]string{"name": envMCPShim, "value": script},
-			map[string]string{"name": envMCPShimDir, "value": shimDir},
-			map[string]string{"name": envMCPShimDelay, "value": "search_nodes=" + bbReadDelay.String()},
-			map[string]string{"name": "MEMORY_FILE_PATH", "value": memoryFile},
-		},
-		"connect_timeout": "30s",
-		"tools": []any{
-			map[string]any{"name": "create_entities", "effect": "write", "max_in_flight": 1},
-			map[string]any{"name": "search_nodes", "effect": "read"},
-		},
-	}}})
+	cfg, shimDir, memoryFile := memoryServerConfig(t, []any{
+		map[string]any{"name": "create_entities", "effect": "write", "max_in_flight": 1},
+		map[string]any{"name": "search_nodes", "effect": "read"},
+	}, map[string]string{"name": envMCPShimDelay, "value": "search_nodes=" + bbReadDelay.String()})
 
 	url := storetest.NewDB(t)
 	pool := openPool(t, url)

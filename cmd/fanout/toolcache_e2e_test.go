@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,26 +56,7 @@ func cachedCalls(evs []*fanoutv1.RunEvent) (cached, calls int32) {
 // fanout_tool_cache_lookups_total counts the hits and misses.
 func TestReadToolCacheAcrossRuns(t *testing.T) {
 	t.Parallel()
-	script := serverMemory(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	shimDir := filepath.Join(dir, "calls")
-	if err := os.Mkdir(shimDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	cfg := writeYAML(t, dir, "mcp.yaml", map[string]any{"servers": []any{map[string]any{
-		"name": "memory", "transport": "stdio", "command": exe, "args": []string{"-test.run=^$"},
-		"env": []any{
-			map[string]string{"name": envMCPShim, "value": script},
-			map[string]string{"name": envMCPShimDir, "value": shimDir},
-			map[string]string{"name": "MEMORY_FILE_PATH", "value": filepath.Join(dir, "memory.jsonl")},
-		},
-		"connect_timeout": "30s",
-		"tools":           []any{map[string]any{"name": "search_nodes", "effect": "read", "cache_ttl": "10m"}},
-	}}})
+	cfg, shimDir, _ := memoryServerConfig(t, []any{map[string]any{"name": "search_nodes", "effect": "read", "cache_ttl": "10m"}})
 
 	url := storetest.NewDB(t)
 	const tasks, callsPerTurn = 3, 2
