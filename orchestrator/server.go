@@ -195,9 +195,7 @@ func (s *Server) CancelRun(ctx context.Context, req *fanoutv1.CancelRunRequest) 
 	var v validator
 	v.text("", req.ProtoReflect()) // every string reaches PostgreSQL or a log
 	requireRunID(&v, req.GetRunId())
-	if n := len(req.GetReason()); n > maxCancelReasonBytes {
-		v.add("reason", "must be at most %d bytes, got %d", maxCancelReasonBytes, n)
-	}
+	v.reason(req.GetReason())
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

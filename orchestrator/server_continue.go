@@ -26,9 +26,7 @@ func (s *Server) ContinueRun(ctx context.Context, req *fanoutv1.ContinueRunReque
 	case n > maxIdempotencyKeyBytes:
 		v.add("idempotency_key", "must be at most %d bytes, got %d", maxIdempotencyKeyBytes, n)
 	}
-	if n := len(req.GetReason()); n > maxCancelReasonBytes {
-		v.add("reason", "must be at most %d bytes, got %d", maxCancelReasonBytes, n)
-	}
+	v.reason(req.GetReason())
 	if err := v.err(); err != nil {
 		return nil, s.toStatus(ctx, err)
 	}

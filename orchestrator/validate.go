@@ -40,6 +40,14 @@ func (v *validator) overCap(field, format string, args ...any) {
 	v.caps = append(v.caps, &budget.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...), OverCap: true})
 }
 
+// reason checks a request's free-text reason (CancelRun, ContinueRun):
+// at most maxCancelReasonBytes.
+func (v *validator) reason(s string) {
+	if n := len(s); n > maxCancelReasonBytes {
+		v.add("reason", "must be at most %d bytes, got %d", maxCancelReasonBytes, n)
+	}
+}
+
 func (v *validator) err() error {
 	switch {
 	case len(v.bad) > 0:
