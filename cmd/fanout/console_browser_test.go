@@ -430,3 +430,20 @@ func press(sel string) chromedp.Action[chromedp.Void] {
 		return chromedp.Void{}, err
 	}
 }
+
+// TestConsoleWithAuthOffOpensOnTheRuns: against a server with
+// authentication off (fanout dev's --auth none) the console asks the server
+// and opens on the runs page — no sign-in form, no sign-out button, the
+// note that authentication is off shown.
+func TestConsoleWithAuthOffOpensOnTheRuns(t *testing.T) {
+	t.Parallel()
+	b := newBrowser(t)
+	c := startWorkers(t, [][]string{nil})
+	o := startOrchestratorMain(t, c.url, c.workers, "--auth", "none", "--http-listen", "127.0.0.1:0", "--console")
+	b.run("open the console", 30*time.Second, chromedp.Navigate(o.http+"/console/"))
+	b.waitFor("the runs page", `!!document.querySelector("#runs-table, #runs-status")`, 20*time.Second)
+	if got := b.text(`String(!!document.querySelector("#sign-in-key")) + " " +
+		String(document.getElementById("sign-out").hidden) + " " + String(document.getElementById("auth-note").hidden)`); got != "false true false" {
+		t.Errorf("sign-in form shown, sign-out hidden, auth note hidden = %s, want false true false", got)
+	}
+}

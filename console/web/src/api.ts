@@ -43,6 +43,22 @@ export function remember(key: string, serverHasAuthOff: boolean): void {
   else sessionStorage.removeItem(AUTH_OFF_ITEM);
 }
 
+/**
+ * probeAuthOff asks the server whether it needs a key: a ListRuns with
+ * none. When that is answered, authentication is off (fanout dev) and the
+ * tab is signed in with no key; any error (UNAUTHENTICATED on a server
+ * with keys, or no answer) leaves the sign-in form to say what is wrong.
+ */
+export async function probeAuthOff(): Promise<boolean> {
+  try {
+    await clientWithKey("").listRuns({ pageSize: 1 });
+  } catch {
+    return false;
+  }
+  remember("", true);
+  return true;
+}
+
 /** forget signs out: the key is removed from this tab. */
 export function forget(): void {
   sessionStorage.removeItem(KEY_ITEM);

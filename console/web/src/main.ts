@@ -6,9 +6,11 @@
 //   #/spend       spend per day (scope audit)
 //
 // Every page needs a signed-in key; without one the sign-in form is shown
-// in place of the page asked for, which follows once signed in.
+// in place of the page asked for, which follows once signed in. A server
+// with authentication off (fanout dev) is asked first: the console opens
+// on the page asked for, with no sign-in and no sign-out.
 
-import { authOff, forget, signedIn } from "./api";
+import { authOff, forget, probeAuthOff, signedIn } from "./api";
 import { h, replace } from "./dom";
 import { newRunPage } from "./pages/newrun";
 import { runPage } from "./pages/run";
@@ -49,7 +51,7 @@ let current: AbortController | null = null;
 function updateChrome(nav: string): void {
   const inside = signedIn();
   document.getElementById("nav")!.hidden = !inside;
-  document.getElementById("sign-out")!.hidden = !inside;
+  document.getElementById("sign-out")!.hidden = !inside || authOff();
   document.getElementById("auth-note")!.hidden = !(inside && authOff());
   for (const a of document.querySelectorAll<HTMLAnchorElement>("#nav a[data-route]")) {
     if (a.dataset.route === nav) a.setAttribute("aria-current", "page");
@@ -75,15 +77,16 @@ function route(): void {
   }
 }
 
-function start(): void {
+async function start(): Promise<void> {
   document.getElementById("sign-out")!.addEventListener("click", () => {
     forget();
     location.hash = "#/runs";
     route();
   });
   window.addEventListener("hashchange", route);
+  if (!signedIn()) await probeAuthOff();
   route();
 }
 
-if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-else start();
+if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", () => void start());
+else void start();
