@@ -13,7 +13,7 @@ import (
 	"github.com/fanout/fanout/store"
 )
 
-// revocationPromise is the bound the README states (§ Credentials): "A
+// revocationPromise is the bound docs/api.md states (§ Credentials): "A
 // revoked key stops on every replica within half a second". It is written
 // out here, not taken from auth.MaxPollInterval, so that a slower poll
 // cannot move the bound with it.
@@ -34,7 +34,7 @@ const revocationMargin = 100 * time.Millisecond
 // or ignored the NOTIFY takes nearly the whole 400 ms, which is above it.
 const notifyBound = 250 * time.Millisecond
 
-// TestRevokedKeyStopsWithinHalfASecond measures the README's bound on
+// TestRevokedKeyStopsWithinHalfASecond measures docs/api.md's bound on
 // replicas wired as node.OpenOrchestrator wires its authenticator
 // (auth.NewAuthenticator with Config{Logger}: the default poll interval,
 // LISTEN on), from the commit of the revocation to the moment a cached key's

@@ -100,7 +100,7 @@ database:
 }
 
 // nodeValues are what TestClusterNode installs (cluster_e2e_test.go): the
-// README's values (the image by digest, AdminService's login), the image
+// docs/kubernetes.md's values (the image by digest, AdminService's login), the image
 // already on the node (no registry here), and a small fleet. The test dials
 // the orchestrator pods in plaintext from the host, where a proxy ending TLS
 // would stand, and the node's CNI enforces no NetworkPolicy: it says so.

@@ -16,7 +16,7 @@ import (
 	"github.com/fanout/fanout/subagent"
 )
 
-// The keepalive bounds, README.md:170-172 and operations.md:303-304: "a
+// The keepalive bounds, docs/api.md:121-123 and operations.md:303-304: "a
 // client may ping at most every 10 s (also with no call open); faster pings
 // get the connection closed (GOAWAY ENHANCE_YOUR_CALM). The server pings a
 // connection idle for 1 min and" drops it 20 s after an unanswered ping.
@@ -33,7 +33,7 @@ func TestServerKeepaliveIsTheDocumentedOne(t *testing.T) {
 	ping, drop, clientMin := node.ServerKeepalive(b)
 	if ping != time.Minute || drop != 20*time.Second || clientMin != 10*time.Second {
 		t.Errorf("servers ping an idle connection after %v, drop it %v after an unanswered ping, let clients ping every %v; "+
-			"want 1m0s, 20s, 10s (README.md:170-172)", ping, drop, clientMin)
+			"want 1m0s, 20s, 10s (docs/api.md:121-123)", ping, drop, clientMin)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 
 // TestStreamsPerConnection: "each connection may also hold at most 256
 // streams (more wait in the client, as HTTP/2 does)" and "a worker: at
-// least its --capacity" (README.md:468; operations.md:302). One process
+// least its --capacity" (docs/flags.md:56; operations.md:302). One process
 // built as the server commands build it (node.Main): an orchestrator, a
 // worker with the default capacity (64) and one with capacity 300. On one
 // client connection to each, 256 (300) health Watch streams are admitted;

@@ -8,7 +8,7 @@ import (
 )
 
 // TestThirdAdoptionIsResumed is the lower side of the adoption limit
-// (README "Orchestrator replicas": a run adopted more than 3 times ends
+// (docs/runs.md "Lost orchestrators": a run adopted more than 3 times ends
 // FAILED): a run that changed hands twice already is still resumed by its
 // third adopter and ends SUCCEEDED, its RunAdopted counting 3.
 // TestRunAdoptedTooOftenEnds is the upper side (the 4th ends it).

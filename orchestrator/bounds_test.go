@@ -248,7 +248,7 @@ func TestTenantBelowItsMinimumIsRefusedUntilTheNextPeriod(t *testing.T) {
 
 // TestTenantMinimumEdge: a new run is refused while its tenant has less
 // than its min_reservation available, and admitted from exactly the
-// minimum (README "Tenant budgets"): one token below, at, and one above,
+// minimum (docs/runs.md "Tenant budgets"): one token below, at, and one above,
 // with more than nothing left each time, so the band between 0 and the
 // minimum, where only this rule decides, is tried (an admission refusing
 // only a tenant with nothing left passed the test above, whose overrun

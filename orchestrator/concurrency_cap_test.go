@@ -11,9 +11,9 @@ import (
 // with (plan.concurrency, which startReady holds the run's tasks in flight
 // to; TestRunHoldsExactlyMaxConcurrencyTasksInFlight measures that part),
 // computed as the engine computes it: the Config withDefaults, as NewEngine
-// fills it, then plan, as StartRun and adoption call it. README.md:188
+// fills it, then plan, as StartRun and adoption call it. docs/runs.md:23
 // ("limits.maxConcurrency: 16 (--default-concurrency), capped by
-// --max-concurrency"), README.md:452-453 (16 and 256). Both the zero Config
+// --max-concurrency"), docs/flags.md:36, 39 (16 and 256). Both the zero Config
 // (fanout dev, tests) and DefaultConfig (the server commands' flag
 // defaults) are checked, at the cap's edge and far above it.
 func TestRunConcurrencyIsCappedAndDefaulted(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // TestListRunsPageBounds measures ListRuns' three page bounds through the
-// orchestrator's gRPC server (README "ListRuns": at most 100 runs a page, a
+// orchestrator's gRPC server (docs/api.md "Limits of the API": at most 100 runs a page, a
 // larger page_size lowered to it, 0 meaning 50; the page ends early rather
 // than pass 2 MiB encoded): exactly 50 for page_size 0, exactly 100 for any
 // page_size above it, exactly what is asked below it; and a page of large

@@ -17,7 +17,7 @@ import (
 const liveTimeoutMargin = time.Second
 
 // TestLiveTimeouts: a task or a run whose subagents are inside a model
-// call that does not return ends TIMED_OUT at its timeout (README "The
+// call that does not return ends TIMED_OUT at its timeout (docs/runs.md "The
 // spec": a task's `timeout`, `limits.runTimeout`), measured with the
 // server's own timestamps — never before it, and at most
 // liveTimeoutMargin after it.

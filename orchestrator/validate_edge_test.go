@@ -15,7 +15,7 @@ import (
 )
 
 // TestValidateAcceptsEveryLimitExactly is the lower side of the request
-// limits README "The spec" states (TestValidateBadRequests is the upper
+// limits docs/runs.md "The spec" states (TestValidateBadRequests is the upper
 // side, each one just above): with the orchestrator's default Config, a
 // spec at every limit at once is accepted — 256 tasks, a 128-byte
 // idempotency key and tenant id, 64-byte task ids, 64 labels with 63-byte

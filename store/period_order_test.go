@@ -11,7 +11,7 @@ import (
 
 // TestSpendCountsInThePeriodItIsPostedIn: a tenant budget of 1,000 tokens
 // every 3 s and a reservation of 300 granted before the period's end, then
-// every order of what can follow it across the end (README "Tenant
+// every order of what can follow it across the end (docs/runs.md "Tenant
 // budgets": periods in database time; ledger_settle: "spend posted after
 // the period's end counts in the next period"). Whatever statement is the
 // first one after the end — a reserve, a settle, the sweeper's expiry, a

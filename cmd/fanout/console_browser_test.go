@@ -226,7 +226,7 @@ func (b *browser) axeFindings(axe string) []string {
 // axe-core finds nothing serious or critical on the sign-in, runs, run and
 // spend pages. On failure it leaves screenshots (.tmp/console-screenshots
 // or $FANOUT_SCREENSHOTS); with FANOUT_CONSOLE_SCREENSHOT=FILE it writes the
-// finished run's page there (the README's picture, make console-screenshot).
+// finished run's page there (docs/http.md's picture, make console-screenshot).
 func TestConsoleInABrowser(t *testing.T) {
 	t.Parallel()
 	axe := axeSource(t)

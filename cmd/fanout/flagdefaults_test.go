@@ -9,7 +9,7 @@ import (
 
 // TestServerFlagDefaultsAreTheDocumentedBounds: `fanout worker` and `fanout
 // orchestrator` with no flags and an empty environment configure the
-// bounds the README's flag tables state, read from the config each command
+// bounds docs/flags.md's tables state, read from the config each command
 // opens its node with (node.BackendConfig, node.WorkerConfig,
 // orchestrator.Config) or, for the providers, the fields models() builds
 // from. The tool loop's flags are TestToolFlags' (toolflags_test.go).
@@ -33,17 +33,17 @@ func TestServerFlagDefaultsAreTheDocumentedBounds(t *testing.T) {
 	backend := func(sf *serverFlags) []want {
 		bc := sf.backendConfig(nil)
 		return []want{
-			{"--max-streams", bc.MaxStreams, 10_000, "README.md:165, 468; operations.md:301"},
-			{"--db-pool-ledger", bc.LedgerPool, 16, "README.md:466; operations.md:208"},
-			{"--db-pool-api", bc.APIPool, 8, "README.md:467; operations.md:210"},
-			{"--sweep-interval", bc.SweepInterval, 2 * time.Second, "README.md:440; operations.md:355"},
-			{"--poll-interval", bc.PollInterval, time.Second, "README.md:441; operations.md:358"},
-			{"--health-interval", bc.HealthInterval, time.Minute, "README.md:551; operations.md:183"},
-			{"--unauthenticated-bytes", bc.UnauthenticatedBytes, 64 << 20, "README.md flags; operations.md limits"},
-			{"--unauthenticated-read-timeout", bc.UnauthenticatedReadTimeout, 10 * time.Second, "README.md flags; operations.md limits"},
-			{"--request-bytes", bc.RequestBytes, 320 << 20, "README.md flags; operations.md Memory"},
-			{"--tenant-request-bytes", bc.TenantRequestBytes, 80 << 20, "README.md flags; operations.md Memory"},
-			{"--request-read-timeout", bc.RequestReadTimeout, 30 * time.Second, "README.md flags; operations.md limits"},
+			{"--max-streams", bc.MaxStreams, 10_000, "flags.md:56; api.md:107; operations.md:301"},
+			{"--db-pool-ledger", bc.LedgerPool, 16, "flags.md:54; operations.md:208"},
+			{"--db-pool-api", bc.APIPool, 8, "flags.md:55; operations.md:210"},
+			{"--sweep-interval", bc.SweepInterval, 2 * time.Second, "flags.md:19; operations.md:355"},
+			{"--poll-interval", bc.PollInterval, time.Second, "flags.md:20; operations.md:358"},
+			{"--health-interval", bc.HealthInterval, time.Minute, "telemetry.md:42; operations.md:183"},
+			{"--unauthenticated-bytes", bc.UnauthenticatedBytes, 64 << 20, "flags.md; operations.md limits"},
+			{"--unauthenticated-read-timeout", bc.UnauthenticatedReadTimeout, 10 * time.Second, "flags.md; operations.md limits"},
+			{"--request-bytes", bc.RequestBytes, 320 << 20, "flags.md; operations.md Memory"},
+			{"--tenant-request-bytes", bc.TenantRequestBytes, 80 << 20, "flags.md; operations.md Memory"},
+			{"--request-read-timeout", bc.RequestReadTimeout, 30 * time.Second, "flags.md; operations.md limits"},
 		}
 	}
 
@@ -54,13 +54,13 @@ func TestServerFlagDefaultsAreTheDocumentedBounds(t *testing.T) {
 		}
 		check(t, backend(&c.sf))
 		check(t, []want{
-			{"--capacity", c.wc.Server.Capacity, 64, "README.md:458"},
-			{"--lease-ttl", c.wc.Server.LeaseTTL, 30 * time.Second, "README.md:459; operations.md:87, 216"},
-			{"--max-connection-age", c.wc.MaxConnectionAge, 30 * time.Second, "README.md flags; kubernetes.md Scale"},
-			{"--compress-max-tokens", c.wc.Server.CompressMaxTokens, 512, "README.md:461"},
-			{"--max-model-calls", c.prov.modelCalls, 32, "README.md:503"},
-			{"--call-timeout", c.prov.callTimeout, 2 * time.Minute, "README.md:504"},
-			{"--retry-attempts", c.prov.retryAttempts, 4, "README.md:505"},
+			{"--capacity", c.wc.Server.Capacity, 64, "flags.md:44"},
+			{"--lease-ttl", c.wc.Server.LeaseTTL, 30 * time.Second, "flags.md:45; operations.md:87, 216"},
+			{"--max-connection-age", c.wc.MaxConnectionAge, 30 * time.Second, "flags.md:46; kubernetes.md Scale"},
+			{"--compress-max-tokens", c.wc.Server.CompressMaxTokens, 512, "flags.md:48"},
+			{"--max-model-calls", c.prov.modelCalls, 32, "flags.md:100"},
+			{"--call-timeout", c.prov.callTimeout, 2 * time.Minute, "flags.md:101"},
+			{"--retry-attempts", c.prov.retryAttempts, 4, "flags.md:102"},
 		})
 	})
 	t.Run("orchestrator", func(t *testing.T) {
@@ -71,17 +71,17 @@ func TestServerFlagDefaultsAreTheDocumentedBounds(t *testing.T) {
 		check(t, backend(&c.sf))
 		e := c.oc.Engine
 		check(t, []want{
-			{"--max-run-tokens", e.MaxRunTokens, 100_000_000, "README.md:153, 449"},
-			{"--max-tasks", e.MaxTasks, 256, "README.md:185, 451"},
-			{"--default-concurrency", e.DefaultConcurrency, 16, "README.md:188, 452"},
-			{"--headroom", e.DefaultHeadroom, 0.7, "README.md flags; operations.md Concurrency from the rate limits"},
-			{"--concurrency-interval", e.ConcurrencyInterval, 5 * time.Second, "README.md flags; operations.md Concurrency from the rate limits"},
-			{"--max-concurrency", e.MaxConcurrency, 256, "README.md:453"},
-			{"--min-reservation", e.DefaultMinReservation, 256, "README.md:187, 454"},
-			{"--task-timeout", e.DefaultTaskTimeout, 5 * time.Minute, "README.md:455"},
-			{"--run-timeout", e.DefaultRunTimeout, 30 * time.Minute, "README.md:189, 456"},
-			{"--heartbeat-interval", e.HeartbeatInterval, 5 * time.Second, "README.md:462; operations.md:357"},
-			{"--orphan-after", e.OrphanAfter, 30 * time.Second, "README.md:463; operations.md:197"},
+			{"--max-run-tokens", e.MaxRunTokens, 100_000_000, "api.md:79; flags.md:33"},
+			{"--max-tasks", e.MaxTasks, 256, "runs.md:18; flags.md:35"},
+			{"--default-concurrency", e.DefaultConcurrency, 16, "runs.md:23; flags.md:36"},
+			{"--headroom", e.DefaultHeadroom, 0.7, "flags.md; operations.md Concurrency from the rate limits"},
+			{"--concurrency-interval", e.ConcurrencyInterval, 5 * time.Second, "flags.md; operations.md Concurrency from the rate limits"},
+			{"--max-concurrency", e.MaxConcurrency, 256, "flags.md:39"},
+			{"--min-reservation", e.DefaultMinReservation, 256, "runs.md:20; flags.md:40"},
+			{"--task-timeout", e.DefaultTaskTimeout, 5 * time.Minute, "flags.md:41"},
+			{"--run-timeout", e.DefaultRunTimeout, 30 * time.Minute, "runs.md:24; flags.md:42"},
+			{"--heartbeat-interval", e.HeartbeatInterval, 5 * time.Second, "flags.md:49; operations.md:357"},
+			{"--orphan-after", e.OrphanAfter, 30 * time.Second, "flags.md:50; operations.md:197"},
 		})
 	})
 }

@@ -52,7 +52,7 @@ func curl(t *testing.T, method, url, key, body string) (int, string) {
 }
 
 // watchHTTP streams a run's events after after with the Connect protocol's
-// server streaming over HTTP/1.1 (an enveloped JSON request, as the README's
+// server streaming over HTTP/1.1 (an enveloped JSON request, as docs/http.md's
 // curl sends it) until the stream ends or stop says so; it returns the
 // events and the end-of-stream message.
 func watchHTTP(t *testing.T, base, key, runID string, after int64, stop func(*fanoutv1.RunEvent) bool) ([]*fanoutv1.RunEvent, string) {
@@ -114,7 +114,7 @@ func streamHTTP(t *testing.T, url, key, msg string, stop func(*fanoutv1.RunEvent
 }
 
 // TestHTTPForACallerWithOnlyCurl (issue 29): with a key and plain HTTP
-// requests (the README's curl examples), a caller starts a run (REST POST
+// requests (docs/http.md's curl examples), a caller starts a run (REST POST
 // /v1/runs), lists it, gets it, watches it streamed (Connect) until its
 // budget runs out, resumes the watch from a sequence with no gap and no
 // duplicate, reads its tool writes and its spend in money (audit scope),

@@ -33,7 +33,7 @@ func workerToolConfig(t *testing.T, args []string, env map[string]string) subage
 
 // TestWorkerToolFlagsReachTheServerConfig: each tool bound a worker's
 // flags set lands in its own ServerConfig field, with the defaults the
-// README states (--tool-timeout 60s, --max-tool-calls-per-turn 8,
+// docs/mcp.md "Running it" states (--tool-timeout 60s, --max-tool-calls-per-turn 8,
 // --tool-parallelism 16) and with values set on the command line or in the
 // environment. The values differ pairwise, so two flags that swapped
 // fields fail; the numbers are written out, not read from the constants
@@ -71,7 +71,7 @@ func TestWorkerToolFlagsReachTheServerConfig(t *testing.T) {
 }
 
 // TestWorkerAndDevOfferTheToolFlags: the worker and dev commands take the
-// tool flags with the README's defaults; their --help lists each with it.
+// tool flags with docs/mcp.md's defaults; their --help lists each with it.
 // (TestWorkerToolFlagsReachTheServerConfig checks where they go.)
 func TestWorkerAndDevOfferTheToolFlags(t *testing.T) {
 	t.Parallel()
