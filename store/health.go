@@ -105,7 +105,7 @@ func CheckHealth(ctx context.Context, pool *Pool, leaseGrace, staleAfter time.Du
 }
 
 // Names of the health metrics (their Prometheus names replace the dots with
-// underscores and add _seconds or _total; see the README's metrics table).
+// underscores and add _seconds or _total; see docs/telemetry.md's metrics table).
 const (
 	metricUnconserved     = "fanout.ledger.accounts.unconserved"
 	metricOverdue         = "fanout.ledger.reservations.overdue"
