@@ -44,29 +44,21 @@ const clientSuiteTimeout = 150 * time.Second
 func TestClients(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
-	python := filepath.Join(root, ".tmp", "py", "bin", "python")
-	tsModules := filepath.Join(root, "clients", "ts", "node_modules")
-	// What each suite needs, checked before the fleet starts.
-	var missing []string
-	if _, err := os.Stat(python); err != nil {
-		missing = append(missing, "the Python client's virtual environment ("+python+"): run `make python-env` "+
-			"(Debian's python3-venv, python3-grpcio, python3-protobuf, python3-pytest; make test makes it)")
-	}
-	if _, err := os.Stat(tsModules); err != nil {
-		missing = append(missing, "the TypeScript client's packages ("+tsModules+"): run `make ts-client-deps` "+
-			"(npm ci in clients/ts; make test runs it)")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		missing = append(missing, "Node.js 20+ on PATH (Debian: apt-get install -y nodejs npm)")
-	}
-	if len(missing) > 0 {
-		t.Fatalf("the client suites cannot run without:\n  %s", strings.Join(missing, "\n  "))
-	}
 	env := startClientFleet(t)
 	t.Run("python", func(t *testing.T) {
+		python := filepath.Join(root, ".tmp", "py", "bin", "python")
+		if _, err := os.Stat(python); err != nil {
+			t.Fatalf("the Python client's suite runs in its virtual environment %s, which is missing: run `make python-env` "+
+				"(Debian's python3-venv, python3-grpcio, python3-protobuf, python3-pytest; make test makes it)", python)
+		}
 		runClientSuite(t, env, root, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "clients/python/tests")
 	})
 	t.Run("typescript", func(t *testing.T) {
+		modules := filepath.Join(root, "clients", "ts", "node_modules")
+		if _, err := os.Stat(modules); err != nil {
+			t.Fatalf("the TypeScript client's suite needs its packages in %s, which are missing: run `make ts-client-deps` "+
+				"(npm ci in clients/ts; make test runs it)", modules)
+		}
 		runClientSuite(t, env, root, "node", "--test", "--test-reporter=dot", "clients/ts/test/")
 	})
 }
