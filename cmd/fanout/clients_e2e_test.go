@@ -51,6 +51,9 @@ func TestClients(t *testing.T) {
 			t.Fatalf("the Python client's suite runs in its virtual environment %s, which is missing: run `make python-env` "+
 				"(Debian's python3-venv, python3-grpcio, python3-protobuf, python3-pytest; make test makes it)", python)
 		}
+		// The checkout's package first, whatever the venv's editable install
+		// points at (scripts/mutants.sh runs this in a copy of the tree).
+		env := append(env[:len(env):len(env)], "PYTHONPATH="+filepath.Join(root, "clients", "python", "src"))
 		runClientSuite(t, env, root, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "clients/python/tests")
 	})
 	t.Run("typescript", func(t *testing.T) {
@@ -144,7 +147,7 @@ func startClientFleet(t *testing.T) []string {
 
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FANOUT_") {
+		if !strings.HasPrefix(kv, "FANOUT_") && !strings.HasPrefix(kv, "PYTHONPATH=") {
 			env = append(env, kv)
 		}
 	}
