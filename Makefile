@@ -16,8 +16,13 @@ LANGGRAPH_DIR := bench/langgraph
 # console/web/package-lock.json; npm ci again when the lock changes. Its
 # build, console/dist, is committed: go build never needs Node.
 CONSOLE_DIR := console/web
+# The clients' test environments (clients/README.md): the Python client in a
+# virtual environment over Debian's binary packages (scripts/ensure-python.sh),
+# the TypeScript client's packages pinned by clients/ts/package-lock.json.
+PY_ENV := .tmp/py/bin/python
+TS_CLIENT_DIR := clients/ts
 
-.PHONY: console-screenshot help demo test test/race mutants mutants-index lint generate verify bench bench-compare scale bench-sched budget-compare tidy build clean image chart-test k8s-e2e console
+.PHONY: python-env ts-client-deps console-screenshot help demo test test/race mutants mutants-index lint generate verify bench bench-compare scale bench-sched budget-compare tidy build clean image chart-test k8s-e2e console
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -29,7 +34,7 @@ demo: ## Run the demo: embedded Postgres, orchestrator + 3 workers, a sample fan
 build: ## Build the fanout binary into .tmp/bin
 	$(GO) build -o .tmp/bin/fanout ./cmd/fanout
 
-test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json $(CONSOLE_DIR)/node_modules/.package-lock.json ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers, axe-core for the console's browser test), then bench-compare's, bench/scale's and bench/sched's smoke runs
+test: $(LANGGRAPH_DIR)/node_modules/.package-lock.json $(CONSOLE_DIR)/node_modules/.package-lock.json python-env ts-client-deps ## Vet and run every test with the race detector against a real PostgreSQL (and pinned npm MCP servers, axe-core for the console's browser test, the Python and TypeScript clients' suites), then bench-compare's, bench/scale's and bench/sched's smoke runs
 	@scripts/ensure-postgres.sh --always
 	@scripts/ensure-mcp-servers.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
@@ -97,6 +102,14 @@ console: $(CONSOLE_DIR)/node_modules/.package-lock.json | .tmp/bin/buf ## Build 
 
 $(CONSOLE_DIR)/node_modules/.package-lock.json: $(CONSOLE_DIR)/package.json $(CONSOLE_DIR)/package-lock.json
 	cd $(CONSOLE_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+
+python-env: ## The Python client's test environment .tmp/py (Debian's grpcio, protobuf, pytest; clients/python installed)
+	@scripts/ensure-python.sh
+
+ts-client-deps: $(TS_CLIENT_DIR)/node_modules/.package-lock.json ## The TypeScript client's pinned packages (npm ci in clients/ts)
+
+$(TS_CLIENT_DIR)/node_modules/.package-lock.json: $(TS_CLIENT_DIR)/package.json $(TS_CLIENT_DIR)/package-lock.json
+	cd $(TS_CLIENT_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 
 # buf for make console when make generate or lint has not installed it yet:
 # the version scripts/generate.sh pins, with the stamp it checks.

@@ -214,10 +214,10 @@ mkdir -p "$copy"
 git ls-files -z --cached --others --exclude-standard |
   while IFS= read -r -d '' f; do if [[ -e "$f" || -L "$f" ]]; then printf '%s\0' "$f"; fi; done |
   tar --null -T - -cf - | tar -xf - -C "$copy"
-# The npm packages the tests run (pinned, installed by make's targets) are
-# ignored files: link them in (unless a link to them was copied: in a git
+# The npm packages the tests run and the Python client's venv (pinned,
+# installed by make's targets) are ignored files: link them in (unless a link to them was copied: in a git
 # worktree the link itself is an untracked file).
-for d in .ci/mcp/node_modules; do
+for d in .ci/mcp/node_modules clients/ts/node_modules .tmp/py; do
   if [[ -d "$d" && ! -e "$copy/$d" && ! -L "$copy/$d" ]]; then ln -s "$root/$d" "$copy/$d"; fi
 done
 git -C "$copy" init -q

@@ -161,6 +161,20 @@ func (p *tcpProxy) cut(mode proxyMode) {
 	clear(p.conns)
 }
 
+// drop resets every open connection and goes on forwarding new ones — a
+// dropped connection, as a client sees a load balancer's restart — and
+// returns how many it reset (both sides of each).
+func (p *tcpProxy) drop() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.conns)
+	for c := range p.conns {
+		resetConn(c)
+	}
+	clear(p.conns)
+	return n
+}
+
 // close resets every connection and waits for the proxy's goroutines.
 func (p *tcpProxy) close() {
 	p.cut(reset)
