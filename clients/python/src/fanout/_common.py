@@ -7,7 +7,7 @@ import ipaddress
 import os
 import random
 import uuid
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Tuple, Union
 
 import grpc
 from google.protobuf import json_format
@@ -180,10 +180,3 @@ def check_sequence(ev: run_pb2.RunEvent, last: int) -> bool:
         )
     return True
 
-
-def protojson(msg: Any) -> Dict[str, Any]:
-    """protojson is msg as a protojson dict (camelCase, enums by name)."""
-    return json_format.MessageToDict(msg)
-
-
-__all__: Sequence[str] = ()
