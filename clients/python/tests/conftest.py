@@ -57,8 +57,8 @@ def fleet() -> Fleet:
     if missing:
         pytest.fail(
             f"the client suite needs the test fleet; {', '.join(missing)} not set. "
-            "Run it with: go test ./cmd/fanout -run TestPythonClient -count=1 -v "
-            "(it starts the fleet and runs this suite)",
+            "Run it with: make python-env, then go test ./cmd/fanout -count=1 -v -run 'TestClients/python' "
+            "(it starts the fleet and runs this suite; clients/README.md)",
             pytrace=False,
         )
     e = os.environ
