@@ -2,6 +2,7 @@ import { type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { type Client, type Transport } from "@connectrpc/connect";
 import { OrchestratorService, type ContinueRunResponse, type ForkRunRequestSchema, type ForkRunResponse, type PendingToolCall, type StartRunResponse, type ToolCallDecision } from "./gen/fanout/v1/orchestrator_pb.js";
 import { RunSpecSchema, RunState, type Run, type RunEvent, type RunSpec } from "./gen/fanout/v1/run_pb.js";
+import { FanoutError } from "./errors.js";
 export * from "./errors.js";
 export { RunState, TaskStatus, RunSpecSchema } from "./gen/fanout/v1/run_pb.js";
 export type { Run, RunEvent, RunSpec, TaskSpec, TaskOutcome, JoinedResult, Fact } from "./gen/fanout/v1/run_pb.js";
@@ -44,6 +45,12 @@ export interface WatchOpts {
     after?: bigint | number;
     /** Aborting it ends the iteration with a CANCELLED FanoutError. */
     signal?: AbortSignal;
+    /** Told each time a dropped stream is about to be opened again after sequence after (for a status line, or a test). */
+    onResume?: (info: {
+        after: bigint;
+        attempt: number;
+        error: FanoutError;
+    }) => void;
 }
 /** ListOpts are list's options. */
 export interface ListOpts extends CallOpts {
@@ -70,9 +77,7 @@ export interface FanoutClient {
      * last). It is StartRun + watch, not the Run RPC, whose dropped
      * connection would cancel the run: here a drop is resumed by sequence.
      */
-    run(spec: RunSpecInput, opts?: StartRunOpts & {
-        signal?: AbortSignal;
-    }): AsyncIterable<RunEvent>;
+    run(spec: RunSpecInput, opts?: StartRunOpts & Pick<WatchOpts, "onResume">): AsyncIterable<RunEvent>;
     /**
      * watch yields a run's events after opts.after, in sequence order, and
      * ends when the server ends the stream (after the run's RunFinished).

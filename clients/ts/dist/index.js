@@ -85,13 +85,14 @@ export function createFanoutClient(opts) {
                 const e = fromConnectError(err, secrets);
                 if (o.signal?.aborted || !resumable(e) || ++failures >= WATCH_ATTEMPTS)
                     throw e;
+                o.onResume?.({ after, attempt: failures, error: e });
                 await sleep(backoff(failures), o.signal);
             }
         }
     }
     async function* run(spec, o = {}) {
         const started = await startRun(spec, { ...o, dryRun: false });
-        yield* watch(started.runId, { ...(o.signal ? { signal: o.signal } : {}) });
+        yield* watch(started.runId, { ...(o.signal ? { signal: o.signal } : {}), ...(o.onResume ? { onResume: o.onResume } : {}) });
     }
     async function* list(o = {}) {
         const state = runState(o.state);

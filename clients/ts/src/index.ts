@@ -74,6 +74,8 @@ export interface WatchOpts {
   after?: bigint | number;
   /** Aborting it ends the iteration with a CANCELLED FanoutError. */
   signal?: AbortSignal;
+  /** Told each time a dropped stream is about to be opened again after sequence after (for a status line, or a test). */
+  onResume?: (info: { after: bigint; attempt: number; error: FanoutError }) => void;
 }
 
 /** ListOpts are list's options. */
@@ -104,7 +106,7 @@ export interface FanoutClient {
    * last). It is StartRun + watch, not the Run RPC, whose dropped
    * connection would cancel the run: here a drop is resumed by sequence.
    */
-  run(spec: RunSpecInput, opts?: StartRunOpts & { signal?: AbortSignal }): AsyncIterable<RunEvent>;
+  run(spec: RunSpecInput, opts?: StartRunOpts & Pick<WatchOpts, "onResume">): AsyncIterable<RunEvent>;
   /**
    * watch yields a run's events after opts.after, in sequence order, and
    * ends when the server ends the stream (after the run's RunFinished).
@@ -199,14 +201,15 @@ export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
       } catch (err) {
         const e = fromConnectError(err, secrets);
         if (o.signal?.aborted || !resumable(e) || ++failures >= WATCH_ATTEMPTS) throw e;
+        o.onResume?.({ after, attempt: failures, error: e });
         await sleep(backoff(failures), o.signal);
       }
     }
   }
 
-  async function* run(spec: RunSpecInput, o: StartRunOpts = {}): AsyncGenerator<RunEvent> {
+  async function* run(spec: RunSpecInput, o: StartRunOpts & Pick<WatchOpts, "onResume"> = {}): AsyncGenerator<RunEvent> {
     const started = await startRun(spec, { ...o, dryRun: false });
-    yield* watch(started.runId, { ...(o.signal ? { signal: o.signal } : {}) });
+    yield* watch(started.runId, { ...(o.signal ? { signal: o.signal } : {}), ...(o.onResume ? { onResume: o.onResume } : {}) });
   }
 
   async function* list(o: ListOpts = {}): AsyncGenerator<Run> {
