@@ -83,7 +83,7 @@ export interface FanoutClient {
      * ends when the server ends the stream (after the run's RunFinished).
      * A dropped stream is opened again after the last sequence yielded: no
      * event is yielded twice or skipped. Throws a FanoutError for an error
-     * a retry cannot fix, or after 8 failed attempts in a row.
+     * a retry cannot fix, or after 10 failed attempts in a row (10 to 20 s).
      */
     watch(runId: string, opts?: WatchOpts): AsyncIterable<RunEvent>;
     /** get returns a run's current state. NotFoundError for an unknown id. */

@@ -18,8 +18,10 @@ const RETRY_ATTEMPTS = 5;
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 2_000;
 // watch opens the stream again this many times in a row without an event
-// before it gives up.
-const WATCH_ATTEMPTS = 8;
+// before it gives up, waiting up to WATCH_MAX_MS between them: about 10 to
+// 20 s of an unreachable server (a load balancer's restart).
+const WATCH_ATTEMPTS = 10;
+const WATCH_MAX_MS = 5_000;
 /**
  * createFanoutClient makes a client of the orchestrator at opts.baseUrl
  * (Connect over fetch) or over opts.transport.
@@ -86,7 +88,7 @@ export function createFanoutClient(opts) {
                 if (o.signal?.aborted || !resumable(e) || ++failures >= WATCH_ATTEMPTS)
                     throw e;
                 o.onResume?.({ after, attempt: failures, error: e });
-                await sleep(backoff(failures), o.signal);
+                await sleep(backoff(failures, WATCH_MAX_MS), o.signal);
             }
         }
     }
@@ -228,8 +230,8 @@ function newKey() {
 }
 // backoff is the wait before attempt+1: RETRY_MIN_MS doubling, capped, with
 // half of it random so that clients cut together do not retry together.
-function backoff(attempt) {
-    const ms = Math.min(RETRY_MIN_MS * 2 ** (attempt - 1), RETRY_MAX_MS);
+function backoff(attempt, maxMs = RETRY_MAX_MS) {
+    const ms = Math.min(RETRY_MIN_MS * 2 ** (attempt - 1), maxMs);
     return ms / 2 + Math.random() * (ms / 2);
 }
 // sleep waits ms, or rejects with a CANCELLED FanoutError when signal aborts.

@@ -112,7 +112,7 @@ export interface FanoutClient {
    * ends when the server ends the stream (after the run's RunFinished).
    * A dropped stream is opened again after the last sequence yielded: no
    * event is yielded twice or skipped. Throws a FanoutError for an error
-   * a retry cannot fix, or after 8 failed attempts in a row.
+   * a retry cannot fix, or after 10 failed attempts in a row (10 to 20 s).
    */
   watch(runId: string, opts?: WatchOpts): AsyncIterable<RunEvent>;
   /** get returns a run's current state. NotFoundError for an unknown id. */
@@ -141,8 +141,10 @@ const RETRY_ATTEMPTS = 5;
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 2_000;
 // watch opens the stream again this many times in a row without an event
-// before it gives up.
-const WATCH_ATTEMPTS = 8;
+// before it gives up, waiting up to WATCH_MAX_MS between them: about 10 to
+// 20 s of an unreachable server (a load balancer's restart).
+const WATCH_ATTEMPTS = 10;
+const WATCH_MAX_MS = 5_000;
 
 /**
  * createFanoutClient makes a client of the orchestrator at opts.baseUrl
@@ -202,7 +204,7 @@ export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
         const e = fromConnectError(err, secrets);
         if (o.signal?.aborted || !resumable(e) || ++failures >= WATCH_ATTEMPTS) throw e;
         o.onResume?.({ after, attempt: failures, error: e });
-        await sleep(backoff(failures), o.signal);
+        await sleep(backoff(failures, WATCH_MAX_MS), o.signal);
       }
     }
   }
@@ -348,8 +350,8 @@ function newKey(): string {
 
 // backoff is the wait before attempt+1: RETRY_MIN_MS doubling, capped, with
 // half of it random so that clients cut together do not retry together.
-function backoff(attempt: number): number {
-  const ms = Math.min(RETRY_MIN_MS * 2 ** (attempt - 1), RETRY_MAX_MS);
+function backoff(attempt: number, maxMs = RETRY_MAX_MS): number {
+  const ms = Math.min(RETRY_MIN_MS * 2 ** (attempt - 1), maxMs);
   return ms / 2 + Math.random() * (ms / 2);
 }
 

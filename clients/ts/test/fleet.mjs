@@ -1,4 +1,4 @@
-// The fleet the suite runs against (/tmp/contract.md, clients/README.md):
+// The fleet the suite runs against (clients/README.md, "Their tests"):
 // its environment, the control endpoint, the specs, and a client of it.
 // Importing this file has no side effect; fleet() fails the suite with how
 // to run it when the environment is missing.
@@ -24,8 +24,8 @@ export function fleet() {
   if (missing.length > 0) {
     throw new Error(
       `the TypeScript client's suite runs against a fleet that a Go test starts, and ${missing.join(", ")} ` +
-        "are not set: run it with `go test ./cmd/fanout -run TestTypeScriptClient -count=1 -v` from the repository's root " +
-        "(npm ci in clients/ts first)",
+        "are not set: run it from the repository's root with `make ts-client-deps` (npm ci in clients/ts) once, then " +
+        "`go test ./cmd/fanout -count=1 -v -run 'TestClients/typescript'`",
     );
   }
   return Object.fromEntries(NEEDED.map((k) => [k, process.env[k]]));

@@ -9,6 +9,8 @@ import {
   NotFoundError,
   RunState,
 } from "../dist/index.js";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { createFanoutClient } from "../dist/index.js";
 import { client, collect, fleet, spec, withTimeout } from "./fleet.mjs";
 
 const env = fleet();
@@ -47,6 +49,30 @@ test("startRun is idempotent by key, and makes a key when the spec has none", as
   const dry = await c.startRun(spec("quick.json"), { dryRun: true });
   assert.equal(dry.runId, "", "a dry run starts nothing");
   assert.ok(dry.quote && dry.quote.tasks.length === 3, "a dry run is quoted");
+});
+
+test("startRun retries a lost answer with its generated idempotency key, joining the run the first try started", async () => {
+  const keys = [];
+  let firstRunId = "";
+  // A fetch that delivers the first StartRun to the server, then loses
+  // its answer as a dropped connection does.
+  const lossy = async (url, init) => {
+    if (!String(url).endsWith("/StartRun")) return fetch(url, init);
+    const body = typeof init.body === "string" ? init.body : new TextDecoder().decode(init.body);
+    keys.push(JSON.parse(body).spec.idempotencyKey);
+    if (keys.length > 1) return fetch(url, init);
+    firstRunId = (await (await fetch(url, init)).json()).runId;
+    throw new TypeError("fetch failed");
+  };
+  const c = createFanoutClient({ transport: createConnectTransport({ baseUrl: env.FANOUT_HTTP_URL, fetch: lossy }) });
+  const s = spec("quick.json");
+  delete s.idempotencyKey;
+  const started = await c.startRun(s);
+  assert.equal(keys.length, 2, "one retry");
+  assert.ok(keys[0], "a key was made");
+  assert.equal(keys[1], keys[0], "the retry sent the same key");
+  assert.ok(firstRunId, "the first try started a run");
+  assert.equal(started.runId, firstRunId, "the retry joined the run the first try started");
 });
 
 test("list follows page tokens across several runs, newest first, filtered by state", async () => {
