@@ -2,7 +2,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createFanoutClient, FanoutError, RunState, UnauthenticatedError } from "../dist/index.js";
+import { createFanoutClient, FanoutError, PermissionDeniedError, RunState, UnauthenticatedError } from "../dist/index.js";
 import { createNodeTransport } from "../dist/node.js";
 import { client, collect, control, eventually, fleet, spec, withTimeout } from "./fleet.mjs";
 
@@ -14,6 +14,7 @@ test("a revoked key is refused UNAUTHENTICATED and its open watch ends", async (
   const k = client({ apiKey: token });
   const { runId } = await k.startRun(spec("approval.json"));
   try {
+    await assert.rejects(k.cancel(runId, "no scope cancel"), PermissionDeniedError, "a key without scope cancel");
     const it = k.watch(runId)[Symbol.asyncIterator]();
     assert.equal((await it.next()).value.event.case, "runStarted", "the watch is open");
     const ended = (async () => {
@@ -46,7 +47,7 @@ test("a revoked key is refused UNAUTHENTICATED and its open watch ends", async (
   }
 });
 
-test("TLS to o2 with the test CA (Connect over HTTPS and gRPC)", async () => {
+test("TLS to o2 with the test CA (Connect over HTTPS and gRPC), and gRPC in plaintext to o1", async () => {
   const c = createFanoutClient({
     transport: createNodeTransport({ baseUrl: env.FANOUT_TLS_HTTP_URL, caFile: env.FANOUT_TLS_CA }),
   });
@@ -55,6 +56,11 @@ test("TLS to o2 with the test CA (Connect over HTTPS and gRPC)", async () => {
   assert.equal(last.event.case, "runFinished");
   assert.equal(last.event.value.state, RunState.SUCCEEDED);
   assert.equal((await c.get(last.runId)).state, RunState.SUCCEEDED);
+
+  const plain = createFanoutClient({
+    transport: createNodeTransport({ baseUrl: `http://${env.FANOUT_ADDR}`, protocol: "grpc" }),
+  });
+  assert.equal((await plain.get(last.runId)).state, RunState.SUCCEEDED, "gRPC in plaintext to o1 through the proxy");
 
   const grpc = createFanoutClient({
     transport: createNodeTransport({ baseUrl: `https://${env.FANOUT_TLS_ADDR}`, caFile: env.FANOUT_TLS_CA, protocol: "grpc" }),

@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto";
 import { createFanoutClient } from "../dist/index.js";
 
 const NEEDED = [
+  "FANOUT_ADDR",
   "FANOUT_HTTP_URL",
   "FANOUT_TLS_HTTP_URL",
   "FANOUT_TLS_ADDR",
