@@ -1,0 +1,129 @@
+// Typed errors: every failed call of the client throws a FanoutError (or
+// one of its subclasses), made from the ConnectError the transport raised,
+// with the server's google.rpc details decoded.
+import { Code, ConnectError } from "@connectrpc/connect";
+import { BadRequestSchema, ErrorInfoSchema, QuotaFailureSchema, } from "./gen/google/rpc/error_details_pb.js";
+const codeNames = {
+    [Code.Canceled]: "CANCELLED",
+    [Code.Unknown]: "UNKNOWN",
+    [Code.InvalidArgument]: "INVALID_ARGUMENT",
+    [Code.DeadlineExceeded]: "DEADLINE_EXCEEDED",
+    [Code.NotFound]: "NOT_FOUND",
+    [Code.AlreadyExists]: "ALREADY_EXISTS",
+    [Code.PermissionDenied]: "PERMISSION_DENIED",
+    [Code.ResourceExhausted]: "RESOURCE_EXHAUSTED",
+    [Code.FailedPrecondition]: "FAILED_PRECONDITION",
+    [Code.Aborted]: "ABORTED",
+    [Code.OutOfRange]: "OUT_OF_RANGE",
+    [Code.Unimplemented]: "UNIMPLEMENTED",
+    [Code.Internal]: "INTERNAL",
+    [Code.Unavailable]: "UNAVAILABLE",
+    [Code.DataLoss]: "DATA_LOSS",
+    [Code.Unauthenticated]: "UNAUTHENTICATED",
+};
+/**
+ * FanoutError is the error every call of the client throws. code names the
+ * gRPC status; fieldViolations name the wrong fields of an INVALID_ARGUMENT
+ * (empty otherwise). Its message never holds the API key.
+ */
+export class FanoutError extends Error {
+    name = "FanoutError";
+    /** The status code's name: "INVALID_ARGUMENT". */
+    code;
+    /** The server's message, or the client's for an error it made itself. */
+    rawMessage;
+    /** The wrong fields (google.rpc.BadRequest), empty when the server named none. */
+    fieldViolations;
+    /** The quotas passed (google.rpc.QuotaFailure), for RESOURCE_EXHAUSTED. */
+    quotaViolations;
+    /** The error's reason (google.rpc.ErrorInfo), if the server sent one. */
+    reason;
+    constructor(code, message, details = {}) {
+        super(`${code}: ${message}`, details.cause === undefined ? undefined : { cause: details.cause });
+        this.code = code;
+        this.rawMessage = message;
+        this.fieldViolations = details.fieldViolations ?? [];
+        this.quotaViolations = details.quotaViolations ?? [];
+        this.reason = details.reason;
+    }
+}
+/** InvalidArgumentError: a malformed request; fieldViolations name the fields. */
+export class InvalidArgumentError extends FanoutError {
+    name = "InvalidArgumentError";
+}
+/** UnauthenticatedError: no key, or a key unknown, revoked or expired. */
+export class UnauthenticatedError extends FanoutError {
+    name = "UnauthenticatedError";
+}
+/** PermissionDeniedError: the key lacks the call's scope. */
+export class PermissionDeniedError extends FanoutError {
+    name = "PermissionDeniedError";
+}
+/** NotFoundError: an unknown run or call id (or another tenant's). */
+export class NotFoundError extends FanoutError {
+    name = "NotFoundError";
+}
+/** ResourceExhaustedError: a cap, a rate or a budget passed; quotaViolations say which. */
+export class ResourceExhaustedError extends FanoutError {
+    name = "ResourceExhaustedError";
+}
+/** DeadlineExceededError: the call's timeoutMs passed. */
+export class DeadlineExceededError extends FanoutError {
+    name = "DeadlineExceededError";
+}
+/** UnavailableError: the server could not be reached, or the connection dropped. */
+export class UnavailableError extends FanoutError {
+    name = "UnavailableError";
+}
+/** FailedPreconditionError: the call does not fit the run's state (a reused key with another spec, an ended run). */
+export class FailedPreconditionError extends FanoutError {
+    name = "FailedPreconditionError";
+}
+const subclasses = {
+    INVALID_ARGUMENT: InvalidArgumentError,
+    UNAUTHENTICATED: UnauthenticatedError,
+    PERMISSION_DENIED: PermissionDeniedError,
+    NOT_FOUND: NotFoundError,
+    RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    DEADLINE_EXCEEDED: DeadlineExceededError,
+    UNAVAILABLE: UnavailableError,
+    FAILED_PRECONDITION: FailedPreconditionError,
+};
+/** newFanoutError makes the error of code, of its subclass when it has one. */
+export function newFanoutError(code, message, details) {
+    const Class = subclasses[code] ?? FanoutError;
+    return new Class(code, message, details);
+}
+/**
+ * fromConnectError turns whatever a call threw into a FanoutError. A fetch
+ * that failed or a stream cut before its end (connect-web calls both
+ * UNKNOWN) is UNAVAILABLE, as connect-node and gRPC call a dropped
+ * connection, so that one code means "the network, try again". Each
+ * secret is cut out of the message, in case a proxy echoed a header.
+ */
+export function fromConnectError(err, secrets = []) {
+    if (err instanceof FanoutError)
+        return err;
+    const e = ConnectError.from(err);
+    let code = codeNames[e.code] ?? "UNKNOWN";
+    if (e.code === Code.Unknown && isNetworkFailure(e))
+        code = "UNAVAILABLE";
+    let message = e.rawMessage;
+    for (const s of secrets)
+        if (s)
+            message = message.split(s).join("[redacted]");
+    const fieldViolations = e.findDetails(BadRequestSchema).flatMap((d) => d.fieldViolations.map((v) => ({ field: v.field, description: v.description })));
+    const quotaViolations = e.findDetails(QuotaFailureSchema).flatMap((d) => d.violations.map((v) => ({ subject: v.subject, description: v.description })));
+    const info = e.findDetails(ErrorInfoSchema)[0];
+    const reason = info && { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
+    // The ConnectError is not kept as the cause: its message is unredacted.
+    return newFanoutError(code, message, { fieldViolations, quotaViolations, ...(reason ? { reason } : {}) });
+}
+// isNetworkFailure reports whether an UNKNOWN error came from the network,
+// not the server: fetch's TypeError ("fetch failed", "terminated"), or
+// connect-web's stream that ended without its end-of-stream message.
+function isNetworkFailure(e) {
+    if (e.cause instanceof TypeError)
+        return true;
+    return e.rawMessage === "missing EndStreamResponse" || /network|fetch failed|terminated|ECONNRESET|socket/i.test(e.rawMessage);
+}
