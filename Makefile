@@ -83,12 +83,15 @@ $(GOLANGCI_LINT): .tmp/bin/.golangci-lint-$(GOLANGCI_LINT_VERSION)
 	GOBIN=$(CURDIR)/.tmp/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	@rm -f .tmp/bin/.golangci-lint-* && touch $@
 
-generate: ## Regenerate the protobuf Go code and the store's query code (pinned buf, protoc-gen-go, protoc-gen-go-grpc, sqlc; local plugins only)
+# What make generate writes (committed; make verify checks it is current).
+GENERATED := proto store/internal/dbsqlc clients/python/src/fanout/v1 clients/python/src/fanout/_google clients/python/src/fanout/_rpc clients/ts/src/gen clients/ts/dist
+
+generate: ## Regenerate the protobuf code (Go; the Python and TypeScript clients) and the store's query code (pinned buf, protoc-gen-go, protoc-gen-go-grpc, sqlc, Debian's protoc, protoc-gen-es; local plugins only)
 	scripts/generate.sh generate
 
 verify: generate lint ## Check that generated code is current and everything lints
-	@git diff --exit-code -- proto store/internal/dbsqlc || { echo "generated code is stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- proto store/internal/dbsqlc)" || { git status --short -- proto store/internal/dbsqlc; echo "generated files are not committed: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --short -- $(GENERATED); echo "generated files are not committed: run make generate and commit"; exit 1; }
 	@$(MAKE) console
 	@git diff --exit-code -- console/dist $(CONSOLE_DIR)/src/gen || { echo "the console's build is stale: run make console and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- console/dist $(CONSOLE_DIR)/src/gen)" || { git status --short -- console/dist $(CONSOLE_DIR)/src/gen; echo "the console's build is not committed: run make console and commit"; exit 1; }

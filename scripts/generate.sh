@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # generate.sh installs the pinned code generators (if missing), then
 # regenerates the Go code for proto/ and for the store's named queries
-# (store/queries/*.sql into store/internal/dbsqlc), and lints the protos.
+# (store/queries/*.sql into store/internal/dbsqlc) and the clients' code
+# (clients/python, clients/ts), and lints the protos.
 #
 # Usage: scripts/generate.sh [generate|lint|all]   (default: all)
 #   generate  install tools, delete old generated code, run buf generate and sqlc generate
@@ -121,6 +122,13 @@ generate() {
     exit 1
   fi
   rm -rf .tmp/sqlc/dbsqlc.old
+  # The clients' generated code (clients/README.md): Python with Debian's
+  # protoc and gRPC plugin (installed as root, else the command printed),
+  # TypeScript with protoc-gen-es and tsc into clients/ts/dist (npm ci of
+  # its pinned packages when they are missing).
+  scripts/ensure-python.sh --packages-only
+  clients/python/generate.sh
+  clients/ts/generate.sh
 }
 
 lint() {
