@@ -73,7 +73,7 @@ def test_aio_errors(fleet: Fleet) -> None:
             with pytest.raises(fanout.NotFound):
                 await client.get("00000000-0000-0000-0000-000000000000")
             with pytest.raises(fanout.DeadlineExceeded) as late:
-                await client.get("00000000-0000-0000-0000-000000000000", timeout=0.0005)
+                await client.get("00000000-0000-0000-0000-000000000000", timeout=1e-6)
             assert late.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
         token = await asyncio.to_thread(fleet.control, "/key", "read")
         await asyncio.to_thread(fleet.control, "/revoke", token)

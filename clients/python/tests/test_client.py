@@ -153,7 +153,9 @@ def test_revoked_key(fleet: Fleet, client: fanout.Client) -> None:
 
 def test_approvals(fleet: Fleet, client: fanout.Client) -> None:
     run_id = client.start_run(fleet.spec("approval")).run_id
-    plan = [True, False, True]  # the decisions on the three writes, in the order they are asked
+    # The decisions on the three writes, in the order they are asked: the
+    # denial last, since the sim model asks for no more writes after one.
+    plan = [True, True, False]
     asked: List[str] = []
     decided: List[Any] = []
     # One pass over the events: the writes may be asked for together (one
@@ -177,7 +179,7 @@ def test_approvals(fleet: Fleet, client: fanout.Client) -> None:
         assert (d.call_id, d.approved, d.run_id) == (call_id, approve, run_id)
     assert len(asked) == 3
     by_call = {d.call_id: (d.approved, d.reason) for d in decided}
-    assert [by_call[c] for c in asked] == [(True, "py yes"), (False, "py no"), (True, "py yes")]
+    assert [by_call[c] for c in asked] == [(True, "py yes"), (True, "py yes"), (False, "py no")]
     assert [p.call_id for p in client.list_approvals(run_id=run_id)] == []
 
 
@@ -199,9 +201,20 @@ def test_no_key_in_plaintext_to_another_host() -> None:
 
 
 def test_deadline(fleet: Fleet, client: fanout.Client) -> None:
+    # 1 µs: the deadline passes before any server on any link can answer
+    # (0.5 ms did not: loopback answers a NotFound faster).
     with pytest.raises(fanout.DeadlineExceeded) as info:
-        client.get("00000000-0000-0000-0000-000000000000", timeout=0.0005)
+        client.get("00000000-0000-0000-0000-000000000000", timeout=1e-6)
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
-    with fanout.Client(timeout=0.0005) as hurried:  # the client's default
+    with fanout.Client(timeout=1e-6) as hurried:  # the client's default
         with pytest.raises(fanout.DeadlineExceeded):
             list(hurried.list())
+    # A watch's deadline bounds the whole watch, resumes included: a run
+    # that waits for approval sends nothing more.
+    run_id = client.start_run(fleet.spec("approval")).run_id
+    events = client.watch(run_id, timeout=1.0)
+    until(events, "approval_requested")
+    with pytest.raises(fanout.DeadlineExceeded):
+        for _ in events:
+            pass
+    client.cancel(run_id, reason="py test: deadline")
