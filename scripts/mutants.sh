@@ -218,7 +218,7 @@ git ls-files -z --cached --others --exclude-standard |
 # installed by make's targets) are ignored files: link them in (unless a link to them was copied: in a git
 # worktree the link itself is an untracked file).
 for d in .ci/mcp/node_modules clients/ts/node_modules .tmp/py; do
-  if [[ -d "$d" && ! -e "$copy/$d" && ! -L "$copy/$d" ]]; then ln -s "$root/$d" "$copy/$d"; fi
+  if [[ -d "$d" && ! -e "$copy/$d" && ! -L "$copy/$d" ]]; then mkdir -p "$(dirname "$copy/$d")" && ln -s "$root/$d" "$copy/$d"; fi
 done
 git -C "$copy" init -q
 git -C "$copy" add -A
