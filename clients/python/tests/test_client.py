@@ -200,6 +200,18 @@ def test_no_key_in_plaintext_to_another_host() -> None:
     fanout.Client("localhost:50051", api_key="sekrit-123").close()
 
 
+def test_key_a_header_cannot_carry(fleet: Fleet) -> None:
+    # grpcio's own error for such a key ("metadata was invalid") holds it.
+    with pytest.raises(ValueError) as info:
+        fanout.Client(api_key="sekrit\n-123")
+    assert str(info.value) == "api_key: must be printable ASCII with no spaces or newlines"
+    assert "sekrit" not in str(info.value) and "sekrit" not in repr(info.value)
+    # A trailing newline (a key read from a file) is stripped: the key works.
+    with fanout.Client(api_key=fleet.api_key + "\n", timeout=15) as c:
+        with pytest.raises(fanout.NotFound):  # not Unauthenticated
+            c.get("00000000-0000-0000-0000-000000000000")
+
+
 def test_deadline(fleet: Fleet, client: fanout.Client) -> None:
     # 1 µs: the deadline passes before any server on any link can answer
     # (0.5 ms did not: loopback answers a NotFound faster).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
+import re
 import uuid
 from typing import Any, List, Mapping, Optional, Tuple, Union
 
@@ -79,7 +80,15 @@ class Settings:
         insecure: bool,
     ) -> None:
         self.target = target or os.environ.get("FANOUT_ADDR") or DEFAULT_TARGET
-        self.api_key = api_key if api_key is not None else os.environ.get("FANOUT_API_KEY") or None
+        key = api_key if api_key is not None else os.environ.get("FANOUT_API_KEY")
+        # A key read from a file often ends in a newline: strip it. Any other
+        # character a header cannot carry would make grpcio raise (and log)
+        # "metadata was invalid" with the key in its text, so refuse it here,
+        # without the key in the message.
+        key = key.strip() if key else key
+        if key and not re.fullmatch(r"[\x21-\x7e]+", key):
+            raise ValueError("api_key: must be printable ASCII with no spaces or newlines")
+        self.api_key = key or None
         self.tls = tls or ca_file is not None
         if self.api_key and not self.tls and not insecure and not is_loopback(self.target):
             # The key is never put in the text: only the target is.
