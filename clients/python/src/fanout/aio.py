@@ -94,8 +94,15 @@ class Client:
     async def run(self, spec: c.Spec, *, idempotency_key: Optional[str] = None) -> AsyncIterator[run_pb2.RunEvent]:
         """As fanout.Client.run."""
         run_id = (await self.start_run(spec, idempotency_key=idempotency_key)).run_id
-        async for ev in self.watch(run_id):
-            yield ev
+        # aclose() of this generator closes the inner watch (and its call) at
+        # once, not when the garbage collector gets to it. contextlib.aclosing
+        # would do it from Python 3.10; the package supports 3.9.
+        evs = self.watch(run_id)
+        try:
+            async for ev in evs:
+                yield ev
+        finally:
+            await evs.aclose()
 
     async def watch(
         self, run_id: str, *, after: int = 0, timeout: Optional[float] = None
