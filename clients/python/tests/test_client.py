@@ -221,12 +221,13 @@ def test_deadline(fleet: Fleet, client: fanout.Client) -> None:
     with fanout.Client(timeout=1e-6) as hurried:  # the client's default
         with pytest.raises(fanout.DeadlineExceeded):
             list(hurried.list())
-    # A watch's deadline bounds the whole watch, resumes included: a run
-    # that waits for approval sends nothing more.
+    # A watch's deadline bounds the whole watch, not each event: a run that
+    # waits for approval sends nothing more. Its first approval_requested is
+    # awaited with a deadline of its own (dispatch can take over 1 s on a
+    # loaded machine), then a 1 s watch from there must end at its deadline.
     run_id = client.start_run(fleet.spec("approval")).run_id
-    events = client.watch(run_id, timeout=1.0)
-    until(events, "approval_requested")
+    ev = until(client.watch(run_id, timeout=30), "approval_requested")
     with pytest.raises(fanout.DeadlineExceeded):
-        for _ in events:
+        for _ in client.watch(run_id, after=ev.sequence, timeout=1.0):
             pass
     client.cancel(run_id, reason="py test: deadline")
