@@ -27,20 +27,34 @@ CHANNEL_OPTIONS: List[Tuple[str, Any]] = [
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
-#: Bounded backoff of the retries: at most RETRIES attempts in a row that
-#: make no progress, the n-th after about BASE * 2**n seconds (at most CAP),
-#: with jitter so that many clients cut at once do not come back at once.
+#: Bounded backoff of a unary call's retries: at most RETRIES attempts, the
+#: n-th after about BASE * 2**n seconds (at most CAP), with jitter so that
+#: many clients cut at once do not come back at once.
 RETRIES = 8
 BACKOFF_BASE = 0.05
 BACKOFF_CAP = 2.0
+
+#: A watch's resumes: at most WATCH_RETRIES attempts in a row without an
+#: event, waiting WATCH_BACKOFF_BASE doubling up to WATCH_BACKOFF_CAP between
+#: them, so that it outlasts about 10 to 20 s of an unreachable server (a
+#: load balancer's restart), as the TypeScript client's watch does.
+WATCH_RETRIES = 10
+WATCH_BACKOFF_BASE = 0.1
+WATCH_BACKOFF_CAP = 5.0
 
 Spec = Union[run_pb2.RunSpec, Mapping[str, Any]]
 TaskArg = Union[run_pb2.TaskSpec, Mapping[str, Any]]
 
 
-def backoff(attempt: int) -> float:
+def backoff(attempt: int, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
     """backoff is the wait before retry number attempt (0-based)."""
-    return min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt) * random.uniform(0.5, 1.0)
+    return min(cap, base * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+def watch_backoff(attempt: int) -> float:
+    """watch_backoff is the wait before a watch's resume number attempt
+    (0-based)."""
+    return backoff(attempt, WATCH_BACKOFF_BASE, WATCH_BACKOFF_CAP)
 
 
 def is_loopback(target: str) -> bool:

@@ -112,8 +112,9 @@ class Client:
         """watch yields a run's events with a sequence greater than after,
         each once and in order, until the server ends the stream (after the
         run's last RunFinished). A dropped connection is resumed from the
-        last sequence seen, with bounded backoff; timeout (default none)
-        bounds the whole watch."""
+        last sequence seen, with bounded backoff (10 attempts in a row
+        without an event, up to about 20 s); timeout (default none) bounds
+        the whole watch, resumes included."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last, failures = after, 0
         while True:
@@ -130,9 +131,14 @@ class Client:
                 err = from_rpc_error(e, self._s.api_key)
             finally:
                 stream.cancel()  # a consumer that stops early ends the call
-            if not c.retryable(err) or failures == c.RETRIES - 1:
+            if not c.retryable(err) or failures == c.WATCH_RETRIES - 1:
                 raise err
-            time.sleep(c.backoff(failures))
+            # A resume that could start only after the deadline raises the
+            # error that stopped the watch, not a DeadlineExceeded later.
+            pause = c.watch_backoff(failures)
+            if deadline is not None and time.monotonic() + pause >= deadline:
+                raise err
+            time.sleep(pause)
             failures += 1
 
     def get(self, run_id: str, *, timeout: Optional[float] = None) -> run_pb2.Run:

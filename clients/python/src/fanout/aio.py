@@ -125,9 +125,14 @@ class Client:
                 err = from_rpc_error(e, self._s.api_key)
             finally:
                 call.cancel()
-            if not c.retryable(err) or failures == c.RETRIES - 1:
+            if not c.retryable(err) or failures == c.WATCH_RETRIES - 1:
                 raise err
-            await asyncio.sleep(c.backoff(failures))
+            # A resume that could start only after the deadline raises the
+            # error that stopped the watch, not a DeadlineExceeded later.
+            pause = c.watch_backoff(failures)
+            if deadline is not None and time.monotonic() + pause >= deadline:
+                raise err
+            await asyncio.sleep(pause)
             failures += 1
 
     async def get(self, run_id: str, *, timeout: Optional[float] = None) -> run_pb2.Run:
