@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any, Iterator, List, Set
 
 import grpc
@@ -231,3 +233,15 @@ def test_deadline(fleet: Fleet, client: fanout.Client) -> None:
         for _ in client.watch(run_id, after=ev.sequence, timeout=1.0):
             pass
     client.cancel(run_id, reason="py test: deadline")
+
+
+def test_watch_resumes_no_later_than_its_deadline() -> None:
+    # A port nothing listens on: every WatchRun fails UNAVAILABLE at once.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    with fanout.Client(f"127.0.0.1:{port}", tenant="default") as down:
+        with pytest.raises(fanout.Unavailable):  # the cause, not DeadlineExceeded
+            list(down.watch("x", timeout=2.0))
+    assert time.monotonic() - start < 2.0
