@@ -80,7 +80,8 @@ def make_error(
 ) -> FanoutError:
     """make_error is the typed error of a status, its details decoded from the
     grpc-status-details-bin trailer. secret (the API key) is cut out of the
-    message, should a server or a transport ever echo it."""
+    message, the field violations and the ErrorInfo metadata, should a server
+    or a transport ever echo it."""
     violations: List[Tuple[str, str]] = []
     reason, meta = "", {}
     for key, value in trailers or ():  # type: ignore[attr-defined]
@@ -103,6 +104,7 @@ def make_error(
     if secret:
         message = message.replace(secret, "[redacted]")
         violations = [(f, d.replace(secret, "[redacted]")) for f, d in violations]
+        meta = {k: v.replace(secret, "[redacted]") for k, v in meta.items()}
     cls = _BY_CODE.get(code, FanoutError)
     return cls(code, message, violations, reason, meta)
 
