@@ -9,7 +9,7 @@ import os
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, TypeVar
 
 import pytest
@@ -30,7 +30,7 @@ class Fleet:
     http_url: str
     tls_addr: str
     tls_ca: str
-    api_key: str
+    api_key: str = field(repr=False)  # a failing test prints the fleet, never the key
     control_url: str
     specs: str
 

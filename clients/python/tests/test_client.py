@@ -202,6 +202,11 @@ def test_no_key_in_plaintext_to_another_host() -> None:
     fanout.Client("localhost:50051", api_key="sekrit-123").close()
 
 
+def test_fleet_repr_has_no_key(fleet: Fleet) -> None:
+    # pytest prints a failing test's fixtures: the fleet's key stays out.
+    assert fleet.api_key not in repr(fleet)
+
+
 def test_key_a_header_cannot_carry(fleet: Fleet) -> None:
     # grpcio's own error for such a key ("metadata was invalid") holds it.
     with pytest.raises(ValueError) as info:
