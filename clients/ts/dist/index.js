@@ -29,10 +29,14 @@ const WATCH_MAX_MS = 5_000;
 export function createFanoutClient(opts) {
     if (!opts.transport && !opts.baseUrl)
         throw new TypeError("createFanoutClient: baseUrl or transport is required");
-    const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl });
-    const raw = createClient(OrchestratorService, transport);
     // The key stays in this closure: not a property a log of the client prints.
     const apiKey = opts.apiKey ?? envApiKey();
+    if (apiKey && !opts.transport && !opts.insecure && plaintextRemote(opts.baseUrl)) {
+        throw new TypeError(`createFanoutClient: baseUrl ${opts.baseUrl} is http:// to a host that is not loopback, where the API key ` +
+            "would cross the network in plaintext: use https://, or insecure: true for a proxy on that host that ends TLS");
+    }
+    const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl });
+    const raw = createClient(OrchestratorService, transport);
     const secrets = apiKey ? [apiKey] : [];
     const headers = {};
     if (apiKey)
@@ -153,6 +157,23 @@ export function createFanoutClient(opts) {
 function envApiKey() {
     const p = globalThis.process;
     return p?.env?.["FANOUT_API_KEY"] || undefined;
+}
+// plaintextRemote reports whether baseUrl is http:// to a host other than
+// loopback (127.0.0.0/8, ::1, localhost). A relative baseUrl (a browser's
+// "/api") is read against the page's address.
+function plaintextRemote(baseUrl) {
+    const page = globalThis.location?.href;
+    let u;
+    try {
+        u = new URL(baseUrl, page);
+    }
+    catch {
+        return false; // not a URL: the transport's own error says so, without the key
+    }
+    if (u.protocol !== "http:")
+        return false;
+    const host = u.hostname.toLowerCase();
+    return !(host === "localhost" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host));
 }
 // toRunSpec makes a RunSpec message of any RunSpecInput: a message is
 // copied, a value with only JSON in it is read as protojson (the shape of

@@ -43,8 +43,18 @@ export interface FanoutClientOptions {
   apiKey?: string;
   /** Sent as fanout-tenant-id: the tenant of a server with --auth none (fanout dev). */
   tenant?: string;
-  /** A transport of your own (createNodeTransport of @fanout/client/node for a CA or gRPC). */
+  /**
+   * A transport of your own (createNodeTransport of @fanout/client/node for
+   * a CA or gRPC). Its URL is not checked: it is yours to send a key over
+   * https:// (or to loopback) only.
+   */
   transport?: Transport;
+  /**
+   * Send the key over http:// to a host that is not loopback. Only for a
+   * proxy on that host that ends TLS; without it such a baseUrl is refused
+   * when there is a key, which would otherwise cross the network in plaintext.
+   */
+  insecure?: boolean;
   /** Default deadline of each unary call, in ms (none by default). Streams have none. */
   timeoutMs?: number;
 }
@@ -152,10 +162,16 @@ const WATCH_MAX_MS = 5_000;
  */
 export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
   if (!opts.transport && !opts.baseUrl) throw new TypeError("createFanoutClient: baseUrl or transport is required");
-  const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl! });
-  const raw = createClient(OrchestratorService, transport);
   // The key stays in this closure: not a property a log of the client prints.
   const apiKey = opts.apiKey ?? envApiKey();
+  if (apiKey && !opts.transport && !opts.insecure && plaintextRemote(opts.baseUrl!)) {
+    throw new TypeError(
+      `createFanoutClient: baseUrl ${opts.baseUrl} is http:// to a host that is not loopback, where the API key ` +
+        "would cross the network in plaintext: use https://, or insecure: true for a proxy on that host that ends TLS",
+    );
+  }
+  const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl! });
+  const raw = createClient(OrchestratorService, transport);
   const secrets = apiKey ? [apiKey] : [];
   const headers: Record<string, string> = {};
   if (apiKey) headers["authorization"] = `Bearer ${apiKey}`;
@@ -277,6 +293,22 @@ export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
 function envApiKey(): string | undefined {
   const p = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process;
   return p?.env?.["FANOUT_API_KEY"] || undefined;
+}
+
+// plaintextRemote reports whether baseUrl is http:// to a host other than
+// loopback (127.0.0.0/8, ::1, localhost). A relative baseUrl (a browser's
+// "/api") is read against the page's address.
+function plaintextRemote(baseUrl: string): boolean {
+  const page = (globalThis as { location?: { href?: string } }).location?.href;
+  let u: URL;
+  try {
+    u = new URL(baseUrl, page);
+  } catch {
+    return false; // not a URL: the transport's own error says so, without the key
+  }
+  if (u.protocol !== "http:") return false;
+  const host = u.hostname.toLowerCase();
+  return !(host === "localhost" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host));
 }
 
 // toRunSpec makes a RunSpec message of any RunSpecInput: a message is
