@@ -18,7 +18,7 @@ import {
   type ToolCallDecision,
 } from "./gen/fanout/v1/orchestrator_pb.js";
 import { RunSpecSchema, RunState, type Run, type RunEvent, type RunSpec } from "./gen/fanout/v1/run_pb.js";
-import { FanoutError, fromConnectError, newFanoutError } from "./errors.js";
+import { FanoutError, fromConnectError, isDroppedConnection, newFanoutError } from "./errors.js";
 
 export * from "./errors.js";
 export { RunState, TaskStatus, RunSpecSchema } from "./gen/fanout/v1/run_pb.js";
@@ -190,7 +190,11 @@ export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
       } catch (err) {
         const e = fromConnectError(err, secrets);
         if (e.code !== "UNAVAILABLE" || attempt >= RETRY_ATTEMPTS || o.signal?.aborted) throw e;
-        await sleep(backoff(attempt), o.signal);
+        // A wait that would end past the deadline ends the call with its
+        // cause, not with a DEADLINE_EXCEEDED that hides it.
+        const wait = backoff(attempt);
+        if (deadline !== undefined && Date.now() + wait >= deadline) throw e;
+        await sleep(wait, o.signal);
       }
     }
   }
@@ -211,6 +215,11 @@ export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
           const ev = res.event;
           // The server sends no duplicate; this guards a resumed stream anyway.
           if (!ev || ev.sequence <= after) continue;
+          // Sequences are consecutive: a jump means events were lost, which
+          // the caller must hear of rather than read on past.
+          if (ev.sequence !== after + 1n) {
+            throw newFanoutError("DATA_LOSS", `run ${runId}: event sequence ${ev.sequence} after ${after}: a gap in the stream`);
+          }
           after = ev.sequence;
           failures = 0;
           yield ev;
@@ -350,16 +359,18 @@ function runState(s: RunState | string | undefined): RunState {
   return v;
 }
 
-// resumable reports whether watching again may help: the network dropped
-// (UNAVAILABLE), the server broke off (INTERNAL, UNKNOWN, ABORTED), or the
-// reader fell behind (RESOURCE_EXHAUSTED WATCH_READER_BEHIND).
+// resumable reports whether watching again may help: the server could not
+// be reached or the connection dropped (UNAVAILABLE), an HTTP/2 stream was
+// reset under the watch (INTERNAL, isDroppedConnection), or the reader fell
+// behind (RESOURCE_EXHAUSTED WATCH_READER_BEHIND). The server's own
+// INTERNAL or UNKNOWN is not resumed: it would fail the same way again.
 function resumable(e: FanoutError): boolean {
   switch (e.code) {
     case "UNAVAILABLE":
+      return true;
     case "INTERNAL":
     case "UNKNOWN":
-    case "ABORTED":
-      return true;
+      return isDroppedConnection(e);
     case "RESOURCE_EXHAUSTED":
       return e.reason?.reason === "WATCH_READER_BEHIND";
     default:
