@@ -75,10 +75,19 @@ export declare class FailedPreconditionError extends FanoutError {
 /** newFanoutError makes the error of code, of its subclass when it has one. */
 export declare function newFanoutError(code: FanoutErrorCode, message: string, details?: ConstructorParameters<typeof FanoutError>[2]): FanoutError;
 /**
- * fromConnectError turns whatever a call threw into a FanoutError. A fetch
- * that failed or a stream cut before its end (connect-web calls both
- * UNKNOWN) is UNAVAILABLE, as connect-node and gRPC call a dropped
- * connection, so that one code means "the network, try again". Each
- * secret is cut out of the message, in case a proxy echoed a header.
+ * fromConnectError turns whatever a call threw into a FanoutError. A
+ * connection the client lost (fetch failed, a socket reset, a stream cut
+ * before its end: connect-web calls these UNKNOWN, connect-node ABORTED or
+ * INTERNAL) is UNAVAILABLE, as gRPC calls it, so that one code means "the
+ * network, try again". An error the server sent keeps its code, whatever
+ * its text. Each secret is cut out of every string of the error (message,
+ * violations, ErrorInfo), in case a proxy echoed a header.
  */
 export declare function fromConnectError(err: unknown, secrets?: readonly string[]): FanoutError;
+/**
+ * isDroppedConnection reports whether e is the client's own failure to
+ * reach the server or keep its connection (UNAVAILABLE), or an HTTP/2
+ * stream reset under an open call (INTERNAL): a call that may be made
+ * again. False for any error the server sent, INTERNAL included.
+ */
+export declare function isDroppedConnection(e: FanoutError): boolean;

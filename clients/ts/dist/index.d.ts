@@ -18,8 +18,18 @@ export interface FanoutClientOptions {
     apiKey?: string;
     /** Sent as fanout-tenant-id: the tenant of a server with --auth none (fanout dev). */
     tenant?: string;
-    /** A transport of your own (createNodeTransport of @fanout/client/node for a CA or gRPC). */
+    /**
+     * A transport of your own (createNodeTransport of @fanout/client/node for
+     * a CA or gRPC). Its URL is not checked: it is yours to send a key over
+     * https:// (or to loopback) only.
+     */
     transport?: Transport;
+    /**
+     * Send the key over http:// to a host that is not loopback. Only for a
+     * proxy on that host that ends TLS; without it such a baseUrl is refused
+     * when there is a key, which would otherwise cross the network in plaintext.
+     */
+    insecure?: boolean;
     /** Default deadline of each unary call, in ms (none by default). Streams have none. */
     timeoutMs?: number;
 }

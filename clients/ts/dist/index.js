@@ -9,7 +9,7 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { OrchestratorService, } from "./gen/fanout/v1/orchestrator_pb.js";
 import { RunSpecSchema, RunState } from "./gen/fanout/v1/run_pb.js";
-import { FanoutError, fromConnectError, newFanoutError } from "./errors.js";
+import { FanoutError, fromConnectError, isDroppedConnection, newFanoutError } from "./errors.js";
 export * from "./errors.js";
 export { RunState, TaskStatus, RunSpecSchema } from "./gen/fanout/v1/run_pb.js";
 // Retries of a call found UNAVAILABLE: at most this many attempts, waiting
@@ -29,10 +29,14 @@ const WATCH_MAX_MS = 5_000;
 export function createFanoutClient(opts) {
     if (!opts.transport && !opts.baseUrl)
         throw new TypeError("createFanoutClient: baseUrl or transport is required");
-    const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl });
-    const raw = createClient(OrchestratorService, transport);
     // The key stays in this closure: not a property a log of the client prints.
     const apiKey = opts.apiKey ?? envApiKey();
+    if (apiKey && !opts.transport && !opts.insecure && plaintextRemote(opts.baseUrl)) {
+        throw new TypeError(`createFanoutClient: baseUrl ${opts.baseUrl} is http:// to a host that is not loopback, where the API key ` +
+            "would cross the network in plaintext: use https://, or insecure: true for a proxy on that host that ends TLS");
+    }
+    const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl });
+    const raw = createClient(OrchestratorService, transport);
     const secrets = apiKey ? [apiKey] : [];
     const headers = {};
     if (apiKey)
@@ -55,7 +59,12 @@ export function createFanoutClient(opts) {
                 const e = fromConnectError(err, secrets);
                 if (e.code !== "UNAVAILABLE" || attempt >= RETRY_ATTEMPTS || o.signal?.aborted)
                     throw e;
-                await sleep(backoff(attempt), o.signal);
+                // A wait that would end past the deadline ends the call with its
+                // cause, not with a DEADLINE_EXCEEDED that hides it.
+                const wait = backoff(attempt);
+                if (deadline !== undefined && Date.now() + wait >= deadline)
+                    throw e;
+                await sleep(wait, o.signal);
             }
         }
     }
@@ -77,6 +86,11 @@ export function createFanoutClient(opts) {
                     // The server sends no duplicate; this guards a resumed stream anyway.
                     if (!ev || ev.sequence <= after)
                         continue;
+                    // Sequences are consecutive: a jump means events were lost, which
+                    // the caller must hear of rather than read on past.
+                    if (ev.sequence !== after + 1n) {
+                        throw newFanoutError("DATA_LOSS", `run ${runId}: event sequence ${ev.sequence} after ${after}: a gap in the stream`);
+                    }
                     after = ev.sequence;
                     failures = 0;
                     yield ev;
@@ -154,6 +168,23 @@ function envApiKey() {
     const p = globalThis.process;
     return p?.env?.["FANOUT_API_KEY"] || undefined;
 }
+// plaintextRemote reports whether baseUrl is http:// to a host other than
+// loopback (127.0.0.0/8, ::1, localhost). A relative baseUrl (a browser's
+// "/api") is read against the page's address.
+function plaintextRemote(baseUrl) {
+    const page = globalThis.location?.href;
+    let u;
+    try {
+        u = new URL(baseUrl, page);
+    }
+    catch {
+        return false; // not a URL: the transport's own error says so, without the key
+    }
+    if (u.protocol !== "http:")
+        return false;
+    const host = u.hostname.toLowerCase();
+    return !(host === "localhost" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host));
+}
 // toRunSpec makes a RunSpec message of any RunSpecInput: a message is
 // copied, a value with only JSON in it is read as protojson (the shape of
 // examples/research.json), anything else (bigints, messages) as an init.
@@ -199,16 +230,18 @@ function runState(s) {
     }
     return v;
 }
-// resumable reports whether watching again may help: the network dropped
-// (UNAVAILABLE), the server broke off (INTERNAL, UNKNOWN, ABORTED), or the
-// reader fell behind (RESOURCE_EXHAUSTED WATCH_READER_BEHIND).
+// resumable reports whether watching again may help: the server could not
+// be reached or the connection dropped (UNAVAILABLE), an HTTP/2 stream was
+// reset under the watch (INTERNAL, isDroppedConnection), or the reader fell
+// behind (RESOURCE_EXHAUSTED WATCH_READER_BEHIND). The server's own
+// INTERNAL or UNKNOWN is not resumed: it would fail the same way again.
 function resumable(e) {
     switch (e.code) {
         case "UNAVAILABLE":
+            return true;
         case "INTERNAL":
         case "UNKNOWN":
-        case "ABORTED":
-            return true;
+            return isDroppedConnection(e);
         case "RESOURCE_EXHAUSTED":
             return e.reason?.reason === "WATCH_READER_BEHIND";
         default:

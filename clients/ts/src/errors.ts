@@ -158,35 +158,100 @@ export function newFanoutError(
 }
 
 /**
- * fromConnectError turns whatever a call threw into a FanoutError. A fetch
- * that failed or a stream cut before its end (connect-web calls both
- * UNKNOWN) is UNAVAILABLE, as connect-node and gRPC call a dropped
- * connection, so that one code means "the network, try again". Each
- * secret is cut out of the message, in case a proxy echoed a header.
+ * fromConnectError turns whatever a call threw into a FanoutError. A
+ * connection the client lost (fetch failed, a socket reset, a stream cut
+ * before its end: connect-web calls these UNKNOWN, connect-node ABORTED or
+ * INTERNAL) is UNAVAILABLE, as gRPC calls it, so that one code means "the
+ * network, try again". An error the server sent keeps its code, whatever
+ * its text. Each secret is cut out of every string of the error (message,
+ * violations, ErrorInfo), in case a proxy echoed a header.
  */
 export function fromConnectError(err: unknown, secrets: readonly string[] = []): FanoutError {
   if (err instanceof FanoutError) return err;
   const e = ConnectError.from(err);
   let code = codeNames[e.code] ?? "UNKNOWN";
-  if (e.code === Code.Unknown && isNetworkFailure(e)) code = "UNAVAILABLE";
-  let message = e.rawMessage;
-  for (const s of secrets) if (s) message = message.split(s).join("[redacted]");
+  const lost = connectionLost(e);
+  if (lost) code = "UNAVAILABLE";
+  const redact = (s: string) => secrets.reduce((m, k) => (k ? m.split(k).join("[redacted]") : m), s);
   const fieldViolations = e.findDetails(BadRequestSchema).flatMap((d) =>
-    d.fieldViolations.map((v) => ({ field: v.field, description: v.description })),
+    d.fieldViolations.map((v) => ({ field: redact(v.field), description: redact(v.description) })),
   );
   const quotaViolations = e.findDetails(QuotaFailureSchema).flatMap((d) =>
-    d.violations.map((v) => ({ subject: v.subject, description: v.description })),
+    d.violations.map((v) => ({ subject: redact(v.subject), description: redact(v.description) })),
   );
   const info = e.findDetails(ErrorInfoSchema)[0];
-  const reason = info && { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
+  const reason = info && {
+    reason: redact(info.reason),
+    domain: redact(info.domain),
+    metadata: Object.fromEntries(Object.entries(info.metadata).map(([k, v]) => [redact(k), redact(v)])),
+  };
   // The ConnectError is not kept as the cause: its message is unredacted.
-  return newFanoutError(code, message, { fieldViolations, quotaViolations, ...(reason ? { reason } : {}) });
+  const fe = newFanoutError(code, redact(e.rawMessage), { fieldViolations, quotaViolations, ...(reason ? { reason } : {}) });
+  if (lost || streamReset(e)) dropped.add(fe);
+  return fe;
 }
 
-// isNetworkFailure reports whether an UNKNOWN error came from the network,
-// not the server: fetch's TypeError ("fetch failed", "terminated"), or
-// connect-web's stream that ended without its end-of-stream message.
-function isNetworkFailure(e: ConnectError): boolean {
-  if (e.cause instanceof TypeError) return true;
-  return e.rawMessage === "missing EndStreamResponse" || /network|fetch failed|terminated|ECONNRESET|socket/i.test(e.rawMessage);
+// dropped holds the errors fromConnectError made of a lost connection.
+const dropped = new WeakSet<FanoutError>();
+
+/**
+ * isDroppedConnection reports whether e is the client's own failure to
+ * reach the server or keep its connection (UNAVAILABLE), or an HTTP/2
+ * stream reset under an open call (INTERNAL): a call that may be made
+ * again. False for any error the server sent, INTERNAL included.
+ */
+export function isDroppedConnection(e: FanoutError): boolean {
+  return dropped.has(e);
+}
+
+// SOCKET_CODES are the codes of Node's and undici's errors of a connection
+// that could not be made or was lost.
+const SOCKET_CODES = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENETDOWN",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "UND_ERR_SOCKET",
+  "UND_ERR_CLOSED",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "ERR_HTTP2_SESSION_ERROR",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_INVALID_SESSION",
+  "ERR_STREAM_PREMATURE_CLOSE",
+]);
+
+// connectionLost reports whether e is the client's own network failure,
+// found in its cause chain, which an error read from the server has none
+// of: fetch's TypeError ("fetch failed", "terminated"), an error with a
+// socket code (SOCKET_CODES), or connect-web's stream that ended without
+// its end-of-stream message (thrown as that string). A TypeError of any
+// other text (an invalid header) is not the network.
+function connectionLost(e: ConnectError): boolean {
+  if (e.cause === "missing EndStreamResponse") return true;
+  const seen = new Set<unknown>();
+  for (let c: unknown = e.cause; c instanceof Error && !seen.has(c); c = (c as { cause?: unknown }).cause) {
+    seen.add(c);
+    if (c instanceof TypeError && (c.message === "fetch failed" || c.message === "terminated")) return true;
+    const code = (c as { code?: unknown }).code;
+    if (typeof code === "string" && SOCKET_CODES.has(code)) return true;
+  }
+  return false;
+}
+
+// streamReset reports whether e is connect-node's own error of an HTTP/2
+// stream reset with a code that means the stream broke, not the call's
+// answer (connect-node's node-error.js writes this message).
+function streamReset(e: ConnectError): boolean {
+  return (
+    e.code === Code.Internal &&
+    /^http\/2 stream closed with error code (INTERNAL_ERROR|PROTOCOL_ERROR|FLOW_CONTROL_ERROR|CONNECT_ERROR) /.test(
+      e.rawMessage,
+    )
+  );
 }

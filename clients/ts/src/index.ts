@@ -18,7 +18,7 @@ import {
   type ToolCallDecision,
 } from "./gen/fanout/v1/orchestrator_pb.js";
 import { RunSpecSchema, RunState, type Run, type RunEvent, type RunSpec } from "./gen/fanout/v1/run_pb.js";
-import { FanoutError, fromConnectError, newFanoutError } from "./errors.js";
+import { FanoutError, fromConnectError, isDroppedConnection, newFanoutError } from "./errors.js";
 
 export * from "./errors.js";
 export { RunState, TaskStatus, RunSpecSchema } from "./gen/fanout/v1/run_pb.js";
@@ -43,8 +43,18 @@ export interface FanoutClientOptions {
   apiKey?: string;
   /** Sent as fanout-tenant-id: the tenant of a server with --auth none (fanout dev). */
   tenant?: string;
-  /** A transport of your own (createNodeTransport of @fanout/client/node for a CA or gRPC). */
+  /**
+   * A transport of your own (createNodeTransport of @fanout/client/node for
+   * a CA or gRPC). Its URL is not checked: it is yours to send a key over
+   * https:// (or to loopback) only.
+   */
   transport?: Transport;
+  /**
+   * Send the key over http:// to a host that is not loopback. Only for a
+   * proxy on that host that ends TLS; without it such a baseUrl is refused
+   * when there is a key, which would otherwise cross the network in plaintext.
+   */
+  insecure?: boolean;
   /** Default deadline of each unary call, in ms (none by default). Streams have none. */
   timeoutMs?: number;
 }
@@ -152,10 +162,16 @@ const WATCH_MAX_MS = 5_000;
  */
 export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
   if (!opts.transport && !opts.baseUrl) throw new TypeError("createFanoutClient: baseUrl or transport is required");
-  const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl! });
-  const raw = createClient(OrchestratorService, transport);
   // The key stays in this closure: not a property a log of the client prints.
   const apiKey = opts.apiKey ?? envApiKey();
+  if (apiKey && !opts.transport && !opts.insecure && plaintextRemote(opts.baseUrl!)) {
+    throw new TypeError(
+      `createFanoutClient: baseUrl ${opts.baseUrl} is http:// to a host that is not loopback, where the API key ` +
+        "would cross the network in plaintext: use https://, or insecure: true for a proxy on that host that ends TLS",
+    );
+  }
+  const transport = opts.transport ?? createConnectTransport({ baseUrl: opts.baseUrl! });
+  const raw = createClient(OrchestratorService, transport);
   const secrets = apiKey ? [apiKey] : [];
   const headers: Record<string, string> = {};
   if (apiKey) headers["authorization"] = `Bearer ${apiKey}`;
@@ -174,7 +190,11 @@ export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
       } catch (err) {
         const e = fromConnectError(err, secrets);
         if (e.code !== "UNAVAILABLE" || attempt >= RETRY_ATTEMPTS || o.signal?.aborted) throw e;
-        await sleep(backoff(attempt), o.signal);
+        // A wait that would end past the deadline ends the call with its
+        // cause, not with a DEADLINE_EXCEEDED that hides it.
+        const wait = backoff(attempt);
+        if (deadline !== undefined && Date.now() + wait >= deadline) throw e;
+        await sleep(wait, o.signal);
       }
     }
   }
@@ -195,6 +215,11 @@ export function createFanoutClient(opts: FanoutClientOptions): FanoutClient {
           const ev = res.event;
           // The server sends no duplicate; this guards a resumed stream anyway.
           if (!ev || ev.sequence <= after) continue;
+          // Sequences are consecutive: a jump means events were lost, which
+          // the caller must hear of rather than read on past.
+          if (ev.sequence !== after + 1n) {
+            throw newFanoutError("DATA_LOSS", `run ${runId}: event sequence ${ev.sequence} after ${after}: a gap in the stream`);
+          }
           after = ev.sequence;
           failures = 0;
           yield ev;
@@ -279,6 +304,22 @@ function envApiKey(): string | undefined {
   return p?.env?.["FANOUT_API_KEY"] || undefined;
 }
 
+// plaintextRemote reports whether baseUrl is http:// to a host other than
+// loopback (127.0.0.0/8, ::1, localhost). A relative baseUrl (a browser's
+// "/api") is read against the page's address.
+function plaintextRemote(baseUrl: string): boolean {
+  const page = (globalThis as { location?: { href?: string } }).location?.href;
+  let u: URL;
+  try {
+    u = new URL(baseUrl, page);
+  } catch {
+    return false; // not a URL: the transport's own error says so, without the key
+  }
+  if (u.protocol !== "http:") return false;
+  const host = u.hostname.toLowerCase();
+  return !(host === "localhost" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host));
+}
+
 // toRunSpec makes a RunSpec message of any RunSpecInput: a message is
 // copied, a value with only JSON in it is read as protojson (the shape of
 // examples/research.json), anything else (bigints, messages) as an init.
@@ -318,16 +359,18 @@ function runState(s: RunState | string | undefined): RunState {
   return v;
 }
 
-// resumable reports whether watching again may help: the network dropped
-// (UNAVAILABLE), the server broke off (INTERNAL, UNKNOWN, ABORTED), or the
-// reader fell behind (RESOURCE_EXHAUSTED WATCH_READER_BEHIND).
+// resumable reports whether watching again may help: the server could not
+// be reached or the connection dropped (UNAVAILABLE), an HTTP/2 stream was
+// reset under the watch (INTERNAL, isDroppedConnection), or the reader fell
+// behind (RESOURCE_EXHAUSTED WATCH_READER_BEHIND). The server's own
+// INTERNAL or UNKNOWN is not resumed: it would fail the same way again.
 function resumable(e: FanoutError): boolean {
   switch (e.code) {
     case "UNAVAILABLE":
+      return true;
     case "INTERNAL":
     case "UNKNOWN":
-    case "ABORTED":
-      return true;
+      return isDroppedConnection(e);
     case "RESOURCE_EXHAUSTED":
       return e.reason?.reason === "WATCH_READER_BEHIND";
     default:

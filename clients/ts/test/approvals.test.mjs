@@ -36,6 +36,7 @@ test("a watch cut mid-stream resumes after the last sequence: no event lost or r
   );
   assert.ok(cut >= 1, `POST /cut cut ${cut} connections (the watch's at least)`);
   assert.ok(resumes.length >= 1, "the cut watch was opened again");
+  assert.equal(resumes[0].error.code, "UNAVAILABLE", `the cut is the network, not the server: ${resumes[0].error.message}`);
   assert.ok(resumes[0].after >= firstApproval, `resumed after ${resumes[0].after}, at or past ${firstApproval}`);
   assert.equal(approved, 3, "three writes asked for approval");
   const last = seen.at(-1);
