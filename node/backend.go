@@ -8,7 +8,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,6 +111,12 @@ type BackendConfig struct {
 	// reads holds PostgreSQL's notification queue. An orchestrator cannot
 	// be opened on such a backend.
 	WorkersOnly bool
+	// RequireDurability refuses to open the backend on a database whose
+	// settings can lose a commit it acknowledged, on a crash or a failover
+	// (store.Durability.Problems; docs/operations.md#ha-postgresql). When
+	// false each problem is logged as an error and the backend opens.
+	// cmd/fanout sets it unless --allow-unsafe-durability.
+	RequireDurability bool
 	// Logger receives the backend's and its nodes' logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -185,6 +193,10 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkDurability(ctx, st.LedgerPool(), cfg.RequireDurability, cfg.Logger); err != nil {
+		st.Close()
+		return nil, err
+	}
 	if owner, err := store.OwnsSchema(ctx, st.LedgerPool()); err != nil {
 		cfg.Logger.Warn("cannot tell whether this node connects as the schema's owner", "err", err)
 	} else if owner {
@@ -257,4 +269,28 @@ func (b *Backend) Close() {
 	b.cancel()
 	b.wg.Wait()
 	b.stores.Close()
+}
+
+// checkDurability reads the database's durability settings on the node's
+// login, logs them, and refuses (required) or logs as an error each way
+// they can lose an acknowledged commit.
+func checkDurability(ctx context.Context, pool *store.Pool, required bool, log *slog.Logger) error {
+	d, err := store.ReadDurability(ctx, pool)
+	if err != nil {
+		return err
+	}
+	problems := d.Problems()
+	if len(problems) == 0 {
+		log.Info("database durability", "settings", d.Summary())
+		return nil
+	}
+	if required {
+		return fmt.Errorf("the database can lose a grant it acknowledged (%s):\n  - %s\n"+
+			"fix the settings (docs/operations.md#ha-postgresql), or pass --allow-unsafe-durability "+
+			"(FANOUT_ALLOW_UNSAFE_DURABILITY=1) to run anyway on a throwaway database",
+			d.Summary(), strings.Join(problems, "\n  - "))
+	}
+	log.Error("UNSAFE DATABASE DURABILITY: a grant the ledger acknowledged can be lost (running anyway: --allow-unsafe-durability)",
+		"problems", problems, "settings", d.Summary())
+	return nil
 }

@@ -37,12 +37,31 @@ import (
 // tests: that is how the tests start real `fanout worker` processes.
 const envE2EArgs = "FANOUT_E2E_ARGS"
 
+// envUnsafeDurability is --allow-unsafe-durability's variable.
+const envUnsafeDurability = "FANOUT_ALLOW_UNSAFE_DURABILITY"
+
+// testGetenv is the environment of a server run in this process: only
+// envUnsafeDurability (TestMain sets it) of this process's own.
+func testGetenv(k string) string {
+	if k == envUnsafeDurability {
+		return os.Getenv(k)
+	}
+	return ""
+}
+
 func TestMain(m *testing.M) {
 	if raw := os.Getenv(envE2EArgs); raw != "" {
 		os.Exit(childMain(raw))
 	}
 	if os.Getenv(envMCPShim) != "" {
 		os.Exit(mcpShimMain())
+	}
+	// The test clusters run with fsync, synchronous_commit and
+	// full_page_writes off (pglocal.Config.Fast): every node started here,
+	// in this process or a child, accepts that, unless a test's own
+	// environment for a child says otherwise (the failover tier's does).
+	if os.Getenv(envUnsafeDurability) == "" {
+		_ = os.Setenv(envUnsafeDurability, "1")
 	}
 	storetest.MigrateFunc = store.Migrate
 	storetest.Main(m)
@@ -312,7 +331,7 @@ func startOrchestratorMain(t testing.TB, databaseURL string, workers []*workerPr
 	}()
 	var stdout bytes.Buffer
 	go func() {
-		code := Main(ctx, args, &stdout, pw, func(string) string { return "" })
+		code := Main(ctx, args, &stdout, pw, testGetenv)
 		_ = pw.Close()
 		<-scanned
 		o.done <- code

@@ -59,6 +59,7 @@ var commands = map[string]command{
 	"ledger":       {"audit one run's spend through the auditor views (SQL)", cmdLedger},
 	"audit":        {"make a database role the auditor of one tenant (audit grant|revoke)", cmdAudit},
 	"trace":        {"draw a run's timeline: subagents, iterations, tools, the moment the budget ran out", cmdTrace},
+	"doctor":       {"check a database for fanout: durability settings, standbys, this login's roles; a verdict", cmdDoctor},
 }
 
 const mainUsage = `fanout fans one request out to many LLM subagents under one exact token budget.

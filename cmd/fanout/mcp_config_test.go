@@ -150,7 +150,7 @@ func orchestratorExit(t *testing.T, databaseURL, cfg string) string {
 	args := orchestratorArgs(t, databaseURL, []*workerProc{{addr: "127.0.0.1:1"}}, "--mcp-config", cfg)
 	var stdout, stderr lockedBuffer
 	done := make(chan int, 1)
-	go func() { done <- Main(ctx, args, &stdout, &stderr, func(string) string { return "" }) }()
+	go func() { done <- Main(ctx, args, &stdout, &stderr, testGetenv) }()
 	select {
 	case code := <-done:
 		if code == 0 {

@@ -83,6 +83,11 @@ func run() error {
 		return err
 	}
 	defer func() { _ = srv.Stop(context.WithoutCancel(ctx)) }()
+	// Fast is fsync off: the servers started below inherit the variable
+	// that lets them run on it (--allow-unsafe-durability).
+	if err := os.Setenv("FANOUT_ALLOW_UNSAFE_DURABILITY", "1"); err != nil {
+		return err
+	}
 	if err := store.CreateDatabase(ctx, srv.URL("postgres"), "fanout"); err != nil {
 		return err
 	}
