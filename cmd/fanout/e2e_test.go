@@ -123,18 +123,26 @@ type exhaustion struct {
 
 func (c *cluster) exhaustion(t *testing.T, runID string) exhaustion {
 	t.Helper()
-	ctx := context.Background()
-	var ex exhaustion
-	if err := c.pool.QueryRow(ctx, `SELECT entry_id, created_at FROM ledger_entry
-		WHERE run_id = $1 AND kind = 'exhaust'`, runID).Scan(&ex.entryID, &ex.began); err != nil {
-		t.Fatalf("the run's exhaust entry: %v", err)
-	}
+	ex := exhaustionEntries(t, c.pool, runID)
 	heard, ok := c.notices.at("exhausted "+runID, 10*time.Second)
 	if !ok {
 		t.Fatalf("never heard the exhaustion NOTIFY of run %s", runID)
 	}
 	ex.heard = heard
-	rows, err := c.pool.Query(ctx, `SELECT reservation_id, kind, entry_id FROM ledger_entry
+	return ex
+}
+
+// exhaustionEntries is the run's exhaustion as its ledger entries say it
+// (exhaustion.heard unset).
+func exhaustionEntries(t *testing.T, pool *store.Pool, runID string) exhaustion {
+	t.Helper()
+	ctx := context.Background()
+	var ex exhaustion
+	if err := pool.QueryRow(ctx, `SELECT entry_id, created_at FROM ledger_entry
+		WHERE run_id = $1 AND kind = 'exhaust'`, runID).Scan(&ex.entryID, &ex.began); err != nil {
+		t.Fatalf("the run's exhaust entry: %v", err)
+	}
+	rows, err := pool.Query(ctx, `SELECT reservation_id, kind, entry_id FROM ledger_entry
 		WHERE run_id = $1 AND kind IN ('reserve', 'settle', 'void', 'expire')`, runID)
 	if err != nil {
 		t.Fatal(err)

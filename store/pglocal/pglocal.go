@@ -56,6 +56,12 @@ type Config struct {
 	// full_page_writes) for throwaway test clusters. A crash may corrupt
 	// the cluster.
 	Fast bool
+
+	// Conf is more postgresql.conf lines, written after the others on
+	// every start (e.g. synchronous_standby_names for a primary,
+	// cluster_name for a standby: its walreceiver's application_name).
+	// A standby made by StartStandby does not inherit its primary's.
+	Conf string
 }
 
 // Server is a running cluster started by Start.
@@ -64,6 +70,7 @@ type Server struct {
 	binDir  string
 	port    int
 	cred    *syscall.Credential // nil unless running as root
+	killed  bool                // Kill ran: Stop has nothing to stop
 
 	log      io.Writer     // server log destination
 	closeLog func() error  // closes log if Start opened it
@@ -112,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 				break
 			}
 		}
-		err = s.start(ctx, cfg.Fast)
+		err = s.start(ctx, cfg.Fast, cfg.Conf)
 		if err == nil || cfg.Port != 0 || attempt == 3 || !strings.Contains(err.Error(), "already in use") {
 			break
 		}
@@ -141,6 +148,9 @@ func (s *Server) Port() int { return s.port }
 // Stop stops s with a fast shutdown (open sessions are disconnected) and
 // waits for it to exit.
 func (s *Server) Stop(ctx context.Context) error {
+	if s.killed {
+		return s.closeLog()
+	}
 	out, err := s.command(ctx, "pg_ctl", "stop", "-D", s.dataDir, "-m", "fast", "-w", "-s").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("stop postgres in %s: %w: %s", s.dataDir, err, out)
@@ -371,7 +381,7 @@ func (s *Server) openLog(w io.Writer) error {
 }
 
 // start writes fanout.conf and starts the server with pg_ctl.
-func (s *Server) start(ctx context.Context, fast bool) error {
+func (s *Server) start(ctx context.Context, fast bool, extra string) error {
 	sockDir := filepath.Join(s.dataDir, "socket")
 	if err := os.Mkdir(sockDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("start postgres in %s: %w", s.dataDir, err)
@@ -388,6 +398,7 @@ max_connections = 300
 	if fast {
 		conf += "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n"
 	}
+	conf += extra + "\n"
 	confPath := filepath.Join(s.dataDir, "fanout.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("start postgres in %s: %w", s.dataDir, err)
