@@ -500,7 +500,15 @@ func TestDatabaseLatencyAndLoss(t *testing.T) {
 			t.Errorf("run %s ended %s (%q), want SUCCEEDED", key, fin.GetState(), fin.GetCancelCause())
 		}
 		statuses, writes := f.checkRunEnd(t, s, evs[0].GetRunId(), evs)
-		t.Logf("run %s: %v; outcomes %v, %d writes sent", key, took.Round(time.Millisecond), statuses, writes)
+		var first, mean, last time.Duration
+		if err := f.pool.QueryRow(context.Background(), `SELECT min(t.started_at) - min(r.created_at),
+			avg(t.finished_at - t.started_at), max(t.finished_at) - min(r.created_at)
+			FROM task t JOIN run r USING (run_id) WHERE run_id = $1`, evs[0].GetRunId()).Scan(&first, &mean, &last); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run %s: %v; first task started %v after the run was created, a task took %v on average, the last ended at %v; "+
+			"outcomes %v, %d writes sent", key, took.Round(time.Millisecond), first.Round(time.Millisecond),
+			mean.Round(time.Millisecond), last.Round(time.Millisecond), statuses, writes)
 		return took
 	}
 	base := run("latency-base", 30*time.Second)
@@ -508,7 +516,7 @@ func TestDatabaseLatencyAndLoss(t *testing.T) {
 		p.setLatency(dbLatency)
 		p.drop() // every connection from now on, not only new ones, at the new latency
 	}
-	slow := run("latency-slow", 60*time.Second)
+	slow := run("latency-slow", 75*time.Second)
 	t.Logf("the same %d-task run took %v with Postgres at once and %v at %v one way with %.0f%% of chunks held back %v-%v more",
 		tasks, base.Round(time.Millisecond), slow.Round(time.Millisecond), dbLatency.delay, dbLatency.loss*100,
 		dbLatency.minRTO, dbLatency.maxRTO)
