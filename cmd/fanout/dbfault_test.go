@@ -37,7 +37,7 @@ const (
 	faultSweep       = 200 * time.Millisecond // --sweep-interval (e2eSweep)
 	// faultSlack is what a loaded machine may add to a bound: statements
 	// queued behind others, a process descheduled.
-	faultSlack = 5 * time.Second
+	faultSlack = 3 * time.Second
 )
 
 // faultOrchFlags are every fault-test orchestrator's flags.
