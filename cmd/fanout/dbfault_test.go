@@ -265,6 +265,7 @@ func testOrchestratorCutOff(t *testing.T, mode proxyMode) {
 	if fin := evs[len(evs)-1].GetRunFinished(); fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
 		t.Errorf("run ended %s (%q), want SUCCEEDED: o2 resumes every task", fin.GetState(), fin.GetCancelCause())
 	}
+	checkAllSucceeded(t, evs[len(evs)-1].GetRunFinished())
 	t.Logf("cut (%s) with %d tasks running: resumed on o2 (RunAdopted) %s after (bound orphan-after + heartbeat-interval "+
 		"+ lease-ttl + sweep-interval = %v), first task restarted %s after, run ended %s after; outcomes %v, %d writes sent",
 		map[proxyMode]string{reset: "reset", blackHoled: "black-holed"}[mode], tasks, since(cut, adopted), resumeBound,
@@ -282,6 +283,17 @@ func testOrchestratorCutOff(t *testing.T, mode proxyMode) {
 	})
 	if after := eventCount(t, f.pool, runID); after != before {
 		t.Errorf("the run has %d events after o1 came back, %d when it ended", after, before)
+	}
+}
+
+// checkAllSucceeded checks that every task of the run succeeded: a run
+// whose tasks all failed still ends SUCCEEDED (it completed).
+func checkAllSucceeded(t *testing.T, fin *fanoutv1.RunFinished) {
+	t.Helper()
+	for _, o := range fin.GetResult().GetTasks() {
+		if o.GetStatus() != fanoutv1.TaskStatus_TASK_STATUS_SUCCEEDED {
+			t.Errorf("task %s ended %s (%s), want SUCCEEDED", o.GetTaskId(), o.GetStatus(), o.GetSummary().GetError())
+		}
 	}
 }
 
@@ -500,6 +512,7 @@ func TestDatabaseLatencyAndLoss(t *testing.T) {
 			t.Errorf("run %s ended %s (%q), want SUCCEEDED", key, fin.GetState(), fin.GetCancelCause())
 		}
 		statuses, writes := f.checkRunEnd(t, s, evs[0].GetRunId(), evs)
+		checkAllSucceeded(t, fin)
 		var first, mean, last time.Duration
 		if err := f.pool.QueryRow(context.Background(), `SELECT min(t.started_at) - min(r.created_at),
 			avg(t.finished_at - t.started_at), max(t.finished_at) - min(r.created_at)
