@@ -3,23 +3,40 @@ package main
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 )
 
 // tcpProxy forwards loopback connections to a target address until it is
 // cut, so that a test can partition one process from Postgres while the
-// others still reach it.
+// others still reach it. It can also delay what it forwards (setLatency),
+// as a slow or lossy network does, and heal a cut.
 type tcpProxy struct {
-	lis    net.Listener
+	addr   string // its listening address, kept across a heal
 	target string
 
-	mu    sync.Mutex
-	mode  proxyMode
-	conns map[net.Conn]struct{} // every open connection, both sides
-	wg    sync.WaitGroup        // the accept loop and every copier
+	mu        sync.Mutex
+	lis       net.Listener // the current listener
+	lisClosed bool         // by cut(reset), until a heal
+	mode      proxyMode
+	conns     map[net.Conn]struct{} // every open connection, both sides
+	lat       latency
+	wg        sync.WaitGroup // the accept loop and every copier
+}
+
+// latency is what a tcpProxy adds to each chunk it forwards.
+type latency struct {
+	delay time.Duration // one way, every chunk
+	// loss is the probability that a chunk is "lost": a userspace proxy
+	// cannot drop a segment (TCP would retransmit it), so a loss is what
+	// TCP makes of one, the chunk and every byte after it held back a
+	// retransmission timeout more, drawn from [minRTO, maxRTO).
+	loss           float64
+	minRTO, maxRTO time.Duration
 }
 
 // proxyMode is what a tcpProxy does with the bytes it gets.
@@ -44,9 +61,9 @@ func startProxy(t testing.TB, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}}
+	p := &tcpProxy{lis: lis, addr: lis.Addr().String(), target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(lis)
 	t.Cleanup(p.close)
 	return p
 }
@@ -68,14 +85,14 @@ func proxiedURL(t testing.TB, databaseURL string) (string, *tcpProxy) {
 		target = net.JoinHostPort(u.Hostname(), "5432")
 	}
 	p := startProxy(t, target)
-	u.Host = p.lis.Addr().String()
+	u.Host = p.addr
 	return u.String(), p
 }
 
-func (p *tcpProxy) accept() {
+func (p *tcpProxy) accept(lis net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.lis.Accept()
+		c, err := lis.Accept()
 		if err != nil {
 			return // closed: by cut(reset) or close
 		}
@@ -100,7 +117,8 @@ func (p *tcpProxy) accept() {
 }
 
 // hold tracks src and copies what it sends to dst (nil: nowhere) until src
-// is closed, forwarding only while the proxy forwards.
+// is closed, forwarding only while the proxy forwards, each chunk after the
+// proxy's latency at the time it was read.
 func (p *tcpProxy) hold(src, dst net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -109,25 +127,86 @@ func (p *tcpProxy) hold(src, dst net.Conn) {
 		return
 	}
 	p.conns[src] = struct{}{}
-	p.wg.Add(1)
+	// A delay line: the reader stamps each chunk with when it may go, the
+	// writer sends them in order at those times, so that latency delays
+	// the stream without slowing its throughput to one chunk per delay.
+	line := make(chan chunk, 256)
+	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
-		buf := make([]byte, 32<<10)
+		defer close(line)
+		var last time.Time // a chunk never goes before the one ahead of it: TCP keeps order
 		for {
+			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
-			if n > 0 && dst != nil && p.forwarding() {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
+			if n > 0 {
+				due := time.Now().Add(p.delayOfChunk())
+				if due.Before(last) {
+					due = last
 				}
+				last = due
+				line <- chunk{b: buf[:n], due: due}
 			}
 			if err != nil {
-				if tc, ok := dst.(*net.TCPConn); ok && errors.Is(err, io.EOF) && p.forwarding() {
-					_ = tc.CloseWrite() // pass the half-close on
+				if errors.Is(err, io.EOF) {
+					line <- chunk{eof: true, due: last}
 				}
 				return
 			}
 		}
 	}()
+	go func() {
+		defer p.wg.Done()
+		broken := false
+		for c := range line {
+			if broken || dst == nil {
+				continue // drain, so that the reader never blocks
+			}
+			if d := time.Until(c.due); d > 0 {
+				time.Sleep(d) // the simulated latency itself, not synchronization
+			}
+			if !p.forwarding() {
+				continue
+			}
+			if c.eof {
+				if tc, ok := dst.(*net.TCPConn); ok {
+					_ = tc.CloseWrite() // pass the half-close on
+				}
+				continue
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				broken = true
+				_ = src.Close() // the reader stops; the other direction sees it
+			}
+		}
+	}()
+}
+
+// chunk is one read of a delay line: its bytes (or the sender's EOF) and
+// when it may be sent.
+type chunk struct {
+	b   []byte
+	eof bool
+	due time.Time
+}
+
+// delayOfChunk is how long the chunk read now waits before it is sent.
+func (p *tcpProxy) delayOfChunk() time.Duration {
+	p.mu.Lock()
+	l := p.lat
+	p.mu.Unlock()
+	d := l.delay
+	if l.loss > 0 && rand.Float64() < l.loss {
+		d += l.minRTO + rand.N(max(l.maxRTO-l.minRTO, 1))
+	}
+	return d
+}
+
+// setLatency makes every chunk read from now on wait l before it is sent.
+func (p *tcpProxy) setLatency(l latency) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lat = l
 }
 
 func (p *tcpProxy) forwarding() bool {
@@ -154,11 +233,38 @@ func (p *tcpProxy) cut(mode proxyMode) {
 	if mode != reset {
 		return
 	}
-	_ = p.lis.Close() // a connect now gets ECONNREFUSED
+	if !p.lisClosed {
+		_ = p.lis.Close() // a connect now gets ECONNREFUSED
+		p.lisClosed = true
+	}
 	for c := range p.conns {
 		resetConn(c)
 	}
 	clear(p.conns)
+}
+
+// heal ends a cut: every connection open through it is reset (a black-holed
+// one lost bytes, as a TCP connection that timed out in the partition), and
+// the proxy forwards and accepts again, on the same address.
+func (p *tcpProxy) heal(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		resetConn(c)
+	}
+	clear(p.conns)
+	p.mode = forwarding
+	if !p.lisClosed {
+		return
+	}
+	lis, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("heal the proxy: listen on %s again: %v", p.addr, err)
+	}
+	p.lis, p.lisClosed = lis, false
+	p.wg.Add(1)
+	go p.accept(lis)
 }
 
 // drop resets every open connection and goes on forwarding new ones — a
