@@ -22,7 +22,7 @@ CONSOLE_DIR := console/web
 PY_ENV := .tmp/py/bin/python
 TS_CLIENT_DIR := clients/ts
 
-.PHONY: python-env ts-client-deps console-screenshot help demo test test/race mutants mutants-index lint generate verify bench bench-compare scale bench-sched budget-compare tidy build clean image chart-test k8s-e2e console
+.PHONY: failover python-env ts-client-deps console-screenshot help demo test test/race mutants mutants-index lint generate verify bench bench-compare scale bench-sched budget-compare tidy build clean image chart-test k8s-e2e console
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z/_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-11s\033[0m %s\n", $$1, $$2}'
@@ -55,6 +55,15 @@ image: ## Build the container image with podman, reproducibly (deploy/image/Cont
 k8s-e2e: image ## The chart on a real cluster: API server + kwok nodes (tier 2), a real node with containerd running the image (tier 3); builds the Kubernetes binaries once per machine (.ci/k8s/build.sh); root
 	bin=$$(.ci/k8s/build.sh) && cd deploy && $(GO) vet -tags cluster . && \
 		FANOUT_K8S_BIN=$$bin $(GO) test -tags cluster -count=1 -timeout 30m -v -run 'TestCluster' .
+
+failover: ## The failover tier: a primary and a sync (then async) standby, kill -9 of the primary under load; nodes cut off from PostgreSQL, 200 ms latency and loss (docs/operations.md#ha-postgresql); the whole log in .tmp/failover.log
+	@scripts/ensure-postgres.sh
+	@scripts/ensure-mcp-servers.sh
+	@mkdir -p .tmp
+	@rc=0; $(GO) test -race -tags failover -count=1 -timeout 10m -v \
+		-run 'TestFailover|TestOrchestratorCutOffFromPostgres|TestFleetCutOffLongerThanALease|TestDatabaseLatencyAndLoss' \
+		./cmd/fanout > .tmp/failover.log 2>&1 || rc=$$?; \
+		grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok)|_test\.go:[0-9]+: [^{ ]' .tmp/failover.log | grep -v '_test.go:[0-9]*: .*log (tail)'; exit $$rc
 
 test/race: ## Run the suite 3 times with the race detector, to shake out flakes
 	@scripts/ensure-postgres.sh

@@ -69,7 +69,7 @@ func StartStandby(ctx context.Context, primary *Server, cfg Config) (*Server, er
 // Promote makes a standby the primary (pg_ctl promote) and waits until it
 // takes writes.
 func (s *Server) Promote(ctx context.Context) error {
-	out, err := s.command(ctx, "pg_ctl", "promote", "-D", s.dataDir, "-w", "-s").CombinedOutput()
+	out, err := s.command(ctx, "pg_ctl", "promote", "-D", s.dataDir, "-w", "-t", "30", "-s").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("promote postgres in %s: %w: %s", s.dataDir, err, tail(out))
 	}
