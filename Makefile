@@ -61,7 +61,7 @@ failover: ## The failover tier: a primary and a sync (then async) standby, kill 
 	@scripts/ensure-mcp-servers.sh
 	@mkdir -p .tmp
 	@rc=0; $(GO) test -race -tags failover -count=1 -timeout 10m -v \
-		-run 'TestFailover|TestOrchestratorCutOffFromPostgres|TestFleetCutOffLongerThanALease|TestDatabaseLatencyAndLoss' \
+		-run 'TestFailover|TestSlowWALFlush|TestOrchestratorCutOffFromPostgres|TestFleetCutOffLongerThanALease|TestDatabaseLatencyAndLoss' \
 		./cmd/fanout > .tmp/failover.log 2>&1 || rc=$$?; \
 		grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok)|_test\.go:[0-9]+: [^{ ]' .tmp/failover.log | grep -v '_test.go:[0-9]*: .*log (tail)'; exit $$rc
 
