@@ -24,6 +24,10 @@ import (
 var (
 	// ErrNotFound: no such run or task (or not the caller's tenant's).
 	ErrNotFound = errors.New("run not found")
+	// ErrWriteNotFound: the database has no record of a tool write by
+	// that key (never recorded, or lost by a failover to a standby that
+	// lacked it).
+	ErrWriteNotFound = errors.New("tool write not found")
 	// ErrNoTenant: a read on behalf of a caller named no tenant. Every such
 	// read is scoped to one; this is a bug in the calling code.
 	ErrNoTenant = errors.New("a tenant is required")

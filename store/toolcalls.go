@@ -27,9 +27,9 @@ var ErrWriteResolved = errors.New("tool write already resolved")
 // key must name one call.
 var ErrWriteConflict = errors.New("tool write key names another call")
 
-// ErrWriteNotFound is returned by ToolCalls.ResolveWrite for a key that was
-// never issued.
-var ErrWriteNotFound = errors.New("tool write not found")
+// ErrWriteNotFound is returned by ToolCalls.ResolveWrite and WriteStatus
+// for a key the database has no record of (runs.ErrWriteNotFound).
+var ErrWriteNotFound = runs.ErrWriteNotFound
 
 // MaxWriteTextBytes bounds a write's stored result and error text each;
 // longer ones are cut at a character boundary and marked.
@@ -209,10 +209,10 @@ func (t *ToolCalls) WriteStatus(ctx context.Context, key, secret string) (runs.W
 			Scan(&state, &errText, &expired)
 	})
 	switch {
+	case errors.Is(err, pgx.ErrNoRows), err == nil && state == nil: // tool_call_status returns no row for no such key
+		return runs.WriteStatus{}, fmt.Errorf("tool write %s: %w", key, ErrWriteNotFound)
 	case err != nil:
 		return runs.WriteStatus{}, fmt.Errorf("tool write %s: %w", key, err)
-	case state == nil:
-		return runs.WriteStatus{}, fmt.Errorf("tool write %s: %w", key, ErrWriteNotFound)
 	}
 	return runs.WriteStatus{State: runs.WriteState(*state), Error: deref(errText), Expired: expired}, nil
 }

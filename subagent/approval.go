@@ -81,6 +81,15 @@ func (r *taskAttempt) awaitApproval(ctx context.Context, tool Tool, w runs.Write
 		case <-t.C:
 		}
 		st, err := r.Writes.WriteStatus(ctx, w.Key, r.task.AttemptSecret)
+		if errors.Is(err, runs.ErrWriteNotFound) {
+			// Recorded awaiting approval, and now the database has no
+			// record of it: it lost the commit (a failover to a standby
+			// that lacked it). No decision can come; never send it.
+			outcome = "lost"
+			r.Logger.ErrorContext(ctx, "a write waiting for approval is gone from the database; not sent", "key", w.Key)
+			o.err = errors.New("not sent: the database no longer has its record (lost in a database failover?); the write was never approved")
+			return o, false
+		}
 		if err != nil {
 			retry("read the state of a write waiting for approval", err)
 			continue

@@ -142,6 +142,28 @@ func TestADenialIsTheCallsFailure(t *testing.T) {
 	}
 }
 
+// TestAWriteWhoseRecordIsGoneIsNotSent: a write waiting for approval
+// whose row the database no longer has (a failover to a standby that never
+// received it: docs/operations.md#what-a-lost-grant-does-asynchronous-replication)
+// is never sent, and the wait ends at once with the call's failure instead
+// of polling for a decision that can never come.
+func TestAWriteWhoseRecordIsGoneIsNotSent(t *testing.T) {
+	t.Parallel()
+	s := newApprovalSetup(t, time.Hour, chargeCall("c0", `{"amount":1}`))
+	wait := goRun(t, t.Context(), s.loop, s.task)
+	w := await(t, s.asked, "the approval request")
+	if _, err := s.b.pool.Exec(t.Context(), `DELETE FROM tool_call WHERE key = $1`, w.Key); err != nil {
+		t.Fatal(err)
+	}
+	sum := wait("the task")
+	if sum.Status != subagent.StatusSucceeded || len(s.keysSent()) != 0 {
+		t.Fatalf("status %s, sent %q; want succeeded, nothing sent", sum.Status, s.keysSent())
+	}
+	if rs := s.model.results(t); len(rs) != 1 || !rs[0].IsError || !strings.Contains(rs[0].Content, "no longer has its record") {
+		t.Errorf("the model was shown %+v; want the write's record gone, not sent", rs)
+	}
+}
+
 // TestAnApprovalNobodyGivesExpires: past its timeout a write is denied as
 // expired, by the database's clock, and the model is told.
 func TestAnApprovalNobodyGivesExpires(t *testing.T) {
