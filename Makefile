@@ -80,7 +80,8 @@ mutants-index: ## Regenerate docs/mutants-index.md from the mutants' headers
 lint: $(GOLANGCI_LINT) ## gofmt, go vet, golangci-lint (.golangci.yaml) and buf lint (pinned tools installed into .tmp/bin)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) vet $(PKGS)
-	$(GOLANGCI_LINT) run $(PKGS)
+	$(GO) vet -tags failover ./cmd/fanout
+	$(GOLANGCI_LINT) run --build-tags failover $(PKGS)
 	@echo "go run ./scripts/mutate check . mutants/*.mutant mutants/*.patch"
 	@$(GO) run ./scripts/mutate check . $(wildcard mutants/*.mutant mutants/*.patch)
 	scripts/generate.sh lint

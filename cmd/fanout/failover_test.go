@@ -276,7 +276,7 @@ func testFailover(t *testing.T, synchronous bool) {
 			if err != nil {
 				return false, err.Error()
 			}
-			defer conn.Close(rctx)
+			defer func() { _ = conn.Close(rctx) }()
 			var in bool
 			if err := conn.QueryRow(rctx, `SELECT pg_is_in_recovery()`).Scan(&in); err != nil {
 				return false, err.Error()
