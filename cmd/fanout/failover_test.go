@@ -117,13 +117,8 @@ func startPair(t *testing.T, synchronous bool) (*pgPair, string) {
 	if err := store.Migrate(ctx, p.primary.URL("fanout")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN PASSWORD '%[1]s' IN ROLE fanout_app;
-		CREATE ROLE %[2]s LOGIN PASSWORD '%[2]s' IN ROLE fanout_worker;
-		CREATE ROLE %[3]s LOGIN PASSWORD '%[3]s' IN ROLE fanout_admin`,
-		storetest.NodeRole, storetest.WorkerRole, storetest.AdminRole)); err != nil {
-		t.Fatal(err)
-	}
 	admin.Close()
+	makeTestLogins(t, p.primary.URL("postgres"))
 	return p, fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/fanout?sslmode=disable&target_session_attrs=read-write",
 		p.primary.Port(), p.standby.Port())
 }

@@ -192,15 +192,23 @@ func startOwnCluster(t *testing.T) (*pglocal.Server, string) {
 	if err := store.Migrate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	conn := openPool(t, admin)
+	makeTestLogins(t, admin)
+	return srv, url
+}
+
+// makeTestLogins creates, on the server of adminURL (a superuser's), the
+// login roles storetest.NodeURL, WorkerURL and AdminURL name, with the
+// passwords they use.
+func makeTestLogins(t testing.TB, adminURL string) {
+	t.Helper()
+	conn := openPool(t, adminURL)
 	defer conn.Close()
-	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN PASSWORD '%[1]s' IN ROLE fanout_app;
+	if _, err := conn.Exec(context.Background(), fmt.Sprintf(`CREATE ROLE %[1]s LOGIN PASSWORD '%[1]s' IN ROLE fanout_app;
 		CREATE ROLE %[2]s LOGIN PASSWORD '%[2]s' IN ROLE fanout_worker;
 		CREATE ROLE %[3]s LOGIN PASSWORD '%[3]s' IN ROLE fanout_admin`,
 		storetest.NodeRole, storetest.WorkerRole, storetest.AdminRole)); err != nil {
 		t.Fatal(err)
 	}
-	return srv, url
 }
 
 // tailLines is the last n lines of s.
