@@ -524,6 +524,17 @@ func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 	}
 	for {
 		polled, changed := e.followers.state(runID)
+		if polled.Final() && !head.Final() && polled.Sequence < head.Sequence {
+			// A run's log only grows, so an end behind the head this
+			// stream knows is a stale read — or a database that lost the
+			// events past it (a failover to a standby that lacked them,
+			// docs/operations.md#what-a-lost-grant-does-asynchronous-replication):
+			// the store says which. Believing the stream's own head would
+			// wait for events that will never come.
+			if now, err := e.store.Head(ctx, tenantID, runID); err == nil && now.Final() && now.Sequence < head.Sequence {
+				head = now
+			}
+		}
 		head = newer(head, polled)
 		evs, err := e.followers.events(ctx, runID, after, head.Sequence, watchPage, own)
 		if err != nil {

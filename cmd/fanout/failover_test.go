@@ -11,7 +11,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -41,9 +40,6 @@ const (
 	// end by themselves (they end in about 6 s after a synchronous failover).
 	failoverRunsEnd = 45 * time.Second
 )
-
-// debugStuck logs the processes' warnings about each stuck run.
-var debugStuck = os.Getenv("FANOUT_FAILOVER_DEBUG") != ""
 
 // closedTimer is a channel that is always ready.
 var closedTimer = func() <-chan time.Time { c := make(chan time.Time); close(c); return c }()
@@ -303,10 +299,12 @@ func testFailover(t *testing.T, synchronous bool) {
 	t.Logf("killed the primary; standby promoted %v later; the fleet took a new run %v after the kill",
 		promoted.Round(time.Millisecond), serving.Round(time.Millisecond))
 
-	// Every run ends: by itself after a synchronous failover; after an
-	// asynchronous one, a run whose last events or task states were lost
-	// may wait for what the new primary never heard of, and the runbook's
-	// remedy, `fanout cancel`, must end it.
+	// Every run ends by itself, even after an asynchronous failover: a
+	// write waiting for approval whose record was lost ends its wait, and
+	// a stream ahead of a database that lost events ends on the run's
+	// state. A run that does not is a failure, reported with what the
+	// database and the processes say of it, then cancelled (the runbook's
+	// remedy) so that the checks below still run.
 	ended := map[string]*fanoutv1.RunFinished{}
 	var stuck []string
 	deadline := time.After(failoverRunsEnd)
@@ -323,43 +321,9 @@ func testFailover(t *testing.T, synchronous bool) {
 			stuck = append(stuck, id)
 		}
 	}
-	if synchronous && len(stuck) > 0 {
-		t.Fatalf("%d runs did not end within %v of the kill: %v", len(stuck), failoverRunsEnd, stuck)
-	}
-	t.Logf("%d runs ended by themselves within %v of the kill, %d did not", len(ended), time.Since(killed).Round(time.Millisecond), len(stuck))
 	if len(stuck) > 0 {
-		pool := openPool(t, pair.standby.URL("fanout"))
-		for _, id := range stuck {
-			var state, tasks string
-			var events, lastSeq int64
-			if err := pool.QueryRow(context.Background(), `SELECT r.state,
-				(SELECT string_agg(s || ' ' || n, ', ') FROM (SELECT status AS s, count(*) AS n FROM task WHERE run_id = r.run_id GROUP BY status) x),
-				(SELECT count(*) FROM run_event WHERE run_id = r.run_id), (SELECT coalesce(max(sequence), 0) FROM run_event WHERE run_id = r.run_id)
-				FROM run r WHERE r.run_id = $1`, id).Scan(&state, &tasks, &events, &lastSeq); err != nil {
-				t.Logf("stuck run %s: %v", id, err)
-				continue
-			}
-			t.Logf("stuck run %s: %s in the database, tasks %s, %d events up to sequence %d", id, state, tasks, events, lastSeq)
-			if debugStuck && id == stuck[0] {
-				for _, p := range procs[len(procs)-2:] {
-					for _, line := range strings.Split(p.logs.all(), "\n") {
-						if !strings.Contains(line, `"level":"INFO"`) && !strings.Contains(line, retryLogLine) && !strings.Contains(line, "run_id") {
-							t.Logf("  %s: %.300s", p.name, line)
-						}
-					}
-				}
-			}
-			if debugStuck {
-				for _, p := range procs {
-					for _, line := range strings.Split(p.logs.all(), "\n") {
-						if strings.Contains(line, id) && !strings.Contains(line, `"level":"INFO"`) {
-							t.Logf("  %s: %s", p.name, line)
-						}
-					}
-				}
-			}
-		}
-		pool.Close()
+		t.Errorf("%d runs did not end within %v of the kill: %v", len(stuck), failoverRunsEnd, stuck)
+		reportStuck(t, pair.standby.URL("fanout"), stuck, procs)
 	}
 	for _, id := range stuck {
 		if _, err := orchs[1].client.CancelRun(t.Context(), &fanoutv1.CancelRunRequest{RunId: id, Reason: "stuck after an asynchronous failover"}); err != nil {
@@ -464,6 +428,39 @@ func testFailover(t *testing.T, synchronous bool) {
 		"spent at the provider, in no account; %d runs' accounts not closed", len(lost), detected, unnoticed, unclosed)
 	for _, l := range lost[:min(len(lost), 5)] {
 		t.Logf("  %s", l)
+	}
+}
+
+// reportStuck logs what the database says of each run that did not end,
+// and the warnings of the processes about it (the orchestrators' others
+// too, for the first).
+func reportStuck(t *testing.T, url string, stuck []string, procs []*workerProc) {
+	pool := openPool(t, url)
+	defer pool.Close()
+	for i, id := range stuck {
+		var state, tasks string
+		var events, lastSeq int64
+		if err := pool.QueryRow(context.Background(), `SELECT r.state,
+			(SELECT string_agg(s || ' ' || n, ', ') FROM (SELECT status AS s, count(*) AS n FROM task
+				WHERE run_id = r.run_id GROUP BY status) x),
+			(SELECT count(*) FROM run_event WHERE run_id = r.run_id),
+			(SELECT coalesce(max(sequence), 0) FROM run_event WHERE run_id = r.run_id)
+			FROM run r WHERE r.run_id = $1`, id).Scan(&state, &tasks, &events, &lastSeq); err != nil {
+			t.Logf("stuck run %s: %v", id, err)
+			continue
+		}
+		t.Logf("stuck run %s: %s in the database, tasks %s, %d events up to sequence %d", id, state, tasks, events, lastSeq)
+		for j, p := range procs {
+			orchestrator := j >= len(procs)-2
+			for _, line := range strings.Split(p.logs.all(), "\n") {
+				if strings.Contains(line, `"level":"INFO"`) || strings.Contains(line, retryLogLine) {
+					continue
+				}
+				if strings.Contains(line, id) || (i == 0 && orchestrator && !strings.Contains(line, "run_id")) {
+					t.Logf("  %s: %.400s", p.name, line)
+				}
+			}
+		}
 	}
 }
 
