@@ -321,6 +321,7 @@ func testFailover(t *testing.T, synchronous bool) {
 			stuck = append(stuck, id)
 		}
 	}
+	t.Logf("%d runs ended by themselves within %v of the kill, %d did not", len(ended), time.Since(killed).Round(time.Millisecond), len(stuck))
 	if len(stuck) > 0 {
 		t.Errorf("%d runs did not end within %v of the kill: %v", len(stuck), failoverRunsEnd, stuck)
 		reportStuck(t, pair.standby.URL("fanout"), stuck, procs)
