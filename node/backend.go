@@ -117,6 +117,10 @@ type BackendConfig struct {
 	// false each problem is logged as an error and the backend opens.
 	// cmd/fanout sets it unless --allow-unsafe-durability.
 	RequireDurability bool
+	// AsyncStandbys accepts asynchronous standbys (read replicas that are
+	// never promoted; --allow-async-standbys), and only them, among the
+	// durability problems.
+	AsyncStandbys bool
 	// Logger receives the backend's and its nodes' logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -193,7 +197,7 @@ func OpenBackend(ctx context.Context, cfg BackendConfig) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDurability(ctx, st.LedgerPool(), cfg.RequireDurability, cfg.Logger); err != nil {
+	if err := checkDurability(ctx, st.LedgerPool(), cfg.RequireDurability, cfg.AsyncStandbys, cfg.Logger); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -274,12 +278,12 @@ func (b *Backend) Close() {
 // checkDurability reads the database's durability settings on the node's
 // login, logs them, and refuses (required) or logs as an error each way
 // they can lose an acknowledged commit.
-func checkDurability(ctx context.Context, pool *store.Pool, required bool, log *slog.Logger) error {
+func checkDurability(ctx context.Context, pool *store.Pool, required, asyncStandbys bool, log *slog.Logger) error {
 	d, err := store.ReadDurability(ctx, pool)
 	if err != nil {
 		return err
 	}
-	problems := d.Problems()
+	problems := d.Problems(asyncStandbys)
 	if len(problems) == 0 {
 		log.Info("database durability", "settings", d.Summary())
 		return nil

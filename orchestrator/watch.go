@@ -522,9 +522,11 @@ func (e *Engine) Watch(ctx context.Context, tenantID, runID string, after int64,
 	own := func(after int64) ([]*fanoutv1.RunEvent, error) {
 		return e.store.Events(ctx, tenantID, runID, after, watchPage)
 	}
+	var behind runs.Head // the last polled end behind the head that the store was asked about
 	for {
 		polled, changed := e.followers.state(runID)
-		if polled.Final() && !head.Final() && polled.Sequence < head.Sequence {
+		if polled.Final() && !head.Final() && polled.Sequence < head.Sequence && polled != behind {
+			behind = polled
 			// A run's log only grows, so an end behind the head this
 			// stream knows is a stale read — or a database that lost the
 			// events past it (a failover to a standby that lacked them,

@@ -28,8 +28,10 @@ type Durability struct {
 	SynchronousStandbyNames string
 	// InRecovery: the session is on a standby (read-only).
 	InRecovery bool
-	// Standbys is how many standbys stream from this server now
-	// (pg_stat_replication's rows, which every role may count).
+	// Standbys is how many physical standbys stream from this server now:
+	// pg_stat_replication's rows (every role may count them) whose WAL
+	// sender serves no database (a logical replication or CDC consumer
+	// does) and is not taking a base backup.
 	Standbys int
 	// SyncStandbys is how many of them are synchronous now, or -1 when
 	// the login may not see their state (it needs pg_monitor or
@@ -45,7 +47,8 @@ func ReadDurability(ctx context.Context, pool *Pool) (Durability, error) {
 	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
 		current_setting('full_page_writes'), current_setting('synchronous_commit'),
 		current_setting('synchronous_standby_names'), pg_is_in_recovery(),
-		(SELECT count(*) FROM pg_stat_replication),
+		(SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_activity a USING (pid)
+			WHERE a.datid IS NULL AND r.state IS DISTINCT FROM 'backup'),
 		(SELECT count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) FROM pg_stat_replication),
 		(SELECT coalesce(bool_and(state IS NOT NULL), true) FROM pg_stat_replication)`).Scan(
 		&d.Version, &d.Fsync, &d.FullPageWrites, &d.SynchronousCommit, &d.SynchronousStandbyNames,
@@ -63,7 +66,9 @@ func ReadDurability(ctx context.Context, pool *Pool) (Durability, error) {
 // server acknowledged (a grant, a settle) can be lost: each names the
 // setting, its value, what it risks and what to set. None: durable on
 // this server and on any synchronous standby it fails over to.
-func (d Durability) Problems() []string {
+// asyncStandbys accepts standbys that are asynchronous (read replicas
+// never promoted, the failover handled synchronously below PostgreSQL).
+func (d Durability) Problems(asyncStandbys bool) []string {
 	var out []string
 	if d.InRecovery {
 		out = append(out, "pg_is_in_recovery() = true: this is a standby, which cannot write; "+
@@ -83,10 +88,11 @@ func (d Durability) Problems() []string {
 		out = append(out, "synchronous_commit = local (as this login sees it): a commit is acknowledged before any standby has it, "+
 			"so a failover loses the last grants; set synchronous_commit = on (or remote_apply)")
 	}
-	if d.Standbys > 0 && strings.TrimSpace(d.SynchronousStandbyNames) == "" {
+	if d.Standbys > 0 && strings.TrimSpace(d.SynchronousStandbyNames) == "" && !asyncStandbys {
 		out = append(out, fmt.Sprintf("synchronous_standby_names is empty with %d standby(s) streaming: replication is asynchronous, "+
 			"so a failover to a standby loses the grants it had not received yet; name the standbys "+
-			"(e.g. synchronous_standby_names = 'ANY 1 (*)'; CloudNativePG: spec.postgresql.synchronous with dataDurability: required)", d.Standbys))
+			"(e.g. synchronous_standby_names = 'ANY 1 (*)'; CloudNativePG: spec.postgresql.synchronous with dataDurability: required), "+
+			"or, if they are read replicas that are never promoted, pass --allow-async-standbys", d.Standbys))
 	}
 	return out
 }

@@ -29,12 +29,26 @@ func TestDurabilityProblems(t *testing.T) {
 			d.Standbys, d.SynchronousStandbyNames, d.SynchronousCommit = 1, "s1", "local"
 		}, "synchronous_commit = local"},
 		{"async standby", func(d *Durability) { d.Standbys = 1 }, "synchronous_standby_names is empty with 1 standby"},
+		{"async standby and fsync off", func(d *Durability) { d.Standbys, d.Fsync = 2, "off" }, "fsync = off"},
 		{"a standby", func(d *Durability) { d.InRecovery = true }, "pg_is_in_recovery"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := durable
 			tc.edit(&d)
-			got := d.Problems()
+			got := d.Problems(false)
+			if tc.want != "" && tc.edit != nil && d.Standbys > 0 {
+				// --allow-async-standbys waives that rule, and only it.
+				waived := d.Problems(true)
+				if strings.Contains(tc.want, "synchronous_standby_names") && len(waived) != 0 {
+					t.Errorf("%s: with asynchronous standbys accepted, problems %q, want none", d.Summary(), waived)
+				}
+				if !strings.Contains(tc.want, "synchronous_standby_names") && (len(waived) != 1 || !strings.Contains(waived[0], tc.want)) {
+					t.Errorf("%s: with asynchronous standbys accepted, problems %q, want one naming %q", d.Summary(), waived, tc.want)
+				}
+				if len(got) > 1 {
+					got = got[:1] // the case names its first problem; the standby rule is the second
+				}
+			}
 			switch {
 			case tc.want == "" && len(got) > 0:
 				t.Errorf("%s: problems %q, want none", d.Summary(), got)

@@ -87,7 +87,7 @@ func (r *taskAttempt) awaitApproval(ctx context.Context, tool Tool, w runs.Write
 			// that lacked it). No decision can come; never send it.
 			outcome = "lost"
 			r.Logger.ErrorContext(ctx, "a write waiting for approval is gone from the database; not sent", "key", w.Key)
-			o.err = errors.New("not sent: the database no longer has its record (lost in a database failover?); the write was never approved")
+			o.err = errors.New("not sent: the database no longer has its record (lost in a database failover?); no approval of it can be read")
 			return o, false
 		}
 		if err != nil {

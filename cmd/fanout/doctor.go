@@ -97,10 +97,13 @@ func cmdDoctor(ctx context.Context, env *Env, args []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	problems := d.Problems()
+	problems := d.Problems(false)
 	if len(problems) == 0 {
 		fmt.Fprintln(env.Stdout, "verdict: durable: a grant this database acknowledges survives a crash of its server"+
 			map[bool]string{true: " and a failover to a synchronous standby", false: ""}[d.SynchronousStandbyNames != ""])
+		if d.SynchronousStandbyNames != "" && d.SyncStandbys == 0 {
+			fmt.Fprintln(env.Stdout, "note: no synchronous standby is connected now: every commit waits until one is")
+		}
 		return nil
 	}
 	fmt.Fprintln(env.Stdout, "verdict: UNSAFE: a grant this database acknowledged can be lost:")

@@ -240,6 +240,9 @@ func testFailover(t *testing.T, synchronous bool) {
 		if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		// Registered before the pair's Stop runs: a failure below must
+		// not leave the receiver stopped for the standby's shutdown.
+		t.Cleanup(func() { _ = syscall.Kill(stopped, syscall.SIGCONT) })
 		lag := time.NewTimer(700 * time.Millisecond)
 		<-lag.C
 	}
@@ -615,8 +618,11 @@ func TestSlowWALFlush(t *testing.T) {
 	steady := run("steady")
 
 	receiver := pair.walReceiver(t)
+	t.Cleanup(func() { _ = syscall.Kill(receiver, syscall.SIGCONT) })
 	stop := make(chan struct{})
-	stalled := make(chan int)
+	stalled := make(chan int, 1)
+	var stopOnce sync.Once
+	t.Cleanup(func() { stopOnce.Do(func() { close(stop) }) })
 	go func() {
 		n := 0
 		defer func() { stalled <- n }()
@@ -638,7 +644,7 @@ func TestSlowWALFlush(t *testing.T) {
 		}
 	}()
 	slow := run("stalled")
-	close(stop)
+	stopOnce.Do(func() { close(stop) })
 	n := <-stalled
 
 	// Commits did wait: one on the stalling pair takes about the stall.

@@ -41,6 +41,7 @@ type serverFlags struct {
 	unauthWait    time.Duration
 	health        time.Duration
 	unsafeDurable bool
+	asyncStandbys bool
 }
 
 func (s *serverFlags) register(f *flags, listen, metrics string) {
@@ -58,6 +59,7 @@ func (s *serverFlags) register(f *flags, listen, metrics string) {
 	f.IntVar(&s.ledgerPool, "db-pool-ledger", node.DefaultLedgerPool, "connections of the ledger's pool (reserve, settle, leases, watcher, sweeper, tool writes, slots, rate limits); API callers never use it")
 	f.IntVar(&s.apiPool, "db-pool-api", node.DefaultAPIPool, "connections of the run store's pool (opening runs, tasks, events, GetRun/ListRuns/WatchRun reads, approvals, spend, API keys)")
 	f.BoolVar(&s.unsafeDurable, "allow-unsafe-durability", false, "start even when the database's settings can lose a grant it acknowledged (fsync, full_page_writes, synchronous_commit off; asynchronous standbys; docs/operations.md#ha-postgresql): each problem is logged as an error instead. For throwaway databases only")
+	f.BoolVar(&s.asyncStandbys, "allow-async-standbys", false, "start with asynchronous standbys streaming (read replicas that are never promoted, the failover handled synchronously elsewhere, as RDS Multi-AZ with a read replica); the other durability checks still refuse")
 	f.DurationVar(&s.health, "health-interval", time.Minute, "how often this node checks the database for the alerts (conservation, overdue leases, stale runs; reads the whole journal); 0: off")
 	f.IntVar(&s.maxStreams, "max-streams", node.DefaultMaxStreams, "most gRPC calls this process serves at once, all connections together (health checks aside); more are RESOURCE_EXHAUSTED")
 	f.IntVar(&s.tenantStreams, "tenant-max-streams", 0, "most calls one tenant holds at once on this process once authenticated (orchestrator with --auth keys); more are RESOURCE_EXHAUSTED; 0: a quarter of --max-streams")
@@ -86,6 +88,7 @@ func (s *serverFlags) backendConfig(log *slog.Logger) node.BackendConfig {
 		// 0 turns the check off here; BackendConfig's 0 is its default.
 		HealthInterval:    cmp.Or(s.health, -1),
 		RequireDurability: !s.unsafeDurable,
+		AsyncStandbys:     s.asyncStandbys,
 		Logger:            log,
 	}
 }

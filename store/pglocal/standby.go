@@ -99,10 +99,12 @@ func (s *Server) Kill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 postmaster %d: %w", pid, err)
+	// The whole process group at once (pg_ctl starts the postmaster in a
+	// session of its own): no backend outlives it to acknowledge one more
+	// commit, as none would on a machine that crashed.
+	if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 postmaster %d and its processes: %w", pid, err)
 	}
-	s.killed = true
 	for postmasterRunning(pid, s.dataDir) && !zombie(pid) {
 		select {
 		case <-ctx.Done():
@@ -110,6 +112,7 @@ func (s *Server) Kill(ctx context.Context) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	s.killed = true
 	return nil
 }
 
