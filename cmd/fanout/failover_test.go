@@ -159,11 +159,12 @@ func testFailover(t *testing.T, synchronous bool) {
 		t.Errorf("doctor on an asynchronous pair exited %d, want 1 naming the asynchronous standby:\n%s%s", code, out.String(), errOut.String())
 	}
 
-	// The fleet. On the synchronous pair the servers check durability as
-	// in production (the variable TestMain sets, emptied); on the
-	// asynchronous one a worker is refused first, then the fleet accepts
-	// the risk.
+	// The fleet. The servers check durability as in production (the
+	// variable TestMain sets, emptied); on the asynchronous pair a worker is
+	// refused first, then the fleet accepts asynchronous standbys
+	// (--allow-async-standbys), and only them.
 	env := []string{envUnsafeDurability + "="}
+	var accept []string
 	if !synchronous {
 		var stdout, stderr lockedBuffer
 		f := testPeer(t)
@@ -173,7 +174,9 @@ func testFailover(t *testing.T, synchronous bool) {
 		if code == 0 || !strings.Contains(stderr.String(), "synchronous_standby_names is empty") {
 			t.Errorf("a worker on the asynchronous pair exited %d, want a refusal naming synchronous_standby_names:\n%s", code, stderr.String())
 		}
-		env = []string{envUnsafeDurability + "=1"}
+		// Read replicas that are never promoted are what
+		// --allow-async-standbys is for; the other checks stay on.
+		accept = []string{"--allow-async-standbys"}
 	}
 	tool := mcp.ModelName("memory", "create_entities")
 	cfg, shimDir, _ := memoryServerConfig(t, []any{map[string]any{"name": "create_entities", "effect": "write",
@@ -181,15 +184,15 @@ func testFailover(t *testing.T, synchronous bool) {
 	var workers []*workerProc
 	for i := range 3 {
 		workers = append(workers, startWorkerProcEnv(t, ownerURL, fmt.Sprintf("w%d", i+1), env,
-			"--mcp-config", cfg, "--sim-latency", "250ms", "--sim-tool-calls", "1", "--sim-finish-after", "3",
-			"--lease-ttl", failoverLease.String(), "--poll-interval", e2ePoll, "--sweep-interval", e2eSweep))
+			append([]string{"--mcp-config", cfg, "--sim-latency", "250ms", "--sim-tool-calls", "1", "--sim-finish-after", "3",
+				"--lease-ttl", failoverLease.String(), "--poll-interval", e2ePoll, "--sweep-interval", e2eSweep}, accept...)...))
 	}
 	var orchs []*orchestratorProc
 	procs := workers
 	for _, name := range []string{"o1", "o2"} {
 		args := orchestratorArgs(t, ownerURL, workers, "--name", name, "--shutdown-grace", "10s", "--mcp-config", cfg,
 			"--poll-interval", e2ePoll, "--sweep-interval", e2eSweep)
-		p := startChild(t, name, "orchestrator serving", env, args)
+		p := startChild(t, name, "orchestrator serving", env, append(args, accept...))
 		procs = append(procs, p)
 		orchs = append(orchs, &orchestratorProc{addr: p.addr, client: dial(t, p.addr)})
 	}
