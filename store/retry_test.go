@@ -298,6 +298,15 @@ func TestRunWritesWhoseReplyIsLost(t *testing.T) {
 		}
 		return err
 	})
+	// A read's reply lost is a read tried again: the head of a run is what
+	// every WatchRun stream starts with, during a failover too.
+	step("read the head", bind, func() error {
+		h, err := rs.Head(ctx, "ten", "r1")
+		if err == nil && h.Sequence == 0 {
+			err = fmt.Errorf("returned the head %+v, want the run's", h)
+		}
+		return err
+	})
 	step("finish run", bind, func() error {
 		run, ended, err := rs.FinishRun(ctx, "r1", "n", fanoutv1.RunState_RUN_STATE_FAILED, "a task failed", nil)
 		if err == nil && (!ended || run.GetState() != fanoutv1.RunState_RUN_STATE_FAILED) {

@@ -14,15 +14,18 @@ import (
 // of the run row that leaves its spec and result on disk: what a WatchRun
 // stream needs to start (issue 12: each stream read the whole run).
 // Returns runs.ErrNotFound if the tenant has no such run, runs.ErrNoTenant
-// for an empty tenantID.
+// for an empty tenantID. A read: tried again after any transient error,
+// so that a stream started during a failover waits it out.
 func (s *Runs) Head(ctx context.Context, tenantID, runID string) (runs.Head, error) {
 	if tenantID == "" {
 		return runs.Head{}, fmt.Errorf("read the head of run %s: %w", runID, runs.ErrNoTenant)
 	}
 	var seq int64
 	var state string
-	err := s.pool.QueryRow(ctx, `SELECT last_sequence, state FROM run
-		WHERE run_id = $1 AND tenant_id = $2`, runID, tenantID).Scan(&seq, &state)
+	err := retried(ctx, s.log, "runs.head", idempotent, func(ctx context.Context, _ try) error {
+		return s.pool.QueryRow(ctx, `SELECT last_sequence, state FROM run
+			WHERE run_id = $1 AND tenant_id = $2`, runID, tenantID).Scan(&seq, &state)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return runs.Head{}, fmt.Errorf("run %s: %w", runID, runs.ErrNotFound)
 	}

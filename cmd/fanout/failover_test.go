@@ -319,6 +319,13 @@ func testFailover(t *testing.T, synchronous bool) {
 		case w := <-watched[id]:
 			if w.err != nil || len(w.events) == 0 || w.events[len(w.events)-1].GetRunFinished() == nil {
 				t.Errorf("run %s: its watch ended with %v after %d events, not RunFinished", id, w.err, len(w.events))
+				for _, p := range procs {
+					for _, line := range strings.Split(p.logs.all(), "\n") {
+						if strings.Contains(line, "internal error") {
+							t.Logf("  %s", line)
+						}
+					}
+				}
 				continue
 			}
 			ended[id] = w.events[len(w.events)-1].GetRunFinished()
