@@ -77,13 +77,20 @@ CREATE TABLE fanout.account (
     slice_size bigint,
     posted bigint DEFAULT 0 NOT NULL,
     slice_until timestamp with time zone,
+    parent_task bigint,
+    parent_task_kind text,
+    funding bigint,
     CONSTRAINT account_attempt_check CHECK (attempt >= 0),
+    CONSTRAINT account_child_run CHECK (parent_task IS NULL AND parent_task_kind IS NULL AND funding IS NULL OR kind = 'run'::text AND parent_id IS NULL AND parent_task IS NOT NULL AND parent_task_kind = 'task'::text AND funding IS NOT NULL AND held = 0),
+    CONSTRAINT account_funding_fkey FOREIGN KEY (funding) REFERENCES fanout.reservation(reservation_id),
     CONSTRAINT account_held_check CHECK (held >= 0 AND (held = 0 OR kind <> 'task'::text)),
     CONSTRAINT account_kind_check CHECK (kind = ANY (ARRAY['tenant'::text, 'run'::text, 'task'::text])),
     CONSTRAINT account_kind_keys CHECK (kind = 'tenant'::text AND run_id IS NULL AND task_id IS NULL OR kind = 'run'::text AND run_id IS NOT NULL AND task_id IS NULL OR kind = 'task'::text AND run_id IS NOT NULL AND task_id IS NOT NULL),
     CONSTRAINT account_limit_tokens_check CHECK (limit_tokens > 0 OR cap_tokens IS NOT NULL AND limit_tokens >= 0),
     CONSTRAINT account_min_reservation_check CHECK (min_reservation >= 1),
     CONSTRAINT account_parent_id_fkey FOREIGN KEY (parent_id) REFERENCES fanout.account(account_id),
+    CONSTRAINT account_parent_task_fkey FOREIGN KEY (parent_task, parent_task_kind) REFERENCES fanout.account(account_id, kind),
+    CONSTRAINT account_parent_task_kind_check CHECK (parent_task_kind = 'task'::text),
     CONSTRAINT account_period CHECK (kind <> 'tenant'::text AND period_kind = 'none'::text AND period_limit IS NULL AND period_end IS NULL AND period_every IS NULL OR kind = 'tenant'::text AND period_limit IS NOT NULL AND (period_kind = 'none'::text) = (period_end IS NULL) AND (period_kind = 'every'::text) = (period_every IS NOT NULL)),
     CONSTRAINT account_period_base_check CHECK (period_base >= 0),
     CONSTRAINT account_period_every_check CHECK (period_every >= '00:00:01'::interval),
@@ -97,7 +104,10 @@ CREATE TABLE fanout.account (
     CONSTRAINT account_within_limit CHECK (reserved >= 0 AND spent >= 0 AND (reserved + spent + held) <= limit_tokens)
 );
 ALTER TABLE fanout.account ENABLE ROW LEVEL SECURITY;
+CREATE UNIQUE INDEX account_funding ON fanout.account USING btree (funding) WHERE funding IS NOT NULL;
+CREATE UNIQUE INDEX account_id_kind ON fanout.account USING btree (account_id, kind);
 CREATE INDEX account_parent_open_run ON fanout.account USING btree (parent_id) WHERE kind = 'run'::text AND state = 'open'::text;
+CREATE INDEX account_parent_task ON fanout.account USING btree (parent_task) WHERE parent_task IS NOT NULL;
 CREATE UNIQUE INDEX account_run_key ON fanout.account USING btree (run_id) WHERE kind = 'run'::text;
 CREATE UNIQUE INDEX account_task_key ON fanout.account USING btree (run_id, task_id) WHERE kind = 'task'::text;
 CREATE UNIQUE INDEX account_tenant_key ON fanout.account USING btree (tenant_id) WHERE kind = 'tenant'::text;
@@ -126,6 +136,9 @@ COMMENT ON COLUMN fanout.account.cap_tokens IS 'Sliced task accounts: the most t
 COMMENT ON COLUMN fanout.account.slice_size IS 'Sliced task accounts: the slice carved when an attempt begins, and the least a top-up carves (docs/ledger.md#budget-slices).';
 COMMENT ON COLUMN fanout.account.posted IS 'Sliced task accounts: how much of spent has been posted to the accounts above (the rest counts there as reserved).';
 COMMENT ON COLUMN fanout.account.slice_until IS 'Sliced task accounts: the end of the tenant''s budget period the slice was carved in; after it, a call on the slice locks the chain (and the period rolls over).';
+COMMENT ON COLUMN fanout.account.parent_task IS 'Child runs: the task account the run was carved from (docs/ledger.md#child-runs); its chain starts at itself.';
+COMMENT ON COLUMN fanout.account.parent_task_kind IS 'Child runs: always task, so that the foreign key (parent_task, parent_task_kind) admits a task account and nothing else.';
+COMMENT ON COLUMN fanout.account.funding IS 'Child runs: the reservation on parent_task that holds the child''s limit on every account above it, settled at what the child spent when it closes (ledger_settle_funding).';
 GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_auditor;
 GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
@@ -1324,7 +1337,7 @@ GRANT EXECUTE ON FUNCTION fanout.audit_tenants() TO fanout_tenant_auditor;
 CREATE FUNCTION fanout.ledger_adopt_runs(t fanout.account) RETURNS fanout.account
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 37 lines, sha256 09a56f1bce36
+    -- body: 38 lines, sha256 1a2b741c2305
 REVOKE EXECUTE ON FUNCTION fanout.ledger_adopt_runs(fanout.account) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_available(a fanout.account) RETURNS bigint
@@ -1390,7 +1403,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_close_run(bigint,text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_continue_run(p_run text, p_tenant text, p_key text, p_add bigint, p_held bigint, p_tasks text[], p_owner text, p_actor text, p_reason text, p_max_limit bigint) RETURNS TABLE(outcome text, seq integer, added_tokens bigint, limit_after bigint, spent_before bigint, reopened boolean, task_ids text[], epoch bigint, info text, info_tokens bigint)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 130 lines, sha256 59108739b709
+    -- body: 138 lines, sha256 05a932890056
 REVOKE EXECUTE ON FUNCTION fanout.ledger_continue_run(text,text,text,bigint,bigint,text[],text,text,text,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_continue_run(text,text,text,bigint,bigint,text[],text,text,text,bigint) TO fanout_app;
 
@@ -1465,8 +1478,15 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_lock_reservation(fanout.reservation,boo
 CREATE FUNCTION fanout.ledger_mark_tasks(p_runs bigint[], p_state text) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 7 lines, sha256 b9632cde354e
+    -- body: 31 lines, sha256 8fb528061a3b
 REVOKE EXECUTE ON FUNCTION fanout.ledger_mark_tasks(bigint[],text) FROM PUBLIC;
+
+CREATE FUNCTION fanout.ledger_open_child_run(p_run text, p_tenant text, p_parent_task bigint, p_attempt bigint, p_want bigint, p_min bigint, p_ttl interval, p_task_ids text[], p_task_limits bigint[], p_task_slices bigint[] DEFAULT NULL::bigint[]) RETURNS fanout.ledger_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 34 lines, sha256 8445eb3ebb0f
+REVOKE EXECUTE ON FUNCTION fanout.ledger_open_child_run(text,text,bigint,bigint,bigint,bigint,interval,text[],bigint[],bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_open_child_run(text,text,bigint,bigint,bigint,bigint,interval,text[],bigint[],bigint[]) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_open_hedge(p_task_account bigint, p_run text, p_tenant text, p_epoch bigint) RETURNS TABLE(outcome text, account_id bigint, info_kind text, info_state text)
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1475,12 +1495,12 @@ CREATE FUNCTION fanout.ledger_open_hedge(p_task_account bigint, p_run text, p_te
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_hedge(bigint,text,text,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_hedge(bigint,text,text,bigint) TO fanout_app;
 
-CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF fanout.account
+CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL::bigint[], p_parent_task bigint DEFAULT NULL::bigint, p_funding bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 74 lines, sha256 485abecbaeb8
-REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) TO fanout_app;
+    -- body: 77 lines, sha256 2398a276897a
+REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[],bigint,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[],bigint,bigint) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_open_tenant(p_tenant text, p_limit bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -1617,6 +1637,13 @@ CREATE FUNCTION fanout.ledger_settle_batch(p_ids bigint[], p_gens bigint[], p_ac
 REVOKE EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) TO fanout_app;
 GRANT EXECUTE ON FUNCTION fanout.ledger_settle_batch(bigint[],bigint[],bigint[],boolean[],text[],bigint[],bigint[],text[]) TO fanout_worker;
+
+CREATE FUNCTION fanout.ledger_settle_funding(p_run text) RETURNS fanout.ledger_result
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, fanout, pg_temp;
+    -- body: 16 lines, sha256 8f5e603715bb
+REVOKE EXECUTE ON FUNCTION fanout.ledger_settle_funding(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fanout.ledger_settle_funding(text) TO fanout_app;
 
 CREATE FUNCTION fanout.ledger_slice_fits(t fanout.account, p_pending bigint, p_want bigint) RETURNS boolean
     LANGUAGE sql STABLE PARALLEL SAFE;

@@ -20,7 +20,8 @@ DECLARE
 BEGIN
     SELECT array_agg(account_id ORDER BY account_id) INTO moved
       FROM (SELECT account_id FROM account
-             WHERE tenant_id = t.tenant_id AND kind = 'run' AND parent_id IS NULL AND state <> 'closed'
+             WHERE tenant_id = t.tenant_id AND kind = 'run' AND parent_id IS NULL AND parent_task IS NULL
+               AND state <> 'closed'
              ORDER BY account_id FOR UPDATE) AS r;
     IF moved IS NULL THEN
         RETURN t;

@@ -73,6 +73,14 @@ BEGIN
                             NULL::text, NULL::bigint;
         RETURN;
     END IF;
+    IF a.funding IS NOT NULL THEN
+        -- A child run's limit is what its funding holds on its parent task:
+        -- raising it would spend what no account above it granted
+        -- (docs/ledger.md#child-runs). Its root is continued instead.
+        RETURN QUERY SELECT 'ended', 0, 0::bigint, 0::bigint, 0::bigint, false, '{}'::text[], 0::bigint,
+                            'a child run'::text, NULL::bigint;
+        RETURN;
+    END IF;
     IF r.state = 'RUNNING' THEN
         IF a.state <> 'open' OR a.closing THEN
             RETURN QUERY SELECT 'busy', 0, 0::bigint, 0::bigint, 0::bigint, false, '{}'::text[], 0::bigint,

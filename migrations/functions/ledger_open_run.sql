@@ -11,12 +11,17 @@
 -- given a slice size in p_task_slices (> 0; 0 or none: not sliced) holds a
 -- slice of the run's budget (docs/ledger.md#budget-slices): its
 -- limit_tokens starts at 0 and its cap is its limit in p_task_limits; its
--- first slice is carved when its first attempt begins.
+-- first slice is carved when its first attempt begins. A child run
+-- (p_parent_task and p_funding, given only by ledger_open_child_run) is
+-- the root of its own chain, under no tenant account, and holds nothing
+-- for a synthesis (docs/ledger.md#child-runs).
 DROP FUNCTION IF EXISTS ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[]);
 DROP FUNCTION IF EXISTS ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint); -- gained the slices (0030)
+DROP FUNCTION IF EXISTS ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]); -- gained child runs (0041)
 CREATE OR REPLACE FUNCTION ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint,
                                 p_min bigint, p_task_ids text[], p_task_limits bigint[],
-                                p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL)
+                                p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL,
+                                p_parent_task bigint DEFAULT NULL, p_funding bigint DEFAULT NULL)
 RETURNS SETOF account
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -31,6 +36,7 @@ BEGIN
        OR p_min IS NULL OR p_min <= 0 OR p_min > p_limit
        OR cardinality(p_task_ids) IS DISTINCT FROM cardinality(p_task_limits)
        OR v_held < 0 OR v_held > p_limit - p_min
+       OR (p_parent_task IS NULL) <> (p_funding IS NULL) OR (p_funding IS NOT NULL AND v_held <> 0)
        OR (p_task_slices IS NOT NULL AND (cardinality(p_task_slices) IS DISTINCT FROM cardinality(p_task_ids)
                                           OR EXISTS (SELECT FROM unnest(p_task_slices) x WHERE x IS NULL OR x < 0))) THEN
         RAISE EXCEPTION 'ledger_open_run: run %, tenant %, limit %, min %, held % out of range (held at most limit - min)',
@@ -46,7 +52,7 @@ BEGIN
         -- adopts it.
         INSERT INTO tenant (tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;
         PERFORM FROM tenant WHERE tenant_id = p_tenant FOR SHARE;
-        IF p_tenant_account IS NULL THEN
+        IF p_tenant_account IS NULL AND p_funding IS NULL THEN
             SELECT account_id INTO p_tenant_account FROM account WHERE tenant_id = p_tenant AND kind = 'tenant';
         END IF;
         IF p_tenant_account IS NOT NULL THEN
@@ -66,8 +72,10 @@ BEGIN
             -- The tenant holds what its run holds: no more than it has.
             v_held := least(v_held, greatest(ledger_available(parent), 0));
         END IF;
-        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation, held)
-        VALUES (p_tenant, p_tenant_account, '{}', 'run', p_run, p_limit, p_min, v_held)
+        INSERT INTO account (tenant_id, parent_id, chain, kind, run_id, limit_tokens, min_reservation, held,
+                             parent_task, parent_task_kind, funding)
+        VALUES (p_tenant, p_tenant_account, '{}', 'run', p_run, p_limit, p_min, v_held,
+                p_parent_task, CASE WHEN p_parent_task IS NOT NULL THEN 'task' END, p_funding)
         RETURNING account_id INTO run_acct;
         run_chain := parent_chain || run_acct;
         UPDATE account SET chain = run_chain WHERE account_id = run_acct;
@@ -93,5 +101,5 @@ BEGIN
     END IF;
     RETURN QUERY SELECT * FROM account WHERE run_id = p_run ORDER BY (kind = 'task'), account_id;
 END $$;
-REVOKE ALL ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[]) TO fanout_app;
+REVOKE ALL ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[],bigint,bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[],bigint,bigint) TO fanout_app;
