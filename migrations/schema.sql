@@ -139,8 +139,8 @@ COMMENT ON COLUMN fanout.account.slice_until IS 'Sliced task accounts: the end o
 COMMENT ON COLUMN fanout.account.parent_task IS 'Child runs: the task account the run was carved from (docs/ledger.md#child-runs); its chain starts at itself.';
 COMMENT ON COLUMN fanout.account.parent_task_kind IS 'Child runs: always task, so that the foreign key (parent_task, parent_task_kind) admits a task account and nothing else.';
 COMMENT ON COLUMN fanout.account.funding IS 'Child runs: the reservation on parent_task that holds the child''s limit on every account above it, settled at what the child spent when it closes (ledger_settle_funding).';
-GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_auditor;
-GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted) ON TABLE fanout.account TO fanout_tenant_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted, parent_task, funding) ON TABLE fanout.account TO fanout_auditor;
+GRANT SELECT (account_id, tenant_id, parent_id, kind, run_id, task_id, limit_tokens, reserved, spent, min_reservation, state, cause, created_at, updated_at, period_kind, period_every, period_limit, period_base, period_end, held, cap_tokens, posted, parent_task, funding) ON TABLE fanout.account TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.account TO fanout_admin;
 GRANT SELECT ON TABLE fanout.account TO fanout_app;
 GRANT SELECT ON TABLE fanout.account TO fanout_worker;
@@ -1025,6 +1025,73 @@ CREATE VIEW fanout.run_spend_money WITH (security_invoker=true) AS
 GRANT SELECT ON TABLE fanout.run_spend_money TO fanout_app;
 GRANT SELECT ON TABLE fanout.run_spend_money TO fanout_auditor;
 GRANT SELECT ON TABLE fanout.run_spend_money TO fanout_tenant_auditor;
+
+CREATE VIEW fanout.run_tree_spend WITH (security_invoker=true) AS
+ WITH RECURSIVE runs AS (
+         SELECT a.account_id,
+            a.tenant_id,
+            a.run_id,
+            a.limit_tokens,
+            a.state,
+            a.parent_task,
+            a.spent::numeric + COALESCE(u.unposted, 0::numeric) AS spent,
+            p.run_id AS parent_run_id,
+            t.task_id AS parent_task_id,
+            f.state AS funding_state,
+            COALESCE(f.spent, 0::bigint) AS funding_spent
+           FROM fanout.account a
+             LEFT JOIN fanout.account t ON t.account_id = a.parent_task
+             LEFT JOIN fanout.account p ON p.account_id = t.parent_id
+             LEFT JOIN fanout.reservation f ON f.reservation_id = a.funding
+             LEFT JOIN ( SELECT account.parent_id AS account_id,
+                    sum(account.spent - account.posted) AS unposted
+                   FROM fanout.account
+                  WHERE account.kind = 'task'::text AND account.cap_tokens IS NOT NULL
+                  GROUP BY account.parent_id) u ON u.account_id = a.account_id
+          WHERE a.kind = 'run'::text
+        ), tree AS (
+         SELECT r_1.run_id AS root_run_id,
+            r_1.run_id,
+            0 AS depth
+           FROM runs r_1
+          WHERE r_1.parent_task IS NULL
+        UNION ALL
+         SELECT tr_1.root_run_id,
+            c.run_id,
+            tr_1.depth + 1
+           FROM tree tr_1
+             JOIN runs c ON c.parent_run_id = tr_1.run_id
+        ), live AS (
+         SELECT r_1.run_id AS ancestor,
+            r_1.run_id
+           FROM runs r_1
+        UNION ALL
+         SELECT l.ancestor,
+            c.run_id
+           FROM live l
+             JOIN runs c ON c.parent_run_id = l.run_id AND c.funding_state = 'held'::text
+        )
+ SELECT r.tenant_id,
+    r.run_id,
+    r.parent_run_id,
+    r.parent_task_id,
+    tr.root_run_id,
+    tr.depth,
+    r.state,
+    r.limit_tokens,
+    r.spent::bigint AS spent_tokens,
+    (r.spent - COALESCE(( SELECT sum(c.funding_spent) AS sum
+           FROM runs c
+          WHERE c.parent_run_id = r.run_id AND c.funding_state <> 'held'::text), 0::numeric))::bigint AS own_spent_tokens,
+    (( SELECT sum(d.spent) AS sum
+           FROM live l
+             JOIN runs d ON d.run_id = l.run_id
+          WHERE l.ancestor = r.run_id))::bigint AS tree_spent_tokens
+   FROM runs r
+     JOIN tree tr ON tr.run_id = r.run_id;
+GRANT SELECT ON TABLE fanout.run_tree_spend TO fanout_app;
+GRANT SELECT ON TABLE fanout.run_tree_spend TO fanout_auditor;
+GRANT SELECT ON TABLE fanout.run_tree_spend TO fanout_tenant_auditor;
 
 CREATE VIEW fanout.task_outcome WITH (security_invoker=true) AS
  SELECT t.tenant_id,

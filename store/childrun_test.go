@@ -78,6 +78,12 @@ func TestChildSpendRollsUp(t *testing.T) {
 	b.spend(t, child, "c1", 300)
 	b.spend(t, root, "t1", 1_000)
 	b.checkConserved(t)
+	want := map[string]treeSpend{
+		"root":  {root: "root", depth: 0, own: 1_000, tree: 2_000},
+		"child": {root: "root", parent: "root", task: "t0", depth: 1, own: 300, tree: 1_000},
+		"grand": {root: "root", parent: "child", task: "c0", depth: 2, own: 700, tree: 700},
+	}
+	b.checkTreeSpend(t, "every level in flight", want)
 	if got := b.closeChild(t, "grand"); got.Actual != 700 || got.State != budget.ReservationSettled {
 		t.Fatalf("the grandchild's funding settled %+v, want actual 700", got)
 	}
@@ -85,6 +91,7 @@ func TestChildSpendRollsUp(t *testing.T) {
 		t.Fatalf("the child's task c0 spent %d after its child closed, want its child's 700", got.Spent)
 	}
 	b.checkConserved(t)
+	b.checkTreeSpend(t, "the grandchild closed", want)
 	if got := b.closeChild(t, "child"); got.Actual != 1_000 {
 		t.Fatalf("the child's funding settled at %d, want its own 300 and its child's 700", got.Actual)
 	}
@@ -101,7 +108,43 @@ func TestChildSpendRollsUp(t *testing.T) {
 	if got := b.account(t, ten.ID); got.Spent != 2_000 || got.Reserved != 0 {
 		t.Fatalf("tenant spent %d reserved %d, want 2,000 and 0", got.Spent, got.Reserved)
 	}
+	b.checkTreeSpend(t, "every level closed", want)
 	b.checkConserved(t)
+}
+
+// treeSpend is a row of the view run_tree_spend.
+type treeSpend struct {
+	root, parent, task string
+	depth              int
+	own, tree          int64
+}
+
+// checkTreeSpend compares run_tree_spend with want, by run.
+func (b *testBundle) checkTreeSpend(t *testing.T, when string, want map[string]treeSpend) {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT run_id, root_run_id, coalesce(parent_run_id, ''), coalesce(parent_task_id, ''),
+		depth, own_spent_tokens, tree_spent_tokens FROM run_tree_spend`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]treeSpend{}
+	for rows.Next() {
+		var id string
+		var r treeSpend
+		if err := rows.Scan(&id, &r.root, &r.parent, &r.task, &r.depth, &r.own, &r.tree); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("%s: run_tree_spend of %s is %+v, want %+v", when, id, got[id], w)
+		}
+	}
 }
 
 // TestChildIsCarvedFromWhatItsParentHasLeft: a child gets at most what
