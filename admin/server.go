@@ -142,6 +142,9 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, tenant.ErrTenantExists), errors.Is(err, tenant.ErrKeyExists):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, budget.ErrUnavailable):
+		s.log.WarnContext(ctx, "admin call: database unavailable", "err", err)
+		return status.Error(codes.Unavailable, "the database is unavailable; try again")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "call cancelled")
 	case errors.Is(err, context.DeadlineExceeded):

@@ -11,6 +11,11 @@ import (
 var (
 	// ErrExhausted: the budget cannot grant what was asked.
 	ErrExhausted = errors.New("budget exhausted")
+	// ErrUnavailable: the database stayed unreachable (a restart, a
+	// failover or a cut connection) past the store's retries, or the
+	// outcome of a write is unknown after one. The work may be tried
+	// again; the API answers UNAVAILABLE.
+	ErrUnavailable = errors.New("database unavailable")
 	// ErrNotFound: no such account or reservation. (An unknown run or task
 	// is runs.ErrNotFound.)
 	ErrNotFound = errors.New("not found")

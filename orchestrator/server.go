@@ -459,6 +459,11 @@ func (s *Server) toStatus(ctx context.Context, err error) error {
 				Description: "the key was used before with a different spec"}}})
 	case errors.Is(err, ErrShuttingDown):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, budget.ErrUnavailable):
+		// The database outlasted the store's retries: the call may be
+		// tried again. Its error names the server, so it stays in the log.
+		s.log.WarnContext(ctx, "database unavailable", "err", err)
+		return status.Error(codes.Unavailable, "the database is unavailable; try again")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "call cancelled")
 	case errors.Is(err, context.DeadlineExceeded):

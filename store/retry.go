@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fanout/fanout/budget"
 )
 
 // The store's one retry mechanism (docs/operations.md, "Database restarts
@@ -141,12 +144,15 @@ func retry[T any](ctx context.Context, log *slog.Logger, op string, s safety, f 
 	for {
 		out, err := f(ctx, t)
 		class, code := classify(err)
-		if class == permanent || (class == ambiguous && s != idempotent) {
+		if class == permanent {
 			return out, err
+		}
+		if class == ambiguous && s != idempotent {
+			return out, unavailable(err)
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		if time.Now().Add(wait).After(limit) {
-			return out, err
+			return out, unavailable(err)
 		}
 		countRetry(ctx, op, code)
 		if log == nil {
@@ -158,13 +164,21 @@ func retry[T any](ctx context.Context, log *slog.Logger, op string, s safety, f 
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return out, err
+			return out, unavailable(err)
 		case <-timer.C:
 		}
 		t.n++
 		t.ambiguous = t.ambiguous || class == ambiguous
 		backoff = min(2*backoff, retryMaxBackoff)
 	}
+}
+
+// unavailable marks a transient error that retry gave up on as
+// budget.ErrUnavailable, keeping it in the chain for the callers that
+// read its SQLSTATE: the API answers UNAVAILABLE, which a client retries,
+// not INTERNAL.
+func unavailable(err error) error {
+	return fmt.Errorf("%w: %w", budget.ErrUnavailable, err)
 }
 
 // retried runs f under retry for a call that returns only an error.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fanout/fanout/budget"
 )
 
 // TestClassify: which database errors are transient, and which of those
@@ -89,13 +91,13 @@ func TestRetryPolicy(t *testing.T) {
 	if n, err := count(idempotent, transient, rolledBack); n != 3 || err != nil {
 		t.Errorf("idempotent call after two transient errors: %d tries, %v; want 3, success", n, err)
 	}
-	if n, err := count(unsentOnly, transient); n != 1 || !errors.Is(err, transient) {
+	if n, err := count(unsentOnly, transient); n != 1 || !errors.Is(err, transient) || !errors.Is(err, budget.ErrUnavailable) {
 		t.Errorf("non-idempotent call after an ambiguous error: %d tries, %v; want 1, the error", n, err)
 	}
 	if n, err := count(unsentOnly, rolledBack); n != 2 || err != nil {
 		t.Errorf("non-idempotent call after a rollback: %d tries, %v; want 2, success", n, err)
 	}
-	if n, err := count(idempotent, &pgconn.PgError{Code: "23505"}); n != 1 || err == nil {
+	if n, err := count(idempotent, &pgconn.PgError{Code: "23505"}); n != 1 || err == nil || errors.Is(err, budget.ErrUnavailable) {
 		t.Errorf("permanent error: %d tries, %v; want 1, the error", n, err)
 	}
 
@@ -109,8 +111,8 @@ func TestRetryPolicy(t *testing.T) {
 		tries = append(tries, try{})
 		return 0, transient
 	})
-	if !errors.Is(err, transient) {
-		t.Errorf("retry until the deadline: %v, want the last error", err)
+	if !errors.Is(err, transient) || !errors.Is(err, budget.ErrUnavailable) {
+		t.Errorf("retry until the deadline: %v, want the last error, marked unavailable", err)
 	}
 	if time.Now().After(deadline.Add(50 * time.Millisecond)) {
 		t.Errorf("retry returned %v after the caller's deadline", time.Since(deadline))

@@ -378,3 +378,31 @@ func TestRefundWhoseReplyIsLostIsNotRetried(t *testing.T) {
 		t.Errorf("bucket holds %.0f tokens after one refund of 1000, want 1000 plus a few seconds' refill", tokens)
 	}
 }
+
+// TestAReadOfAnUnreachableDatabaseIsUnavailable: a read whose database
+// went away (its connection killed, new ones refused) is tried until the
+// caller's deadline, then fails as budget.ErrUnavailable (the API's
+// UNAVAILABLE), before that deadline.
+func TestAReadOfAnUnreachableDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy, pool := newCutProxy(t, b.url)
+	rs := store.NewRuns(pool, store.RunsConfig{Logger: quiet})
+	var pid int
+	if err := pool.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	_ = proxy.lis.Close() // new connections are refused from now on
+	if _, err := b.pool.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err := rs.Head(ctx, "ten", "r1")
+	if !errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("a read of a database that went away: %v, want budget.ErrUnavailable", err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the read returned after its caller's deadline")
+	}
+}
