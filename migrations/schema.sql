@@ -926,7 +926,9 @@ CREATE VIEW fanout.money_line WITH (security_invoker=true) AS
           WHERE pr.model = le.model AND pr.effective_from <= le.created_at
           ORDER BY pr.effective_from DESC, pr.set_at DESC
          LIMIT 1) p ON true
-  WHERE le.kind = ANY (ARRAY['settle'::text, 'expire'::text]);
+  WHERE (le.kind = ANY (ARRAY['settle'::text, 'expire'::text])) AND NOT (EXISTS ( SELECT
+           FROM fanout.account c
+          WHERE c.funding = le.reservation_id));
 GRANT SELECT (tenant_id, run_id, task_id, created_at, tokens, worst_case, currency, cost) ON TABLE fanout.money_line TO fanout_auditor;
 GRANT SELECT (tenant_id, run_id, task_id, created_at, tokens, worst_case, currency, cost) ON TABLE fanout.money_line TO fanout_tenant_auditor;
 GRANT SELECT ON TABLE fanout.money_line TO fanout_app;
@@ -1232,7 +1234,9 @@ CREATE VIEW fanout.tenant_spend_daily WITH (security_invoker=true) AS
     sum(ledger_entry.overrun) AS overrun_tokens,
     count(DISTINCT ledger_entry.run_id) AS runs
    FROM fanout.ledger_entry
-  WHERE ledger_entry.kind = ANY (ARRAY['settle'::text, 'expire'::text])
+  WHERE (ledger_entry.kind = ANY (ARRAY['settle'::text, 'expire'::text])) AND NOT (EXISTS ( SELECT
+           FROM fanout.account c
+          WHERE c.account_id = ledger_entry.chain[1] AND c.funding IS NOT NULL))
   GROUP BY ledger_entry.tenant_id, ((ledger_entry.created_at AT TIME ZONE 'UTC'::text)::date);
 GRANT SELECT ON TABLE fanout.tenant_spend_daily TO fanout_app;
 GRANT SELECT ON TABLE fanout.tenant_spend_daily TO fanout_auditor;
@@ -1464,7 +1468,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_check_pool(bigint) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_close_run(p_run_account bigint, p_note text) RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 15 lines, sha256 4d999dbc88ab
+    -- body: 16 lines, sha256 cb075152f45d
 REVOKE EXECUTE ON FUNCTION fanout.ledger_close_run(bigint,text) FROM PUBLIC;
 
 CREATE FUNCTION fanout.ledger_continue_run(p_run text, p_tenant text, p_key text, p_add bigint, p_held bigint, p_tasks text[], p_owner text, p_actor text, p_reason text, p_max_limit bigint) RETURNS TABLE(outcome text, seq integer, added_tokens bigint, limit_after bigint, spent_before bigint, reopened boolean, task_ids text[], epoch bigint, info text, info_tokens bigint)
@@ -1551,7 +1555,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_mark_tasks(bigint[],text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_open_child_run(p_run text, p_tenant text, p_parent_task bigint, p_attempt bigint, p_want bigint, p_min bigint, p_ttl interval, p_task_ids text[], p_task_limits bigint[], p_task_slices bigint[] DEFAULT NULL::bigint[]) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 34 lines, sha256 8445eb3ebb0f
+    -- body: 50 lines, sha256 a9c6b4ae118c
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_child_run(text,text,bigint,bigint,bigint,bigint,interval,text[],bigint[],bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_child_run(text,text,bigint,bigint,bigint,bigint,interval,text[],bigint[],bigint[]) TO fanout_app;
 
@@ -1565,7 +1569,7 @@ GRANT EXECUTE ON FUNCTION fanout.ledger_open_hedge(bigint,text,text,bigint) TO f
 CREATE FUNCTION fanout.ledger_open_run(p_run text, p_tenant text, p_tenant_account bigint, p_limit bigint, p_min bigint, p_task_ids text[], p_task_limits bigint[], p_held bigint DEFAULT 0, p_task_slices bigint[] DEFAULT NULL::bigint[], p_parent_task bigint DEFAULT NULL::bigint, p_funding bigint DEFAULT NULL::bigint) RETURNS SETOF fanout.account
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 77 lines, sha256 2398a276897a
+    -- body: 81 lines, sha256 9a4295e037e4
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[],bigint,bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_run(text,text,bigint,bigint,bigint,text[],bigint[],bigint,bigint[],bigint,bigint) TO fanout_app;
 

@@ -1,8 +1,10 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,6 +258,19 @@ func TestAncestorEndStopsEveryLevel(t *testing.T) {
 					}
 				}
 			}
+			// Each run below says why, in its own entry and its own notice.
+			kind := map[string]string{"cancel": "cancel", "exhaust": "exhaust"}[how]
+			for _, ra := range []budget.RunAccounts{child, grand, great} {
+				var n int
+				var note string
+				if err := b.pool.QueryRow(b.ctx, `SELECT count(*), coalesce(max(note), '') FROM ledger_entry
+					WHERE account_id = $1 AND kind = $2`, int64(ra.Run.ID), kind).Scan(&n, &note); err != nil {
+					t.Fatal(err)
+				}
+				if n != 1 || !strings.Contains(note, "above it is") {
+					t.Errorf("run %s: %d %s entries (note %q), want one naming the run above", ra.Run.RunID, n, kind, note)
+				}
+			}
 			if how == "exhaust" {
 				if _, err := b.ledger.CancelRun(b.ctx, "root", "user asked"); err != nil {
 					t.Fatal(err)
@@ -268,5 +283,183 @@ func TestAncestorEndStopsEveryLevel(t *testing.T) {
 			}
 			b.checkConserved(t)
 		})
+	}
+}
+
+// TestAChildOfAnEndedRunIsMarked: a child whose own funding grant exhausts
+// the run above it is opened marked, and grants nothing; so is a child
+// under a run that closed over it once its funding expired.
+func TestAChildOfAnEndedRunIsMarked(t *testing.T) {
+	t.Run("funding exhausts the run", func(t *testing.T) {
+		b := setup(t)
+		root := b.openRun(t, "root", 1_000, 100, 1_000)
+		_, child, err := b.ledger.OpenChildRun(b.ctx, budget.OpenChildRunParams{RunID: "child", TenantID: "tenant-a",
+			ParentTask: root.Tasks["t0"], Attempt: 1, Want: 950, Min: 10, TTL: time.Minute,
+			Tasks: []budget.TaskBudget{{TaskID: "c0", Limit: 950}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.account(t, root.Run.ID).State; got != budget.StateExhausted {
+			t.Fatalf("root is %s after a funding that left it below its minimum, want exhausted", got)
+		}
+		if got := b.account(t, child.Run.ID).State; got != budget.StateExhausted {
+			t.Errorf("the child opened by the grant that exhausted its root is %s, want exhausted", got)
+		}
+		if _, err := b.ledger.BeginAttempt(b.ctx, child.Tasks["c0"], "child", "tenant-a"); !errors.Is(err, budget.ErrExhausted) {
+			t.Errorf("a task of the child of an exhausted root begins: %v, want exhausted", err)
+		}
+		b.checkConserved(t)
+	})
+	t.Run("root closes over an expired funding", func(t *testing.T) {
+		b := setup(t)
+		root := b.openRun(t, "root", 10_000, 10, 5_000)
+		f, child, err := b.ledger.OpenChildRun(b.ctx, budget.OpenChildRunParams{RunID: "child", TenantID: "tenant-a",
+			ParentTask: root.Tasks["t0"], Attempt: 1, Want: 1_000, Min: 10, TTL: time.Second,
+			Tasks: []budget.TaskBudget{{TaskID: "c0", Limit: 1_000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		beginAttempts(t, b.ledger, child)
+		b.waitLeaseEnd(t, f)
+		if n, err := b.ledger.ExpireLeases(b.ctx); err != nil || n != 1 {
+			t.Fatalf("expire the funding: %d, %v", n, err)
+		}
+		if _, err := b.ledger.CloseRun(b.ctx, "root"); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.account(t, child.Run.ID).State; got != budget.StateCancelled {
+			t.Errorf("the child of a closed root is %s, want cancelled", got)
+		}
+		if r, err := b.ledger.Reserve(b.ctx, grant(child, budget.ReserveParams{Account: child.Tasks["c0"], Want: 500, Min: 1,
+			Holder: "w", TTL: time.Minute})); !errors.Is(err, budget.ErrExhausted) {
+			t.Errorf("the child of a closed root: %+v, %v, want exhausted", r, err)
+		}
+		if got := b.account(t, root.Tasks["t0"]); got.Spent != 1_000 {
+			t.Errorf("the parent task spent %d after its child's funding expired, want the whole 1,000", got.Spent)
+		}
+		b.checkConserved(t)
+	})
+}
+
+// TestTenantSpendCountsAChildOnce: the tenant's daily spend is what its
+// account spent, each child once (through its funding, as the account
+// counts it), and money counts each model call once, in its own run.
+func TestTenantSpendCountsAChildOnce(t *testing.T) {
+	b := setup(t)
+	ten := b.openTenant(t, 100_000)
+	root := b.openSliced(t, "root", ten.ID, 20_000, 100, 10_000, 1_000, 2)
+	_, child := b.openChild(t, root, "t0", "child", 6_000, 3_000, 0, 1)
+	_, grand := b.openChild(t, child, "c0", "grand", 1_000, 1_000, 0, 1)
+	b.spend(t, grand, "c0", 100)
+	b.spend(t, child, "c0", 300)
+	b.spend(t, root, "t1", 1_000)
+	b.closeChild(t, "grand")
+	b.closeChild(t, "child")
+	if _, err := b.ledger.CloseRun(b.ctx, "root"); err != nil {
+		t.Fatal(err)
+	}
+	var daily, lines int64
+	if err := b.pool.QueryRow(b.ctx, `SELECT sum(spent_tokens) FROM tenant_spend_daily WHERE tenant_id = 'tenant-a'`).Scan(&daily); err != nil {
+		t.Fatal(err)
+	}
+	if acct := b.account(t, ten.ID).Spent; daily != acct || acct != 1_400 {
+		t.Errorf("tenant_spend_daily %d, the tenant account %d: want both 1,400", daily, acct)
+	}
+	if err := b.pool.QueryRow(b.ctx, `SELECT sum(tokens) FROM money_line WHERE tenant_id = 'tenant-a'`).Scan(&lines); err != nil {
+		t.Fatal(err)
+	}
+	if lines != 1_400 {
+		t.Errorf("money_line counts %d tokens, want each call once: 1,400", lines)
+	}
+}
+
+// TestOpeningAChildAndABudgetChangeDoNotDeadlock: opening a child takes
+// the tenant's row before any account, the order a budget change takes
+// them in: a change holding the row and then taking the tenant's account
+// goes through, and the open after it.
+func TestOpeningAChildAndABudgetChangeDoNotDeadlock(t *testing.T) {
+	b := setup(t)
+	ten := b.openTenant(t, 100_000)
+	root := b.openSliced(t, "root", ten.ID, 20_000, 100, 10_000, 0, 1)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck // the test's own lock holder
+	// ledger_set_tenant_budget's first lock: the tenant's row.
+	if _, err := tx.Exec(b.ctx, `SELECT FROM tenant WHERE tenant_id = 'tenant-a' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	// The open on a connection of its own, not retried: a deadlock is
+	// an error here, whichever side the server aborts.
+	opened := make(chan error, 1)
+	go func() {
+		var outcome string
+		err := b.pool.QueryRow(b.ctx, `SELECT outcome FROM ledger_open_child_run('child', 'tenant-a', $1, 1, 1000, 10,
+			'1 minute', '{c0}', '{1000}', '{0}')`, int64(root.Tasks["t0"])).Scan(&outcome)
+		if err == nil && outcome != "ok" {
+			err = fmt.Errorf("outcome %s", outcome)
+		}
+		opened <- err
+	}()
+	// The open waits on a lock before the change takes its second one.
+	deadline := time.Now().Add(patience)
+	for {
+		var waiting bool
+		if err := b.pool.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE '%ledger_open_child_run%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the open did not wait on the budget change's lock within %v", patience)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server's view of its locks
+	}
+	// Its second: the tenant's account, which the open must not hold.
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	if _, err := tx.Exec(ctx, `SELECT FROM account WHERE tenant_id = 'tenant-a' AND kind = 'tenant' FOR UPDATE`); err != nil {
+		t.Fatalf("the budget change, after the open began: %v", err)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-opened; err != nil {
+		t.Fatalf("the open, after the budget change: %v", err)
+	}
+}
+
+// TestAWorkerCannotTakeAChildsKey: a worker holding the parent task's
+// secret that reserves under the key the child's funding would use does
+// not keep the child from opening, nor become its funding.
+func TestAWorkerCannotTakeAChildsKey(t *testing.T) {
+	b := setup(t)
+	root := b.openRun(t, "root", 10_000, 10, 5_000)
+	a, err := b.ledger.BeginAttempt(b.ctx, root.Tasks["t0"], "root", "tenant-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := store.Open(b.ctx, storetest.WorkerURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	worker := store.NewLedger(pool)
+	squat, err := worker.Reserve(b.ctx, budget.ReserveParams{Account: root.Tasks["t0"], RunID: "root", TenantID: "tenant-a",
+		Attempt: a.N, Want: 10, Min: 1, Holder: "child:child", TTL: time.Minute, Key: "child:child", Secret: a.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, child, err := b.ledger.OpenChildRun(b.ctx, budget.OpenChildRunParams{RunID: "child", TenantID: "tenant-a",
+		ParentTask: root.Tasks["t0"], Attempt: a.N, Want: 1_000, Min: 10, TTL: time.Minute,
+		Tasks: []budget.TaskBudget{{TaskID: "c0", Limit: 1_000}}})
+	if err != nil {
+		t.Fatalf("open a child whose key a worker reserved under: %v", err)
+	}
+	if f.ID == squat.ID || f.Amount != 1_000 || child.Run.Limit != 1_000 {
+		t.Errorf("the child's funding %+v (limit %d), the worker's reservation %d: want its own, of 1,000", f, child.Run.Limit, squat.ID)
 	}
 }

@@ -1,5 +1,7 @@
 -- ledger_close_run closes a run account and its task accounts, once.
--- Callers hold the run's lock and know nothing is held in the run.
+-- Callers hold the run's lock and know nothing is held in the run. A child
+-- run still going below it (its funding expired, so nothing is held) is
+-- cancelled at every depth in the same commit (docs/ledger.md#child-runs).
 CREATE OR REPLACE FUNCTION ledger_close_run(p_run_account bigint, p_note text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
@@ -9,6 +11,7 @@ BEGIN
     IF a.state = 'closed' THEN
         RETURN;
     END IF;
+    PERFORM ledger_mark_tasks(ARRAY[a.account_id], 'cancelled');
     UPDATE account SET state = 'closed', closing = false,
                        cause = CASE WHEN state = 'open' THEN coalesce(p_note, '') ELSE cause END,
                        updated_at = now()

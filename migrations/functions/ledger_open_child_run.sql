@@ -18,10 +18,11 @@ CREATE OR REPLACE FUNCTION ledger_open_child_run(p_run text, p_tenant text, p_pa
 RETURNS ledger_result
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fanout, pg_temp AS $$
 DECLARE
-    t   account;
-    c   account;
-    r   reservation;
-    res ledger_result;
+    t     account;
+    c     account;
+    r     reservation;
+    res   ledger_result;
+    above text;
 BEGIN
     IF p_run IS NULL OR p_run = '' OR p_parent_task IS NULL THEN
         RAISE EXCEPTION 'ledger_open_child_run: run % under task account % out of range', p_run, p_parent_task
@@ -40,8 +41,15 @@ BEGIN
     IF NOT FOUND OR t.kind <> 'task' OR t.tenant_id <> p_tenant THEN
         RETURN ledger_refusal('denied', p_parent_task, format('not a task account of tenant %s', p_tenant));
     END IF;
+    -- The tenant's row before any account, the order a budget change
+    -- takes them in (docs/ledger.md#chain-and-lock-order): the child's
+    -- account row refers to it.
+    PERFORM FROM tenant WHERE tenant_id = p_tenant FOR SHARE;
+    -- No key: a worker holding the task's secret could reserve under any
+    -- key first. The child's account, unique by run, is what makes this
+    -- idempotent (a concurrent second open fails on it and rolls back).
     res := ledger_reserve(p_parent_task, t.run_id, p_tenant, p_attempt, p_want, p_min,
-                          'child:' || p_run, p_ttl, 'child:' || p_run, NULL, NULL);
+                          'child:' || p_run, p_ttl, NULL, NULL, NULL);
     IF res.outcome <> 'ok' THEN
         RETURN res;
     END IF;
@@ -49,6 +57,14 @@ BEGIN
     UPDATE reservation SET secret_hash = NULL WHERE reservation_id = res.reservation_id;
     PERFORM ledger_open_run(p_run, p_tenant, NULL, res.amount, p_min, p_task_ids, p_task_limits, 0, p_task_slices,
                             p_parent_task, res.reservation_id);
+    -- The grant may have ended the run above (its minimum, or its
+    -- tenant's), marking its children before this one existed: it takes
+    -- that state now, in the same commit. The run's row was locked by the
+    -- grant whenever the grant could end it.
+    SELECT state INTO above FROM account WHERE account_id = t.parent_id;
+    IF above IN ('exhausted', 'cancelled') THEN
+        PERFORM ledger_mark_tasks(ARRAY[t.parent_id], above);
+    END IF;
     RETURN res;
 END $$;
 REVOKE ALL ON FUNCTION ledger_open_child_run(text,text,bigint,bigint,bigint,bigint,interval,text[],bigint[],bigint[]) FROM PUBLIC;

@@ -50,8 +50,12 @@ BEGIN
         -- set (ledger_set_tenant_budget locks it for update): either that
         -- budget is committed and read here, or it waits for this run and
         -- adopts it.
-        INSERT INTO tenant (tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;
-        PERFORM FROM tenant WHERE tenant_id = p_tenant FOR SHARE;
+        -- A child run's opener took the tenant's row before its funding's
+        -- accounts (ledger_open_child_run).
+        IF p_funding IS NULL THEN
+            INSERT INTO tenant (tenant_id) VALUES (p_tenant) ON CONFLICT DO NOTHING;
+            PERFORM FROM tenant WHERE tenant_id = p_tenant FOR SHARE;
+        END IF;
         IF p_tenant_account IS NULL AND p_funding IS NULL THEN
             SELECT account_id INTO p_tenant_account FROM account WHERE tenant_id = p_tenant AND kind = 'tenant';
         END IF;
