@@ -196,22 +196,13 @@ func ledgerAvailable(a budget.Account) int64 { return a.Limit - a.Reserved - a.S
 func TestWorkerCannotResolveAFunding(t *testing.T) {
 	b := setup(t)
 	root := b.openRun(t, "root", 10_000, 10, 5_000)
-	a, err := b.ledger.BeginAttempt(b.ctx, root.Tasks["t0"], "root", "tenant-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, worker := b.secondAttempt(t, root)
 	f, _, err := b.ledger.OpenChildRun(b.ctx, budget.OpenChildRunParams{RunID: "child", TenantID: "tenant-a",
 		ParentTask: root.Tasks["t0"], Attempt: a.N, Want: 1_000, Min: 10, TTL: time.Minute,
 		Tasks: []budget.TaskBudget{{TaskID: "c0", Limit: 1_000}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := store.Open(b.ctx, storetest.WorkerURL(t, b.url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	worker := store.NewLedger(pool)
 	if _, err := worker.Settle(b.ctx, budget.SettleParams{Reservation: f.ID, Generation: f.Lease.Generation, Actual: 0,
 		Secret: a.Secret}); !errors.Is(err, budget.ErrDenied) {
 		t.Errorf("a worker settles the funding at 0: %v, want denied", err)
@@ -438,16 +429,7 @@ func TestOpeningAChildAndABudgetChangeDoNotDeadlock(t *testing.T) {
 func TestAWorkerCannotTakeAChildsKey(t *testing.T) {
 	b := setup(t)
 	root := b.openRun(t, "root", 10_000, 10, 5_000)
-	a, err := b.ledger.BeginAttempt(b.ctx, root.Tasks["t0"], "root", "tenant-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := store.Open(b.ctx, storetest.WorkerURL(t, b.url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	worker := store.NewLedger(pool)
+	a, worker := b.secondAttempt(t, root)
 	squat, err := worker.Reserve(b.ctx, budget.ReserveParams{Account: root.Tasks["t0"], RunID: "root", TenantID: "tenant-a",
 		Attempt: a.N, Want: 10, Min: 1, Holder: "child:child", TTL: time.Minute, Key: "child:child", Secret: a.Secret})
 	if err != nil {
@@ -462,4 +444,21 @@ func TestAWorkerCannotTakeAChildsKey(t *testing.T) {
 	if f.ID == squat.ID || f.Amount != 1_000 || child.Run.Limit != 1_000 {
 		t.Errorf("the child's funding %+v (limit %d), the worker's reservation %d: want its own, of 1,000", f, child.Run.Limit, squat.ID)
 	}
+}
+
+// secondAttempt begins a second attempt of task t0 of ra and returns it with
+// a ledger on a worker's login, which holds that attempt's secret as the
+// worker it is dispatched to would.
+func (b *testBundle) secondAttempt(t *testing.T, ra budget.RunAccounts) (budget.Attempt, *store.Ledger) {
+	t.Helper()
+	a, err := b.ledger.BeginAttempt(b.ctx, ra.Tasks["t0"], ra.Run.RunID, ra.Run.TenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := store.Open(b.ctx, storetest.WorkerURL(t, b.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return a, store.NewLedger(pool)
 }
