@@ -62,6 +62,12 @@ type Account struct {
 	Posted int64
 	// Sliced task accounts: the end of the tenant's budget period the slice was carved in; after it, a call on the slice locks the chain (and the period rolls over).
 	SliceUntil *time.Time
+	// Child runs: the task account the run was carved from (docs/ledger.md#child-runs); its chain starts at itself.
+	ParentTask *int64
+	// Child runs: always task, so that the foreign key (parent_task, parent_task_kind) admits a task account and nothing else.
+	ParentTaskKind *string
+	// Child runs: the reservation on parent_task that holds the child's limit on every account above it, settled at what the child spent when it closes (ledger_settle_funding).
+	Funding *int64
 }
 
 type AdminAction struct {
@@ -411,6 +417,20 @@ type RunToolPolicy struct {
 	Tool              string
 	Approval          bool
 	ApprovalTimeoutMs int64
+}
+
+type RunTreeSpend struct {
+	TenantID        string
+	RunID           *string
+	ParentRunID     *string
+	ParentTaskID    *string
+	RootRunID       *string
+	Depth           int32
+	State           string
+	LimitTokens     int64
+	SpentTokens     int64
+	OwnSpentTokens  int64
+	TreeSpentTokens int64
 }
 
 // Fleet-wide semaphores: slot N of key is held while expires_at > now() (database time).
