@@ -1555,7 +1555,7 @@ REVOKE EXECUTE ON FUNCTION fanout.ledger_mark_tasks(bigint[],text) FROM PUBLIC;
 CREATE FUNCTION fanout.ledger_open_child_run(p_run text, p_tenant text, p_parent_task bigint, p_attempt bigint, p_want bigint, p_min bigint, p_ttl interval, p_task_ids text[], p_task_limits bigint[], p_task_slices bigint[] DEFAULT NULL::bigint[]) RETURNS fanout.ledger_result
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, fanout, pg_temp;
-    -- body: 50 lines, sha256 a9c6b4ae118c
+    -- body: 58 lines, sha256 199a1ad9761d
 REVOKE EXECUTE ON FUNCTION fanout.ledger_open_child_run(text,text,bigint,bigint,bigint,bigint,interval,text[],bigint[],bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION fanout.ledger_open_child_run(text,text,bigint,bigint,bigint,bigint,interval,text[],bigint[],bigint[]) TO fanout_app;
 

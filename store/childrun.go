@@ -25,12 +25,10 @@ func (l *Ledger) OpenChildRun(ctx context.Context, p budget.OpenChildRunParams) 
 	if err := p.Validate(); err != nil {
 		return budget.Reservation{}, budget.RunAccounts{}, err
 	}
-	ids := make([]string, len(p.Tasks))
-	limits := make([]int64, len(p.Tasks))
-	slices := make([]int64, len(p.Tasks))
-	for i, t := range p.Tasks {
-		ids[i], limits[i], slices[i] = t.TaskID, t.Limit, t.Slice
-	}
+	ids, limits, slices := taskArrays(p.Tasks)
+	// A second open of the same child at the same moment is rolled back
+	// (serialization_failure) and retried, and then answered with the
+	// first's funding (replay).
 	r, err := retry(ctx, l.log, "ledger.open_child_run", idempotent, func(ctx context.Context, _ try) (ledgerResult, error) {
 		var r ledgerResult
 		err := r.scan(l.pool.QueryRow(ctx, openChildSQL, p.RunID, p.TenantID, int64(p.ParentTask), p.Attempt,

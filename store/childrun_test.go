@@ -462,3 +462,59 @@ func (b *testBundle) secondAttempt(t *testing.T, ra budget.RunAccounts) (budget.
 	t.Cleanup(pool.Close)
 	return a, store.NewLedger(pool)
 }
+
+// TestTwoOpensOfOneChildOpenItOnce: two nodes opening the same child at
+// once (both released together from behind a budget change's lock) get the
+// same child and the same funding; the parent task holds one funding.
+func TestTwoOpensOfOneChildOpenItOnce(t *testing.T) {
+	b := setup(t)
+	ten := b.openTenant(t, 100_000)
+	root := b.openSliced(t, "root", ten.ID, 20_000, 100, 10_000, 0, 1)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck // the test's own lock holder
+	if _, err := tx.Exec(b.ctx, `SELECT FROM tenant WHERE tenant_id = 'tenant-a' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type opened struct {
+		f   budget.Reservation
+		err error
+	}
+	results := make(chan opened, 2)
+	for range 2 {
+		go func() {
+			f, _, err := b.ledger.OpenChildRun(b.ctx, budget.OpenChildRunParams{RunID: "child", TenantID: "tenant-a",
+				ParentTask: root.Tasks["t0"], Attempt: 1, Want: 1_000, Min: 10, TTL: time.Minute,
+				Tasks: []budget.TaskBudget{{TaskID: "c0", Limit: 1_000}}})
+			results <- opened{f, err}
+		}()
+	}
+	deadline := time.Now().Add(patience)
+	for {
+		var waiting int
+		if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+			AND query LIKE '%ledger_open_child_run%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the two opens waited behind the lock within %v", waiting, patience)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the server's view of its locks
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, second := <-results, <-results
+	if first.err != nil || second.err != nil || first.f.ID != second.f.ID {
+		t.Fatalf("two opens of one child: %+v, %v and %+v, %v; want both the same funding", first.f, first.err, second.f, second.err)
+	}
+	if got := b.account(t, root.Tasks["t0"]); got.Reserved != 1_000 {
+		t.Errorf("the parent task holds %d, want one funding of 1,000", got.Reserved)
+	}
+	b.checkConserved(t)
+}

@@ -567,12 +567,7 @@ func (l *Ledger) openRun(ctx context.Context, p budget.OpenRunParams) (budget.Ru
 // openRunIn is one call of ledger_open_run with db, a pool or the
 // transaction that creates the run (Runs.OpenRun).
 func openRunIn(ctx context.Context, q *dbsqlc.Queries, db dbsqlc.DBTX, p budget.OpenRunParams) (budget.RunAccounts, error) {
-	taskIDs := make([]string, len(p.Tasks))
-	limits := make([]int64, len(p.Tasks))
-	slices := make([]int64, len(p.Tasks))
-	for i, t := range p.Tasks {
-		taskIDs[i], limits[i], slices[i] = t.TaskID, t.Limit, t.Slice
-	}
+	taskIDs, limits, slices := taskArrays(p.Tasks)
 	var parent *int64
 	if p.TenantAccount != 0 {
 		id := int64(p.TenantAccount)
@@ -585,6 +580,18 @@ func openRunIn(ctx context.Context, q *dbsqlc.Queries, db dbsqlc.DBTX, p budget.
 		accounts[i] = dbsqlc.AccountRow(r)
 	}
 	return collectRunAccounts(accounts, err)
+}
+
+// taskArrays is tasks as ledger_open_run takes them: ids, limits and slice
+// sizes, in order.
+func taskArrays(tasks []budget.TaskBudget) (ids []string, limits, slices []int64) {
+	ids = make([]string, len(tasks))
+	limits = make([]int64, len(tasks))
+	slices = make([]int64, len(tasks))
+	for i, t := range tasks {
+		ids[i], limits[i], slices[i] = t.TaskID, t.Limit, t.Slice
+	}
+	return ids, limits, slices
 }
 
 func (l *Ledger) runAccounts(ctx context.Context, runID string) (budget.RunAccounts, error) {

@@ -47,11 +47,19 @@ BEGIN
     PERFORM FROM tenant WHERE tenant_id = p_tenant FOR SHARE;
     -- No key: a worker holding the task's secret could reserve under any
     -- key first. The child's account, unique by run, is what makes this
-    -- idempotent (a concurrent second open fails on it and rolls back).
+    -- idempotent (checked again below, once the grant holds the task).
     res := ledger_reserve(p_parent_task, t.run_id, p_tenant, p_attempt, p_want, p_min,
                           'child:' || p_run, p_ttl, NULL, NULL, NULL);
     IF res.outcome <> 'ok' THEN
         RETURN res;
+    END IF;
+    -- Two opens of one child serialize on the parent task's row, which the
+    -- grant locked: a child opened by the other meanwhile is visible now.
+    -- This grant must not stand beside its funding: rolled back, and the
+    -- caller's retry answers with that child's (replay).
+    IF EXISTS (SELECT FROM account WHERE run_id = p_run AND kind = 'run') THEN
+        RAISE EXCEPTION 'ledger_open_child_run: run % was opened meanwhile; try again', p_run
+            USING ERRCODE = 'serialization_failure';
     END IF;
     -- No attempt's secret resolves it: only an orchestrator's login does.
     UPDATE reservation SET secret_hash = NULL WHERE reservation_id = res.reservation_id;
