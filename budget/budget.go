@@ -135,6 +135,27 @@ type OpenRunParams struct {
 	// Under a tenant budget the tenant holds it too, and no more than it
 	// has available: RunAccounts.Run.Held says what was held.
 	Held int64
+	// Child, if set, opens the run as a child run carved from a task of
+	// another run (docs/ledger.md#child-runs): its account's limit is what
+	// the parent task grants of Limit (at least Child.Min), not Limit
+	// itself, and TenantAccount must be 0 (the funding is held above).
+	Child *ChildFunding
+}
+
+// ChildFunding is how a child run is funded from its parent task
+// (OpenRunParams.Child; OpenChildRunParams has the same fields).
+type ChildFunding struct {
+	ParentTask AccountID     // the task account the child is carved from
+	Attempt    int64         // the parent task's current attempt
+	Min        int64         // the least grant worth the child, >= 1
+	TTL        time.Duration // the funding reservation's lease
+	// The rest is the run's record of the tree (docs/budget.md#nested-fan-out):
+	ParentRunID  string
+	ParentTaskID string
+	Call         string // the fan_out tool_call the child's end answers
+	RootRunID    string
+	Depth        int32
+	MaxTreeTasks int // the tree's task cap, every level counted
 }
 
 // TaskBudget is one task's budget in a run. Task limits may add up to more

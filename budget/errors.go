@@ -233,6 +233,16 @@ func (p OpenRunParams) Validate() error {
 		return invalid("tasks", "at most %d tasks, got %d", MaxTasksPerRun, len(p.Tasks))
 	case p.Held < 0 || p.Held > p.Limit-p.MinReservation:
 		return invalid("held", "must be in 0..limit - min_reservation (%d), got %d", p.Limit-p.MinReservation, p.Held)
+	case p.Child != nil && p.TenantAccount != 0:
+		return invalid("tenant_account", "must be 0 for a child run (its funding is held above it), got %d", p.TenantAccount)
+	case p.Child != nil && p.Held != 0:
+		return invalid("held", "must be 0 for a child run, got %d", p.Held)
+	}
+	if c := p.Child; c != nil {
+		if err := (OpenChildRunParams{RunID: p.RunID, TenantID: p.TenantID, ParentTask: c.ParentTask, Attempt: c.Attempt,
+			Want: p.Limit, Min: c.Min, TTL: c.TTL}).Validate(); err != nil {
+			return err
+		}
 	}
 	seen := make(map[string]bool, len(p.Tasks))
 	for i, t := range p.Tasks {

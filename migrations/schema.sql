@@ -436,20 +436,29 @@ CREATE TABLE fanout.run (
     prior_added boolean DEFAULT false NOT NULL,
     continued_at timestamp with time zone,
     forked_from text,
+    parent_run_id text,
+    parent_task_id text,
+    parent_call text,
+    root_run_id text,
+    depth integer DEFAULT 0 NOT NULL,
     CONSTRAINT run_adoptions_check CHECK (adoptions >= 0),
+    CONSTRAINT run_child CHECK (parent_run_id IS NULL AND parent_task_id IS NULL AND parent_call IS NULL AND root_run_id IS NULL AND depth = 0 OR parent_run_id IS NOT NULL AND parent_task_id IS NOT NULL AND parent_call IS NOT NULL AND root_run_id IS NOT NULL AND depth >= 1 AND depth <= 4),
     CONSTRAINT run_finished CHECK ((state = 'RUNNING'::text) = (finished_at IS NULL)),
     CONSTRAINT run_forked_from_check CHECK (forked_from <> ''::text),
     CONSTRAINT run_idempotency_key UNIQUE (tenant_id, idempotency_key),
     CONSTRAINT run_idempotency_key_check CHECK (idempotency_key <> ''::text AND octet_length(idempotency_key) <= 128),
     CONSTRAINT run_last_sequence_check CHECK (last_sequence >= 0),
+    CONSTRAINT run_parent_run_id_fkey FOREIGN KEY (parent_run_id) REFERENCES fanout.run(run_id),
     CONSTRAINT run_pkey PRIMARY KEY (run_id),
     CONSTRAINT run_result_object CHECK (jsonb_typeof(result) = 'object'::text),
+    CONSTRAINT run_root_run_id_fkey FOREIGN KEY (root_run_id) REFERENCES fanout.run(run_id),
     CONSTRAINT run_run_id_check CHECK (run_id <> ''::text),
     CONSTRAINT run_spec_object CHECK (jsonb_typeof(spec) = 'object'::text),
     CONSTRAINT run_state_check CHECK (state = ANY (ARRAY['RUNNING'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'CANCELLED'::text, 'BUDGET_EXHAUSTED'::text, 'TIMED_OUT'::text])),
     CONSTRAINT run_tenant_id_check CHECK (tenant_id <> ''::text AND length(tenant_id) <= 128)
 );
 ALTER TABLE fanout.run ENABLE ROW LEVEL SECURITY;
+CREATE INDEX run_root ON fanout.run USING btree (root_run_id) WHERE root_run_id IS NOT NULL;
 CREATE INDEX run_running_heartbeat ON fanout.run USING btree (owner_heartbeat) WHERE state = 'RUNNING'::text;
 CREATE INDEX run_running_model ON fanout.run USING btree (COALESCE((spec -> 'model'::text) ->> 'provider'::text, ''::text), COALESCE((spec -> 'model'::text) ->> 'model'::text, ''::text)) WHERE state = 'RUNNING'::text;
 CREATE INDEX run_tenant_newest ON fanout.run USING btree (tenant_id, created_at DESC, run_id DESC);
@@ -461,6 +470,11 @@ COMMENT ON COLUMN fanout.run.result IS 'The JoinedResult as protojson; NULL whil
 COMMENT ON COLUMN fanout.run.prior_added IS 'The run''s whole tasks were added to its tenant''s prior (task_prior): never twice (docs/budget.md#priors).';
 COMMENT ON COLUMN fanout.run.continued_at IS 'When a ContinueRun last reopened the run (NULL: never); its run timeout counts from then (docs/budget.md#continue).';
 COMMENT ON COLUMN fanout.run.forked_from IS 'The run this run was forked from (ForkRun, docs/budget.md#fork); NULL for a run that was not.';
+COMMENT ON COLUMN fanout.run.parent_run_id IS 'For a child run (docs/budget.md#nested-fan-out): the run whose task started it; NULL for a run a caller started.';
+COMMENT ON COLUMN fanout.run.parent_task_id IS 'For a child run: the task whose fan_out call started it.';
+COMMENT ON COLUMN fanout.run.parent_call IS 'For a child run: the key of the fan_out tool_call row its end answers with its joined facts.';
+COMMENT ON COLUMN fanout.run.root_run_id IS 'For a child run: the root run of its tree; NULL for a root run.';
+COMMENT ON COLUMN fanout.run.depth IS 'How many levels below its root the run is: 0 for a root run, at most 4.';
 GRANT INSERT, SELECT, UPDATE ON TABLE fanout.run TO fanout_app;
 GRANT SELECT (state, owner_heartbeat) ON TABLE fanout.run TO fanout_worker;
 

@@ -121,6 +121,9 @@ type progress interface {
 	started(ctx context.Context, worker string)
 	iteration(ctx context.Context, it *fanoutv1.SubagentIteration)
 	approval(ctx context.Context, a *fanoutv1.SubagentApproval)
+	// fanOut hears a fan_out call of the attempt: it opens the child run,
+	// or answers the call with why not.
+	fanOut(ctx context.Context, attempt int32, f *fanoutv1.SubagentFanOut)
 }
 
 // run sends the call to a worker, first (or the first connected worker
@@ -345,6 +348,8 @@ func (c *dispatch) execute(ctx context.Context, w Worker, req *fanoutv1.Dispatch
 			c.progress.iteration(ctx, ev.Iteration)
 		case *fanoutv1.ExecuteResponse_Approval:
 			c.progress.approval(ctx, ev.Approval)
+		case *fanoutv1.ExecuteResponse_FanOut:
+			c.progress.fanOut(ctx, req.GetAttempt(), ev.FanOut)
 		case *fanoutv1.ExecuteResponse_Summary:
 			s := ev.Summary
 			if !terminalStatus(s.GetStatus()) {
@@ -436,3 +441,6 @@ type noProgress struct{}
 func (noProgress) started(context.Context, string)                        {}
 func (noProgress) iteration(context.Context, *fanoutv1.SubagentIteration) {}
 func (noProgress) approval(context.Context, *fanoutv1.SubagentApproval)   {}
+
+// fanOut: a synthesis is offered no fan_out (its dispatch has no allowance).
+func (noProgress) fanOut(context.Context, int32, *fanoutv1.SubagentFanOut) {}

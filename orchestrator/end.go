@@ -188,6 +188,11 @@ func (d *driver) end(runCtx context.Context) {
 	// settling. Then close the ledger, so that whoever sees RunFinished
 	// reads final spend.
 	closed, result, ended := d.e.endRun(runCtx, d.runID, end)
+	if ended && d.p.tree.parentRunID != "" {
+		ctx, cancel := cleanup(runCtx)
+		d.e.childEnded(ctx, d.runID, state, result)
+		cancel()
+	}
 	if ended {
 		d.e.cfg.Logger.InfoContext(runCtx, "run ended", "run_id", d.runID, "state", runs.Text(state), "cause", cause,
 			"tasks", len(d.outcomes), "tokens", result.GetTotalTokens())

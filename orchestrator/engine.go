@@ -372,6 +372,12 @@ func (c Config) toolPolicy(spec *fanoutv1.RunSpec) []runs.ToolPolicy {
 			out = append(out, p)
 		}
 	}
+	if spec.GetFanOut() != nil && !seen[runs.FanOutTool] {
+		// The worker records each fan_out call as it records a write (a
+		// run with a policy denies a tool it does not name). It waits for
+		// no approval: what the child's tasks write does.
+		out = append(out, runs.ToolPolicy{Tool: runs.FanOutTool})
+	}
 	return out
 }
 
@@ -419,7 +425,9 @@ func (e *Engine) start(ctx context.Context, run *fanoutv1.Run, p *plan, accounts
 		// run this engine just created has changed hands 0 times).
 		closing, err := e.store.CloseRun(ctx, runID, e.cfg.Node, 0, fanoutv1.RunState_RUN_STATE_CANCELLED,
 			errShutdown.Error(), join(run.GetTasks()))
-		e.finished(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, closing, err)
+		if e.finished(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, closing, err) && p.tree.parentRunID != "" {
+			e.childEnded(ctx, runID, fanoutv1.RunState_RUN_STATE_CANCELLED, join(run.GetTasks()))
+		}
 		endRunSpan(span, fanoutv1.RunState_RUN_STATE_CANCELLED, errShutdown.Error(), errShutdown, nil, nil)
 		return ErrShuttingDown
 	}

@@ -279,6 +279,13 @@ func (p attemptProgress) approval(ctx context.Context, a *fanoutv1.SubagentAppro
 	}
 }
 
+// fanOut: a run whose tasks may fan out hedges none (checkFanOut).
+func (p attemptProgress) fanOut(ctx context.Context, attempt int32, f *fanoutv1.SubagentFanOut) {
+	if p.task != nil {
+		p.task.fanOut(ctx, attempt, f)
+	}
+}
+
 // attemptEnd is how one attempt of a hedged task ended.
 type attemptEnd struct {
 	hedge   bool

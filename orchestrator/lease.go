@@ -167,6 +167,9 @@ func (e *Engine) endOrphan(a runs.Adoption, cause string) {
 		},
 	})
 	if ended {
+		ctx, cancel := cleanup(e.base)
+		e.childEnded(ctx, runID, fanoutv1.RunState_RUN_STATE_FAILED, result)
+		cancel()
 		log.Warn("adopted run ended", "state", "FAILED", "cause", cause,
 			"tasks_failed", len(failed), "tokens", result.GetTotalTokens())
 	}

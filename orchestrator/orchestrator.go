@@ -56,6 +56,23 @@ type RunOpener interface {
 		stored *fanoutv1.Run, accounts budget.RunAccounts, created bool, err error)
 }
 
+// ChildCalls are the store's side of nested fan-out (fanout.go); a store
+// without it runs no child runs' ends (store.Runs has it).
+type ChildCalls interface {
+	// ChildLink returns the parent of run runID: its run, task and the
+	// fan_out call its end answers (all empty for a root run).
+	ChildLink(ctx context.Context, runID string) (runs.ChildLink, error)
+	// AnswerCall resolves the fan_out call key, still issued, as done with
+	// answer, or, with refusal set, failed with refusal as its error. A
+	// call resolved already is left as it is.
+	AnswerCall(ctx context.Context, key, answer, refusal string) error
+}
+
+// FundingLedger settles the funding of closed child runs (store.Ledger).
+type FundingLedger interface {
+	SettleFunding(ctx context.Context, runID string) (budget.Reservation, error)
+}
+
 // RunContinuer continues runs (docs/budget.md#continue).
 type RunContinuer interface {
 	// ContinueRun records a continuation: the ledger's entries, the

@@ -87,6 +87,9 @@ func (e *Engine) resume(a runs.Adoption) error {
 	if err := e.checkTenant(ctx, p, true); err != nil {
 		return err
 	}
+	if p.tree = treeOf(run); p.tree.parentRunID != "" {
+		p.tenantAccount = 0 // a child's funding is held above it
+	}
 	accounts, err := e.ledger.OpenRun(ctx, openRunParams(a.RunID, p)) // the accounts it has
 	if err != nil {
 		return fmt.Errorf("read the run's ledger accounts: %w", err)

@@ -46,7 +46,18 @@ func (d *driver) request(runCtx context.Context, i int) *fanoutv1.Dispatch {
 		OnExhaustion:         spec.GetOnExhaustion(),
 		ContextFacts:         facts,
 		CacheTools:           spec.GetCache().GetTools(),
+		FanOut:               d.fanOutAllowance(),
 	}
+}
+
+// fanOutAllowance is what the run's tasks may ask of fan_out, nil when
+// they may not fan out.
+func (d *driver) fanOutAllowance() *fanoutv1.FanOutAllowance {
+	f := d.p.spec.GetFanOut()
+	if f == nil {
+		return nil
+	}
+	return &fanoutv1.FanOutAllowance{MaxChildTasks: uint32(maxChildTasks(f))}
 }
 
 // runTask dispatches task i (to first, then others while they refuse it),
@@ -157,6 +168,11 @@ func (p taskProgress) approval(ctx context.Context, a *fanoutv1.SubagentApproval
 	defer cancel()
 	p.d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ApprovalRequested{ApprovalRequested: &fanoutv1.ApprovalRequested{
 		TaskId: p.taskID, CallId: a.GetCallId(), Tool: a.GetTool(), Preview: a.GetPreview(), Deadline: a.GetDeadline()}}})
+}
+
+// fanOut opens the child run the task's fan_out call asks for.
+func (p taskProgress) fanOut(ctx context.Context, attempt int32, f *fanoutv1.SubagentFanOut) {
+	p.d.fanOut(ctx, p.index, attempt, f)
 }
 
 // settleWait bounds how long a cut-off task's spend is waited for.

@@ -22,6 +22,8 @@ const scope = "github.com/fanout/fanout/orchestrator"
 // Attribute keys of the run span and the orchestrator's metrics.
 const (
 	attrRunID        = attribute.Key("fanout.run.id")
+	attrParentRunID  = attribute.Key("fanout.run.parent_id")
+	attrParentTaskID = attribute.Key("fanout.run.parent_task_id")
 	attrRunTraceID   = attribute.Key("fanout.run.trace_id")
 	attrTenantID     = attribute.Key("fanout.tenant.id")
 	attrRunTasks     = attribute.Key("fanout.run.tasks")

@@ -153,6 +153,9 @@ type plan struct {
 	maxTasksInFlight int              // its cap on tasks in flight, 0 if none
 	prior            prior            // what its tasks cost with the run's model in earlier runs
 
+	// tree: where the run stands in its tree of child runs (fanout.go).
+	tree tree
+
 	// spentBeside: what a continued run spent beside its tasks before it
 	// reopened (its earlier syntheses): the forecast counts it spent.
 	spentBeside int64
@@ -200,6 +203,7 @@ func (c Config) plan(spec *fanoutv1.RunSpec) (*plan, error) {
 	c.checkModel(&v, spec.GetModel())
 	checkLabels(&v, spec.GetLabels())
 	checkCache(&v, spec.GetCache())
+	checkFanOut(&v, spec)
 	if !c.planTasks(&v, p) {
 		return nil, v.err() // do not walk an oversized plan
 	}

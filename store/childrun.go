@@ -2,9 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fanout/fanout/budget"
+	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/store/internal/dbsqlc"
 )
 
 // Child runs (docs/ledger.md#child-runs): a run carved from one task of
@@ -67,4 +72,51 @@ func (l *Ledger) SettleFunding(ctx context.Context, runID string) (budget.Reserv
 		return r.reservation(), fmt.Errorf("settle the funding of child run %s: %w", runID, err)
 	}
 	return r.reservation(), nil
+}
+
+// openChildIn opens the child run p describes (p.Child set) in db, the
+// transaction that creates its run (Runs.OpenRun): its funding on the
+// parent task, then its accounts, limited to what the parent granted.
+func openChildIn(ctx context.Context, q *dbsqlc.Queries, db dbsqlc.DBTX, p budget.OpenRunParams) (budget.RunAccounts, error) {
+	c := p.Child
+	ids, limits, slices := taskArrays(p.Tasks)
+	var r ledgerResult
+	err := r.scan(db.QueryRow(ctx, openChildSQL, p.RunID, p.TenantID, int64(c.ParentTask), c.Attempt,
+		p.Limit, c.Min, c.TTL, ids, limits, slices))
+	if err == nil {
+		err = r.err(0, c.Min)
+	}
+	if err != nil {
+		return budget.RunAccounts{}, fmt.Errorf("open child run %s under task account %d: %w", p.RunID, c.ParentTask, err)
+	}
+	return readRunAccounts(ctx, q, db, p.RunID)
+}
+
+// ChildLink returns the parent of run runID, if it is a child run: the
+// run and task that started it and the fan_out call it answers. A root
+// run's is empty; an unknown run is runs.ErrNotFound.
+func (s *Runs) ChildLink(ctx context.Context, runID string) (runs.ChildLink, error) {
+	return retry(ctx, s.log, "runs.child_link", idempotent, func(ctx context.Context, _ try) (runs.ChildLink, error) {
+		var l runs.ChildLink
+		err := s.pool.QueryRow(ctx, `SELECT coalesce(parent_run_id, ''), coalesce(parent_task_id, ''), coalesce(parent_call, '')
+			FROM run WHERE run_id = $1`, runID).Scan(&l.ParentRunID, &l.ParentTaskID, &l.Call)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return l, fmt.Errorf("run %s: %w", runID, runs.ErrNotFound)
+		}
+		return l, err
+	})
+}
+
+// AnswerCall resolves the fan_out call key, if it is still issued: done
+// with answer as its result, or, with refusal set, failed with refusal as
+// its error. An orchestrator's login resolves any call (ledger_secret_ok).
+func (s *Runs) AnswerCall(ctx context.Context, key, answer, refusal string) error {
+	state := runs.WriteDone
+	if refusal != "" {
+		state = runs.WriteFailed
+	}
+	return retried(ctx, s.log, "runs.answer_call", idempotent, func(ctx context.Context, _ try) error {
+		_, err := s.pool.Exec(ctx, `SELECT tool_call_resolve($1, $2, $3, $4)`, key, string(state), answer, refusal)
+		return err
+	})
 }

@@ -151,6 +151,7 @@ type specRecord struct {
 	Synthesize     bool              `json:"synthesize,omitempty"`
 	Model          *modelRecord      `json:"model,omitempty"`
 	Cache          *cacheRecord      `json:"cache,omitempty"`
+	FanOut         *fanOutRecord     `json:"fan_out,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
 }
 
@@ -162,7 +163,8 @@ func specRecordOf(m *fanoutv1.RunSpec) *specRecord {
 		Tasks: each(m.GetTasks(), taskSpecRecordOf), Budget: budgetRecordOf(m.GetBudget()),
 		Limits: limitsRecordOf(m.GetLimits()), OnExhaustion: exhaustionJSON(m.GetOnExhaustion()),
 		JoinPolicy: joinPolicyJSON(m.GetJoinPolicy()), Synthesize: m.GetSynthesize(),
-		Model: modelRecordOf(m.GetModel()), Cache: cacheRecordOf(m.GetCache()), Labels: m.GetLabels()}
+		Model: modelRecordOf(m.GetModel()), Cache: cacheRecordOf(m.GetCache()), FanOut: fanOutRecordOf(m.GetFanOut()),
+		Labels: m.GetLabels()}
 }
 
 func (r *specRecord) proto() *fanoutv1.RunSpec {
@@ -172,7 +174,29 @@ func (r *specRecord) proto() *fanoutv1.RunSpec {
 	return &fanoutv1.RunSpec{IdempotencyKey: r.IdempotencyKey, TenantId: r.TenantID, Goal: r.Goal,
 		Tasks: each(r.Tasks, (*taskSpecRecord).proto), Budget: r.Budget.proto(), Limits: r.Limits.proto(),
 		OnExhaustion: fanoutv1.ExhaustionPolicy(r.OnExhaustion), JoinPolicy: fanoutv1.JoinPolicy(r.JoinPolicy),
-		Synthesize: r.Synthesize, Model: r.Model.proto(), Cache: r.Cache.proto(), Labels: r.Labels}
+		Synthesize: r.Synthesize, Model: r.Model.proto(), Cache: r.Cache.proto(), FanOut: r.FanOut.proto(),
+		Labels: r.Labels}
+}
+
+// fanOutRecord is a fanout.v1.FanOut.
+type fanOutRecord struct {
+	MaxDepth      uint32 `json:"max_depth,omitempty"`
+	MaxChildTasks uint32 `json:"max_child_tasks,omitempty"`
+	MaxTreeTasks  uint32 `json:"max_tree_tasks,omitempty"`
+}
+
+func fanOutRecordOf(m *fanoutv1.FanOut) *fanOutRecord {
+	if m == nil {
+		return nil
+	}
+	return &fanOutRecord{MaxDepth: m.GetMaxDepth(), MaxChildTasks: m.GetMaxChildTasks(), MaxTreeTasks: m.GetMaxTreeTasks()}
+}
+
+func (r *fanOutRecord) proto() *fanoutv1.FanOut {
+	if r == nil {
+		return nil
+	}
+	return &fanoutv1.FanOut{MaxDepth: r.MaxDepth, MaxChildTasks: r.MaxChildTasks, MaxTreeTasks: r.MaxTreeTasks}
 }
 
 // cacheRecord is a fanout.v1.CacheSettings.
@@ -538,6 +562,10 @@ type runRecord struct {
 	FinishedAt         *timestampJSON    `json:"finished_at,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
 	ForkedFrom         string            `json:"forked_from,omitempty"`
+	ParentRunID        string            `json:"parent_run_id,omitempty"`
+	ParentTaskID       string            `json:"parent_task_id,omitempty"`
+	RootRunID          string            `json:"root_run_id,omitempty"`
+	Depth              int32             `json:"depth,omitempty"`
 
 	// Set by GetRun only (Run.concurrency), never stored with a run.
 	Concurrency *concurrencyChosenRecord `json:"concurrency,omitempty"`
@@ -560,7 +588,8 @@ func runRecordOf(m *fanoutv1.Run) *runRecord {
 		FinishedAt: timestampOf(m.GetFinishedAt()), Labels: m.GetLabels(), ForkedFrom: m.GetForkedFrom(),
 		Concurrency:   concurrencyRecordOf(m.GetConcurrency()),
 		Continuations: m.GetContinuations(), AddedTokens: int64JSON(m.GetAddedTokens()),
-		ContinuedAt: timestampOf(m.GetContinuedAt())}
+		ContinuedAt: timestampOf(m.GetContinuedAt()), ParentRunID: m.GetParentRunId(), ParentTaskID: m.GetParentTaskId(),
+		RootRunID: m.GetRootRunId(), Depth: m.GetDepth()}
 }
 
 func (r *runRecord) proto() *fanoutv1.Run {
@@ -572,5 +601,6 @@ func (r *runRecord) proto() *fanoutv1.Run {
 		Tasks: each(r.Tasks, (*outcomeRecord).proto), Result: r.Result.proto(), TaskCount: r.TaskCount,
 		TasksNextPageToken: r.TasksNextPageToken, SpecCut: r.SpecCut, CreatedAt: r.CreatedAt.proto(),
 		FinishedAt: r.FinishedAt.proto(), Labels: r.Labels, ForkedFrom: r.ForkedFrom, Concurrency: r.Concurrency.proto(),
-		Continuations: r.Continuations, AddedTokens: int64(r.AddedTokens), ContinuedAt: r.ContinuedAt.proto()}
+		Continuations: r.Continuations, AddedTokens: int64(r.AddedTokens), ContinuedAt: r.ContinuedAt.proto(),
+		ParentRunId: r.ParentRunID, ParentTaskId: r.ParentTaskID, RootRunId: r.RootRunID, Depth: r.Depth}
 }

@@ -28,6 +28,8 @@ type eventRecord struct {
 	ConcurrencyChosen *concurrencyChosenRecord `json:"concurrency_chosen,omitempty"`
 	TaskHedged        *taskHedgedRecord        `json:"task_hedged,omitempty"`
 	RunContinued      *runContinuedRecord      `json:"run_continued,omitempty"`
+	ChildRunStarted   *childRunStartedRecord   `json:"child_run_started,omitempty"`
+	ChildRunFinished  *childRunFinishedRecord  `json:"child_run_finished,omitempty"`
 }
 
 // The members of an event; each is its API message of the same name, but
@@ -83,6 +85,20 @@ type (
 		After     *durationJSON `json:"after,omitempty"`
 		Threshold *durationJSON `json:"threshold,omitempty"`
 		Reason    string        `json:"reason,omitempty"`
+	}
+	childRunStartedRecord struct {
+		TaskID      string    `json:"task_id,omitempty"`
+		ChildRunID  string    `json:"child_run_id,omitempty"`
+		TaskCount   int32     `json:"task_count,omitempty"`
+		LimitTokens int64JSON `json:"limit_tokens,omitzero"`
+		Depth       int32     `json:"depth,omitempty"`
+	}
+	childRunFinishedRecord struct {
+		TaskID      string       `json:"task_id,omitempty"`
+		ChildRunID  string       `json:"child_run_id,omitempty"`
+		State       runStateJSON `json:"state,omitzero"`
+		SpentTokens int64JSON    `json:"spent_tokens,omitzero"`
+		FactCount   int32        `json:"fact_count,omitempty"`
 	}
 	runContinuedRecord struct {
 		Continuation int32     `json:"continuation,omitempty"`
@@ -176,6 +192,14 @@ func eventRecordOf(m *fanoutv1.RunEvent) *eventRecord {
 		r.RunContinued = &runContinuedRecord{Continuation: c.GetContinuation(), AddedTokens: int64JSON(c.GetAddedTokens()),
 			LimitTokens: int64JSON(c.GetLimitTokens()), SpentBefore: int64JSON(c.GetSpentBefore()),
 			Reopened: c.GetReopened(), TaskIDs: c.GetTaskIds(), Actor: c.GetActor(), Reason: c.GetReason()}
+	case *fanoutv1.RunEvent_ChildRunStarted:
+		c := e.ChildRunStarted
+		r.ChildRunStarted = &childRunStartedRecord{TaskID: c.GetTaskId(), ChildRunID: c.GetChildRunId(),
+			TaskCount: c.GetTaskCount(), LimitTokens: int64JSON(c.GetLimitTokens()), Depth: c.GetDepth()}
+	case *fanoutv1.RunEvent_ChildRunFinished:
+		c := e.ChildRunFinished
+		r.ChildRunFinished = &childRunFinishedRecord{TaskID: c.GetTaskId(), ChildRunID: c.GetChildRunId(),
+			State: runStateJSON(c.GetState()), SpentTokens: int64JSON(c.GetSpentTokens()), FactCount: c.GetFactCount()}
 	}
 	return r
 }
@@ -185,7 +209,7 @@ func (r *eventRecord) set() bool {
 	return r.RunStarted != nil || r.TaskQueued != nil || r.TaskStarted != nil || r.TaskIteration != nil ||
 		r.TaskFinished != nil || r.BudgetUpdate != nil || r.BudgetExhausted != nil || r.RunFinished != nil ||
 		r.RunAdopted != nil || r.ApprovalRequested != nil || r.ApprovalDecided != nil || r.ConcurrencyChosen != nil ||
-		r.TaskHedged != nil || r.RunContinued != nil
+		r.TaskHedged != nil || r.RunContinued != nil || r.ChildRunStarted != nil || r.ChildRunFinished != nil
 }
 
 func (r *eventRecord) proto() *fanoutv1.RunEvent {
@@ -244,6 +268,15 @@ func (r *eventRecord) proto() *fanoutv1.RunEvent {
 		m.Event = &fanoutv1.RunEvent_RunContinued{RunContinued: &fanoutv1.RunContinued{Continuation: c.Continuation,
 			AddedTokens: int64(c.AddedTokens), LimitTokens: int64(c.LimitTokens), SpentBefore: int64(c.SpentBefore),
 			Reopened: c.Reopened, TaskIds: c.TaskIDs, Actor: c.Actor, Reason: c.Reason}}
+	case r.ChildRunStarted != nil:
+		c := r.ChildRunStarted
+		m.Event = &fanoutv1.RunEvent_ChildRunStarted{ChildRunStarted: &fanoutv1.ChildRunStarted{TaskId: c.TaskID,
+			ChildRunId: c.ChildRunID, TaskCount: c.TaskCount, LimitTokens: int64(c.LimitTokens), Depth: c.Depth}}
+	case r.ChildRunFinished != nil:
+		c := r.ChildRunFinished
+		m.Event = &fanoutv1.RunEvent_ChildRunFinished{ChildRunFinished: &fanoutv1.ChildRunFinished{TaskId: c.TaskID,
+			ChildRunId: c.ChildRunID, State: fanoutv1.RunState(c.State), SpentTokens: int64(c.SpentTokens),
+			FactCount: c.FactCount}}
 	}
 	return m
 }

@@ -481,6 +481,8 @@ func fieldValue(t *testing.T, fd protoreflect.FieldDescriptor, newMessage func()
 		return protoreflect.ValueOfInt32(int32(1000 + *n))
 	case protoreflect.Int64Kind:
 		return protoreflect.ValueOfInt64(1<<60 + int64(*n)) // beyond a double's exact integers
+	case protoreflect.Uint32Kind:
+		return protoreflect.ValueOfUint32(uint32(3_000_000_000 + *n)) // beyond an int32
 	case protoreflect.DoubleKind:
 		return protoreflect.ValueOfFloat64(float64(*n) * 1.25e-7)
 	case protoreflect.BoolKind:

@@ -35,7 +35,7 @@ func (s *Runs) CreateRun(ctx context.Context, run *fanoutv1.Run, owner string) (
 	// that finds the key taken by this very run id made the run itself.
 	err = retried(ctx, s.log, "runs.create_run", idempotent, func(ctx context.Context, t try) error {
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-			created, existingID, _, err = s.createRun(ctx, tx, run, a, owner)
+			created, existingID, _, err = s.createRun(ctx, tx, run, a, owner, nil)
 			return err
 		})
 		if err == nil && t.ambiguous && !created && existingID == run.GetRunId() {
@@ -96,12 +96,21 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			var createdAt time.Time
 			var err error
-			created, existingID, createdAt, err = s.createRun(ctx, tx, run, a, owner)
+			created, existingID, createdAt, err = s.createRun(ctx, tx, run, a, owner, open.Child)
 			if err != nil || !created {
 				return err
 			}
-			if accounts, err = openRunIn(ctx, s.q, tx, open); err != nil {
-				return openRunError(open, err)
+			stored = proto.CloneOf(run)
+			if open.Child != nil {
+				accounts, err = openChildIn(ctx, s.q, tx, open)
+				if err == nil {
+					err = s.specGranted(ctx, tx, stored, accounts.Run.Limit)
+				}
+			} else if accounts, err = openRunIn(ctx, s.q, tx, open); err != nil {
+				err = openRunError(open, err)
+			}
+			if err != nil {
+				return err
 			}
 			if accounts.Attempts, err = beginAttempts(ctx, tx, open, accounts, begin); err != nil {
 				return err
@@ -114,7 +123,6 @@ func (s *Runs) OpenRun(ctx context.Context, run *fanoutv1.Run, owner string, ope
 					return fmt.Errorf("store the content keys of run %s: %w", run.GetRunId(), err)
 				}
 			}
-			stored = proto.CloneOf(run)
 			stored.CreatedAt = timestamppb.New(createdAt)
 			ended, err := endReused(ctx, tx, stored, owner)
 			if err != nil {
@@ -316,16 +324,65 @@ func (s *Runs) checkConcurrentRuns(ctx context.Context, tx pgx.Tx, run *fanoutv1
 	return nil
 }
 
+// specGranted makes child run's stored spec say the budget its parent
+// task granted, when that is less than it asked (budget.limit_tokens).
+func (s *Runs) specGranted(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, granted int64) error {
+	b := run.GetSpec().GetBudget()
+	if b.GetLimitTokens() <= granted {
+		return nil
+	}
+	b.LimitTokens = granted
+	b.MinReservationTokens = min(b.GetMinReservationTokens(), granted)
+	spec, err := encodeSpec(run.GetSpec())
+	if err != nil {
+		return fmt.Errorf("encode spec of child run %s: %w", run.GetRunId(), err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE run SET spec = $2 WHERE run_id = $1`, run.GetRunId(), spec); err != nil {
+		return fmt.Errorf("record the budget child run %s was granted: %w", run.GetRunId(), err)
+	}
+	return nil
+}
+
+// checkTreeTasks enforces RunSpec.fan_out.max_tree_tasks on a child run
+// about to be created under child.RootRunID, in OpenRun's transaction: it
+// locks the root's row (every child's open of the tree takes it first)
+// and counts the tasks of every run of the tree. A retry of a child that
+// exists (its key is taken) is never refused.
+func (s *Runs) checkTreeTasks(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, child *budget.ChildFunding) error {
+	used, err := s.q.TreeTasks(ctx, tx, child.RootRunID)
+	if err != nil {
+		return fmt.Errorf("count the tasks of the tree of run %s: %w", child.RootRunID, err)
+	}
+	if _, err := s.q.RunIDByKey(ctx, tx, dbsqlc.RunIDByKeyParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()}); err == nil {
+		return nil
+	}
+	if asked := len(run.GetTasks()); int(used)+asked > child.MaxTreeTasks {
+		return &runs.TreeFullError{Root: child.RootRunID, Limit: child.MaxTreeTasks, Used: int(used), Asked: asked}
+	}
+	return nil
+}
+
 // createRun is CreateRun's transaction: it admits the run (checkConcurrentRuns), then
 // inserts it and its tasks (created), or finds the key taken and returns
 // the id of the run that has it.
-func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, a runArgs, owner string) (
+func (s *Runs) createRun(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, a runArgs, owner string, child *budget.ChildFunding) (
 	created bool, existingID string, createdAt time.Time, err error) {
-	if err := s.checkConcurrentRuns(ctx, tx, run); err != nil {
-		return false, "", createdAt, err
+	ins := dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),
+		IdempotencyKey: run.GetIdempotencyKey(), Spec: a.spec, Labels: a.labels, Owner: owner, ForkedFrom: run.GetForkedFrom()}
+	if child == nil {
+		if err := s.checkConcurrentRuns(ctx, tx, run); err != nil {
+			return false, "", createdAt, err
+		}
+	} else {
+		// A child run is part of its root's run (max_concurrent_runs does
+		// not count it), and its tasks count in its tree's.
+		if err := s.checkTreeTasks(ctx, tx, run, child); err != nil {
+			return false, "", createdAt, err
+		}
+		ins.ParentRunID, ins.ParentTaskID, ins.ParentCall = child.ParentRunID, child.ParentTaskID, child.Call
+		ins.RootRunID, ins.Depth = child.RootRunID, child.Depth
 	}
-	createdAt, err = s.q.InsertRun(ctx, tx, dbsqlc.InsertRunParams{RunID: run.GetRunId(), TenantID: run.GetTenantId(),
-		IdempotencyKey: run.GetIdempotencyKey(), Spec: a.spec, Labels: a.labels, Owner: owner, ForkedFrom: run.GetForkedFrom()})
+	createdAt, err = s.q.InsertRun(ctx, tx, ins)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The key is taken (perhaps by a transaction that just committed).
 		existingID, err = s.q.RunIDByKey(ctx, tx, dbsqlc.RunIDByKeyParams{TenantID: run.GetTenantId(), IdempotencyKey: run.GetIdempotencyKey()})

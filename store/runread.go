@@ -28,6 +28,11 @@ type runRow struct {
 	CreatedAt      time.Time  `db:"created_at"`
 	FinishedAt     *time.Time `db:"finished_at"`
 	ForkedFrom     string     `db:"forked_from"`
+	ParentRunID    string     `db:"parent_run_id"`
+	ParentTaskID   string     `db:"parent_task_id"`
+	ParentCall     string     `db:"parent_call"`
+	RootRunID      string     `db:"root_run_id"`
+	Depth          int32      `db:"depth"`
 }
 
 // taskRow is a task as the store reads it: from the named queries Tasks and
@@ -88,6 +93,10 @@ func (r runRow) run(tasks []taskRow) (*fanoutv1.Run, error) {
 		CreatedAt:      timestamppb.New(r.CreatedAt),
 		FinishedAt:     timestamp(r.FinishedAt),
 		ForkedFrom:     r.ForkedFrom,
+		ParentRunId:    r.ParentRunID,
+		ParentTaskId:   r.ParentTaskID,
+		RootRunId:      r.RootRunID,
+		Depth:          r.Depth,
 	}
 	if out.Spec, err = decodeSpec(r.Spec); err != nil {
 		return nil, fmt.Errorf("decode spec of run %s: %w", r.RunID, err)

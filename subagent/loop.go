@@ -84,7 +84,10 @@ type Task struct {
 	// CacheTools lets the task's read calls be answered from its tenant's
 	// result cache, for the tools with a Tool.CacheTTL
 	// (Dispatch.cache_tools, from RunSpec.cache.tools).
-	CacheTools   bool
+	CacheTools bool
+	// FanOut, if set, offers the task the built-in tool fan_out
+	// (Dispatch.fan_out; fanout.go).
+	FanOut       *FanOut
 	OnExhaustion Policy
 	// Watch, if not nil, reports that the run's budget ended. An exhausted run
 	// cancels the in-flight call under PolicyCancel; a cancelled or closed run
@@ -212,6 +215,9 @@ type Loop struct {
 	// ApprovalPoll is how often a write waiting for approval reads its
 	// state; default DefaultApprovalPoll.
 	ApprovalPoll time.Duration
+	// FanOutPoll is how often a task waiting for its child run reads its
+	// fan_out call's row; default DefaultFanOutPoll.
+	FanOutPoll time.Duration
 	// OnApproval, if not nil, hears of each write this task waits on for
 	// approval (its CallID, Tool, Preview and ApprovalDeadline), when the
 	// wait begins.
@@ -470,6 +476,15 @@ func (r *taskAttempt) work(ctx context.Context) {
 	for _, name := range r.task.AllowedTools {
 		if r.toolAllowed(name) {
 			allowed = append(allowed, name)
+		}
+	}
+	if r.task.FanOut != nil {
+		if tools, err := r.task.Tools.With(r.fanOutTool()); err != nil {
+			r.Logger.WarnContext(ctx, "fan_out not offered", "run_id", r.task.RunID, "task_id", r.task.TaskID, "err", err)
+		} else {
+			r.task.Tools = tools
+			r.task.AllowedTools = append(append([]string(nil), r.task.AllowedTools...), runs.FanOutTool)
+			allowed = append(allowed, runs.FanOutTool)
 		}
 	}
 	r.tools = r.task.Tools.Defs(allowed)

@@ -281,6 +281,13 @@ func (s *Server) run(ctx context.Context, req *fanoutv1.Dispatch, model llm.Mode
 	task.Model = model
 	task.Tools = s.tools()
 	reportOn(stream, task)
+	if f := req.GetFanOut(); f != nil {
+		task.FanOut = &FanOut{MaxChildTasks: int(f.GetMaxChildTasks()), Park: s.park,
+			Ask: func(key string, c FanOutCall) error {
+				return stream.Send(&fanoutv1.ExecuteResponse{Event: &fanoutv1.ExecuteResponse_FanOut{
+					FanOut: &fanoutv1.SubagentFanOut{Key: key, Goal: c.Goal, Tasks: c.Tasks, TokenBudget: c.TokenBudget}}})
+			}}
+	}
 	if s.cfg.Watcher != nil {
 		sub := s.cfg.Watcher.Subscribe(req.GetRunId())
 		defer sub.Close()
@@ -438,6 +445,25 @@ func (s *Server) release(req *fanoutv1.Dispatch) {
 	s.mu.Unlock()
 	metrics().capacityUsed.Add(context.Background(), -1)
 	s.wg.Done()
+}
+
+// park gives a running subagent's slot back while it waits for its child
+// run (fan_out), and returns what takes it again: a worker full of
+// parents waiting for their children would otherwise never run the
+// children. Taken again, the slot may put the worker over its capacity
+// for a moment (the child's tasks hold theirs until they end); new
+// dispatches are refused until it is under again.
+func (s *Server) park() (unpark func()) {
+	s.mu.Lock()
+	s.running--
+	s.mu.Unlock()
+	metrics().capacityUsed.Add(context.Background(), -1)
+	return func() {
+		s.mu.Lock()
+		s.running++
+		s.mu.Unlock()
+		metrics().capacityUsed.Add(context.Background(), 1)
+	}
 }
 
 // Shutdown stops accepting subagents (new calls get UNAVAILABLE) and waits

@@ -214,7 +214,7 @@ func (r *taskAttempt) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o
 	}
 	callCtx, cancel := context.WithTimeoutCause(spanCtx, timeout, errToolTimeout)
 	defer cancel()
-	if r.ToolSlots != nil { // the worker's bound, in front of the fleet's
+	if r.ToolSlots != nil && !tool.answered { // the worker's bound, in front of the fleet's
 		select {
 		case r.ToolSlots <- struct{}{}:
 			defer func() { <-r.ToolSlots }()
@@ -241,7 +241,7 @@ func (r *taskAttempt) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o
 	case o.err != nil:
 		o.err = fmt.Errorf("run tool %s: %w", c.Name, o.err)
 	}
-	if tool.Effect == EffectWrite {
+	if tool.Effect == EffectWrite && (!tool.answered || o.notSent) {
 		r.resolve(ctx, w, &o)
 	}
 	return o
@@ -253,7 +253,11 @@ func (r *taskAttempt) runTool(ctx context.Context, it, i int, c llm.ToolCall) (o
 // task ended while it waited for approval).
 func (r *taskAttempt) recordWrite(ctx context.Context, it, i int, tool Tool, c llm.ToolCall) (w runs.Write, o toolOutcome, done bool) {
 	w = r.newWrite(it, i, tool, c)
-	if prior, ok := r.prior[priorKey(w.Tool, w.ArgsDigest)]; ok && !pending(prior) {
+	if prior, ok := r.prior[priorKey(w.Tool, w.ArgsDigest)]; ok && tool.answered && prior.State == runs.WriteIssued {
+		// An earlier attempt's fan_out whose child has not answered: wait
+		// for the same child, under the call's key.
+		return prior, o, false
+	} else if ok && !pending(prior) {
 		return w, replayed(prior), true
 	} else if ok {
 		// An earlier attempt asked for this call's approval: take it up
@@ -292,6 +296,9 @@ func (r *taskAttempt) recordWrite(ctx context.Context, it, i int, tool Tool, c l
 // toolAllowed reports whether the task's tenant may use the tool (the
 // operator's policy, Loop.ToolAllowed).
 func (r *taskAttempt) toolAllowed(name string) bool {
+	if name == runs.FanOutTool && r.task.FanOut != nil {
+		return true // the run's spec allows it, not the operator's tool policy
+	}
 	return r.ToolAllowed == nil || r.ToolAllowed(name, r.task.TenantID)
 }
 

@@ -82,6 +82,10 @@ type Tool struct {
 	// A write is never answered from the cache, whatever this says.
 	CacheTTL time.Duration
 	Func     ToolFunc
+	// answered: the call's tool_call row is resolved by the orchestrator,
+	// not by the tool's return (fan_out, whose row the child run's end
+	// answers); the call holds no tool slot while it waits.
+	answered bool
 }
 
 // Tools is a registry of tools by name. It is immutable once built and safe

@@ -1,6 +1,8 @@
 -- name: RunByID :one
 SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
-    coalesce(forked_from, '')::text AS forked_from
+    coalesce(forked_from, '')::text AS forked_from, coalesce(parent_run_id, '')::text AS parent_run_id,
+    coalesce(parent_task_id, '')::text AS parent_task_id, coalesce(parent_call, '')::text AS parent_call,
+    coalesce(root_run_id, run_id)::text AS root_run_id, depth
 FROM run
 WHERE run_id = @run_id AND (@tenant_id::text = '' OR tenant_id = @tenant_id);
 
@@ -11,7 +13,9 @@ WHERE run_id = @run_id;
 
 -- name: RunByKey :one
 SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
-    coalesce(forked_from, '')::text AS forked_from
+    coalesce(forked_from, '')::text AS forked_from, coalesce(parent_run_id, '')::text AS parent_run_id,
+    coalesce(parent_task_id, '')::text AS parent_task_id, coalesce(parent_call, '')::text AS parent_call,
+    coalesce(root_run_id, run_id)::text AS root_run_id, depth
 FROM run
 WHERE tenant_id = @tenant_id AND idempotency_key = @idempotency_key;
 
@@ -53,13 +57,27 @@ SELECT pg_advisory_xact_lock(hashtextextended('fanout.tenant_runs ' || @tenant_i
 
 -- name: RunAdmission :one
 SELECT EXISTS (SELECT FROM run k WHERE k.tenant_id = @tenant_id::text AND k.idempotency_key = @idempotency_key::text)::bool AS taken,
-    (SELECT count(*) FROM run r WHERE r.tenant_id = @tenant_id::text AND r.state = 'RUNNING')::bigint AS running;
+    -- A child run is part of its root run (docs/budget.md#nested-fan-out):
+    -- counted, a tree under a cap of one run could never fan out.
+    (SELECT count(*) FROM run r WHERE r.tenant_id = @tenant_id::text AND r.state = 'RUNNING'
+        AND r.parent_run_id IS NULL)::bigint AS running;
 
 -- name: InsertRun :one
-INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner, forked_from)
-VALUES (@run_id, @tenant_id, @idempotency_key, @spec, @labels, @owner, nullif(@forked_from::text, ''))
+INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner, forked_from,
+    parent_run_id, parent_task_id, parent_call, root_run_id, depth)
+VALUES (@run_id, @tenant_id, @idempotency_key, @spec, @labels, @owner, nullif(@forked_from::text, ''),
+    nullif(@parent_run_id::text, ''), nullif(@parent_task_id::text, ''), nullif(@parent_call::text, ''),
+    nullif(@root_run_id::text, ''), @depth::int)
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING created_at;
+
+-- name: TreeTasks :one
+-- How many tasks the tree under root_run_id has, every level counted,
+-- after locking the root's row: every child's open takes it first, so two
+-- opens of one tree count one after the other (RunSpec.fan_out.max_tree_tasks).
+WITH root AS (SELECT run_id FROM run WHERE run_id = @root_run_id::text FOR NO KEY UPDATE)
+SELECT (SELECT count(*) FROM task t JOIN run r USING (run_id)
+        WHERE r.run_id = (SELECT run_id FROM root) OR r.root_run_id = (SELECT run_id FROM root))::int AS tasks;
 
 -- name: RunIDByKey :one
 SELECT run_id FROM run WHERE tenant_id = @tenant_id AND idempotency_key = @idempotency_key;

@@ -192,6 +192,12 @@ func (s *Sim) respond(req Request) Response {
 // complete returns the completion of req: tool calls or the final answer.
 func (s *Sim) complete(req Request, seed int64, usage Usage, finish FinishReason) Response {
 	it := req.Meta.Iteration
+	if call, ok := simFanOut(req); ok {
+		if finish == FinishStop {
+			finish = FinishToolCalls
+		}
+		return Response{ToolCalls: []ToolCall{call}, Usage: usage, FinishReason: finish}
+	}
 	if it < s.cfg.FinishAfter && len(req.Tools) > 0 && s.cfg.ToolCallsPerIteration > 0 {
 		calls := make([]ToolCall, s.cfg.ToolCallsPerIteration)
 		for k := range calls {
@@ -222,6 +228,10 @@ func (s *Sim) complete(req Request, seed int64, usage Usage, finish FinishReason
 				hash(seed, req.Meta.TaskID, 0, k)),
 			Sources: []string{src},
 		}
+	}
+	texts, srcs := simChildFacts(req.Messages)
+	for k, text := range texts {
+		facts = append(facts, fact{Text: text, Sources: srcs[k]})
 	}
 	b, _ := json.Marshal(map[string]any{"facts": facts}) // Plain structs always marshal.
 	return Response{Content: string(b), Usage: usage, FinishReason: finish}

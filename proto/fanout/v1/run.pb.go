@@ -471,6 +471,11 @@ type RunSpec struct {
 	// What the run may take from the tenant's result cache instead of
 	// running it again (docs/budget.md#the-result-cache). Unset: nothing.
 	Cache *CacheSettings `protobuf:"bytes,16,opt,name=cache,proto3" json:"cache,omitempty"`
+	// Whether the run's subagents may fan out themselves: a built-in tool,
+	// fan_out, that starts a child run under the calling task, paid from
+	// what that task has left (docs/budget.md#nested-fan-out). Unset: they
+	// cannot.
+	FanOut *FanOut `protobuf:"bytes,17,opt,name=fan_out,json=fanOut,proto3" json:"fan_out,omitempty"`
 	// Free-form caller labels, stored with the run and copied to Run.labels.
 	// Not interpreted by the server. Keys at most 63 bytes, values at most 255
 	// bytes.
@@ -586,11 +591,95 @@ func (x *RunSpec) GetCache() *CacheSettings {
 	return nil
 }
 
+func (x *RunSpec) GetFanOut() *FanOut {
+	if x != nil {
+		return x.FanOut
+	}
+	return nil
+}
+
 func (x *RunSpec) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
 	}
 	return nil
+}
+
+// FanOut lets a run's subagents fan out: each may call the built-in tool
+// fan_out, which starts a child run of the tasks it names under the
+// calling task and answers with the child's joined facts
+// (docs/budget.md#nested-fan-out). A child run's budget is carved from
+// what the calling task has left, never more, and what it does not spend
+// goes back; cancelling or exhausting any run above it ends it. Its
+// subagents fan out again while max_depth allows; every limit counts
+// every level of the tree under the root run.
+type FanOut struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required, 1 to 4: how many levels of child runs the tree may have
+	// below the root run (1: the root's subagents may fan out, their
+	// children's may not). A child run's own spec says how many levels are
+	// left below it.
+	MaxDepth uint32 `protobuf:"varint,1,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	// The most tasks one fan_out call may start (the child run's tasks): 0
+	// means 8; at most 64.
+	MaxChildTasks uint32 `protobuf:"varint,2,opt,name=max_child_tasks,json=maxChildTasks,proto3" json:"max_child_tasks,omitempty"`
+	// The most tasks of the whole tree under the root run, its own tasks
+	// and every level's counted: a fan_out call that would pass it is
+	// refused. 0 means 256; at most 4,096.
+	MaxTreeTasks  uint32 `protobuf:"varint,3,opt,name=max_tree_tasks,json=maxTreeTasks,proto3" json:"max_tree_tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FanOut) Reset() {
+	*x = FanOut{}
+	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FanOut) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FanOut) ProtoMessage() {}
+
+func (x *FanOut) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FanOut.ProtoReflect.Descriptor instead.
+func (*FanOut) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FanOut) GetMaxDepth() uint32 {
+	if x != nil {
+		return x.MaxDepth
+	}
+	return 0
+}
+
+func (x *FanOut) GetMaxChildTasks() uint32 {
+	if x != nil {
+		return x.MaxChildTasks
+	}
+	return 0
+}
+
+func (x *FanOut) GetMaxTreeTasks() uint32 {
+	if x != nil {
+		return x.MaxTreeTasks
+	}
+	return 0
 }
 
 // CacheSettings opts a run into the tenant's result cache
@@ -614,7 +703,7 @@ type CacheSettings struct {
 
 func (x *CacheSettings) Reset() {
 	*x = CacheSettings{}
-	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	mi := &file_fanout_v1_run_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +715,7 @@ func (x *CacheSettings) String() string {
 func (*CacheSettings) ProtoMessage() {}
 
 func (x *CacheSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[1]
+	mi := &file_fanout_v1_run_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +728,7 @@ func (x *CacheSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheSettings.ProtoReflect.Descriptor instead.
 func (*CacheSettings) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{1}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CacheSettings) GetTaskMaxAge() *durationpb.Duration {
@@ -698,7 +787,7 @@ type TaskSpec struct {
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	mi := &file_fanout_v1_run_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +799,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[2]
+	mi := &file_fanout_v1_run_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +812,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{2}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TaskSpec) GetId() string {
@@ -807,7 +896,7 @@ type Hedge struct {
 
 func (x *Hedge) Reset() {
 	*x = Hedge{}
-	mi := &file_fanout_v1_run_proto_msgTypes[3]
+	mi := &file_fanout_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +908,7 @@ func (x *Hedge) String() string {
 func (*Hedge) ProtoMessage() {}
 
 func (x *Hedge) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[3]
+	mi := &file_fanout_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +921,7 @@ func (x *Hedge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hedge.ProtoReflect.Descriptor instead.
 func (*Hedge) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Hedge) GetLatencyFactor() float64 {
@@ -886,7 +975,7 @@ type Budget struct {
 
 func (x *Budget) Reset() {
 	*x = Budget{}
-	mi := &file_fanout_v1_run_proto_msgTypes[4]
+	mi := &file_fanout_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +987,7 @@ func (x *Budget) String() string {
 func (*Budget) ProtoMessage() {}
 
 func (x *Budget) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[4]
+	mi := &file_fanout_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1000,7 @@ func (x *Budget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Budget.ProtoReflect.Descriptor instead.
 func (*Budget) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Budget) GetLimitTokens() int64 {
@@ -958,7 +1047,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_fanout_v1_run_proto_msgTypes[5]
+	mi := &file_fanout_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1059,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[5]
+	mi := &file_fanout_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1072,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Limits) GetMaxConcurrency() int32 {
@@ -1026,7 +1115,7 @@ type ModelSettings struct {
 
 func (x *ModelSettings) Reset() {
 	*x = ModelSettings{}
-	mi := &file_fanout_v1_run_proto_msgTypes[6]
+	mi := &file_fanout_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1127,7 @@ func (x *ModelSettings) String() string {
 func (*ModelSettings) ProtoMessage() {}
 
 func (x *ModelSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[6]
+	mi := &file_fanout_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1140,7 @@ func (x *ModelSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSettings.ProtoReflect.Descriptor instead.
 func (*ModelSettings) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModelSettings) GetProvider() string {
@@ -1104,7 +1193,7 @@ type Fact struct {
 
 func (x *Fact) Reset() {
 	*x = Fact{}
-	mi := &file_fanout_v1_run_proto_msgTypes[7]
+	mi := &file_fanout_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1205,7 @@ func (x *Fact) String() string {
 func (*Fact) ProtoMessage() {}
 
 func (x *Fact) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[7]
+	mi := &file_fanout_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1218,7 @@ func (x *Fact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fact.ProtoReflect.Descriptor instead.
 func (*Fact) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Fact) GetText() string {
@@ -1181,7 +1270,7 @@ type FactSummary struct {
 
 func (x *FactSummary) Reset() {
 	*x = FactSummary{}
-	mi := &file_fanout_v1_run_proto_msgTypes[8]
+	mi := &file_fanout_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1282,7 @@ func (x *FactSummary) String() string {
 func (*FactSummary) ProtoMessage() {}
 
 func (x *FactSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[8]
+	mi := &file_fanout_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1295,7 @@ func (x *FactSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FactSummary.ProtoReflect.Descriptor instead.
 func (*FactSummary) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FactSummary) GetFacts() []*Fact {
@@ -1313,7 +1402,7 @@ type TaskOutcome struct {
 
 func (x *TaskOutcome) Reset() {
 	*x = TaskOutcome{}
-	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	mi := &file_fanout_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1414,7 @@ func (x *TaskOutcome) String() string {
 func (*TaskOutcome) ProtoMessage() {}
 
 func (x *TaskOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[9]
+	mi := &file_fanout_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1427,7 @@ func (x *TaskOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskOutcome.ProtoReflect.Descriptor instead.
 func (*TaskOutcome) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskOutcome) GetTaskId() string {
@@ -1439,7 +1528,7 @@ type ReusedFrom struct {
 
 func (x *ReusedFrom) Reset() {
 	*x = ReusedFrom{}
-	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	mi := &file_fanout_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1540,7 @@ func (x *ReusedFrom) String() string {
 func (*ReusedFrom) ProtoMessage() {}
 
 func (x *ReusedFrom) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[10]
+	mi := &file_fanout_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1553,7 @@ func (x *ReusedFrom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReusedFrom.ProtoReflect.Descriptor instead.
 func (*ReusedFrom) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReusedFrom) GetRunId() string {
@@ -1531,7 +1620,7 @@ type HedgeReport struct {
 
 func (x *HedgeReport) Reset() {
 	*x = HedgeReport{}
-	mi := &file_fanout_v1_run_proto_msgTypes[11]
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1632,7 @@ func (x *HedgeReport) String() string {
 func (*HedgeReport) ProtoMessage() {}
 
 func (x *HedgeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[11]
+	mi := &file_fanout_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1645,7 @@ func (x *HedgeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HedgeReport.ProtoReflect.Descriptor instead.
 func (*HedgeReport) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HedgeReport) GetWinner() HedgeAttempt {
@@ -1619,7 +1708,7 @@ type BudgetSnapshot struct {
 
 func (x *BudgetSnapshot) Reset() {
 	*x = BudgetSnapshot{}
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1720,7 @@ func (x *BudgetSnapshot) String() string {
 func (*BudgetSnapshot) ProtoMessage() {}
 
 func (x *BudgetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[12]
+	mi := &file_fanout_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1733,7 @@ func (x *BudgetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetSnapshot.ProtoReflect.Descriptor instead.
 func (*BudgetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BudgetSnapshot) GetLimitTokens() int64 {
@@ -1729,7 +1818,7 @@ type JoinedResult struct {
 
 func (x *JoinedResult) Reset() {
 	*x = JoinedResult{}
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1830,7 @@ func (x *JoinedResult) String() string {
 func (*JoinedResult) ProtoMessage() {}
 
 func (x *JoinedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[13]
+	mi := &file_fanout_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1843,7 @@ func (x *JoinedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinedResult.ProtoReflect.Descriptor instead.
 func (*JoinedResult) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JoinedResult) GetFacts() []*Fact {
@@ -1877,6 +1966,14 @@ type Run struct {
 	// When the run last reopened (a ContinueRun of a run that had ended);
 	// unset if it never did. Its run timeout counts from then.
 	ContinuedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=continued_at,json=continuedAt,proto3" json:"continued_at,omitempty"`
+	// For a child run (a subagent's fan_out, RunSpec.fan_out): the run and
+	// task that started it, and the root of its tree. Empty for a run a
+	// caller started; root_run_id is then the run's own id.
+	ParentRunId  string `protobuf:"bytes,24,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	ParentTaskId string `protobuf:"bytes,25,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
+	RootRunId    string `protobuf:"bytes,26,opt,name=root_run_id,json=rootRunId,proto3" json:"root_run_id,omitempty"`
+	// How many levels below its root the run is: 0 for a root run.
+	Depth int32 `protobuf:"varint,27,opt,name=depth,proto3" json:"depth,omitempty"`
 	// When the run was accepted (Postgres time).
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the run ended (Postgres time). Unset while RUNNING, also while a
@@ -1890,7 +1987,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +1999,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[14]
+	mi := &file_fanout_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2012,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Run) GetRunId() string {
@@ -2037,6 +2134,34 @@ func (x *Run) GetContinuedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Run) GetParentRunId() string {
+	if x != nil {
+		return x.ParentRunId
+	}
+	return ""
+}
+
+func (x *Run) GetParentTaskId() string {
+	if x != nil {
+		return x.ParentTaskId
+	}
+	return ""
+}
+
+func (x *Run) GetRootRunId() string {
+	if x != nil {
+		return x.RootRunId
+	}
+	return ""
+}
+
+func (x *Run) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
 func (x *Run) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
@@ -2087,6 +2212,8 @@ type RunEvent struct {
 	//	*RunEvent_ConcurrencyChosen
 	//	*RunEvent_TaskHedged
 	//	*RunEvent_RunContinued
+	//	*RunEvent_ChildRunStarted
+	//	*RunEvent_ChildRunFinished
 	Event         isRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2094,7 +2221,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2233,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[15]
+	mi := &file_fanout_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2246,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RunEvent) GetSequence() int64 {
@@ -2276,6 +2403,24 @@ func (x *RunEvent) GetRunContinued() *RunContinued {
 	return nil
 }
 
+func (x *RunEvent) GetChildRunStarted() *ChildRunStarted {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_ChildRunStarted); ok {
+			return x.ChildRunStarted
+		}
+	}
+	return nil
+}
+
+func (x *RunEvent) GetChildRunFinished() *ChildRunFinished {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_ChildRunFinished); ok {
+			return x.ChildRunFinished
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -2366,6 +2511,18 @@ type RunEvent_RunContinued struct {
 	RunContinued *RunContinued `protobuf:"bytes,23,opt,name=run_continued,json=runContinued,proto3,oneof"`
 }
 
+type RunEvent_ChildRunStarted struct {
+	// A task of the run fanned out: a child run started under it
+	// (RunSpec.fan_out). Watch the child run by its id for its own events.
+	ChildRunStarted *ChildRunStarted `protobuf:"bytes,24,opt,name=child_run_started,json=childRunStarted,proto3,oneof"`
+}
+
+type RunEvent_ChildRunFinished struct {
+	// A child run of one of the run's tasks ended; its joined facts went
+	// back to the task as its fan_out call's result.
+	ChildRunFinished *ChildRunFinished `protobuf:"bytes,25,opt,name=child_run_finished,json=childRunFinished,proto3,oneof"`
+}
+
 func (*RunEvent_RunStarted) isRunEvent_Event() {}
 
 func (*RunEvent_TaskQueued) isRunEvent_Event() {}
@@ -2393,6 +2550,176 @@ func (*RunEvent_ConcurrencyChosen) isRunEvent_Event() {}
 func (*RunEvent_TaskHedged) isRunEvent_Event() {}
 
 func (*RunEvent_RunContinued) isRunEvent_Event() {}
+
+func (*RunEvent_ChildRunStarted) isRunEvent_Event() {}
+
+func (*RunEvent_ChildRunFinished) isRunEvent_Event() {}
+
+// ChildRunStarted reports a child run started under one of the run's
+// tasks (a subagent's fan_out call).
+type ChildRunStarted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task that fanned out.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The child run's id.
+	ChildRunId string `protobuf:"bytes,2,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
+	// How many tasks the child run has.
+	TaskCount int32 `protobuf:"varint,3,opt,name=task_count,json=taskCount,proto3" json:"task_count,omitempty"`
+	// The child's budget: what the ledger carved from the task's remainder.
+	LimitTokens int64 `protobuf:"varint,4,opt,name=limit_tokens,json=limitTokens,proto3" json:"limit_tokens,omitempty"`
+	// The child run's level below the root (1 for the root's children).
+	Depth         int32 `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildRunStarted) Reset() {
+	*x = ChildRunStarted{}
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildRunStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildRunStarted) ProtoMessage() {}
+
+func (x *ChildRunStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildRunStarted.ProtoReflect.Descriptor instead.
+func (*ChildRunStarted) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ChildRunStarted) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ChildRunStarted) GetChildRunId() string {
+	if x != nil {
+		return x.ChildRunId
+	}
+	return ""
+}
+
+func (x *ChildRunStarted) GetTaskCount() int32 {
+	if x != nil {
+		return x.TaskCount
+	}
+	return 0
+}
+
+func (x *ChildRunStarted) GetLimitTokens() int64 {
+	if x != nil {
+		return x.LimitTokens
+	}
+	return 0
+}
+
+func (x *ChildRunStarted) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+// ChildRunFinished reports a child run of one of the run's tasks ended.
+type ChildRunFinished struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task that fanned out.
+	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The child run's id.
+	ChildRunId string `protobuf:"bytes,2,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
+	// How the child run ended.
+	State RunState `protobuf:"varint,3,opt,name=state,proto3,enum=fanout.v1.RunState" json:"state,omitempty"`
+	// What the child run spent, its own children's spend included: the
+	// task's spend.
+	SpentTokens int64 `protobuf:"varint,4,opt,name=spent_tokens,json=spentTokens,proto3" json:"spent_tokens,omitempty"`
+	// How many facts the child joined.
+	FactCount     int32 `protobuf:"varint,5,opt,name=fact_count,json=factCount,proto3" json:"fact_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChildRunFinished) Reset() {
+	*x = ChildRunFinished{}
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChildRunFinished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChildRunFinished) ProtoMessage() {}
+
+func (x *ChildRunFinished) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChildRunFinished.ProtoReflect.Descriptor instead.
+func (*ChildRunFinished) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ChildRunFinished) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ChildRunFinished) GetChildRunId() string {
+	if x != nil {
+		return x.ChildRunId
+	}
+	return ""
+}
+
+func (x *ChildRunFinished) GetState() RunState {
+	if x != nil {
+		return x.State
+	}
+	return RunState_RUN_STATE_UNSPECIFIED
+}
+
+func (x *ChildRunFinished) GetSpentTokens() int64 {
+	if x != nil {
+		return x.SpentTokens
+	}
+	return 0
+}
+
+func (x *ChildRunFinished) GetFactCount() int32 {
+	if x != nil {
+		return x.FactCount
+	}
+	return 0
+}
 
 // RunContinued reports a ContinueRun: tokens added to the run's budget
 // and, for a run that had ended, the tasks admitted again.
@@ -2422,7 +2749,7 @@ type RunContinued struct {
 
 func (x *RunContinued) Reset() {
 	*x = RunContinued{}
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2761,7 @@ func (x *RunContinued) String() string {
 func (*RunContinued) ProtoMessage() {}
 
 func (x *RunContinued) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[16]
+	mi := &file_fanout_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2774,7 @@ func (x *RunContinued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunContinued.ProtoReflect.Descriptor instead.
 func (*RunContinued) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunContinued) GetContinuation() int32 {
@@ -2559,7 +2886,7 @@ type ConcurrencyChosen struct {
 
 func (x *ConcurrencyChosen) Reset() {
 	*x = ConcurrencyChosen{}
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2898,7 @@ func (x *ConcurrencyChosen) String() string {
 func (*ConcurrencyChosen) ProtoMessage() {}
 
 func (x *ConcurrencyChosen) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[17]
+	mi := &file_fanout_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2911,7 @@ func (x *ConcurrencyChosen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConcurrencyChosen.ProtoReflect.Descriptor instead.
 func (*ConcurrencyChosen) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ConcurrencyChosen) GetConcurrency() int32 {
@@ -2700,7 +3027,7 @@ type TaskHedged struct {
 
 func (x *TaskHedged) Reset() {
 	*x = TaskHedged{}
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +3039,7 @@ func (x *TaskHedged) String() string {
 func (*TaskHedged) ProtoMessage() {}
 
 func (x *TaskHedged) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[18]
+	mi := &file_fanout_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +3052,7 @@ func (x *TaskHedged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskHedged.ProtoReflect.Descriptor instead.
 func (*TaskHedged) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TaskHedged) GetTaskId() string {
@@ -2790,7 +3117,7 @@ type RunAdopted struct {
 
 func (x *RunAdopted) Reset() {
 	*x = RunAdopted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3129,7 @@ func (x *RunAdopted) String() string {
 func (*RunAdopted) ProtoMessage() {}
 
 func (x *RunAdopted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[19]
+	mi := &file_fanout_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3142,7 @@ func (x *RunAdopted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunAdopted.ProtoReflect.Descriptor instead.
 func (*RunAdopted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunAdopted) GetPreviousOwner() string {
@@ -2870,7 +3197,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +3209,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[20]
+	mi := &file_fanout_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3222,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApprovalRequested) GetTaskId() string {
@@ -2957,7 +3284,7 @@ type ApprovalDecided struct {
 
 func (x *ApprovalDecided) Reset() {
 	*x = ApprovalDecided{}
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3296,7 @@ func (x *ApprovalDecided) String() string {
 func (*ApprovalDecided) ProtoMessage() {}
 
 func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[21]
+	mi := &file_fanout_v1_run_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3309,7 @@ func (x *ApprovalDecided) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalDecided.ProtoReflect.Descriptor instead.
 func (*ApprovalDecided) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApprovalDecided) GetCallId() string {
@@ -3046,7 +3373,7 @@ type RunStarted struct {
 
 func (x *RunStarted) Reset() {
 	*x = RunStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3385,7 @@ func (x *RunStarted) String() string {
 func (*RunStarted) ProtoMessage() {}
 
 func (x *RunStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[22]
+	mi := &file_fanout_v1_run_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3398,7 @@ func (x *RunStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStarted.ProtoReflect.Descriptor instead.
 func (*RunStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunStarted) GetRun() *Run {
@@ -3095,7 +3422,7 @@ type TaskQueued struct {
 
 func (x *TaskQueued) Reset() {
 	*x = TaskQueued{}
-	mi := &file_fanout_v1_run_proto_msgTypes[23]
+	mi := &file_fanout_v1_run_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3434,7 @@ func (x *TaskQueued) String() string {
 func (*TaskQueued) ProtoMessage() {}
 
 func (x *TaskQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[23]
+	mi := &file_fanout_v1_run_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3447,7 @@ func (x *TaskQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskQueued.ProtoReflect.Descriptor instead.
 func (*TaskQueued) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{23}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskQueued) GetTaskId() string {
@@ -3153,7 +3480,7 @@ type TaskStarted struct {
 
 func (x *TaskStarted) Reset() {
 	*x = TaskStarted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[24]
+	mi := &file_fanout_v1_run_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3492,7 @@ func (x *TaskStarted) String() string {
 func (*TaskStarted) ProtoMessage() {}
 
 func (x *TaskStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[24]
+	mi := &file_fanout_v1_run_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3505,7 @@ func (x *TaskStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStarted.ProtoReflect.Descriptor instead.
 func (*TaskStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{24}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TaskStarted) GetTaskId() string {
@@ -3222,7 +3549,7 @@ type TaskIteration struct {
 
 func (x *TaskIteration) Reset() {
 	*x = TaskIteration{}
-	mi := &file_fanout_v1_run_proto_msgTypes[25]
+	mi := &file_fanout_v1_run_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3561,7 @@ func (x *TaskIteration) String() string {
 func (*TaskIteration) ProtoMessage() {}
 
 func (x *TaskIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[25]
+	mi := &file_fanout_v1_run_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3574,7 @@ func (x *TaskIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskIteration.ProtoReflect.Descriptor instead.
 func (*TaskIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{25}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TaskIteration) GetTaskId() string {
@@ -3296,7 +3623,7 @@ type TaskFinished struct {
 
 func (x *TaskFinished) Reset() {
 	*x = TaskFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[26]
+	mi := &file_fanout_v1_run_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3308,7 +3635,7 @@ func (x *TaskFinished) String() string {
 func (*TaskFinished) ProtoMessage() {}
 
 func (x *TaskFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[26]
+	mi := &file_fanout_v1_run_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3321,7 +3648,7 @@ func (x *TaskFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFinished.ProtoReflect.Descriptor instead.
 func (*TaskFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{26}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TaskFinished) GetOutcome() *TaskOutcome {
@@ -3342,7 +3669,7 @@ type BudgetUpdate struct {
 
 func (x *BudgetUpdate) Reset() {
 	*x = BudgetUpdate{}
-	mi := &file_fanout_v1_run_proto_msgTypes[27]
+	mi := &file_fanout_v1_run_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3681,7 @@ func (x *BudgetUpdate) String() string {
 func (*BudgetUpdate) ProtoMessage() {}
 
 func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[27]
+	mi := &file_fanout_v1_run_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3694,7 @@ func (x *BudgetUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetUpdate.ProtoReflect.Descriptor instead.
 func (*BudgetUpdate) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{27}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BudgetUpdate) GetBudget() *BudgetSnapshot {
@@ -3401,7 +3728,7 @@ type BudgetExhausted struct {
 
 func (x *BudgetExhausted) Reset() {
 	*x = BudgetExhausted{}
-	mi := &file_fanout_v1_run_proto_msgTypes[28]
+	mi := &file_fanout_v1_run_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3740,7 @@ func (x *BudgetExhausted) String() string {
 func (*BudgetExhausted) ProtoMessage() {}
 
 func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[28]
+	mi := &file_fanout_v1_run_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3753,7 @@ func (x *BudgetExhausted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BudgetExhausted.ProtoReflect.Descriptor instead.
 func (*BudgetExhausted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{28}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BudgetExhausted) GetBudget() *BudgetSnapshot {
@@ -3452,7 +3779,7 @@ type RunFinished struct {
 
 func (x *RunFinished) Reset() {
 	*x = RunFinished{}
-	mi := &file_fanout_v1_run_proto_msgTypes[29]
+	mi := &file_fanout_v1_run_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3791,7 @@ func (x *RunFinished) String() string {
 func (*RunFinished) ProtoMessage() {}
 
 func (x *RunFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_run_proto_msgTypes[29]
+	mi := &file_fanout_v1_run_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3804,7 @@ func (x *RunFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFinished.ProtoReflect.Descriptor instead.
 func (*RunFinished) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_run_proto_rawDescGZIP(), []int{29}
+	return file_fanout_v1_run_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RunFinished) GetState() RunState {
@@ -3505,7 +3832,7 @@ var File_fanout_v1_run_proto protoreflect.FileDescriptor
 
 const file_fanout_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13fanout/v1/run.proto\x12\tfanout.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x04\n" +
+	"\x13fanout/v1/run.proto\x12\tfanout.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfd\x04\n" +
 	"\aRunSpec\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -3521,11 +3848,16 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"synthesize\x18\x0e \x01(\bR\n" +
 	"synthesize\x12.\n" +
 	"\x05model\x18\x0f \x01(\v2\x18.fanout.v1.ModelSettingsR\x05model\x12.\n" +
-	"\x05cache\x18\x10 \x01(\v2\x18.fanout.v1.CacheSettingsR\x05cache\x126\n" +
+	"\x05cache\x18\x10 \x01(\v2\x18.fanout.v1.CacheSettingsR\x05cache\x12*\n" +
+	"\afan_out\x18\x11 \x01(\v2\x11.fanout.v1.FanOutR\x06fanOut\x126\n" +
 	"\x06labels\x18\x14 \x03(\v2\x1e.fanout.v1.RunSpec.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"s\n" +
+	"\x06FanOut\x12\x1b\n" +
+	"\tmax_depth\x18\x01 \x01(\rR\bmaxDepth\x12&\n" +
+	"\x0fmax_child_tasks\x18\x02 \x01(\rR\rmaxChildTasks\x12$\n" +
+	"\x0emax_tree_tasks\x18\x03 \x01(\rR\fmaxTreeTasks\"b\n" +
 	"\rCacheSettings\x12;\n" +
 	"\ftask_max_age\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"taskMaxAge\x12\x14\n" +
@@ -3625,7 +3957,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x15facts_next_page_token\x18\a \x01(\tR\x12factsNextPageToken\x12\x1d\n" +
 	"\n" +
 	"task_count\x18\b \x01(\x05R\ttaskCount\x121\n" +
-	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xa7\a\n" +
+	"\x15tasks_next_page_token\x18\t \x01(\tR\x12tasksNextPageToken\"\xa7\b\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -3646,7 +3978,11 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"forkedFrom\x12$\n" +
 	"\rcontinuations\x18\x13 \x01(\x05R\rcontinuations\x12!\n" +
 	"\fadded_tokens\x18\x16 \x01(\x03R\vaddedTokens\x12=\n" +
-	"\fcontinued_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\vcontinuedAt\x129\n" +
+	"\fcontinued_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\vcontinuedAt\x12\"\n" +
+	"\rparent_run_id\x18\x18 \x01(\tR\vparentRunId\x12$\n" +
+	"\x0eparent_task_id\x18\x19 \x01(\tR\fparentTaskId\x12\x1e\n" +
+	"\vroot_run_id\x18\x1a \x01(\tR\trootRunId\x12\x14\n" +
+	"\x05depth\x18\x1b \x01(\x05R\x05depth\x129\n" +
 	"\n" +
 	"created_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vfinished_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -3654,7 +3990,7 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x06labels\x18\x1e \x03(\v2\x1a.fanout.v1.Run.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\t\n" +
 	"\bRunEvent\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x03R\bsequence\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12.\n" +
@@ -3677,8 +4013,26 @@ const file_fanout_v1_run_proto_rawDesc = "" +
 	"\x12concurrency_chosen\x18\x15 \x01(\v2\x1c.fanout.v1.ConcurrencyChosenH\x00R\x11concurrencyChosen\x128\n" +
 	"\vtask_hedged\x18\x16 \x01(\v2\x15.fanout.v1.TaskHedgedH\x00R\n" +
 	"taskHedged\x12>\n" +
-	"\rrun_continued\x18\x17 \x01(\v2\x17.fanout.v1.RunContinuedH\x00R\frunContinuedB\a\n" +
-	"\x05event\"\x80\x02\n" +
+	"\rrun_continued\x18\x17 \x01(\v2\x17.fanout.v1.RunContinuedH\x00R\frunContinued\x12H\n" +
+	"\x11child_run_started\x18\x18 \x01(\v2\x1a.fanout.v1.ChildRunStartedH\x00R\x0fchildRunStarted\x12K\n" +
+	"\x12child_run_finished\x18\x19 \x01(\v2\x1b.fanout.v1.ChildRunFinishedH\x00R\x10childRunFinishedB\a\n" +
+	"\x05event\"\xa4\x01\n" +
+	"\x0fChildRunStarted\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12 \n" +
+	"\fchild_run_id\x18\x02 \x01(\tR\n" +
+	"childRunId\x12\x1d\n" +
+	"\n" +
+	"task_count\x18\x03 \x01(\x05R\ttaskCount\x12!\n" +
+	"\flimit_tokens\x18\x04 \x01(\x03R\vlimitTokens\x12\x14\n" +
+	"\x05depth\x18\x05 \x01(\x05R\x05depth\"\xba\x01\n" +
+	"\x10ChildRunFinished\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12 \n" +
+	"\fchild_run_id\x18\x02 \x01(\tR\n" +
+	"childRunId\x12)\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x13.fanout.v1.RunStateR\x05state\x12!\n" +
+	"\fspent_tokens\x18\x04 \x01(\x03R\vspentTokens\x12\x1d\n" +
+	"\n" +
+	"fact_count\x18\x05 \x01(\x05R\tfactCount\"\x80\x02\n" +
 	"\fRunContinued\x12\"\n" +
 	"\fcontinuation\x18\x01 \x01(\x05R\fcontinuation\x12!\n" +
 	"\fadded_tokens\x18\x02 \x01(\x03R\vaddedTokens\x12!\n" +
@@ -3813,7 +4167,7 @@ func file_fanout_v1_run_proto_rawDescGZIP() []byte {
 }
 
 var file_fanout_v1_run_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_fanout_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_fanout_v1_run_proto_goTypes = []any{
 	(ExhaustionPolicy)(0),         // 0: fanout.v1.ExhaustionPolicy
 	(JoinPolicy)(0),               // 1: fanout.v1.JoinPolicy
@@ -3822,108 +4176,115 @@ var file_fanout_v1_run_proto_goTypes = []any{
 	(RunState)(0),                 // 4: fanout.v1.RunState
 	(HedgeAttempt)(0),             // 5: fanout.v1.HedgeAttempt
 	(*RunSpec)(nil),               // 6: fanout.v1.RunSpec
-	(*CacheSettings)(nil),         // 7: fanout.v1.CacheSettings
-	(*TaskSpec)(nil),              // 8: fanout.v1.TaskSpec
-	(*Hedge)(nil),                 // 9: fanout.v1.Hedge
-	(*Budget)(nil),                // 10: fanout.v1.Budget
-	(*Limits)(nil),                // 11: fanout.v1.Limits
-	(*ModelSettings)(nil),         // 12: fanout.v1.ModelSettings
-	(*Fact)(nil),                  // 13: fanout.v1.Fact
-	(*FactSummary)(nil),           // 14: fanout.v1.FactSummary
-	(*TaskOutcome)(nil),           // 15: fanout.v1.TaskOutcome
-	(*ReusedFrom)(nil),            // 16: fanout.v1.ReusedFrom
-	(*HedgeReport)(nil),           // 17: fanout.v1.HedgeReport
-	(*BudgetSnapshot)(nil),        // 18: fanout.v1.BudgetSnapshot
-	(*JoinedResult)(nil),          // 19: fanout.v1.JoinedResult
-	(*Run)(nil),                   // 20: fanout.v1.Run
-	(*RunEvent)(nil),              // 21: fanout.v1.RunEvent
-	(*RunContinued)(nil),          // 22: fanout.v1.RunContinued
-	(*ConcurrencyChosen)(nil),     // 23: fanout.v1.ConcurrencyChosen
-	(*TaskHedged)(nil),            // 24: fanout.v1.TaskHedged
-	(*RunAdopted)(nil),            // 25: fanout.v1.RunAdopted
-	(*ApprovalRequested)(nil),     // 26: fanout.v1.ApprovalRequested
-	(*ApprovalDecided)(nil),       // 27: fanout.v1.ApprovalDecided
-	(*RunStarted)(nil),            // 28: fanout.v1.RunStarted
-	(*TaskQueued)(nil),            // 29: fanout.v1.TaskQueued
-	(*TaskStarted)(nil),           // 30: fanout.v1.TaskStarted
-	(*TaskIteration)(nil),         // 31: fanout.v1.TaskIteration
-	(*TaskFinished)(nil),          // 32: fanout.v1.TaskFinished
-	(*BudgetUpdate)(nil),          // 33: fanout.v1.BudgetUpdate
-	(*BudgetExhausted)(nil),       // 34: fanout.v1.BudgetExhausted
-	(*RunFinished)(nil),           // 35: fanout.v1.RunFinished
-	nil,                           // 36: fanout.v1.RunSpec.LabelsEntry
-	nil,                           // 37: fanout.v1.Run.LabelsEntry
-	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*FanOut)(nil),                // 7: fanout.v1.FanOut
+	(*CacheSettings)(nil),         // 8: fanout.v1.CacheSettings
+	(*TaskSpec)(nil),              // 9: fanout.v1.TaskSpec
+	(*Hedge)(nil),                 // 10: fanout.v1.Hedge
+	(*Budget)(nil),                // 11: fanout.v1.Budget
+	(*Limits)(nil),                // 12: fanout.v1.Limits
+	(*ModelSettings)(nil),         // 13: fanout.v1.ModelSettings
+	(*Fact)(nil),                  // 14: fanout.v1.Fact
+	(*FactSummary)(nil),           // 15: fanout.v1.FactSummary
+	(*TaskOutcome)(nil),           // 16: fanout.v1.TaskOutcome
+	(*ReusedFrom)(nil),            // 17: fanout.v1.ReusedFrom
+	(*HedgeReport)(nil),           // 18: fanout.v1.HedgeReport
+	(*BudgetSnapshot)(nil),        // 19: fanout.v1.BudgetSnapshot
+	(*JoinedResult)(nil),          // 20: fanout.v1.JoinedResult
+	(*Run)(nil),                   // 21: fanout.v1.Run
+	(*RunEvent)(nil),              // 22: fanout.v1.RunEvent
+	(*ChildRunStarted)(nil),       // 23: fanout.v1.ChildRunStarted
+	(*ChildRunFinished)(nil),      // 24: fanout.v1.ChildRunFinished
+	(*RunContinued)(nil),          // 25: fanout.v1.RunContinued
+	(*ConcurrencyChosen)(nil),     // 26: fanout.v1.ConcurrencyChosen
+	(*TaskHedged)(nil),            // 27: fanout.v1.TaskHedged
+	(*RunAdopted)(nil),            // 28: fanout.v1.RunAdopted
+	(*ApprovalRequested)(nil),     // 29: fanout.v1.ApprovalRequested
+	(*ApprovalDecided)(nil),       // 30: fanout.v1.ApprovalDecided
+	(*RunStarted)(nil),            // 31: fanout.v1.RunStarted
+	(*TaskQueued)(nil),            // 32: fanout.v1.TaskQueued
+	(*TaskStarted)(nil),           // 33: fanout.v1.TaskStarted
+	(*TaskIteration)(nil),         // 34: fanout.v1.TaskIteration
+	(*TaskFinished)(nil),          // 35: fanout.v1.TaskFinished
+	(*BudgetUpdate)(nil),          // 36: fanout.v1.BudgetUpdate
+	(*BudgetExhausted)(nil),       // 37: fanout.v1.BudgetExhausted
+	(*RunFinished)(nil),           // 38: fanout.v1.RunFinished
+	nil,                           // 39: fanout.v1.RunSpec.LabelsEntry
+	nil,                           // 40: fanout.v1.Run.LabelsEntry
+	(*durationpb.Duration)(nil),   // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
 }
 var file_fanout_v1_run_proto_depIdxs = []int32{
-	8,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
-	10, // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
-	11, // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
+	9,  // 0: fanout.v1.RunSpec.tasks:type_name -> fanout.v1.TaskSpec
+	11, // 1: fanout.v1.RunSpec.budget:type_name -> fanout.v1.Budget
+	12, // 2: fanout.v1.RunSpec.limits:type_name -> fanout.v1.Limits
 	0,  // 3: fanout.v1.RunSpec.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
 	1,  // 4: fanout.v1.RunSpec.join_policy:type_name -> fanout.v1.JoinPolicy
-	12, // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
-	7,  // 6: fanout.v1.RunSpec.cache:type_name -> fanout.v1.CacheSettings
-	36, // 7: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
-	38, // 8: fanout.v1.CacheSettings.task_max_age:type_name -> google.protobuf.Duration
-	38, // 9: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
-	9,  // 10: fanout.v1.TaskSpec.hedge:type_name -> fanout.v1.Hedge
-	38, // 11: fanout.v1.Hedge.after:type_name -> google.protobuf.Duration
-	3,  // 12: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
-	38, // 13: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
-	13, // 14: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
-	2,  // 15: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
-	2,  // 16: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
-	14, // 17: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
-	39, // 18: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
-	39, // 19: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
-	17, // 20: fanout.v1.TaskOutcome.hedge:type_name -> fanout.v1.HedgeReport
-	16, // 21: fanout.v1.TaskOutcome.reused:type_name -> fanout.v1.ReusedFrom
-	39, // 22: fanout.v1.ReusedFrom.finished_at:type_name -> google.protobuf.Timestamp
-	5,  // 23: fanout.v1.HedgeReport.winner:type_name -> fanout.v1.HedgeAttempt
-	38, // 24: fanout.v1.HedgeReport.started_after:type_name -> google.protobuf.Duration
-	13, // 25: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
-	15, // 26: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
-	4,  // 27: fanout.v1.Run.state:type_name -> fanout.v1.RunState
-	6,  // 28: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
-	18, // 29: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
-	15, // 30: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
-	19, // 31: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
-	23, // 32: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
-	39, // 33: fanout.v1.Run.continued_at:type_name -> google.protobuf.Timestamp
-	39, // 34: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
-	39, // 35: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 36: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
-	39, // 37: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
-	28, // 38: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
-	29, // 39: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
-	30, // 40: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
-	31, // 41: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
-	32, // 42: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
-	33, // 43: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
-	34, // 44: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
-	35, // 45: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
-	25, // 46: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
-	26, // 47: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
-	27, // 48: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
-	23, // 49: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
-	24, // 50: fanout.v1.RunEvent.task_hedged:type_name -> fanout.v1.TaskHedged
-	22, // 51: fanout.v1.RunEvent.run_continued:type_name -> fanout.v1.RunContinued
-	38, // 52: fanout.v1.TaskHedged.after:type_name -> google.protobuf.Duration
-	38, // 53: fanout.v1.TaskHedged.threshold:type_name -> google.protobuf.Duration
-	39, // 54: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
-	39, // 55: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
-	20, // 56: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
-	15, // 57: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
-	18, // 58: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
-	18, // 59: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
-	4,  // 60: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
-	19, // 61: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	13, // 5: fanout.v1.RunSpec.model:type_name -> fanout.v1.ModelSettings
+	8,  // 6: fanout.v1.RunSpec.cache:type_name -> fanout.v1.CacheSettings
+	7,  // 7: fanout.v1.RunSpec.fan_out:type_name -> fanout.v1.FanOut
+	39, // 8: fanout.v1.RunSpec.labels:type_name -> fanout.v1.RunSpec.LabelsEntry
+	41, // 9: fanout.v1.CacheSettings.task_max_age:type_name -> google.protobuf.Duration
+	41, // 10: fanout.v1.TaskSpec.timeout:type_name -> google.protobuf.Duration
+	10, // 11: fanout.v1.TaskSpec.hedge:type_name -> fanout.v1.Hedge
+	41, // 12: fanout.v1.Hedge.after:type_name -> google.protobuf.Duration
+	3,  // 13: fanout.v1.Budget.admission:type_name -> fanout.v1.AdmissionPolicy
+	41, // 14: fanout.v1.Limits.run_timeout:type_name -> google.protobuf.Duration
+	14, // 15: fanout.v1.FactSummary.facts:type_name -> fanout.v1.Fact
+	2,  // 16: fanout.v1.FactSummary.status:type_name -> fanout.v1.TaskStatus
+	2,  // 17: fanout.v1.TaskOutcome.status:type_name -> fanout.v1.TaskStatus
+	15, // 18: fanout.v1.TaskOutcome.summary:type_name -> fanout.v1.FactSummary
+	42, // 19: fanout.v1.TaskOutcome.started_at:type_name -> google.protobuf.Timestamp
+	42, // 20: fanout.v1.TaskOutcome.finished_at:type_name -> google.protobuf.Timestamp
+	18, // 21: fanout.v1.TaskOutcome.hedge:type_name -> fanout.v1.HedgeReport
+	17, // 22: fanout.v1.TaskOutcome.reused:type_name -> fanout.v1.ReusedFrom
+	42, // 23: fanout.v1.ReusedFrom.finished_at:type_name -> google.protobuf.Timestamp
+	5,  // 24: fanout.v1.HedgeReport.winner:type_name -> fanout.v1.HedgeAttempt
+	41, // 25: fanout.v1.HedgeReport.started_after:type_name -> google.protobuf.Duration
+	14, // 26: fanout.v1.JoinedResult.facts:type_name -> fanout.v1.Fact
+	16, // 27: fanout.v1.JoinedResult.tasks:type_name -> fanout.v1.TaskOutcome
+	4,  // 28: fanout.v1.Run.state:type_name -> fanout.v1.RunState
+	6,  // 29: fanout.v1.Run.spec:type_name -> fanout.v1.RunSpec
+	19, // 30: fanout.v1.Run.budget:type_name -> fanout.v1.BudgetSnapshot
+	16, // 31: fanout.v1.Run.tasks:type_name -> fanout.v1.TaskOutcome
+	20, // 32: fanout.v1.Run.result:type_name -> fanout.v1.JoinedResult
+	26, // 33: fanout.v1.Run.concurrency:type_name -> fanout.v1.ConcurrencyChosen
+	42, // 34: fanout.v1.Run.continued_at:type_name -> google.protobuf.Timestamp
+	42, // 35: fanout.v1.Run.created_at:type_name -> google.protobuf.Timestamp
+	42, // 36: fanout.v1.Run.finished_at:type_name -> google.protobuf.Timestamp
+	40, // 37: fanout.v1.Run.labels:type_name -> fanout.v1.Run.LabelsEntry
+	42, // 38: fanout.v1.RunEvent.time:type_name -> google.protobuf.Timestamp
+	31, // 39: fanout.v1.RunEvent.run_started:type_name -> fanout.v1.RunStarted
+	32, // 40: fanout.v1.RunEvent.task_queued:type_name -> fanout.v1.TaskQueued
+	33, // 41: fanout.v1.RunEvent.task_started:type_name -> fanout.v1.TaskStarted
+	34, // 42: fanout.v1.RunEvent.task_iteration:type_name -> fanout.v1.TaskIteration
+	35, // 43: fanout.v1.RunEvent.task_finished:type_name -> fanout.v1.TaskFinished
+	36, // 44: fanout.v1.RunEvent.budget_update:type_name -> fanout.v1.BudgetUpdate
+	37, // 45: fanout.v1.RunEvent.budget_exhausted:type_name -> fanout.v1.BudgetExhausted
+	38, // 46: fanout.v1.RunEvent.run_finished:type_name -> fanout.v1.RunFinished
+	28, // 47: fanout.v1.RunEvent.run_adopted:type_name -> fanout.v1.RunAdopted
+	29, // 48: fanout.v1.RunEvent.approval_requested:type_name -> fanout.v1.ApprovalRequested
+	30, // 49: fanout.v1.RunEvent.approval_decided:type_name -> fanout.v1.ApprovalDecided
+	26, // 50: fanout.v1.RunEvent.concurrency_chosen:type_name -> fanout.v1.ConcurrencyChosen
+	27, // 51: fanout.v1.RunEvent.task_hedged:type_name -> fanout.v1.TaskHedged
+	25, // 52: fanout.v1.RunEvent.run_continued:type_name -> fanout.v1.RunContinued
+	23, // 53: fanout.v1.RunEvent.child_run_started:type_name -> fanout.v1.ChildRunStarted
+	24, // 54: fanout.v1.RunEvent.child_run_finished:type_name -> fanout.v1.ChildRunFinished
+	4,  // 55: fanout.v1.ChildRunFinished.state:type_name -> fanout.v1.RunState
+	41, // 56: fanout.v1.TaskHedged.after:type_name -> google.protobuf.Duration
+	41, // 57: fanout.v1.TaskHedged.threshold:type_name -> google.protobuf.Duration
+	42, // 58: fanout.v1.ApprovalRequested.deadline:type_name -> google.protobuf.Timestamp
+	42, // 59: fanout.v1.ApprovalDecided.decided_at:type_name -> google.protobuf.Timestamp
+	21, // 60: fanout.v1.RunStarted.run:type_name -> fanout.v1.Run
+	16, // 61: fanout.v1.TaskFinished.outcome:type_name -> fanout.v1.TaskOutcome
+	19, // 62: fanout.v1.BudgetUpdate.budget:type_name -> fanout.v1.BudgetSnapshot
+	19, // 63: fanout.v1.BudgetExhausted.budget:type_name -> fanout.v1.BudgetSnapshot
+	4,  // 64: fanout.v1.RunFinished.state:type_name -> fanout.v1.RunState
+	20, // 65: fanout.v1.RunFinished.result:type_name -> fanout.v1.JoinedResult
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_run_proto_init() }
@@ -3931,7 +4292,7 @@ func file_fanout_v1_run_proto_init() {
 	if File_fanout_v1_run_proto != nil {
 		return
 	}
-	file_fanout_v1_run_proto_msgTypes[15].OneofWrappers = []any{
+	file_fanout_v1_run_proto_msgTypes[16].OneofWrappers = []any{
 		(*RunEvent_RunStarted)(nil),
 		(*RunEvent_TaskQueued)(nil),
 		(*RunEvent_TaskStarted)(nil),
@@ -3946,6 +4307,8 @@ func file_fanout_v1_run_proto_init() {
 		(*RunEvent_ConcurrencyChosen)(nil),
 		(*RunEvent_TaskHedged)(nil),
 		(*RunEvent_RunContinued)(nil),
+		(*RunEvent_ChildRunStarted)(nil),
+		(*RunEvent_ChildRunFinished)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3953,7 +4316,7 @@ func file_fanout_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_run_proto_rawDesc), len(file_fanout_v1_run_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

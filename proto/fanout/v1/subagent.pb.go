@@ -146,7 +146,11 @@ type Dispatch struct {
 	// The run lets its subagents answer read tool calls from the tenant's
 	// result cache (RunSpec.cache.tools), for the tools whose policy gives
 	// a TTL.
-	CacheTools    bool `protobuf:"varint,25,opt,name=cache_tools,json=cacheTools,proto3" json:"cache_tools,omitempty"`
+	CacheTools bool `protobuf:"varint,25,opt,name=cache_tools,json=cacheTools,proto3" json:"cache_tools,omitempty"`
+	// Set when the task may fan out (RunSpec.fan_out with levels left below
+	// its run): the subagent is offered the built-in tool fan_out, which
+	// starts a child run of at most max_child_tasks tasks under this task.
+	FanOut        *FanOutAllowance `protobuf:"bytes,26,opt,name=fan_out,json=fanOut,proto3" json:"fan_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +283,59 @@ func (x *Dispatch) GetCacheTools() bool {
 	return false
 }
 
+func (x *Dispatch) GetFanOut() *FanOutAllowance {
+	if x != nil {
+		return x.FanOut
+	}
+	return nil
+}
+
+// FanOutAllowance is what a dispatched task may ask of fan_out.
+type FanOutAllowance struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most tasks one fan_out call may start.
+	MaxChildTasks uint32 `protobuf:"varint,1,opt,name=max_child_tasks,json=maxChildTasks,proto3" json:"max_child_tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FanOutAllowance) Reset() {
+	*x = FanOutAllowance{}
+	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FanOutAllowance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FanOutAllowance) ProtoMessage() {}
+
+func (x *FanOutAllowance) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FanOutAllowance.ProtoReflect.Descriptor instead.
+func (*FanOutAllowance) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FanOutAllowance) GetMaxChildTasks() uint32 {
+	if x != nil {
+		return x.MaxChildTasks
+	}
+	return 0
+}
+
 // ExecuteResponse is one message of the SubagentService.Execute stream.
 type ExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -290,6 +347,7 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_Iteration
 	//	*ExecuteResponse_Summary
 	//	*ExecuteResponse_Approval
+	//	*ExecuteResponse_FanOut
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -297,7 +355,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +367,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[2]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +380,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{2}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ExecuteResponse) GetEvent() isExecuteResponse_Event {
@@ -368,6 +426,15 @@ func (x *ExecuteResponse) GetApproval() *SubagentApproval {
 	return nil
 }
 
+func (x *ExecuteResponse) GetFanOut() *SubagentFanOut {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_FanOut); ok {
+			return x.FanOut
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -392,6 +459,13 @@ type ExecuteResponse_Approval struct {
 	Approval *SubagentApproval `protobuf:"bytes,4,opt,name=approval,proto3,oneof"`
 }
 
+type ExecuteResponse_FanOut struct {
+	// The subagent called fan_out: the orchestrator starts the child run
+	// and answers the call's tool_call row with the child's joined facts,
+	// which the subagent waits for (holding no worker slot meanwhile).
+	FanOut *SubagentFanOut `protobuf:"bytes,5,opt,name=fan_out,json=fanOut,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Started) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Iteration) isExecuteResponse_Event() {}
@@ -399,6 +473,84 @@ func (*ExecuteResponse_Iteration) isExecuteResponse_Event() {}
 func (*ExecuteResponse_Summary) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Approval) isExecuteResponse_Event() {}
+
+func (*ExecuteResponse_FanOut) isExecuteResponse_Event() {}
+
+// SubagentFanOut asks the orchestrator for a child run under the task.
+type SubagentFanOut struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's tool_call key, recorded before this was sent: the child
+	// run's id is derived from it, so the same call asked again (a
+	// re-dispatched attempt) finds the same child.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The child run's goal: what the tasks are for.
+	Goal string `protobuf:"bytes,2,opt,name=goal,proto3" json:"goal,omitempty"`
+	// The child run's tasks' instructions, one task each.
+	Tasks []string `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The child's budget asked for, in tokens; 0: everything the task has
+	// left. Capped by what the task has left.
+	TokenBudget   int64 `protobuf:"varint,4,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubagentFanOut) Reset() {
+	*x = SubagentFanOut{}
+	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubagentFanOut) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubagentFanOut) ProtoMessage() {}
+
+func (x *SubagentFanOut) ProtoReflect() protoreflect.Message {
+	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubagentFanOut.ProtoReflect.Descriptor instead.
+func (*SubagentFanOut) Descriptor() ([]byte, []int) {
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SubagentFanOut) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SubagentFanOut) GetGoal() string {
+	if x != nil {
+		return x.Goal
+	}
+	return ""
+}
+
+func (x *SubagentFanOut) GetTasks() []string {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *SubagentFanOut) GetTokenBudget() int64 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
 
 // SubagentApproval reports that a write of the subagent was recorded
 // awaiting approval (or that a re-dispatched attempt took up such a call),
@@ -419,7 +571,7 @@ type SubagentApproval struct {
 
 func (x *SubagentApproval) Reset() {
 	*x = SubagentApproval{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +583,7 @@ func (x *SubagentApproval) String() string {
 func (*SubagentApproval) ProtoMessage() {}
 
 func (x *SubagentApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[3]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +596,7 @@ func (x *SubagentApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentApproval.ProtoReflect.Descriptor instead.
 func (*SubagentApproval) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{3}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubagentApproval) GetCallId() string {
@@ -486,7 +638,7 @@ type SubagentStarted struct {
 
 func (x *SubagentStarted) Reset() {
 	*x = SubagentStarted{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +650,7 @@ func (x *SubagentStarted) String() string {
 func (*SubagentStarted) ProtoMessage() {}
 
 func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[4]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +663,7 @@ func (x *SubagentStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentStarted.ProtoReflect.Descriptor instead.
 func (*SubagentStarted) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{4}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubagentStarted) GetWorker() string {
@@ -557,7 +709,7 @@ type SubagentIteration struct {
 
 func (x *SubagentIteration) Reset() {
 	*x = SubagentIteration{}
-	mi := &file_fanout_v1_subagent_proto_msgTypes[5]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +721,7 @@ func (x *SubagentIteration) String() string {
 func (*SubagentIteration) ProtoMessage() {}
 
 func (x *SubagentIteration) ProtoReflect() protoreflect.Message {
-	mi := &file_fanout_v1_subagent_proto_msgTypes[5]
+	mi := &file_fanout_v1_subagent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +734,7 @@ func (x *SubagentIteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubagentIteration.ProtoReflect.Descriptor instead.
 func (*SubagentIteration) Descriptor() ([]byte, []int) {
-	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{5}
+	return file_fanout_v1_subagent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubagentIteration) GetIteration() int32 {
@@ -649,7 +801,7 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"\x0eExecuteRequest\x12\x1a\n" +
 	"\bdispatch\x18\x01 \x01(\fR\bdispatch\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x15\n" +
-	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xad\x04\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\"\xe2\x04\n" +
 	"\bDispatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12'\n" +
@@ -667,13 +819,22 @@ const file_fanout_v1_subagent_proto_rawDesc = "" +
 	"drawOnHeld\x12&\n" +
 	"\x0fwind_down_after\x18\x18 \x01(\rR\rwindDownAfter\x12\x1f\n" +
 	"\vcache_tools\x18\x19 \x01(\bR\n" +
-	"cacheTools\"\xff\x01\n" +
+	"cacheTools\x123\n" +
+	"\afan_out\x18\x1a \x01(\v2\x1a.fanout.v1.FanOutAllowanceR\x06fanOut\"9\n" +
+	"\x0fFanOutAllowance\x12&\n" +
+	"\x0fmax_child_tasks\x18\x01 \x01(\rR\rmaxChildTasks\"\xb5\x02\n" +
 	"\x0fExecuteResponse\x126\n" +
 	"\astarted\x18\x01 \x01(\v2\x1a.fanout.v1.SubagentStartedH\x00R\astarted\x12<\n" +
 	"\titeration\x18\x02 \x01(\v2\x1c.fanout.v1.SubagentIterationH\x00R\titeration\x122\n" +
 	"\asummary\x18\x03 \x01(\v2\x16.fanout.v1.FactSummaryH\x00R\asummary\x129\n" +
-	"\bapproval\x18\x04 \x01(\v2\x1b.fanout.v1.SubagentApprovalH\x00R\bapprovalB\a\n" +
-	"\x05event\"\x91\x01\n" +
+	"\bapproval\x18\x04 \x01(\v2\x1b.fanout.v1.SubagentApprovalH\x00R\bapproval\x124\n" +
+	"\afan_out\x18\x05 \x01(\v2\x19.fanout.v1.SubagentFanOutH\x00R\x06fanOutB\a\n" +
+	"\x05event\"o\n" +
+	"\x0eSubagentFanOut\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04goal\x18\x02 \x01(\tR\x04goal\x12\x14\n" +
+	"\x05tasks\x18\x03 \x03(\tR\x05tasks\x12!\n" +
+	"\ftoken_budget\x18\x04 \x01(\x03R\vtokenBudget\"\x91\x01\n" +
 	"\x10SubagentApproval\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04tool\x18\x02 \x01(\tR\x04tool\x12\x18\n" +
@@ -707,40 +868,44 @@ func file_fanout_v1_subagent_proto_rawDescGZIP() []byte {
 	return file_fanout_v1_subagent_proto_rawDescData
 }
 
-var file_fanout_v1_subagent_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_fanout_v1_subagent_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_fanout_v1_subagent_proto_goTypes = []any{
 	(*ExecuteRequest)(nil),        // 0: fanout.v1.ExecuteRequest
 	(*Dispatch)(nil),              // 1: fanout.v1.Dispatch
-	(*ExecuteResponse)(nil),       // 2: fanout.v1.ExecuteResponse
-	(*SubagentApproval)(nil),      // 3: fanout.v1.SubagentApproval
-	(*SubagentStarted)(nil),       // 4: fanout.v1.SubagentStarted
-	(*SubagentIteration)(nil),     // 5: fanout.v1.SubagentIteration
-	(*TaskSpec)(nil),              // 6: fanout.v1.TaskSpec
-	(*ModelSettings)(nil),         // 7: fanout.v1.ModelSettings
-	(ExhaustionPolicy)(0),         // 8: fanout.v1.ExhaustionPolicy
-	(*Fact)(nil),                  // 9: fanout.v1.Fact
-	(*FactSummary)(nil),           // 10: fanout.v1.FactSummary
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*FanOutAllowance)(nil),       // 2: fanout.v1.FanOutAllowance
+	(*ExecuteResponse)(nil),       // 3: fanout.v1.ExecuteResponse
+	(*SubagentFanOut)(nil),        // 4: fanout.v1.SubagentFanOut
+	(*SubagentApproval)(nil),      // 5: fanout.v1.SubagentApproval
+	(*SubagentStarted)(nil),       // 6: fanout.v1.SubagentStarted
+	(*SubagentIteration)(nil),     // 7: fanout.v1.SubagentIteration
+	(*TaskSpec)(nil),              // 8: fanout.v1.TaskSpec
+	(*ModelSettings)(nil),         // 9: fanout.v1.ModelSettings
+	(ExhaustionPolicy)(0),         // 10: fanout.v1.ExhaustionPolicy
+	(*Fact)(nil),                  // 11: fanout.v1.Fact
+	(*FactSummary)(nil),           // 12: fanout.v1.FactSummary
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
 }
 var file_fanout_v1_subagent_proto_depIdxs = []int32{
-	6,  // 0: fanout.v1.Dispatch.task:type_name -> fanout.v1.TaskSpec
-	7,  // 1: fanout.v1.Dispatch.model:type_name -> fanout.v1.ModelSettings
-	8,  // 2: fanout.v1.Dispatch.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
-	9,  // 3: fanout.v1.Dispatch.context_facts:type_name -> fanout.v1.Fact
-	4,  // 4: fanout.v1.ExecuteResponse.started:type_name -> fanout.v1.SubagentStarted
-	5,  // 5: fanout.v1.ExecuteResponse.iteration:type_name -> fanout.v1.SubagentIteration
-	10, // 6: fanout.v1.ExecuteResponse.summary:type_name -> fanout.v1.FactSummary
-	3,  // 7: fanout.v1.ExecuteResponse.approval:type_name -> fanout.v1.SubagentApproval
-	11, // 8: fanout.v1.SubagentApproval.deadline:type_name -> google.protobuf.Timestamp
-	12, // 9: fanout.v1.SubagentIteration.waited:type_name -> google.protobuf.Duration
-	0,  // 10: fanout.v1.SubagentService.Execute:input_type -> fanout.v1.ExecuteRequest
-	2,  // 11: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 0: fanout.v1.Dispatch.task:type_name -> fanout.v1.TaskSpec
+	9,  // 1: fanout.v1.Dispatch.model:type_name -> fanout.v1.ModelSettings
+	10, // 2: fanout.v1.Dispatch.on_exhaustion:type_name -> fanout.v1.ExhaustionPolicy
+	11, // 3: fanout.v1.Dispatch.context_facts:type_name -> fanout.v1.Fact
+	2,  // 4: fanout.v1.Dispatch.fan_out:type_name -> fanout.v1.FanOutAllowance
+	6,  // 5: fanout.v1.ExecuteResponse.started:type_name -> fanout.v1.SubagentStarted
+	7,  // 6: fanout.v1.ExecuteResponse.iteration:type_name -> fanout.v1.SubagentIteration
+	12, // 7: fanout.v1.ExecuteResponse.summary:type_name -> fanout.v1.FactSummary
+	5,  // 8: fanout.v1.ExecuteResponse.approval:type_name -> fanout.v1.SubagentApproval
+	4,  // 9: fanout.v1.ExecuteResponse.fan_out:type_name -> fanout.v1.SubagentFanOut
+	13, // 10: fanout.v1.SubagentApproval.deadline:type_name -> google.protobuf.Timestamp
+	14, // 11: fanout.v1.SubagentIteration.waited:type_name -> google.protobuf.Duration
+	0,  // 12: fanout.v1.SubagentService.Execute:input_type -> fanout.v1.ExecuteRequest
+	3,  // 13: fanout.v1.SubagentService.Execute:output_type -> fanout.v1.ExecuteResponse
+	13, // [13:14] is the sub-list for method output_type
+	12, // [12:13] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_fanout_v1_subagent_proto_init() }
@@ -749,11 +914,12 @@ func file_fanout_v1_subagent_proto_init() {
 		return
 	}
 	file_fanout_v1_run_proto_init()
-	file_fanout_v1_subagent_proto_msgTypes[2].OneofWrappers = []any{
+	file_fanout_v1_subagent_proto_msgTypes[3].OneofWrappers = []any{
 		(*ExecuteResponse_Started)(nil),
 		(*ExecuteResponse_Iteration)(nil),
 		(*ExecuteResponse_Summary)(nil),
 		(*ExecuteResponse_Approval)(nil),
+		(*ExecuteResponse_FanOut)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -761,7 +927,7 @@ func file_fanout_v1_subagent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fanout_v1_subagent_proto_rawDesc), len(file_fanout_v1_subagent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

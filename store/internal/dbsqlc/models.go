@@ -333,6 +333,16 @@ type Run struct {
 	ContinuedAt *time.Time
 	// The run this run was forked from (ForkRun, docs/budget.md#fork); NULL for a run that was not.
 	ForkedFrom *string
+	// For a child run (docs/budget.md#nested-fan-out): the run whose task started it; NULL for a run a caller started.
+	ParentRunID *string
+	// For a child run: the task whose fan_out call started it.
+	ParentTaskID *string
+	// For a child run: the key of the fan_out tool_call row its end answers with its joined facts.
+	ParentCall *string
+	// For a child run: the root run of its tree; NULL for a root run.
+	RootRunID *string
+	// How many levels below its root the run is: 0 for a root run, at most 4.
+	Depth int32
 }
 
 // One row per ContinueRun of a run, written by ledger_continue_run with its ledger entries, never updated (docs/budget.md#continue).

@@ -247,8 +247,11 @@ func (q *Queries) Heartbeat(ctx context.Context, db DBTX, arg HeartbeatParams) (
 }
 
 const insertRun = `-- name: InsertRun :one
-INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner, forked_from)
-VALUES ($1, $2, $3, $4, $5, $6, nullif($7::text, ''))
+INSERT INTO run (run_id, tenant_id, idempotency_key, spec, labels, owner, forked_from,
+    parent_run_id, parent_task_id, parent_call, root_run_id, depth)
+VALUES ($1, $2, $3, $4, $5, $6, nullif($7::text, ''),
+    nullif($8::text, ''), nullif($9::text, ''), nullif($10::text, ''),
+    nullif($11::text, ''), $12::int)
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING created_at
 `
@@ -261,6 +264,11 @@ type InsertRunParams struct {
 	Labels         []byte
 	Owner          string
 	ForkedFrom     string
+	ParentRunID    string
+	ParentTaskID   string
+	ParentCall     string
+	RootRunID      string
+	Depth          int32
 }
 
 func (q *Queries) InsertRun(ctx context.Context, db DBTX, arg InsertRunParams) (time.Time, error) {
@@ -272,6 +280,11 @@ func (q *Queries) InsertRun(ctx context.Context, db DBTX, arg InsertRunParams) (
 		arg.Labels,
 		arg.Owner,
 		arg.ForkedFrom,
+		arg.ParentRunID,
+		arg.ParentTaskID,
+		arg.ParentCall,
+		arg.RootRunID,
+		arg.Depth,
 	)
 	var created_at time.Time
 	err := row.Scan(&created_at)
@@ -307,7 +320,10 @@ func (q *Queries) LockTenantRuns(ctx context.Context, db DBTX, tenantID string) 
 
 const runAdmission = `-- name: RunAdmission :one
 SELECT EXISTS (SELECT FROM run k WHERE k.tenant_id = $1::text AND k.idempotency_key = $2::text)::bool AS taken,
-    (SELECT count(*) FROM run r WHERE r.tenant_id = $1::text AND r.state = 'RUNNING')::bigint AS running
+    -- A child run is part of its root run (docs/budget.md#nested-fan-out):
+    -- counted, a tree under a cap of one run could never fan out.
+    (SELECT count(*) FROM run r WHERE r.tenant_id = $1::text AND r.state = 'RUNNING'
+        AND r.parent_run_id IS NULL)::bigint AS running
 `
 
 type RunAdmissionParams struct {
@@ -329,7 +345,9 @@ func (q *Queries) RunAdmission(ctx context.Context, db DBTX, arg RunAdmissionPar
 
 const runByID = `-- name: RunByID :one
 SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
-    coalesce(forked_from, '')::text AS forked_from
+    coalesce(forked_from, '')::text AS forked_from, coalesce(parent_run_id, '')::text AS parent_run_id,
+    coalesce(parent_task_id, '')::text AS parent_task_id, coalesce(parent_call, '')::text AS parent_call,
+    coalesce(root_run_id, run_id)::text AS root_run_id, depth
 FROM run
 WHERE run_id = $1 AND ($2::text = '' OR tenant_id = $2)
 `
@@ -351,6 +369,11 @@ type RunByIDRow struct {
 	CreatedAt      time.Time
 	FinishedAt     *time.Time
 	ForkedFrom     string
+	ParentRunID    string
+	ParentTaskID   string
+	ParentCall     string
+	RootRunID      string
+	Depth          int32
 }
 
 func (q *Queries) RunByID(ctx context.Context, db DBTX, arg RunByIDParams) (RunByIDRow, error) {
@@ -368,13 +391,20 @@ func (q *Queries) RunByID(ctx context.Context, db DBTX, arg RunByIDParams) (RunB
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ForkedFrom,
+		&i.ParentRunID,
+		&i.ParentTaskID,
+		&i.ParentCall,
+		&i.RootRunID,
+		&i.Depth,
 	)
 	return i, err
 }
 
 const runByKey = `-- name: RunByKey :one
 SELECT run_id, tenant_id, idempotency_key, spec, state, cancel_cause, result, labels, created_at, finished_at,
-    coalesce(forked_from, '')::text AS forked_from
+    coalesce(forked_from, '')::text AS forked_from, coalesce(parent_run_id, '')::text AS parent_run_id,
+    coalesce(parent_task_id, '')::text AS parent_task_id, coalesce(parent_call, '')::text AS parent_call,
+    coalesce(root_run_id, run_id)::text AS root_run_id, depth
 FROM run
 WHERE tenant_id = $1 AND idempotency_key = $2
 `
@@ -396,6 +426,11 @@ type RunByKeyRow struct {
 	CreatedAt      time.Time
 	FinishedAt     *time.Time
 	ForkedFrom     string
+	ParentRunID    string
+	ParentTaskID   string
+	ParentCall     string
+	RootRunID      string
+	Depth          int32
 }
 
 func (q *Queries) RunByKey(ctx context.Context, db DBTX, arg RunByKeyParams) (RunByKeyRow, error) {
@@ -413,6 +448,11 @@ func (q *Queries) RunByKey(ctx context.Context, db DBTX, arg RunByKeyParams) (Ru
 		&i.CreatedAt,
 		&i.FinishedAt,
 		&i.ForkedFrom,
+		&i.ParentRunID,
+		&i.ParentTaskID,
+		&i.ParentCall,
+		&i.RootRunID,
+		&i.Depth,
 	)
 	return i, err
 }
@@ -785,4 +825,20 @@ func (q *Queries) Tasks(ctx context.Context, db DBTX, runIds []string) ([]TasksR
 		return nil, err
 	}
 	return items, nil
+}
+
+const treeTasks = `-- name: TreeTasks :one
+WITH root AS (SELECT run_id FROM run WHERE run_id = $1::text FOR NO KEY UPDATE)
+SELECT (SELECT count(*) FROM task t JOIN run r USING (run_id)
+        WHERE r.run_id = (SELECT run_id FROM root) OR r.root_run_id = (SELECT run_id FROM root))::int AS tasks
+`
+
+// How many tasks the tree under root_run_id has, every level counted,
+// after locking the root's row: every child's open takes it first, so two
+// opens of one tree count one after the other (RunSpec.fan_out.max_tree_tasks).
+func (q *Queries) TreeTasks(ctx context.Context, db DBTX, rootRunID string) (int32, error) {
+	row := db.QueryRow(ctx, treeTasks, rootRunID)
+	var tasks int32
+	err := row.Scan(&tasks)
+	return tasks, err
 }

@@ -119,6 +119,34 @@ class CacheSettings(_message.Message):
     tools: bool
     def __init__(self, task_max_age: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., tools: bool = ...) -> None: ...
 
+class ChildRunFinished(_message.Message):
+    __slots__ = ["child_run_id", "fact_count", "spent_tokens", "state", "task_id"]
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FACT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SPENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    child_run_id: str
+    fact_count: int
+    spent_tokens: int
+    state: RunState
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ..., child_run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., spent_tokens: _Optional[int] = ..., fact_count: _Optional[int] = ...) -> None: ...
+
+class ChildRunStarted(_message.Message):
+    __slots__ = ["child_run_id", "depth", "limit_tokens", "task_count", "task_id"]
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    child_run_id: str
+    depth: int
+    limit_tokens: int
+    task_count: int
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ..., child_run_id: _Optional[str] = ..., task_count: _Optional[int] = ..., limit_tokens: _Optional[int] = ..., depth: _Optional[int] = ...) -> None: ...
+
 class ConcurrencyChosen(_message.Message):
     __slots__ = ["calls_per_task", "concurrency", "headroom", "limit_requests", "limit_tokens", "observed_calls", "previous", "reason", "runs_sharing", "seconds_per_call", "throttle_cap", "throttled", "tokens_per_call"]
     CALLS_PER_TASK_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +206,16 @@ class FactSummary(_message.Message):
     tried: _containers.RepeatedScalarFieldContainer[str]
     wound_down: bool
     def __init__(self, facts: _Optional[_Iterable[_Union[Fact, _Mapping]]] = ..., tried: _Optional[_Iterable[str]] = ..., failed: _Optional[_Iterable[str]] = ..., tokens_spent: _Optional[int] = ..., iterations: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., error: _Optional[str] = ..., wound_down: bool = ..., peak_tokens: _Optional[int] = ...) -> None: ...
+
+class FanOut(_message.Message):
+    __slots__ = ["max_child_tasks", "max_depth", "max_tree_tasks"]
+    MAX_CHILD_TASKS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_TREE_TASKS_FIELD_NUMBER: _ClassVar[int]
+    max_child_tasks: int
+    max_depth: int
+    max_tree_tasks: int
+    def __init__(self, max_depth: _Optional[int] = ..., max_child_tasks: _Optional[int] = ..., max_tree_tasks: _Optional[int] = ...) -> None: ...
 
 class Hedge(_message.Message):
     __slots__ = ["after", "latency_factor", "min_peers"]
@@ -264,7 +302,7 @@ class ReusedFrom(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., via: _Optional[str] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tokens_saved: _Optional[int] = ..., writes: _Optional[int] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ["added_tokens", "budget", "cancel_cause", "concurrency", "continuations", "continued_at", "created_at", "finished_at", "forked_from", "idempotency_key", "labels", "result", "run_id", "spec", "spec_cut", "state", "task_count", "tasks", "tasks_next_page_token", "tenant_id"]
+    __slots__ = ["added_tokens", "budget", "cancel_cause", "concurrency", "continuations", "continued_at", "created_at", "depth", "finished_at", "forked_from", "idempotency_key", "labels", "parent_run_id", "parent_task_id", "result", "root_run_id", "run_id", "spec", "spec_cut", "state", "task_count", "tasks", "tasks_next_page_token", "tenant_id"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -279,11 +317,15 @@ class Run(_message.Message):
     CONTINUATIONS_FIELD_NUMBER: _ClassVar[int]
     CONTINUED_AT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    ROOT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_CUT_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -299,11 +341,15 @@ class Run(_message.Message):
     continuations: int
     continued_at: _timestamp_pb2.Timestamp
     created_at: _timestamp_pb2.Timestamp
+    depth: int
     finished_at: _timestamp_pb2.Timestamp
     forked_from: str
     idempotency_key: str
     labels: _containers.ScalarMap[str, str]
+    parent_run_id: str
+    parent_task_id: str
     result: JoinedResult
+    root_run_id: str
     run_id: str
     spec: RunSpec
     spec_cut: bool
@@ -312,7 +358,7 @@ class Run(_message.Message):
     tasks: _containers.RepeatedCompositeFieldContainer[TaskOutcome]
     tasks_next_page_token: str
     tenant_id: str
-    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., cancel_cause: _Optional[str] = ..., spec: _Optional[_Union[RunSpec, _Mapping]] = ..., budget: _Optional[_Union[BudgetSnapshot, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskOutcome, _Mapping]]] = ..., result: _Optional[_Union[JoinedResult, _Mapping]] = ..., task_count: _Optional[int] = ..., tasks_next_page_token: _Optional[str] = ..., spec_cut: bool = ..., concurrency: _Optional[_Union[ConcurrencyChosen, _Mapping]] = ..., forked_from: _Optional[str] = ..., continuations: _Optional[int] = ..., added_tokens: _Optional[int] = ..., continued_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., cancel_cause: _Optional[str] = ..., spec: _Optional[_Union[RunSpec, _Mapping]] = ..., budget: _Optional[_Union[BudgetSnapshot, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskOutcome, _Mapping]]] = ..., result: _Optional[_Union[JoinedResult, _Mapping]] = ..., task_count: _Optional[int] = ..., tasks_next_page_token: _Optional[str] = ..., spec_cut: bool = ..., concurrency: _Optional[_Union[ConcurrencyChosen, _Mapping]] = ..., forked_from: _Optional[str] = ..., continuations: _Optional[int] = ..., added_tokens: _Optional[int] = ..., continued_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., parent_run_id: _Optional[str] = ..., parent_task_id: _Optional[str] = ..., root_run_id: _Optional[str] = ..., depth: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunAdopted(_message.Message):
     __slots__ = ["adoptions", "owner", "previous_owner", "resumed_task_ids"]
@@ -347,11 +393,13 @@ class RunContinued(_message.Message):
     def __init__(self, continuation: _Optional[int] = ..., added_tokens: _Optional[int] = ..., limit_tokens: _Optional[int] = ..., spent_before: _Optional[int] = ..., reopened: bool = ..., task_ids: _Optional[_Iterable[str]] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ["approval_decided", "approval_requested", "budget_exhausted", "budget_update", "concurrency_chosen", "run_adopted", "run_continued", "run_finished", "run_id", "run_started", "sequence", "task_finished", "task_hedged", "task_iteration", "task_queued", "task_started", "time"]
+    __slots__ = ["approval_decided", "approval_requested", "budget_exhausted", "budget_update", "child_run_finished", "child_run_started", "concurrency_chosen", "run_adopted", "run_continued", "run_finished", "run_id", "run_started", "sequence", "task_finished", "task_hedged", "task_iteration", "task_queued", "task_started", "time"]
     APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    CHILD_RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    CHILD_RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_CHOSEN_FIELD_NUMBER: _ClassVar[int]
     RUN_ADOPTED_FIELD_NUMBER: _ClassVar[int]
     RUN_CONTINUED_FIELD_NUMBER: _ClassVar[int]
@@ -369,6 +417,8 @@ class RunEvent(_message.Message):
     approval_requested: ApprovalRequested
     budget_exhausted: BudgetExhausted
     budget_update: BudgetUpdate
+    child_run_finished: ChildRunFinished
+    child_run_started: ChildRunStarted
     concurrency_chosen: ConcurrencyChosen
     run_adopted: RunAdopted
     run_continued: RunContinued
@@ -382,7 +432,7 @@ class RunEvent(_message.Message):
     task_queued: TaskQueued
     task_started: TaskStarted
     time: _timestamp_pb2.Timestamp
-    def __init__(self, sequence: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., task_queued: _Optional[_Union[TaskQueued, _Mapping]] = ..., task_started: _Optional[_Union[TaskStarted, _Mapping]] = ..., task_iteration: _Optional[_Union[TaskIteration, _Mapping]] = ..., task_finished: _Optional[_Union[TaskFinished, _Mapping]] = ..., budget_update: _Optional[_Union[BudgetUpdate, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., run_adopted: _Optional[_Union[RunAdopted, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., concurrency_chosen: _Optional[_Union[ConcurrencyChosen, _Mapping]] = ..., task_hedged: _Optional[_Union[TaskHedged, _Mapping]] = ..., run_continued: _Optional[_Union[RunContinued, _Mapping]] = ...) -> None: ...
+    def __init__(self, sequence: _Optional[int] = ..., run_id: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., run_started: _Optional[_Union[RunStarted, _Mapping]] = ..., task_queued: _Optional[_Union[TaskQueued, _Mapping]] = ..., task_started: _Optional[_Union[TaskStarted, _Mapping]] = ..., task_iteration: _Optional[_Union[TaskIteration, _Mapping]] = ..., task_finished: _Optional[_Union[TaskFinished, _Mapping]] = ..., budget_update: _Optional[_Union[BudgetUpdate, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhausted, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., run_adopted: _Optional[_Union[RunAdopted, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., concurrency_chosen: _Optional[_Union[ConcurrencyChosen, _Mapping]] = ..., task_hedged: _Optional[_Union[TaskHedged, _Mapping]] = ..., run_continued: _Optional[_Union[RunContinued, _Mapping]] = ..., child_run_started: _Optional[_Union[ChildRunStarted, _Mapping]] = ..., child_run_finished: _Optional[_Union[ChildRunFinished, _Mapping]] = ...) -> None: ...
 
 class RunFinished(_message.Message):
     __slots__ = ["cancel_cause", "result", "state"]
@@ -395,7 +445,7 @@ class RunFinished(_message.Message):
     def __init__(self, state: _Optional[_Union[RunState, str]] = ..., cancel_cause: _Optional[str] = ..., result: _Optional[_Union[JoinedResult, _Mapping]] = ...) -> None: ...
 
 class RunSpec(_message.Message):
-    __slots__ = ["budget", "cache", "goal", "idempotency_key", "join_policy", "labels", "limits", "model", "on_exhaustion", "synthesize", "tasks", "tenant_id"]
+    __slots__ = ["budget", "cache", "fan_out", "goal", "idempotency_key", "join_policy", "labels", "limits", "model", "on_exhaustion", "synthesize", "tasks", "tenant_id"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -405,6 +455,7 @@ class RunSpec(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     CACHE_FIELD_NUMBER: _ClassVar[int]
+    FAN_OUT_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     JOIN_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -417,6 +468,7 @@ class RunSpec(_message.Message):
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     budget: Budget
     cache: CacheSettings
+    fan_out: FanOut
     goal: str
     idempotency_key: str
     join_policy: JoinPolicy
@@ -427,7 +479,7 @@ class RunSpec(_message.Message):
     synthesize: bool
     tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
     tenant_id: str
-    def __init__(self, idempotency_key: _Optional[str] = ..., tenant_id: _Optional[str] = ..., goal: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., on_exhaustion: _Optional[_Union[ExhaustionPolicy, str]] = ..., join_policy: _Optional[_Union[JoinPolicy, str]] = ..., synthesize: bool = ..., model: _Optional[_Union[ModelSettings, _Mapping]] = ..., cache: _Optional[_Union[CacheSettings, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, idempotency_key: _Optional[str] = ..., tenant_id: _Optional[str] = ..., goal: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., budget: _Optional[_Union[Budget, _Mapping]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., on_exhaustion: _Optional[_Union[ExhaustionPolicy, str]] = ..., join_policy: _Optional[_Union[JoinPolicy, str]] = ..., synthesize: bool = ..., model: _Optional[_Union[ModelSettings, _Mapping]] = ..., cache: _Optional[_Union[CacheSettings, _Mapping]] = ..., fan_out: _Optional[_Union[FanOut, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunStarted(_message.Message):
     __slots__ = ["run"]

@@ -89,6 +89,15 @@ export type RunSpec = Message<"fanout.v1.RunSpec"> & {
      */
     cache?: CacheSettings | undefined;
     /**
+     * Whether the run's subagents may fan out themselves: a built-in tool,
+     * fan_out, that starts a child run under the calling task, paid from
+     * what that task has left (docs/budget.md#nested-fan-out). Unset: they
+     * cannot.
+     *
+     * @generated from field: fanout.v1.FanOut fan_out = 17;
+     */
+    fanOut?: FanOut | undefined;
+    /**
      * Free-form caller labels, stored with the run and copied to Run.labels.
      * Not interpreted by the server. Keys at most 63 bytes, values at most 255
      * bytes.
@@ -104,6 +113,49 @@ export type RunSpec = Message<"fanout.v1.RunSpec"> & {
  * Use `create(RunSpecSchema)` to create a new message.
  */
 export declare const RunSpecSchema: GenMessage<RunSpec>;
+/**
+ * FanOut lets a run's subagents fan out: each may call the built-in tool
+ * fan_out, which starts a child run of the tasks it names under the
+ * calling task and answers with the child's joined facts
+ * (docs/budget.md#nested-fan-out). A child run's budget is carved from
+ * what the calling task has left, never more, and what it does not spend
+ * goes back; cancelling or exhausting any run above it ends it. Its
+ * subagents fan out again while max_depth allows; every limit counts
+ * every level of the tree under the root run.
+ *
+ * @generated from message fanout.v1.FanOut
+ */
+export type FanOut = Message<"fanout.v1.FanOut"> & {
+    /**
+     * Required, 1 to 4: how many levels of child runs the tree may have
+     * below the root run (1: the root's subagents may fan out, their
+     * children's may not). A child run's own spec says how many levels are
+     * left below it.
+     *
+     * @generated from field: uint32 max_depth = 1;
+     */
+    maxDepth: number;
+    /**
+     * The most tasks one fan_out call may start (the child run's tasks): 0
+     * means 8; at most 64.
+     *
+     * @generated from field: uint32 max_child_tasks = 2;
+     */
+    maxChildTasks: number;
+    /**
+     * The most tasks of the whole tree under the root run, its own tasks
+     * and every level's counted: a fan_out call that would pass it is
+     * refused. 0 means 256; at most 4,096.
+     *
+     * @generated from field: uint32 max_tree_tasks = 3;
+     */
+    maxTreeTasks: number;
+};
+/**
+ * Describes the message fanout.v1.FanOut.
+ * Use `create(FanOutSchema)` to create a new message.
+ */
+export declare const FanOutSchema: GenMessage<FanOut>;
 /**
  * CacheSettings opts a run into the tenant's result cache
  * (docs/budget.md#the-result-cache). Entries are never shared between
@@ -919,6 +971,28 @@ export type Run = Message<"fanout.v1.Run"> & {
      */
     continuedAt?: Timestamp | undefined;
     /**
+     * For a child run (a subagent's fan_out, RunSpec.fan_out): the run and
+     * task that started it, and the root of its tree. Empty for a run a
+     * caller started; root_run_id is then the run's own id.
+     *
+     * @generated from field: string parent_run_id = 24;
+     */
+    parentRunId: string;
+    /**
+     * @generated from field: string parent_task_id = 25;
+     */
+    parentTaskId: string;
+    /**
+     * @generated from field: string root_run_id = 26;
+     */
+    rootRunId: string;
+    /**
+     * How many levels below its root the run is: 0 for a root run.
+     *
+     * @generated from field: int32 depth = 27;
+     */
+    depth: number;
+    /**
      * When the run was accepted (Postgres time).
      *
      * @generated from field: google.protobuf.Timestamp created_at = 20;
@@ -1105,6 +1179,24 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
         value: RunContinued;
         case: "runContinued";
     } | {
+        /**
+         * A task of the run fanned out: a child run started under it
+         * (RunSpec.fan_out). Watch the child run by its id for its own events.
+         *
+         * @generated from field: fanout.v1.ChildRunStarted child_run_started = 24;
+         */
+        value: ChildRunStarted;
+        case: "childRunStarted";
+    } | {
+        /**
+         * A child run of one of the run's tasks ended; its joined facts went
+         * back to the task as its fan_out call's result.
+         *
+         * @generated from field: fanout.v1.ChildRunFinished child_run_finished = 25;
+         */
+        value: ChildRunFinished;
+        case: "childRunFinished";
+    } | {
         case: undefined;
         value?: undefined;
     };
@@ -1114,6 +1206,92 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export declare const RunEventSchema: GenMessage<RunEvent>;
+/**
+ * ChildRunStarted reports a child run started under one of the run's
+ * tasks (a subagent's fan_out call).
+ *
+ * @generated from message fanout.v1.ChildRunStarted
+ */
+export type ChildRunStarted = Message<"fanout.v1.ChildRunStarted"> & {
+    /**
+     * The task that fanned out.
+     *
+     * @generated from field: string task_id = 1;
+     */
+    taskId: string;
+    /**
+     * The child run's id.
+     *
+     * @generated from field: string child_run_id = 2;
+     */
+    childRunId: string;
+    /**
+     * How many tasks the child run has.
+     *
+     * @generated from field: int32 task_count = 3;
+     */
+    taskCount: number;
+    /**
+     * The child's budget: what the ledger carved from the task's remainder.
+     *
+     * @generated from field: int64 limit_tokens = 4;
+     */
+    limitTokens: bigint;
+    /**
+     * The child run's level below the root (1 for the root's children).
+     *
+     * @generated from field: int32 depth = 5;
+     */
+    depth: number;
+};
+/**
+ * Describes the message fanout.v1.ChildRunStarted.
+ * Use `create(ChildRunStartedSchema)` to create a new message.
+ */
+export declare const ChildRunStartedSchema: GenMessage<ChildRunStarted>;
+/**
+ * ChildRunFinished reports a child run of one of the run's tasks ended.
+ *
+ * @generated from message fanout.v1.ChildRunFinished
+ */
+export type ChildRunFinished = Message<"fanout.v1.ChildRunFinished"> & {
+    /**
+     * The task that fanned out.
+     *
+     * @generated from field: string task_id = 1;
+     */
+    taskId: string;
+    /**
+     * The child run's id.
+     *
+     * @generated from field: string child_run_id = 2;
+     */
+    childRunId: string;
+    /**
+     * How the child run ended.
+     *
+     * @generated from field: fanout.v1.RunState state = 3;
+     */
+    state: RunState;
+    /**
+     * What the child run spent, its own children's spend included: the
+     * task's spend.
+     *
+     * @generated from field: int64 spent_tokens = 4;
+     */
+    spentTokens: bigint;
+    /**
+     * How many facts the child joined.
+     *
+     * @generated from field: int32 fact_count = 5;
+     */
+    factCount: number;
+};
+/**
+ * Describes the message fanout.v1.ChildRunFinished.
+ * Use `create(ChildRunFinishedSchema)` to create a new message.
+ */
+export declare const ChildRunFinishedSchema: GenMessage<ChildRunFinished>;
 /**
  * RunContinued reports a ContinueRun: tokens added to the run's budget
  * and, for a run that had ended, the tasks admitted again.

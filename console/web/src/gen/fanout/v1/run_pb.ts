@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file fanout/v1/run.proto.
  */
 export const file_fanout_v1_run: GenFile = /*@__PURE__*/
-  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEi0gMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSJwoFY2FjaGUYECABKAsyGC5mYW5vdXQudjEuQ2FjaGVTZXR0aW5ncxIuCgZsYWJlbHMYFCADKAsyHi5mYW5vdXQudjEuUnVuU3BlYy5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIk8KDUNhY2hlU2V0dGluZ3MSLwoMdGFza19tYXhfYWdlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBXRvb2xzGAIgASgIItEBCghUYXNrU3BlYxIKCgJpZBgBIAEoCRITCgtpbnN0cnVjdGlvbhgCIAEoCRIUCgx0b2tlbl9idWRnZXQYAyABKAMSFgoObWF4X2l0ZXJhdGlvbnMYBCABKAUSFQoNYWxsb3dlZF90b29scxgFIAMoCRISCgpkZXBlbmRzX29uGAYgAygJEioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHwoFaGVkZ2UYCCABKAsyEC5mYW5vdXQudjEuSGVkZ2UiXAoFSGVkZ2USFgoObGF0ZW5jeV9mYWN0b3IYASABKAESEQoJbWluX3BlZXJzGAIgASgFEigKBWFmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIvQCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDEiUKBWhlZGdlGAwgASgLMhYuZmFub3V0LnYxLkhlZGdlUmVwb3J0EiUKBnJldXNlZBgNIAEoCzIVLmZhbm91dC52MS5SZXVzZWRGcm9tIpEBCgpSZXVzZWRGcm9tEg4KBnJ1bl9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEgsKA3ZpYRgDIAEoCRIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdG9rZW5zX3NhdmVkGAUgASgDEg4KBndyaXRlcxgGIAEoBSKqAQoLSGVkZ2VSZXBvcnQSJwoGd2lubmVyGAEgASgOMhcuZmFub3V0LnYxLkhlZGdlQXR0ZW1wdBIUCgxmaXJzdF90b2tlbnMYAiABKAMSFAoMaGVkZ2VfdG9rZW5zGAMgASgDEhQKDGhlZGdlX3dvcmtlchgEIAEoCRIwCg1zdGFydGVkX2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkiwAUKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEjEKC2NvbmN1cnJlbmN5GBEgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuEhMKC2ZvcmtlZF9mcm9tGBIgASgJEhUKDWNvbnRpbnVhdGlvbnMYEyABKAUSFAoMYWRkZWRfdG9rZW5zGBYgASgDEjAKDGNvbnRpbnVlZF9hdBgXIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgUIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYFSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmxhYmVscxgeIAMoCzIaLmZhbm91dC52MS5SdW4uTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKpBgoIUnVuRXZlbnQSEAoIc2VxdWVuY2UYASABKAMSDgoGcnVuX2lkGAIgASgJEigKBHRpbWUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKC3J1bl9zdGFydGVkGAogASgLMhUuZmFub3V0LnYxLlJ1blN0YXJ0ZWRIABIsCgt0YXNrX3F1ZXVlZBgLIAEoCzIVLmZhbm91dC52MS5UYXNrUXVldWVkSAASLgoMdGFza19zdGFydGVkGAwgASgLMhYuZmFub3V0LnYxLlRhc2tTdGFydGVkSAASMgoOdGFza19pdGVyYXRpb24YDSABKAsyGC5mYW5vdXQudjEuVGFza0l0ZXJhdGlvbkgAEjAKDXRhc2tfZmluaXNoZWQYDiABKAsyFy5mYW5vdXQudjEuVGFza0ZpbmlzaGVkSAASMAoNYnVkZ2V0X3VwZGF0ZRgPIAEoCzIXLmZhbm91dC52MS5CdWRnZXRVcGRhdGVIABI2ChBidWRnZXRfZXhoYXVzdGVkGBAgASgLMhouZmFub3V0LnYxLkJ1ZGdldEV4aGF1c3RlZEgAEi4KDHJ1bl9maW5pc2hlZBgRIAEoCzIWLmZhbm91dC52MS5SdW5GaW5pc2hlZEgAEiwKC3J1bl9hZG9wdGVkGBIgASgLMhUuZmFub3V0LnYxLlJ1bkFkb3B0ZWRIABI6ChJhcHByb3ZhbF9yZXF1ZXN0ZWQYEyABKAsyHC5mYW5vdXQudjEuQXBwcm92YWxSZXF1ZXN0ZWRIABI2ChBhcHByb3ZhbF9kZWNpZGVkGBQgASgLMhouZmFub3V0LnYxLkFwcHJvdmFsRGVjaWRlZEgAEjoKEmNvbmN1cnJlbmN5X2Nob3NlbhgVIAEoCzIcLmZhbm91dC52MS5Db25jdXJyZW5jeUNob3NlbkgAEiwKC3Rhc2tfaGVkZ2VkGBYgASgLMhUuZmFub3V0LnYxLlRhc2tIZWRnZWRIABIwCg1ydW5fY29udGludWVkGBcgASgLMhcuZmFub3V0LnYxLlJ1bkNvbnRpbnVlZEgAQgcKBWV2ZW50IqkBCgxSdW5Db250aW51ZWQSFAoMY29udGludWF0aW9uGAEgASgFEhQKDGFkZGVkX3Rva2VucxgCIAEoAxIUCgxsaW1pdF90b2tlbnMYAyABKAMSFAoMc3BlbnRfYmVmb3JlGAQgASgDEhAKCHJlb3BlbmVkGAUgASgIEhAKCHRhc2tfaWRzGAYgAygJEg0KBWFjdG9yGAcgASgJEg4KBnJlYXNvbhgIIAEoCSKsAgoRQ29uY3VycmVuY3lDaG9zZW4SEwoLY29uY3VycmVuY3kYASABKAUSEAoIcHJldmlvdXMYAiABKAUSDgoGcmVhc29uGAMgASgJEhYKDmxpbWl0X3JlcXVlc3RzGAQgASgDEhQKDGxpbWl0X3Rva2VucxgFIAEoAxIQCghoZWFkcm9vbRgGIAEoARIYChBzZWNvbmRzX3Blcl9jYWxsGAcgASgBEhcKD3Rva2Vuc19wZXJfY2FsbBgIIAEoARIWCg5jYWxsc19wZXJfdGFzaxgJIAEoARIWCg5vYnNlcnZlZF9jYWxscxgKIAEoBRIUCgxydW5zX3NoYXJpbmcYCyABKAUSEQoJdGhyb3R0bGVkGAwgASgDEhQKDHRocm90dGxlX2NhcBgNIAEoBSKVAQoKVGFza0hlZGdlZBIPCgd0YXNrX2lkGAEgASgJEg4KBndvcmtlchgCIAEoCRIoCgVhZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCgl0aHJlc2hvbGQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcmVhc29uGAUgASgJImAKClJ1bkFkb3B0ZWQSFgoOcHJldmlvdXNfb3duZXIYASABKAkSDQoFb3duZXIYAiABKAkSEQoJYWRvcHRpb25zGAMgASgFEhgKEHJlc3VtZWRfdGFza19pZHMYBCADKAkiggEKEUFwcHJvdmFsUmVxdWVzdGVkEg8KB3Rhc2tfaWQYASABKAkSDwoHY2FsbF9pZBgCIAEoCRIMCgR0b29sGAMgASgJEg8KB3ByZXZpZXcYBCABKAkSLAoIZGVhZGxpbmUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIqIBCg9BcHByb3ZhbERlY2lkZWQSDwoHY2FsbF9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEgwKBHRvb2wYAyABKAkSEAoIYXBwcm92ZWQYBCABKAgSDgoGcmVhc29uGAUgASgJEg0KBWFjdG9yGAYgASgJEi4KCmRlY2lkZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIikKClJ1blN0YXJ0ZWQSGwoDcnVuGAEgASgLMg4uZmFub3V0LnYxLlJ1biI1CgpUYXNrUXVldWVkEg8KB3Rhc2tfaWQYASABKAkSFgoOZGlzcGF0Y2hfaW5kZXgYAiABKAUiRwoLVGFza1N0YXJ0ZWQSDwoHdGFza19pZBgBIAEoCRIOCgZ3b3JrZXIYAiABKAkSFwoPZm9yZWNhc3RfdG9rZW5zGAMgASgDIngKDVRhc2tJdGVyYXRpb24SDwoHdGFza19pZBgBIAEoCRIRCglpdGVyYXRpb24YAiABKAUSFAoMdG9rZW5zX3NwZW50GAMgASgDEhIKCnRvb2xfY2FsbHMYBCABKAUSGQoRY2FjaGVkX3Rvb2xfY2FsbHMYBSABKAUiNwoMVGFza0ZpbmlzaGVkEicKB291dGNvbWUYASABKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUiOQoMQnVkZ2V0VXBkYXRlEikKBmJ1ZGdldBgBIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdCI8Cg9CdWRnZXRFeGhhdXN0ZWQSKQoGYnVkZ2V0GAEgASgLMhkuZmFub3V0LnYxLkJ1ZGdldFNuYXBzaG90InAKC1J1bkZpbmlzaGVkEiIKBXN0YXRlGAEgASgOMhMuZmFub3V0LnYxLlJ1blN0YXRlEhQKDGNhbmNlbF9jYXVzZRgCIAEoCRInCgZyZXN1bHQYAyABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0KnAKEEV4aGF1c3Rpb25Qb2xpY3kSIQodRVhIQVVTVElPTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIcChhFWEhBVVNUSU9OX1BPTElDWV9DQU5DRUwQARIbChdFWEhBVVNUSU9OX1BPTElDWV9EUkFJThACKoABCgpKb2luUG9saWN5EhsKF0pPSU5fUE9MSUNZX1VOU1BFQ0lGSUVEEAASGwoXSk9JTl9QT0xJQ1lfQUxMX1NFVFRMRUQQARIZChVKT0lOX1BPTElDWV9GQUlMX0ZBU1QQAhIdChlKT0lOX1BPTElDWV9GSVJTVF9TVUNDRVNTEAMqvQIKClRhc2tTdGF0dXMSGwoXVEFTS19TVEFUVVNfVU5TUEVDSUZJRUQQABIXChNUQVNLX1NUQVRVU19QRU5ESU5HEAESFwoTVEFTS19TVEFUVVNfUlVOTklORxACEhkKFVRBU0tfU1RBVFVTX1NVQ0NFRURFRBADEhYKElRBU0tfU1RBVFVTX0ZBSUxFRBAEEhkKFVRBU0tfU1RBVFVTX1RJTUVEX09VVBAFEhkKFVRBU0tfU1RBVFVTX0NBTkNFTExFRBAGEiAKHFRBU0tfU1RBVFVTX0JVREdFVF9FWEhBVVNURUQQBxIfChtUQVNLX1NUQVRVU19JVEVSQVRJT05fTElNSVQQCBIXChNUQVNLX1NUQVRVU19TS0lQUEVEEAkSGwoXVEFTS19TVEFUVVNfTk9UX1NUQVJURUQQCipvCg9BZG1pc3Npb25Qb2xpY3kSIAocQURNSVNTSU9OX1BPTElDWV9VTlNQRUNJRklFRBAAEh0KGUFETUlTU0lPTl9QT0xJQ1lfRk9SRUNBU1QQARIbChdBRE1JU1NJT05fUE9MSUNZX0dSRUVEWRACKr0BCghSdW5TdGF0ZRIZChVSVU5fU1RBVEVfVU5TUEVDSUZJRUQQABIVChFSVU5fU1RBVEVfUlVOTklORxABEhcKE1JVTl9TVEFURV9TVUNDRUVERUQQAhIUChBSVU5fU1RBVEVfRkFJTEVEEAMSFwoTUlVOX1NUQVRFX0NBTkNFTExFRBAEEh4KGlJVTl9TVEFURV9CVURHRVRfRVhIQVVTVEVEEAUSFwoTUlVOX1NUQVRFX1RJTUVEX09VVBAGKl8KDEhlZGdlQXR0ZW1wdBIdChlIRURHRV9BVFRFTVBUX1VOU1BFQ0lGSUVEEAASFwoTSEVER0VfQVRURU1QVF9GSVJTVBABEhcKE0hFREdFX0FUVEVNUFRfSEVER0UQAkIzWjFnaXRodWIuY29tL2Zhbm91dC9mYW5vdXQvcHJvdG8vZmFub3V0L3YxO2Zhbm91dHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChNmYW5vdXQvdjEvcnVuLnByb3RvEglmYW5vdXQudjEi9gMKB1J1blNwZWMSFwoPaWRlbXBvdGVuY3lfa2V5GAEgASgJEhEKCXRlbmFudF9pZBgCIAEoCRIMCgRnb2FsGAMgASgJEiIKBXRhc2tzGAQgAygLMhMuZmFub3V0LnYxLlRhc2tTcGVjEiEKBmJ1ZGdldBgKIAEoCzIRLmZhbm91dC52MS5CdWRnZXQSIQoGbGltaXRzGAsgASgLMhEuZmFub3V0LnYxLkxpbWl0cxIyCg1vbl9leGhhdXN0aW9uGAwgASgOMhsuZmFub3V0LnYxLkV4aGF1c3Rpb25Qb2xpY3kSKgoLam9pbl9wb2xpY3kYDSABKA4yFS5mYW5vdXQudjEuSm9pblBvbGljeRISCgpzeW50aGVzaXplGA4gASgIEicKBW1vZGVsGA8gASgLMhguZmFub3V0LnYxLk1vZGVsU2V0dGluZ3MSJwoFY2FjaGUYECABKAsyGC5mYW5vdXQudjEuQ2FjaGVTZXR0aW5ncxIiCgdmYW5fb3V0GBEgASgLMhEuZmFub3V0LnYxLkZhbk91dBIuCgZsYWJlbHMYFCADKAsyHi5mYW5vdXQudjEuUnVuU3BlYy5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkwKBkZhbk91dBIRCgltYXhfZGVwdGgYASABKA0SFwoPbWF4X2NoaWxkX3Rhc2tzGAIgASgNEhYKDm1heF90cmVlX3Rhc2tzGAMgASgNIk8KDUNhY2hlU2V0dGluZ3MSLwoMdGFza19tYXhfYWdlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBXRvb2xzGAIgASgIItEBCghUYXNrU3BlYxIKCgJpZBgBIAEoCRITCgtpbnN0cnVjdGlvbhgCIAEoCRIUCgx0b2tlbl9idWRnZXQYAyABKAMSFgoObWF4X2l0ZXJhdGlvbnMYBCABKAUSFQoNYWxsb3dlZF90b29scxgFIAMoCRISCgpkZXBlbmRzX29uGAYgAygJEioKB3RpbWVvdXQYByABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHwoFaGVkZ2UYCCABKAsyEC5mYW5vdXQudjEuSGVkZ2UiXAoFSGVkZ2USFgoObGF0ZW5jeV9mYWN0b3IYASABKAESEQoJbWluX3BlZXJzGAIgASgFEigKBWFmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIocBCgZCdWRnZXQSFAoMbGltaXRfdG9rZW5zGAEgASgDEh4KFm1pbl9yZXNlcnZhdGlvbl90b2tlbnMYAiABKAMSGAoQc3ludGhlc2lzX3Rva2VucxgDIAEoAxItCglhZG1pc3Npb24YBCABKA4yGi5mYW5vdXQudjEuQWRtaXNzaW9uUG9saWN5IlEKBkxpbWl0cxIXCg9tYXhfY29uY3VycmVuY3kYASABKAUSLgoLcnVuX3RpbWVvdXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ibgoNTW9kZWxTZXR0aW5ncxIQCghwcm92aWRlchgBIAEoCRINCgVtb2RlbBgCIAEoCRITCgt0ZW1wZXJhdHVyZRgDIAEoARIZChFtYXhfb3V0cHV0X3Rva2VucxgEIAEoBRIMCgRzZWVkGAUgASgDIiUKBEZhY3QSDAoEdGV4dBgBIAEoCRIPCgdzb3VyY2VzGAIgAygJItUBCgtGYWN0U3VtbWFyeRIeCgVmYWN0cxgBIAMoCzIPLmZhbm91dC52MS5GYWN0Eg0KBXRyaWVkGAIgAygJEg4KBmZhaWxlZBgDIAMoCRIUCgx0b2tlbnNfc3BlbnQYBCABKAMSEgoKaXRlcmF0aW9ucxgFIAEoBRIlCgZzdGF0dXMYBiABKA4yFS5mYW5vdXQudjEuVGFza1N0YXR1cxINCgVlcnJvchgHIAEoCRISCgp3b3VuZF9kb3duGAggASgIEhMKC3BlYWtfdG9rZW5zGAkgASgDIvQCCgtUYXNrT3V0Y29tZRIPCgd0YXNrX2lkGAEgASgJEhYKDmRpc3BhdGNoX2luZGV4GAIgASgFEiUKBnN0YXR1cxgDIAEoDjIVLmZhbm91dC52MS5UYXNrU3RhdHVzEicKB3N1bW1hcnkYBCABKAsyFi5mYW5vdXQudjEuRmFjdFN1bW1hcnkSFAoMdG9rZW5zX3NwZW50GAUgASgDEg4KBndvcmtlchgGIAEoCRIuCgpzdGFydGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPZm9yZWNhc3RfdG9rZW5zGAcgASgDEiUKBWhlZGdlGAwgASgLMhYuZmFub3V0LnYxLkhlZGdlUmVwb3J0EiUKBnJldXNlZBgNIAEoCzIVLmZhbm91dC52MS5SZXVzZWRGcm9tIpEBCgpSZXVzZWRGcm9tEg4KBnJ1bl9pZBgBIAEoCRIPCgd0YXNrX2lkGAIgASgJEgsKA3ZpYRgDIAEoCRIvCgtmaW5pc2hlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMdG9rZW5zX3NhdmVkGAUgASgDEg4KBndyaXRlcxgGIAEoBSKqAQoLSGVkZ2VSZXBvcnQSJwoGd2lubmVyGAEgASgOMhcuZmFub3V0LnYxLkhlZGdlQXR0ZW1wdBIUCgxmaXJzdF90b2tlbnMYAiABKAMSFAoMaGVkZ2VfdG9rZW5zGAMgASgDEhQKDGhlZGdlX3dvcmtlchgEIAEoCRIwCg1zdGFydGVkX2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIpcBCg5CdWRnZXRTbmFwc2hvdBIUCgxsaW1pdF90b2tlbnMYASABKAMSGAoQYXZhaWxhYmxlX3Rva2VucxgCIAEoAxIXCg9yZXNlcnZlZF90b2tlbnMYAyABKAMSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhEKCWV4aGF1c3RlZBgFIAEoCBITCgtoZWxkX3Rva2VucxgGIAEoAyKGAgoMSm9pbmVkUmVzdWx0Eh4KBWZhY3RzGAEgAygLMg8uZmFub3V0LnYxLkZhY3QSJQoFdGFza3MYAiADKAsyFi5mYW5vdXQudjEuVGFza091dGNvbWUSFAoMdG90YWxfdG9rZW5zGAMgASgDEhEKCXN5bnRoZXNpcxgEIAEoCRIgChhzeW50aGVzaXNfc2tpcHBlZF9yZWFzb24YBSABKAkSEgoKZmFjdF9jb3VudBgGIAEoBRIdChVmYWN0c19uZXh0X3BhZ2VfdG9rZW4YByABKAkSEgoKdGFza19jb3VudBgIIAEoBRIdChV0YXNrc19uZXh0X3BhZ2VfdG9rZW4YCSABKAkikwYKA1J1bhIOCgZydW5faWQYASABKAkSEQoJdGVuYW50X2lkGAIgASgJEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIiCgVzdGF0ZRgEIAEoDjITLmZhbm91dC52MS5SdW5TdGF0ZRIUCgxjYW5jZWxfY2F1c2UYBSABKAkSIAoEc3BlYxgKIAEoCzISLmZhbm91dC52MS5SdW5TcGVjEikKBmJ1ZGdldBgLIAEoCzIZLmZhbm91dC52MS5CdWRnZXRTbmFwc2hvdBIlCgV0YXNrcxgMIAMoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZRInCgZyZXN1bHQYDSABKAsyFy5mYW5vdXQudjEuSm9pbmVkUmVzdWx0EhIKCnRhc2tfY291bnQYDiABKAUSHQoVdGFza3NfbmV4dF9wYWdlX3Rva2VuGA8gASgJEhAKCHNwZWNfY3V0GBAgASgIEjEKC2NvbmN1cnJlbmN5GBEgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuEhMKC2ZvcmtlZF9mcm9tGBIgASgJEhUKDWNvbnRpbnVhdGlvbnMYEyABKAUSFAoMYWRkZWRfdG9rZW5zGBYgASgDEjAKDGNvbnRpbnVlZF9hdBgXIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNcGFyZW50X3J1bl9pZBgYIAEoCRIWCg5wYXJlbnRfdGFza19pZBgZIAEoCRITCgtyb290X3J1bl9pZBgaIAEoCRINCgVkZXB0aBgbIAEoBRIuCgpjcmVhdGVkX2F0GBQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgVIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoGbGFiZWxzGB4gAygLMhouZmFub3V0LnYxLlJ1bi5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIp0HCghSdW5FdmVudBIQCghzZXF1ZW5jZRgBIAEoAxIOCgZydW5faWQYAiABKAkSKAoEdGltZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLcnVuX3N0YXJ0ZWQYCiABKAsyFS5mYW5vdXQudjEuUnVuU3RhcnRlZEgAEiwKC3Rhc2tfcXVldWVkGAsgASgLMhUuZmFub3V0LnYxLlRhc2tRdWV1ZWRIABIuCgx0YXNrX3N0YXJ0ZWQYDCABKAsyFi5mYW5vdXQudjEuVGFza1N0YXJ0ZWRIABIyCg50YXNrX2l0ZXJhdGlvbhgNIAEoCzIYLmZhbm91dC52MS5UYXNrSXRlcmF0aW9uSAASMAoNdGFza19maW5pc2hlZBgOIAEoCzIXLmZhbm91dC52MS5UYXNrRmluaXNoZWRIABIwCg1idWRnZXRfdXBkYXRlGA8gASgLMhcuZmFub3V0LnYxLkJ1ZGdldFVwZGF0ZUgAEjYKEGJ1ZGdldF9leGhhdXN0ZWQYECABKAsyGi5mYW5vdXQudjEuQnVkZ2V0RXhoYXVzdGVkSAASLgoMcnVuX2ZpbmlzaGVkGBEgASgLMhYuZmFub3V0LnYxLlJ1bkZpbmlzaGVkSAASLAoLcnVuX2Fkb3B0ZWQYEiABKAsyFS5mYW5vdXQudjEuUnVuQWRvcHRlZEgAEjoKEmFwcHJvdmFsX3JlcXVlc3RlZBgTIAEoCzIcLmZhbm91dC52MS5BcHByb3ZhbFJlcXVlc3RlZEgAEjYKEGFwcHJvdmFsX2RlY2lkZWQYFCABKAsyGi5mYW5vdXQudjEuQXBwcm92YWxEZWNpZGVkSAASOgoSY29uY3VycmVuY3lfY2hvc2VuGBUgASgLMhwuZmFub3V0LnYxLkNvbmN1cnJlbmN5Q2hvc2VuSAASLAoLdGFza19oZWRnZWQYFiABKAsyFS5mYW5vdXQudjEuVGFza0hlZGdlZEgAEjAKDXJ1bl9jb250aW51ZWQYFyABKAsyFy5mYW5vdXQudjEuUnVuQ29udGludWVkSAASNwoRY2hpbGRfcnVuX3N0YXJ0ZWQYGCABKAsyGi5mYW5vdXQudjEuQ2hpbGRSdW5TdGFydGVkSAASOQoSY2hpbGRfcnVuX2ZpbmlzaGVkGBkgASgLMhsuZmFub3V0LnYxLkNoaWxkUnVuRmluaXNoZWRIAEIHCgVldmVudCJxCg9DaGlsZFJ1blN0YXJ0ZWQSDwoHdGFza19pZBgBIAEoCRIUCgxjaGlsZF9ydW5faWQYAiABKAkSEgoKdGFza19jb3VudBgDIAEoBRIUCgxsaW1pdF90b2tlbnMYBCABKAMSDQoFZGVwdGgYBSABKAUihwEKEENoaWxkUnVuRmluaXNoZWQSDwoHdGFza19pZBgBIAEoCRIUCgxjaGlsZF9ydW5faWQYAiABKAkSIgoFc3RhdGUYAyABKA4yEy5mYW5vdXQudjEuUnVuU3RhdGUSFAoMc3BlbnRfdG9rZW5zGAQgASgDEhIKCmZhY3RfY291bnQYBSABKAUiqQEKDFJ1bkNvbnRpbnVlZBIUCgxjb250aW51YXRpb24YASABKAUSFAoMYWRkZWRfdG9rZW5zGAIgASgDEhQKDGxpbWl0X3Rva2VucxgDIAEoAxIUCgxzcGVudF9iZWZvcmUYBCABKAMSEAoIcmVvcGVuZWQYBSABKAgSEAoIdGFza19pZHMYBiADKAkSDQoFYWN0b3IYByABKAkSDgoGcmVhc29uGAggASgJIqwCChFDb25jdXJyZW5jeUNob3NlbhITCgtjb25jdXJyZW5jeRgBIAEoBRIQCghwcmV2aW91cxgCIAEoBRIOCgZyZWFzb24YAyABKAkSFgoObGltaXRfcmVxdWVzdHMYBCABKAMSFAoMbGltaXRfdG9rZW5zGAUgASgDEhAKCGhlYWRyb29tGAYgASgBEhgKEHNlY29uZHNfcGVyX2NhbGwYByABKAESFwoPdG9rZW5zX3Blcl9jYWxsGAggASgBEhYKDmNhbGxzX3Blcl90YXNrGAkgASgBEhYKDm9ic2VydmVkX2NhbGxzGAogASgFEhQKDHJ1bnNfc2hhcmluZxgLIAEoBRIRCgl0aHJvdHRsZWQYDCABKAMSFAoMdGhyb3R0bGVfY2FwGA0gASgFIpUBCgpUYXNrSGVkZ2VkEg8KB3Rhc2tfaWQYASABKAkSDgoGd29ya2VyGAIgASgJEigKBWFmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCXRocmVzaG9sZBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBSABKAkiYAoKUnVuQWRvcHRlZBIWCg5wcmV2aW91c19vd25lchgBIAEoCRINCgVvd25lchgCIAEoCRIRCglhZG9wdGlvbnMYAyABKAUSGAoQcmVzdW1lZF90YXNrX2lkcxgEIAMoCSKCAQoRQXBwcm92YWxSZXF1ZXN0ZWQSDwoHdGFza19pZBgBIAEoCRIPCgdjYWxsX2lkGAIgASgJEgwKBHRvb2wYAyABKAkSDwoHcHJldmlldxgEIAEoCRIsCghkZWFkbGluZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiogEKD0FwcHJvdmFsRGVjaWRlZBIPCgdjYWxsX2lkGAEgASgJEg8KB3Rhc2tfaWQYAiABKAkSDAoEdG9vbBgDIAEoCRIQCghhcHByb3ZlZBgEIAEoCBIOCgZyZWFzb24YBSABKAkSDQoFYWN0b3IYBiABKAkSLgoKZGVjaWRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKQoKUnVuU3RhcnRlZBIbCgNydW4YASABKAsyDi5mYW5vdXQudjEuUnVuIjUKClRhc2tRdWV1ZWQSDwoHdGFza19pZBgBIAEoCRIWCg5kaXNwYXRjaF9pbmRleBgCIAEoBSJHCgtUYXNrU3RhcnRlZBIPCgd0YXNrX2lkGAEgASgJEg4KBndvcmtlchgCIAEoCRIXCg9mb3JlY2FzdF90b2tlbnMYAyABKAMieAoNVGFza0l0ZXJhdGlvbhIPCgd0YXNrX2lkGAEgASgJEhEKCWl0ZXJhdGlvbhgCIAEoBRIUCgx0b2tlbnNfc3BlbnQYAyABKAMSEgoKdG9vbF9jYWxscxgEIAEoBRIZChFjYWNoZWRfdG9vbF9jYWxscxgFIAEoBSI3CgxUYXNrRmluaXNoZWQSJwoHb3V0Y29tZRgBIAEoCzIWLmZhbm91dC52MS5UYXNrT3V0Y29tZSI5CgxCdWRnZXRVcGRhdGUSKQoGYnVkZ2V0GAEgASgLMhkuZmFub3V0LnYxLkJ1ZGdldFNuYXBzaG90IjwKD0J1ZGdldEV4aGF1c3RlZBIpCgZidWRnZXQYASABKAsyGS5mYW5vdXQudjEuQnVkZ2V0U25hcHNob3QicAoLUnVuRmluaXNoZWQSIgoFc3RhdGUYASABKA4yEy5mYW5vdXQudjEuUnVuU3RhdGUSFAoMY2FuY2VsX2NhdXNlGAIgASgJEicKBnJlc3VsdBgDIAEoCzIXLmZhbm91dC52MS5Kb2luZWRSZXN1bHQqcAoQRXhoYXVzdGlvblBvbGljeRIhCh1FWEhBVVNUSU9OX1BPTElDWV9VTlNQRUNJRklFRBAAEhwKGEVYSEFVU1RJT05fUE9MSUNZX0NBTkNFTBABEhsKF0VYSEFVU1RJT05fUE9MSUNZX0RSQUlOEAIqgAEKCkpvaW5Qb2xpY3kSGwoXSk9JTl9QT0xJQ1lfVU5TUEVDSUZJRUQQABIbChdKT0lOX1BPTElDWV9BTExfU0VUVExFRBABEhkKFUpPSU5fUE9MSUNZX0ZBSUxfRkFTVBACEh0KGUpPSU5fUE9MSUNZX0ZJUlNUX1NVQ0NFU1MQAyq9AgoKVGFza1N0YXR1cxIbChdUQVNLX1NUQVRVU19VTlNQRUNJRklFRBAAEhcKE1RBU0tfU1RBVFVTX1BFTkRJTkcQARIXChNUQVNLX1NUQVRVU19SVU5OSU5HEAISGQoVVEFTS19TVEFUVVNfU1VDQ0VFREVEEAMSFgoSVEFTS19TVEFUVVNfRkFJTEVEEAQSGQoVVEFTS19TVEFUVVNfVElNRURfT1VUEAUSGQoVVEFTS19TVEFUVVNfQ0FOQ0VMTEVEEAYSIAocVEFTS19TVEFUVVNfQlVER0VUX0VYSEFVU1RFRBAHEh8KG1RBU0tfU1RBVFVTX0lURVJBVElPTl9MSU1JVBAIEhcKE1RBU0tfU1RBVFVTX1NLSVBQRUQQCRIbChdUQVNLX1NUQVRVU19OT1RfU1RBUlRFRBAKKm8KD0FkbWlzc2lvblBvbGljeRIgChxBRE1JU1NJT05fUE9MSUNZX1VOU1BFQ0lGSUVEEAASHQoZQURNSVNTSU9OX1BPTElDWV9GT1JFQ0FTVBABEhsKF0FETUlTU0lPTl9QT0xJQ1lfR1JFRURZEAIqvQEKCFJ1blN0YXRlEhkKFVJVTl9TVEFURV9VTlNQRUNJRklFRBAAEhUKEVJVTl9TVEFURV9SVU5OSU5HEAESFwoTUlVOX1NUQVRFX1NVQ0NFRURFRBACEhQKEFJVTl9TVEFURV9GQUlMRUQQAxIXChNSVU5fU1RBVEVfQ0FOQ0VMTEVEEAQSHgoaUlVOX1NUQVRFX0JVREdFVF9FWEhBVVNURUQQBRIXChNSVU5fU1RBVEVfVElNRURfT1VUEAYqXwoMSGVkZ2VBdHRlbXB0Eh0KGUhFREdFX0FUVEVNUFRfVU5TUEVDSUZJRUQQABIXChNIRURHRV9BVFRFTVBUX0ZJUlNUEAESFwoTSEVER0VfQVRURU1QVF9IRURHRRACQjNaMWdpdGh1Yi5jb20vZmFub3V0L2Zhbm91dC9wcm90by9mYW5vdXQvdjE7ZmFub3V0djFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * RunSpec is everything a caller submits to start a run. It is stored with
@@ -109,6 +109,16 @@ export type RunSpec = Message<"fanout.v1.RunSpec"> & {
   cache?: CacheSettings | undefined;
 
   /**
+   * Whether the run's subagents may fan out themselves: a built-in tool,
+   * fan_out, that starts a child run under the calling task, paid from
+   * what that task has left (docs/budget.md#nested-fan-out). Unset: they
+   * cannot.
+   *
+   * @generated from field: fanout.v1.FanOut fan_out = 17;
+   */
+  fanOut?: FanOut | undefined;
+
+  /**
    * Free-form caller labels, stored with the run and copied to Run.labels.
    * Not interpreted by the server. Keys at most 63 bytes, values at most 255
    * bytes.
@@ -124,6 +134,54 @@ export type RunSpec = Message<"fanout.v1.RunSpec"> & {
  */
 export const RunSpecSchema: GenMessage<RunSpec> = /*@__PURE__*/
   messageDesc(file_fanout_v1_run, 0);
+
+/**
+ * FanOut lets a run's subagents fan out: each may call the built-in tool
+ * fan_out, which starts a child run of the tasks it names under the
+ * calling task and answers with the child's joined facts
+ * (docs/budget.md#nested-fan-out). A child run's budget is carved from
+ * what the calling task has left, never more, and what it does not spend
+ * goes back; cancelling or exhausting any run above it ends it. Its
+ * subagents fan out again while max_depth allows; every limit counts
+ * every level of the tree under the root run.
+ *
+ * @generated from message fanout.v1.FanOut
+ */
+export type FanOut = Message<"fanout.v1.FanOut"> & {
+  /**
+   * Required, 1 to 4: how many levels of child runs the tree may have
+   * below the root run (1: the root's subagents may fan out, their
+   * children's may not). A child run's own spec says how many levels are
+   * left below it.
+   *
+   * @generated from field: uint32 max_depth = 1;
+   */
+  maxDepth: number;
+
+  /**
+   * The most tasks one fan_out call may start (the child run's tasks): 0
+   * means 8; at most 64.
+   *
+   * @generated from field: uint32 max_child_tasks = 2;
+   */
+  maxChildTasks: number;
+
+  /**
+   * The most tasks of the whole tree under the root run, its own tasks
+   * and every level's counted: a fan_out call that would pass it is
+   * refused. 0 means 256; at most 4,096.
+   *
+   * @generated from field: uint32 max_tree_tasks = 3;
+   */
+  maxTreeTasks: number;
+};
+
+/**
+ * Describes the message fanout.v1.FanOut.
+ * Use `create(FanOutSchema)` to create a new message.
+ */
+export const FanOutSchema: GenMessage<FanOut> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 1);
 
 /**
  * CacheSettings opts a run into the tenant's result cache
@@ -159,7 +217,7 @@ export type CacheSettings = Message<"fanout.v1.CacheSettings"> & {
  * Use `create(CacheSettingsSchema)` to create a new message.
  */
 export const CacheSettingsSchema: GenMessage<CacheSettings> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 1);
+  messageDesc(file_fanout_v1_run, 2);
 
 /**
  * TaskSpec describes one subagent's task.
@@ -246,7 +304,7 @@ export type TaskSpec = Message<"fanout.v1.TaskSpec"> & {
  * Use `create(TaskSpecSchema)` to create a new message.
  */
 export const TaskSpecSchema: GenMessage<TaskSpec> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 2);
+  messageDesc(file_fanout_v1_run, 3);
 
 /**
  * Hedge says when a task's second attempt starts. It starts once the
@@ -291,7 +349,7 @@ export type Hedge = Message<"fanout.v1.Hedge"> & {
  * Use `create(HedgeSchema)` to create a new message.
  */
 export const HedgeSchema: GenMessage<Hedge> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 3);
+  messageDesc(file_fanout_v1_run, 4);
 
 /**
  * Budget is a run's token budget.
@@ -346,7 +404,7 @@ export type Budget = Message<"fanout.v1.Budget"> & {
  * Use `create(BudgetSchema)` to create a new message.
  */
 export const BudgetSchema: GenMessage<Budget> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 4);
+  messageDesc(file_fanout_v1_run, 5);
 
 /**
  * Limits bounds a run's concurrency and duration.
@@ -377,7 +435,7 @@ export type Limits = Message<"fanout.v1.Limits"> & {
  * Use `create(LimitsSchema)` to create a new message.
  */
 export const LimitsSchema: GenMessage<Limits> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 5);
+  messageDesc(file_fanout_v1_run, 6);
 
 /**
  * ModelSettings selects and tunes the model the subagents call.
@@ -433,7 +491,7 @@ export type ModelSettings = Message<"fanout.v1.ModelSettings"> & {
  * Use `create(ModelSettingsSchema)` to create a new message.
  */
 export const ModelSettingsSchema: GenMessage<ModelSettings> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 6);
+  messageDesc(file_fanout_v1_run, 7);
 
 /**
  * Fact is one piece of information a subagent found.
@@ -463,7 +521,7 @@ export type Fact = Message<"fanout.v1.Fact"> & {
  * Use `create(FactSchema)` to create a new message.
  */
 export const FactSchema: GenMessage<Fact> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 7);
+  messageDesc(file_fanout_v1_run, 8);
 
 /**
  * FactSummary is what a subagent compresses its work into when it ends; it
@@ -548,7 +606,7 @@ export type FactSummary = Message<"fanout.v1.FactSummary"> & {
  * Use `create(FactSummarySchema)` to create a new message.
  */
 export const FactSummarySchema: GenMessage<FactSummary> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 8);
+  messageDesc(file_fanout_v1_run, 9);
 
 /**
  * TaskOutcome is how one task of a run ended (or is doing, while running).
@@ -649,7 +707,7 @@ export type TaskOutcome = Message<"fanout.v1.TaskOutcome"> & {
  * Use `create(TaskOutcomeSchema)` to create a new message.
  */
 export const TaskOutcomeSchema: GenMessage<TaskOutcome> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 9);
+  messageDesc(file_fanout_v1_run, 10);
 
 /**
  * ReusedFrom names the recorded task whose facts a task reused.
@@ -705,7 +763,7 @@ export type ReusedFrom = Message<"fanout.v1.ReusedFrom"> & {
  * Use `create(ReusedFromSchema)` to create a new message.
  */
 export const ReusedFromSchema: GenMessage<ReusedFrom> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 10);
+  messageDesc(file_fanout_v1_run, 11);
 
 /**
  * HedgeReport is how a hedged task's two attempts went.
@@ -757,7 +815,7 @@ export type HedgeReport = Message<"fanout.v1.HedgeReport"> & {
  * Use `create(HedgeReportSchema)` to create a new message.
  */
 export const HedgeReportSchema: GenMessage<HedgeReport> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 11);
+  messageDesc(file_fanout_v1_run, 12);
 
 /**
  * BudgetSnapshot is the state of a run's ledger account at one point in
@@ -817,7 +875,7 @@ export type BudgetSnapshot = Message<"fanout.v1.BudgetSnapshot"> & {
  * Use `create(BudgetSnapshotSchema)` to create a new message.
  */
 export const BudgetSnapshotSchema: GenMessage<BudgetSnapshot> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 12);
+  messageDesc(file_fanout_v1_run, 13);
 
 /**
  * JoinedResult is the outcome of a run's join.
@@ -907,7 +965,7 @@ export type JoinedResult = Message<"fanout.v1.JoinedResult"> & {
  * Use `create(JoinedResultSchema)` to create a new message.
  */
 export const JoinedResultSchema: GenMessage<JoinedResult> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 13);
+  messageDesc(file_fanout_v1_run, 14);
 
 /**
  * Run is a run's stored state.
@@ -1055,6 +1113,32 @@ export type Run = Message<"fanout.v1.Run"> & {
   continuedAt?: Timestamp | undefined;
 
   /**
+   * For a child run (a subagent's fan_out, RunSpec.fan_out): the run and
+   * task that started it, and the root of its tree. Empty for a run a
+   * caller started; root_run_id is then the run's own id.
+   *
+   * @generated from field: string parent_run_id = 24;
+   */
+  parentRunId: string;
+
+  /**
+   * @generated from field: string parent_task_id = 25;
+   */
+  parentTaskId: string;
+
+  /**
+   * @generated from field: string root_run_id = 26;
+   */
+  rootRunId: string;
+
+  /**
+   * How many levels below its root the run is: 0 for a root run.
+   *
+   * @generated from field: int32 depth = 27;
+   */
+  depth: number;
+
+  /**
    * When the run was accepted (Postgres time).
    *
    * @generated from field: google.protobuf.Timestamp created_at = 20;
@@ -1082,7 +1166,7 @@ export type Run = Message<"fanout.v1.Run"> & {
  * Use `create(RunSchema)` to create a new message.
  */
 export const RunSchema: GenMessage<Run> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 14);
+  messageDesc(file_fanout_v1_run, 15);
 
 /**
  * RunEvent is one event in a run's history. Events are stored, so they can be
@@ -1246,6 +1330,24 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
      */
     value: RunContinued;
     case: "runContinued";
+  } | {
+    /**
+     * A task of the run fanned out: a child run started under it
+     * (RunSpec.fan_out). Watch the child run by its id for its own events.
+     *
+     * @generated from field: fanout.v1.ChildRunStarted child_run_started = 24;
+     */
+    value: ChildRunStarted;
+    case: "childRunStarted";
+  } | {
+    /**
+     * A child run of one of the run's tasks ended; its joined facts went
+     * back to the task as its fan_out call's result.
+     *
+     * @generated from field: fanout.v1.ChildRunFinished child_run_finished = 25;
+     */
+    value: ChildRunFinished;
+    case: "childRunFinished";
   } | { case: undefined; value?: undefined };
 };
 
@@ -1254,7 +1356,107 @@ export type RunEvent = Message<"fanout.v1.RunEvent"> & {
  * Use `create(RunEventSchema)` to create a new message.
  */
 export const RunEventSchema: GenMessage<RunEvent> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 15);
+  messageDesc(file_fanout_v1_run, 16);
+
+/**
+ * ChildRunStarted reports a child run started under one of the run's
+ * tasks (a subagent's fan_out call).
+ *
+ * @generated from message fanout.v1.ChildRunStarted
+ */
+export type ChildRunStarted = Message<"fanout.v1.ChildRunStarted"> & {
+  /**
+   * The task that fanned out.
+   *
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * The child run's id.
+   *
+   * @generated from field: string child_run_id = 2;
+   */
+  childRunId: string;
+
+  /**
+   * How many tasks the child run has.
+   *
+   * @generated from field: int32 task_count = 3;
+   */
+  taskCount: number;
+
+  /**
+   * The child's budget: what the ledger carved from the task's remainder.
+   *
+   * @generated from field: int64 limit_tokens = 4;
+   */
+  limitTokens: bigint;
+
+  /**
+   * The child run's level below the root (1 for the root's children).
+   *
+   * @generated from field: int32 depth = 5;
+   */
+  depth: number;
+};
+
+/**
+ * Describes the message fanout.v1.ChildRunStarted.
+ * Use `create(ChildRunStartedSchema)` to create a new message.
+ */
+export const ChildRunStartedSchema: GenMessage<ChildRunStarted> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 17);
+
+/**
+ * ChildRunFinished reports a child run of one of the run's tasks ended.
+ *
+ * @generated from message fanout.v1.ChildRunFinished
+ */
+export type ChildRunFinished = Message<"fanout.v1.ChildRunFinished"> & {
+  /**
+   * The task that fanned out.
+   *
+   * @generated from field: string task_id = 1;
+   */
+  taskId: string;
+
+  /**
+   * The child run's id.
+   *
+   * @generated from field: string child_run_id = 2;
+   */
+  childRunId: string;
+
+  /**
+   * How the child run ended.
+   *
+   * @generated from field: fanout.v1.RunState state = 3;
+   */
+  state: RunState;
+
+  /**
+   * What the child run spent, its own children's spend included: the
+   * task's spend.
+   *
+   * @generated from field: int64 spent_tokens = 4;
+   */
+  spentTokens: bigint;
+
+  /**
+   * How many facts the child joined.
+   *
+   * @generated from field: int32 fact_count = 5;
+   */
+  factCount: number;
+};
+
+/**
+ * Describes the message fanout.v1.ChildRunFinished.
+ * Use `create(ChildRunFinishedSchema)` to create a new message.
+ */
+export const ChildRunFinishedSchema: GenMessage<ChildRunFinished> = /*@__PURE__*/
+  messageDesc(file_fanout_v1_run, 18);
 
 /**
  * RunContinued reports a ContinueRun: tokens added to the run's budget
@@ -1327,7 +1529,7 @@ export type RunContinued = Message<"fanout.v1.RunContinued"> & {
  * Use `create(RunContinuedSchema)` to create a new message.
  */
 export const RunContinuedSchema: GenMessage<RunContinued> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 16);
+  messageDesc(file_fanout_v1_run, 19);
 
 /**
  * ConcurrencyChosen reports how many of a run's tasks may run at once, and
@@ -1450,7 +1652,7 @@ export type ConcurrencyChosen = Message<"fanout.v1.ConcurrencyChosen"> & {
  * Use `create(ConcurrencyChosenSchema)` to create a new message.
  */
 export const ConcurrencyChosenSchema: GenMessage<ConcurrencyChosen> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 17);
+  messageDesc(file_fanout_v1_run, 20);
 
 /**
  * TaskHedged reports that a second attempt of a task started while its
@@ -1502,7 +1704,7 @@ export type TaskHedged = Message<"fanout.v1.TaskHedged"> & {
  * Use `create(TaskHedgedSchema)` to create a new message.
  */
 export const TaskHedgedSchema: GenMessage<TaskHedged> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 18);
+  messageDesc(file_fanout_v1_run, 21);
 
 /**
  * RunAdopted reports that the orchestrator driving the run was lost (its
@@ -1554,7 +1756,7 @@ export type RunAdopted = Message<"fanout.v1.RunAdopted"> & {
  * Use `create(RunAdoptedSchema)` to create a new message.
  */
 export const RunAdoptedSchema: GenMessage<RunAdopted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 19);
+  messageDesc(file_fanout_v1_run, 22);
 
 /**
  * ApprovalRequested reports that a task's write waits for a person's
@@ -1608,7 +1810,7 @@ export type ApprovalRequested = Message<"fanout.v1.ApprovalRequested"> & {
  * Use `create(ApprovalRequestedSchema)` to create a new message.
  */
 export const ApprovalRequestedSchema: GenMessage<ApprovalRequested> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 20);
+  messageDesc(file_fanout_v1_run, 23);
 
 /**
  * ApprovalDecided reports a decision on a write that waited for approval.
@@ -1672,7 +1874,7 @@ export type ApprovalDecided = Message<"fanout.v1.ApprovalDecided"> & {
  * Use `create(ApprovalDecidedSchema)` to create a new message.
  */
 export const ApprovalDecidedSchema: GenMessage<ApprovalDecided> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 21);
+  messageDesc(file_fanout_v1_run, 24);
 
 /**
  * RunStarted reports that a run was accepted.
@@ -1694,7 +1896,7 @@ export type RunStarted = Message<"fanout.v1.RunStarted"> & {
  * Use `create(RunStartedSchema)` to create a new message.
  */
 export const RunStartedSchema: GenMessage<RunStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 22);
+  messageDesc(file_fanout_v1_run, 25);
 
 /**
  * TaskQueued reports that a task is waiting for a concurrency slot (its
@@ -1723,7 +1925,7 @@ export type TaskQueued = Message<"fanout.v1.TaskQueued"> & {
  * Use `create(TaskQueuedSchema)` to create a new message.
  */
 export const TaskQueuedSchema: GenMessage<TaskQueued> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 23);
+  messageDesc(file_fanout_v1_run, 26);
 
 /**
  * TaskStarted reports that a worker started a task.
@@ -1759,7 +1961,7 @@ export type TaskStarted = Message<"fanout.v1.TaskStarted"> & {
  * Use `create(TaskStartedSchema)` to create a new message.
  */
 export const TaskStartedSchema: GenMessage<TaskStarted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 24);
+  messageDesc(file_fanout_v1_run, 27);
 
 /**
  * TaskIteration reports progress of a running task.
@@ -1809,7 +2011,7 @@ export type TaskIteration = Message<"fanout.v1.TaskIteration"> & {
  * Use `create(TaskIterationSchema)` to create a new message.
  */
 export const TaskIterationSchema: GenMessage<TaskIteration> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 25);
+  messageDesc(file_fanout_v1_run, 28);
 
 /**
  * TaskFinished reports that a task ended.
@@ -1830,7 +2032,7 @@ export type TaskFinished = Message<"fanout.v1.TaskFinished"> & {
  * Use `create(TaskFinishedSchema)` to create a new message.
  */
 export const TaskFinishedSchema: GenMessage<TaskFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 26);
+  messageDesc(file_fanout_v1_run, 29);
 
 /**
  * BudgetUpdate reports the run's budget.
@@ -1851,7 +2053,7 @@ export type BudgetUpdate = Message<"fanout.v1.BudgetUpdate"> & {
  * Use `create(BudgetUpdateSchema)` to create a new message.
  */
 export const BudgetUpdateSchema: GenMessage<BudgetUpdate> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 27);
+  messageDesc(file_fanout_v1_run, 30);
 
 /**
  * BudgetExhausted marks the moment the run's budget ran out. It is sent
@@ -1885,7 +2087,7 @@ export type BudgetExhausted = Message<"fanout.v1.BudgetExhausted"> & {
  * Use `create(BudgetExhaustedSchema)` to create a new message.
  */
 export const BudgetExhaustedSchema: GenMessage<BudgetExhausted> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 28);
+  messageDesc(file_fanout_v1_run, 31);
 
 /**
  * RunFinished reports that a run ended.
@@ -1921,7 +2123,7 @@ export type RunFinished = Message<"fanout.v1.RunFinished"> & {
  * Use `create(RunFinishedSchema)` to create a new message.
  */
 export const RunFinishedSchema: GenMessage<RunFinished> = /*@__PURE__*/
-  messageDesc(file_fanout_v1_run, 29);
+  messageDesc(file_fanout_v1_run, 32);
 
 /**
  * ExhaustionPolicy says what happens to a run's in-flight work when its

@@ -1,0 +1,408 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fanout/fanout/budget"
+	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
+	"github.com/fanout/fanout/runs"
+)
+
+// Nested fan-out (docs/budget.md#nested-fan-out). A subagent of a run whose
+// spec sets fan_out may call the worker's built-in tool fan_out. The worker
+// records the call (a tool_call row, as a write is: at most once, and a
+// re-dispatched attempt takes it up under the same key) and streams a
+// SubagentFanOut; the driver of the task's run opens a child run under the
+// task (childOpen: the run row, its ledger accounts carved from the task by
+// ledger_open_child_run, its first events, one write) and starts driving
+// it, here. When the child ends, whoever ends it (its driver, or the
+// orchestrator that adopted it) settles its funding on the parent task and
+// answers the call's row with the child's joined facts (childEnded); the
+// worker, polling the row, hands them to its model as the tool's result.
+//
+// The child's run id is derived from the call's key, so the same call
+// asked twice opens one child. Its spec is the parent's, one level down:
+// the same tenant, model, exhaustion policy and tools as the calling task,
+// fan_out with one level fewer (none at the last), a budget of what the
+// call asked (at most what the task has left: the ledger grants it), and a
+// run timeout of what the calling task has left.
+
+// Limits of RunSpec.fan_out (proto comments).
+const (
+	maxFanOutDepth       = 4
+	defaultMaxChildTasks = 8
+	maxMaxChildTasks     = 64
+	defaultMaxTreeTasks  = 256
+	maxMaxTreeTasks      = 4096
+	// A fan_out call's goal and each of its tasks, in bytes.
+	maxChildTextBytes = 4096
+	// maxChildAnswerBytes caps the answer a child's end writes into its
+	// call's row: the joined facts, one a line, cut at a line (the rest
+	// stays readable with ListRunFacts of the child run).
+	maxChildAnswerBytes = 8192
+)
+
+func maxChildTasks(f *fanoutv1.FanOut) int {
+	return int(cmp.Or(f.GetMaxChildTasks(), defaultMaxChildTasks))
+}
+
+func maxTreeTasks(f *fanoutv1.FanOut) int {
+	return int(cmp.Or(f.GetMaxTreeTasks(), defaultMaxTreeTasks))
+}
+
+// checkFanOut checks spec.fan_out.
+func checkFanOut(v *validator, spec *fanoutv1.RunSpec) {
+	f := spec.GetFanOut()
+	if f == nil {
+		return
+	}
+	if d := f.GetMaxDepth(); d < 1 || d > maxFanOutDepth {
+		v.add("spec.fan_out.max_depth", "must be 1 to %d, got %d", maxFanOutDepth, d)
+	}
+	if n := f.GetMaxChildTasks(); n > maxMaxChildTasks {
+		v.add("spec.fan_out.max_child_tasks", "must be at most %d, got %d", maxMaxChildTasks, n)
+	}
+	switch n := f.GetMaxTreeTasks(); {
+	case n > maxMaxTreeTasks:
+		v.add("spec.fan_out.max_tree_tasks", "must be at most %d, got %d", maxMaxTreeTasks, n)
+	case maxTreeTasks(f) < len(spec.GetTasks()):
+		v.add("spec.fan_out.max_tree_tasks", "must be at least the run's own %d tasks, got %d", len(spec.GetTasks()),
+			maxTreeTasks(f))
+	}
+	for i, t := range spec.GetTasks() {
+		if t.GetHedge() != nil {
+			v.add(fmt.Sprintf("spec.tasks[%d].hedge", i), "a task of a run whose subagents fan out cannot be hedged: "+
+				"its second attempt would fan out again")
+		}
+	}
+}
+
+// tree is where a run stands in its tree of child runs.
+type tree struct {
+	parentRunID  string // "" for a root run
+	parentTaskID string
+	rootRunID    string // "" for a root run: itself
+	depth        int32
+}
+
+// treeOf is where the stored run stands.
+func treeOf(run *fanoutv1.Run) tree {
+	if run.GetParentRunId() == "" {
+		return tree{}
+	}
+	return tree{parentRunID: run.GetParentRunId(), parentTaskID: run.GetParentTaskId(), rootRunID: run.GetRootRunId(),
+		depth: run.GetDepth()}
+}
+
+// root is the root run of the run runID standing at t.
+func (t tree) root(runID string) string { return cmp.Or(t.rootRunID, runID) }
+
+// childRunID derives a child run's id from its fan_out call's key: a UUID
+// (version 8, name-based) of the key's SHA-256.
+func childRunID(callKey string) string {
+	b := sha256.Sum256([]byte("fanout.v1.child_run\x00" + callKey))
+	b[6] = b[6]&0x0f | 0x80
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// errFanOutRefused marks a fan_out call the orchestrator refused: its
+// answer says why, to the model.
+var errFanOutRefused = errors.New("fan_out refused")
+
+func refuseFanOut(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errFanOutRefused, fmt.Sprintf(format, args...))
+}
+
+// fanOut answers task i's fan_out call f, made by its attempt attempt: it
+// opens and starts the child run, or answers the call with why not.
+// streamCtx is the attempt's stream: its deadline is the task's.
+func (d *driver) fanOut(streamCtx context.Context, i int, attempt int32, f *fanoutv1.SubagentFanOut) {
+	deadline, _ := streamCtx.Deadline()
+	ctx, cancel := cleanup(streamCtx)
+	defer cancel()
+	taskID := d.p.spec.GetTasks()[i].GetId()
+	child, err := d.openChild(ctx, i, attempt, f, deadline)
+	if err != nil {
+		d.e.cfg.Logger.InfoContext(ctx, "fan_out refused", "run_id", d.runID, "task_id", taskID, "err", err)
+		d.e.answerCall(ctx, f.GetKey(), "", strings.TrimPrefix(err.Error(), errFanOutRefused.Error()+": "))
+		return
+	}
+	if child == nil {
+		return // asked again: the child exists, and its end answers (or answered) the call
+	}
+	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ChildRunStarted{ChildRunStarted: &fanoutv1.ChildRunStarted{
+		TaskId: taskID, ChildRunId: child.GetRunId(), TaskCount: int32(len(child.GetTasks())),
+		LimitTokens: child.GetBudget().GetLimitTokens(), Depth: child.GetDepth()}}})
+}
+
+// openChild opens and starts the child run task i's call f asks for, or
+// returns nil when the call's child exists already (answering the call
+// again if it has ended), or why it cannot be had.
+func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv1.SubagentFanOut, deadline time.Time) (*fanoutv1.Run, error) {
+	e := d.e
+	spec, err := d.childSpec(i, f, deadline)
+	if err != nil {
+		return nil, err
+	}
+	p, err := e.cfg.plan(spec)
+	if err != nil {
+		return nil, refuseFanOut("the child run does not plan: %v", err)
+	}
+	if e.isClosing() {
+		return nil, refuseFanOut("this orchestrator is shutting down")
+	}
+	// The tenant's quotas are the parent's: its tasks in flight count every
+	// level; its budget is above the parent task, which funds the child.
+	p.maxTasksInFlight, p.headroom, p.prior = d.p.maxTasksInFlight, d.p.headroom, d.p.prior
+	taskID := d.p.spec.GetTasks()[i].GetId()
+	p.tree = tree{parentRunID: d.runID, parentTaskID: taskID, rootRunID: d.p.tree.root(d.runID), depth: d.p.tree.depth + 1}
+	e.sizeFirst(ctx, p)
+
+	childID := childRunID(f.GetKey())
+	draft := draftRun(childID, p)
+	draft.ParentRunId, draft.ParentTaskId, draft.RootRunId, draft.Depth = p.tree.parentRunID, p.tree.parentTaskID,
+		p.tree.rootRunID, p.tree.depth
+	open := openRunParams(childID, p)
+	open.TenantAccount = 0
+	open.Child = &budget.ChildFunding{ParentTask: d.accounts.Tasks[taskID], Attempt: int64(attempt), Min: p.minReservation,
+		TTL: min(p.runTimeout+e.cfg.HeldWait+time.Minute, budget.MaxLeaseTTL), ParentRunID: d.runID, ParentTaskID: taskID,
+		Call: f.GetKey(), RootRunID: p.tree.rootRunID, Depth: p.tree.depth, MaxTreeTasks: maxTreeTasks(d.p.spec.GetFanOut())}
+	sched := newScheduler(p.deps)
+	ready := sched.Ready()
+	var begin []string
+	for _, k := range ready[:min(len(ready), p.concurrency)] {
+		begin = append(begin, p.spec.GetTasks()[k].GetId())
+	}
+	start := time.Now()
+	run, accounts, created, err := e.store.OpenRun(ctx, draft, e.cfg.Node, open, e.cfg.toolPolicy(p.spec), nil, begin,
+		queuedEvents(p, ready))
+	var ex *budget.ExhaustedError
+	var full *runs.TreeFullError
+	switch {
+	case errors.As(err, &full):
+		return nil, refuseFanOut("%v", full)
+	case errors.As(err, &ex):
+		return nil, refuseFanOut("the task has too little of its budget left for a child run (at least %d tokens): %v",
+			p.minReservation, ex)
+	case errors.Is(err, budget.ErrExhausted), errors.Is(err, budget.ErrDenied):
+		return nil, refuseFanOut("the ledger refused the child run: %v", err)
+	case err != nil:
+		return nil, fmt.Errorf("open child run %s: %w", childID, err)
+	case !created:
+		if run.GetState() != fanoutv1.RunState_RUN_STATE_RUNNING {
+			e.childEnded(ctx, run.GetRunId(), run.GetState(), run.GetResult())
+		}
+		return nil, nil
+	}
+	// The plan's budget is what the ledger granted (the stored spec says so
+	// too: OpenRun wrote it), which may be less than the call asked.
+	p.spec = run.GetSpec()
+	e.wake(childID)
+	span := e.startRunSpan(ctx, start, childID, p)
+	span.SetAttributes(attrParentRunID.String(d.runID), attrParentTaskID.String(taskID))
+	ctx = trace.ContextWithSpan(ctx, span)
+	run.Budget = runs.Snapshot(accounts.Run)
+	if err := e.start(ctx, run, p, accounts, span); err != nil {
+		return nil, refuseFanOut("%v", err) // it ended CANCELLED, and its end answered the call
+	}
+	return run, nil
+}
+
+// childSpec is the spec of the child run task i's call f asks for: the
+// call checked against the run's fan_out (the worker offers the tool only
+// where it is allowed, and says what it may ask, but what it sends is
+// checked here), the parent's settings one level down.
+func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time) (*fanoutv1.RunSpec, error) {
+	parent := d.p.spec
+	fo := parent.GetFanOut()
+	if fo == nil {
+		return nil, refuseFanOut("this run's spec does not let its subagents fan out (spec.fan_out), at depth %d", d.p.tree.depth)
+	}
+	tasks := f.GetTasks()
+	switch n := len(tasks); {
+	case n == 0:
+		return nil, refuseFanOut("fan_out.tasks: at least one task is required")
+	case n > maxChildTasks(fo):
+		return nil, refuseFanOut("fan_out.max_child_tasks is %d; the call asked for %d tasks", maxChildTasks(fo), n)
+	case n > maxTreeTasks(fo):
+		return nil, refuseFanOut("fan_out.max_tree_tasks is %d; the call asked for %d tasks", maxTreeTasks(fo), n)
+	}
+	if msg := childText(f.GetGoal()); msg != "" {
+		return nil, refuseFanOut("fan_out.goal %s", msg)
+	}
+	if f.GetTokenBudget() < 0 {
+		return nil, refuseFanOut("fan_out.token_budget must be >= 0, got %d", f.GetTokenBudget())
+	}
+	task := parent.GetTasks()[i]
+	want := task.GetTokenBudget()
+	if b := f.GetTokenBudget(); b > 0 {
+		want = min(want, b)
+	}
+	minRes := min(d.p.minReservation, want)
+	timeout := d.p.taskTimeouts[i]
+	if !deadline.IsZero() {
+		// A tenth of what the task has left is the parent's, to read the
+		// child's answer and reply with it.
+		timeout = time.Until(deadline) * 9 / 10
+	}
+	if timeout < time.Second {
+		return nil, refuseFanOut("the task has less than a second left")
+	}
+	var next *fanoutv1.FanOut
+	if fo.GetMaxDepth() > 1 {
+		next = &fanoutv1.FanOut{MaxDepth: fo.GetMaxDepth() - 1, MaxChildTasks: fo.GetMaxChildTasks(), MaxTreeTasks: fo.GetMaxTreeTasks()}
+	}
+	spec := &fanoutv1.RunSpec{
+		IdempotencyKey: "child:" + childRunID(f.GetKey()),
+		TenantId:       d.p.tenantID,
+		Goal:           cmp.Or(f.GetGoal(), task.GetInstruction()),
+		Budget: &fanoutv1.Budget{LimitTokens: want, MinReservationTokens: minRes,
+			Admission: parent.GetBudget().GetAdmission()},
+		Limits:       &fanoutv1.Limits{MaxConcurrency: parent.GetLimits().GetMaxConcurrency(), RunTimeout: durationpb.New(timeout)},
+		OnExhaustion: parent.GetOnExhaustion(),
+		Model:        parent.GetModel(),
+		FanOut:       next,
+	}
+	share := max(want/int64(len(tasks)), minRes)
+	for k, text := range tasks {
+		if msg := childText(text); msg != "" || text == "" {
+			return nil, refuseFanOut("fan_out.tasks[%d] %s", k, cmp.Or(msg, "must not be empty"))
+		}
+		spec.Tasks = append(spec.Tasks, &fanoutv1.TaskSpec{Id: fmt.Sprintf("c%d", k+1), Instruction: text,
+			TokenBudget: share, MaxIterations: task.GetMaxIterations(), AllowedTools: task.GetAllowedTools()})
+	}
+	return spec, nil
+}
+
+// childText says what is wrong with a fan_out call's goal or task, or "".
+func childText(s string) string {
+	if n := len(s); n > maxChildTextBytes {
+		return fmt.Sprintf("must be at most %d bytes, got %d", maxChildTextBytes, n)
+	}
+	return textProblem(s)
+}
+
+// childEnded does what a child run's end owes its parent, once the child
+// is closed: it settles the child's funding on the parent task (what the
+// child spent stays spent there, the rest goes back), answers the fan_out
+// call with the child's joined facts, and tells the parent run
+// (ChildRunFinished). A run that is no child does nothing here. Each step
+// is idempotent: the end of an adopted child does them again.
+func (e *Engine) childEnded(ctx context.Context, runID string, state fanoutv1.RunState, result *fanoutv1.JoinedResult) {
+	cc, ok := e.store.(ChildCalls)
+	if !ok {
+		return
+	}
+	link, err := cc.ChildLink(ctx, runID)
+	if err != nil {
+		e.cfg.Logger.ErrorContext(ctx, "read the parent of a run that ended", "run_id", runID, "err", err)
+		return
+	}
+	if link.Call == "" {
+		return // a root run
+	}
+	spent := e.settleFunding(ctx, runID)
+	e.answerCall(ctx, link.Call, childAnswer(runID, state, spent, result), "")
+	facts := int32(len(result.GetFacts()))
+	if n := result.GetFactCount(); n > facts {
+		facts = n
+	}
+	if _, err := e.appendEvent(ctx, link.ParentRunID, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ChildRunFinished{
+		ChildRunFinished: &fanoutv1.ChildRunFinished{TaskId: link.ParentTaskID, ChildRunId: runID, State: state,
+			SpentTokens: spent, FactCount: facts}}}); err != nil && !errors.Is(err, runs.ErrEnded) {
+		e.cfg.Logger.ErrorContext(ctx, "append ChildRunFinished", "run_id", link.ParentRunID, "child_run_id", runID, "err", err)
+	}
+}
+
+// settleFunding settles child run runID's funding and returns what the
+// child spent. The ledger closes a child that still holds reservations
+// only when the last is settled (or swept): until then the settle is a
+// conflict, tried again every poll up to HeldWait. A funding left
+// unsettled expires with its lease, charging the parent the child's whole
+// limit: never less than it spent.
+func (e *Engine) settleFunding(ctx context.Context, runID string) int64 {
+	fl, ok := e.ledger.(FundingLedger)
+	if !ok {
+		return 0
+	}
+	wait, cancel := context.WithTimeout(ctx, e.cfg.HeldWait)
+	defer cancel()
+	for {
+		r, err := fl.SettleFunding(wait, runID)
+		var conflict *budget.ConflictError
+		switch {
+		case err == nil:
+			return r.Spent
+		case !errors.As(err, &conflict) || !sleep(wait, e.cfg.WatchPollInterval):
+			e.cfg.Logger.WarnContext(ctx, "settle a child run's funding", "run_id", runID, "err", err)
+			acct, rerr := e.ledger.RunAccount(ctx, runID)
+			if rerr != nil {
+				return 0
+			}
+			return acct.Spent
+		}
+	}
+}
+
+// answerCall resolves the fan_out call key with the child's answer, or
+// as failed with refusal: the worker waiting on it hands either to its
+// model. An answered call is left as it is.
+func (e *Engine) answerCall(ctx context.Context, key, answer, refusal string) {
+	cc, ok := e.store.(ChildCalls)
+	if !ok {
+		return
+	}
+	if err := cc.AnswerCall(ctx, key, answer, refusal); err != nil {
+		e.cfg.Logger.ErrorContext(ctx, "answer a fan_out call", "key", key, "err", err)
+	}
+}
+
+// childAnswer is the fan_out call's result: how the child ended, what it
+// spent, and its joined facts, a line each (with their sources), cut at
+// maxChildAnswerBytes.
+func childAnswer(runID string, state fanoutv1.RunState, spent int64, result *fanoutv1.JoinedResult) string {
+	var b strings.Builder
+	facts := result.GetFacts()
+	total := max(int(result.GetFactCount()), len(facts))
+	fmt.Fprintf(&b, "child run %s ended %s, spent %d tokens, %d facts:\n", runID, runs.Text(state), spent, total)
+	if s := result.GetSynthesis(); s != "" {
+		fmt.Fprintf(&b, "synthesis: %s\n", oneLine(s))
+	}
+	for k, f := range facts {
+		line := "- " + oneLine(f.GetText())
+		if len(f.GetSources()) > 0 {
+			line += " [" + strings.Join(f.GetSources(), " ") + "]"
+		}
+		line += "\n"
+		if b.Len()+len(line) > maxChildAnswerBytes-128 {
+			fmt.Fprintf(&b, "(%d more facts: ListRunFacts of run %s)\n", total-k, runID)
+			break
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+// oneLine is s on one line, at most 1 KiB (cut at a character).
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= 1024 {
+		return s
+	}
+	cut := 1024
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
