@@ -76,7 +76,7 @@ func (r *taskAttempt) fanOut(ctx context.Context, call ToolCall) (ToolResult, er
 	f := r.task.FanOut
 	var c FanOutCall
 	if err := json.Unmarshal(call.Args, &c); err != nil {
-		return ToolResult{}, fmt.Errorf("%w: fan_out: the arguments are not {goal, tasks, token_budget}: %v", ErrNotSent, err)
+		return ToolResult{}, fmt.Errorf("%w: fan_out: the arguments are not {goal, tasks, token_budget}: %w", ErrNotSent, err)
 	}
 	if n := len(c.Tasks); n == 0 || n > f.MaxChildTasks {
 		return ToolResult{}, fmt.Errorf("%w: fan_out.tasks: 1 to %d tasks (fan_out.max_child_tasks), got %d",
@@ -106,7 +106,7 @@ func (r *taskAttempt) awaitChild(ctx context.Context, key string) (ToolResult, e
 	for failures := 0; ; {
 		select {
 		case <-ctx.Done():
-			return ToolResult{}, fmt.Errorf("fan_out: the task ended (%v) while its child run ran", context.Cause(ctx))
+			return ToolResult{}, fmt.Errorf("fan_out: the task ended (%w) while its child run ran", context.Cause(ctx))
 		case <-t.C:
 		}
 		st, err := r.Writes.WriteStatus(ctx, key, r.task.AttemptSecret)

@@ -198,10 +198,11 @@ func (s *Sim) complete(req Request, seed int64, usage Usage, finish FinishReason
 		}
 		return Response{ToolCalls: []ToolCall{call}, Usage: usage, FinishReason: finish}
 	}
-	if it < s.cfg.FinishAfter && len(req.Tools) > 0 && s.cfg.ToolCallsPerIteration > 0 {
+	tools := withoutFanOut(req.Tools) // fan_out is called as its task says, never at random
+	if it < s.cfg.FinishAfter && len(tools) > 0 && s.cfg.ToolCallsPerIteration > 0 {
 		calls := make([]ToolCall, s.cfg.ToolCallsPerIteration)
 		for k := range calls {
-			def := req.Tools[(it*len(calls)+k)%len(req.Tools)]
+			def := tools[(it*len(calls)+k)%len(tools)]
 			g := simArgs{task: req.Meta.TaskID, it: it, k: k, h: hash(seed, req.Meta.TaskID, it, k)}
 			calls[k] = ToolCall{ID: fmt.Sprintf("call_%d_%d", it, k), Name: def.Name, Args: g.object(def.Schema)}
 		}

@@ -127,3 +127,14 @@ func simChildFacts(msgs []Message) (texts []string, sources [][]string) {
 	}
 	return texts, sources
 }
+
+// withoutFanOut is tools without fan_out.
+func withoutFanOut(tools []ToolDef) []ToolDef {
+	out := make([]ToolDef, 0, len(tools))
+	for _, t := range tools {
+		if t.Name != simFanOutTool {
+			out = append(out, t)
+		}
+	}
+	return out
+}
