@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/fanout/fanout/orchestrator"
 	fanoutv1 "github.com/fanout/fanout/proto/fanout/v1"
 	"github.com/fanout/fanout/subagent/llm"
@@ -39,8 +41,21 @@ func TestNestedFanOutSpendRollsUpToTheRoot(t *testing.T) {
 	}
 	started, finished := 0, 0
 	for _, ev := range evs {
-		if ev.GetChildRunStarted() != nil {
+		if c := ev.GetChildRunStarted(); c != nil {
 			started++
+			// The child's budget is what the ledger carved from its task,
+			// and its spec says so.
+			got, err := n.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: c.GetChildRunId()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := got.GetRun()
+			if l := run.GetSpec().GetBudget().GetLimitTokens(); l != c.GetLimitTokens() || run.GetBudget().GetLimitTokens() != l ||
+				run.GetParentRunId() != root || run.GetParentTaskId() != c.GetTaskId() || run.GetRootRunId() != root || run.GetDepth() != 1 {
+				t.Errorf("child %s: spec budget %d, account %d, ChildRunStarted %d; parent %s/%s root %s depth %d",
+					c.GetChildRunId(), l, run.GetBudget().GetLimitTokens(), c.GetLimitTokens(), run.GetParentRunId(),
+					run.GetParentTaskId(), run.GetRootRunId(), run.GetDepth())
+			}
 		}
 		if f := ev.GetChildRunFinished(); f != nil {
 			finished++
@@ -244,4 +259,142 @@ func (b *testBundle) logTree(t *testing.T, root string) {
 		}
 		t.Logf("%*s%s %s spent %d of %d: %s", 2*depth, "", id[:8], state, spent, limit, tasks)
 	}
+}
+
+// TestNestedFanOutNeedsNoMoreWorkersThanItsLevels runs the three-level
+// tree (18 tasks) on one worker with room for two subagents: each parent
+// gives its slot back while it waits for its child, so the children run.
+// Held, the four parents would fill it and the tree would wait for its
+// deadline.
+func TestNestedFanOutNeedsNoMoreWorkersThanItsLevels(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, _ := b.worker(t, "w1", llm.SimConfig{}, 2)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+
+	s := treeSpec("tree-small-worker", 2_000_000)
+	s.Limits = &fanoutv1.Limits{RunTimeout: durationpb.New(patience)}
+	evs := runStream(t, n.client, s)
+	fin := checkEvents(t, evs)
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		b.logTree(t, evs[0].GetRunId())
+		t.Fatalf("root ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	if runsOf := b.treeRuns(t, evs[0].GetRunId()); len(runsOf) != 6 {
+		t.Errorf("the tree has %d runs, want 6", len(runsOf))
+	}
+	b.checkLedger(t)
+}
+
+// TestNestedFanOutLimitsHold runs the three-level tree under each of
+// RunSpec.fan_out's limits set just below what it asks: the tree stops
+// at the limit, and the call refused tells its model which limit, by its
+// field's name.
+func TestNestedFanOutLimitsHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w1, _ := b.worker(t, "w1", llm.SimConfig{}, 16)
+	w2, _ := b.worker(t, "w2", llm.SimConfig{}, 16)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w1, w2)
+
+	for _, tc := range []struct {
+		name   string
+		fanOut *fanoutv1.FanOut
+		runs   int    // the tree's runs, the root's included
+		tasks  int    // the tree's tasks, every level's
+		field  string // named by a refused call, "" if none is refused
+	}{
+		// The grandchild's task that asks to fan out a third time is not
+		// offered fan_out: the tree has the root and two levels.
+		{"depth", &fanoutv1.FanOut{MaxDepth: 2}, 6, 18, ""},
+		// t01's child's c3 is not offered fan_out: one level.
+		{"depth1", &fanoutv1.FanOut{MaxDepth: 1}, 5, 16, ""},
+		// The root's 4 and two children's 3 make 10: the other two are refused.
+		{"tree", &fanoutv1.FanOut{MaxDepth: 2, MaxTreeTasks: 10}, 3, 10, "fan_out.max_tree_tasks"},
+		// Every call asks for 3.
+		{"child", &fanoutv1.FanOut{MaxDepth: 2, MaxChildTasks: 2}, 1, 4, "fan_out.max_child_tasks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := treeSpec("limits-"+tc.name, 2_000_000)
+			s.FanOut = tc.fanOut
+			s.Tasks[1].Instruction = "study area 1 fan out(part a | part b | part c fan out(detail x | detail y fan out(deeper z)))"
+			if tc.name == "tree" {
+				// One task at a time, so that which calls are refused is
+				// the same every time: t00's and t01's children fit.
+				s.Limits = &fanoutv1.Limits{MaxConcurrency: 1}
+			}
+			evs := runStream(t, n.client, s)
+			fin := checkEvents(t, evs)
+			root := evs[0].GetRunId()
+			if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+				b.logTree(t, root)
+				t.Fatalf("root ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+			}
+			var runs, tasks int
+			if err := b.pool.QueryRow(t.Context(), `SELECT count(DISTINCT r.run_id), count(*) FROM run r JOIN task USING (run_id)
+				WHERE r.run_id = $1 OR r.root_run_id = $1`, root).Scan(&runs, &tasks); err != nil {
+				t.Fatal(err)
+			}
+			if runs != tc.runs || tasks != tc.tasks {
+				b.logTree(t, root)
+				t.Errorf("the tree has %d runs and %d tasks, want %d and %d", runs, tasks, tc.runs, tc.tasks)
+			}
+			refused := 0
+			for _, o := range fin.GetResult().GetTasks() {
+				for _, f := range o.GetSummary().GetFailed() {
+					if strings.Contains(f, "fan_out") {
+						refused++
+						if tc.field == "" || !strings.Contains(f, tc.field) {
+							t.Errorf("task %s: %q, want a refusal naming %q", o.GetTaskId(), f, tc.field)
+						}
+					}
+				}
+			}
+			if want := tc.field != ""; want != (refused > 0) {
+				t.Errorf("%d refused fan_out calls; want some exactly when a limit refuses one (%q)", refused, tc.field)
+			}
+		})
+	}
+	b.checkLedger(t)
+}
+
+// TestNestedFanOutUnderATenantsTaskCap runs the three-level tree for a
+// tenant capped at two tasks in flight. Each level has a share of its own
+// (a task at depth d takes a slot while fewer than (d+1) × 2 are held):
+// the parents holding the root level's two slots do not starve their
+// children, and the tree ends; at most 2 of the root's tasks and 6 of the
+// tree's have a call open at once.
+func TestNestedFanOutUnderATenantsTaskCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sim := llm.SimConfig{Latency: 50 * time.Millisecond}
+	w, ws := b.worker(t, "w1", sim, 32)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+	b.setQuotas(t, nil, nil, 2)
+
+	s := treeSpec("tree-capped", 2_000_000)
+	s.Limits = &fanoutv1.Limits{RunTimeout: durationpb.New(patience)}
+	evs := runStream(t, n.client, s)
+	fin := checkEvents(t, evs)
+	root := evs[0].GetRunId()
+	if fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		b.logTree(t, root)
+		t.Fatalf("root ended %s (%q), want SUCCEEDED", fin.GetState(), fin.GetCancelCause())
+	}
+	if runsOf := b.treeRuns(t, root); len(runsOf) != 6 {
+		t.Errorf("the tree has %d runs, want 6", len(runsOf))
+	}
+	var rootCalls []llm.CallRecord
+	for _, c := range ws.Calls() {
+		if c.RunID == root {
+			rootCalls = append(rootCalls, c)
+		}
+	}
+	if most := mostTasksAtOnce(rootCalls); most > 2 {
+		t.Errorf("%d of the root's tasks had a call open at once, want at most the cap, 2", most)
+	}
+	if most := mostTasksAtOnce(ws.Calls()); most > 6 {
+		t.Errorf("%d of the tree's tasks had a call open at once, want at most 2 a level, 6", most)
+	}
+	b.checkLedger(t)
 }

@@ -134,7 +134,13 @@ func (d *driver) holdTaskSlot(ctx context.Context, taskID string, do func(ctx co
 	}
 	var o *fanoutv1.TaskOutcome
 	holder := d.e.cfg.Node + "/" + d.runID + "/" + taskID
-	err := d.e.slots.Hold(ctx, holder, tenantSlotKey(d.p.tenantID), d.p.maxTasksInFlight, func(ctx context.Context) error {
+	// Each level of a tree of child runs has a share of its own
+	// (docs/budget.md#nested-fan-out): a task at depth d takes a slot while
+	// fewer than (d+1) × the cap are held, counting every level's. A
+	// parent waiting for its child holds its slot, and its child's tasks
+	// still find one: the deepest level never waits for another.
+	limit := d.p.maxTasksInFlight * int(d.p.tree.depth+1)
+	err := d.e.slots.Hold(ctx, holder, tenantSlotKey(d.p.tenantID), limit, func(ctx context.Context) error {
 		o = do(ctx)
 		return nil
 	})

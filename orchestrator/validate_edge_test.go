@@ -33,8 +33,13 @@ func TestValidateAcceptsEveryLimitExactly(t *testing.T) {
 	for i := range 64 {
 		s.Labels[fmt.Sprintf("%063d", i)] = strings.Repeat("v", 255)
 	}
+	s.FanOut = &fanoutv1.FanOut{MaxDepth: 4, MaxChildTasks: 64, MaxTreeTasks: 4096}
 	if err := (orchestrator.Config{}).Validate(s); err != nil {
 		t.Fatalf("a spec at every limit was refused: %v", err)
+	}
+	s.FanOut.MaxTreeTasks = 256 // the root's own tasks
+	if err := (orchestrator.Config{}).Validate(s); err != nil {
+		t.Fatalf("a tree of just the root's tasks was refused: %v", err)
 	}
 }
 

@@ -100,6 +100,22 @@ func badCases() []badCase {
 	}
 	add("budget over cap", re, "spec.budget.limit_tokens", func(s *fanoutv1.RunSpec) { s.Budget.LimitTokens = 1e12 })
 	add("huge goal", re, "spec", func(s *fanoutv1.RunSpec) { s.Goal = strings.Repeat("g", 5<<20) })
+	// Nested fan-out (docs/budget.md#nested-fan-out), each just past its limit.
+	add("fan-out depth 0", inv, "spec.fan_out.max_depth", func(s *fanoutv1.RunSpec) { s.FanOut = &fanoutv1.FanOut{} })
+	add("fan-out depth 5", inv, "spec.fan_out.max_depth", func(s *fanoutv1.RunSpec) { s.FanOut = &fanoutv1.FanOut{MaxDepth: 5} })
+	add("fan-out child tasks 65", inv, "spec.fan_out.max_child_tasks", func(s *fanoutv1.RunSpec) {
+		s.FanOut = &fanoutv1.FanOut{MaxDepth: 1, MaxChildTasks: 65}
+	})
+	add("fan-out tree tasks 4097", inv, "spec.fan_out.max_tree_tasks", func(s *fanoutv1.RunSpec) {
+		s.FanOut = &fanoutv1.FanOut{MaxDepth: 1, MaxTreeTasks: 4097}
+	})
+	add("fan-out tree smaller than the root", inv, "spec.fan_out.max_tree_tasks", func(s *fanoutv1.RunSpec) {
+		s.FanOut = &fanoutv1.FanOut{MaxDepth: 1, MaxTreeTasks: uint32(len(s.Tasks) - 1)}
+	})
+	add("fan-out with a hedged task", inv, "spec.tasks[3].hedge", func(s *fanoutv1.RunSpec) {
+		s.FanOut = &fanoutv1.FanOut{MaxDepth: 1}
+		s.Tasks[3].Hedge = &fanoutv1.Hedge{}
+	})
 	for _, v := range []int64{0, -1, math.MinInt64} {
 		add(fmt.Sprintf("limit %d", v), inv, "spec.budget.limit_tokens", func(s *fanoutv1.RunSpec) { s.Budget.LimitTokens = v })
 	}
