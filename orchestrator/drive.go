@@ -72,6 +72,10 @@ type driver struct {
 	drain      chan struct{} // closed when DRAIN stops new dispatches
 	drainOnce  sync.Once
 
+	// children are the tasks (by index) that started a child run
+	// (fanout.go).
+	children map[int]bool
+
 	// announceMu orders the run's one BudgetExhausted (announceExhaustion)
 	// before its end; announced: it was appended, or never will be.
 	announceMu sync.Mutex

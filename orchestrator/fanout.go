@@ -138,6 +138,12 @@ func (d *driver) fanOut(streamCtx context.Context, i int, attempt int32, f *fano
 		d.e.answerCall(ctx, f.GetKey(), "", strings.TrimPrefix(err.Error(), errFanOutRefused.Error()+": "))
 		return
 	}
+	d.mu.Lock()
+	if d.children == nil {
+		d.children = map[int]bool{}
+	}
+	d.children[i] = true
+	d.mu.Unlock()
 	if child == nil {
 		return // asked again: the child exists, and its end answers (or answered) the call
 	}
@@ -217,6 +223,14 @@ func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv
 		return nil, refuseFanOut("%v", err) // it ended CANCELLED, and its end answered the call
 	}
 	return run, nil
+}
+
+// fannedOut reports whether task i started a child run (or found one
+// started by its earlier attempt).
+func (d *driver) fannedOut(i int) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.children[i]
 }
 
 // childSpec is the spec of the child run task i's call f asks for: the

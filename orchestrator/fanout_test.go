@@ -108,6 +108,13 @@ func TestNestedFanOutSpendRollsUpToTheRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var tasks int64 // the root's tasks' spend, their children's in it
+	for _, o := range fin.GetResult().GetTasks() {
+		tasks += o.GetTokensSpent()
+	}
+	if tasks != acct.Spent {
+		t.Errorf("the root's tasks report %d tokens spent; the root spent %d", tasks, acct.Spent)
+	}
 	all := levels[0].own + levels[1].own + levels[2].own
 	if acct.Spent != all || fin.GetResult().GetTotalTokens() != acct.Spent {
 		t.Errorf("root spent %d (result total %d); its levels' own spend adds up to %d", acct.Spent,

@@ -93,6 +93,11 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 			o.TokensSpent += d.earlierHedgeSpent(ctx, req.GetTask().GetId())
 		}
 		startedBefore(o)
+	} else if d.fannedOut(i) {
+		// Its children's spend is the task's (their fundings settled on
+		// its account before their answers reached it): the ledger's word,
+		// not the worker's count of its own calls.
+		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
 	}
 	stored := d.finishTask(ctx, o)
 	d.hedges.record(stored)

@@ -455,7 +455,76 @@ func cmdGet(ctx context.Context, env *Env, args []string) error {
 		return nil
 	}
 	printRun(env.Stdout, resp.GetRun())
-	return nil
+	return printTree(ctx, env.Stdout, client, resp.GetRun())
+}
+
+// maxTreeLines bounds the child runs printTree lists.
+const maxTreeLines = 200
+
+// printTree lists the child runs under r's tasks, at every depth, as its
+// events name them (ChildRunStarted): each with its task, state and spend.
+// A run still going is not walked (its events are still coming).
+func printTree(ctx context.Context, w io.Writer, client fanoutv1.OrchestratorServiceClient, r *fanoutv1.Run) error {
+	if r.GetParentRunId() != "" {
+		fmt.Fprintf(w, "\nchild run of task %s of run %s (depth %d; root %s)\n", r.GetParentTaskId(), r.GetParentRunId(),
+			r.GetDepth(), r.GetRootRunId())
+	}
+	lines := 0
+	var walk func(r *fanoutv1.Run, indent string) error
+	walk = func(r *fanoutv1.Run, indent string) error {
+		if r.GetState() == fanoutv1.RunState_RUN_STATE_RUNNING || lines >= maxTreeLines {
+			return nil
+		}
+		children, err := childRuns(ctx, client, r.GetRunId())
+		if err != nil || len(children) == 0 {
+			return err
+		}
+		if indent == "" {
+			fmt.Fprintf(w, "\nchild runs (each one's spend is its task's):\n")
+		}
+		for _, c := range children {
+			if lines++; lines > maxTreeLines {
+				fmt.Fprintf(w, "%s  ... (more: fanout get on a child run)\n", indent)
+				return nil
+			}
+			got, err := client.GetRun(ctx, &fanoutv1.GetRunRequest{RunId: c.GetChildRunId()})
+			if err != nil {
+				return err
+			}
+			cr := got.GetRun()
+			b := cr.GetBudget()
+			fmt.Fprintf(w, "%s  task %-12s -> run %s %-16s %d tasks, %d of %d tokens\n", indent, c.GetTaskId(), cr.GetRunId(),
+				runs.Text(cr.GetState()), max(int(cr.GetTaskCount()), len(cr.GetTasks())), b.GetSpentTokens(), b.GetLimitTokens())
+			if err := walk(cr, indent+"    "); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(r, "")
+}
+
+// childRuns are the ChildRunStarted events of the ended run runID.
+func childRuns(ctx context.Context, client fanoutv1.OrchestratorServiceClient, runID string) ([]*fanoutv1.ChildRunStarted, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stream, err := client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: runID})
+	if err != nil {
+		return nil, err
+	}
+	var out []*fanoutv1.ChildRunStarted
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the events of run %s: %w", runID, err)
+		}
+		if c := m.GetEvent().GetChildRunStarted(); c != nil {
+			out = append(out, c)
+		}
+	}
 }
 
 const cancelUsage = `

@@ -63,7 +63,8 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 	f.StringVar(&dataDir, "data-dir", ".fanout", "where the private PostgreSQL keeps its data (reused between runs)")
 	f.IntVar(&workers, "worker-count", 3, "worker processes' worth of subagent servers to start")
 	f.BoolVar(&demo, "demo", false, "submit --spec, show its progress, result and audit, then exit")
-	f.StringVar(&spec, "spec", "examples/research.json", "run request the demo submits")
+	f.StringVar(&spec, "spec", "examples/research.json,examples/nested.json",
+		"run requests the demo submits, one after the other (comma-separated)")
 	f.StringVar(&pgBinDir, "pg-bin-dir", "", "directory of initdb/pg_ctl/postgres (default: found on PATH or /usr/lib/postgresql/*/bin)")
 	var sim simFlags
 	sim.register(f)
@@ -165,7 +166,12 @@ func cmdDev(ctx context.Context, env *Env, args []string) error {
 		fmt.Fprintf(env.Stdout, "fanout dev: ready. Try: fanout run -f examples/research.json --addr %s   (Ctrl-C to stop)\n", orch.Addr())
 		return p.wait(ctx)
 	}
-	return runDemo(ctx, env, orch.Addr(), spec, auditURL)
+	for _, path := range strings.Split(spec, ",") {
+		if err := runDemo(ctx, env, orch.Addr(), strings.TrimSpace(path), auditURL); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startLocalPostgres starts (or restarts) the private cluster under dataDir
@@ -305,6 +311,9 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 	}
 	fmt.Fprintf(env.Stdout, "\n== joined result\n")
 	printRun(env.Stdout, got.GetRun())
+	if err := printTree(ctx, env.Stdout, client, got.GetRun()); err != nil {
+		return err
+	}
 	tenant := got.GetRun().GetTenantId()
 	auditPool, err := store.Open(ctx, auditURL)
 	if err != nil {
@@ -321,6 +330,9 @@ func runDemo(ctx context.Context, env *Env, addr, specPath, auditURL string) err
 	}
 	fmt.Fprintf(env.Stdout, "\n== spend audit (as role fanout_auditor, through the audit views)\n")
 	printAudit(env.Stdout, audit)
+	if err := printTreeSpend(ctx, env.Stdout, auditPool, last.GetRunId()); err != nil {
+		return err
+	}
 	fmt.Fprintf(env.Stdout, "\nAudit it yourself: fanout ledger %s   or SQL in docs/auditing.md\n", last.GetRunId())
 	if audit.Broken != 0 {
 		return fmt.Errorf("ledger not conserved on %d accounts of run %s", audit.Broken, last.GetRunId())
@@ -367,6 +379,53 @@ func continueDemo(ctx context.Context, env *Env, client fanoutv1.OrchestratorSer
 		err = fmt.Errorf("demo: the continued run %s sent no end", runID)
 	}
 	return next, err
+}
+
+// printTreeSpend prints the audit view run_tree_spend of the tree under
+// root, when it has child runs: each level's own spend and what rolls up.
+func printTreeSpend(ctx context.Context, w io.Writer, pool *store.Pool, root string) error {
+	rows, err := pool.Query(ctx, `SELECT depth, run_id, coalesce(parent_task_id, ''), own_spent_tokens, spent_tokens
+		FROM run_tree_spend WHERE root_run_id = $1 ORDER BY depth, run_id`, root)
+	if err != nil {
+		return fmt.Errorf("read run_tree_spend: %w", err)
+	}
+	defer rows.Close()
+	type level struct {
+		depth, runs int
+		own         int64
+	}
+	var levels []level
+	var total int64
+	for rows.Next() {
+		var depth int
+		var id, task string
+		var own, spent int64
+		if err := rows.Scan(&depth, &id, &task, &own, &spent); err != nil {
+			return err
+		}
+		if depth == 0 {
+			total = spent
+		}
+		if len(levels) == 0 || levels[len(levels)-1].depth != depth {
+			levels = append(levels, level{depth: depth})
+		}
+		levels[len(levels)-1].runs++
+		levels[len(levels)-1].own += own
+	}
+	if err := rows.Err(); err != nil || len(levels) < 2 {
+		return err
+	}
+	fmt.Fprintf(w, "run_tree_spend (each level's own spend; the root's spent counts them all):\n")
+	var sum int64
+	for _, l := range levels {
+		fmt.Fprintf(w, "  depth %d: %2d runs, own spend %7d\n", l.depth, l.runs, l.own)
+		sum += l.own
+	}
+	fmt.Fprintf(w, "  levels add up to %d; the root spent %d\n", sum, total)
+	if sum != total {
+		return fmt.Errorf("the tree's levels add up to %d, its root spent %d", sum, total)
+	}
+	return nil
 }
 
 func printAudit(w io.Writer, a store.RunAudit) {

@@ -99,6 +99,14 @@ func (p *progress) apply(ev *fanoutv1.RunEvent) {
 		if h := hedgeNote(o.GetHedge()); h != "" {
 			line += " (" + h + ")"
 		}
+	case *fanoutv1.RunEvent_ChildRunStarted:
+		c := e.ChildRunStarted
+		line = fmt.Sprintf("%-16s fanned out: child run %s, %d tasks, %d tokens carved from the task (depth %d)",
+			c.GetTaskId(), c.GetChildRunId(), c.GetTaskCount(), c.GetLimitTokens(), c.GetDepth())
+	case *fanoutv1.RunEvent_ChildRunFinished:
+		c := e.ChildRunFinished
+		line = fmt.Sprintf("%-16s child run %s %s: %d tokens, %d facts back to the task", c.GetTaskId(), c.GetChildRunId(),
+			runs.Text(c.GetState()), c.GetSpentTokens(), c.GetFactCount())
 	case *fanoutv1.RunEvent_TaskHedged:
 		h := e.TaskHedged
 		line = fmt.Sprintf("%-16s hedged: a second attempt on %s after %s (threshold %s: %s)", h.GetTaskId(), h.GetWorker(),
