@@ -157,7 +157,15 @@ func (d *driver) fanOut(streamCtx context.Context, i int, attempt int32, f *fano
 // again if it has ended), or why it cannot be had.
 func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv1.SubagentFanOut, deadline time.Time) (*fanoutv1.Run, error) {
 	e := d.e
-	spec, err := d.childSpec(i, f, deadline)
+	// What the task has left of its token_budget: a child may have all
+	// but what the task keeps to answer with (parentKeeps).
+	taskID := d.p.spec.GetTasks()[i].GetId()
+	acct, err := e.ledger.Account(ctx, d.accounts.Tasks[taskID])
+	if err != nil {
+		return nil, fmt.Errorf("read the account of task %s: %w", taskID, err)
+	}
+	left := d.p.spec.GetTasks()[i].GetTokenBudget() - acct.Spent - acct.Reserved
+	spec, err := d.childSpec(i, f, deadline, left)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +179,6 @@ func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv
 	// The tenant's quotas are the parent's: its tasks in flight count every
 	// level; its budget is above the parent task, which funds the child.
 	p.maxTasksInFlight, p.headroom, p.prior = d.p.maxTasksInFlight, d.p.headroom, d.p.prior
-	taskID := d.p.spec.GetTasks()[i].GetId()
 	p.tree = tree{parentRunID: d.runID, parentTaskID: taskID, rootRunID: d.p.tree.root(d.runID), depth: d.p.tree.depth + 1}
 	e.sizeFirst(ctx, p)
 
@@ -225,6 +232,19 @@ func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv
 	return run, nil
 }
 
+// parentKeeps is what a task with left tokens keeps for itself when it
+// fans out: a quarter of it, and at least room for two of its calls at
+// the smallest input (the minimum reservation) and its whole output
+// allowance, so that it can read the child's answer and reply, also as an
+// attempt dispatched again (which asks for the same child first).
+func parentKeeps(left, minReservation int64, maxOutput int32) int64 {
+	output := int64(maxOutput)
+	if output <= 0 {
+		output = defaultSynthesisOutput // the worker's default max_output_tokens
+	}
+	return max(left/4, 2*(minReservation+output))
+}
+
 // fannedOut reports whether task i started a child run (or found one
 // started by its earlier attempt).
 func (d *driver) fannedOut(i int) bool {
@@ -237,7 +257,7 @@ func (d *driver) fannedOut(i int) bool {
 // call checked against the run's fan_out (the worker offers the tool only
 // where it is allowed, and says what it may ask, but what it sends is
 // checked here), the parent's settings one level down.
-func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time) (*fanoutv1.RunSpec, error) {
+func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time, left int64) (*fanoutv1.RunSpec, error) {
 	parent := d.p.spec
 	fo := parent.GetFanOut()
 	if fo == nil {
@@ -259,9 +279,13 @@ func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time
 		return nil, refuseFanOut("fan_out.token_budget must be >= 0, got %d", f.GetTokenBudget())
 	}
 	task := parent.GetTasks()[i]
-	want := task.GetTokenBudget()
+	want := left - parentKeeps(left, d.p.minReservation, parent.GetModel().GetMaxOutputTokens())
 	if b := f.GetTokenBudget(); b > 0 {
 		want = min(want, b)
+	}
+	if want < d.p.minReservation {
+		return nil, refuseFanOut("the task has %d tokens left and keeps %d of them to answer: too little for a child run "+
+			"(at least %d)", left, left-max(want, 0), d.p.minReservation)
 	}
 	minRes := min(d.p.minReservation, want)
 	timeout := d.p.taskTimeouts[i]

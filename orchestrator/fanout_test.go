@@ -208,7 +208,7 @@ func TestNestedFanOutExhaustionEndsEveryLevel(t *testing.T) {
 	// t03 search too, once t00 has ended, spending the root's own budget:
 	// the root has enough for both fundings, t00 and little more, and runs
 	// out while t01's tree runs, its grandchild included.
-	s := treeSpec("tree-exhausted", 34_000)
+	s := treeSpec("tree-exhausted", 26_000)
 	s.Tasks[0].TokenBudget = 4_000
 	s.Tasks[1].TokenBudget = 28_000
 	s.Tasks[1].AllowedTools = []string{"search"}

@@ -349,6 +349,9 @@ func (s *Runs) specGranted(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, gr
 // and counts the tasks of every run of the tree. A retry of a child that
 // exists (its key is taken) is never refused.
 func (s *Runs) checkTreeTasks(ctx context.Context, tx pgx.Tx, run *fanoutv1.Run, child *budget.ChildFunding) error {
+	if err := s.q.LockTreeRoot(ctx, tx, child.RootRunID); err != nil {
+		return fmt.Errorf("lock the root of the tree of run %s: %w", child.RootRunID, err)
+	}
 	used, err := s.q.TreeTasks(ctx, tx, child.RootRunID)
 	if err != nil {
 		return fmt.Errorf("count the tasks of the tree of run %s: %w", child.RootRunID, err)

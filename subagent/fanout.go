@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fanout/fanout/runs"
@@ -92,6 +93,26 @@ func (r *taskAttempt) fanOut(ctx context.Context, call ToolCall) (ToolResult, er
 		defer f.Park()()
 	}
 	return r.awaitChild(ctx, call.IdempotencyKey)
+}
+
+// childFacts are the facts of a child run's answer to a fan_out call
+// (orchestrator's childAnswer): one per "- " line, its "[...]" tail its
+// sources.
+func childFacts(answer string) []Fact {
+	var out []Fact
+	for line := range strings.Lines(answer) {
+		text, ok := strings.CutPrefix(strings.TrimSpace(line), "- ")
+		if !ok {
+			continue
+		}
+		var src []string
+		if i := strings.LastIndex(text, " ["); i >= 0 && strings.HasSuffix(text, "]") {
+			src = strings.Fields(text[i+2 : len(text)-1])
+			text = text[:i]
+		}
+		out = append(out, Fact{Text: text, Sources: src})
+	}
+	return out
 }
 
 // awaitChild polls the fan_out call key until the orchestrator answers

@@ -157,6 +157,11 @@ func (r *taskAttempt) report(c llm.ToolCall, o toolOutcome) {
 		if r.effect(c) == EffectRead && o.res.Text != "" {
 			r.found = append(r.found, Fact{Text: firstLine(o.res.Text), Sources: o.res.Sources})
 		}
+		if c.Name == runs.FanOutTool && r.task.FanOut != nil {
+			// What the child found is the task's, also when the task
+			// cannot answer after it (its own budget spent).
+			r.found = append(r.found, childFacts(o.res.Text)...)
+		}
 	}
 	r.msgs = append(r.msgs, msg)
 }

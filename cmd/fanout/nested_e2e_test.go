@@ -133,7 +133,7 @@ func TestNestedFanOutE2E(t *testing.T) {
 		// fans out and ends; t01's tree (child and grandchild) searches
 		// for several iterations; t02 and t03 search once t00 has ended,
 		// on the root's own budget, which runs out while t01's tree runs.
-		s := nestedSpec("nested-exhausted", 34_000)
+		s := nestedSpec("nested-exhausted", 26_000)
 		s.Tasks[0].TokenBudget = 4_000
 		s.Tasks[1].TokenBudget = 28_000
 		s.Tasks[1].AllowedTools = []string{"search"}
@@ -201,4 +201,124 @@ func TestNestedFanOutE2E(t *testing.T) {
 			"last call of the tree ended %v after the notice was heard (bound %v); the root spent %d of %d",
 			len(runs), endedWith, cancelled, last.Sub(heard).Round(time.Millisecond), exhaustionMargin, spent, limit)
 	})
+}
+
+// TestNestedFanOutSurvivesItsParentsWorkerKilled kills -9 the worker
+// process running a task while the task waits for its child run: the
+// task is dispatched again on the other worker, its new attempt takes up
+// the same fan_out call (the call's row, issued, under its key) and waits
+// for the same child, which runs on; one child, one call, the task's
+// spend counted once.
+func TestNestedFanOutSurvivesItsParentsWorkerKilled(t *testing.T) {
+	t.Parallel()
+	sim := []string{"--sim-latency", "300ms", "--sim-tool-calls", "1", "--sim-finish-after", "8",
+		"--sim-output-tokens", "64"}
+	c := newCluster(t, [][]string{sim, sim})
+
+	s := nestedSpec("nested-worker-killed", 400_000)
+	s.Tasks = s.Tasks[:1]
+	s.Tasks[0].TokenBudget = 400_000
+	s.Tasks[0].Instruction = "study fan out(part a | part b)"
+	s.Tasks[0].AllowedTools = []string{"search"} // the child's tasks search for 8 iterations: 2.4 s
+	resp, err := c.orch.client.StartRun(context.Background(), &fanoutv1.StartRunRequest{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := resp.GetRunId()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	stream, err := c.orch.client.WatchRun(ctx, &fanoutv1.WatchRunRequest{RunId: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parentWorker, child string
+	for child == "" {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("watch run %s before its child started: %v", root, err)
+		}
+		switch ev := m.GetEvent(); {
+		case ev.GetTaskStarted() != nil:
+			parentWorker = ev.GetTaskStarted().GetWorker()
+		case ev.GetChildRunStarted() != nil:
+			child = ev.GetChildRunStarted().GetChildRunId()
+		}
+	}
+	var killed *workerProc
+	for _, w := range c.workers {
+		if strings.HasSuffix(parentWorker, w.addr) || parentWorker == w.name {
+			killed = w
+		}
+	}
+	if killed == nil {
+		t.Fatalf("task t00 started on %q, which is none of the workers", parentWorker)
+	}
+	killed.kill(t)
+	evs := runAllAfter(t, stream)
+	fin := evs[len(evs)-1].GetRunFinished()
+	if fin == nil || fin.GetState() != fanoutv1.RunState_RUN_STATE_SUCCEEDED {
+		t.Fatalf("root ended %v, want SUCCEEDED", fin)
+	}
+	got, err := c.orch.client.GetRun(context.Background(), &fanoutv1.GetRunRequest{RunId: child})
+	if err != nil {
+		t.Fatal(err)
+	}
+	childFacts := map[string]bool{}
+	for _, f := range got.GetRun().GetResult().GetFacts() {
+		childFacts[f.GetText()] = true
+	}
+	found := 0 // the child's facts, which only its answer to the call brings up
+	for _, f := range fin.GetResult().GetFacts() {
+		if childFacts[f.GetText()] {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Errorf("the root's facts hold none of its child's: the task's new attempt did not wait for the child's answer; "+
+			"t00: %v", fin.GetResult().GetTasks()[0].GetSummary())
+	}
+	runs := c.tree(t, root)
+	if len(runs) != 2 || runs[1].id != child || runs[1].state != "SUCCEEDED" {
+		t.Errorf("the tree's runs: %+v; want the root and its one child %s, SUCCEEDED", runs, child)
+	}
+	var calls, attempts int
+	if err := c.pool.QueryRow(context.Background(), `SELECT count(*), max(attempt) FROM tool_call
+		WHERE run_id = $1 AND tool = 'fan_out'`, root).Scan(&calls, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	var redispatched int64
+	if err := c.pool.QueryRow(context.Background(), `SELECT attempt FROM account WHERE run_id = $1 AND task_id = 't00'`,
+		root).Scan(&redispatched); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || redispatched < 2 {
+		t.Errorf("%d fan_out calls recorded (the last by attempt %d), the task's attempt now %d: want one call, "+
+			"taken up by a later attempt", calls, attempts, redispatched)
+	}
+	spent, limit := checkConserved(t, c.pool, root)
+	var own int64
+	for _, r := range runs {
+		own += r.own
+	}
+	if own != spent {
+		t.Errorf("the root spent %d; its levels' own spend adds up to %d", spent, own)
+	}
+	t.Logf("killed %s while t00 waited for child %s; t00 ran again as attempt %d and took up the call; "+
+		"the root spent %d of %d", killed.name, child, redispatched, spent, limit)
+}
+
+// runAllAfter reads stream to the run's end.
+func runAllAfter(t *testing.T, stream fanoutv1.OrchestratorService_WatchRunClient) []*fanoutv1.RunEvent {
+	t.Helper()
+	var evs []*fanoutv1.RunEvent
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if len(evs) == 0 || evs[len(evs)-1].GetRunFinished() == nil {
+				t.Fatalf("watch ended before the run did: %v", err)
+			}
+			return evs
+		}
+		evs = append(evs, m.GetEvent())
+	}
 }

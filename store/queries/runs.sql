@@ -71,13 +71,18 @@ VALUES (@run_id, @tenant_id, @idempotency_key, @spec, @labels, @owner, nullif(@f
 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
 RETURNING created_at;
 
+-- name: LockTreeRoot :exec
+-- The root's row, which every child's open of its tree takes before it
+-- counts the tree's tasks (TreeTasks), in a statement of its own: under
+-- READ COMMITTED a statement's snapshot is taken when it starts, so a count
+-- in the statement that waited for the lock would see the tree as it was
+-- before the open it waited for (RunSpec.fan_out.max_tree_tasks).
+SELECT FROM run WHERE run_id = @root_run_id::text FOR NO KEY UPDATE;
+
 -- name: TreeTasks :one
--- How many tasks the tree under root_run_id has, every level counted,
--- after locking the root's row: every child's open takes it first, so two
--- opens of one tree count one after the other (RunSpec.fan_out.max_tree_tasks).
-WITH root AS (SELECT run_id FROM run WHERE run_id = @root_run_id::text FOR NO KEY UPDATE)
-SELECT (SELECT count(*) FROM task t JOIN run r USING (run_id)
-        WHERE r.run_id = (SELECT run_id FROM root) OR r.root_run_id = (SELECT run_id FROM root))::int AS tasks;
+-- How many tasks the tree under root_run_id has, every level counted.
+SELECT count(*)::int AS tasks FROM task t JOIN run r USING (run_id)
+WHERE r.run_id = @root_run_id::text OR r.root_run_id = @root_run_id::text;
 
 -- name: RunIDByKey :one
 SELECT run_id FROM run WHERE tenant_id = @tenant_id AND idempotency_key = @idempotency_key;

@@ -318,6 +318,20 @@ func (q *Queries) LockTenantRuns(ctx context.Context, db DBTX, tenantID string) 
 	return err
 }
 
+const lockTreeRoot = `-- name: LockTreeRoot :exec
+SELECT FROM run WHERE run_id = $1::text FOR NO KEY UPDATE
+`
+
+// The root's row, which every child's open of its tree takes before it
+// counts the tree's tasks (TreeTasks), in a statement of its own: under
+// READ COMMITTED a statement's snapshot is taken when it starts, so a count
+// in the statement that waited for the lock would see the tree as it was
+// before the open it waited for (RunSpec.fan_out.max_tree_tasks).
+func (q *Queries) LockTreeRoot(ctx context.Context, db DBTX, rootRunID string) error {
+	_, err := db.Exec(ctx, lockTreeRoot, rootRunID)
+	return err
+}
+
 const runAdmission = `-- name: RunAdmission :one
 SELECT EXISTS (SELECT FROM run k WHERE k.tenant_id = $1::text AND k.idempotency_key = $2::text)::bool AS taken,
     -- A child run is part of its root run (docs/budget.md#nested-fan-out):
@@ -828,14 +842,11 @@ func (q *Queries) Tasks(ctx context.Context, db DBTX, runIds []string) ([]TasksR
 }
 
 const treeTasks = `-- name: TreeTasks :one
-WITH root AS (SELECT run_id FROM run WHERE run_id = $1::text FOR NO KEY UPDATE)
-SELECT (SELECT count(*) FROM task t JOIN run r USING (run_id)
-        WHERE r.run_id = (SELECT run_id FROM root) OR r.root_run_id = (SELECT run_id FROM root))::int AS tasks
+SELECT count(*)::int AS tasks FROM task t JOIN run r USING (run_id)
+WHERE r.run_id = $1::text OR r.root_run_id = $1::text
 `
 
-// How many tasks the tree under root_run_id has, every level counted,
-// after locking the root's row: every child's open takes it first, so two
-// opens of one tree count one after the other (RunSpec.fan_out.max_tree_tasks).
+// How many tasks the tree under root_run_id has, every level counted.
 func (q *Queries) TreeTasks(ctx context.Context, db DBTX, rootRunID string) (int32, error) {
 	row := db.QueryRow(ctx, treeTasks, rootRunID)
 	var tasks int32
