@@ -77,7 +77,7 @@ func TestNestedFanOutSpendRollsUpToTheRoot(t *testing.T) {
 		t.Errorf("the root's facts hold none of the grandchildren's")
 	}
 	type level struct {
-		runs            int
+		runs       int
 		own, spent int64
 	}
 	levels := map[int]*level{}
