@@ -46,6 +46,11 @@ const (
 	maxMaxTreeTasks      = 4096
 	// A fan_out call's goal and each of its tasks, in bytes.
 	maxChildTextBytes = 4096
+	// maxCallKeyBytes is tool_call.key's limit.
+	maxCallKeyBytes = 256
+	// childKeyPrefix starts every child run's idempotency key; a caller's
+	// may not (submit).
+	childKeyPrefix = "child:"
 	// maxChildAnswerBytes caps the answer a child's end writes into its
 	// call's row: the joined facts, one a line, cut at a line (the rest
 	// stays readable with ListRunFacts of the child run).
@@ -132,11 +137,30 @@ func (d *driver) fanOut(streamCtx context.Context, i int, attempt int32, f *fano
 	ctx, cancel := cleanup(streamCtx)
 	defer cancel()
 	taskID := d.p.spec.GetTasks()[i].GetId()
-	child, err := d.openChild(ctx, i, attempt, f, deadline)
-	if err != nil {
-		d.e.cfg.Logger.InfoContext(ctx, "fan_out refused", "run_id", d.runID, "task_id", taskID, "err", err)
-		d.e.answerCall(ctx, f.GetKey(), "", strings.TrimPrefix(err.Error(), errFanOutRefused.Error()+": "))
+	key := f.GetKey()
+	log := d.e.cfg.Logger.With("run_id", d.runID, "task_id", taskID)
+	cc, ok := d.e.store.(ChildCalls)
+	if !ok {
 		return
+	}
+	// What the worker sends is not trusted: only a fan_out call of this
+	// very task, recorded and not answered yet, is answered. The
+	// orchestrator's login may resolve any call; a key of another task's
+	// (or tenant's) is dropped, unanswered.
+	if !strings.HasPrefix(key, d.runID+"/"+taskID+"/a") || len(key) > maxCallKeyBytes {
+		log.WarnContext(ctx, "fan_out for a call that is not the task's; ignored", "key_bytes", len(key))
+		return
+	}
+	switch found, issued, err := cc.FanOutCall(ctx, d.runID, taskID, key); {
+	case err != nil:
+		// Unanswered: the task waits, and its next attempt asks again.
+		log.ErrorContext(ctx, "read a fan_out call", "err", err)
+		return
+	case !found:
+		log.WarnContext(ctx, "fan_out for a call the task never recorded; ignored")
+		return
+	case !issued:
+		return // answered already
 	}
 	d.mu.Lock()
 	if d.children == nil {
@@ -144,8 +168,30 @@ func (d *driver) fanOut(streamCtx context.Context, i int, attempt int32, f *fano
 	}
 	d.children[i] = true
 	d.mu.Unlock()
+	// Asked again (an attempt dispatched again takes up its call): the
+	// child is there, and is never refused, whatever is left of the task.
+	switch run, err := d.e.store.ReadRun(ctx, childRunID(key)); {
+	case err == nil:
+		d.e.joinChild(ctx, run, d.runID, taskID)
+		return
+	case !errors.Is(err, runs.ErrNotFound):
+		log.ErrorContext(ctx, "read a fan_out call's child run", "err", err)
+		return
+	}
+	child, err := d.openChild(ctx, i, attempt, f, deadline)
+	if err != nil {
+		why := "could not open the child run (an internal error; see the orchestrator's log): try again later"
+		if errors.Is(err, errFanOutRefused) {
+			why = strings.TrimPrefix(err.Error(), errFanOutRefused.Error()+": ")
+			log.InfoContext(ctx, "fan_out refused", "err", err)
+		} else {
+			log.ErrorContext(ctx, "open a child run", "err", err)
+		}
+		d.e.answerCall(ctx, d.runID, taskID, key, "", why)
+		return
+	}
 	if child == nil {
-		return // asked again: the child exists, and its end answers (or answered) the call
+		return // asked twice at once: the other ask opened it
 	}
 	d.event(ctx, &fanoutv1.RunEvent{Event: &fanoutv1.RunEvent_ChildRunStarted{ChildRunStarted: &fanoutv1.ChildRunStarted{
 		TaskId: taskID, ChildRunId: child.GetRunId(), TaskCount: int32(len(child.GetTasks())),
@@ -212,10 +258,13 @@ func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv
 		return nil, refuseFanOut("the ledger refused the child run: %v", err)
 	case err != nil:
 		return nil, fmt.Errorf("open child run %s: %w", childID, err)
+	case !created && run.GetRunId() != childID:
+		// The tenant's idempotency key of the child is another run's
+		// (submit keeps callers off the prefix; older runs could have it).
+		return nil, refuseFanOut("the child run's idempotency key %q is taken by run %s", draft.GetIdempotencyKey(),
+			run.GetRunId())
 	case !created:
-		if run.GetState() != fanoutv1.RunState_RUN_STATE_RUNNING {
-			e.childEnded(ctx, run.GetRunId(), run.GetState(), run.GetResult())
-		}
+		e.joinChild(ctx, run, d.runID, taskID)
 		return nil, nil
 	}
 	// The plan's budget is what the ledger granted (the stored spec says so
@@ -302,7 +351,7 @@ func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time
 		next = &fanoutv1.FanOut{MaxDepth: fo.GetMaxDepth() - 1, MaxChildTasks: fo.GetMaxChildTasks(), MaxTreeTasks: fo.GetMaxTreeTasks()}
 	}
 	spec := &fanoutv1.RunSpec{
-		IdempotencyKey: "child:" + childRunID(f.GetKey()),
+		IdempotencyKey: childKeyPrefix + childRunID(f.GetKey()),
 		TenantId:       d.p.tenantID,
 		Goal:           cmp.Or(f.GetGoal(), task.GetInstruction()),
 		Budget: &fanoutv1.Budget{LimitTokens: want, MinReservationTokens: minRes,
@@ -323,6 +372,21 @@ func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time
 	return spec, nil
 }
 
+// joinChild is a fan_out call asked again of its existing child run:
+// the child's end answers the call; if it has ended, its end's duties are
+// done again (each is idempotent; the call is answered if it was not, the
+// event is not appended twice).
+func (e *Engine) joinChild(ctx context.Context, child *fanoutv1.Run, parentRunID, taskID string) {
+	if child.GetParentRunId() != parentRunID || child.GetParentTaskId() != taskID {
+		e.cfg.Logger.WarnContext(ctx, "fan_out's child run is another task's; ignored", "run_id", parentRunID,
+			"task_id", taskID, "child_run_id", child.GetRunId())
+		return
+	}
+	if child.GetState() != fanoutv1.RunState_RUN_STATE_RUNNING {
+		e.childEndedAgain(ctx, child.GetRunId(), child.GetState(), child.GetResult())
+	}
+}
+
 // childText says what is wrong with a fan_out call's goal or task, or "".
 func childText(s string) string {
 	if n := len(s); n > maxChildTextBytes {
@@ -338,6 +402,16 @@ func childText(s string) string {
 // (ChildRunFinished). A run that is no child does nothing here. Each step
 // is idempotent: the end of an adopted child does them again.
 func (e *Engine) childEnded(ctx context.Context, runID string, state fanoutv1.RunState, result *fanoutv1.JoinedResult) {
+	e.endChild(ctx, runID, state, result, true)
+}
+
+// childEndedAgain is childEnded for a child whose end did its duties
+// before (or may have): the same, without a second ChildRunFinished.
+func (e *Engine) childEndedAgain(ctx context.Context, runID string, state fanoutv1.RunState, result *fanoutv1.JoinedResult) {
+	e.endChild(ctx, runID, state, result, false)
+}
+
+func (e *Engine) endChild(ctx context.Context, runID string, state fanoutv1.RunState, result *fanoutv1.JoinedResult, announce bool) {
 	cc, ok := e.store.(ChildCalls)
 	if !ok {
 		return
@@ -351,7 +425,10 @@ func (e *Engine) childEnded(ctx context.Context, runID string, state fanoutv1.Ru
 		return // a root run
 	}
 	spent := e.settleFunding(ctx, runID)
-	e.answerCall(ctx, link.Call, childAnswer(runID, state, spent, result), "")
+	e.answerCall(ctx, link.ParentRunID, link.ParentTaskID, link.Call, childAnswer(runID, state, spent, result), "")
+	if !announce {
+		return
+	}
 	facts := int32(len(result.GetFacts()))
 	if n := result.GetFactCount(); n > facts {
 		facts = n
@@ -393,15 +470,15 @@ func (e *Engine) settleFunding(ctx context.Context, runID string) int64 {
 	}
 }
 
-// answerCall resolves the fan_out call key with the child's answer, or
-// as failed with refusal: the worker waiting on it hands either to its
-// model. An answered call is left as it is.
-func (e *Engine) answerCall(ctx context.Context, key, answer, refusal string) {
+// answerCall resolves the fan_out call key of task taskID of run runID
+// with the child's answer, or as failed with refusal: the worker waiting
+// on it hands either to its model. An answered call is left as it is.
+func (e *Engine) answerCall(ctx context.Context, runID, taskID, key, answer, refusal string) {
 	cc, ok := e.store.(ChildCalls)
 	if !ok {
 		return
 	}
-	if err := cc.AnswerCall(ctx, key, answer, refusal); err != nil {
+	if err := cc.AnswerCall(ctx, runID, taskID, key, answer, refusal); err != nil {
 		e.cfg.Logger.ErrorContext(ctx, "answer a fan_out call", "key", key, "err", err)
 	}
 }

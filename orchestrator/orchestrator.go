@@ -62,10 +62,14 @@ type ChildCalls interface {
 	// ChildLink returns the parent of run runID: its run, task and the
 	// fan_out call its end answers (all empty for a root run).
 	ChildLink(ctx context.Context, runID string) (runs.ChildLink, error)
-	// AnswerCall resolves the fan_out call key, still issued, as done with
-	// answer, or, with refusal set, failed with refusal as its error. A
-	// call resolved already is left as it is.
-	AnswerCall(ctx context.Context, key, answer, refusal string) error
+	// FanOutCall reports whether key is a fan_out call of task taskID of
+	// run runID, and whether it is still issued.
+	FanOutCall(ctx context.Context, runID, taskID, key string) (found, issued bool, err error)
+	// AnswerCall resolves the fan_out call key of task taskID of run
+	// runID, still issued, as done with answer, or, with refusal set,
+	// failed with refusal as its error. Any other call, and a call
+	// resolved already, is left as it is.
+	AnswerCall(ctx context.Context, runID, taskID, key, answer, refusal string) error
 }
 
 // FundingLedger settles the funding of closed child runs (store.Ledger).

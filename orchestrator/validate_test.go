@@ -100,6 +100,7 @@ func badCases() []badCase {
 	}
 	add("budget over cap", re, "spec.budget.limit_tokens", func(s *fanoutv1.RunSpec) { s.Budget.LimitTokens = 1e12 })
 	add("huge goal", re, "spec", func(s *fanoutv1.RunSpec) { s.Goal = strings.Repeat("g", 5<<20) })
+	add("child run's key prefix", inv, "spec.idempotency_key", func(s *fanoutv1.RunSpec) { s.IdempotencyKey = "child:k" })
 	// Nested fan-out (docs/budget.md#nested-fan-out), each just past its limit.
 	add("fan-out depth 0", inv, "spec.fan_out.max_depth", func(s *fanoutv1.RunSpec) { s.FanOut = &fanoutv1.FanOut{} })
 	add("fan-out depth 5", inv, "spec.fan_out.max_depth", func(s *fanoutv1.RunSpec) { s.FanOut = &fanoutv1.FanOut{MaxDepth: 5} })

@@ -107,16 +107,37 @@ func (s *Runs) ChildLink(ctx context.Context, runID string) (runs.ChildLink, err
 	})
 }
 
-// AnswerCall resolves the fan_out call key, if it is still issued: done
-// with answer as its result, or, with refusal set, failed with refusal as
-// its error. An orchestrator's login resolves any call (ledger_secret_ok).
-func (s *Runs) AnswerCall(ctx context.Context, key, answer, refusal string) error {
+// FanOutCall reports whether key is a fan_out call of task taskID of run
+// runID, and whether it is still issued (its child has not answered).
+func (s *Runs) FanOutCall(ctx context.Context, runID, taskID, key string) (found, issued bool, err error) {
+	err = retried(ctx, s.log, "runs.fan_out_call", idempotent, func(ctx context.Context, _ try) error {
+		var state string
+		err := s.pool.QueryRow(ctx, `SELECT state FROM tool_call WHERE key = $1 AND run_id = $2 AND task_id = $3
+			AND tool = $4`, key, runID, taskID, runs.FanOutTool).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			found, issued = false, false
+			return nil
+		}
+		found, issued = err == nil, state == string(runs.WriteIssued)
+		return err
+	})
+	return found, issued, err
+}
+
+// AnswerCall resolves the fan_out call key of task taskID of run runID, if
+// it is still issued: done with answer as its result, or, with refusal
+// set, failed with refusal as its error. An orchestrator's login resolves
+// any call (ledger_secret_ok): the run, task and tool named here are what
+// keep it to the one it means.
+func (s *Runs) AnswerCall(ctx context.Context, runID, taskID, key, answer, refusal string) error {
 	state := runs.WriteDone
 	if refusal != "" {
 		state = runs.WriteFailed
 	}
 	return retried(ctx, s.log, "runs.answer_call", idempotent, func(ctx context.Context, _ try) error {
-		_, err := s.pool.Exec(ctx, `SELECT tool_call_resolve($1, $2, $3, $4)`, key, string(state), answer, refusal)
+		_, err := s.pool.Exec(ctx, `SELECT tool_call_resolve(key, $2, $3, $4) FROM tool_call
+			WHERE key = $1 AND run_id = $5 AND task_id = $6 AND tool = $7 AND state = 'issued'`,
+			key, string(state), storedText(answer), storedText(refusal), runID, taskID, runs.FanOutTool)
 		return err
 	})
 }

@@ -137,3 +137,53 @@ func TestAChildsSpecSaysWhatItWasGranted(t *testing.T) {
 			read.GetRootRunId(), read.GetDepth())
 	}
 }
+
+// TestAnswerCallAnswersOnlyItsOwnCall: an orchestrator's login may resolve
+// any tool call (ledger_secret_ok); AnswerCall answers a fan_out call only
+// of the run and task it names, so that a key a worker sends for another
+// task's call, or a child's end, reaches no other call. FanOutCall finds
+// a call only under its own run, task and tool.
+func TestAnswerCallAnswersOnlyItsOwnCall(t *testing.T) {
+	t.Parallel()
+	f := newApprovalFixture(t, time.Minute)
+	if _, err := f.b.pool.Exec(f.b.ctx, `INSERT INTO fanout.run_tool_policy (tenant_id, run_id, tool, approval, approval_timeout_ms)
+		VALUES ('acme', 'r1', 'fan_out', false, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	w := f.ts.at(write(fmt.Sprintf("r1/t1/a%d/i1/c0", f.attempt), f.attempt, 1, 0, `{"tasks":["a"]}`))
+	w.Server, w.Tool = "", runs.FanOutTool
+	if got, err := f.worker.IssueWrite(f.b.ctx, w, f.secret); err != nil || got.State != runs.WriteIssued {
+		t.Fatalf("record a fan_out call: %v, %v", got.State, err)
+	}
+	note := f.ts.at(write(fmt.Sprintf("r1/t1/a%d/i2/c0", f.attempt), f.attempt, 2, 0, `{"text":"x"}`))
+	note.Server, note.Tool = "crm", "crm__note"
+	if _, err := f.worker.IssueWrite(f.b.ctx, note, f.secret); err != nil {
+		t.Fatal(err)
+	}
+	rs := store.NewRuns(f.b.pool)
+	for _, c := range []struct{ run, task, key string }{{"g1", "t1", w.Key}, {"r1", "t2", w.Key}, {"r1", "t1", note.Key}} {
+		if found, _, err := rs.FanOutCall(f.b.ctx, c.run, c.task, c.key); err != nil || found {
+			t.Errorf("FanOutCall(%s, %s, %s): found %v, %v; want not found", c.run, c.task, c.key, found, err)
+		}
+		if err := rs.AnswerCall(f.b.ctx, c.run, c.task, c.key, "forged", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{w.Key, note.Key} {
+		if st, err := f.orch.WriteStatus(f.b.ctx, key, ""); err != nil || st.State != runs.WriteIssued {
+			t.Errorf("call %s is %s (%v) after answers naming another run, task or tool: want issued", key, st.State, err)
+		}
+	}
+	if found, issued, err := rs.FanOutCall(f.b.ctx, "r1", "t1", w.Key); err != nil || !found || !issued {
+		t.Fatalf("FanOutCall of the call itself: found %v, issued %v, %v", found, issued, err)
+	}
+	if err := rs.AnswerCall(f.b.ctx, "r1", "t1", w.Key, "child run c ended SUCCEEDED", ""); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := f.orch.WriteStatus(f.b.ctx, w.Key, ""); err != nil || st.State != runs.WriteDone {
+		t.Errorf("the call answered under its own run and task is %s (%v), want done", st.State, err)
+	}
+	if _, issued, _ := rs.FanOutCall(f.b.ctx, "r1", "t1", w.Key); issued {
+		t.Error("FanOutCall says an answered call is still issued")
+	}
+}
