@@ -372,6 +372,33 @@ func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time
 	return spec, nil
 }
 
+// cancelChildren cancels the child runs of task taskID of run runID still
+// running, with cause: in the ledger (which ends their own children in
+// the same commit, and every node hears), and here if they are driven
+// here.
+func (e *Engine) cancelChildren(ctx context.Context, runID, taskID, cause string) {
+	cc, ok := e.store.(ChildCalls)
+	if !ok {
+		return
+	}
+	ids, err := cc.RunningChildren(ctx, runID, taskID)
+	if err != nil {
+		e.cfg.Logger.ErrorContext(ctx, "read a task's child runs", "run_id", runID, "task_id", taskID, "err", err)
+		return
+	}
+	for _, id := range ids {
+		if _, err := e.ledger.CancelRun(ctx, id, cause); err != nil && !errors.Is(err, budget.ErrNotFound) {
+			e.cfg.Logger.ErrorContext(ctx, "cancel a child run", "run_id", id, "err", err)
+		}
+		e.mu.Lock()
+		ar := e.active[id]
+		e.mu.Unlock()
+		if ar != nil {
+			ar.cancel(&CancelError{Cause: cause})
+		}
+	}
+}
+
 // joinChild is a fan_out call asked again of its existing child run:
 // the child's end answers the call; if it has ended, its end's duties are
 // done again (each is idempotent; the call is answered if it was not, the

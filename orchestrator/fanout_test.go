@@ -405,3 +405,53 @@ func TestNestedFanOutUnderATenantsTaskCap(t *testing.T) {
 	}
 	b.checkLedger(t)
 }
+
+// TestAChildOfATaskThatEndedIsCancelled: under JOIN_POLICY_FIRST_SUCCESS
+// the run's first answer cuts its other task, which waits for a child
+// run that searches for a while: the child is cancelled with it (nobody
+// will read its answer), its funding settles, and the run's spend counts
+// what it spent.
+func TestAChildOfATaskThatEndedIsCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	sim := llm.SimConfig{Latency: 200 * time.Millisecond, ToolCallsPerIteration: 1, FinishAfter: 20}
+	w, _ := b.worker(t, "w1", sim, 16)
+	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
+
+	s := spec("first-success", 2, 400_000)
+	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS
+	s.FanOut = &fanoutv1.FanOut{MaxDepth: 1}
+	s.Tasks[0].Instruction = "answer at once"
+	s.Tasks[1].Instruction = "study fan out(part a | part b)"
+	s.Tasks[1].AllowedTools = []string{"search"} // the child's tasks search for 20 iterations: 4 s
+	s.Tasks[0].DependsOn = nil
+	evs := runStream(t, n.client, s)
+	root := evs[0].GetRunId()
+	var child string
+	for _, ev := range evs {
+		if c := ev.GetChildRunStarted(); c != nil {
+			child = c.GetChildRunId()
+		}
+	}
+	if child == "" {
+		t.Fatalf("task t01 never fanned out before the run's first answer cut it")
+	}
+	got, err := n.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: child})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := got.GetRun().GetState(); st != fanoutv1.RunState_RUN_STATE_CANCELLED ||
+		!strings.Contains(got.GetRun().GetCancelCause(), "parent task ended") {
+		t.Errorf("the child of the task the run cut ended %s (%q), want CANCELLED because its parent task ended",
+			st, got.GetRun().GetCancelCause())
+	}
+	b.checkLedger(t)
+	var spent, own int64
+	if err := b.pool.QueryRow(t.Context(), `SELECT (SELECT spent_tokens FROM run_tree_spend WHERE run_id = $1),
+		(SELECT sum(own_spent_tokens) FROM run_tree_spend WHERE root_run_id = $1)`, root).Scan(&spent, &own); err != nil {
+		t.Fatal(err)
+	}
+	if spent != own {
+		t.Errorf("the root spent %d; its levels' own spend adds up to %d", spent, own)
+	}
+}

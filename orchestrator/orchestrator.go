@@ -62,6 +62,9 @@ type ChildCalls interface {
 	// ChildLink returns the parent of run runID: its run, task and the
 	// fan_out call its end answers (all empty for a root run).
 	ChildLink(ctx context.Context, runID string) (runs.ChildLink, error)
+	// RunningChildren returns the child runs of task taskID of run runID
+	// still running.
+	RunningChildren(ctx context.Context, runID, taskID string) ([]string, error)
 	// FanOutCall reports whether key is a fan_out call of task taskID of
 	// run runID, and whether it is still issued.
 	FanOutCall(ctx context.Context, runID, taskID, key string) (found, issued bool, err error)

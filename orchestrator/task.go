@@ -82,6 +82,12 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 
 	ctx, cancelCleanup := cleanup(runCtx)
 	defer cancelCleanup()
+	fanned := d.fannedOut(i)
+	if fanned {
+		// A child still running when its task ended (cancelled, timed out,
+		// a join policy's cut) is cancelled: nobody will read its answer.
+		d.e.cancelChildren(ctx, d.runID, req.GetTask().GetId(), "its parent task ended "+runs.Text(o.GetStatus()))
+	}
 	if o.GetHedge() == nil && (o.GetSummary() == nil && o.GetWorker() != "" || resumed) {
 		// The stream was cut, or the task had an attempt under the lost
 		// orchestrator whose spend stands: what the task spent is in the
@@ -93,7 +99,7 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 			o.TokensSpent += d.earlierHedgeSpent(ctx, req.GetTask().GetId())
 		}
 		startedBefore(o)
-	} else if d.fannedOut(i) {
+	} else if fanned {
 		// Its children's spend is the task's (their fundings settled on
 		// its account before their answers reached it): the ledger's word,
 		// not the worker's count of its own calls.

@@ -107,6 +107,19 @@ func (s *Runs) ChildLink(ctx context.Context, runID string) (runs.ChildLink, err
 	})
 }
 
+// RunningChildren returns the ids of the child runs of task taskID of run
+// runID that are still running.
+func (s *Runs) RunningChildren(ctx context.Context, runID, taskID string) ([]string, error) {
+	return retry(ctx, s.log, "runs.running_children", idempotent, func(ctx context.Context, _ try) ([]string, error) {
+		rows, err := s.pool.Query(ctx, `SELECT run_id FROM run WHERE parent_run_id = $1 AND parent_task_id = $2
+			AND state = 'RUNNING' ORDER BY run_id`, runID, taskID)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	})
+}
+
 // FanOutCall reports whether key is a fan_out call of task taskID of run
 // runID, and whether it is still issued (its child has not answered).
 func (s *Runs) FanOutCall(ctx context.Context, runID, taskID, key string) (found, issued bool, err error) {

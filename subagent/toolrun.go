@@ -262,7 +262,8 @@ func (r *taskAttempt) recordWrite(ctx context.Context, it, i int, tool Tool, c l
 		// An earlier attempt's fan_out whose child has not answered: wait
 		// for the same child, under the call's key.
 		return prior, o, false
-	} else if ok && !pending(prior) {
+	}
+	if prior, ok := r.prior[priorKey(w.Tool, w.ArgsDigest)]; ok && !pending(prior) {
 		return w, replayed(prior), true
 	} else if ok {
 		// An earlier attempt asked for this call's approval: take it up
