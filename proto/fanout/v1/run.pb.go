@@ -1966,12 +1966,14 @@ type Run struct {
 	// When the run last reopened (a ContinueRun of a run that had ended);
 	// unset if it never did. Its run timeout counts from then.
 	ContinuedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=continued_at,json=continuedAt,proto3" json:"continued_at,omitempty"`
-	// For a child run (a subagent's fan_out, RunSpec.fan_out): the run and
-	// task that started it, and the root of its tree. Empty for a run a
-	// caller started; root_run_id is then the run's own id.
-	ParentRunId  string `protobuf:"bytes,24,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	// For a child run (a subagent's fan_out, RunSpec.fan_out): the run
+	// whose task started it. Empty for a run a caller started.
+	ParentRunId string `protobuf:"bytes,24,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	// For a child run: the task of parent_run_id that started it.
 	ParentTaskId string `protobuf:"bytes,25,opt,name=parent_task_id,json=parentTaskId,proto3" json:"parent_task_id,omitempty"`
-	RootRunId    string `protobuf:"bytes,26,opt,name=root_run_id,json=rootRunId,proto3" json:"root_run_id,omitempty"`
+	// The root run of the run's tree: the run's own id for a run a caller
+	// started.
+	RootRunId string `protobuf:"bytes,26,opt,name=root_run_id,json=rootRunId,proto3" json:"root_run_id,omitempty"`
 	// How many levels below its root the run is: 0 for a root run.
 	Depth int32 `protobuf:"varint,27,opt,name=depth,proto3" json:"depth,omitempty"`
 	// When the run was accepted (Postgres time).

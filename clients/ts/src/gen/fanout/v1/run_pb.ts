@@ -1113,20 +1113,24 @@ export type Run = Message<"fanout.v1.Run"> & {
   continuedAt?: Timestamp | undefined;
 
   /**
-   * For a child run (a subagent's fan_out, RunSpec.fan_out): the run and
-   * task that started it, and the root of its tree. Empty for a run a
-   * caller started; root_run_id is then the run's own id.
+   * For a child run (a subagent's fan_out, RunSpec.fan_out): the run
+   * whose task started it. Empty for a run a caller started.
    *
    * @generated from field: string parent_run_id = 24;
    */
   parentRunId: string;
 
   /**
+   * For a child run: the task of parent_run_id that started it.
+   *
    * @generated from field: string parent_task_id = 25;
    */
   parentTaskId: string;
 
   /**
+   * The root run of the run's tree: the run's own id for a run a caller
+   * started.
+   *
    * @generated from field: string root_run_id = 26;
    */
   rootRunId: string;
