@@ -125,6 +125,10 @@ func childRunID(callKey string) string {
 // answer says why, to the model.
 var errFanOutRefused = errors.New("fan_out refused")
 
+// errNotNow marks a fan_out call this orchestrator leaves unanswered for
+// now (it is shutting down): the task's next attempt asks again.
+var errNotNow = errors.New("fan_out not answered now")
+
 func refuseFanOut(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errFanOutRefused, fmt.Sprintf(format, args...))
 }
@@ -179,15 +183,29 @@ func (d *driver) fanOut(streamCtx context.Context, i int, attempt int32, f *fano
 		return
 	}
 	child, err := d.openChild(ctx, i, attempt, f, deadline)
-	if err != nil {
-		why := "could not open the child run (an internal error; see the orchestrator's log): try again later"
-		if errors.Is(err, errFanOutRefused) {
-			why = strings.TrimPrefix(err.Error(), errFanOutRefused.Error()+": ")
-			log.InfoContext(ctx, "fan_out refused", "err", err)
-		} else {
-			log.ErrorContext(ctx, "open a child run", "err", err)
+	switch {
+	case errors.Is(err, errFanOutRefused):
+		log.InfoContext(ctx, "fan_out refused", "err", err)
+		d.e.answerCall(ctx, d.runID, taskID, key, "", strings.TrimPrefix(err.Error(), errFanOutRefused.Error()+": "))
+		return
+	case errors.Is(err, errNotNow):
+		// Left unanswered: the task's next attempt (on the orchestrator
+		// that takes the run over) asks again.
+		log.InfoContext(ctx, "fan_out not answered here", "err", err)
+		return
+	case err != nil:
+		log.ErrorContext(ctx, "open a child run", "err", err)
+		// The open may have committed with its reply lost: then the
+		// child is there, and is adopted and driven once its lease
+		// lapses; its end answers the call. Else the call fails.
+		if run, rerr := d.e.store.ReadRun(ctx, childRunID(key)); rerr == nil {
+			d.e.joinChild(ctx, run, d.runID, taskID)
+			return
+		} else if !errors.Is(rerr, runs.ErrNotFound) {
+			return // unknown: left issued, for the next attempt to ask again
 		}
-		d.e.answerCall(ctx, d.runID, taskID, key, "", why)
+		d.e.answerCall(ctx, d.runID, taskID, key, "",
+			"could not open the child run (an internal error; see the orchestrator's log): try again later")
 		return
 	}
 	if child == nil {
@@ -211,6 +229,16 @@ func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv
 		return nil, fmt.Errorf("read the account of task %s: %w", taskID, err)
 	}
 	left := d.p.spec.GetTasks()[i].GetTokenBudget() - acct.Spent - acct.Reserved
+	// A task's token_budget is a cap: the run (whose limit the tasks'
+	// caps may pass) may have less. What the task keeps is of what can
+	// be granted, or the child would take the run below its minimum: the
+	// run's free tokens and what its tasks' slices hold unreserved (this
+	// task's among them; a grant takes from the others' only as far as
+	// the ledger lets it, so this may be more than the grant, never less).
+	if run, err := e.ledger.RunAccount(ctx, d.runID); err == nil {
+		left = min(left, run.Available()+run.Sliced)
+	}
+	left = max(left, 0)
 	spec, err := d.childSpec(i, f, deadline, left)
 	if err != nil {
 		return nil, err
@@ -220,7 +248,7 @@ func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv
 		return nil, refuseFanOut("the child run does not plan: %v", err)
 	}
 	if e.isClosing() {
-		return nil, refuseFanOut("this orchestrator is shutting down")
+		return nil, fmt.Errorf("%w: this orchestrator is shutting down", errNotNow)
 	}
 	// The tenant's quotas are the parent's: its tasks in flight count every
 	// level; its budget is above the parent task, which funds the child.
@@ -276,7 +304,7 @@ func (d *driver) openChild(ctx context.Context, i int, attempt int32, f *fanoutv
 	ctx = trace.ContextWithSpan(ctx, span)
 	run.Budget = runs.Snapshot(accounts.Run)
 	if err := e.start(ctx, run, p, accounts, span); err != nil {
-		return nil, refuseFanOut("%v", err) // it ended CANCELLED, and its end answered the call
+		return nil, fmt.Errorf("%w: %w", errNotNow, err) // it ended CANCELLED, and its end answered the call
 	}
 	return run, nil
 }
@@ -328,13 +356,16 @@ func (d *driver) childSpec(i int, f *fanoutv1.SubagentFanOut, deadline time.Time
 		return nil, refuseFanOut("fan_out.token_budget must be >= 0, got %d", f.GetTokenBudget())
 	}
 	task := parent.GetTasks()[i]
-	want := left - parentKeeps(left, d.p.minReservation, parent.GetModel().GetMaxOutputTokens())
-	if b := f.GetTokenBudget(); b > 0 {
+	keeps := parentKeeps(left, d.p.minReservation, parent.GetModel().GetMaxOutputTokens())
+	want := left - keeps
+	if b := f.GetTokenBudget(); b > 0 && b < d.p.minReservation {
+		return nil, refuseFanOut("fan_out.token_budget %d is below the run's minimum reservation, %d", b, d.p.minReservation)
+	} else if b > 0 {
 		want = min(want, b)
 	}
 	if want < d.p.minReservation {
 		return nil, refuseFanOut("the task has %d tokens left and keeps %d of them to answer: too little for a child run "+
-			"(at least %d)", left, left-max(want, 0), d.p.minReservation)
+			"(at least %d)", left, min(keeps, left), d.p.minReservation)
 	}
 	minRes := min(d.p.minReservation, want)
 	timeout := d.p.taskTimeouts[i]

@@ -208,7 +208,7 @@ func TestNestedFanOutExhaustionEndsEveryLevel(t *testing.T) {
 	// t03 search too, once t00 has ended, spending the root's own budget:
 	// the root has enough for both fundings, t00 and little more, and runs
 	// out while t01's tree runs, its grandchild included.
-	s := treeSpec("tree-exhausted", 26_000)
+	s := treeSpec("tree-exhausted", 23_500)
 	s.Tasks[0].TokenBudget = 4_000
 	s.Tasks[1].TokenBudget = 28_000
 	s.Tasks[1].AllowedTools = []string{"search"}
@@ -406,11 +406,11 @@ func TestNestedFanOutUnderATenantsTaskCap(t *testing.T) {
 	b.checkLedger(t)
 }
 
-// TestAChildOfATaskThatEndedIsCancelled: under JOIN_POLICY_FIRST_SUCCESS
-// the run's first answer cuts its other task, which waits for a child
-// run that searches for a while: the child is cancelled with it (nobody
-// will read its answer), its funding settles, and the run's spend counts
-// what it spent.
+// TestAChildOfATaskThatEndedIsCancelled: under JOIN_POLICY_FAIL_FAST a
+// task that ends short of an answer (its iteration limit) cuts the run's
+// other task, which waits for a child run that searches for a while: the
+// child is cancelled with it (nobody will read its answer), its funding
+// settles, and the run's spend counts what it spent.
 func TestAChildOfATaskThatEndedIsCancelled(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -418,13 +418,18 @@ func TestAChildOfATaskThatEndedIsCancelled(t *testing.T) {
 	w, _ := b.worker(t, "w1", sim, 16)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
 
-	s := spec("first-success", 2, 400_000)
-	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FIRST_SUCCESS
+	s := spec("fail-fast", 2, 400_000)
+	s.JoinPolicy = fanoutv1.JoinPolicy_JOIN_POLICY_FAIL_FAST
 	s.FanOut = &fanoutv1.FanOut{MaxDepth: 1}
-	s.Tasks[0].Instruction = "answer at once"
+	// t00 searches and ends at its iteration limit, 4 (about 0.8 s): not
+	// an answer, so the run is cut. t01 fans out at its first reply
+	// (0.2 s) to two tasks that search for 20 iterations (4 s).
+	s.Tasks[0].Instruction = "search for a while"
+	s.Tasks[0].AllowedTools = []string{"search"}
+	s.Tasks[0].MaxIterations = 4
 	s.Tasks[1].Instruction = "study fan out(part a | part b)"
-	s.Tasks[1].AllowedTools = []string{"search"} // the child's tasks search for 20 iterations: 4 s
-	s.Tasks[0].DependsOn = nil
+	s.Tasks[1].AllowedTools = []string{"search"}
+	s.Tasks[1].MaxIterations = 30
 	evs := runStream(t, n.client, s)
 	root := evs[0].GetRunId()
 	var child string
@@ -434,7 +439,7 @@ func TestAChildOfATaskThatEndedIsCancelled(t *testing.T) {
 		}
 	}
 	if child == "" {
-		t.Fatalf("task t01 never fanned out before the run's first answer cut it")
+		t.Fatalf("task t01 never fanned out before t00's end cut it")
 	}
 	got, err := n.client.GetRun(t.Context(), &fanoutv1.GetRunRequest{RunId: child})
 	if err != nil {

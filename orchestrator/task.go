@@ -83,7 +83,7 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 	ctx, cancelCleanup := cleanup(runCtx)
 	defer cancelCleanup()
 	fanned := d.fannedOut(i)
-	if fanned {
+	if fanned && !d.ar.isLost() { // a lost run's task runs on under its adopter, and so do its children
 		// A child still running when its task ended (cancelled, timed out,
 		// a join policy's cut) is cancelled: nobody will read its answer.
 		d.e.cancelChildren(ctx, d.runID, req.GetTask().GetId(), "its parent task ended "+runs.Text(o.GetStatus()))
@@ -101,9 +101,11 @@ func (d *driver) runTask(runCtx context.Context, i int, first Worker, req *fanou
 		startedBefore(o)
 	} else if fanned {
 		// Its children's spend is the task's (their fundings settled on
-		// its account before their answers reached it): the ledger's word,
-		// not the worker's count of its own calls.
-		o.TokensSpent = d.settledSpend(ctx, budget.AccountID(req.GetTaskAccountId()))
+		// its account before their answers reached it, or, for a child
+		// cancelled with it, when that child has closed: waited for as
+		// long as a run's end waits for what it holds): the ledger's
+		// word, not the worker's count of its own calls.
+		o.TokensSpent = d.settledSpendWithin(ctx, budget.AccountID(req.GetTaskAccountId()), d.e.cfg.HeldWait)
 	}
 	stored := d.finishTask(ctx, o)
 	d.hedges.record(stored)
@@ -192,7 +194,12 @@ const settleWait = 3 * time.Second
 // settledSpend reads a task account's spend once nothing is reserved on it,
 // waiting up to settleWait for the worker to settle a cut-off call.
 func (d *driver) settledSpend(ctx context.Context, id budget.AccountID) int64 {
-	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	return d.settledSpendWithin(ctx, id, settleWait)
+}
+
+// settledSpendWithin is settledSpend waiting up to wait.
+func (d *driver) settledSpendWithin(ctx context.Context, id budget.AccountID, wait time.Duration) int64 {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var spent int64
 	for {

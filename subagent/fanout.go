@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fanout/fanout/runs"
+	"github.com/fanout/fanout/subagent/llm"
 )
 
 // The built-in tool fan_out (docs/budget.md#nested-fan-out): offered to a
@@ -99,18 +99,10 @@ func (r *taskAttempt) fanOut(ctx context.Context, call ToolCall) (ToolResult, er
 // (orchestrator's childAnswer): one per "- " line, its "[...]" tail its
 // sources.
 func childFacts(answer string) []Fact {
-	var out []Fact
-	for line := range strings.Lines(answer) {
-		text, ok := strings.CutPrefix(strings.TrimSpace(line), "- ")
-		if !ok {
-			continue
-		}
-		var src []string
-		if i := strings.LastIndex(text, " ["); i >= 0 && strings.HasSuffix(text, "]") {
-			src = strings.Fields(text[i+2 : len(text)-1])
-			text = text[:i]
-		}
-		out = append(out, Fact{Text: text, Sources: src})
+	texts, sources := llm.ChildAnswerFacts(answer)
+	out := make([]Fact, len(texts))
+	for i, text := range texts {
+		out[i] = Fact{Text: text, Sources: sources[i]}
 	}
 	return out
 }

@@ -133,7 +133,7 @@ func TestNestedFanOutE2E(t *testing.T) {
 		// fans out and ends; t01's tree (child and grandchild) searches
 		// for several iterations; t02 and t03 search once t00 has ended,
 		// on the root's own budget, which runs out while t01's tree runs.
-		s := nestedSpec("nested-exhausted", 26_000)
+		s := nestedSpec("nested-exhausted", 23_500)
 		s.Tasks[0].TokenBudget = 4_000
 		s.Tasks[1].TokenBudget = 28_000
 		s.Tasks[1].AllowedTools = []string{"search"}

@@ -112,18 +112,27 @@ func simChildFacts(msgs []Message) (texts []string, sources [][]string) {
 		if m.Role != RoleTool || !fanOuts[m.ToolCallID] || m.IsError {
 			continue
 		}
-		for line := range strings.Lines(m.Content) {
-			text, ok := strings.CutPrefix(strings.TrimSpace(line), "- ")
-			if !ok {
-				continue
-			}
-			var src []string
-			if i := strings.LastIndex(text, " ["); i >= 0 && strings.HasSuffix(text, "]") {
-				src = strings.Fields(text[i+2 : len(text)-1])
-				text = text[:i]
-			}
-			texts, sources = append(texts, text), append(sources, src)
+		t, s := ChildAnswerFacts(m.Content)
+		texts, sources = append(texts, t...), append(sources, s...)
+	}
+	return texts, sources
+}
+
+// ChildAnswerFacts are the facts of a child run's answer to a fan_out
+// call (the orchestrator's childAnswer): one per "- " line, its "[...]"
+// tail its sources.
+func ChildAnswerFacts(answer string) (texts []string, sources [][]string) {
+	for line := range strings.Lines(answer) {
+		text, ok := strings.CutPrefix(strings.TrimSpace(line), "- ")
+		if !ok {
+			continue
 		}
+		var src []string
+		if i := strings.LastIndex(text, " ["); i >= 0 && strings.HasSuffix(text, "]") {
+			src = strings.Fields(text[i+2 : len(text)-1])
+			text = text[:i]
+		}
+		texts, sources = append(texts, text), append(sources, src)
 	}
 	return texts, sources
 }
