@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,11 +227,7 @@ func (e *Engine) Submit(ctx context.Context, spec *fanoutv1.RunSpec) (run *fanou
 func (e *Engine) submit(ctx context.Context, spec *fanoutv1.RunSpec, src *forkSource,
 	reserveQuote bool) (run *fanoutv1.Run, created bool, q *fanoutv1.Quote, err error) {
 	spec = known(spec)
-	if strings.HasPrefix(spec.GetIdempotencyKey(), childKeyPrefix) {
-		return nil, false, nil, budget.ValidationErrors{&budget.ValidationError{Field: "spec.idempotency_key",
-			Reason: fmt.Sprintf("must not start with %q: it is kept for child runs (docs/budget.md#nested-fan-out)", childKeyPrefix)}}
-	}
-	p, err := e.cfg.plan(spec)
+	p, err := e.cfg.callerPlan(spec)
 	if err != nil {
 		return nil, false, nil, err
 	}

@@ -85,7 +85,7 @@ func (e *Engine) existingFork(run *fanoutv1.Run, spec *fanoutv1.RunSpec, srcID s
 
 // quoteFork is a dry run's answer: the quote of the fork, nothing written.
 func (e *Engine) quoteFork(ctx context.Context, spec *fanoutv1.RunSpec, src *forkSource) (*Forked, error) {
-	p, err := e.cfg.plan(known(spec))
+	p, err := e.cfg.callerPlan(known(spec))
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func quoteHold(q *fanoutv1.Quote) int64 { return min(q.GetForecastTokens(), q.Ge
 // quote; nothing is written. A tenant whose budget is spent is not an
 // error here: the quote says it does not cover the run.
 func (e *Engine) quote(ctx context.Context, spec *fanoutv1.RunSpec) (*fanoutv1.Quote, error) {
-	p, err := e.cfg.plan(known(spec))
+	p, err := e.cfg.callerPlan(known(spec))
 	if err != nil {
 		return nil, err
 	}

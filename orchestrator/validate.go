@@ -165,8 +165,19 @@ type plan struct {
 // a budget.ValidationErrors naming every offending field (paths start with
 // "spec."), or nil.
 func (c Config) Validate(spec *fanoutv1.RunSpec) error {
-	_, err := c.withDefaults().plan(spec)
+	_, err := c.withDefaults().callerPlan(spec)
 	return err
+}
+
+// callerPlan is plan for a spec a caller sent (StartRun, its dry run,
+// ForkRun): its idempotency key may not be one the engine keeps for child
+// runs, which it plans with plan.
+func (c Config) callerPlan(spec *fanoutv1.RunSpec) (*plan, error) {
+	if strings.HasPrefix(spec.GetIdempotencyKey(), childKeyPrefix) {
+		return nil, budget.ValidationErrors{&budget.ValidationError{Field: "spec.idempotency_key",
+			Reason: fmt.Sprintf("must not start with %q: it is kept for child runs (docs/budget.md#nested-fan-out)", childKeyPrefix)}}
+	}
+	return c.plan(spec)
 }
 
 // plan validates spec completely, before anything is written, and returns
@@ -529,7 +540,7 @@ func findCycle(tasks []*fanoutv1.TaskSpec, deps [][]int) string {
 // are an upper bound on waiting, not barriers. It returns the same
 // budget.ValidationErrors as Validate.
 func (c Config) Plan(spec *fanoutv1.RunSpec) ([][]int, error) {
-	p, err := c.withDefaults().plan(spec)
+	p, err := c.withDefaults().callerPlan(spec)
 	if err != nil {
 		return nil, err
 	}
