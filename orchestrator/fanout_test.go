@@ -125,6 +125,38 @@ func TestNestedFanOutSpendRollsUpToTheRoot(t *testing.T) {
 	b.checkLedger(t)
 }
 
+// exhaustedTreeSpec is a three-level tree whose root's budget runs out
+// while the tree under task t01 (its child and grandchild) runs, on a sim
+// that searches for 40 iterations (200 ms each) before it answers:
+//   - t00 fans out to three quick tasks (they have no tools) and ends,
+//     about 0.6 s in;
+//   - t01 fans out at once to one task, which fans out to two: every task
+//     under t01 may search 40 iterations, for 8 s, and the grandchild has
+//     most of t01's budget (a child takes three quarters of what its task
+//     has left, and a child of one task gives that task all of it);
+//   - t02 to t05 search once t00 has ended, on the root's own budget,
+//     which after t01's funding has about a quarter of its free tokens
+//     left: four of them spend it within a second or two, seconds before
+//     the tree under t01 could end.
+func exhaustedTreeSpec(key string) *fanoutv1.RunSpec {
+	s := treeSpec(key, 100_000)
+	s.Tasks[0].TokenBudget = 4_000
+	s.Tasks[1].TokenBudget = 120_000
+	s.Tasks[1].Instruction = "study area 1 fan out(part c fan out(detail x | detail y))"
+	s.Tasks[1].AllowedTools = []string{"search"}
+	s.Tasks[1].MaxIterations = 40
+	for i := 4; i < 6; i++ {
+		s.Tasks = append(s.Tasks, &fanoutv1.TaskSpec{Id: fmt.Sprintf("t%02d", i)})
+	}
+	for _, task := range s.Tasks[2:] {
+		task.TokenBudget = 10_000
+		task.Instruction = "search " + task.GetId()
+		task.AllowedTools = []string{"search"}
+		task.DependsOn = []string{"t00"}
+	}
+	return s
+}
+
 // treeRuns are the runs of the tree under root (itself first) and how
 // each ended.
 func (b *testBundle) treeRuns(t *testing.T, root string) map[string]string {
@@ -197,27 +229,11 @@ func (b *testBundle) checkNoGrantAfterTheEnd(t *testing.T, root string) map[int]
 func TestNestedFanOutExhaustionEndsEveryLevel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	sim := llm.SimConfig{Latency: 200 * time.Millisecond, ToolCallsPerIteration: 1, FinishAfter: 6}
+	sim := llm.SimConfig{Latency: 200 * time.Millisecond, ToolCallsPerIteration: 1, FinishAfter: 40}
 	w1, _ := b.worker(t, "w1", sim, 16)
 	w2, _ := b.worker(t, "w2", sim, 16)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, w1, w2)
-
-	// t00 fans out to three quick tasks, and ends. t01 fans out to three
-	// that search, an iteration every 200 ms, one of which fans out again
-	// to two that search: its tree runs for about two seconds. t02 and
-	// t03 search too, once t00 has ended, spending the root's own budget:
-	// the root has enough for both fundings, t00 and little more, and runs
-	// out while t01's tree runs, its grandchild included.
-	s := treeSpec("tree-exhausted", 23_500)
-	s.Tasks[0].TokenBudget = 4_000
-	s.Tasks[1].TokenBudget = 28_000
-	s.Tasks[1].AllowedTools = []string{"search"}
-	for _, task := range s.Tasks[2:] {
-		task.TokenBudget = 10_000
-		task.Instruction = "search " + task.GetId()
-		task.AllowedTools = []string{"search"}
-		task.DependsOn = []string{"t00"}
-	}
+	s := exhaustedTreeSpec("tree-exhausted")
 	evs := runStream(t, n.client, s)
 	fin := checkEvents(t, evs)
 	root := evs[0].GetRunId()

@@ -75,7 +75,7 @@ func TestNestedFanOutE2E(t *testing.T) {
 	t.Parallel()
 	// A call takes longer than exhaustionMargin, as TestE2E's: a call a
 	// worker failed to stop would outlive the margin.
-	sim := []string{"--sim-latency", e2eSimLatency.String(), "--sim-tool-calls", "1", "--sim-finish-after", "6",
+	sim := []string{"--sim-latency", e2eSimLatency.String(), "--sim-tool-calls", "1", "--sim-finish-after", "40",
 		"--sim-output-tokens", "64"}
 	c := newCluster(t, [][]string{sim, sim})
 
@@ -129,14 +129,19 @@ func TestNestedFanOutE2E(t *testing.T) {
 
 	t.Run("ExhaustedMidTree", func(t *testing.T) {
 		t.Parallel()
-		// As orchestrator's TestNestedFanOutExhaustionEndsEveryLevel: t00
-		// fans out and ends; t01's tree (child and grandchild) searches
-		// for several iterations; t02 and t03 search once t00 has ended,
-		// on the root's own budget, which runs out while t01's tree runs.
-		s := nestedSpec("nested-exhausted", 23_500)
+		// As orchestrator's exhaustedTreeSpec: t00 fans out and ends; the
+		// tree under t01 (one child task, two grandchild tasks) searches
+		// for 40 iterations; t02 to t05 search once t00 has ended, on the
+		// root's own budget, which runs out while t01's tree runs.
+		s := nestedSpec("nested-exhausted", 100_000)
 		s.Tasks[0].TokenBudget = 4_000
-		s.Tasks[1].TokenBudget = 28_000
+		s.Tasks[1].TokenBudget = 120_000
+		s.Tasks[1].Instruction = "study area 1 fan out(part c fan out(detail x | detail y))"
 		s.Tasks[1].AllowedTools = []string{"search"}
+		s.Tasks[1].MaxIterations = 40
+		for i := 4; i < 6; i++ {
+			s.Tasks = append(s.Tasks, &fanoutv1.TaskSpec{Id: fmt.Sprintf("t%02d", i)})
+		}
 		for _, task := range s.Tasks[2:] {
 			task.TokenBudget = 10_000
 			task.Instruction = "search " + task.GetId()
