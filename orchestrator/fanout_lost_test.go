@@ -40,7 +40,8 @@ func (s beatlessChildStore) RunningChildren(ctx context.Context, runID, taskID s
 // reviewer's test: it failed with the child CANCELLED, "its parent task
 // ended CANCELLED".)
 func TestALostOwnerLeavesTheChildrenToTheAdopter(t *testing.T) {
-	t.Parallel()
+	// Not parallel: trees of runs on workers with sims that take their
+	// time; beside the package's timing-sensitive tests they starved them.
 	b := setup(t)
 	sim := llm.SimConfig{Latency: 200 * time.Millisecond, ToolCallsPerIteration: 1, FinishAfter: 30}
 	w, _ := b.worker(t, "w1", sim, 16)

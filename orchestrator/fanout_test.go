@@ -27,7 +27,8 @@ func treeSpec(key string, limit int64) *fanoutv1.RunSpec {
 }
 
 func TestNestedFanOutSpendRollsUpToTheRoot(t *testing.T) {
-	t.Parallel()
+	// Not parallel: trees of runs on workers with sims that take their
+	// time; beside the package's timing-sensitive tests they starved them.
 	b := setup(t)
 	w1, _ := b.worker(t, "w1", llm.SimConfig{}, 8)
 	w2, _ := b.worker(t, "w2", llm.SimConfig{}, 8)
@@ -227,7 +228,8 @@ func (b *testBundle) checkNoGrantAfterTheEnd(t *testing.T, root string) map[int]
 }
 
 func TestNestedFanOutExhaustionEndsEveryLevel(t *testing.T) {
-	t.Parallel()
+	// Not parallel: trees of runs on workers with sims that take their
+	// time; beside the package's timing-sensitive tests they starved them.
 	b := setup(t)
 	sim := llm.SimConfig{Latency: 200 * time.Millisecond, ToolCallsPerIteration: 1, FinishAfter: 40}
 	w1, _ := b.worker(t, "w1", sim, 16)
@@ -290,7 +292,8 @@ func (b *testBundle) logTree(t *testing.T, root string) {
 // Held, the four parents would fill it and the tree would wait for its
 // deadline.
 func TestNestedFanOutNeedsNoMoreWorkersThanItsLevels(t *testing.T) {
-	t.Parallel()
+	// Not parallel: trees of runs on workers with sims that take their
+	// time; beside the package's timing-sensitive tests they starved them.
 	b := setup(t)
 	w, _ := b.worker(t, "w1", llm.SimConfig{}, 2)
 	n := b.orchestrator(t, "o1", orchestrator.Config{}, w)
@@ -314,7 +317,8 @@ func TestNestedFanOutNeedsNoMoreWorkersThanItsLevels(t *testing.T) {
 // at the limit, and the call refused tells its model which limit, by its
 // field's name.
 func TestNestedFanOutLimitsHold(t *testing.T) {
-	t.Parallel()
+	// Not parallel: trees of runs on workers with sims that take their
+	// time; beside the package's timing-sensitive tests they starved them.
 	b := setup(t)
 	w1, _ := b.worker(t, "w1", llm.SimConfig{}, 16)
 	w2, _ := b.worker(t, "w2", llm.SimConfig{}, 16)
@@ -388,7 +392,8 @@ func TestNestedFanOutLimitsHold(t *testing.T) {
 // children, and the tree ends; at most 2 of the root's tasks and 6 of the
 // tree's have a call open at once.
 func TestNestedFanOutUnderATenantsTaskCap(t *testing.T) {
-	t.Parallel()
+	// Not parallel: trees of runs on workers with sims that take their
+	// time; beside the package's timing-sensitive tests they starved them.
 	b := setup(t)
 	sim := llm.SimConfig{Latency: 50 * time.Millisecond}
 	w, ws := b.worker(t, "w1", sim, 32)
@@ -428,7 +433,8 @@ func TestNestedFanOutUnderATenantsTaskCap(t *testing.T) {
 // child is cancelled with it (nobody will read its answer), its funding
 // settles, and the run's spend counts what it spent.
 func TestAChildOfATaskThatEndedIsCancelled(t *testing.T) {
-	t.Parallel()
+	// Not parallel: trees of runs on workers with sims that take their
+	// time; beside the package's timing-sensitive tests they starved them.
 	b := setup(t)
 	sim := llm.SimConfig{Latency: 200 * time.Millisecond, ToolCallsPerIteration: 1, FinishAfter: 20}
 	w, _ := b.worker(t, "w1", sim, 16)
