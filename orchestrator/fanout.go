@@ -135,7 +135,10 @@ func refuseFanOut(format string, args ...any) error {
 
 // fanOut answers task i's fan_out call f, made by its attempt attempt: it
 // opens and starts the child run, or answers the call with why not.
-// streamCtx is the attempt's stream: its deadline is the task's.
+// streamCtx is the dispatch's context (the Execute stream's reader runs
+// this before it reads on): its deadline is the task's. Joining a child
+// that has ended settles its funding here, which can hold that reader up
+// to HeldWait while the worker, waiting for the answer, sends nothing.
 func (d *driver) fanOut(streamCtx context.Context, i int, attempt int32, f *fanoutv1.SubagentFanOut) {
 	deadline, _ := streamCtx.Deadline()
 	ctx, cancel := cleanup(streamCtx)
